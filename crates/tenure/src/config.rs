@@ -1,0 +1,335 @@
+//! The timing model: what a user configures, the rules it must satisfy, and
+//! the bounds it implies.
+//!
+//! # Why the old leader always stops first
+//!
+//! Let ρ be the drift bound: every candidate's monotonic clock runs at a rate
+//! within `[1 − ρ, 1 + ρ]` of real time. Let `T` be the term.
+//!
+//! * The leader anchors its deadline at the instant `s` it **sent** the write
+//!   that succeeded (the write cannot have been applied before it was sent),
+//!   and counts `T·(1 − ρ)` on its own clock. In real time its deadline falls
+//!   no later than `s + T·(1 − ρ)/(1 − ρ) = s + T`.
+//! * A challenger may take over only after it has **observed** that record
+//!   unchanged for `T·(1 + ρ)` on its own clock, counted from the instant it
+//!   received the read that first showed it (which is after the write was
+//!   applied, hence after `s`). In real time that is no earlier than
+//!   `s + T·(1 + ρ)/(1 + ρ) = s + T`.
+//! * The takeover is a compare-and-swap on the store's version of the record
+//!   the challenger observed, so it fails if the leader renewed meanwhile.
+//!
+//! So the leader's deadline never falls after a challenger's takeover. On top
+//! of that, the leader tells its work to stop [`Timing::stop_grace`] before its
+//! deadline, so the work has stopped at least that long before anyone else
+//! can start. Wall clocks play no part, unless [`Config::max_clock_skew`] is
+//! set: then a challenger that sees a record whose wall-clock expiry is more
+//! than the skew bound in the past may take over at once (a fresh process
+//! need not wait a whole term after a crash), which is safe only if every
+//! two candidates' wall clocks differ by less than that bound.
+//!
+//! The clock that counts is `CLOCK_BOOTTIME`, which keeps running while a
+//! machine is suspended, so a process paused or suspended past its deadline
+//! finds its term over when it wakes.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The timing settings of an election. Unset settings derive from the term.
+///
+/// ```
+/// use std::time::Duration;
+/// let timing = tenure::Config::new(Duration::from_secs(10)).validate()?;
+/// let bounds = timing.bounds();
+/// assert!(bounds.crash_failover < Duration::from_secs(15));
+/// println!("{bounds}");
+/// # Ok::<(), tenure::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// How long one successful write keeps a lease (default 10 s).
+    pub term: Duration,
+    /// How often the leader renews (default term / 3).
+    pub renew_interval: Option<Duration>,
+    /// How often a waiting candidate re-reads the record when the store
+    /// cannot notify, and how long it backs off after a failure
+    /// (default term / 4).
+    pub retry_interval: Option<Duration>,
+    /// Up to this much random extra wait is added to each retry, so that
+    /// candidates do not move in lockstep (default term / 10, as vimeo's
+    /// leaderelection uses).
+    pub retry_jitter: Option<Duration>,
+    /// Bound on how fast or slow any candidate's monotonic clock may run
+    /// against real time, as a fraction (default 0.01, i.e. 1 %).
+    pub drift: f64,
+    /// Optional bound on the difference between any two candidates' wall
+    /// clocks. When set, a challenger may take over as soon as the record's
+    /// wall-clock expiry is more than this bound in the past.
+    pub max_clock_skew: Option<Duration>,
+    /// How long before its deadline the leader tells its work to stop when
+    /// renewals keep failing (default term / 10).
+    pub stop_grace: Option<Duration>,
+    /// How long one store operation may take before it counts as failed
+    /// (default term / 4).
+    pub op_timeout: Option<Duration>,
+    /// If set, a leader whose application has not called
+    /// [`pulse`](crate::Elector::pulse) for this long resigns, and a
+    /// candidate in that state does not stand (NELI's `Pulse`).
+    pub liveness_timeout: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::new(Duration::from_secs(10))
+    }
+}
+
+impl Config {
+    /// A configuration with the given term and every other setting derived.
+    pub fn new(term: Duration) -> Self {
+        Config {
+            term,
+            renew_interval: None,
+            retry_interval: None,
+            retry_jitter: None,
+            drift: 0.01,
+            max_clock_skew: None,
+            stop_grace: None,
+            op_timeout: None,
+            liveness_timeout: None,
+        }
+    }
+
+    /// Checks every rule and resolves the derived settings.
+    ///
+    /// The rules, each reported with its values when broken:
+    /// * the term is positive;
+    /// * the drift bound is in `[0, 0.5)`;
+    /// * the leader renews and still has time to stop its work before its
+    ///   deadline: `renew_interval + stop_grace < term · (1 − drift)`;
+    /// * retry interval and operation timeout are positive;
+    /// * with a skew bound: `term >= 2 · max_clock_skew`;
+    /// * a liveness timeout, if any, is positive.
+    pub fn validate(&self) -> Result<Timing, ConfigError> {
+        let term = self.term;
+        if term.is_zero() {
+            return Err(ConfigError::timing(
+                "term is zero: give a positive term such as 10s",
+            ));
+        }
+        if !(self.drift.is_finite() && (0.0..0.5).contains(&self.drift)) {
+            return Err(ConfigError::timing(format!(
+                "drift bound {} is outside [0, 0.5): use a fraction such as 0.01 for 1 %",
+                self.drift
+            )));
+        }
+        let renew_interval = self.renew_interval.unwrap_or(term / 3);
+        let retry_interval = self.retry_interval.unwrap_or(term / 4);
+        let retry_jitter = self.retry_jitter.unwrap_or(term / 10);
+        let stop_grace = self.stop_grace.unwrap_or(term / 10);
+        let op_timeout = self.op_timeout.unwrap_or(term / 4);
+        let leader_validity = term.mul_f64(1.0 - self.drift);
+        if renew_interval.is_zero() {
+            return Err(ConfigError::timing(
+                "renew interval is zero: leave it unset (term / 3) or give a positive value",
+            ));
+        }
+        if renew_interval + stop_grace >= leader_validity {
+            return Err(ConfigError::timing(format!(
+                "renew interval ({renew_interval:?}) + stop grace ({stop_grace:?}) must be shorter than term × (1 − drift) ({leader_validity:?}), \
+                 or the leader would have to stop before its first renewal: shorten the renew interval or lengthen the term"
+            )));
+        }
+        if retry_interval.is_zero() {
+            return Err(ConfigError::timing(
+                "retry interval is zero: leave it unset (term / 4) or give a positive value",
+            ));
+        }
+        if op_timeout.is_zero() {
+            return Err(ConfigError::timing(
+                "operation timeout is zero: leave it unset (term / 4) or give a positive value",
+            ));
+        }
+        if let Some(skew) = self.max_clock_skew {
+            if term < skew * 2 {
+                return Err(ConfigError::timing(format!(
+                    "term ({term:?}) must be at least twice the clock-skew bound ({skew:?}): lengthen the term or lower the bound"
+                )));
+            }
+        }
+        if self.liveness_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::timing(
+                "liveness timeout is zero: leave it unset or give a positive value",
+            ));
+        }
+        Ok(Timing {
+            term,
+            renew_interval,
+            retry_interval,
+            retry_jitter,
+            drift: self.drift,
+            max_clock_skew: self.max_clock_skew,
+            stop_grace,
+            op_timeout,
+            liveness_timeout: self.liveness_timeout,
+            leader_validity,
+        })
+    }
+}
+
+/// A validated configuration with every setting resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    /// See [`Config::term`].
+    pub term: Duration,
+    /// See [`Config::renew_interval`].
+    pub renew_interval: Duration,
+    /// See [`Config::retry_interval`].
+    pub retry_interval: Duration,
+    /// See [`Config::retry_jitter`].
+    pub retry_jitter: Duration,
+    /// See [`Config::drift`].
+    pub drift: f64,
+    /// See [`Config::max_clock_skew`].
+    pub max_clock_skew: Option<Duration>,
+    /// See [`Config::stop_grace`].
+    pub stop_grace: Duration,
+    /// See [`Config::op_timeout`].
+    pub op_timeout: Duration,
+    /// See [`Config::liveness_timeout`].
+    pub liveness_timeout: Option<Duration>,
+    /// `term · (1 − drift)`: how long after sending a successful write the
+    /// leader's term stays valid on its own clock.
+    pub leader_validity: Duration,
+}
+
+impl Timing {
+    /// How long a challenger must observe a record of term `term` unchanged
+    /// before it may take over: `term · (1 + drift)`.
+    pub fn takeover_wait(&self, term: Duration) -> Duration {
+        term.mul_f64(1.0 + self.drift)
+    }
+
+    /// The bounds this configuration promises.
+    pub fn bounds(&self) -> Bounds {
+        let rho = self.drift;
+        let poll = self.retry_interval + self.retry_jitter;
+        Bounds {
+            leader_validity: self.leader_validity,
+            takeover_wait: self.takeover_wait(self.term),
+            crash_failover: self.term.mul_f64((1.0 + rho) / (1.0 - rho)) + poll,
+            graceful_failover_polling: poll,
+            safety_margin: self.stop_grace.mul_f64(1.0 / (1.0 - rho)),
+        }
+    }
+}
+
+/// What a [`Timing`] promises. Store round trips come on top of each figure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    /// How long one successful write keeps the leader valid on its clock.
+    pub leader_validity: Duration,
+    /// How long a challenger waits, on its clock, with the record unchanged.
+    pub takeover_wait: Duration,
+    /// Worst case, in real time, from a leader's crash to the next term:
+    /// `term·(1+ρ)/(1−ρ) + retry interval + jitter`.
+    pub crash_failover: Duration,
+    /// Worst case from a graceful release to the next term on a store that
+    /// cannot notify (one poll); on a store that notifies it is one round
+    /// trip.
+    pub graceful_failover_polling: Duration,
+    /// Least real time between a failing leader telling its work to stop and
+    /// the earliest instant any other candidate can take over.
+    pub safety_margin: Duration,
+}
+
+impl fmt::Display for Bounds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "leader validity per renewal : {:.3?}",
+            self.leader_validity
+        )?;
+        writeln!(
+            f,
+            "challenger waits unchanged  : {:.3?}",
+            self.takeover_wait
+        )?;
+        writeln!(
+            f,
+            "failover after a crash      : <= {:.3?}",
+            self.crash_failover
+        )?;
+        writeln!(
+            f,
+            "failover after a release    : <= {:.3?} polling, one round trip with notifications",
+            self.graceful_failover_polling
+        )?;
+        write!(
+            f,
+            "leader safety margin        : >= {:.3?}",
+            self.safety_margin
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    #[test]
+    fn defaults_derive_from_the_term() {
+        let t = Config::default().validate().unwrap();
+        assert_eq!(t.term, secs(10.0));
+        assert_eq!(t.renew_interval, Duration::from_secs(10) / 3);
+        assert_eq!(t.retry_interval, secs(2.5));
+        assert_eq!(t.retry_jitter, secs(1.0));
+        assert_eq!(t.stop_grace, secs(1.0));
+        let b = t.bounds();
+        assert_eq!(b.leader_validity, secs(9.9));
+        assert_eq!(b.takeover_wait, secs(10.1));
+        // 10 × 1.01 / 0.99 + 2.5 + 1 = 13.702…
+        assert!(
+            (b.crash_failover.as_secs_f64() - 13.702).abs() < 0.001,
+            "{b:?}"
+        );
+        assert_eq!(b.graceful_failover_polling, secs(3.5));
+        assert!((b.safety_margin.as_secs_f64() - 1.0101).abs() < 0.001);
+    }
+
+    #[test]
+    fn rejects_impossible_timings_naming_the_rule() {
+        let err = |c: Config| c.validate().unwrap_err().to_string();
+        assert!(err(Config::new(Duration::ZERO)).contains("term is zero"));
+        let mut c = Config::default();
+        c.drift = 0.7;
+        assert!(err(c).contains("drift"));
+        let mut c = Config::default();
+        c.renew_interval = Some(secs(9.0));
+        assert!(err(c).contains("renew interval"));
+        let mut c = Config::default();
+        c.max_clock_skew = Some(secs(6.0));
+        assert!(err(c).contains("at least twice the clock-skew bound"));
+        let mut c = Config::default();
+        c.retry_interval = Some(Duration::ZERO);
+        assert!(err(c).contains("retry interval"));
+        let mut c = Config::default();
+        c.liveness_timeout = Some(Duration::ZERO);
+        assert!(err(c).contains("liveness"));
+    }
+
+    #[test]
+    fn skew_rule_is_not_inverted() {
+        // vimeo rejects skew > 2·term; the right rule is term >= 2·skew.
+        let mut c = Config::default();
+        c.max_clock_skew = Some(secs(5.0));
+        assert!(c.validate().is_ok(), "term 10 s = 2 × skew 5 s is allowed");
+        c.max_clock_skew = Some(secs(5.001));
+        assert!(c.validate().is_err());
+    }
+}

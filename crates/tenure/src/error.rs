@@ -1,0 +1,173 @@
+//! Typed errors. Each message names the problem and, where there is one, the
+//! fix.
+
+use std::time::Duration;
+
+use crate::record::GroupName;
+
+/// A configuration that cannot work, found before anything runs.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A name was empty.
+    #[error("the {what} is empty: give a non-empty name")]
+    EmptyName {
+        /// Which name.
+        what: &'static str,
+    },
+    /// A name was too long.
+    #[error("the {what} is {len} bytes long: at most {max} bytes of UTF-8 are allowed")]
+    NameTooLong {
+        /// Which name.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A name held a control character.
+    #[error("the {what} contains a control character: use printable text")]
+    ControlCharacter {
+        /// Which name.
+        what: &'static str,
+    },
+    /// Published metadata was too large.
+    #[error("the metadata encodes to {len} bytes: at most {max} bytes are allowed, publish a pointer instead of the data")]
+    MetadataTooLarge {
+        /// Encoded size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The timing settings contradict each other or the safety rules.
+    #[error("invalid timing: {rule}")]
+    Timing {
+        /// The rule that was broken, with the values involved and the fix.
+        rule: String,
+    },
+}
+
+impl ConfigError {
+    pub(crate) fn timing(rule: impl Into<String>) -> Self {
+        ConfigError::Timing { rule: rule.into() }
+    }
+}
+
+/// A record in the store that this build must not interpret or overwrite.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Not a tenure record at all: something else uses this key.
+    #[error("the stored record is not a tenure lease ({detail}); another program may be using this key: choose another group name or clear the key by hand")]
+    Foreign {
+        /// What did not parse.
+        detail: String,
+    },
+    /// A tenure record whose contents are damaged.
+    #[error("the stored tenure lease is corrupt ({detail}); inspect it, then clear it by hand")]
+    Corrupt {
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A record written by a newer tenure.
+    #[error("the stored lease has format version {found} but this build reads up to {supported}: upgrade tenure on this host")]
+    TooNew {
+        /// The record's format version.
+        found: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
+}
+
+/// The boxed cause inside a [`StoreError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A failed store operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be reached or failed transiently; retried.
+    #[error("the store is unavailable: {message}")]
+    Unavailable {
+        /// What happened, without secrets.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The operation did not complete in time; it may or may not have been
+    /// applied.
+    #[error("the store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The stored record cannot be used.
+    #[error("group {group}: {source}")]
+    Record {
+        /// The group whose record is bad.
+        group: GroupName,
+        /// What is wrong with it.
+        #[source]
+        source: RecordError,
+    },
+    /// The store is reachable but set up wrongly (credentials, missing table
+    /// or database, wrong key type); retrying will not help until an
+    /// operator fixes it.
+    #[error("the store is misconfigured: {message}")]
+    Misconfigured {
+        /// What is wrong and how to fix it, without secrets.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl StoreError {
+    /// A transient failure with a message and cause.
+    pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Unavailable {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A configuration failure with a message and cause.
+    pub fn misconfigured(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Misconfigured {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Whether retrying the same operation later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable { .. } | StoreError::Timeout(_)
+        )
+    }
+}
+
+/// Errors from the [`Elector`](crate::Elector) handle.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ElectorError {
+    /// The elector was configured wrongly.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The elector has stopped; nothing more will happen.
+    #[error("the elector has stopped")]
+    Stopped,
+    /// `start()` was called outside a tokio runtime.
+    #[error("no tokio runtime: call start() from within a tokio runtime")]
+    NoRuntime,
+}
+
+/// What ended [`Elector::run_while_leader`](crate::Elector::run_while_leader).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError<E> {
+    /// The work returned an error; the elector resigned the term first.
+    #[error("leader work failed: {0}")]
+    Work(E),
+    /// The elector stopped (shut down, or its driver ended).
+    #[error("the elector has stopped")]
+    Stopped,
+}

@@ -1,0 +1,600 @@
+//! The timing rules, one explicit schedule each.
+
+use std::time::Duration;
+
+use super::*;
+use crate::clock::WallTime;
+use crate::config::Config;
+
+const T: u64 = 9_000; // term in ms: renew 3 s, retry 2.25 s, grace 0.9 s
+
+fn timing() -> Timing {
+    let mut c = Config::new(Duration::from_millis(T));
+    c.retry_jitter = Some(Duration::ZERO); // exact schedules
+    c.validate().unwrap()
+}
+
+fn at(ms: u64) -> Now {
+    at_mono(MonoTime::from_nanos(ms * 1_000_000))
+}
+
+fn at_mono(mono: MonoTime) -> Now {
+    Now {
+        mono,
+        wall: WallTime::from_millis(1_700_000_000_000 + mono.as_nanos() / 1_000_000),
+    }
+}
+
+fn me(id: &str) -> Holder {
+    Holder {
+        id: id.into(),
+        incarnation: 1,
+    }
+}
+
+fn machine(id: &str, timing: Timing) -> Machine {
+    Machine::new(timing, me(id), Metadata::address("x:1"), 7, at(0))
+}
+
+fn held(by: &str, token: u64, version: u64) -> Versioned {
+    Versioned {
+        record: LeaseRecord {
+            holder: Some(me(by)),
+            token,
+            term: Duration::from_millis(T),
+            renewed_at: WallTime::from_millis(1_700_000_000_000),
+            expires_at: WallTime::from_millis(1_700_000_000_000 + T),
+            metadata: Metadata::new(),
+        },
+        version: Version(version),
+    }
+}
+
+fn read_op(actions: &[Action]) -> OpId {
+    match actions.iter().find(|a| matches!(a, Action::Read { .. })) {
+        Some(Action::Read { op, .. }) => *op,
+        other => panic!("expected a read in {actions:?}, got {other:?}"),
+    }
+}
+
+fn cas_op(actions: &[Action]) -> (OpId, Option<Version>, LeaseRecord) {
+    match actions.iter().find(|a| matches!(a, Action::Cas { .. })) {
+        Some(Action::Cas {
+            op,
+            expected,
+            record,
+            ..
+        }) => (*op, *expected, record.clone()),
+        _ => panic!("expected a compare-and-swap in {actions:?}"),
+    }
+}
+
+fn read(m: &mut Machine, now: Now, op: OpId, current: Option<Versioned>) -> Vec<Action> {
+    m.step(
+        now,
+        Input::ReadDone {
+            op,
+            result: Ok(current),
+        },
+    )
+}
+
+fn cas(m: &mut Machine, now: Now, op: OpId, outcome: CasOutcome) -> Vec<Action> {
+    m.step(
+        now,
+        Input::CasDone {
+            op,
+            result: Ok(outcome),
+        },
+    )
+}
+
+/// Drives a fresh machine through acquisition on an empty store at t=0.
+fn leader(id: &str) -> (Machine, LeaseRecord) {
+    let mut m = machine(id, timing());
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), None);
+    let (op, expected, record) = cas_op(&a);
+    assert_eq!(expected, None);
+    let a = cas(&mut m, at(2), op, CasOutcome::Applied(Version(1)));
+    assert!(matches!(a[..], [Action::Elected { token: 1, .. }]), "{a:?}");
+    (m, record)
+}
+
+#[test]
+fn acquires_on_empty_with_token_one_and_deadline_from_send() {
+    let mut m = machine("a", timing());
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(5), read_op(&a), None);
+    let (op, _, record) = cas_op(&a);
+    assert_eq!(record.token, 1);
+    assert_eq!(record.holder, Some(me("a")));
+    assert_eq!(record.metadata.get("address"), Some("x:1"));
+    // CAS sent at 5 ms, reply at 40 ms: the deadline counts from the send.
+    let a = cas(&mut m, at(40), op, CasOutcome::Applied(Version(1)));
+    let validity = timing().leader_validity;
+    assert_eq!(
+        a,
+        vec![Action::Elected {
+            token: 1,
+            deadline: at(5).mono + validity
+        }]
+    );
+    assert_eq!(m.phase(), Phase::Leader { token: 1 });
+}
+
+#[test]
+fn loses_the_race_then_follows_the_winner() {
+    let mut m = machine("b", timing());
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(1), read_op(&a), None);
+    let (op, _, _) = cas_op(&a);
+    let a = cas(&mut m, at(2), op, CasOutcome::Conflict);
+    let a = read(&mut m, at(3), read_op(&a), Some(held("a", 1, 1)));
+    assert_eq!(
+        a,
+        vec![Action::LeaderChanged {
+            leader: Some(held("a", 1, 1))
+        }]
+    );
+    assert_eq!(m.phase(), Phase::Candidate);
+}
+
+#[test]
+fn renews_keeping_the_token_and_extends_the_deadline() {
+    let (mut m, _) = leader("a");
+    let renew_at = timing().renew_interval.as_millis() as u64;
+    assert!(
+        m.step(at(renew_at - 1), Input::Tick).is_empty(),
+        "not before the renew interval"
+    );
+    let a = m.step(at(renew_at), Input::Tick);
+    let (op, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)));
+    assert_eq!(record.token, 1, "renewal keeps the token");
+    let a = cas(
+        &mut m,
+        at(renew_at + 20),
+        op,
+        CasOutcome::Applied(Version(2)),
+    );
+    assert_eq!(
+        a,
+        vec![Action::Renewed {
+            token: 1,
+            deadline: at(renew_at).mono + timing().leader_validity,
+            latency: Duration::from_millis(20),
+        }]
+    );
+}
+
+#[test]
+fn failing_renewals_step_down_before_the_deadline() {
+    let (mut m, _) = leader("a");
+    let deadline = at(0).mono + timing().leader_validity;
+    let stop_at = deadline - timing().stop_grace;
+    let mut now_ms = timing().renew_interval.as_millis() as u64;
+    let mut ended = None;
+    while now_ms < 20_000 {
+        let a = m.step(at(now_ms), Input::Tick);
+        for action in &a {
+            if let Action::Cas { op, .. } = action {
+                let r = m.step(
+                    at(now_ms + 1),
+                    Input::CasDone {
+                        op: *op,
+                        result: Err(StoreError::Timeout(Duration::from_millis(1))),
+                    },
+                );
+                assert!(r.is_empty(), "{r:?}");
+            }
+            if let Action::EndTerm {
+                reason,
+                work_deadline,
+                ..
+            } = action
+            {
+                ended = Some((now_ms, reason.clone(), *work_deadline));
+            }
+        }
+        if ended.is_some() {
+            break;
+        }
+        now_ms = m.next_wake(at(now_ms)).unwrap().as_nanos() / 1_000_000;
+        assert!(now_ms < 20_000);
+    }
+    let (when, reason, work_deadline) = ended.expect("stepped down");
+    assert_eq!(reason, EndReason::RenewalFailed);
+    assert_eq!(
+        at(when).mono,
+        stop_at,
+        "steps down exactly stop_grace before the deadline"
+    );
+    assert_eq!(work_deadline, deadline);
+    assert_eq!(m.phase(), Phase::Candidate, "keeps standing");
+}
+
+#[test]
+fn takes_over_only_after_observing_the_record_unchanged_for_term_plus_drift() {
+    let mut m = machine("b", timing());
+    let a = m.step(at(0), Input::Tick);
+    // First sight of a's record at t = 100 ms.
+    read(&mut m, at(100), read_op(&a), Some(held("a", 4, 9)));
+    let wait = timing().takeover_wait(Duration::from_millis(T));
+    let takeover = at(100).mono + wait;
+    // Polls see the same version; the anchor stays at the first sight.
+    let mut now = at(100);
+    loop {
+        now = at_mono(m.next_wake(now).unwrap());
+        let a = m.step(now, Input::Tick);
+        if let Some(Action::Cas {
+            expected, record, ..
+        }) = a.iter().find(|a| matches!(a, Action::Cas { .. }))
+        {
+            assert_eq!(
+                now.mono, takeover,
+                "takeover exactly term × (1 + drift) after first sight"
+            );
+            assert_eq!(*expected, Some(Version(9)));
+            assert_eq!(record.token, 5, "a new holder raises the token");
+            break;
+        }
+        assert!(now.mono < takeover);
+        read(&mut m, now, read_op(&a), Some(held("a", 4, 9)));
+    }
+}
+
+#[test]
+fn a_renewal_seen_by_the_challenger_restarts_its_wait() {
+    let mut m = machine("b", timing());
+    let a = m.step(at(0), Input::Tick);
+    read(&mut m, at(0), read_op(&a), Some(held("a", 4, 9)));
+    let a = m.step(at(2_500), Input::Tick);
+    read(&mut m, at(2_500), read_op(&a), Some(held("a", 4, 10)));
+    let wait = timing().takeover_wait(Duration::from_millis(T));
+    // The old anchor (t=0) must not be used any more.
+    let a = m.step(
+        at(0)
+            .mono
+            .as_nanos()
+            .checked_add(0)
+            .map(|_| at(10_200))
+            .unwrap(),
+        Input::Tick,
+    );
+    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
+    let _ = wait;
+}
+
+#[test]
+fn takes_a_released_record_at_once_and_raises_the_token() {
+    let mut m = machine("b", timing());
+    let a = m.step(at(0), Input::Tick);
+    let mut released = held("a", 4, 9);
+    released.record.holder = None;
+    let a = read(&mut m, at(1), read_op(&a), Some(released));
+    let (op, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(9)));
+    assert_eq!(record.token, 5);
+    cas(&mut m, at(2), op, CasOutcome::Applied(Version(10)));
+    assert_eq!(m.phase(), Phase::Leader { token: 5 });
+}
+
+#[test]
+fn resign_drains_then_releases_keeping_the_token() {
+    let (mut m, _) = leader("a");
+    let a = m.step(at(100), Input::Resign);
+    assert!(matches!(
+        a[..],
+        [Action::EndTerm {
+            token: 1,
+            reason: EndReason::Resigned,
+            ..
+        }]
+    ));
+    assert!(
+        m.step(at(150), Input::Tick).is_empty(),
+        "waits for the work to drain"
+    );
+    let a = m.step(at(200), Input::Drained { token: 1 });
+    let (op, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)));
+    assert_eq!(record.holder, None);
+    assert_eq!(
+        record.token, 1,
+        "a release keeps the token for the next holder to raise"
+    );
+    let a = cas(&mut m, at(210), op, CasOutcome::Applied(Version(2)));
+    assert!(a.is_empty());
+    assert_eq!(m.phase(), Phase::Candidate, "stands again");
+    // It holds off a full poll period so others can take the lease.
+    let hold = timing().retry_interval + timing().retry_jitter;
+    assert_eq!(m.next_wake(at(210)), Some(at(210).mono + hold));
+}
+
+#[test]
+fn shutdown_drains_bounded_by_the_deadline_then_releases_and_stops() {
+    let (mut m, _) = leader("a");
+    let a = m.step(at(100), Input::Shutdown);
+    assert!(matches!(
+        a[..],
+        [Action::EndTerm {
+            reason: EndReason::Shutdown,
+            ..
+        }]
+    ));
+    let deadline = at(0).mono + timing().leader_validity;
+    assert_eq!(
+        m.next_wake(at(100)),
+        Some(deadline),
+        "the drain is bounded by the deadline"
+    );
+    let deadline_ms = deadline.as_nanos() / 1_000_000;
+    let a = m.step(at(deadline_ms), Input::Tick);
+    let (op, _, record) = cas_op(&a);
+    assert_eq!(record.holder, None);
+    let a = cas(
+        &mut m,
+        at(deadline_ms + 1),
+        op,
+        CasOutcome::Applied(Version(2)),
+    );
+    assert_eq!(a, vec![Action::Stopped]);
+    assert_eq!(m.phase(), Phase::Stopped);
+}
+
+#[test]
+fn shutdown_of_a_candidate_stops_without_ending_a_term() {
+    let mut m = machine("a", timing());
+    m.step(at(0), Input::Tick);
+    assert_eq!(m.step(at(1), Input::Shutdown), vec![Action::Stopped]);
+}
+
+#[test]
+fn superseded_leader_ends_its_term_at_once_and_keeps_standing() {
+    let (mut m, _) = leader("a");
+    let renew_at = timing().renew_interval.as_millis() as u64;
+    let a = m.step(at(renew_at), Input::Tick);
+    let (op, _, _) = cas_op(&a);
+    let a = cas(&mut m, at(renew_at + 1), op, CasOutcome::Conflict);
+    let a = read(&mut m, at(renew_at + 2), read_op(&a), Some(held("z", 2, 5)));
+    assert_eq!(
+        a[0],
+        Action::EndTerm {
+            token: 1,
+            reason: EndReason::Superseded {
+                by: Some("z".into())
+            },
+            work_deadline: at(renew_at + 2).mono,
+        }
+    );
+    assert_eq!(
+        a[1],
+        Action::LeaderChanged {
+            leader: Some(held("z", 2, 5))
+        }
+    );
+    assert_eq!(m.phase(), Phase::Candidate);
+}
+
+#[test]
+fn a_lost_renewal_reply_is_recognised_as_our_own_write() {
+    let (mut m, record) = leader("a");
+    let renew_at = timing().renew_interval.as_millis() as u64;
+    let a = m.step(at(renew_at), Input::Tick);
+    let (op, _, _) = cas_op(&a);
+    // The write applied (version 2) but the reply was lost.
+    m.step(
+        at(renew_at + 100),
+        Input::CasDone {
+            op,
+            result: Err(StoreError::Timeout(Duration::from_millis(100))),
+        },
+    );
+    let retry = renew_at + 100 + timing().retry_interval.as_millis() as u64 / 2;
+    let a = m.step(at(retry), Input::Tick);
+    let (op, expected, _) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)));
+    let a = cas(&mut m, at(retry + 1), op, CasOutcome::Conflict);
+    let ours = Versioned {
+        record: record.clone(),
+        version: Version(2),
+    };
+    let a = read(&mut m, at(retry + 2), read_op(&a), Some(ours));
+    // No term change: it renews at once against the adopted version.
+    let (_, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(2)));
+    assert_eq!(record.token, 1);
+    assert_eq!(m.phase(), Phase::Leader { token: 1 });
+}
+
+#[test]
+fn reacquires_after_losing_and_the_token_rises() {
+    let (mut m, _) = leader("a");
+    // Superseded by z (token 2), then z releases.
+    let renew_at = timing().renew_interval.as_millis() as u64;
+    let a = m.step(at(renew_at), Input::Tick);
+    let (op, _, _) = cas_op(&a);
+    let a = cas(&mut m, at(renew_at), op, CasOutcome::Conflict);
+    read(&mut m, at(renew_at), read_op(&a), Some(held("z", 2, 5)));
+    let mut released = held("z", 2, 6);
+    released.record.holder = None;
+    let a = m.step(at(renew_at + 1), Input::Changed);
+    let a = read(&mut m, at(renew_at + 2), read_op(&a), Some(released));
+    let (op, _, record) = cas_op(&a);
+    assert_eq!(record.token, 3);
+    let a = cas(
+        &mut m,
+        at(renew_at + 3),
+        op,
+        CasOutcome::Applied(Version(7)),
+    );
+    assert!(matches!(a[..], [Action::Elected { token: 3, .. }]));
+}
+
+#[test]
+fn early_takeover_by_wall_clock_only_with_a_skew_bound() {
+    let mut c = Config::new(Duration::from_millis(T));
+    c.retry_jitter = Some(Duration::ZERO);
+    c.max_clock_skew = Some(Duration::from_millis(500));
+    let with_skew = c.validate().unwrap();
+    // A record whose wall expiry (9 s) is long past (crashed leader, fresh challenger).
+    let stale = held("a", 4, 9); // expires at wall 1_700_000_010_000
+    let late = 20_000;
+    let mut m = machine("b", with_skew);
+    let a = m.step(at(late), Input::Tick);
+    let a = read(&mut m, at(late), read_op(&a), Some(stale.clone()));
+    let (_, expected, _) = cas_op(&a);
+    assert_eq!(expected, Some(Version(9)), "takes over at once");
+
+    // Within the skew bound of the wall expiry: must wait.
+    let mut m = machine("b", with_skew_clone());
+    let a = m.step(at(8_400), Input::Tick);
+    let a = read(&mut m, at(8_400), read_op(&a), Some(stale.clone()));
+    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
+    // And once the skew has passed, the wake-up comes at that instant.
+    let wake = m.next_wake(at(8_400)).unwrap();
+    assert_eq!(wake, at(9_501).mono);
+
+    // Without a skew bound the wall clock is ignored.
+    let mut m = machine("b", timing());
+    let a = m.step(at(late), Input::Tick);
+    let a = read(&mut m, at(late), read_op(&a), Some(stale));
+    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })));
+
+    fn with_skew_clone() -> Timing {
+        let mut c = Config::new(Duration::from_millis(T));
+        c.retry_jitter = Some(Duration::ZERO);
+        c.max_clock_skew = Some(Duration::from_millis(500));
+        c.validate().unwrap()
+    }
+}
+
+#[test]
+fn a_longer_term_in_the_record_is_respected() {
+    let mut m = machine("b", timing());
+    let mut long = held("a", 1, 1);
+    long.record.term = Duration::from_secs(60);
+    let a = m.step(at(0), Input::Tick);
+    read(&mut m, at(0), read_op(&a), Some(long.clone()));
+    let mut now = 0;
+    while now < 60_000 {
+        now += 2_500;
+        let a = m.step(at(now), Input::Tick);
+        assert!(
+            !a.iter().any(|a| matches!(a, Action::Cas { .. })),
+            "took over at {now} ms"
+        );
+        if let Some(op) = a.iter().find_map(|a| match a {
+            Action::Read { op, .. } => Some(*op),
+            _ => None,
+        }) {
+            read(&mut m, at(now), op, Some(long.clone()));
+        }
+    }
+}
+
+#[test]
+fn same_id_from_another_process_is_not_ours() {
+    let mut m = machine("a", timing());
+    let mut other = held("a", 3, 3);
+    other.record.holder = Some(Holder {
+        id: "a".into(),
+        incarnation: 99,
+    });
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), Some(other));
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Cas { .. })),
+        "must wait for expiry"
+    );
+}
+
+#[test]
+fn liveness_timeout_resigns_and_blocks_standing_until_pulses_return() {
+    let mut c = Config::new(Duration::from_millis(T));
+    c.retry_jitter = Some(Duration::ZERO);
+    c.liveness_timeout = Some(Duration::from_secs(2));
+    let mut m = Machine::new(c.validate().unwrap(), me("a"), Metadata::new(), 1, at(0));
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), None);
+    let (op, _, _) = cas_op(&a);
+    cas(&mut m, at(0), op, CasOutcome::Applied(Version(1)));
+    m.step(at(1_000), Input::Pulse);
+    assert_eq!(m.next_wake(at(1_000)), Some(at(3_000).mono));
+    let a = m.step(at(3_000), Input::Tick);
+    assert!(matches!(
+        a[..],
+        [Action::EndTerm {
+            reason: EndReason::LivenessLost,
+            ..
+        }]
+    ));
+    let a = m.step(at(3_001), Input::Drained { token: 1 });
+    let (op, _, _) = cas_op(&a);
+    cas(&mut m, at(3_002), op, CasOutcome::Applied(Version(2)));
+    // Released record in view, hold-off over, but no pulse: no acquisition.
+    let a = m.step(at(10_000), Input::Tick);
+    let mut released = held("a", 1, 2);
+    released.record.holder = None;
+    let a = read(&mut m, at(10_000), read_op(&a), Some(released));
+    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
+    let a = m.step(at(10_001), Input::Pulse);
+    let (_, _, record) = cas_op(&a);
+    assert_eq!(record.token, 2);
+}
+
+#[test]
+fn stale_replies_are_ignored() {
+    let mut m = machine("a", timing());
+    let a = m.step(at(0), Input::Tick);
+    let op = read_op(&a);
+    let a = m.step(
+        at(1),
+        Input::CasDone {
+            op: OpId(op.0 + 100),
+            result: Ok(CasOutcome::Applied(Version(1))),
+        },
+    );
+    assert!(a.is_empty());
+    assert_eq!(m.phase(), Phase::Candidate);
+}
+
+#[test]
+fn a_too_slow_acquisition_is_not_announced() {
+    let mut m = machine("a", timing());
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), None);
+    let (op, _, _) = cas_op(&a);
+    // The reply arrives after deadline − stop grace: unusable.
+    let a = cas(&mut m, at(9_500), op, CasOutcome::Applied(Version(1)));
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Elected { .. })),
+        "{a:?}"
+    );
+    // The record is ours: a fresh acquisition follows at once, token raised.
+    let (_, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)));
+    assert_eq!(record.token, 2);
+}
+
+#[test]
+fn tokens_rise_only_with_a_new_term() {
+    let (mut m, _) = leader("a");
+    let mut tokens = vec![];
+    let mut now = 0;
+    for _ in 0..5 {
+        let wake = m.next_wake(at(now)).unwrap().as_nanos() / 1_000_000;
+        now = wake;
+        let a = m.step(at(now), Input::Tick);
+        let (op, expected, record) = cas_op(&a);
+        tokens.push(record.token);
+        cas(
+            &mut m,
+            at(now + 1),
+            op,
+            CasOutcome::Applied(Version(expected.unwrap().0 + 1)),
+        );
+    }
+    assert_eq!(tokens, vec![1; 5]);
+}

@@ -1,0 +1,426 @@
+//! The lease record every store keeps, one per group, and its encoding.
+//!
+//! A record is never deleted: a released lease is a record with no holder,
+//! so the fencing token survives every hand-over and keeps rising.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::WallTime;
+use crate::error::{ConfigError, RecordError};
+
+/// The record format this build writes. Records with a higher version were
+/// written by a newer tenure and are refused rather than overwritten.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Largest encoded metadata, in bytes.
+pub const MAX_METADATA_BYTES: usize = 4096;
+
+/// Longest group name, in bytes of UTF-8.
+pub const MAX_GROUP_BYTES: usize = 255;
+
+/// Longest candidate id, in bytes of UTF-8.
+pub const MAX_CANDIDATE_BYTES: usize = 255;
+
+/// The name of a role that exactly one candidate holds at a time.
+///
+/// Any UTF-8 text of 1 to 255 bytes without control characters.
+///
+/// ```
+/// use tenure::GroupName;
+/// assert!(GroupName::new("nightly-billing").is_ok());
+/// assert!(GroupName::new("épée/🦀").is_ok());
+/// assert!(GroupName::new("").is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupName(String);
+
+impl GroupName {
+    /// Checks and wraps a group name.
+    pub fn new(name: impl Into<String>) -> Result<Self, ConfigError> {
+        let name = name.into();
+        check_name("group name", &name, MAX_GROUP_BYTES)?;
+        Ok(GroupName(name))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for GroupName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for GroupName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<&str> for GroupName {
+    type Error = ConfigError;
+    fn try_from(s: &str) -> Result<Self, ConfigError> {
+        GroupName::new(s)
+    }
+}
+
+impl TryFrom<String> for GroupName {
+    type Error = ConfigError;
+    fn try_from(s: String) -> Result<Self, ConfigError> {
+        GroupName::new(s)
+    }
+}
+
+pub(crate) fn check_name(what: &'static str, s: &str, max: usize) -> Result<(), ConfigError> {
+    if s.is_empty() {
+        return Err(ConfigError::EmptyName { what });
+    }
+    if s.len() > max {
+        return Err(ConfigError::NameTooLong {
+            what,
+            len: s.len(),
+            max,
+        });
+    }
+    if s.chars().any(char::is_control) {
+        return Err(ConfigError::ControlCharacter { what });
+    }
+    Ok(())
+}
+
+/// Who holds a lease: the candidate id, and the incarnation (a random number
+/// drawn when an elector starts) that tells two processes apart even if they
+/// were given the same id by mistake, or one restarted with the same id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Holder {
+    /// The candidate id.
+    pub id: String,
+    /// The elector instance that wrote the record.
+    pub incarnation: u64,
+}
+
+/// Key-value metadata a leader publishes in its record, such as the address
+/// where followers reach it (vimeo's `HostPort` and `ConnectionParams`).
+///
+/// ```
+/// use tenure::Metadata;
+/// let md = Metadata::address("10.0.0.7:8080").with("zone", "eu-west-1a");
+/// assert_eq!(md.get("address"), Some("10.0.0.7:8080"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Metadata(BTreeMap<String, String>);
+
+impl Metadata {
+    /// Empty metadata.
+    pub fn new() -> Self {
+        Metadata::default()
+    }
+
+    /// Metadata holding the leader's address under the key `address`.
+    pub fn address(addr: impl Into<String>) -> Self {
+        Metadata::new().with("address", addr)
+    }
+
+    /// Adds or replaces one entry.
+    pub fn with(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.0.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds or replaces one entry in place.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.0.insert(key.into(), value.into());
+    }
+
+    /// The value under `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// Iterates over the entries in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The encoded size, checked against [`MAX_METADATA_BYTES`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let len = serde_json::to_vec(&self.0)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
+        if len > MAX_METADATA_BYTES {
+            return Err(ConfigError::MetadataTooLarge {
+                len,
+                max: MAX_METADATA_BYTES,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl FromIterator<(String, String)> for Metadata {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        Metadata(iter.into_iter().collect())
+    }
+}
+
+/// A store's own version of a record (a row counter, an etcd `mod_revision`,
+/// a DynamoDB version attribute). Compare-and-swap compares this, never the
+/// record's contents.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Version(pub u64);
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}", self.0)
+    }
+}
+
+/// The lease of one group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// The current holder, or `None` once released.
+    pub holder: Option<Holder>,
+    /// The fencing token of the holder's term; kept on renewal, raised on
+    /// every new term, kept by a release.
+    pub token: u64,
+    /// The term length the holder promised to respect.
+    pub term: Duration,
+    /// Wall time at which the holder sent the write.
+    pub renewed_at: WallTime,
+    /// `renewed_at + term`: for display and the optional early takeover.
+    pub expires_at: WallTime,
+    /// What the holder publishes about itself.
+    pub metadata: Metadata,
+}
+
+impl LeaseRecord {
+    /// The holder's candidate id, if the lease is held.
+    pub fn holder_id(&self) -> Option<&str> {
+        self.holder.as_ref().map(|h| h.id.as_str())
+    }
+
+    /// Encodes the record as JSON, the format stores keep in one column.
+    pub fn encode(&self) -> Vec<u8> {
+        let wire = Wire {
+            v: FORMAT_VERSION,
+            holder: self.holder.clone(),
+            token: self.token,
+            // Rounded up: a challenger must never wait less than the holder's term.
+            term_ms: ceil_millis(self.term),
+            renewed_at_ms: self.renewed_at.as_millis(),
+            expires_at_ms: self.expires_at.as_millis(),
+            metadata: self.metadata.clone(),
+        };
+        // Serializing plain strings and integers into a Vec cannot fail.
+        serde_json::to_vec(&wire).unwrap_or_default()
+    }
+
+    /// Decodes a record written by [`encode`](LeaseRecord::encode).
+    ///
+    /// Text that is not a tenure record, a record from a newer format, or one
+    /// whose fields contradict each other is a [`RecordError`]; the caller
+    /// must not overwrite such a record.
+    pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        let probe: Probe = serde_json::from_slice(bytes).map_err(|e| RecordError::Foreign {
+            detail: e.to_string(),
+        })?;
+        match probe.v {
+            None => {
+                return Err(RecordError::Foreign {
+                    detail: "no format version field `v`".into(),
+                })
+            }
+            Some(v) if v > FORMAT_VERSION => {
+                return Err(RecordError::TooNew {
+                    found: v,
+                    supported: FORMAT_VERSION,
+                })
+            }
+            Some(_) => {}
+        }
+        let w: Wire = serde_json::from_slice(bytes).map_err(|e| RecordError::Corrupt {
+            detail: e.to_string(),
+        })?;
+        let rec = LeaseRecord {
+            holder: w.holder,
+            token: w.token,
+            term: Duration::from_millis(w.term_ms),
+            renewed_at: WallTime::from_millis(w.renewed_at_ms),
+            expires_at: WallTime::from_millis(w.expires_at_ms),
+            metadata: w.metadata,
+        };
+        rec.check()?;
+        Ok(rec)
+    }
+
+    /// Checks the invariants every record meets.
+    pub fn check(&self) -> Result<(), RecordError> {
+        if let Some(h) = &self.holder {
+            if h.id.is_empty() || h.id.len() > MAX_CANDIDATE_BYTES {
+                return Err(RecordError::Corrupt {
+                    detail: format!("holder id of {} bytes", h.id.len()),
+                });
+            }
+            if self.token == 0 {
+                return Err(RecordError::Corrupt {
+                    detail: "a held lease with token 0".into(),
+                });
+            }
+            if self.term.is_zero() {
+                return Err(RecordError::Corrupt {
+                    detail: "a held lease with a zero term".into(),
+                });
+            }
+        }
+        if self.metadata.validate().is_err() {
+            return Err(RecordError::Corrupt {
+                detail: "metadata larger than 4 KiB".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A record together with the store's version of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    /// The record.
+    pub record: LeaseRecord,
+    /// The store's version, to pass back to compare-and-swap.
+    pub version: Version,
+}
+
+fn ceil_millis(d: Duration) -> u64 {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    v: u32,
+    holder: Option<Holder>,
+    token: u64,
+    term_ms: u64,
+    renewed_at_ms: u64,
+    expires_at_ms: u64,
+    #[serde(default)]
+    metadata: Metadata,
+}
+
+#[derive(Deserialize)]
+struct Probe {
+    v: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> LeaseRecord {
+        LeaseRecord {
+            holder: Some(Holder {
+                id: "host-a".into(),
+                incarnation: 7,
+            }),
+            token: 3,
+            term: Duration::from_secs(10),
+            renewed_at: WallTime::from_millis(1_000),
+            expires_at: WallTime::from_millis(11_000),
+            metadata: Metadata::address("10.0.0.7:8080"),
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let r = sample();
+        assert_eq!(LeaseRecord::decode(&r.encode()).unwrap(), r);
+        let released = LeaseRecord {
+            holder: None,
+            ..sample()
+        };
+        assert_eq!(LeaseRecord::decode(&released.encode()).unwrap(), released);
+    }
+
+    #[test]
+    fn foreign_corrupt_and_new_records_are_typed_errors() {
+        assert!(matches!(
+            LeaseRecord::decode(b"\x00\xffgarbage"),
+            Err(RecordError::Foreign { .. })
+        ));
+        assert!(matches!(
+            LeaseRecord::decode(br#"{"owner":"someone"}"#),
+            Err(RecordError::Foreign { .. })
+        ));
+        assert!(matches!(
+            LeaseRecord::decode(br#"{"v":99,"anything":true}"#),
+            Err(RecordError::TooNew { found: 99, .. })
+        ));
+        assert!(matches!(
+            LeaseRecord::decode(br#"{"v":1,"holder":null}"#),
+            Err(RecordError::Corrupt { .. })
+        ));
+        let zero_token = LeaseRecord {
+            token: 0,
+            ..sample()
+        };
+        assert!(matches!(
+            LeaseRecord::decode(&zero_token.encode()),
+            Err(RecordError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn term_rounds_up_to_whole_milliseconds() {
+        let r = LeaseRecord {
+            term: Duration::from_micros(1500),
+            ..sample()
+        };
+        assert_eq!(
+            LeaseRecord::decode(&r.encode()).unwrap().term,
+            Duration::from_millis(2)
+        );
+    }
+
+    #[test]
+    fn group_names() {
+        assert!(GroupName::new("a").is_ok());
+        assert!(GroupName::new("ü".repeat(127)).is_ok(), "254 bytes");
+        assert!(GroupName::new("x".repeat(255)).is_ok());
+        assert!(matches!(
+            GroupName::new("x".repeat(256)),
+            Err(ConfigError::NameTooLong { len: 256, .. })
+        ));
+        assert!(matches!(
+            GroupName::new(""),
+            Err(ConfigError::EmptyName { .. })
+        ));
+        assert!(matches!(
+            GroupName::new("a\nb"),
+            Err(ConfigError::ControlCharacter { .. })
+        ));
+    }
+
+    #[test]
+    fn metadata_is_bounded() {
+        assert!(Metadata::address("x").validate().is_ok());
+        let big = Metadata::new().with("blob", "x".repeat(MAX_METADATA_BYTES));
+        assert!(matches!(
+            big.validate(),
+            Err(ConfigError::MetadataTooLarge { .. })
+        ));
+    }
+}
