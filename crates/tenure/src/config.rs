@@ -306,28 +306,40 @@ mod tests {
     fn rejects_impossible_timings_naming_the_rule() {
         let err = |c: Config| c.validate().unwrap_err().to_string();
         assert!(err(Config::new(Duration::ZERO)).contains("term is zero"));
-        let mut c = Config::default();
-        c.drift = 0.7;
+        let c = Config {
+            drift: 0.7,
+            ..Config::default()
+        };
         assert!(err(c).contains("drift"));
-        let mut c = Config::default();
-        c.renew_interval = Some(secs(9.0));
+        let c = Config {
+            renew_interval: Some(secs(9.0)),
+            ..Config::default()
+        };
         assert!(err(c).contains("renew interval"));
-        let mut c = Config::default();
-        c.max_clock_skew = Some(secs(6.0));
+        let c = Config {
+            max_clock_skew: Some(secs(6.0)),
+            ..Config::default()
+        };
         assert!(err(c).contains("at least twice the clock-skew bound"));
-        let mut c = Config::default();
-        c.retry_interval = Some(Duration::ZERO);
+        let c = Config {
+            retry_interval: Some(Duration::ZERO),
+            ..Config::default()
+        };
         assert!(err(c).contains("retry interval"));
-        let mut c = Config::default();
-        c.liveness_timeout = Some(Duration::ZERO);
+        let c = Config {
+            liveness_timeout: Some(Duration::ZERO),
+            ..Config::default()
+        };
         assert!(err(c).contains("liveness"));
     }
 
     #[test]
     fn skew_rule_is_not_inverted() {
         // vimeo rejects skew > 2·term; the right rule is term >= 2·skew.
-        let mut c = Config::default();
-        c.max_clock_skew = Some(secs(5.0));
+        let mut c = Config {
+            max_clock_skew: Some(secs(5.0)),
+            ..Config::default()
+        };
         assert!(c.validate().is_ok(), "term 10 s = 2 × skew 5 s is allowed");
         c.max_clock_skew = Some(secs(5.001));
         assert!(c.validate().is_err());

@@ -1,16 +1,69 @@
-//! placeholder, replaced below
+//! Leader election and leases for Rust services, on the store you already
+//! run, with a fencing token for every term.
+//!
+//! A group of candidates share one role; an [`Elector`] per candidate
+//! campaigns through a [`LeaseStore`] (SQLite, PostgreSQL, Redis, etcd,
+//! DynamoDB, or the in-process [`MemoryStore`]). The leader's work gets a
+//! [`Term`]: a fencing token strictly greater than any earlier term's, and a
+//! deadline before which it is told to stop; no other candidate can start a
+//! term before that deadline. When the leader stops gracefully it drains its
+//! work and releases the lease, so the next candidate takes over at once.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tenure::{Elector, MemoryStore, Metadata};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryStore::new();
+//! let elector = Elector::builder(store, "nightly-billing")
+//!     .candidate_id("host-a")
+//!     .term(Duration::from_secs(10))
+//!     .metadata(Metadata::address("10.0.0.7:8080"))
+//!     .start()?;
+//! # let stopper = elector.clone();
+//! # tokio::spawn(async move { tokio::time::sleep(Duration::from_millis(50)).await; stopper.shutdown().await; });
+//! elector
+//!     .run_while_leader(|term| async move {
+//!         // term.token(): the fencing token; term.cancelled() fires before
+//!         // term.deadline().
+//!         term.cancelled().await;
+//!         Ok::<(), std::io::Error>(())
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The guarantees and the timing model are argued in [`config`]; the
+//! decisions themselves live in the sans-IO [`machine`].
 #![deny(missing_docs)]
+
 pub mod clock;
 pub mod config;
+mod driver;
+mod elector;
 pub mod error;
 pub mod machine;
 pub mod memory;
+pub mod metrics;
+mod observer;
 pub mod record;
+mod role;
 pub mod store;
+mod term;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use clock::{Clock, MonoTime, Now, SystemClock, TokioClock, WallTime};
 pub use config::{Bounds, Config, Timing};
-pub use error::{ConfigError, ElectorError, RecordError, RunError, StoreError};
+pub use elector::{Elector, ElectorBuilder, EventStream};
+pub use error::{ConfigError, ElectorError, RecordError, StoreError};
+pub use machine::EndReason;
 pub use memory::{Faults, FaultyStore, MemoryStore};
+pub use observer::{Observer, ObserverBuilder};
 pub use record::{GroupName, Holder, LeaseRecord, Metadata, Version, Versioned};
+pub use role::{Event, LeaderInfo, Role};
 pub use store::{CasOutcome, ChangeFeed, LeaseStore};
+pub use term::{Term, TermGuard};

@@ -33,9 +33,12 @@ pub struct OpId(pub u64);
 pub enum Input {
     /// Time passed; re-evaluate timers.
     Tick,
-    /// The application showed it is alive (see
+    /// The application showed it is alive at `at` (see
     /// [`Config::liveness_timeout`](crate::Config::liveness_timeout)).
-    Pulse,
+    Pulse {
+        /// When it pulsed, on this node's clock.
+        at: MonoTime,
+    },
     /// The store hinted that the record may have changed.
     Changed,
     /// A [`Action::Read`] finished.
@@ -315,7 +318,7 @@ impl Machine {
         }
         match input {
             Input::Tick => {}
-            Input::Pulse => self.last_pulse = now.mono,
+            Input::Pulse { at } => self.last_pulse = self.last_pulse.max(at),
             Input::Changed => self.reread = true,
             Input::ReadDone { op, result } => {
                 if let Some(p) = self.take_op(op) {
@@ -650,12 +653,14 @@ impl Machine {
                     Ok(CasOutcome::Conflict) => {
                         // Someone wrote first: what we saw is stale.
                         self.observed = None;
+                        self.next_read = now.mono;
                     }
                     Err(_) => {
                         // Unknown whether it applied: back off, then re-read.
                         self.observed = None;
                         let delay = self.poll_delay();
                         self.hold_off_until = now.mono + delay;
+                        self.next_read = self.hold_off_until;
                     }
                 }
             }
@@ -770,7 +775,9 @@ impl Machine {
                 return;
             }
         }
-        if self.observed.is_none() || self.reread || now.mono >= self.next_read {
+        // A failed read leaves `observed` empty but moves `next_read`, so a
+        // store that keeps failing is polled, not spun on.
+        if self.reread || now.mono >= self.next_read {
             self.reread = false;
             let op = self.new_op(OpKind::Read, now);
             out.push(Action::Read {

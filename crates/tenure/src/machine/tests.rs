@@ -520,7 +520,7 @@ fn liveness_timeout_resigns_and_blocks_standing_until_pulses_return() {
     let a = read(&mut m, at(0), read_op(&a), None);
     let (op, _, _) = cas_op(&a);
     cas(&mut m, at(0), op, CasOutcome::Applied(Version(1)));
-    m.step(at(1_000), Input::Pulse);
+    m.step(at(1_000), Input::Pulse { at: at(1_000).mono });
     assert_eq!(m.next_wake(at(1_000)), Some(at(3_000).mono));
     let a = m.step(at(3_000), Input::Tick);
     assert!(matches!(
@@ -539,7 +539,12 @@ fn liveness_timeout_resigns_and_blocks_standing_until_pulses_return() {
     released.record.holder = None;
     let a = read(&mut m, at(10_000), read_op(&a), Some(released));
     assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
-    let a = m.step(at(10_001), Input::Pulse);
+    let a = m.step(
+        at(10_001),
+        Input::Pulse {
+            at: at(10_001).mono,
+        },
+    );
     let (_, _, record) = cas_op(&a);
     assert_eq!(record.token, 2);
 }

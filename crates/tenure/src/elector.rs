@@ -1,0 +1,448 @@
+//! The handle users hold: start an elector, watch its role, run work while
+//! leading, pulse, resign, shut down.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch, Notify};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, Timing};
+use crate::driver::{self, Command};
+use crate::error::{ConfigError, ElectorError};
+use crate::record::{check_name, GroupName, Holder, Metadata, MAX_CANDIDATE_BYTES};
+use crate::role::{Event, Role};
+use crate::store::LeaseStore;
+use crate::term::Term;
+
+/// Configures and starts an [`Elector`]; see [`Elector::builder`].
+pub struct ElectorBuilder {
+    store: Arc<dyn LeaseStore>,
+    group: Result<GroupName, ConfigError>,
+    candidate_id: Option<String>,
+    config: Config,
+    metadata: Metadata,
+    clock: Arc<dyn Clock>,
+}
+
+impl ElectorBuilder {
+    /// This candidate's id (default: `hostname-pid-random`). Ids should be
+    /// unique; two processes given the same id are still told apart.
+    pub fn candidate_id(mut self, id: impl Into<String>) -> Self {
+        self.candidate_id = Some(id.into());
+        self
+    }
+
+    /// The term: how long one successful write keeps the lease (default
+    /// 10 s). Other timings derive from it unless set with
+    /// [`config`](ElectorBuilder::config).
+    pub fn term(mut self, term: Duration) -> Self {
+        self.config.term = term;
+        self
+    }
+
+    /// The whole timing configuration.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// What the leader publishes in its record (its address, say).
+    pub fn metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// Resign when the application has not called
+    /// [`Elector::pulse`] for this long (NELI's liveness coupling).
+    pub fn liveness_timeout(mut self, timeout: Duration) -> Self {
+        self.config.liveness_timeout = Some(timeout);
+        self
+    }
+
+    /// The clock (default: [`SystemClock`]; tests use
+    /// [`TokioClock`](crate::TokioClock) with tokio's paused time).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Validates everything and starts campaigning in the background.
+    /// Must be called within a tokio runtime.
+    pub fn start(self) -> Result<Elector, ElectorError> {
+        let group = self.group?;
+        let timing = self.config.validate()?;
+        let candidate = match self.candidate_id {
+            Some(id) => id,
+            None => default_candidate_id(),
+        };
+        check_name("candidate id", &candidate, MAX_CANDIDATE_BYTES)?;
+        self.metadata.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ElectorError::NoRuntime)?;
+
+        let holder = Holder {
+            id: candidate,
+            incarnation: rand::random(),
+        };
+        let (role_tx, role_rx) = watch::channel(Role::Candidate);
+        let (events, _) = broadcast::channel(256);
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let pulse = Arc::new(PulseState {
+            last: AtomicU64::new(self.clock.now().mono.as_nanos()),
+            waiting: AtomicBool::new(false),
+            wake: Notify::new(),
+        });
+        let shared = Arc::new(Shared {
+            group: group.clone(),
+            holder: holder.clone(),
+            timing: timing.clone(),
+            clock: self.clock.clone(),
+            role: role_rx,
+            events: events.clone(),
+            commands: cmd_tx,
+            pulse: pulse.clone(),
+        });
+        runtime.spawn(driver::run(driver::Parts {
+            store: self.store,
+            group,
+            holder,
+            timing,
+            metadata: self.metadata,
+            clock: self.clock,
+            role: role_tx,
+            events,
+            commands: cmd_rx,
+            pulse,
+        }));
+        Ok(Elector { shared })
+    }
+}
+
+fn default_candidate_id() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its full length; gethostname writes at
+    // most that many bytes and we stop at the first NUL.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let host = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    // Keep within the id limit even for absurd host names.
+    let host: String = host.chars().filter(|c| !c.is_control()).take(200).collect();
+    let host = if host.is_empty() {
+        "host".to_owned()
+    } else {
+        host
+    };
+    let suffix: u16 = rand::random();
+    format!("{host}-{}-{suffix:04x}", std::process::id())
+}
+
+pub(crate) struct PulseState {
+    /// Monotonic nanoseconds of the latest pulse.
+    pub(crate) last: AtomicU64,
+    /// Set by the driver while leadership is blocked on a missing pulse, so
+    /// that only then a pulse wakes it.
+    pub(crate) waiting: AtomicBool,
+    pub(crate) wake: Notify,
+}
+
+struct Shared {
+    group: GroupName,
+    holder: Holder,
+    timing: Timing,
+    clock: Arc<dyn Clock>,
+    role: watch::Receiver<Role>,
+    events: broadcast::Sender<Event>,
+    commands: mpsc::UnboundedSender<Command>,
+    pulse: Arc<PulseState>,
+}
+
+/// A candidate in one group's election. Clones are handles to the same
+/// candidate; when the last handle is dropped the candidate shuts down
+/// (draining and releasing as [`shutdown`](Elector::shutdown) does).
+///
+/// ```
+/// use std::time::Duration;
+/// use tenure::{Elector, MemoryStore, Metadata};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = MemoryStore::new(); // or tenure_sqlite::SqliteStore::open("tenure.db")?
+/// let elector = Elector::builder(store, "nightly-billing")
+///     .candidate_id("host-a")
+///     .term(Duration::from_secs(10))
+///     .metadata(Metadata::address("10.0.0.7:8080"))
+///     .start()?;
+///
+/// let term = elector.wait_for_leadership().await?;
+/// assert_eq!(term.token(), 1);
+/// // ... work, passing term.token() to what it writes, until term.cancelled() ...
+/// elector.shutdown().await; // drains the work, releases the lease at once
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Elector {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Elector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("group", &self.shared.group)
+            .field("candidate", &self.shared.holder.id)
+            .field("role", &*self.shared.role.borrow())
+            .finish()
+    }
+}
+
+impl Elector {
+    /// Starts configuring a candidate for `group` on `store`. A group name
+    /// that is invalid is reported by [`ElectorBuilder::start`].
+    pub fn builder(store: impl LeaseStore, group: impl AsRef<str>) -> ElectorBuilder {
+        ElectorBuilder {
+            store: Arc::new(store),
+            group: GroupName::new(group.as_ref()),
+            candidate_id: None,
+            config: Config::default(),
+            metadata: Metadata::new(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The group.
+    pub fn group(&self) -> &GroupName {
+        &self.shared.group
+    }
+
+    /// This candidate's id.
+    pub fn candidate_id(&self) -> &str {
+        &self.shared.holder.id
+    }
+
+    /// The validated timing in force.
+    pub fn timing(&self) -> &Timing {
+        &self.shared.timing
+    }
+
+    /// The current role.
+    pub fn role(&self) -> Role {
+        self.shared.role.borrow().clone()
+    }
+
+    /// A watch of the role, for `changed().await` loops.
+    pub fn watch_role(&self) -> watch::Receiver<Role> {
+        self.shared.role.clone()
+    }
+
+    /// Whether this candidate leads right now with a valid term.
+    pub fn is_leader(&self) -> bool {
+        self.current_term().is_some()
+    }
+
+    /// The current term, if leading and not yet cancelled.
+    pub fn current_term(&self) -> Option<Term> {
+        match &*self.shared.role.borrow() {
+            Role::Leader(t) if t.is_valid() => Some(t.clone()),
+            _ => None,
+        }
+    }
+
+    /// A stream of [`Event`]s from now on. A receiver that falls more than
+    /// 256 events behind skips the oldest.
+    pub fn events(&self) -> EventStream {
+        EventStream {
+            rx: self.shared.events.subscribe(),
+        }
+    }
+
+    /// Waits until this candidate leads, and returns the term.
+    ///
+    /// Fails with [`ElectorError::Stopped`] once the elector has stopped.
+    pub async fn wait_for_leadership(&self) -> Result<Term, ElectorError> {
+        let mut rx = self.shared.role.clone();
+        loop {
+            match &*rx.borrow_and_update() {
+                Role::Leader(t) if !t.is_cancelled() => return Ok(t.clone()),
+                Role::Stopped => return Err(ElectorError::Stopped),
+                _ => {}
+            }
+            if rx.changed().await.is_err() {
+                return Err(ElectorError::Stopped);
+            }
+        }
+    }
+
+    /// Runs `work` for every term this candidate leads, until the elector
+    /// stops.
+    ///
+    /// The work gets the [`Term`]; it should stop when
+    /// [`Term::cancelled`] fires, and its future is dropped at
+    /// [`Term::ended`] (at the deadline at the latest) if it has not. If the
+    /// work returns `Ok(())` while still leading, the term is resigned and
+    /// the candidate stands again. If it returns `Err(e)`, the term is
+    /// resigned and `Err(e)` returned. Returns `Ok(())` once the elector has
+    /// stopped.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tenure::{Elector, MemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let elector = Elector::builder(MemoryStore::new(), "outbox").start()?;
+    /// let stopper = elector.clone();
+    /// tokio::spawn(async move {
+    ///     tokio::time::sleep(Duration::from_millis(50)).await;
+    ///     stopper.shutdown().await;
+    /// });
+    /// elector
+    ///     .run_while_leader(|term| async move {
+    ///         // e.g. relay the outbox, fencing each write with term.token()
+    ///         term.cancelled().await;
+    ///         Ok::<(), std::io::Error>(())
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_while_leader<F, Fut, E>(&self, mut work: F) -> Result<(), E>
+    where
+        F: FnMut(Term) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        loop {
+            let Ok(term) = self.wait_for_leadership().await else {
+                return Ok(());
+            };
+            let guard = term.hold();
+            let future = work(term.clone());
+            let outcome = tokio::select! {
+                biased;
+                _ = term.ended() => None,
+                result = future => Some(result),
+            };
+            drop(guard);
+            match outcome {
+                None => {}
+                Some(result) => {
+                    if !term.is_cancelled() {
+                        self.resign();
+                    }
+                    result?;
+                    // Wait for the resignation to take effect before
+                    // looking for the next term.
+                    term.cancelled().await;
+                }
+            }
+        }
+    }
+
+    /// Runs `duty` at once on election and then every `period` while
+    /// leading, until the elector stops: kinsumer's leader-only periodic
+    /// actions. A failed run is logged and counted in the metric
+    /// `tenure_duty_failures_total`; the next period runs anyway. A run still
+    /// going when the term ends is dropped at [`Term::ended`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tenure::{Elector, MemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let elector = Elector::builder(MemoryStore::new(), "shard-cache").start()?;
+    /// # let stopper = elector.clone();
+    /// # tokio::spawn(async move { tokio::time::sleep(Duration::from_millis(50)).await; stopper.shutdown().await; });
+    /// elector
+    ///     .run_periodic_while_leader(Duration::from_secs(60), |term| async move {
+    ///         // refresh the shard cache, fenced by term.token()
+    ///         Ok::<(), std::io::Error>(())
+    ///     })
+    ///     .await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_periodic_while_leader<F, Fut, E>(&self, period: Duration, mut duty: F)
+    where
+        F: FnMut(Term) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        let labels = [
+            ("group", self.shared.group.to_string()),
+            ("candidate", self.shared.holder.id.clone()),
+        ];
+        while let Ok(term) = self.wait_for_leadership().await {
+            let _guard = term.hold();
+            loop {
+                let run = duty(term.clone());
+                let outcome = tokio::select! {
+                    biased;
+                    _ = term.cancelled() => None,
+                    result = run => Some(result),
+                };
+                match outcome {
+                    None => break,
+                    Some(Err(e)) => {
+                        tracing::warn!(group = %term.group(), token = term.token(), error = %e, "leader duty failed");
+                        metrics::counter!("tenure_duty_failures_total", &labels).increment(1);
+                    }
+                    Some(Ok(())) => {}
+                }
+                tokio::select! {
+                    _ = term.cancelled() => break,
+                    _ = tokio::time::sleep(period) => {}
+                }
+            }
+        }
+    }
+
+    /// Tells the elector the application is alive. Cheap enough for a tight
+    /// loop (two atomic operations). Matters only with a liveness timeout.
+    pub fn pulse(&self) {
+        let p = &self.shared.pulse;
+        p.last
+            .fetch_max(self.shared.clock.now().mono.as_nanos(), Ordering::AcqRel);
+        if p.waiting.swap(false, Ordering::AcqRel) {
+            p.wake.notify_one();
+        }
+    }
+
+    /// Gives up the current term, if any: the work is told to stop, and once
+    /// it has drained (bounded by the deadline) the lease is released so
+    /// another candidate can take over at once. This candidate stands again
+    /// after one poll period.
+    pub fn resign(&self) {
+        let _ = self.shared.commands.send(Command::Resign);
+    }
+
+    /// Stops for good: drains a leader's work (bounded by the term's
+    /// deadline), releases the lease so the next candidate takes over at
+    /// once, and returns when done.
+    pub async fn shutdown(&self) {
+        let _ = self.shared.commands.send(Command::Shutdown);
+        let mut rx = self.shared.role.clone();
+        // An error means the driver is gone, which is also stopped.
+        let _ = rx.wait_for(|r| matches!(r, Role::Stopped)).await;
+    }
+}
+
+/// The events of an [`Elector`]; see [`Elector::events`].
+#[derive(Debug)]
+pub struct EventStream {
+    rx: broadcast::Receiver<Event>,
+}
+
+impl EventStream {
+    /// The next event, or `None` once the elector has stopped and every
+    /// event was delivered.
+    pub async fn next(&mut self) -> Option<Event> {
+        loop {
+            match self.rx.recv().await {
+                Ok(e) => return Some(e),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
