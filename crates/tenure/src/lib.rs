@@ -53,8 +53,6 @@ pub mod store;
 mod term;
 #[cfg(feature = "testkit")]
 pub mod testkit;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 
 pub use clock::{Clock, MonoTime, Now, SystemClock, TokioClock, WallTime};
 pub use config::{Bounds, Config, Timing};

@@ -1,0 +1,320 @@
+//! The conformance suite every [`LeaseStore`] runs, and helpers for store
+//! tests. Enabled by the `testkit` feature.
+//!
+//! A store crate implements [`Harness`] for its store (a few lines: open a
+//! fresh handle, plant and read raw bytes) and runs the whole suite in one
+//! test:
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use tenure::testkit::{self, Harness};
+//! use tenure::{GroupName, MemoryStore};
+//!
+//! struct MemoryHarness(MemoryStore);
+//!
+//! #[async_trait]
+//! impl Harness for MemoryHarness {
+//!     type Store = MemoryStore;
+//!     async fn store(&self) -> MemoryStore {
+//!         self.0.clone()
+//!     }
+//!     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
+//!         self.0.put_raw(group, bytes);
+//!     }
+//!     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
+//!         self.0.get_raw(group)
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+//! // In a store crate this is the body of a
+//! // `#[tokio::test(flavor = "multi_thread")]` test.
+//! testkit::run_conformance(&MemoryHarness(MemoryStore::new())).await;
+//! # })
+//! ```
+//!
+//! The suite is modelled on openraft's `testing/log/suite.rs`: each case is
+//! a separate async function run in sequence; a failing case does not stop
+//! the others, and [`run_conformance`] panics at the end listing every
+//! failure with its case name. Every run uses group names with a fresh
+//! random prefix, so the suite can run again and again against one
+//! persistent server, and concurrently from several test processes.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::clock::WallTime;
+use crate::record::{GroupName, Holder, LeaseRecord, Metadata};
+use crate::store::LeaseStore;
+
+mod conformance;
+
+/// How a store's test gives the suite access to the store.
+///
+/// Harness methods are test code: they may panic when the store cannot be
+/// reached or set up. The suite catches such a panic and reports it as the
+/// failure of the case that was running.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    /// The store under test.
+    type Store: LeaseStore;
+
+    /// A new handle to the same backing store, on its own connection where
+    /// the store has connections, so that the concurrency cases race for
+    /// real (16 handles racing one compare-and-swap must be 16 clients, not
+    /// one client serialising them).
+    async fn store(&self) -> Self::Store;
+
+    /// Stores `bytes` verbatim as the group's record, bypassing
+    /// [`LeaseRecord::encode`], as a foreign program or a damaged disk
+    /// would. It must change the group's version the way a write does, so
+    /// that a compare-and-swap with a version read before the plant
+    /// conflicts.
+    async fn plant_raw(&self, group: &GroupName, bytes: &[u8]);
+
+    /// The bytes stored as the group's record, verbatim; `None` if the group
+    /// has no record. The suite uses it to prove that an undecodable record
+    /// was left exactly as it was.
+    async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>>;
+}
+
+/// Runs every conformance case against the harness's store and panics,
+/// listing every failed case and why, if any failed.
+///
+/// Run it on a multi-threaded runtime
+/// (`#[tokio::test(flavor = "multi_thread")]`) so the concurrency cases
+/// race on several threads. It prints one line per case to stderr.
+pub async fn run_conformance<H: Harness>(harness: &H) {
+    let report = check_conformance(harness).await;
+    if !report.passed() {
+        panic!("{report}");
+    }
+    // Each case already printed its line; the summary is the first line.
+    if let Some(summary) = report.to_string().lines().next() {
+        eprintln!("{summary}");
+    }
+}
+
+/// Runs every conformance case and returns the results instead of
+/// panicking, for tools that check a store (for example a `doctor`
+/// command) and for tests that expect a failure.
+pub async fn check_conformance<H: Harness>(harness: &H) -> ConformanceReport {
+    conformance::run_all(harness).await
+}
+
+/// The results of one run of the suite.
+#[derive(Clone, Debug)]
+pub struct ConformanceReport {
+    /// The store as it describes itself ([`LeaseStore::describe`]).
+    pub store: String,
+    /// The random prefix of every group name this run used.
+    pub run_id: String,
+    /// One entry per case, in the order they ran.
+    pub cases: Vec<CaseReport>,
+}
+
+impl ConformanceReport {
+    /// Whether no case failed (skipped cases do not count as failures).
+    pub fn passed(&self) -> bool {
+        self.failures().next().is_none()
+    }
+
+    /// The failed cases.
+    pub fn failures(&self) -> impl Iterator<Item = &CaseReport> {
+        self.cases
+            .iter()
+            .filter(|c| matches!(c.outcome, CaseOutcome::Failed(_)))
+    }
+}
+
+impl fmt::Display for ConformanceReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count =
+            |want: fn(&CaseOutcome) -> bool| self.cases.iter().filter(|c| want(&c.outcome)).count();
+        writeln!(
+            f,
+            "tenure conformance against {} (groups {}-*): {} passed, {} skipped, {} failed",
+            self.store,
+            self.run_id,
+            count(|o| matches!(o, CaseOutcome::Passed)),
+            count(|o| matches!(o, CaseOutcome::Skipped(_))),
+            count(|o| matches!(o, CaseOutcome::Failed(_))),
+        )?;
+        for case in &self.cases {
+            writeln!(f, "  {case}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The result of one case.
+#[derive(Clone, Debug)]
+pub struct CaseReport {
+    /// The case's name, such as `concurrent_acquire`.
+    pub name: &'static str,
+    /// What happened.
+    pub outcome: CaseOutcome,
+    /// How long the case ran.
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for CaseReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.elapsed.as_millis();
+        match &self.outcome {
+            CaseOutcome::Passed => write!(f, "ok      {} ({ms} ms)", self.name),
+            CaseOutcome::Skipped(why) => write!(f, "skipped {} ({ms} ms): {why}", self.name),
+            CaseOutcome::Failed(why) => write!(f, "FAILED  {} ({ms} ms): {why}", self.name),
+        }
+    }
+}
+
+/// How one case ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaseOutcome {
+    /// Every check held.
+    Passed,
+    /// The store lacks an optional capability the case tests (such as a
+    /// change feed); this is not a failure.
+    Skipped(String),
+    /// A check failed, the store returned an unexpected error, the case
+    /// panicked or it timed out; the text says which and with what values.
+    Failed(String),
+}
+
+/// A record held by `holder` (incarnation 1) with fencing token `token`, a
+/// 10 s term starting now, and no metadata: the typical record of a test.
+///
+/// Times are whole milliseconds, so the record survives an encode/decode
+/// round trip unchanged and compares equal to what a store reads back.
+///
+/// ```
+/// let rec = tenure::testkit::held_by("node-a", 3);
+/// assert_eq!(rec.holder_id(), Some("node-a"));
+/// assert_eq!(rec.token, 3);
+/// ```
+pub fn held_by(holder: &str, token: u64) -> LeaseRecord {
+    let term = Duration::from_secs(10);
+    let now = WallTime::now();
+    LeaseRecord {
+        holder: Some(Holder {
+            id: holder.to_owned(),
+            incarnation: 1,
+        }),
+        token,
+        term,
+        renewed_at: now,
+        expires_at: now + term,
+        metadata: Metadata::new(),
+    }
+}
+
+/// A released record keeping fencing token `token`: what a leader writes
+/// when it steps down, so that the next term's token is `token + 1`.
+///
+/// ```
+/// let rec = tenure::testkit::released(3);
+/// assert_eq!(rec.holder, None);
+/// assert_eq!(rec.token, 3);
+/// ```
+pub fn released(token: u64) -> LeaseRecord {
+    let now = WallTime::now();
+    LeaseRecord {
+        holder: None,
+        token,
+        term: Duration::from_secs(10),
+        renewed_at: now,
+        expires_at: now,
+        metadata: Metadata::new(),
+    }
+}
+
+/// A group name no other test run uses: `label` behind a random prefix.
+/// Store tests that share a persistent server use it to stay apart.
+///
+/// ```
+/// let a = tenure::testkit::unique_group("jobs");
+/// let b = tenure::testkit::unique_group("jobs");
+/// assert_ne!(a, b);
+/// assert!(a.as_str().ends_with("-jobs"));
+/// ```
+///
+/// # Panics
+///
+/// If `label` is not a valid group name once prefixed (longer than 238
+/// bytes, or containing a control character).
+pub fn unique_group(label: &str) -> GroupName {
+    match GroupName::new(format!("{}-{label}", random_id())) {
+        Ok(g) => g,
+        Err(e) => panic!("unique_group({label:?}): {e}"),
+    }
+}
+
+/// 16 random hex digits.
+fn random_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// A boxed future resolving to a panic's payload instead of unwinding, so
+/// one panicking case (or harness) fails that case only.
+struct CatchUnwind<'a, T>(Pin<Box<dyn Future<Output = T> + Send + 'a>>);
+
+impl<T> Future for CatchUnwind<'_, T> {
+    type Output = Result<T, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.get_mut().0.as_mut();
+        // The future is dropped right after a panic and never polled again,
+        // so no broken invariant inside it can be observed.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}
+
+/// The message of a panic payload.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+/// Times a case, catches its panic, bounds its run time.
+async fn run_case<'a>(
+    name: &'static str,
+    limit: Duration,
+    case: Pin<Box<dyn Future<Output = conformance::CaseResult> + Send + 'a>>,
+) -> CaseReport {
+    let start = Instant::now();
+    let outcome = match tokio::time::timeout(limit, CatchUnwind(case)).await {
+        Err(_) => CaseOutcome::Failed(format!(
+            "did not finish within {limit:?}: a store operation hangs"
+        )),
+        Ok(Err(payload)) => {
+            CaseOutcome::Failed(format!("panicked: {}", panic_message(payload.as_ref())))
+        }
+        Ok(Ok(Ok(conformance::Verdict::Pass))) => CaseOutcome::Passed,
+        Ok(Ok(Ok(conformance::Verdict::Skip(why)))) => CaseOutcome::Skipped(why),
+        Ok(Ok(Err(why))) => CaseOutcome::Failed(why),
+    };
+    let report = CaseReport {
+        name,
+        outcome,
+        elapsed: start.elapsed(),
+    };
+    eprintln!("tenure conformance: {report}");
+    report
+}
