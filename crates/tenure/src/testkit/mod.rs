@@ -55,6 +55,8 @@ use crate::record::{GroupName, Holder, LeaseRecord, Metadata};
 use crate::store::LeaseStore;
 
 mod conformance;
+mod servers;
+pub use servers::server_url;
 
 /// How a store's test gives the suite access to the store.
 ///

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Real servers for the tests, on 127.0.0.1 only, each with a throwaway data
+# directory, stopped by PID. Source this file and call servers_start /
+# servers_stop, or run it: `bash scripts/servers.sh start|stop|env`.
+#
+# After servers_start these are exported for the tests:
+#   TENURE_TEST_POSTGRES  postgres://postgres@127.0.0.1:PORT/postgres
+#   TENURE_TEST_REDIS     redis://127.0.0.1:PORT
+#   TENURE_TEST_ETCD      http://127.0.0.1:PORT
+# Tests that find their variable missing fail when CI=true and skip otherwise.
+
+TENURE_SERVERS_DIR="${TENURE_SERVERS_DIR:-/tmp/tenure-servers}"
+PG_PORT="${PG_PORT:-55432}"
+REDIS_PORT="${REDIS_PORT:-56379}"
+ETCD_PORT="${ETCD_PORT:-52379}"
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+
+_log() { printf '    [servers] %s\n' "$*" >&2; }
+
+_wait_port() { # host port seconds
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+servers_install() {
+  local need=()
+  [ -x "$PG_BIN/initdb" ] || need+=(postgresql-15)
+  command -v redis-server >/dev/null || need+=(redis-server)
+  command -v etcd >/dev/null || need+=(etcd-server etcd-client)
+  command -v protoc >/dev/null || need+=(protobuf-compiler)
+  if [ ${#need[@]} -gt 0 ]; then
+    _log "installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+}
+
+_start_postgres() {
+  local dir="$TENURE_SERVERS_DIR/postgres"
+  rm -rf "$dir" && mkdir -p "$dir"
+  chown postgres:postgres "$dir"
+  runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust >"$dir/initdb.log" 2>&1
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $dir -c fsync=off" start >/dev/null
+  head -1 "$dir/data/postmaster.pid" >"$TENURE_SERVERS_DIR/postgres.pid"
+  export TENURE_TEST_POSTGRES="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+  _log "postgres on 127.0.0.1:$PG_PORT (pid $(cat "$TENURE_SERVERS_DIR/postgres.pid"))"
+}
+
+_start_redis() {
+  local dir="$TENURE_SERVERS_DIR/redis"
+  rm -rf "$dir" && mkdir -p "$dir"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+    --dir "$dir" --daemonize no >"$dir/server.log" 2>&1 &
+  echo $! >"$TENURE_SERVERS_DIR/redis.pid"
+  _wait_port 127.0.0.1 "$REDIS_PORT" 20 || { _log "redis did not start"; cat "$dir/server.log" >&2; return 1; }
+  export TENURE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
+  _log "redis on 127.0.0.1:$REDIS_PORT (pid $(cat "$TENURE_SERVERS_DIR/redis.pid"))"
+}
+
+_start_etcd() {
+  local dir="$TENURE_SERVERS_DIR/etcd"
+  rm -rf "$dir" && mkdir -p "$dir"
+  local peer=$((ETCD_PORT + 1)) metrics=$((ETCD_PORT + 2))
+  ETCD_UNSUPPORTED_ARCH="${ETCD_UNSUPPORTED_ARCH:-}" etcd --name tenure-test --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "tenure-test=http://127.0.0.1:$peer" \
+    --listen-metrics-urls "http://127.0.0.1:$metrics" >"$dir/server.log" 2>&1 &
+  echo $! >"$TENURE_SERVERS_DIR/etcd.pid"
+  _wait_port 127.0.0.1 "$ETCD_PORT" 30 || { _log "etcd did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  export TENURE_TEST_ETCD="http://127.0.0.1:$ETCD_PORT"
+  _log "etcd on 127.0.0.1:$ETCD_PORT (pid $(cat "$TENURE_SERVERS_DIR/etcd.pid"))"
+}
+
+servers_stop() {
+  local name pid
+  for name in postgres redis etcd; do
+    [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
+    pid=$(cat "$TENURE_SERVERS_DIR/$name.pid")
+    # SIGCONT first: a chaos test may have left it stopped.
+    kill -CONT "$pid" 2>/dev/null || true
+    kill -INT "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$TENURE_SERVERS_DIR/$name.pid"
+  done
+}
+
+servers_start() {
+  servers_install
+  servers_stop
+  mkdir -p "$TENURE_SERVERS_DIR"
+  _start_postgres
+  _start_redis
+  _start_etcd
+  env | grep '^TENURE_TEST_' >"$TENURE_SERVERS_DIR/env"
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -euo pipefail
+  case "${1:-}" in
+    start) servers_start; echo "export the variables with: set -a; . $TENURE_SERVERS_DIR/env; set +a" ;;
+    stop) servers_stop ;;
+    env) cat "$TENURE_SERVERS_DIR/env" ;;
+    *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+  esac
+fi
