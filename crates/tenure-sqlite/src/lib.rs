@@ -1,1 +1,449 @@
-//! placeholder
+//! The SQLite lease store for [tenure]: the embedded default, one database
+//! file shared by the processes of one host.
+//!
+//! ```
+//! use tenure::{GroupName, LeaseStore};
+//! use tenure_sqlite::SqliteStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let path = std::env::temp_dir().join(format!("tenure-doc-{}.db", std::process::id()));
+//! // Creates the file and the schema on first use; every process of the
+//! // host opens the same path.
+//! let store = SqliteStore::open(&path).await?;
+//! assert_eq!(store.describe(), format!("sqlite://{}", path.canonicalize()?.display()));
+//!
+//! let group = GroupName::new("nightly-billing")?;
+//! assert!(store.read(&group).await?.is_none());
+//! // Hand the store to `tenure::Elector::builder(store, "nightly-billing")`.
+//! # drop(store);
+//! # for suffix in ["", "-wal", "-shm"] {
+//! #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+//! # }
+//! # Ok(()) }
+//! ```
+//!
+//! # Schema
+//!
+//! Version 1, created by the first [`SqliteStore::open`] of a new file:
+//!
+//! ```sql
+//! CREATE TABLE tenure_schema (
+//!     id      INTEGER PRIMARY KEY CHECK (id = 1),
+//!     version INTEGER NOT NULL              -- 1
+//! );
+//! CREATE TABLE tenure_leases (
+//!     group_name TEXT PRIMARY KEY NOT NULL, -- the GroupName, byte for byte
+//!     version    INTEGER NOT NULL,          -- 1 on insert, +1 on every write
+//!     record     BLOB NOT NULL              -- LeaseRecord::encode(): JSON
+//! );
+//! ```
+//!
+//! One row per group. A row is never deleted: a release writes a record
+//! without a holder, so the fencing token survives and keeps rising, and
+//! since rows are never deleted a row's version never repeats. The group
+//! column is `group_name` rather than `group`, a reserved word that every
+//! hand-written query would have to quote. Inspect a file with
+//! `sqlite3 leases.db "SELECT group_name, version, CAST(record AS TEXT) FROM tenure_leases"`.
+//!
+//! A file whose `tenure_schema` version is newer than this build's
+//! ([`SCHEMA_VERSION`]) is refused with [`SqliteError::NewerSchema`] rather
+//! than written; a file that is not a SQLite database, or is corrupt, is
+//! refused with an error naming the path and the fix.
+//!
+//! # Concurrency
+//!
+//! * The file runs in WAL mode: readers never wait for a writer.
+//! * A compare-and-swap is one `BEGIN IMMEDIATE` transaction (read the
+//!   row's version, compare, write, commit), so it is atomic across
+//!   connections and processes: `IMMEDIATE` takes the write lock before
+//!   the read, so no other writer can slip in between.
+//! * Lock waits are bounded by the busy timeout (5 s by default, see
+//!   [`SqliteOptions`]); past it an operation fails with
+//!   [`StoreError::Unavailable`] and the elector retries.
+//! * `synchronous = FULL`: a commit survives a power cut, so a fencing
+//!   token is never handed out twice.
+//! * Each [`SqliteStore`] holds one connection; SQLite calls run on tokio's
+//!   blocking threads. Clones share the connection; open the path again for
+//!   another one.
+//! * The file must be on a local file system: SQLite's locking is not
+//!   reliable over NFS and similar.
+//!
+//! # Change feed
+//!
+//! [`LeaseStore::changes`] is supported: a dedicated connection polls
+//! `PRAGMA data_version`, which changes when any other connection commits,
+//! every 50 ms ([`SqliteOptions::with_change_poll_interval`]), and hints
+//! when the group's row version moved. A graceful hand-over between
+//! processes therefore takes about one poll rather than one retry
+//! interval. The poller ends when the feed is dropped.
+//!
+//! [tenure]: https://docs.rs/tenure
+#![deny(missing_docs)]
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::types::{Value, ValueRef};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use tenure::{
+    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, RecordError, StoreError, Version,
+    Versioned,
+};
+
+mod error;
+mod feed;
+mod schema;
+
+pub use error::SqliteError;
+pub use schema::SCHEMA_VERSION;
+
+/// Settings of a [`SqliteStore`].
+///
+/// ```
+/// use std::time::Duration;
+/// let options = tenure_sqlite::SqliteOptions::default()
+///     .with_busy_timeout(Duration::from_secs(2))
+///     .with_change_poll_interval(Duration::from_millis(20));
+/// assert_eq!(options.busy_timeout(), Duration::from_secs(2));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SqliteOptions {
+    busy_timeout: Duration,
+    change_poll_interval: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            busy_timeout: Duration::from_secs(5),
+            change_poll_interval: Duration::from_millis(50),
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// How long an operation waits for another connection's lock before it
+    /// fails with [`StoreError::Unavailable`] (default 5 s). Keep it below
+    /// the elector's operation timeout, so a wait ends as a clear error
+    /// rather than a timeout.
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// How often the change feed polls (default 50 ms); a hand-over between
+    /// processes is noticed within about this long.
+    pub fn with_change_poll_interval(mut self, every: Duration) -> Self {
+        // A zero period would make tokio's interval panic.
+        self.change_poll_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The busy timeout.
+    pub fn busy_timeout(&self) -> Duration {
+        self.busy_timeout
+    }
+
+    /// The change feed's poll interval.
+    pub fn change_poll_interval(&self) -> Duration {
+        self.change_poll_interval
+    }
+}
+
+struct Inner {
+    /// The path as opened, for reconnecting and in error messages.
+    path: PathBuf,
+    /// `sqlite://` and the absolute path.
+    describe: String,
+    options: SqliteOptions,
+    /// One connection per store; the mutex serialises this handle's calls,
+    /// which SQLite would serialise anyway.
+    conn: Mutex<Connection>,
+}
+
+/// A [`LeaseStore`] in a SQLite database file, shared by the processes of
+/// one host. See the [crate documentation](crate) for the schema and the
+/// concurrency model.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` with default
+    /// [`SqliteOptions`], creating the schema on first use.
+    ///
+    /// Fails with a [`SqliteError`] naming the path and the fix when the
+    /// file is not a SQLite database or is corrupt, when a newer tenure
+    /// upgraded its schema, when it cannot be created or written, or when
+    /// another process keeps it locked for longer than the busy timeout.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let path = std::env::temp_dir().join(format!("tenure-open-{}.txt", std::process::id()));
+    /// std::fs::write(&path, "not a database, just some text that is long enough").unwrap();
+    /// let err = tenure_sqlite::SqliteStore::open(&path).await.unwrap_err();
+    /// assert!(matches!(err, tenure_sqlite::SqliteError::NotADatabase { .. }), "{err}");
+    /// # std::fs::remove_file(&path).unwrap();
+    /// # }
+    /// ```
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, SqliteError> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens the database at `path` with the given options; see
+    /// [`open`](SqliteStore::open).
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<Self, SqliteError> {
+        let path = path.as_ref().to_path_buf();
+        if path.as_os_str().is_empty() {
+            return Err(SqliteError::InvalidPath {
+                path,
+                reason: "the path is empty",
+            });
+        }
+        if path.as_os_str() == ":memory:" {
+            return Err(SqliteError::InvalidPath {
+                path,
+                reason: "an in-memory database is private to one connection, so no other candidate would see it",
+            });
+        }
+        let p = path.clone();
+        let opts = options.clone();
+        let conn = tokio::task::spawn_blocking(move || {
+            let mut conn = schema::connect(&p, &opts)?;
+            schema::ensure_schema(&mut conn, &p, &opts)?;
+            Ok::<_, SqliteError>(conn)
+        })
+        .await
+        .map_err(|e| SqliteError::Worker {
+            path: path.clone(),
+            detail: e.to_string(),
+        })??;
+        // After connecting the file exists, so it has a canonical name.
+        let shown = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        tracing::debug!(path = %shown.display(), "opened the SQLite lease store");
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                describe: format!("sqlite://{}", shown.display()),
+                path,
+                options,
+                conn: Mutex::new(conn),
+            }),
+        })
+    }
+
+    /// The database file, as given to [`open`](SqliteStore::open).
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &SqliteOptions {
+        &self.inner.options
+    }
+
+    /// Runs `f` with this handle's connection on a blocking thread.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &Inner) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            // A panic inside a transaction rolls it back while unwinding
+            // (rusqlite's Transaction rolls back on drop), so a poisoned
+            // connection is still consistent.
+            let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut conn, &inner)
+        })
+        .await;
+        joined.unwrap_or_else(|e| {
+            Err(SqliteError::Worker {
+                path: self.inner.path.clone(),
+                detail: e.to_string(),
+            }
+            .into())
+        })
+    }
+}
+
+fn sqlite_err(inner: &Inner, e: rusqlite::Error) -> StoreError {
+    SqliteError::from_sqlite(&inner.path, inner.options.busy_timeout, e).into()
+}
+
+fn record_err(group: &GroupName, detail: String) -> StoreError {
+    StoreError::Record {
+        group: group.clone(),
+        source: RecordError::Corrupt { detail },
+    }
+}
+
+/// A row's version: a non-negative integer, or the row is damaged.
+fn row_version(group: &GroupName, value: ValueRef<'_>) -> Result<i64, StoreError> {
+    match value {
+        ValueRef::Integer(v) if v >= 0 => Ok(v),
+        other => Err(record_err(
+            group,
+            format!("the SQLite row's version column holds {other:?}, not a non-negative integer"),
+        )),
+    }
+}
+
+fn to_version(v: i64) -> Version {
+    // row_version only lets non-negative values through.
+    Version(u64::try_from(v).unwrap_or_default())
+}
+
+#[async_trait]
+impl LeaseStore for SqliteStore {
+    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        let g = group.clone();
+        self.blocking(move |conn, inner| {
+            let row = conn
+                .query_row(
+                    "SELECT version, record FROM tenure_leases WHERE group_name = ?1",
+                    [g.as_str()],
+                    |row| Ok((row.get::<_, Value>(0)?, row.get::<_, Value>(1)?)),
+                )
+                .optional()
+                .map_err(|e| sqlite_err(inner, e))?;
+            let Some((version, record)) = row else {
+                return Ok(None);
+            };
+            let version = row_version(&g, (&version).into())?;
+            let bytes: &[u8] = match &record {
+                Value::Blob(b) => b,
+                // Someone wrote text by hand; decode decides what it is.
+                Value::Text(t) => t.as_bytes(),
+                other => {
+                    return Err(StoreError::Record {
+                        group: g.clone(),
+                        source: RecordError::Foreign {
+                            detail: format!("the SQLite record column holds {other:?}"),
+                        },
+                    })
+                }
+            };
+            let record = LeaseRecord::decode(bytes).map_err(|source| StoreError::Record {
+                group: g.clone(),
+                source,
+            })?;
+            Ok(Some(Versioned {
+                record,
+                version: to_version(version),
+            }))
+        })
+        .await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let g = group.clone();
+        let bytes = record.encode();
+        self.blocking(move |conn, inner| {
+            let err = |e| sqlite_err(inner, e);
+            // IMMEDIATE: the write lock is taken before the version is
+            // read, so no other connection can commit in between.
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err)?;
+            let current = tx
+                .query_row(
+                    "SELECT version FROM tenure_leases WHERE group_name = ?1",
+                    [g.as_str()],
+                    |row| row.get::<_, Value>(0),
+                )
+                .optional()
+                .map_err(err)?;
+            let current = match &current {
+                Some(v) => Some(row_version(&g, v.into())?),
+                None => None,
+            };
+            let next = match (current, expected) {
+                (None, None) => {
+                    tx.execute(
+                        "INSERT INTO tenure_leases (group_name, version, record) VALUES (?1, 1, ?2)",
+                        rusqlite::params![g.as_str(), bytes],
+                    )
+                    .map_err(err)?;
+                    1
+                }
+                (Some(c), Some(e)) if u64::try_from(c).ok() == Some(e.0) => {
+                    let next = c.checked_add(1).ok_or_else(|| {
+                        record_err(&g, "the SQLite row's version is at its maximum".into())
+                    })?;
+                    tx.execute(
+                        "UPDATE tenure_leases SET version = ?2, record = ?3 WHERE group_name = ?1",
+                        rusqlite::params![g.as_str(), next, bytes],
+                    )
+                    .map_err(err)?;
+                    next
+                }
+                // Dropping the transaction rolls it back; nothing was written.
+                _ => return Ok(CasOutcome::Conflict),
+            };
+            tx.commit().map_err(err)?;
+            Ok(CasOutcome::Applied(to_version(next)))
+        })
+        .await
+    }
+
+    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+        let path = self.inner.path.clone();
+        let options = self.inner.options.clone();
+        let g = group.as_str().to_owned();
+        let (p, o, gg) = (path.clone(), options.clone(), g.clone());
+        // Its own connection: data_version only moves for commits by
+        // connections other than the one asking, and this one never writes.
+        let started = tokio::task::spawn_blocking(move || {
+            let conn = schema::connect(&p, &o)?;
+            let seen = feed::look(&conn, &gg, None)
+                .map_err(|e| SqliteError::from_sqlite(&p, o.busy_timeout, e))?;
+            Ok::<_, SqliteError>((conn, seen))
+        })
+        .await
+        .map_err(|e| {
+            StoreError::from(SqliteError::Worker {
+                path: path.clone(),
+                detail: e.to_string(),
+            })
+        })?;
+        let (conn, seen) = started?;
+        let (tx, feed) = ChangeFeed::channel();
+        tokio::spawn(feed::watch(
+            conn,
+            path,
+            g,
+            seen,
+            options.change_poll_interval,
+            options.busy_timeout,
+            tx,
+        ));
+        Ok(Some(feed))
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe.clone()
+    }
+}
