@@ -1,0 +1,344 @@
+//! The faults the simulator injects, how often, and how long they last.
+//!
+//! Process-level faults (crash, pause, partition, resign, shutdown) are
+//! planned up front as arrival times of a Poisson process per kind; the
+//! target node is chosen when the fault fires (half the time the current
+//! leader, since faults of the leader are the ones that test safety).
+//! Network faults strike single store operations with a fixed probability.
+//! Every fault is healed before the fault phase ends, so the run finishes
+//! with a fault-free tail.
+
+use std::fmt;
+use std::ops::{Index, IndexMut};
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::clock::SimTime;
+use crate::params::SimError;
+
+/// A kind of fault.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// The process dies; it restarts later as a new incarnation.
+    Crash,
+    /// The process stops running (GC, swap, SIGSTOP) for longer than a term;
+    /// its clock keeps counting.
+    LongPause,
+    /// The same for less than a term.
+    ShortPause,
+    /// The node cannot reach the store: requests and replies are lost.
+    Partition,
+    /// A write was applied but its reply never came.
+    LostReply,
+    /// A request was lost before it reached the store.
+    DroppedRequest,
+    /// The store answered with a transient error without applying anything.
+    StoreFailure,
+    /// A request or reply took longer than the operation timeout allows,
+    /// so a write may apply after its sender gave up on it.
+    SlowOp,
+    /// The application asked the leader (or a candidate) to resign.
+    Resign,
+    /// The application shut a node down; it is redeployed later.
+    Shutdown,
+}
+
+impl FaultKind {
+    /// Every kind, in report order.
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::Crash,
+        FaultKind::LongPause,
+        FaultKind::ShortPause,
+        FaultKind::Partition,
+        FaultKind::LostReply,
+        FaultKind::DroppedRequest,
+        FaultKind::StoreFailure,
+        FaultKind::SlowOp,
+        FaultKind::Resign,
+        FaultKind::Shutdown,
+    ];
+
+    /// A short label.
+    pub fn label(self) -> &'static str {
+        match self {
+            FaultKind::Crash => "crash",
+            FaultKind::LongPause => "pause > term",
+            FaultKind::ShortPause => "pause < term",
+            FaultKind::Partition => "partition",
+            FaultKind::LostReply => "lost reply",
+            FaultKind::DroppedRequest => "dropped request",
+            FaultKind::StoreFailure => "store failure",
+            FaultKind::SlowOp => "slow op",
+            FaultKind::Resign => "resign",
+            FaultKind::Shutdown => "shutdown",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// How many faults of each kind were injected.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts([u64; FaultKind::ALL.len()]);
+
+impl FaultCounts {
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &FaultCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a += b;
+        }
+    }
+
+    /// The total over all kinds.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+impl Index<FaultKind> for FaultCounts {
+    type Output = u64;
+    fn index(&self, k: FaultKind) -> &u64 {
+        &self.0[k.index()]
+    }
+}
+
+impl IndexMut<FaultKind> for FaultCounts {
+    fn index_mut(&mut self, k: FaultKind) -> &mut u64 {
+        &mut self.0[k.index()]
+    }
+}
+
+/// How often faults strike. Intervals are means of exponential
+/// distributions over the whole cluster; `None` turns a kind off.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultRates {
+    /// Mean time between crashes.
+    pub crash_every: Option<Duration>,
+    /// Mean time between pauses (70 % longer than a term).
+    pub pause_every: Option<Duration>,
+    /// Mean time between partitions.
+    pub partition_every: Option<Duration>,
+    /// Mean time between resignations.
+    pub resign_every: Option<Duration>,
+    /// Mean time between shutdowns.
+    pub shutdown_every: Option<Duration>,
+    /// Probability that a write's reply is lost after it applied.
+    pub lost_reply: f64,
+    /// Probability that a request is lost before the store.
+    pub dropped_request: f64,
+    /// Probability that the store fails an operation transiently.
+    pub store_failure: f64,
+    /// Probability that a request or reply is slower than the timeout.
+    pub slow_op: f64,
+}
+
+impl Default for FaultRates {
+    fn default() -> Self {
+        FaultRates {
+            crash_every: Some(Duration::from_secs(12)),
+            pause_every: Some(Duration::from_secs(10)),
+            partition_every: Some(Duration::from_secs(10)),
+            resign_every: Some(Duration::from_secs(15)),
+            shutdown_every: Some(Duration::from_secs(25)),
+            lost_reply: 0.02,
+            dropped_request: 0.02,
+            store_failure: 0.01,
+            slow_op: 0.02,
+        }
+    }
+}
+
+impl FaultRates {
+    /// No faults at all.
+    pub fn none() -> Self {
+        FaultRates {
+            crash_every: None,
+            pause_every: None,
+            partition_every: None,
+            resign_every: None,
+            shutdown_every: None,
+            lost_reply: 0.0,
+            dropped_request: 0.0,
+            store_failure: 0.0,
+            slow_op: 0.0,
+        }
+    }
+
+    /// Crashes only, spaced so that most failovers happen undisturbed and
+    /// are checked against the crash failover bound.
+    pub fn crash_only() -> Self {
+        FaultRates {
+            crash_every: Some(Duration::from_secs(15)),
+            ..FaultRates::none()
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), SimError> {
+        for (name, p) in [
+            ("lost reply", self.lost_reply),
+            ("dropped request", self.dropped_request),
+            ("store failure", self.store_failure),
+            ("slow op", self.slow_op),
+        ] {
+            if !(p.is_finite() && (0.0..=0.5).contains(&p)) {
+                return Err(SimError::Params(format!(
+                    "{name} probability {p} is outside [0, 0.5]"
+                )));
+            }
+        }
+        for (name, every) in [
+            ("crash", self.crash_every),
+            ("pause", self.pause_every),
+            ("partition", self.partition_every),
+            ("resign", self.resign_every),
+            ("shutdown", self.shutdown_every),
+        ] {
+            if every.is_some_and(|d| d < Duration::from_millis(100)) {
+                return Err(SimError::Params(format!(
+                    "mean interval between {name} faults must be at least 100 ms"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A process-level fault to inject at a planned instant; the target is
+/// chosen when it fires.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Planned {
+    /// Crash a node.
+    Crash,
+    /// Pause a node.
+    Pause,
+    /// Cut a node off from the store.
+    Partition,
+    /// Ask a node to resign.
+    Resign,
+    /// Ask a node to shut down.
+    Shutdown,
+}
+
+/// The longest a planned fault of each kind may take to heal, in terms:
+/// faults are only planned early enough to heal before the tail.
+pub(crate) fn heal_time(kind: Planned, term: Duration) -> Duration {
+    match kind {
+        // Down for up to 3 terms.
+        Planned::Crash => term * 3,
+        // Up to 3 terms.
+        Planned::Pause => term * 3,
+        // Up to 4 terms.
+        Planned::Partition => term * 4,
+        // Draining lasts at most one term, the release one timeout.
+        Planned::Resign => term * 2,
+        // Drain and release, then down for up to 2 terms.
+        Planned::Shutdown => term * 4,
+    }
+}
+
+/// The planned faults of a run, sorted by time.
+pub(crate) fn plan(
+    rng: &mut impl Rng,
+    rates: &FaultRates,
+    fault_end: SimTime,
+    term: Duration,
+) -> Vec<(SimTime, Planned)> {
+    let mut out = Vec::new();
+    for (kind, every) in [
+        (Planned::Crash, rates.crash_every),
+        (Planned::Pause, rates.pause_every),
+        (Planned::Partition, rates.partition_every),
+        (Planned::Resign, rates.resign_every),
+        (Planned::Shutdown, rates.shutdown_every),
+    ] {
+        let Some(every) = every else { continue };
+        // Give the cluster half a term to elect its first leader.
+        let start = SimTime::from_duration(term / 2);
+        let end = fault_end.before(heal_time(kind, term));
+        let mut t = start;
+        loop {
+            // Exponential inter-arrival time with the given mean.
+            let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+            t = t.after(every.mul_f64(-u.ln()));
+            if t >= end {
+                break;
+            }
+            out.push((t, kind));
+        }
+    }
+    // Stable sort: equal instants keep the kind order above, deterministically.
+    out.sort_by_key(|(t, _)| *t);
+    out
+}
+
+/// A uniformly random duration in `[lo, hi]`.
+pub(crate) fn between(rng: &mut impl Rng, lo: Duration, hi: Duration) -> Duration {
+    let lo_ns = u64::try_from(lo.as_nanos()).unwrap_or(u64::MAX);
+    let hi_ns = u64::try_from(hi.as_nanos()).unwrap_or(u64::MAX).max(lo_ns);
+    Duration::from_nanos(rng.gen_range(lo_ns..=hi_ns))
+}
+
+/// What happens to one store operation on the way.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum OpFate {
+    /// Ordinary latency both ways.
+    Normal,
+    /// Lost before the store.
+    DroppedRequest,
+    /// Applied, reply lost.
+    LostReply,
+    /// Failed by the store without applying.
+    StoreFailure,
+    /// The request is slow (it may apply after the sender timed out).
+    SlowRequest,
+    /// The reply is slow (it may arrive after the sender timed out).
+    SlowReply,
+}
+
+impl OpFate {
+    /// Draws the fate of one operation.
+    pub(crate) fn draw(rng: &mut impl Rng, rates: &FaultRates) -> OpFate {
+        let x: f64 = rng.gen();
+        let mut edge = rates.dropped_request;
+        if x < edge {
+            return OpFate::DroppedRequest;
+        }
+        edge += rates.lost_reply;
+        if x < edge {
+            return OpFate::LostReply;
+        }
+        edge += rates.store_failure;
+        if x < edge {
+            return OpFate::StoreFailure;
+        }
+        edge += rates.slow_op;
+        if x < edge {
+            return if rng.gen_bool(0.5) {
+                OpFate::SlowRequest
+            } else {
+                OpFate::SlowReply
+            };
+        }
+        OpFate::Normal
+    }
+
+    /// The fault kind to count, if any.
+    pub(crate) fn kind(self) -> Option<FaultKind> {
+        match self {
+            OpFate::Normal => None,
+            OpFate::DroppedRequest => Some(FaultKind::DroppedRequest),
+            OpFate::LostReply => Some(FaultKind::LostReply),
+            OpFate::StoreFailure => Some(FaultKind::StoreFailure),
+            OpFate::SlowRequest | OpFate::SlowReply => Some(FaultKind::SlowOp),
+        }
+    }
+}

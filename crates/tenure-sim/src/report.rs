@@ -1,0 +1,266 @@
+//! What one run found, and the summary over many runs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::clock::SimTime;
+use crate::faults::{FaultCounts, FaultKind};
+
+/// The kind of a broken invariant.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ViolationKind {
+    /// Two terms were valid at the same real instant.
+    Overlap,
+    /// A token did not rise across elections, changed on renewal, or the
+    /// stored token fell.
+    TokenOrder,
+    /// No term started within a bound that should have held.
+    Liveness,
+    /// The machine broke its own contract (elected twice, renewed a term it
+    /// does not hold, wrote a record that does not decode).
+    Contract,
+}
+
+impl fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ViolationKind::Overlap => "overlap",
+            ViolationKind::TokenOrder => "token order",
+            ViolationKind::Liveness => "liveness",
+            ViolationKind::Contract => "contract",
+        })
+    }
+}
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The seed that produced it.
+    pub seed: u64,
+    /// What was broken.
+    pub kind: ViolationKind,
+    /// The real (simulated) instant it was detected.
+    pub at: SimTime,
+    /// The nodes involved.
+    pub nodes: Vec<usize>,
+    /// The tokens involved, in the order of `nodes` where that applies.
+    pub tokens: Vec<u64>,
+    /// A sentence with the particulars.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {}: {} violation at {}: nodes {:?}, tokens {:?}: {}",
+            self.seed, self.kind, self.at, self.nodes, self.tokens, self.detail
+        )
+    }
+}
+
+/// A crash of a node that held a valid term, and how long until the next
+/// election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashGap {
+    /// When the leader crashed.
+    pub at: SimTime,
+    /// The crashed leader.
+    pub node: usize,
+    /// Its token.
+    pub token: u64,
+    /// Time from the crash to the next election, if one came.
+    pub gap: Option<Duration>,
+    /// Nothing else went wrong around it, so it was checked against the
+    /// crash failover bound.
+    pub clean: bool,
+    /// The deliberate crash in the fault-free tail.
+    pub tail: bool,
+}
+
+/// Everything one seed's run found.
+#[derive(Clone, Debug)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// How many candidates ran.
+    pub nodes: usize,
+    /// The simulated span.
+    pub sim_time: Duration,
+    /// The skew bound this seed configured, if any.
+    pub skew_bound: Option<Duration>,
+    /// Whether the store sent change notifications.
+    pub notify: bool,
+    /// `Action::Elected` events.
+    pub elections: u64,
+    /// Elections of a different node than the previous election's.
+    pub handovers: u64,
+    /// `Action::Renewed` events.
+    pub renewals: u64,
+    /// Faults injected, by kind.
+    pub faults: FaultCounts,
+    /// Leader crashes and the gaps that followed.
+    pub crash_gaps: Vec<CrashGap>,
+    /// The crash failover bound checked (see [`crate::LivenessBounds`]).
+    pub crash_bound: Duration,
+    /// The heal bound checked.
+    pub heal_bound: Duration,
+    /// Time from the last fault healing to a valid term.
+    pub heal_gap: Option<Duration>,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// Allowed but noteworthy machine behaviour, counted.
+    pub notes: BTreeMap<&'static str, u64>,
+    /// Events processed.
+    pub events: u64,
+    /// A digest of every event and action, for replay comparisons.
+    pub digest: u64,
+    /// The human-readable trace, if asked for.
+    pub trace: Vec<String>,
+}
+
+/// Totals over many runs, for the binary's table.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Total simulated time.
+    pub sim_time: Duration,
+    /// Total elections.
+    pub elections: u64,
+    /// Total hand-overs.
+    pub handovers: u64,
+    /// Total renewals.
+    pub renewals: u64,
+    /// Total events.
+    pub events: u64,
+    /// Faults by kind.
+    pub faults: FaultCounts,
+    /// Gaps after checked (undisturbed) leader crashes, with their bound.
+    pub clean_gaps: Vec<(Duration, Duration)>,
+    /// Gaps after every leader crash, disturbed or not.
+    pub all_gaps: Vec<Duration>,
+    /// Leader crashes with no election before the run ended.
+    pub unresolved_crashes: u64,
+    /// Gaps from healing to a valid term, with their bound.
+    pub heal_gaps: Vec<(Duration, Duration)>,
+    /// Notes by kind.
+    pub notes: BTreeMap<&'static str, u64>,
+    /// Every violation.
+    pub violations: Vec<Violation>,
+}
+
+impl Summary {
+    /// Adds one run.
+    pub fn add(&mut self, r: &SimReport) {
+        self.seeds += 1;
+        self.sim_time += r.sim_time;
+        self.elections += r.elections;
+        self.handovers += r.handovers;
+        self.renewals += r.renewals;
+        self.events += r.events;
+        self.faults.add(&r.faults);
+        for c in &r.crash_gaps {
+            match c.gap {
+                Some(g) => {
+                    self.all_gaps.push(g);
+                    if c.clean {
+                        self.clean_gaps.push((g, r.crash_bound));
+                    }
+                }
+                None => self.unresolved_crashes += 1,
+            }
+        }
+        if let Some(g) = r.heal_gap {
+            self.heal_gaps.push((g, r.heal_bound));
+        }
+        for (k, v) in &r.notes {
+            *self.notes.entry(k).or_insert(0) += v;
+        }
+        self.violations.extend(r.violations.iter().cloned());
+    }
+}
+
+fn median(v: &mut [Duration]) -> Option<Duration> {
+    v.sort();
+    v.get(v.len() / 2).copied()
+}
+
+fn gap_line(f: &mut fmt::Formatter<'_>, what: &str, gaps: &[(Duration, Duration)]) -> fmt::Result {
+    let mut g: Vec<Duration> = gaps.iter().map(|x| x.0).collect();
+    let max = g.iter().max().copied();
+    let med = median(&mut g);
+    let worst_ratio = gaps
+        .iter()
+        .map(|(g, b)| g.as_secs_f64() / b.as_secs_f64())
+        .fold(0.0, f64::max);
+    let bounds: Vec<Duration> = gaps.iter().map(|x| x.1).collect();
+    let (bmin, bmax) = (bounds.iter().min(), bounds.iter().max());
+    match (max, med, bmin, bmax) {
+        (Some(max), Some(med), Some(bmin), Some(bmax)) => writeln!(
+            f,
+            "  {what:<38} n={:<6} median {med:>9.3?}  max {max:>9.3?}  bound {bmin:.3?}..{bmax:.3?}  worst gap/bound {:.0}%",
+            gaps.len(),
+            worst_ratio * 100.0
+        ),
+        _ => writeln!(f, "  {what:<38} n=0"),
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hours = self.sim_time.as_secs_f64() / 3600.0;
+        writeln!(f, "{:<40} {}", "seeds run", self.seeds)?;
+        writeln!(
+            f,
+            "{:<40} {:.1} h ({:.0} s)",
+            "simulated time",
+            hours,
+            self.sim_time.as_secs_f64()
+        )?;
+        writeln!(f, "{:<40} {}", "events processed", self.events)?;
+        writeln!(f, "{:<40} {}", "elections", self.elections)?;
+        writeln!(f, "{:<40} {}", "hand-overs (new leader)", self.handovers)?;
+        writeln!(f, "{:<40} {}", "renewals", self.renewals)?;
+        writeln!(f, "faults injected ({} in all)", self.faults.total())?;
+        for k in FaultKind::ALL {
+            writeln!(f, "  {:<38} {}", k.label(), self.faults[k])?;
+        }
+        writeln!(f, "leaderless gaps")?;
+        gap_line(f, "after an undisturbed leader crash", &self.clean_gaps)?;
+        let mut all = self.all_gaps.clone();
+        match (all.iter().max().copied(), median(&mut all)) {
+            (Some(max), Some(med)) => writeln!(
+                f,
+                "  {:<38} n={:<6} median {med:>9.3?}  max {max:>9.3?}  (not bounded: other faults overlap)",
+                "after any leader crash",
+                all.len()
+            )?,
+            _ => writeln!(f, "  {:<38} n=0", "after any leader crash")?,
+        }
+        if self.unresolved_crashes > 0 {
+            writeln!(
+                f,
+                "  {:<38} {}",
+                "leader crashes with no later election", self.unresolved_crashes
+            )?;
+        }
+        gap_line(f, "after every fault healed", &self.heal_gaps)?;
+        if !self.notes.is_empty() {
+            writeln!(f, "notes (allowed, worth knowing)")?;
+            for (k, v) in &self.notes {
+                writeln!(f, "  {k:<70} {v}")?;
+            }
+        }
+        let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+        for v in &self.violations {
+            *by_kind.entry(v.kind.to_string()).or_insert(0) += 1;
+        }
+        write!(f, "{:<40} {}", "violations", self.violations.len())?;
+        for (k, n) in by_kind {
+            write!(f, "  [{k}: {n}]")?;
+        }
+        writeln!(f)
+    }
+}
