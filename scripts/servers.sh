@@ -4,7 +4,8 @@
 # servers_stop, or run it: `bash scripts/servers.sh start|stop|env`.
 #
 # After servers_start these are exported for the tests:
-#   TENURE_TEST_POSTGRES  postgres://postgres@127.0.0.1:PORT/postgres
+#   TENURE_TEST_POSTGRES  postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres
+#   PG_BIN                where initdb and pg_ctl are (tests start private servers)
 #   TENURE_TEST_REDIS     redis://127.0.0.1:PORT
 #   TENURE_TEST_ETCD      http://127.0.0.1:PORT
 # Tests that find their variable missing fail when CI=true and skip otherwise.
@@ -14,6 +15,7 @@ PG_PORT="${PG_PORT:-55432}"
 REDIS_PORT="${REDIS_PORT:-56379}"
 ETCD_PORT="${ETCD_PORT:-52379}"
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+PG_PASSWORD="${PG_PASSWORD:-tenure-test}"
 
 _log() { printf '    [servers] %s\n' "$*" >&2; }
 
@@ -44,11 +46,14 @@ _start_postgres() {
   local dir="$TENURE_SERVERS_DIR/postgres"
   rm -rf "$dir" && mkdir -p "$dir"
   chown postgres:postgres "$dir"
-  runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust >"$dir/initdb.log" 2>&1
+  # Password auth over TCP, so that wrong credentials are really refused.
+  echo "$PG_PASSWORD" >"$dir/pwfile" && chown postgres:postgres "$dir/pwfile"
+  runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pwfile" \
+    --auth-local=trust --auth-host=scram-sha-256 >"$dir/initdb.log" 2>&1
   runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
     -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $dir -c fsync=off" start >/dev/null
   head -1 "$dir/data/postmaster.pid" >"$TENURE_SERVERS_DIR/postgres.pid"
-  export TENURE_TEST_POSTGRES="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+  export TENURE_TEST_POSTGRES="postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres"
   _log "postgres on 127.0.0.1:$PG_PORT (pid $(cat "$TENURE_SERVERS_DIR/postgres.pid"))"
 }
 
@@ -99,7 +104,8 @@ servers_start() {
   _start_postgres
   _start_redis
   _start_etcd
-  env | grep '^TENURE_TEST_' >"$TENURE_SERVERS_DIR/env"
+  export PG_BIN
+  env | grep -E '^(TENURE_TEST_|PG_BIN=)' >"$TENURE_SERVERS_DIR/env"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -55,8 +55,12 @@ use crate::record::{GroupName, Holder, LeaseRecord, Metadata};
 use crate::store::LeaseStore;
 
 mod conformance;
+mod proxy;
 mod servers;
+mod term_log;
+pub use proxy::TcpProxy;
 pub use servers::server_url;
+pub use term_log::{TermLog, TermSpan};
 
 /// How a store's test gives the suite access to the store.
 ///
