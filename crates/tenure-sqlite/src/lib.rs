@@ -37,6 +37,13 @@
 //!     version    INTEGER NOT NULL,          -- 1 on insert, +1 on every write
 //!     record     BLOB NOT NULL              -- LeaseRecord::encode(): JSON
 //! );
+//! -- An UPDATE that keeps the version (a hand edit) bumps it, so a
+//! -- candidate holding the old version cannot overwrite the edited row.
+//! CREATE TRIGGER tenure_leases_version AFTER UPDATE ON tenure_leases
+//! WHEN NEW.version IS OLD.version
+//! BEGIN
+//!     UPDATE tenure_leases SET version = OLD.version + 1 WHERE group_name = NEW.group_name;
+//! END;
 //! ```
 //!
 //! One row per group. A row is never deleted: a release writes a record
@@ -127,9 +134,15 @@ impl Default for SqliteOptions {
 
 impl SqliteOptions {
     /// How long an operation waits for another connection's lock before it
-    /// fails with [`StoreError::Unavailable`] (default 5 s). Keep it below
-    /// the elector's operation timeout, so a wait ends as a clear error
-    /// rather than a timeout.
+    /// fails with [`StoreError::Unavailable`] (default 5 s). Writers hold
+    /// the lock for a millisecond or so; only a stuck process or an
+    /// operator's open `sqlite3` transaction makes anyone wait this long.
+    ///
+    /// The elector's operation timeout (a quarter of the term by default)
+    /// may end a wait earlier, as a timeout; the abandoned call still
+    /// finishes on its blocking thread, and this handle's next operation
+    /// queues behind it. A busy timeout below the operation timeout turns
+    /// such waits into the clearer "locked" error.
     pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self

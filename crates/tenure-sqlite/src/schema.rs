@@ -21,6 +21,15 @@ CREATE TABLE tenure_leases (
     version    INTEGER NOT NULL,
     record     BLOB NOT NULL
 );
+-- A hand edit that changes a row but keeps its version would let a
+-- candidate holding the old version overwrite a record tenure did not
+-- write; bump the version instead. (Recursive triggers are off, so the
+-- inner UPDATE does not fire this again.)
+CREATE TRIGGER tenure_leases_version AFTER UPDATE ON tenure_leases
+WHEN NEW.version IS OLD.version
+BEGIN
+    UPDATE tenure_leases SET version = OLD.version + 1 WHERE group_name = NEW.group_name;
+END;
 ";
 
 /// Opens one connection and sets it up: busy timeout, WAL, full sync.

@@ -316,3 +316,63 @@ async fn a_locked_database_is_retried_then_reported() {
     drop(release_tx);
     holder.join().unwrap();
 }
+
+/// An operator edits a record by hand without touching the version: the
+/// schema's trigger bumps it, so a candidate still holding the old version
+/// cannot overwrite a record tenure did not write.
+#[tokio::test]
+async fn a_hand_edit_changes_the_version() {
+    let scratch = Scratch::new("hand-edit");
+    let path = scratch.path("leases.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let g = unique_group("g");
+    let CasOutcome::Applied(v1) = store
+        .compare_and_swap(&g, None, &held_by("a", 1))
+        .await
+        .unwrap()
+    else {
+        panic!("conflict on an empty group")
+    };
+    raw(&path)
+        .execute(
+            "UPDATE tenure_leases SET record = ?2 WHERE group_name = ?1",
+            rusqlite::params![g.as_str(), b"maintenance: do not run".to_vec()],
+        )
+        .unwrap();
+    let outcome = store
+        .compare_and_swap(&g, Some(v1), &held_by("a", 1))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CasOutcome::Conflict);
+    let err = store.read(&g).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Record {
+                source: RecordError::Foreign { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The store's own writes still advance the version by exactly one.
+    let raw_version = |path: &std::path::Path| -> i64 {
+        raw(path)
+            .query_row(
+                "SELECT version FROM tenure_leases WHERE group_name = ?1",
+                [g.as_str()],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    let before = raw_version(&path);
+    assert_eq!(before, 2);
+    let CasOutcome::Applied(v3) = store
+        .compare_and_swap(&g, Some(tenure::Version(2)), &held_by("b", 2))
+        .await
+        .unwrap()
+    else {
+        panic!("a write with the current version conflicted")
+    };
+    assert_eq!(v3, tenure::Version(3));
+}
