@@ -8,12 +8,16 @@
 #   PG_BIN                where initdb and pg_ctl are (tests start private servers)
 #   TENURE_TEST_REDIS     redis://127.0.0.1:PORT
 #   TENURE_TEST_ETCD      http://127.0.0.1:PORT
+#   TENURE_TEST_DYNAMODB  http://127.0.0.1:PORT (dynalite, the faithful local DynamoDB)
 # Tests that find their variable missing fail when CI=true and skip otherwise.
 
 TENURE_SERVERS_DIR="${TENURE_SERVERS_DIR:-/tmp/tenure-servers}"
 PG_PORT="${PG_PORT:-55432}"
 REDIS_PORT="${REDIS_PORT:-56379}"
 ETCD_PORT="${ETCD_PORT:-52379}"
+DYNALITE_PORT="${DYNALITE_PORT:-58000}"
+# npm packages (dynalite) live outside the repo so a fresh clone reuses them.
+TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 PG_PASSWORD="${PG_PASSWORD:-tenure-test}"
 
@@ -34,11 +38,17 @@ servers_install() {
   command -v redis-server >/dev/null || need+=(redis-server)
   command -v etcd >/dev/null || need+=(etcd-server etcd-client)
   command -v protoc >/dev/null || need+=(protobuf-compiler)
+  command -v node >/dev/null || need+=(nodejs npm)
   if [ ${#need[@]} -gt 0 ]; then
     _log "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
     apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  if [ ! -x "$TENURE_NPM_DIR/node_modules/.bin/dynalite" ]; then
+    _log "installing dynalite@4.0.0 from npm"
+    mkdir -p "$TENURE_NPM_DIR"
+    (cd "$TENURE_NPM_DIR" && npm install --no-audit --no-fund --silent dynalite@4.0.0 >/dev/null)
   fi
 }
 
@@ -83,9 +93,20 @@ _start_etcd() {
   _log "etcd on 127.0.0.1:$ETCD_PORT (pid $(cat "$TENURE_SERVERS_DIR/etcd.pid"))"
 }
 
+_start_dynalite() {
+  local dir="$TENURE_SERVERS_DIR/dynalite"
+  rm -rf "$dir" && mkdir -p "$dir"
+  "$TENURE_NPM_DIR/node_modules/.bin/dynalite" --port "$DYNALITE_PORT" \
+    --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 >"$dir/server.log" 2>&1 &
+  echo $! >"$TENURE_SERVERS_DIR/dynalite.pid"
+  _wait_port 127.0.0.1 "$DYNALITE_PORT" 20 || { _log "dynalite did not start"; cat "$dir/server.log" >&2; return 1; }
+  export TENURE_TEST_DYNAMODB="http://127.0.0.1:$DYNALITE_PORT"
+  _log "dynalite on 127.0.0.1:$DYNALITE_PORT (pid $(cat "$TENURE_SERVERS_DIR/dynalite.pid"))"
+}
+
 servers_stop() {
   local name pid
-  for name in postgres redis etcd; do
+  for name in postgres redis etcd dynalite; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
     pid=$(cat "$TENURE_SERVERS_DIR/$name.pid")
     # SIGCONT first: a chaos test may have left it stopped.
@@ -104,8 +125,10 @@ servers_start() {
   _start_postgres
   _start_redis
   _start_etcd
+  _start_dynalite
+  export TENURE_NPM_DIR
   export PG_BIN
-  env | grep -E '^(TENURE_TEST_|PG_BIN=)' >"$TENURE_SERVERS_DIR/env"
+  env | grep -E '^(TENURE_TEST_|PG_BIN=|TENURE_NPM_DIR=)' >"$TENURE_SERVERS_DIR/env"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
