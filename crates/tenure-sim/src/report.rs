@@ -112,6 +112,8 @@ pub struct SimReport {
     pub violations: Vec<Violation>,
     /// Allowed but noteworthy machine behaviour, counted.
     pub notes: BTreeMap<&'static str, u64>,
+    /// Terms ended, by [`tenure::machine::EndReason::label`].
+    pub end_reasons: BTreeMap<&'static str, u64>,
     /// Events processed.
     pub events: u64,
     /// A digest of every event and action, for replay comparisons.
@@ -147,6 +149,8 @@ pub struct Summary {
     pub heal_gaps: Vec<(Duration, Duration)>,
     /// Notes by kind.
     pub notes: BTreeMap<&'static str, u64>,
+    /// Terms ended, by reason.
+    pub end_reasons: BTreeMap<&'static str, u64>,
     /// Every violation.
     pub violations: Vec<Violation>,
 }
@@ -177,6 +181,9 @@ impl Summary {
         }
         for (k, v) in &r.notes {
             *self.notes.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in &r.end_reasons {
+            *self.end_reasons.entry(k).or_insert(0) += v;
         }
         self.violations.extend(r.violations.iter().cloned());
     }
@@ -223,6 +230,10 @@ impl fmt::Display for Summary {
         writeln!(f, "{:<40} {}", "elections", self.elections)?;
         writeln!(f, "{:<40} {}", "hand-overs (new leader)", self.handovers)?;
         writeln!(f, "{:<40} {}", "renewals", self.renewals)?;
+        writeln!(f, "terms ended, by reason")?;
+        for (k, v) in &self.end_reasons {
+            writeln!(f, "  {k:<38} {v}")?;
+        }
         writeln!(f, "faults injected ({} in all)", self.faults.total())?;
         for k in FaultKind::ALL {
             writeln!(f, "  {:<38} {}", k.label(), self.faults[k])?;

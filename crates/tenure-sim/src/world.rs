@@ -81,7 +81,7 @@ enum Msg {
 
 impl Msg {
     /// Whether it travels from the store (and is lost in a partition).
-    fn from_store(&self) -> bool {
+    fn travels_from_store(&self) -> bool {
         matches!(
             self,
             Msg::ReadReply { .. } | Msg::CasReply { .. } | Msg::Failed(_) | Msg::Changed
@@ -204,6 +204,7 @@ pub(crate) struct World {
     bounds: LivenessBounds,
     slow: Duration,
     heal_leader: Option<(usize, u64)>,
+    end_reasons: BTreeMap<&'static str, u64>,
 }
 
 impl World {
@@ -277,6 +278,7 @@ impl World {
             bounds,
             slow,
             heal_leader: None,
+            end_reasons: BTreeMap::new(),
         };
         // Nodes come up at staggered instants in the first half term.
         for i in 0..n {
@@ -373,6 +375,7 @@ impl World {
             heal_gap: checker.heal_gap,
             violations: checker.violations,
             notes: checker.notes,
+            end_reasons: self.end_reasons,
             events: self.events,
             digest: self.trace.digest(),
             trace: self.trace.into_lines(),
@@ -422,7 +425,7 @@ impl World {
         if node.life != life || !node.up() {
             return;
         }
-        if msg.from_store() && node.partitioned_until > t {
+        if msg.travels_from_store() && node.partitioned_until > t {
             self.trace.event(t, Some(n), "lost", &[], || {
                 format!("{msg:?} lost: node is partitioned")
             });
@@ -694,6 +697,7 @@ impl World {
                         )
                     },
                 );
+                *self.end_reasons.entry(reason.label()).or_insert(0) += 1;
                 self.checker.end_term(t, n, token, work_deadline);
                 // The work stops on its own schedule, at the latest by the
                 // work deadline, and a third of the time at once.
