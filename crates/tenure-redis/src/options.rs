@@ -1,0 +1,395 @@
+//! Connection options, parsed from a `redis://` or `rediss://` URL.
+//!
+//! The URL is parsed here rather than by the `redis` crate so that no error
+//! message, log line or `Debug` output can ever echo the password in it.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::RedisStoreError;
+
+/// The default key prefix: group `jobs` lives at key `tenure:jobs`.
+pub const DEFAULT_PREFIX: &str = "tenure:";
+
+/// The default bound on connecting and on each command.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where and how to reach Redis.
+///
+/// Built from a URL by [`RedisOptions::from_url`]:
+///
+/// ```text
+/// redis://[user[:password]@]host[:port][/db][?option=value&...]
+/// rediss://...                      (TLS)
+/// ```
+///
+/// User and password are percent-decoded (write `%40` for `@`). Query
+/// options:
+///
+/// | option | meaning | default |
+/// |---|---|---|
+/// | `prefix` | prepended to every group name to form its key | `tenure:` |
+/// | `timeout` | bound on connecting and on each command (`500ms`, `5s`) | `5s` |
+/// | `quarantine` | least time no lease is created after Redis lost its data (see the crate docs) | twice the term |
+/// | `ca` | PEM file of the CA that signed the server's certificate (`rediss://` only) | web PKI roots |
+/// | `cert`, `key` | PEM files of a client certificate and its key, for mutual TLS (`rediss://` only) | none |
+///
+/// ```
+/// use tenure_redis::RedisOptions;
+/// let o = RedisOptions::from_url("redis://app:s3cret@10.0.0.5:6380/2?prefix=billing:")?;
+/// assert_eq!(o.prefix(), "billing:");
+/// // The password never shows.
+/// assert!(!format!("{o:?}").contains("s3cret"));
+/// assert_eq!(o.describe(), "redis://app@10.0.0.5:6380/2 (prefix \"billing:\")");
+/// # Ok::<(), tenure_redis::RedisStoreError>(())
+/// ```
+#[derive(Clone)]
+pub struct RedisOptions {
+    pub(crate) tls: bool,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) db: i64,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
+    pub(crate) quarantine: Option<Duration>,
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+impl fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("tls", &self.tls)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("db", &self.db)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("quarantine", &self.quarantine)
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl RedisOptions {
+    /// Parses a `redis://` or `rediss://` URL (see the type's docs).
+    ///
+    /// Errors name the part of the URL that is wrong, never its password.
+    pub fn from_url(url: &str) -> Result<Self, RedisStoreError> {
+        let bad = |reason: String| RedisStoreError::InvalidUrl { reason };
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("redis://") {
+            (false, rest)
+        } else if let Some(rest) = url.strip_prefix("rediss://") {
+            (true, rest)
+        } else {
+            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
+            return Err(bad(format!(
+                "scheme {scheme:?} is not redis:// or rediss:// (TLS)"
+            )));
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        // The userinfo ends at the last '@' before the path, so that an
+        // unescaped '@' in a password still parses.
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (userinfo, hostport) = match authority.rfind('@') {
+            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+            None => (None, authority),
+        };
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(info) => {
+                let (u, p) = match info.split_once(':') {
+                    Some((u, p)) => (u, Some(p)),
+                    None => (info, None),
+                };
+                let u = percent_decode(u).ok_or_else(|| {
+                    bad("the user name has an invalid %-escape or is not UTF-8".into())
+                })?;
+                let p = match p {
+                    Some(p) => Some(percent_decode(p).ok_or_else(|| {
+                        bad("the password has an invalid %-escape or is not UTF-8".into())
+                    })?),
+                    None => None,
+                };
+                ((!u.is_empty()).then_some(u), p.filter(|p| !p.is_empty()))
+            }
+        };
+        if user.is_some() && password.is_none() {
+            return Err(bad(
+                "a user name without a password: write redis://user:password@host".into(),
+            ));
+        }
+        let (host, port) = split_host_port(hostport).map_err(bad)?;
+        let db = if path.is_empty() {
+            0
+        } else {
+            path.parse::<i64>().ok().filter(|d| *d >= 0).ok_or_else(|| {
+                bad(format!(
+                    "the path {path:?} is not a database number: write /0, /1, ..."
+                ))
+            })?
+        };
+        let mut options = RedisOptions {
+            tls,
+            host,
+            port,
+            db,
+            user,
+            password,
+            prefix: DEFAULT_PREFIX.into(),
+            timeout: DEFAULT_TIMEOUT,
+            quarantine: None,
+            ca: None,
+            cert: None,
+            key: None,
+        };
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_decode(value)
+                .ok_or_else(|| bad(format!("option {name}: invalid %-escape")))?;
+            match name {
+                "prefix" => options = options.with_prefix(value)?,
+                "timeout" => options.timeout = duration(name, &value).map_err(bad)?,
+                "quarantine" => options.quarantine = Some(duration(name, &value).map_err(bad)?),
+                "ca" | "cert" | "key" if !tls => {
+                    return Err(bad(format!(
+                        "option {name} needs TLS: use rediss:// instead of redis://"
+                    )))
+                }
+                "ca" => options.ca = Some(value.into()),
+                "cert" => options.cert = Some(value.into()),
+                "key" => options.key = Some(value.into()),
+                other => {
+                    return Err(bad(format!(
+                        "unknown option {other:?}: the options are prefix, timeout, quarantine, ca, cert, key"
+                    )))
+                }
+            }
+        }
+        if options.cert.is_some() != options.key.is_some() {
+            return Err(bad(
+                "cert and key go together: give both files for mutual TLS, or neither".into(),
+            ));
+        }
+        if options.timeout.is_zero() {
+            return Err(bad("timeout is zero: give a positive duration such as 5s".into()));
+        }
+        Ok(options)
+    }
+
+    /// Replaces the key prefix. It must be non-empty: the bare prefix is the
+    /// key of the data-set marker (see the crate docs).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Result<Self, RedisStoreError> {
+        let prefix = prefix.into();
+        if prefix.is_empty() {
+            return Err(RedisStoreError::InvalidUrl {
+                reason: "the key prefix is empty: give one such as tenure: (the bare prefix is the key of tenure's data-set marker)".into(),
+            });
+        }
+        self.prefix = prefix;
+        Ok(self)
+    }
+
+    /// Replaces the bound on connecting and on each command.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the least time no lease is created after Redis lost its data
+    /// (the default is twice the term of the lease being created).
+    pub fn with_quarantine(mut self, quarantine: Duration) -> Self {
+        self.quarantine = Some(quarantine);
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The bound on connecting and on each command.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The configured quarantine, if any.
+    pub fn quarantine(&self) -> Option<Duration> {
+        self.quarantine
+    }
+
+    /// Whether the connection uses TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The ACL user, if any (the password is never exposed).
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// `host:port`, for messages.
+    pub fn target(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The URL without the password, and the prefix: what
+    /// [`describe`](tenure::LeaseStore::describe) shows.
+    pub fn describe(&self) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let user = self
+            .user
+            .as_deref()
+            .map(|u| format!("{u}@"))
+            .unwrap_or_default();
+        format!(
+            "{scheme}://{user}{}/{} (prefix {:?})",
+            self.target(),
+            self.db,
+            self.prefix
+        )
+    }
+}
+
+fn split_host_port(s: &str) -> Result<(String, u16), String> {
+    if s.is_empty() {
+        return Err("no host: write redis://host:port".into());
+    }
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        // [IPv6]:port
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| "an IPv6 address without its closing ]".to_string())?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p),
+            None if after.is_empty() => None,
+            None => return Err(format!("unexpected {after:?} after the IPv6 address")),
+        };
+        (h.to_owned(), port)
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h.to_owned(), Some(p)),
+            None => (s.to_owned(), None),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host: write redis://host:port".into());
+    }
+    let port = match port {
+        None => 6379,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("port {p:?} is not a number from 1 to 65535"))?,
+    };
+    Ok((host, port))
+}
+
+/// Parses `500ms`, `5s`, `2m` or a bare number of seconds.
+pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
+    let v = value.trim();
+    let (num, unit) = match v.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => (&v[..i], &v[i..]),
+        None => (v, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("option {name}: {value:?} is not a duration such as 500ms or 5s"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => {
+            return Err(format!(
+                "option {name}: unit {unit:?} is not ms, s or m (write 500ms or 5s)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("option {name}: {value:?} is out of range"))
+}
+
+/// Decodes `%XX` escapes; `None` if an escape is malformed or the result is
+/// not UTF-8.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_forms_users_write() {
+        let o = RedisOptions::from_url("redis://127.0.0.1:56379").unwrap();
+        assert_eq!((o.host.as_str(), o.port, o.db, o.tls), ("127.0.0.1", 56379, 0, false));
+        assert_eq!(o.prefix, "tenure:");
+        let o = RedisOptions::from_url("rediss://u:p%40ss@h/3?prefix=x%3A&timeout=250ms&quarantine=1m").unwrap();
+        assert_eq!((o.port, o.db, o.tls), (6379, 3, true));
+        assert_eq!(o.user.as_deref(), Some("u"));
+        assert_eq!(o.password.as_deref(), Some("p@ss"));
+        assert_eq!(o.prefix, "x:");
+        assert_eq!(o.timeout, Duration::from_millis(250));
+        assert_eq!(o.quarantine, Some(Duration::from_secs(60)));
+        let o = RedisOptions::from_url("redis://:only-password@[::1]:7000").unwrap();
+        assert_eq!((o.host.as_str(), o.port), ("::1", 7000));
+        assert_eq!(o.user, None);
+        assert_eq!(o.target(), "[::1]:7000");
+        // An unescaped '@' in the password still parses.
+        let o = RedisOptions::from_url("redis://u:a@b@h:1").unwrap();
+        assert_eq!(o.password.as_deref(), Some("a@b"));
+    }
+
+    #[test]
+    fn errors_name_the_part_and_never_the_password() {
+        for (url, needle) in [
+            ("http://h", "scheme"),
+            ("redis://u:pw-secret@h:99999", "port"),
+            ("redis://u:pw-secret@h:1/x", "database number"),
+            ("redis://u:pw-secret@h:1?prefix=", "prefix is empty"),
+            ("redis://u:pw-secret@h:1?ca=/x", "rediss://"),
+            ("rediss://u:pw-secret@h:1?cert=/x", "cert and key"),
+            ("redis://u:pw-secret@h:1?bogus=1", "unknown option"),
+            ("redis://u:pw-secret@h:1?timeout=5parsecs", "unit"),
+            ("redis://user@h:1", "without a password"),
+            ("redis://", "no host"),
+        ] {
+            let e = RedisOptions::from_url(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+            assert!(!e.contains("pw-secret"), "{url}: {e}");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The Lua scripts that make every operation atomic inside Redis, and the
+//! parsing of their replies.
+//!
+//! Every script touches two keys: the group's record (`KEYS[1]`) and the
+//! data-set marker (`KEYS[2]`, the bare prefix). Both are checked for their
+//! type before anything is read or written, so a key that another program
+//! owns is reported, never overwritten.
+
+use std::sync::LazyLock;
+
+use redis::Value;
+
+/// Compare-and-swap.
+///
+/// `ARGV[1]`: the expected version (`""`: no record may exist; `"0"`: no
+/// record may exist and the data set is a recovered one, see the crate
+/// docs); `ARGV[2]`: the encoded record; `ARGV[3]`: the quarantine in ms;
+/// `ARGV[4]`: the channel to publish the change on.
+///
+/// Replies `{"applied", version, publish_error}`, `{"conflict"}`,
+/// `{"quarantine", remaining_ms}` or `{"wrongtype", which, type}`.
+///
+/// Versions are never reused, even across a loss of data: a record is
+/// created with the server's time in microseconds as its version and every
+/// write adds one, so a writer holding a version from before the loss
+/// cannot match a record created after it (fewer writes than microseconds
+/// pass between two losses).
+pub(crate) static CAS: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+local key, marker = KEYS[1], KEYS[2]
+local expected = ARGV[1]
+local kt = redis.call('TYPE', key)['ok']
+if kt ~= 'none' and kt ~= 'hash' then return {'wrongtype', 'record', kt} end
+local mt = redis.call('TYPE', marker)['ok']
+if mt ~= 'none' and mt ~= 'hash' then return {'wrongtype', 'marker', mt} end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+local version
+if kt == 'hash' then
+  if expected == '' or expected == '0' then return {'conflict'} end
+  if redis.call('HGET', key, 'v') ~= expected then return {'conflict'} end
+  version = redis.call('HINCRBY', key, 'v', 1)
+else
+  if expected ~= '' and expected ~= '0' then return {'conflict'} end
+  local floor = false
+  if mt == 'hash' then floor = redis.call('HGET', marker, 'floor') end
+  if not floor then
+    -- No marker: the data set is new or lost its data. Mark it, and make
+    -- everyone wait out any term granted before the loss.
+    redis.call('HSET', marker, 'floor', string.format('%.0f', now_us),
+      'since_ms', string.format('%.0f', now_ms))
+    return {'quarantine', ARGV[3]}
+  end
+  if floor == '0' then
+    -- Adopted as new: a missing record was never written.
+    if expected ~= '' then return {'conflict'} end
+  else
+    -- Recovered: a missing record may have been lost; it reads as a
+    -- release at the token floor, version 0.
+    if expected ~= '0' then return {'conflict'} end
+    local since = tonumber(redis.call('HGET', marker, 'since_ms')) or now_ms
+    local left = since + tonumber(ARGV[3]) - now_ms
+    if left > 0 then return {'quarantine', string.format('%.0f', left)} end
+  end
+  version = now_us
+  redis.call('HSET', key, 'v', string.format('%.0f', version))
+end
+redis.call('HSET', key, 'record', ARGV[2])
+-- pcall: a missing channel permission must not turn an applied write into
+-- an error; the write stands and the caller logs the publish error.
+local published = redis.pcall('PUBLISH', ARGV[4], '')
+local note = ''
+if type(published) == 'table' and published['err'] then note = published['err'] end
+return {'applied', string.format('%.0f', version), note}
+"#,
+    )
+});
+
+/// Read. Replies `{"hash", v, record}` (either may be nil),
+/// `{"none", floor, since_ms}` (empty strings without a marker) or
+/// `{"wrongtype", which, type}`.
+pub(crate) static READ: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+local key, marker = KEYS[1], KEYS[2]
+local kt = redis.call('TYPE', key)['ok']
+if kt == 'hash' then
+  local f = redis.call('HMGET', key, 'v', 'record')
+  return {'hash', f[1], f[2]}
+end
+if kt ~= 'none' then return {'wrongtype', 'record', kt} end
+local mt = redis.call('TYPE', marker)['ok']
+if mt == 'none' then return {'none', '', ''} end
+if mt ~= 'hash' then return {'wrongtype', 'marker', mt} end
+local m = redis.call('HMGET', marker, 'floor', 'since_ms')
+return {'none', m[1] or '', m[2] or ''}
+"#,
+    )
+});
+
+/// Marks a data set without a marker as new (`floor` 0): replies 1 if it
+/// did, 0 if a marker existed, or `{"wrongtype", "marker", type}`.
+pub(crate) static ADOPT: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+local mt = redis.call('TYPE', KEYS[1])['ok']
+if mt == 'hash' then return 0 end
+if mt ~= 'none' then return {'wrongtype', 'marker', mt} end
+redis.call('HSET', KEYS[1], 'floor', '0', 'since_ms', '0')
+return 1
+"#,
+    )
+});
+
+/// A reply of [`CAS`].
+#[derive(Debug, PartialEq)]
+pub(crate) enum CasReply {
+    Applied {
+        version: u64,
+        publish_error: Option<String>,
+    },
+    Conflict,
+    Quarantine {
+        remaining_ms: u64,
+    },
+    WrongType {
+        marker: bool,
+        found: String,
+    },
+}
+
+/// A reply of [`READ`].
+#[derive(Debug, PartialEq)]
+pub(crate) enum ReadReply {
+    Hash {
+        version: Option<Vec<u8>>,
+        record: Option<Vec<u8>>,
+    },
+    /// No record. `floor`: the marker's token floor (`None` without a
+    /// marker); `since_ms`: when the marker was written.
+    None {
+        floor: Option<u64>,
+        since_ms: u64,
+    },
+    WrongType {
+        marker: bool,
+        found: String,
+    },
+}
+
+fn items(v: &Value) -> Result<&[Value], String> {
+    match v {
+        Value::Array(items) => Ok(items),
+        other => Err(format!("expected an array, got {other:?}")),
+    }
+}
+
+fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
+    match v? {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        Value::Int(i) => Some(i.to_string().into_bytes()),
+        _ => None,
+    }
+}
+
+fn text(v: Option<&Value>) -> String {
+    bytes(v)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+fn number(v: Option<&Value>, what: &str) -> Result<u64, String> {
+    let t = text(v);
+    t.parse()
+        .map_err(|_| format!("{what} {t:?} is not a whole number"))
+}
+
+fn wrong_type(items: &[Value]) -> (bool, String) {
+    (text(items.get(1)) == "marker", text(items.get(2)))
+}
+
+impl CasReply {
+    pub(crate) fn parse(v: &Value) -> Result<Self, String> {
+        let items = items(v)?;
+        match text(items.first()).as_str() {
+            "applied" => {
+                let note = text(items.get(2));
+                Ok(CasReply::Applied {
+                    version: number(items.get(1), "version")?,
+                    publish_error: (!note.is_empty()).then_some(note),
+                })
+            }
+            "conflict" => Ok(CasReply::Conflict),
+            "quarantine" => Ok(CasReply::Quarantine {
+                remaining_ms: number(items.get(1), "quarantine")?,
+            }),
+            "wrongtype" => {
+                let (marker, found) = wrong_type(items);
+                Ok(CasReply::WrongType { marker, found })
+            }
+            other => Err(format!("unknown reply {other:?}")),
+        }
+    }
+}
+
+impl ReadReply {
+    pub(crate) fn parse(v: &Value) -> Result<Self, String> {
+        let items = items(v)?;
+        match text(items.first()).as_str() {
+            "hash" => Ok(ReadReply::Hash {
+                version: bytes(items.get(1)),
+                record: bytes(items.get(2)),
+            }),
+            "none" => {
+                let floor = text(items.get(1));
+                let floor = if floor.is_empty() {
+                    None
+                } else {
+                    Some(floor.parse().map_err(|_| {
+                        format!("the data-set marker's floor {floor:?} is not a whole number")
+                    })?)
+                };
+                let since_ms = text(items.get(2)).parse().unwrap_or(0);
+                Ok(ReadReply::None { floor, since_ms })
+            }
+            "wrongtype" => {
+                let (marker, found) = wrong_type(items);
+                Ok(ReadReply::WrongType { marker, found })
+            }
+            other => Err(format!("unknown reply {other:?}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn parses_replies_and_rejects_nonsense() {
+        let applied = Value::Array(vec![bulk("applied"), bulk("1700000000000001"), bulk("")]);
+        assert_eq!(
+            CasReply::parse(&applied).unwrap(),
+            CasReply::Applied {
+                version: 1_700_000_000_000_001,
+                publish_error: None
+            }
+        );
+        let none = Value::Array(vec![bulk("none"), bulk(""), bulk("")]);
+        assert_eq!(
+            ReadReply::parse(&none).unwrap(),
+            ReadReply::None {
+                floor: None,
+                since_ms: 0
+            }
+        );
+        let hash = Value::Array(vec![bulk("hash"), Value::Nil, bulk("x")]);
+        assert_eq!(
+            ReadReply::parse(&hash).unwrap(),
+            ReadReply::Hash {
+                version: None,
+                record: Some(b"x".to_vec())
+            }
+        );
+        assert!(CasReply::parse(&Value::Int(3)).is_err());
+        assert!(CasReply::parse(&Value::Array(vec![bulk("applied"), bulk("x")])).is_err());
+        assert!(ReadReply::parse(&Value::Array(vec![bulk("what")])).is_err());
+    }
+}

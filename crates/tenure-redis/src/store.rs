@@ -1,0 +1,433 @@
+//! [`RedisStore`]: the [`LeaseStore`] over the Lua scripts of
+//! [`script`](crate::script).
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
+use tenure::{
+    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, Metadata, RecordError,
+    StoreError, Version, Versioned, WallTime,
+};
+use tokio::time::Instant;
+
+use crate::conn::Conn;
+use crate::error::RedisStoreError;
+use crate::feed;
+use crate::options::RedisOptions;
+use crate::script::{CasReply, ReadReply, ADOPT, CAS, READ};
+
+/// How long a change feed the server refused stays off before
+/// [`LeaseStore::changes`] tries again (electors poll meanwhile).
+const FEED_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The quarantine after a loss of data is at least this many terms of the
+/// lease being created: one for the old leader's term, one for margin
+/// against the server's clock rate and peers configured with a longer term.
+const QUARANTINE_TERMS: u32 = 2;
+
+/// A lease store in Redis. Clones share one connection.
+///
+/// See the [crate docs](crate) for the key layout and what happens when
+/// Redis loses its data.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Conn,
+    /// A RESP3 client for change feeds (pushes need RESP3).
+    feed_client: redis::Client,
+    feed_off_until: Mutex<Option<Instant>>,
+    publish_warned: AtomicBool,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("options", self.options())
+            .finish()
+    }
+}
+
+fn client(options: &RedisOptions, protocol: ProtocolVersion) -> Result<redis::Client, RedisStoreError> {
+    let addr = if options.tls {
+        ConnectionAddr::TcpTls {
+            host: options.host.clone(),
+            port: options.port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(options.host.clone(), options.port)
+    };
+    let info = ConnectionInfo {
+        addr,
+        redis: RedisConnectionInfo {
+            db: options.db,
+            username: options.user.clone(),
+            password: options.password.clone(),
+            protocol,
+        },
+    };
+    if options.ca.is_none() && options.cert.is_none() {
+        return redis::Client::open(info).map_err(|e| RedisStoreError::InvalidUrl {
+            reason: format!("the connection settings were refused: {}", e.category()),
+        });
+    }
+    let read = |what: &'static str, path: &std::path::PathBuf| {
+        std::fs::read(path).map_err(|source| RedisStoreError::TlsFile {
+            what,
+            path: path.clone(),
+            source,
+        })
+    };
+    let root_cert = options.ca.as_ref().map(|p| read("ca", p)).transpose()?;
+    let client_tls = match (&options.cert, &options.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("cert", cert)?,
+            client_key: read("key", key)?,
+        }),
+        _ => None,
+    };
+    redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| RedisStoreError::Tls {
+        target: options.target(),
+        detail: format!("the ca, cert or key file is not usable PEM ({})", e.category()),
+    })
+}
+
+impl RedisStore {
+    /// Connects to the Redis at `url` (see [`RedisOptions`] for the form)
+    /// and checks that tenure can work there: the credentials, TLS, that
+    /// the server is a master, and that it will not evict lease keys.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tenure_redis::RedisStoreError> {
+    /// let store = tenure_redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<RedisStore, RedisStoreError> {
+        RedisStore::connect_with(RedisOptions::from_url(url)?).await
+    }
+
+    /// Connects with options already parsed (and perhaps adjusted).
+    pub async fn connect_with(options: RedisOptions) -> Result<RedisStore, RedisStoreError> {
+        let conn = Conn::new(client(&options, ProtocolVersion::RESP2)?, options.clone());
+        let feed_client = client(&options, ProtocolVersion::RESP3)?;
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                conn,
+                feed_client,
+                feed_off_until: Mutex::new(None),
+                publish_warned: AtomicBool::new(false),
+            }),
+        };
+        store.check().await?;
+        Ok(store)
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &RedisOptions {
+        self.inner.conn.options()
+    }
+
+    /// The Redis key (and pub/sub channel) of a group: the prefix followed
+    /// by the group name.
+    pub fn key(&self, group: &GroupName) -> String {
+        format!("{}{}", self.options().prefix, group.as_str())
+    }
+
+    /// The key of the data-set marker: the bare prefix.
+    pub fn marker_key(&self) -> &str {
+        &self.options().prefix
+    }
+
+    /// Declares that this Redis has never held tenure leases under this
+    /// prefix, so the first leases are granted at once instead of after the
+    /// quarantine, and fencing tokens start at 1.
+    ///
+    /// Only for a brand-new server or prefix: tenure cannot tell a new Redis
+    /// from one that lost its data, and adopting one that lost its data
+    /// lets a new leader start while one elected before the loss still
+    /// holds its term. Returns `false` (and changes nothing) if tenure has
+    /// already marked this data set.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tenure_redis::RedisStoreError> {
+    /// let store = tenure_redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// store.adopt_empty().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn adopt_empty(&self) -> Result<bool, RedisStoreError> {
+        let marker = self.marker_key().to_owned();
+        let reply: Value = self
+            .inner
+            .conn
+            .run("adopt", |mut c| async move {
+                ADOPT.key(&marker).invoke_async(&mut c).await
+            })
+            .await?;
+        match &reply {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            Value::Array(items) => Err(RedisStoreError::WrongType {
+                key: self.marker_key().to_owned(),
+                found: items
+                    .get(2)
+                    .and_then(|v| redis::from_redis_value::<String>(v).ok())
+                    .unwrap_or_default(),
+            }),
+            other => Err(self.protocol("adopt", format!("{other:?}"))),
+        }
+    }
+
+    fn protocol(&self, what: &'static str, detail: String) -> RedisStoreError {
+        RedisStoreError::Protocol {
+            target: self.options().target(),
+            what,
+            detail,
+        }
+    }
+
+    fn wrong_type(&self, group: &GroupName, marker: bool, found: String) -> StoreError {
+        if marker {
+            RedisStoreError::WrongType {
+                key: self.marker_key().to_owned(),
+                found,
+            }
+            .into()
+        } else {
+            StoreError::Record {
+                group: group.clone(),
+                source: RecordError::Foreign {
+                    detail: format!(
+                        "the Redis key {:?} holds a {found}, not tenure's hash",
+                        self.key(group)
+                    ),
+                },
+            }
+        }
+    }
+
+    /// Connects once and checks what can be checked up front.
+    async fn check(&self) -> Result<(), RedisStoreError> {
+        self.inner
+            .conn
+            .run("PING", |mut c| async move {
+                redis::cmd("PING").query_async::<Value>(&mut c).await
+            })
+            .await?;
+        // Best effort: CONFIG is often renamed or denied on managed Redis.
+        let policy = self
+            .inner
+            .conn
+            .run("CONFIG GET", |mut c| async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("maxmemory-policy")
+                    .query_async::<Vec<String>>(&mut c)
+                    .await
+            })
+            .await;
+        match policy {
+            Ok(pair) => {
+                if let Some(policy) = pair.get(1) {
+                    if policy.starts_with("allkeys-") {
+                        return Err(RedisStoreError::Eviction {
+                            target: self.options().target(),
+                            policy: policy.clone(),
+                        });
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(target = %self.options().target(), error = %e, "cannot check maxmemory-policy")
+            }
+        }
+        Ok(())
+    }
+
+    fn quarantine_for(&self, record: &LeaseRecord) -> Duration {
+        let by_term = record.term.saturating_mul(QUARANTINE_TERMS);
+        self.options().quarantine.map_or(by_term, |q| q.max(by_term))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        let key = self.key(group);
+        let marker = self.marker_key().to_owned();
+        let reply: Value = self
+            .inner
+            .conn
+            .run("read", |mut c| async move {
+                READ.key(&key).key(&marker).invoke_async(&mut c).await
+            })
+            .await?;
+        let reply = ReadReply::parse(&reply).map_err(|d| self.protocol("read", d))?;
+        let bad = |source| StoreError::Record {
+            group: group.clone(),
+            source,
+        };
+        match reply {
+            ReadReply::WrongType { marker, found } => Err(self.wrong_type(group, marker, found)),
+            ReadReply::None {
+                floor: None | Some(0),
+                ..
+            } => Ok(None),
+            ReadReply::None {
+                floor: Some(floor),
+                since_ms,
+            } => {
+                // A recovered data set: this group's record may have been
+                // lost, so it reads as released at the token floor, and the
+                // next term's token is above every token issued before.
+                let at = WallTime::from_millis(since_ms);
+                Ok(Some(Versioned {
+                    record: LeaseRecord {
+                        holder: None,
+                        token: floor,
+                        term: Duration::ZERO,
+                        renewed_at: at,
+                        expires_at: at,
+                        metadata: Metadata::new(),
+                    },
+                    version: Version(0),
+                }))
+            }
+            ReadReply::Hash { version, record } => {
+                let (Some(version), Some(record)) = (version, record) else {
+                    return Err(bad(RecordError::Foreign {
+                        detail: format!(
+                            "the Redis hash {:?} lacks tenure's fields v and record",
+                            self.key(group)
+                        ),
+                    }));
+                };
+                let version = std::str::from_utf8(&version)
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        bad(RecordError::Corrupt {
+                            detail: format!(
+                                "the version field v of {:?} is {:?}, not a whole number",
+                                self.key(group),
+                                String::from_utf8_lossy(&version)
+                            ),
+                        })
+                    })?;
+                let record = LeaseRecord::decode(&record).map_err(bad)?;
+                Ok(Some(Versioned {
+                    record,
+                    version: Version(version),
+                }))
+            }
+        }
+    }
+
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let key = self.key(group);
+        let marker = self.marker_key().to_owned();
+        let expected = expected.map(|v| v.0.to_string()).unwrap_or_default();
+        let encoded = record.encode();
+        let quarantine = self.quarantine_for(record);
+        let quarantine_ms = u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX);
+        let reply: Value = self
+            .inner
+            .conn
+            .run("compare-and-swap", |mut c| async move {
+                CAS.key(&key)
+                    .key(&marker)
+                    .arg(expected)
+                    .arg(encoded)
+                    .arg(quarantine_ms)
+                    .arg(&key)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        match CasReply::parse(&reply).map_err(|d| self.protocol("compare-and-swap", d))? {
+            CasReply::Applied {
+                version,
+                publish_error,
+            } => {
+                if let Some(e) = publish_error {
+                    if !self.inner.publish_warned.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            target = %self.options().target(),
+                            error = %e,
+                            "cannot publish lease changes, so waiting candidates poll instead of taking over at once: grant the channel permission &{}*",
+                            self.options().prefix
+                        );
+                    }
+                }
+                Ok(CasOutcome::Applied(Version(version)))
+            }
+            CasReply::Conflict => Ok(CasOutcome::Conflict),
+            CasReply::Quarantine { remaining_ms } => Err(RedisStoreError::Quarantine {
+                target: self.options().target(),
+                prefix: self.options().prefix.clone(),
+                // Whole seconds: the message repeats in logs each retry.
+                remaining: Duration::from_secs(remaining_ms.div_ceil(1000)),
+            }
+            .into()),
+            CasReply::WrongType { marker, found } => Err(self.wrong_type(group, marker, found)),
+        }
+    }
+
+    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+        {
+            let mut off = self
+                .inner
+                .feed_off_until
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match *off {
+                Some(until) if Instant::now() < until => return Ok(None),
+                Some(_) => *off = None,
+                None => {}
+            }
+        }
+        let (tx, feed) = ChangeFeed::channel();
+        let store = self.clone();
+        let channel = self.key(group);
+        tokio::spawn(async move {
+            let client = store.inner.feed_client.clone();
+            let options = store.options().clone();
+            if let feed::Ended::Refused(e) = feed::run(client, options, channel.clone(), tx).await {
+                tracing::warn!(
+                    channel,
+                    error = %e,
+                    "Redis refused the change feed; candidates poll instead of taking over at once"
+                );
+                *store
+                    .inner
+                    .feed_off_until
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + FEED_RETRY_AFTER);
+            }
+        });
+        Ok(Some(feed))
+    }
+
+    fn describe(&self) -> String {
+        self.options().describe()
+    }
+}

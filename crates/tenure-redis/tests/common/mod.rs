@@ -1,0 +1,227 @@
+//! Helpers shared by the Redis store's tests: a private Redis server that a
+//! test may kill and restart, a TCP proxy that a test may cut, and elector
+//! helpers.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::{Config, Elector, GroupName, LeaseStore};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// A free port on loopback (racy in theory, fine for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A throwaway directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-redis-{label}-{}-{:x}",
+            std::process::id(),
+            rand_u64()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    h.finish()
+}
+
+/// A private redis-server on a free port, without persistence (so a
+/// restart loses every key, as the shared test server would), killed by
+/// PID on drop.
+pub struct RedisServer {
+    pub port: u16,
+    dir: TempDir,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start(extra: &[&str]) -> RedisServer {
+        let mut s = RedisServer {
+            port: free_port(),
+            dir: TempDir::new("server"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&self.dir.0)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(cmd.spawn().expect("redis-server is installed"));
+        wait_port(self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// SIGKILL: the data (in memory only) is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Runs redis-cli against this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p"])
+            .arg(self.port.to_string())
+            .args(args)
+            .output()
+            .expect("redis-cli is installed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn wait_port(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("nothing listens on port {port} after 5 s");
+}
+
+/// Forwards a local port to `target` until cut: then open connections
+/// stop forwarding (silence, like a partition) and new ones are dropped.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    cut_tx: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let (cut_tx, cut_rx) = watch::channel(false);
+        let flag = cut.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if flag.load(Ordering::Acquire) {
+                    drop(inbound);
+                    continue;
+                }
+                let mut cut_rx = cut_rx.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = async { cut_rx.wait_for(|cut| *cut).await.is_ok() } => {
+                            // Hold both sockets open and silent.
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    let _ = inbound.shutdown().await;
+                });
+            }
+        });
+        Proxy {
+            addr,
+            cut,
+            cut_tx,
+            task,
+        }
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+        let _ = self.cut_tx.send(true);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts an elector for `group` with a term.
+pub fn elector(store: impl LeaseStore, group: &GroupName, id: &str, term: Duration) -> Elector {
+    Elector::builder(store, group.as_str())
+        .candidate_id(id)
+        .config(Config::new(term))
+        .start()
+        .expect("valid config")
+}
+
+/// Waits until exactly one of `electors` leads, panicking if two ever do.
+pub async fn one_leader(electors: &[&Elector], within: Duration) -> usize {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let leaders: Vec<usize> = electors
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.is_leader())
+            .map(|(i, _)| i)
+            .collect();
+        assert!(leaders.len() <= 1, "two leaders at once: {leaders:?}");
+        if let [one] = leaders[..] {
+            return one;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

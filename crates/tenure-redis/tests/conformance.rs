@@ -1,0 +1,63 @@
+//! The tenure conformance suite against the real Redis server.
+
+mod common;
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+use tenure::testkit::{self, Harness};
+use tenure::GroupName;
+use tenure_redis::RedisStore;
+
+struct RedisHarness {
+    url: String,
+    raw: redis::aio::MultiplexedConnection,
+    prefix: String,
+}
+
+#[async_trait]
+impl Harness for RedisHarness {
+    type Store = RedisStore;
+
+    async fn store(&self) -> RedisStore {
+        RedisStore::connect(&self.url).await.expect("connect")
+    }
+
+    async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
+        let key = format!("{}{}", self.prefix, group.as_str());
+        let mut c = self.raw.clone();
+        // As a foreign program would: bytes in the record field, and a new
+        // version, so a CAS with the version read before conflicts.
+        let _: () = redis::pipe()
+            .atomic()
+            .hset(&key, "record", bytes)
+            .hincr(&key, "v", 1)
+            .query_async(&mut c)
+            .await
+            .expect("plant");
+    }
+
+    async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
+        let key = format!("{}{}", self.prefix, group.as_str());
+        let mut c = self.raw.clone();
+        c.hget(&key, "record").await.expect("read raw")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance() {
+    let Some(server) = testkit::server_url("TENURE_TEST_REDIS") else {
+        return;
+    };
+    // A prefix of its own, adopted as new: the suite expects a missing
+    // record to read as never written (see the crate docs on data loss).
+    let prefix = format!("tenure-conformance-{:x}:", common::rand_u64());
+    let url = format!("{server}?prefix={prefix}");
+    let store = RedisStore::connect(&url).await.expect("connect");
+    assert!(store.adopt_empty().await.expect("adopt"));
+    let raw = redis::Client::open(server.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    testkit::run_conformance(&RedisHarness { url, raw, prefix }).await;
+}
