@@ -1,1 +1,75 @@
-fn main() {}
+//! `tenure`: leader election with fencing tokens, from the command line.
+//!
+//! This file only wires things up: parse the command line, set up logging
+//! and the runtime, run the command, turn its result into an exit code.
+
+mod child;
+mod cli;
+mod connect;
+mod demo;
+mod exit;
+mod http;
+mod logging;
+mod out;
+mod release;
+mod run;
+mod signals;
+mod status;
+mod store_url;
+mod view;
+mod watch;
+mod watchdog;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    // clap prints its own errors and exits 2 (0 for --help, --version).
+    let cli = Cli::parse();
+    if let Command::Watchdog(args) = &cli.command {
+        // The watchdog needs neither a runtime nor logging: it blocks on a
+        // pipe and may be the last process of its kind standing.
+        return ExitCode::from(watchdog::main(args));
+    }
+    logging::init(cli.log_format);
+    // One thread on purpose: PR_SET_PDEATHSIG fires when the *thread* that
+    // forked a child exits, so children must be forked from the thread that
+    // lives as long as the process.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the runtime")),
+    };
+    let result = runtime.block_on(dispatch(cli.command));
+    // Blocking store calls still in flight must not hold up the exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => fail(&e),
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<u8> {
+    match command {
+        Command::Run(args) => run::run(args).await,
+        Command::Status(args) => status::run(args).await,
+        Command::Watch(args) => watch::run(args).await,
+        Command::Release(args) => release::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
+        Command::DemoCandidate(args) => demo::run_candidate(args).await,
+        Command::Watchdog(args) => Ok(watchdog::main(&args)),
+    }
+}
+
+/// Prints a failure as one line and returns its exit code.
+fn fail(e: &anyhow::Error) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "tenure: error: {}", exit::one_line(e));
+    ExitCode::from(exit::code_of(e))
+}

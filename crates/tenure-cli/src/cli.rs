@@ -1,0 +1,338 @@
+//! The command line: clap types only. Parsing values that need more than
+//! clap (store URLs, timing rules) happens in the commands, so their errors
+//! can name the rule that was broken.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::store_url;
+
+/// `tenure`: run a command as a singleton across hosts, with a fencing token.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tenure",
+    version,
+    about = "Leader election with fencing tokens: run a command only while this candidate leads",
+    after_help = MAIN_EXAMPLES,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// How log lines on stderr look.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Human,
+        env = "TENURE_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One readable line per event.
+    Human,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run CMD only while this candidate leads GROUP; stand again after losing.
+    Run(RunArgs),
+    /// Show who leads GROUP right now.
+    Status(StatusArgs),
+    /// Print one line per change of GROUP's leader, as it happens.
+    Watch(WatchArgs),
+    /// Hand GROUP's leadership back when its holder is gone (or at once with --force).
+    Release(ReleaseArgs),
+    /// Show fail-over on this machine: candidates on a scratch SQLite file,
+    /// the leader taken down in turns, every hand-over measured and checked.
+    Demo(DemoArgs),
+    /// One candidate of `tenure demo`, reporting its terms as JSON lines.
+    #[command(hide = true)]
+    DemoCandidate(DemoCandidateArgs),
+    /// Kills a child's process group if the supervising `tenure run` dies.
+    #[command(hide = true)]
+    Watchdog(WatchdogArgs),
+}
+
+/// Where the lease records live.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// The store URL [default: $TENURE_STORE, else a file in the state directory; see --help]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TENURE_STORE",
+        // A URL may carry a password: never echo the variable's value in --help.
+        hide_env_values = true,
+        long_help = store_url::long_help()
+    )]
+    pub store: Option<String>,
+}
+
+/// `tenure run`.
+#[derive(Debug, Args)]
+#[command(after_help = RUN_EXAMPLES)]
+pub struct RunArgs {
+    /// The group (role) to lead.
+    #[arg(long, value_name = "NAME")]
+    pub group: String,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// This candidate's id [default: HOSTNAME-PID].
+    #[arg(long, value_name = "ID", env = "TENURE_ID")]
+    pub id: Option<String>,
+
+    /// How long one successful write keeps the lease; renewals, retries and
+    /// the fail-over bounds derive from it.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub term: Duration,
+
+    /// Published in the lease record for `status` and `watch` (repeatable).
+    #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub metadata: Vec<(String, String)>,
+
+    /// Run CMD to completion once, then release and exit with its status.
+    #[arg(long)]
+    pub once: bool,
+
+    /// Time between SIGTERM and SIGKILL for CMD's process group; cut short so
+    /// the group is dead before the term's deadline.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+
+    /// First wait before standing again after CMD exited on its own; doubles
+    /// while CMD keeps exiting quickly, up to 1 minute.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub backoff: Duration,
+
+    /// Serve /metrics, /healthz and /leader over HTTP on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+
+    /// The command and its arguments.
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `tenure status`.
+#[derive(Debug, Args)]
+#[command(after_help = STATUS_EXAMPLES)]
+pub struct StatusArgs {
+    /// The group to inspect.
+    #[arg(long, value_name = "NAME")]
+    pub group: String,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tenure watch`.
+#[derive(Debug, Args)]
+#[command(after_help = WATCH_EXAMPLES)]
+pub struct WatchArgs {
+    /// The group to watch.
+    #[arg(long, value_name = "NAME")]
+    pub group: String,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// How often to re-read the record when the store sends no change hints.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub poll: Duration,
+
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tenure release`.
+#[derive(Debug, Args)]
+#[command(after_help = RELEASE_EXAMPLES)]
+pub struct ReleaseArgs {
+    /// The group whose lease to release.
+    #[arg(long, value_name = "NAME")]
+    pub group: String,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Clear the lease at once, even if its holder may be alive.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `tenure demo`.
+#[derive(Debug, Args)]
+#[command(after_help = DEMO_EXAMPLES)]
+pub struct DemoArgs {
+    /// How many candidate processes stand at a time (2 to 9).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=9))]
+    pub candidates: u8,
+
+    /// Roughly how long to run; one round of each kind of take-down always runs.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// The candidates' term.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub term: Duration,
+
+    /// Print the summary as one JSON object on stdout (the timeline goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Keep the scratch directory (database, candidate logs) afterwards.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// `tenure demo-candidate` (internal).
+#[derive(Debug, Args)]
+pub struct DemoCandidateArgs {
+    /// The group.
+    #[arg(long)]
+    pub group: String,
+    /// The store URL.
+    #[arg(long)]
+    pub store: String,
+    /// The candidate id.
+    #[arg(long)]
+    pub id: String,
+    /// The term.
+    #[arg(long, value_parser = parse_duration)]
+    pub term: Duration,
+}
+
+/// `tenure watchdog` (internal).
+#[derive(Debug, Args)]
+pub struct WatchdogArgs {
+    /// The process group to kill when stdin closes without "disarm".
+    #[arg(long, allow_hyphen_values = true)]
+    pub pgid: i32,
+}
+
+/// Parses "10s", "500ms", "1m 30s".
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration ({e}); write it like 10s, 500ms or 1m30s"))
+}
+
+/// Parses `KEY=VALUE`.
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
+}
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  tenure run --group nightly-billing -- ./bill --all
+  tenure status --group nightly-billing
+  tenure watch --group nightly-billing --json
+  tenure release --group nightly-billing
+  tenure demo
+
+Exit codes: 0 success, 1 runtime failure (store unreachable, CMD failed to
+start, demo found a problem), 2 usage error (bad flag, URL or timing),
+3 `release` refused because the holder is alive; `run --once` exits with
+CMD's status.";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  # Run the billing job on exactly one of the hosts that run this line:
+  tenure run --group nightly-billing --term 10s -- ./bill --all
+
+  # Run once, wherever leadership lands, and pass on the job's exit status:
+  tenure run --group migrate --once -- ./migrate.sh
+
+  # Publish an address and serve Prometheus metrics and a health check:
+  tenure run --group outbox --metadata address=10.0.0.7:8080 \\
+      --metrics-addr 127.0.0.1:9464 -- ./relay
+
+CMD gets TENURE_GROUP, TENURE_ID, TENURE_TOKEN (the fencing token: pass it to
+everything CMD writes), TENURE_TERM_MS, and the term's deadline as of CMD's
+start, TENURE_DEADLINE (RFC 3339) and TENURE_DEADLINE_UNIX_MS; the lease is
+renewed while CMD runs. CMD runs in its own process group with stdin closed.
+When leadership ends (lost, superseded, or tenure is told to stop) the whole
+group gets SIGTERM, then SIGKILL after --kill-grace, cut short so that the
+group is dead before the term's deadline. If tenure itself dies, CMD's group is
+killed at once. SIGINT or SIGTERM to tenure: stop CMD, release, exit 0
+(128+signal with --once). A second signal skips the grace.
+
+HTTP endpoints (--metrics-addr): GET /metrics (Prometheus), GET /healthz (200,
+or 503 while this process leads on a term that is past due), GET /leader (JSON
+of the leader as this process sees it).";
+
+const STATUS_EXAMPLES: &str = "\
+Examples:
+  tenure status --group nightly-billing
+  tenure status --group nightly-billing --store sqlite:///var/lib/tenure/tenure.db --json
+
+JSON fields: group, store, state (\"held\", \"expired\": held but not renewed in
+time by its holder's clock, \"released\", \"never\": no record), token (the
+latest fencing token, null if never), leader (null, or {candidate, token,
+metadata, renewed_at, expires_at (RFC 3339), renewed_ago_ms, expires_in_ms
+(negative once expired)}).";
+
+const WATCH_EXAMPLES: &str = "\
+Examples:
+  tenure watch --group nightly-billing
+  tenure watch --group nightly-billing --json | jq .leader.candidate
+
+Prints the leader at start, then one line per change. A leader counts as gone
+once its record stayed unchanged for its term × 1.01. JSON fields per line:
+at (RFC 3339), group, leader (null, or {candidate, token, metadata,
+renewed_at, expires_at}).";
+
+const RELEASE_EXAMPLES: &str = "\
+Examples:
+  # Clear the lease of a crashed holder (waits one term to make sure):
+  tenure release --group nightly-billing
+
+  # Take leadership away from a live holder:
+  tenure release --group nightly-billing --force
+
+Without --force, tenure watches the record for its term × 1.01; if it stays
+unchanged the holder is gone, and the record is released (holder cleared, the
+fencing token kept). If the holder renews meanwhile, nothing is written and
+tenure exits 3. With --force the record is released at once; a live holder
+notices at its next renewal and stops its work, and the next leader's token
+is higher, so fencing still holds.";
+
+const DEMO_EXAMPLES: &str = "\
+Examples:
+  tenure demo
+  tenure demo --candidates 5 --duration 1m
+  tenure demo --json | jq .handovers
+
+Starts N `tenure demo-candidate` processes on a fresh SQLite file, then takes
+the leader down in turns: SIGTERM (graceful stop), SIGKILL (crash), SIGSTOP for
+longer than a term then SIGCONT (pause). Every candidate reports its terms
+with CLOCK_BOOTTIME timestamps; the demo checks that no two terms' validity
+intervals overlap and that tokens strictly rise, and exits 1 if either fails.";

@@ -1,0 +1,269 @@
+//! The observability endpoint of `tenure run --metrics-addr`: a minimal
+//! HTTP/1.1 server (GET only, one request per connection) with
+//!
+//! * `/metrics`: Prometheus text from the `metrics` facade the library
+//!   reports through (`tenure_is_leader`, `tenure_transitions_total`, …);
+//! * `/healthz`: 200, or 503 while this process believes it leads but its
+//!   term is past due (client-go's `HealthzAdaptor`): a leader stuck that
+//!   way is wedged, and a supervisor should restart it;
+//! * `/leader`: JSON of the leader as this process sees it.
+//!
+//! Small enough not to need an HTTP stack; it never reads a request body.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde::Serialize;
+use tenure::{Elector, Metadata, Role};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::view;
+
+/// Longest request head read, in bytes.
+const MAX_HEAD: usize = 8 * 1024;
+/// A client gets this long to send its request.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Installs the Prometheus recorder as the global `metrics` recorder, and
+/// runs its upkeep (histogram draining) in the background.
+pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
+/// What the endpoints read: the metrics, and the elector currently
+/// standing (replaced when `run` stands again after a back-off).
+#[derive(Clone)]
+pub struct Sources {
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+    /// The current elector, if any.
+    pub elector: watch::Receiver<Option<Elector>>,
+    /// What this candidate publishes when it leads.
+    pub metadata: Metadata,
+}
+
+/// Binds `addr` and serves in the background. Binding errors are returned
+/// (a port in use is a one-line failure at start, not a silent gap).
+pub async fn serve(addr: SocketAddr, sources: Sources) -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for --metrics-addr"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, "serving /metrics, /healthz and /leader");
+    tokio::spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let sources = sources.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = handle(stream, &sources).await {
+                            tracing::debug!(error = %e, "HTTP request failed");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors, say: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(local)
+}
+
+/// A response before encoding.
+struct Response {
+    status: u16,
+    content_type: &'static str,
+    body: String,
+}
+
+async fn handle(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()> {
+    let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
+        Ok(r) => r?,
+        Err(_) => return Ok(()),
+    };
+    let response = respond(&head, sources);
+    let reason = match response.status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    };
+    let head = format!(
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
+        response.status,
+        response.content_type,
+        response.body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(response.body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Reads up to the blank line ending the request head.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < MAX_HEAD {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+fn respond(head: &str, sources: &Sources) -> Response {
+    let mut parts = head.lines().next().unwrap_or("").split_whitespace();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return text(400, "bad request\n");
+    };
+    if method != "GET" && method != "HEAD" {
+        return text(405, "only GET\n");
+    }
+    let path = target.split('?').next().unwrap_or(target);
+    let elector = sources.elector.borrow().clone();
+    match path {
+        "/metrics" => Response {
+            status: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: sources.metrics.render(),
+        },
+        "/healthz" => healthz(elector.as_ref()),
+        "/leader" => Response {
+            status: 200,
+            content_type: "application/json",
+            body: leader_json(elector.as_ref(), &sources.metadata),
+        },
+        _ => text(404, "not found: try /metrics, /healthz or /leader\n"),
+    }
+}
+
+fn text(status: u16, body: &str) -> Response {
+    Response {
+        status,
+        content_type: "text/plain; charset=utf-8",
+        body: body.to_owned(),
+    }
+}
+
+/// 503 only for the wedged-leader case; a follower or a candidate waiting
+/// for the store is healthy as far as leadership goes.
+fn healthz(elector: Option<&Elector>) -> Response {
+    if let Some(Role::Leader(term)) = elector.map(Elector::role) {
+        if term.remaining().is_zero() {
+            return text(
+                503,
+                &format!(
+                    "unhealthy: leading group {} with token {} but the term is past its deadline\n",
+                    term.group(),
+                    term.token()
+                ),
+            );
+        }
+    }
+    text(200, "ok\n")
+}
+
+/// The body of `/leader`.
+#[derive(Serialize)]
+struct LeaderView {
+    group: Option<String>,
+    candidate: Option<String>,
+    role: &'static str,
+    leader: Option<LeaderRef>,
+    term: Option<TermJson>,
+}
+
+/// The leader: this process or another.
+#[derive(Serialize)]
+struct LeaderRef {
+    candidate: String,
+    token: u64,
+    is_self: bool,
+    metadata: BTreeMap<String, String>,
+    expires_at: String,
+}
+
+/// This process's own term, when it leads.
+#[derive(Serialize)]
+struct TermJson {
+    token: u64,
+    remaining_ms: u64,
+    deadline: String,
+    cancelled: bool,
+}
+
+fn leader_json(elector: Option<&Elector>, metadata: &Metadata) -> String {
+    let view = match elector {
+        None => LeaderView {
+            group: None,
+            candidate: None,
+            role: "stopped",
+            leader: None,
+            term: None,
+        },
+        Some(e) => {
+            let (role, leader, term) = match e.role() {
+                Role::Leader(t) => (
+                    "leader",
+                    Some(LeaderRef {
+                        candidate: e.candidate_id().to_owned(),
+                        token: t.token(),
+                        is_self: true,
+                        metadata: view::metadata_map(metadata),
+                        expires_at: view::rfc3339(t.wall_deadline()),
+                    }),
+                    Some(TermJson {
+                        token: t.token(),
+                        remaining_ms: u64::try_from(t.remaining().as_millis()).unwrap_or(u64::MAX),
+                        deadline: view::rfc3339(t.wall_deadline()),
+                        cancelled: t.is_cancelled(),
+                    }),
+                ),
+                Role::Follower { leader } => (
+                    "follower",
+                    Some(LeaderRef {
+                        candidate: leader.candidate.clone(),
+                        token: leader.token,
+                        is_self: false,
+                        metadata: view::metadata_map(&leader.metadata),
+                        expires_at: view::rfc3339(leader.expires_at),
+                    }),
+                    None,
+                ),
+                Role::Stopped => ("stopped", None, None),
+                _ => ("candidate", None, None),
+            };
+            LeaderView {
+                group: Some(e.group().to_string()),
+                candidate: Some(e.candidate_id().to_owned()),
+                role,
+                leader,
+                term,
+            }
+        }
+    };
+    // Serializing strings, maps and integers cannot fail.
+    serde_json::to_string(&view).unwrap_or_default()
+}

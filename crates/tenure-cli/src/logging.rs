@@ -1,0 +1,25 @@
+//! Log lines on stderr, readable or JSON. stdout stays for command output
+//! (and for CMD's own output under `tenure run`).
+
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::LogFormat;
+
+/// Installs the global subscriber. `RUST_LOG` overrides the default level,
+/// which is `info` (elections, hand-overs, child starts and stops).
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    // A second initialisation (never in this binary) would fail harmlessly.
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
+}

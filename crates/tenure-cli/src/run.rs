@@ -1,0 +1,393 @@
+//! `tenure run`: stand for a group and run CMD only while leading.
+//!
+//! The life of the process is a series of *stints*, each with one
+//! [`Elector`]. Within a stint, every term this candidate wins runs CMD once;
+//! losing the term stops CMD and the candidate keeps standing. When CMD exits
+//! on its own the stint ends: the elector shuts down (so the lease is
+//! released and another candidate can take over at once), and after a
+//! back-off a new stint stands again — or, with `--once`, tenure exits with
+//! CMD's status. Shutting the elector down rather than merely resigning is
+//! what makes the back-off real: a resigned candidate stands again after one
+//! poll period, which would turn a crash-looping CMD into leadership flapping
+//! across the whole group.
+
+use std::ffi::OsString;
+use std::io;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use anyhow::Context;
+use tenure::{Config, Elector, ElectorError, Event, Metadata, Term, Timing};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::child::{self, StopPlan, StopReport, Supervised};
+use crate::cli::RunArgs;
+use crate::connect::{self, Connected};
+use crate::exit::{self, usage};
+use crate::http;
+use crate::signals::Stop;
+use crate::view;
+
+/// A CMD that ran at least this long was not crash-looping: the back-off
+/// starts over.
+const STABLE_RUN: Duration = Duration::from_secs(60);
+/// The longest back-off.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Runs `tenure run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let group = connect::group(&args.group)?;
+    let config = Config::new(args.term);
+    let timing = config.validate().map_err(usage)?;
+    let metadata: Metadata = args.metadata.iter().cloned().collect();
+    metadata.validate().map_err(usage)?;
+    let id = args.id.clone().unwrap_or_else(default_id);
+    let conn = connect::open_shared(args.store.store.as_deref()).await?;
+    let stop = Stop::listen()?;
+    child::become_subreaper();
+
+    let (electors, elector_rx) = watch::channel(None);
+    if let Some(addr) = args.metrics_addr {
+        // Installed before any elector starts, so its first series count.
+        let metrics = http::install_metrics()?;
+        http::serve(
+            addr,
+            http::Sources {
+                metrics,
+                elector: elector_rx,
+                metadata: metadata.clone(),
+            },
+        )
+        .await?;
+    }
+    let span = tracing::info_span!("run", group = %group, candidate = %id);
+    let runner = Runner {
+        args,
+        conn,
+        config,
+        margin: kill_margin(&timing),
+        metadata,
+        id,
+        stop,
+        electors,
+    };
+    runner.main().instrument(span).await
+}
+
+struct Runner {
+    args: RunArgs,
+    conn: Connected,
+    config: Config,
+    margin: Duration,
+    metadata: Metadata,
+    id: String,
+    stop: Stop,
+    electors: watch::Sender<Option<Elector>>,
+}
+
+/// How a stint ended.
+enum Stint {
+    /// SIGINT/SIGTERM: CMD is stopped; release and exit.
+    Stopped,
+    /// CMD exited on its own after running this long; its group is gone.
+    Exited { status: ExitStatus, ran: Duration },
+    /// CMD could not be started.
+    SpawnFailed(io::Error),
+    /// The elector stopped by itself.
+    ElectorGone,
+}
+
+/// How one term ended.
+enum TermEnd {
+    /// Leadership ended; CMD is stopped; stand on.
+    Lost,
+    /// The stint is over.
+    Over(Stint),
+}
+
+impl Runner {
+    async fn main(self) -> anyhow::Result<u8> {
+        let mut backoff = Backoff::new(self.args.backoff);
+        loop {
+            let elector = Elector::builder(self.conn.store.clone(), &self.args.group)
+                .candidate_id(self.id.clone())
+                .config(self.config.clone())
+                .metadata(self.metadata.clone())
+                .start()
+                .map_err(|e| match e {
+                    ElectorError::Config(c) => usage(c),
+                    other => anyhow::Error::new(other),
+                })?;
+            self.electors.send_replace(Some(elector.clone()));
+            tracing::info!(store = %self.conn.url, term = ?self.config.term, "standing");
+            let events = tokio::spawn(log_events(elector.events()).in_current_span());
+            let stint = self.stint(&elector).await;
+            // Drains (nothing is held by now) and releases the lease, so the
+            // next candidate need not wait out the term.
+            elector.shutdown().await;
+            events.abort();
+            self.electors.send_replace(None);
+            match stint {
+                Stint::Stopped => {
+                    tracing::info!("released; exiting");
+                    let code = match (self.args.once, self.stop.signal()) {
+                        (true, Some(sig)) => 128u8.saturating_add(u8::try_from(sig).unwrap_or(0)),
+                        _ => 0,
+                    };
+                    return Ok(code);
+                }
+                Stint::Exited { status, ran } => {
+                    if self.args.once {
+                        tracing::info!(%status, "CMD finished; released; exiting with its status");
+                        return Ok(exit::of_status(status));
+                    }
+                    let delay = backoff.after(ran);
+                    tracing::info!(%status, ran = %view::short(ran), backoff = %view::short(delay), "CMD exited; released leadership, standing again after the back-off");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.stop.stopped() => return Ok(0),
+                    }
+                }
+                Stint::SpawnFailed(e) => {
+                    let cmd = self.args.command.first().cloned().unwrap_or_default();
+                    return Err(anyhow::Error::new(e))
+                        .with_context(|| format!("cannot start {}", cmd.to_string_lossy()));
+                }
+                Stint::ElectorGone => anyhow::bail!("the elector stopped unexpectedly"),
+            }
+        }
+    }
+
+    /// Leads as often as elected, until CMD exits or tenure is stopped.
+    async fn stint(&self, elector: &Elector) -> Stint {
+        loop {
+            let term = tokio::select! {
+                biased;
+                _ = self.stop.stopped() => return Stint::Stopped,
+                t = elector.wait_for_leadership() => match t {
+                    Ok(t) => t,
+                    Err(_) => return Stint::ElectorGone,
+                },
+            };
+            let span = tracing::info_span!("term", token = term.token());
+            match self.lead(elector, &term).instrument(span).await {
+                TermEnd::Lost => continue,
+                TermEnd::Over(stint) => return stint,
+            }
+        }
+    }
+
+    /// Runs CMD for one term.
+    async fn lead(&self, elector: &Elector, term: &Term) -> TermEnd {
+        // Held until CMD's group is gone: a graceful hand-over (shutdown)
+        // releases the lease only after that.
+        let guard = term.hold();
+        let env = child_env(elector, term);
+        let started = Instant::now();
+        let mut cmd = match Supervised::spawn(&self.args.command, &env) {
+            Ok(c) => c,
+            Err(e) => return TermEnd::Over(Stint::SpawnFailed(e)),
+        };
+        tracing::info!(
+            pid = cmd.pid(),
+            command = %show_command(&self.args.command),
+            deadline = %view::rfc3339(term.wall_deadline()),
+            "leading: started CMD"
+        );
+        enum Why {
+            Stop,
+            Lost,
+            Exited(io::Result<ExitStatus>),
+        }
+        let why = tokio::select! {
+            biased;
+            _ = self.stop.stopped() => Why::Stop,
+            _ = term.cancelled() => Why::Lost,
+            status = cmd.wait() => Why::Exited(status),
+        };
+        let plan = StopPlan {
+            grace: self.args.kill_grace,
+            term: Some(term),
+            margin: self.margin,
+            hurry: Some(&self.stop),
+        };
+        let end = match why {
+            Why::Stop => {
+                tracing::info!(pid = cmd.pid(), "stopping CMD's process group");
+                report(&cmd.stop(plan).await);
+                TermEnd::Over(Stint::Stopped)
+            }
+            Why::Lost => {
+                tracing::warn!(
+                    pid = cmd.pid(),
+                    left_ms = millis(term.remaining()),
+                    "leadership ended: stopping CMD's process group before the term's deadline"
+                );
+                report(&cmd.stop(plan).await);
+                TermEnd::Lost
+            }
+            Why::Exited(status) => {
+                let ran = started.elapsed();
+                // Background jobs CMD left behind still run in its group and
+                // must not outlive the lease either.
+                let stopped = cmd.stop(plan).await;
+                let status = match status {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read CMD's exit status");
+                        stopped.status.unwrap_or_default()
+                    }
+                };
+                TermEnd::Over(Stint::Exited { status, ran })
+            }
+        };
+        drop(guard);
+        end
+    }
+}
+
+/// Logs how a stop went; the `left_ms` field is how long before the term's
+/// deadline the group was gone.
+fn report(r: &StopReport) {
+    let left = r.left.map(millis);
+    if r.left.is_some_and(|l| l.is_zero()) {
+        tracing::error!(
+            took_ms = millis(r.took),
+            killed = r.killed,
+            "CMD's process group outlived the term's deadline"
+        );
+    } else {
+        tracing::info!(
+            took_ms = millis(r.took),
+            killed = r.killed,
+            left_ms = left,
+            status = ?r.status,
+            "CMD's process group is gone"
+        );
+    }
+}
+
+/// The environment CMD gets.
+fn child_env(elector: &Elector, term: &Term) -> Vec<(String, String)> {
+    let deadline = term.wall_deadline();
+    let deadline_ms = deadline
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    vec![
+        ("TENURE_GROUP".into(), elector.group().to_string()),
+        ("TENURE_ID".into(), elector.candidate_id().to_owned()),
+        ("TENURE_TOKEN".into(), term.token().to_string()),
+        (
+            "TENURE_TERM_MS".into(),
+            elector.timing().term.as_millis().to_string(),
+        ),
+        ("TENURE_DEADLINE".into(), view::rfc3339(deadline)),
+        ("TENURE_DEADLINE_UNIX_MS".into(), deadline_ms.to_string()),
+    ]
+}
+
+/// How long before the term's deadline CMD's group must be dead: a quarter
+/// of the stop grace the library leaves between telling work to stop and
+/// the deadline, within [20 ms, 250 ms], so SIGTERM still gets most of that
+/// window and SIGKILL plus the kernel's teardown fit in the rest.
+fn kill_margin(timing: &Timing) -> Duration {
+    (timing.stop_grace / 4)
+        .clamp(Duration::from_millis(20), Duration::from_millis(250))
+        .min(timing.stop_grace)
+}
+
+/// The default candidate id: host name and pid, stable across the stints of
+/// this process (the library's default adds a random suffix per elector).
+fn default_id() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its whole length; gethostname writes
+    // at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let host = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end])
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect()
+    } else {
+        String::new()
+    };
+    let host = if host.is_empty() { "host".into() } else { host };
+    format!("{host}-{}", std::process::id())
+}
+
+/// Logs who leads when it changes; the library logs this candidate's own
+/// elections and step-downs.
+async fn log_events(mut events: tenure::EventStream) {
+    while let Some(event) = events.next().await {
+        if let Event::LeaderChanged { leader } = event {
+            match leader {
+                Some(l) => tracing::info!(leader = %l.candidate, token = l.token, "following"),
+                None => tracing::info!("no leader visible"),
+            }
+        }
+    }
+}
+
+/// Exponential back-off between stints.
+struct Backoff {
+    first: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(first: Duration) -> Self {
+        Backoff { first, next: first }
+    }
+
+    /// The wait after CMD ran for `ran`.
+    fn after(&mut self, ran: Duration) -> Duration {
+        if ran >= STABLE_RUN {
+            self.next = self.first;
+        }
+        let wait = self.next;
+        self.next = (self.next * 2).min(MAX_BACKOFF.max(self.first));
+        wait
+    }
+}
+
+fn show_command(argv: &[OsString]) -> String {
+    argv.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(1));
+        assert_eq!(b.after(Duration::ZERO), Duration::from_secs(1));
+        assert_eq!(b.after(Duration::ZERO), Duration::from_secs(2));
+        assert_eq!(b.after(Duration::ZERO), Duration::from_secs(4));
+        assert_eq!(b.after(STABLE_RUN), Duration::from_secs(1));
+        for _ in 0..10 {
+            b.after(Duration::ZERO);
+        }
+        assert_eq!(b.after(Duration::ZERO), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn margin_fits_in_the_stop_grace() {
+        for term in [1u64, 2, 10, 60] {
+            let t = Config::new(Duration::from_secs(term)).validate().unwrap();
+            let m = kill_margin(&t);
+            assert!(m <= t.stop_grace && m >= Duration::from_millis(20), "{m:?}");
+        }
+    }
+}

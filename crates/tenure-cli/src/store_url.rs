@@ -1,0 +1,385 @@
+//! Store URLs: which backend holds the lease records, and where.
+//!
+//! One enum variant per scheme, so that PostgreSQL, Redis, etcd, DynamoDB
+//! and Kafka slot in as their crates land: parse the URL here, open it in
+//! [`StoreUrl::open`]. URLs may carry secrets (a password in the user info,
+//! a token in the query), so the only way to print one is its redacted
+//! [`Display`](std::fmt::Display).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tenure::{LeaseStore, MemoryStore};
+
+/// Schemes whose store crates are planned but not built into this binary.
+const PLANNED: &[&str] = &[
+    "postgres",
+    "postgresql",
+    "redis",
+    "rediss",
+    "etcd",
+    "etcds",
+    "dynamodb",
+    "kafka",
+];
+
+/// A parsed store URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `sqlite://PATH`: one database file shared by the processes of a host.
+    /// `sqlite:///var/lib/x.db` is absolute, `sqlite://x.db` relative to the
+    /// working directory.
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// `memory://`: a store inside this process only, for in-process demos
+    /// and tests; useless to commands that coordinate several processes.
+    Memory,
+}
+
+/// Why a store URL was refused. Every message names the URL redacted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlError {
+    /// No `scheme://`.
+    NoScheme {
+        /// The URL, redacted.
+        url: String,
+    },
+    /// A scheme no tenure store uses.
+    UnknownScheme {
+        /// The scheme.
+        scheme: String,
+    },
+    /// A scheme whose store is not built into this binary yet.
+    NotBuiltIn {
+        /// The scheme.
+        scheme: String,
+    },
+    /// The right scheme, but the rest does not fit it.
+    Malformed {
+        /// The URL, redacted.
+        url: String,
+        /// What is wrong and how to write it instead.
+        reason: &'static str,
+    },
+    /// No URL was given and no default location could be found.
+    NoDefault,
+}
+
+impl fmt::Display for UrlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UrlError::NoScheme { url } => write!(
+                f,
+                "store URL `{url}` has no scheme: write it as sqlite:///path/to/tenure.db"
+            ),
+            UrlError::UnknownScheme { scheme } => write!(
+                f,
+                "store URL scheme `{scheme}://` is not a tenure store: use sqlite://PATH"
+            ),
+            UrlError::NotBuiltIn { scheme } => write!(
+                f,
+                "the {scheme}:// store is not built into this tenure yet: use sqlite://PATH"
+            ),
+            UrlError::Malformed { url, reason } => write!(f, "store URL `{url}`: {reason}"),
+            UrlError::NoDefault => f.write_str(
+                "no store given and no default location: neither XDG_STATE_HOME nor HOME is set; pass --store sqlite://PATH or set TENURE_STORE",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for UrlError {}
+
+/// Why a store could not be opened.
+#[derive(Debug)]
+pub struct OpenError {
+    message: String,
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+impl StoreUrl {
+    /// Parses a URL.
+    pub fn parse(url: &str) -> Result<StoreUrl, UrlError> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(UrlError::NoScheme { url: redact(url) });
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        match scheme.as_str() {
+            "sqlite" => parse_sqlite(url, rest),
+            "memory" => {
+                if rest.is_empty() {
+                    Ok(StoreUrl::Memory)
+                } else {
+                    Err(UrlError::Malformed {
+                        url: redact(url),
+                        reason: "memory:// takes nothing after the scheme",
+                    })
+                }
+            }
+            s if PLANNED.contains(&s) => Err(UrlError::NotBuiltIn { scheme }),
+            _ => Err(UrlError::UnknownScheme {
+                scheme: redact(&scheme),
+            }),
+        }
+    }
+
+    /// The URL given, else the default file in the user's state directory.
+    pub fn resolve(given: Option<&str>) -> Result<StoreUrl, UrlError> {
+        match given {
+            Some(url) => StoreUrl::parse(url),
+            None => Ok(StoreUrl::Sqlite {
+                path: default_path().ok_or(UrlError::NoDefault)?,
+            }),
+        }
+    }
+
+    /// Whether several processes can share this store.
+    pub fn is_shared(&self) -> bool {
+        !matches!(self, StoreUrl::Memory)
+    }
+
+    /// Opens the store. Runs inside a tokio runtime.
+    pub async fn open(&self) -> Result<Arc<dyn LeaseStore>, OpenError> {
+        match self {
+            StoreUrl::Sqlite { path } => {
+                if Some(path) == default_path().as_ref() {
+                    // The default lives in a directory that may not exist
+                    // yet; a path the user chose is theirs to prepare.
+                    if let Some(dir) = path.parent() {
+                        std::fs::create_dir_all(dir).map_err(|e| OpenError {
+                            message: format!(
+                                "cannot create the state directory {}: {e}",
+                                dir.display()
+                            ),
+                        })?;
+                    }
+                }
+                let store =
+                    tenure_sqlite::SqliteStore::open(path)
+                        .await
+                        .map_err(|e| OpenError {
+                            message: error_chain(&e),
+                        })?;
+                Ok(Arc::new(store))
+            }
+            StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
+        }
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Sqlite { path } => {
+                // An absolute path already starts with '/', giving sqlite:///x.
+                write!(f, "sqlite://{}", path.display())
+            }
+            StoreUrl::Memory => f.write_str("memory://"),
+        }
+    }
+}
+
+fn parse_sqlite(url: &str, rest: &str) -> Result<StoreUrl, UrlError> {
+    if rest.is_empty() {
+        return Err(UrlError::Malformed {
+            url: redact(url),
+            reason: "no file path: write sqlite:///absolute/path.db or sqlite://relative/path.db",
+        });
+    }
+    if rest.contains(['?', '#']) {
+        return Err(UrlError::Malformed {
+            url: redact(url),
+            reason: "sqlite URLs take no query or fragment: give just the file path",
+        });
+    }
+    if rest.ends_with('/') {
+        return Err(UrlError::Malformed {
+            url: redact(url),
+            reason: "the path names a directory: give the database file, such as sqlite:///var/lib/tenure/tenure.db",
+        });
+    }
+    Ok(StoreUrl::Sqlite {
+        path: PathBuf::from(rest),
+    })
+}
+
+/// `$XDG_STATE_HOME/tenure/tenure.db`, else `~/.local/state/tenure/tenure.db`.
+pub fn default_path() -> Option<PathBuf> {
+    let absolute = |v: std::ffi::OsString| {
+        let p = PathBuf::from(v);
+        p.is_absolute().then_some(p)
+    };
+    // The XDG spec says to ignore relative values.
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .and_then(absolute)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .and_then(absolute)
+                .map(|h| h.join(".local").join("state"))
+        })?;
+    Some(state.join("tenure").join("tenure.db"))
+}
+
+/// The `--store` help, naming the default file of the user running it.
+pub fn long_help() -> String {
+    let default = match default_path() {
+        Some(p) => format!("sqlite://{}", p.display()),
+        None => "none (set XDG_STATE_HOME or HOME)".to_owned(),
+    };
+    format!(
+        "The store URL. sqlite://PATH is built in; postgres://, redis://, etcd://, dynamodb:// and kafka:// are planned. \
+         Passwords in URLs are never printed.\n\n\
+         Default when neither --store nor TENURE_STORE is given: {default}"
+    )
+}
+
+/// Renders `url` with any password and secret-looking query values replaced
+/// by `***`, so it can appear in logs and error messages.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    // The authority ends at the first '/', '?' or '#'.
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(auth_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            // A lone user part can itself be a token (redis://TOKEN@host).
+            None if scheme.is_some_and(|s| s.starts_with("redis")) => format!("***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let (query, fragment) = match query.split_once('#') {
+                Some((q, f)) => (q, Some(f)),
+                None => (query, None),
+            };
+            let query = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("&");
+            match fragment {
+                Some(f) => format!("{path}?{query}#{f}"),
+                None => format!("{path}?{query}"),
+            }
+        }
+        None => tail.to_owned(),
+    };
+    match scheme {
+        Some(s) => format!("{s}://{authority}{tail}"),
+        None => format!("{authority}{tail}"),
+    }
+}
+
+fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    [
+        "password", "passwd", "pass", "secret", "token", "key", "sig",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
+}
+
+/// An error and its causes on one line, for one-line error output.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_paths() {
+        assert_eq!(
+            StoreUrl::parse("sqlite:///var/lib/t.db").unwrap(),
+            StoreUrl::Sqlite {
+                path: "/var/lib/t.db".into()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("SQLITE://rel/t.db").unwrap(),
+            StoreUrl::Sqlite {
+                path: "rel/t.db".into()
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite:///var/lib/t.db")
+                .unwrap()
+                .to_string(),
+            "sqlite:///var/lib/t.db"
+        );
+        assert!(StoreUrl::parse("sqlite://").is_err());
+        assert!(StoreUrl::parse("sqlite:///x.db?mode=ro").is_err());
+        assert!(StoreUrl::parse("sqlite:///var/lib/").is_err());
+    }
+
+    #[test]
+    fn schemes() {
+        assert_eq!(StoreUrl::parse("memory://").unwrap(), StoreUrl::Memory);
+        assert!(matches!(
+            StoreUrl::parse("postgres://u:pw@db/x"),
+            Err(UrlError::NotBuiltIn { .. })
+        ));
+        assert!(matches!(
+            StoreUrl::parse("ftp://x"),
+            Err(UrlError::UnknownScheme { .. })
+        ));
+        assert!(matches!(
+            StoreUrl::parse("/var/lib/t.db"),
+            Err(UrlError::NoScheme { .. })
+        ));
+    }
+
+    #[test]
+    fn secrets_never_show() {
+        assert_eq!(
+            redact("postgres://app:hunter2@db:5432/x?sslmode=require&password=pw2"),
+            "postgres://app:***@db:5432/x?sslmode=require&password=***"
+        );
+        assert_eq!(redact("redis://tok3n@cache:6379"), "redis://***@cache:6379");
+        assert_eq!(redact("etcd://node1:2379"), "etcd://node1:2379");
+        assert_eq!(redact("user:pw@host"), "user:***@host");
+        let err = StoreUrl::parse("nope:hunter2@x").unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        let err = StoreUrl::parse("postgres://app:hunter2@db/x")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn default_is_in_the_state_directory() {
+        if let Some(p) = default_path() {
+            assert!(p.ends_with("tenure/tenure.db"), "{p:?}");
+        }
+    }
+}
