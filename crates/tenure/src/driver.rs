@@ -1,41 +1,33 @@
-//! The task behind an [`Elector`](crate::Elector): it feeds the state machine
-//! time, store replies and commands, and carries out its actions.
+//! The lease backend behind an [`Elector`](crate::Elector): it feeds the
+//! state machine time, store replies and commands, and carries out its
+//! actions through the [`Publisher`].
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::clock::{Clock, MonoTime, Now};
 use crate::config::Timing;
+use crate::coordinator::Command;
 use crate::elector::PulseState;
 use crate::error::StoreError;
 use crate::machine::{Action, Input, Machine, Phase};
-use crate::metrics::Meter;
-use crate::record::{GroupName, Holder, Metadata};
-use crate::role::{Event, LeaderInfo, Role};
+use crate::publish::Publisher;
+use crate::record::{GroupName, Metadata};
+use crate::role::LeaderInfo;
 use crate::store::{ChangeFeed, LeaseStore};
-use crate::term::Term;
-
-/// What the handle asks of the driver.
-pub(crate) enum Command {
-    Resign,
-    Shutdown,
-}
 
 pub(crate) struct Parts {
     pub(crate) store: Arc<dyn LeaseStore>,
-    pub(crate) group: GroupName,
-    pub(crate) holder: Holder,
     pub(crate) timing: Timing,
     pub(crate) metadata: Metadata,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) role: watch::Sender<Role>,
-    pub(crate) events: broadcast::Sender<Event>,
     pub(crate) commands: mpsc::UnboundedReceiver<Command>,
     pub(crate) pulse: Arc<PulseState>,
+    pub(crate) publisher: Publisher,
+    pub(crate) drained: mpsc::UnboundedReceiver<u64>,
 }
 
 type OpFuture = Pin<Box<dyn Future<Output = Input> + Send>>;
@@ -44,7 +36,7 @@ type OpFuture = Pin<Box<dyn Future<Output = Input> + Send>>;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum OpKind {
     Read,
-    Write,
+    Acquire,
     Renew,
     Release,
 }
@@ -53,7 +45,7 @@ impl OpKind {
     fn label(self) -> &'static str {
         match self {
             OpKind::Read => "read",
-            OpKind::Write => "acquire",
+            OpKind::Acquire => "acquire",
             OpKind::Renew => "renew",
             OpKind::Release => "release",
         }
@@ -63,57 +55,44 @@ impl OpKind {
 struct Driver {
     store: Arc<dyn LeaseStore>,
     group: GroupName,
-    holder: Holder,
     timing: Timing,
     clock: Arc<dyn Clock>,
-    role: watch::Sender<Role>,
-    events: broadcast::Sender<Event>,
     pulse: Arc<PulseState>,
-    meter: Meter,
-    term: Option<Term>,
+    publisher: Publisher,
     fed_pulse: u64,
-    store_error: Option<String>,
-    drained_tx: mpsc::UnboundedSender<u64>,
 }
 
 pub(crate) async fn run(parts: Parts) {
     let Parts {
         store,
-        group,
-        holder,
         timing,
         metadata,
-        clock,
-        role,
-        events,
         mut commands,
         pulse,
+        publisher,
+        mut drained,
     } = parts;
-    let now = clock.now();
+    let clock = publisher.clock.clone();
+    let holder = publisher.holder.clone();
     let mut machine = Machine::new(
         timing.clone(),
-        holder.clone(),
+        holder,
         metadata,
         rand::random(),
-        now,
+        clock.now(),
     );
-    let (drained_tx, mut drained_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
-        meter: Meter::new(&group, &holder.id),
         store,
-        group,
-        holder,
+        group: publisher.group.clone(),
         timing,
         clock,
-        role,
-        events,
         pulse,
-        term: None,
+        publisher,
         fed_pulse: 0,
-        store_error: None,
-        drained_tx,
     };
     let mut feed = d.subscribe().await;
+    // Without a feed, try to subscribe again at most once per poll period.
+    let mut next_subscribe = d.clock.now().mono + d.timing.retry_interval;
     let mut commands_open = true;
     let mut input = Input::Tick;
     // The store operation in flight. Kept out of `Driver` so that the
@@ -140,7 +119,7 @@ pub(crate) async fn run(parts: Parts) {
                     Input::Shutdown
                 }
             },
-            Some(token) = drained_rx.recv() => Input::Drained { token },
+            Some(token) = drained.recv() => Input::Drained { token },
             (kind, reply) = poll_op(&mut op) => {
                 d.note_reply(kind, &reply);
                 reply
@@ -156,7 +135,9 @@ pub(crate) async fn run(parts: Parts) {
             _ = d.pulse.wake.notified() => Input::Tick,
             _ = sleep_until(&d.clock, wake) => Input::Tick,
         };
-        if feed.is_none() && matches!(input, Input::Tick) && machine.phase() == Phase::Candidate {
+        let now = d.clock.now();
+        if feed.is_none() && now.mono >= next_subscribe && machine.phase() == Phase::Candidate {
+            next_subscribe = now.mono + d.timing.retry_interval;
             feed = d.subscribe().await;
         }
     }
@@ -223,6 +204,30 @@ impl Driver {
         }
     }
 
+    /// Runs a store operation, bounded by the machine's deadline, and turns
+    /// its result into the machine's input.
+    fn start_op<F, T>(
+        &self,
+        deadline: MonoTime,
+        now: Now,
+        op: F,
+        done: impl FnOnce(Result<T, StoreError>) -> Input + Send + 'static,
+    ) -> OpFuture
+    where
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let clock = self.clock.clone();
+        let wait = deadline.saturating_since(now.mono);
+        Box::pin(async move {
+            let result = tokio::select! {
+                r = op => r,
+                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(wait)),
+            };
+            done(result)
+        })
+    }
+
     /// Carries out actions; returns true once the machine has stopped.
     fn carry_out(
         &mut self,
@@ -234,18 +239,13 @@ impl Driver {
         for action in actions {
             match action {
                 Action::Read { op, deadline } => {
-                    let store = self.store.clone();
-                    let group = self.group.clone();
-                    let clock = self.clock.clone();
-                    let wait = deadline.saturating_since(now.mono);
-                    let fut = async move {
-                        let result = tokio::select! {
-                            r = store.read(&group) => r,
-                            _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(wait)),
-                        };
-                        Input::ReadDone { op, result }
-                    };
-                    *op_slot = Some((OpKind::Read, Box::pin(fut)));
+                    let (store, group) = (self.store.clone(), self.group.clone());
+                    let read = async move { store.read(&group).await };
+                    let fut = self.start_op(deadline, now, read, move |result| Input::ReadDone {
+                        op,
+                        result,
+                    });
+                    *op_slot = Some((OpKind::Read, fut));
                 }
                 Action::Cas {
                     op,
@@ -255,78 +255,37 @@ impl Driver {
                 } => {
                     let kind = if record.holder.is_none() {
                         OpKind::Release
-                    } else if self.term.is_some() {
+                    } else if self.publisher.term().is_some() {
                         OpKind::Renew
                     } else {
-                        OpKind::Write
+                        OpKind::Acquire
                     };
-                    let store = self.store.clone();
-                    let group = self.group.clone();
-                    let clock = self.clock.clone();
-                    let wait = deadline.saturating_since(now.mono);
-                    let fut = async move {
-                        let result = tokio::select! {
-                            r = store.compare_and_swap(&group, expected, &record) => r,
-                            _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(wait)),
-                        };
-                        Input::CasDone { op, result }
-                    };
-                    *op_slot = Some((kind, Box::pin(fut)));
+                    let (store, group) = (self.store.clone(), self.group.clone());
+                    let cas =
+                        async move { store.compare_and_swap(&group, expected, &record).await };
+                    let fut = self.start_op(deadline, now, cas, move |result| Input::CasDone {
+                        op,
+                        result,
+                    });
+                    *op_slot = Some((kind, fut));
                 }
                 Action::Elected { token, deadline } => {
-                    let term = Term::new(
-                        self.group.clone(),
-                        self.holder.id.clone(),
-                        token,
-                        deadline,
-                        self.clock.clone(),
-                    );
-                    tracing::info!(group = %self.group, candidate = %self.holder.id, token, "elected leader");
-                    self.meter.elected(term.remaining());
-                    self.term = Some(term.clone());
-                    self.role.send_replace(Role::Leader(term));
-                    let _ = self.events.send(Event::Elected { token });
+                    self.publisher.elected(token, deadline);
                 }
                 Action::Renewed {
-                    token,
-                    deadline,
-                    latency,
-                } => {
-                    if let Some(term) = &self.term {
-                        term.set_deadline(deadline);
-                        self.meter.renewed(latency, term.remaining());
-                    }
-                    tracing::trace!(group = %self.group, token, ?latency, "renewed");
-                }
+                    deadline, latency, ..
+                } => self.publisher.renewed(deadline, latency),
                 Action::EndTerm {
-                    token,
                     reason,
                     work_deadline,
-                } => {
-                    tracing::info!(group = %self.group, candidate = %self.holder.id, token, %reason, "term ended");
-                    self.meter.ended(&reason);
-                    if let Some(term) = self.term.take() {
-                        term.cancel();
-                        self.reap(term, work_deadline);
-                    }
-                    self.role.send_replace(Role::Candidate);
-                    let _ = self.events.send(Event::Ousted { token, reason });
-                }
+                    ..
+                } => self.publisher.end_term(reason, work_deadline),
                 Action::LeaderChanged { leader } => {
                     let info = leader.as_ref().and_then(LeaderInfo::from_record);
-                    if self.term.is_none() {
-                        self.role.send_replace(match &info {
-                            Some(leader) => Role::Follower {
-                                leader: leader.clone(),
-                            },
-                            None => Role::Candidate,
-                        });
-                    }
-                    let _ = self.events.send(Event::LeaderChanged { leader: info });
+                    self.publisher.leader_changed(info);
                 }
                 Action::Stopped => {
-                    tracing::debug!(group = %self.group, candidate = %self.holder.id, "stopped");
-                    self.role.send_replace(Role::Stopped);
+                    self.publisher.stopped();
                     stopped = true;
                 }
             }
@@ -334,43 +293,15 @@ impl Driver {
         stopped
     }
 
-    /// Ends the work of a finished term: once every guard is dropped, or at
-    /// the work deadline at the latest.
-    fn reap(&self, term: Term, work_deadline: MonoTime) {
-        let clock = self.clock.clone();
-        let drained = self.drained_tx.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.drained() => {
-                    let _ = drained.send(term.token());
-                }
-                _ = clock.sleep_until(work_deadline) => {}
-            }
-            term.end();
-        });
-    }
-
     /// Notes a store reply for logs, metrics and health events.
     fn note_reply(&mut self, kind: OpKind, input: &Input) {
         let error = match input {
-            Input::ReadDone { result: Err(e), .. } | Input::CasDone { result: Err(e), .. } => e,
-            Input::ReadDone { .. } | Input::CasDone { .. } => {
-                if self.store_error.take().is_some() {
-                    tracing::info!(group = %self.group, "store answers again");
-                    let _ = self.events.send(Event::StoreHealth { message: None });
-                }
-                return;
+            Input::ReadDone { result: Err(e), .. } | Input::CasDone { result: Err(e), .. } => {
+                Some(e.to_string())
             }
+            Input::ReadDone { .. } | Input::CasDone { .. } => None,
             _ => return,
         };
-        self.meter.store_error(kind.label());
-        let message = error.to_string();
-        if self.store_error.as_deref() != Some(message.as_str()) {
-            tracing::warn!(group = %self.group, op = kind.label(), error = %message, "store operation failed");
-            self.store_error = Some(message.clone());
-            let _ = self.events.send(Event::StoreHealth {
-                message: Some(message),
-            });
-        }
+        self.publisher.store_health(kind.label(), error);
     }
 }

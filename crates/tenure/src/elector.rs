@@ -10,16 +10,24 @@ use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, Timing};
-use crate::driver::{self, Command};
+use crate::coordinator::{Command, Coordinator, Session};
+use crate::driver;
 use crate::error::{ConfigError, ElectorError};
+use crate::publish::Publisher;
 use crate::record::{check_name, GroupName, Holder, Metadata, MAX_CANDIDATE_BYTES};
 use crate::role::{Event, Role};
 use crate::store::LeaseStore;
 use crate::term::Term;
 
+/// What decides leadership.
+enum Backend {
+    Lease(Arc<dyn LeaseStore>),
+    Coordinator(Box<dyn Coordinator>),
+}
+
 /// Configures and starts an [`Elector`]; see [`Elector::builder`].
 pub struct ElectorBuilder {
-    store: Arc<dyn LeaseStore>,
+    backend: Backend,
     group: Result<GroupName, ConfigError>,
     candidate_id: Option<String>,
     config: Config,
@@ -94,28 +102,41 @@ impl ElectorBuilder {
             waiting: AtomicBool::new(false),
             wake: Notify::new(),
         });
+        let (publisher, drained) = Publisher::new(
+            group.clone(),
+            holder.clone(),
+            self.clock.clone(),
+            role_tx,
+            events.clone(),
+        );
         let shared = Arc::new(Shared {
-            group: group.clone(),
-            holder: holder.clone(),
+            group,
+            holder,
             timing: timing.clone(),
-            clock: self.clock.clone(),
+            clock: self.clock,
             role: role_rx,
-            events: events.clone(),
+            events,
             commands: cmd_tx,
             pulse: pulse.clone(),
         });
-        runtime.spawn(driver::run(driver::Parts {
-            store: self.store,
-            group,
-            holder,
-            timing,
-            metadata: self.metadata,
-            clock: self.clock,
-            role: role_tx,
-            events,
-            commands: cmd_rx,
-            pulse,
-        }));
+        match self.backend {
+            Backend::Lease(store) => {
+                runtime.spawn(driver::run(driver::Parts {
+                    store,
+                    timing,
+                    metadata: self.metadata,
+                    commands: cmd_rx,
+                    pulse,
+                    publisher,
+                    drained,
+                }));
+            }
+            Backend::Coordinator(coordinator) => {
+                let session =
+                    Session::new(publisher, cmd_rx, drained, pulse, timing, self.metadata);
+                runtime.spawn(coordinator.run(session));
+            }
+        }
         Ok(Elector { shared })
     }
 }
@@ -204,8 +225,22 @@ impl Elector {
     /// Starts configuring a candidate for `group` on `store`. A group name
     /// that is invalid is reported by [`ElectorBuilder::start`].
     pub fn builder(store: impl LeaseStore, group: impl AsRef<str>) -> ElectorBuilder {
+        Self::builder_for(Backend::Lease(Arc::new(store)), group)
+    }
+
+    /// Starts configuring a candidate whose leadership `coordinator` decides
+    /// (for instance Kafka's consumer-group assignment in `tenure-kafka`).
+    /// The handle works exactly as with a lease store.
+    pub fn with_coordinator(
+        coordinator: impl Coordinator,
+        group: impl AsRef<str>,
+    ) -> ElectorBuilder {
+        Self::builder_for(Backend::Coordinator(Box::new(coordinator)), group)
+    }
+
+    fn builder_for(backend: Backend, group: impl AsRef<str>) -> ElectorBuilder {
         ElectorBuilder {
-            store: Arc::new(store),
+            backend,
             group: GroupName::new(group.as_ref()),
             candidate_id: None,
             config: Config::default(),

@@ -160,14 +160,3 @@ pub enum ElectorError {
     #[error("no tokio runtime: call start() from within a tokio runtime")]
     NoRuntime,
 }
-
-/// What ended [`Elector::run_while_leader`](crate::Elector::run_while_leader).
-#[derive(Debug, thiserror::Error)]
-pub enum RunError<E> {
-    /// The work returned an error; the elector resigned the term first.
-    #[error("leader work failed: {0}")]
-    Work(E),
-    /// The elector stopped (shut down, or its driver ended).
-    #[error("the elector has stopped")]
-    Stopped,
-}

@@ -40,6 +40,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod coordinator;
 mod driver;
 mod elector;
 pub mod error;
@@ -47,6 +48,7 @@ pub mod machine;
 pub mod memory;
 pub mod metrics;
 mod observer;
+mod publish;
 pub mod record;
 mod role;
 pub mod store;
@@ -56,6 +58,7 @@ pub mod testkit;
 
 pub use clock::{Clock, MonoTime, Now, SystemClock, TokioClock, WallTime};
 pub use config::{Bounds, Config, Timing};
+pub use coordinator::{Command, Coordinator, Session};
 pub use elector::{Elector, ElectorBuilder, EventStream};
 pub use error::{ConfigError, ElectorError, RecordError, StoreError};
 pub use machine::EndReason;

@@ -308,8 +308,10 @@ fn ceil_millis(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
+/// The encoded form. Unknown fields are ignored, so a later build may add
+/// optional fields without raising [`FORMAT_VERSION`]; it rises only for
+/// changes older builds must not misread.
 #[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Wire {
     v: u32,
     holder: Option<Holder>,

@@ -78,6 +78,11 @@ pub enum EndReason {
     LivenessLost,
     /// Renewals kept failing until the term was about to end.
     RenewalFailed,
+    /// A coordinated leader stopped hearing its own heartbeats (NELI's
+    /// fence): it may be cut off, so it stops acting until they return.
+    Fenced,
+    /// A coordinator took the assignment that made this candidate leader.
+    Revoked,
     /// Another write replaced the leader's record: another candidate (named,
     /// if any) took over, or an operator forced a release.
     Superseded {
@@ -93,6 +98,8 @@ impl std::fmt::Display for EndReason {
             EndReason::Shutdown => f.write_str("shutdown"),
             EndReason::LivenessLost => f.write_str("liveness lost"),
             EndReason::RenewalFailed => f.write_str("renewal failed"),
+            EndReason::Fenced => f.write_str("fenced: own heartbeats stopped returning"),
+            EndReason::Revoked => f.write_str("assignment revoked"),
             EndReason::Superseded { by: Some(by) } => write!(f, "superseded by {by}"),
             EndReason::Superseded { by: None } => f.write_str("released by another writer"),
         }
@@ -107,6 +114,8 @@ impl EndReason {
             EndReason::Shutdown => "shutdown",
             EndReason::LivenessLost => "liveness_lost",
             EndReason::RenewalFailed => "renewal_failed",
+            EndReason::Fenced => "fenced",
+            EndReason::Revoked => "revoked",
             EndReason::Superseded { .. } => "superseded",
         }
     }

@@ -1,0 +1,182 @@
+//! The seam for backends whose leadership is decided outside tenure, such as
+//! Kafka's consumer-group assignment (NELI, in `tenure-kafka`).
+//!
+//! A [`Coordinator`] gets a [`Session`] and reports through it what happened
+//! (elected with a token, renewed, term ended, leader changed); users hold
+//! the same [`Elector`](crate::Elector) handle as with a lease store: role
+//! watch, events, `run_while_leader`, `pulse`, `resign`, `shutdown`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use crate::clock::{Clock, MonoTime};
+use crate::config::Timing;
+use crate::elector::PulseState;
+use crate::machine::EndReason;
+use crate::publish::Publisher;
+use crate::record::{GroupName, Holder, Metadata};
+use crate::role::LeaderInfo;
+use crate::term::Term;
+
+/// What the elector's handle asks of its backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Give up the current term and stand again later.
+    Resign,
+    /// Drain, release and stop for good (also sent when every handle is
+    /// dropped).
+    Shutdown,
+}
+
+/// A backend that decides leadership itself and reports it through a
+/// [`Session`]. [`run`](Coordinator::run) returns once it has stopped; the
+/// elector is then [`Role::Stopped`](crate::Role::Stopped).
+///
+/// The contract is the lease backend's: report [`Session::elected`] only
+/// with a token greater than every earlier term's in the group, end a term
+/// ([`Session::end_term`]) no later than its deadline, and never report two
+/// terms at once.
+#[async_trait]
+pub trait Coordinator: Send + 'static {
+    /// Campaigns until told to shut down.
+    async fn run(self: Box<Self>, session: Session);
+}
+
+/// A coordinator's side of an elector.
+pub struct Session {
+    publisher: Publisher,
+    commands: mpsc::UnboundedReceiver<Command>,
+    drained: mpsc::UnboundedReceiver<u64>,
+    pulse: Arc<PulseState>,
+    timing: Timing,
+    metadata: Metadata,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("group", &self.publisher.group)
+            .field("candidate", &self.publisher.holder.id)
+            .finish()
+    }
+}
+
+impl Session {
+    pub(crate) fn new(
+        publisher: Publisher,
+        commands: mpsc::UnboundedReceiver<Command>,
+        drained: mpsc::UnboundedReceiver<u64>,
+        pulse: Arc<PulseState>,
+        timing: Timing,
+        metadata: Metadata,
+    ) -> Self {
+        Session {
+            publisher,
+            commands,
+            drained,
+            pulse,
+            timing,
+            metadata,
+        }
+    }
+
+    /// The group.
+    pub fn group(&self) -> &GroupName {
+        &self.publisher.group
+    }
+
+    /// This candidate (id and incarnation).
+    pub fn candidate(&self) -> &Holder {
+        &self.publisher.holder
+    }
+
+    /// What this candidate publishes when it leads.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// The validated timing the user configured.
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// The elector's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.publisher.clock
+    }
+
+    /// The current term, if leading.
+    pub fn term(&self) -> Option<&Term> {
+        self.publisher.term()
+    }
+
+    /// This candidate leads from now until `deadline` (on [`clock`](Session::clock))
+    /// unless renewed, with fencing token `token`.
+    pub fn elected(&mut self, token: u64, deadline: MonoTime) -> Term {
+        self.publisher.elected(token, deadline)
+    }
+
+    /// The term's deadline moves to `deadline`.
+    pub fn renewed(&mut self, deadline: MonoTime, latency: Duration) {
+        self.publisher.renewed(deadline, latency)
+    }
+
+    /// The term ends: its work is told to stop now and is dropped at
+    /// `work_deadline` at the latest. Does nothing when not leading.
+    pub fn end_term(&mut self, reason: EndReason, work_deadline: MonoTime) {
+        self.publisher.end_term(reason, work_deadline)
+    }
+
+    /// Ends the term like [`end_term`](Session::end_term) and waits until
+    /// its work has drained or `work_deadline` passed: the barrier a
+    /// rebalance waits on so the next leader cannot start early.
+    pub async fn end_term_and_drain(&mut self, reason: EndReason, work_deadline: MonoTime) {
+        let Some(token) = self.publisher.term().map(Term::token) else {
+            return;
+        };
+        self.publisher.end_term(reason, work_deadline);
+        let clock = self.publisher.clock.clone();
+        let drained = async {
+            while let Some(t) = self.drained.recv().await {
+                if t == token {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            _ = drained => {}
+            _ = clock.sleep_until(work_deadline) => {}
+        }
+    }
+
+    /// Another candidate leads now (`Some`), or nobody visibly does.
+    pub fn leader_changed(&mut self, leader: Option<LeaderInfo>) {
+        self.publisher.leader_changed(leader)
+    }
+
+    /// Reports whether the backend's store answers (`None`) or fails.
+    pub fn store_health(&mut self, op: &'static str, error: Option<String>) {
+        self.publisher.store_health(op, error)
+    }
+
+    /// The next command from the handle; [`Command::Shutdown`] once every
+    /// handle is gone.
+    pub async fn command(&mut self) -> Command {
+        self.commands.recv().await.unwrap_or(Command::Shutdown)
+    }
+
+    /// When the application last called [`Elector::pulse`](crate::Elector::pulse).
+    pub fn last_pulse(&self) -> MonoTime {
+        MonoTime::from_nanos(self.pulse.last.load(Ordering::Acquire))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.publisher.stopped();
+    }
+}

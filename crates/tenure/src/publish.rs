@@ -1,0 +1,148 @@
+//! The elector handle's state, as a backend publishes it: the role watch,
+//! the event stream, the current term and its metrics. Both backends (the
+//! lease driver and a [`Coordinator`](crate::Coordinator)) publish through
+//! this one type, so the handle means the same whatever the backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::clock::{Clock, MonoTime};
+use crate::machine::EndReason;
+use crate::metrics::Meter;
+use crate::record::{GroupName, Holder};
+use crate::role::{Event, LeaderInfo, Role};
+use crate::term::Term;
+
+pub(crate) struct Publisher {
+    pub(crate) group: GroupName,
+    pub(crate) holder: Holder,
+    pub(crate) clock: Arc<dyn Clock>,
+    role: watch::Sender<Role>,
+    events: broadcast::Sender<Event>,
+    meter: Meter,
+    term: Option<Term>,
+    store_error: Option<String>,
+    /// Tokens of ended terms whose work has drained.
+    drained_tx: mpsc::UnboundedSender<u64>,
+}
+
+impl Publisher {
+    pub(crate) fn new(
+        group: GroupName,
+        holder: Holder,
+        clock: Arc<dyn Clock>,
+        role: watch::Sender<Role>,
+        events: broadcast::Sender<Event>,
+    ) -> (Publisher, mpsc::UnboundedReceiver<u64>) {
+        let (drained_tx, drained_rx) = mpsc::unbounded_channel();
+        let publisher = Publisher {
+            meter: Meter::new(&group, &holder.id),
+            group,
+            holder,
+            clock,
+            role,
+            events,
+            term: None,
+            store_error: None,
+            drained_tx,
+        };
+        (publisher, drained_rx)
+    }
+
+    /// The term in force, if leading.
+    pub(crate) fn term(&self) -> Option<&Term> {
+        self.term.as_ref()
+    }
+
+    pub(crate) fn elected(&mut self, token: u64, deadline: MonoTime) -> Term {
+        let term = Term::new(
+            self.group.clone(),
+            self.holder.id.clone(),
+            token,
+            deadline,
+            self.clock.clone(),
+        );
+        tracing::info!(group = %self.group, candidate = %self.holder.id, token, "elected leader");
+        self.meter.elected(term.remaining());
+        self.term = Some(term.clone());
+        self.role.send_replace(Role::Leader(term.clone()));
+        let _ = self.events.send(Event::Elected { token });
+        term
+    }
+
+    pub(crate) fn renewed(&mut self, deadline: MonoTime, latency: Duration) {
+        if let Some(term) = &self.term {
+            term.set_deadline(deadline);
+            self.meter.renewed(latency, term.remaining());
+            tracing::trace!(group = %self.group, token = term.token(), ?latency, "renewed");
+        }
+    }
+
+    /// Ends the current term: the work is told to stop now and must be gone
+    /// by `work_deadline`; the drained channel hears when it is.
+    pub(crate) fn end_term(&mut self, reason: EndReason, work_deadline: MonoTime) {
+        let Some(term) = self.term.take() else {
+            return;
+        };
+        let token = term.token();
+        tracing::info!(group = %self.group, candidate = %self.holder.id, token, %reason, "term ended");
+        self.meter.ended(&reason);
+        term.cancel();
+        let clock = self.clock.clone();
+        let drained = self.drained_tx.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.drained() => {
+                    let _ = drained.send(term.token());
+                }
+                _ = clock.sleep_until(work_deadline) => {}
+            }
+            term.end();
+        });
+        self.role.send_replace(Role::Candidate);
+        let _ = self.events.send(Event::Ousted { token, reason });
+    }
+
+    pub(crate) fn leader_changed(&mut self, leader: Option<LeaderInfo>) {
+        if self.term.is_none() {
+            self.role.send_replace(match &leader {
+                Some(l) => Role::Follower { leader: l.clone() },
+                None => Role::Candidate,
+            });
+        }
+        let _ = self.events.send(Event::LeaderChanged { leader });
+    }
+
+    /// Notes whether the backend's store answers, sending an event when
+    /// that changes (not for every failure).
+    pub(crate) fn store_health(&mut self, op: &'static str, error: Option<String>) {
+        match error {
+            None => {
+                if self.store_error.take().is_some() {
+                    tracing::info!(group = %self.group, "store answers again");
+                    let _ = self.events.send(Event::StoreHealth { message: None });
+                }
+            }
+            Some(message) => {
+                self.meter.store_error(op);
+                if self.store_error.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(group = %self.group, op, error = %message, "store operation failed");
+                    self.store_error = Some(message.clone());
+                    let _ = self.events.send(Event::StoreHealth {
+                        message: Some(message),
+                    });
+                }
+            }
+        }
+    }
+
+    pub(crate) fn stopped(&mut self) {
+        if let Some(term) = self.term.take() {
+            term.end();
+        }
+        tracing::debug!(group = %self.group, candidate = %self.holder.id, "stopped");
+        self.role.send_replace(Role::Stopped);
+    }
+}
