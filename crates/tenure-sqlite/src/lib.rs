@@ -65,7 +65,7 @@
 //!   row's version, compare, write, commit), so it is atomic across
 //!   connections and processes: `IMMEDIATE` takes the write lock before
 //!   the read, so no other writer can slip in between.
-//! * Lock waits are bounded by the busy timeout (5 s by default, see
+//! * Lock waits are bounded by the busy timeout (1 s by default, see
 //!   [`SqliteOptions`]); past it an operation fails with
 //!   [`StoreError::Unavailable`] and the elector retries.
 //! * `synchronous = FULL`: a commit survives a power cut, so a fencing
@@ -126,7 +126,9 @@ pub struct SqliteOptions {
 impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions {
-            busy_timeout: Duration::from_secs(5),
+            // Below the elector's default operation timeout (term / 4 =
+            // 2.5 s), so a stuck lock shows as "locked", not a timeout.
+            busy_timeout: Duration::from_secs(1),
             change_poll_interval: Duration::from_millis(50),
         }
     }
@@ -134,7 +136,7 @@ impl Default for SqliteOptions {
 
 impl SqliteOptions {
     /// How long an operation waits for another connection's lock before it
-    /// fails with [`StoreError::Unavailable`] (default 5 s). Writers hold
+    /// fails with [`StoreError::Unavailable`] (default 1 s). Writers hold
     /// the lock for a millisecond or so; only a stuck process or an
     /// operator's open `sqlite3` transaction makes anyone wait this long.
     ///
