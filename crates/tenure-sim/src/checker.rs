@@ -171,6 +171,8 @@ pub(crate) struct Checker {
     last_disturbance: Option<SimTime>,
     tail_start: Option<SimTime>,
     pub(crate) heal_gap: Option<Duration>,
+    /// The least real time between a term's end and the next election.
+    pub(crate) closest: Option<Duration>,
 }
 
 impl Checker {
@@ -196,6 +198,7 @@ impl Checker {
             last_disturbance: None,
             tail_start: None,
             heal_gap: None,
+            closest: None,
         }
     }
 
@@ -268,6 +271,18 @@ impl Checker {
 
     /// `Action::Elected` from `node` at `t`.
     pub(crate) fn elected(&mut self, t: SimTime, node: usize, token: u64, deadline: MonoTime) {
+        // How close the previous term's end came to this start.
+        let prev_end = self
+            .active
+            .iter()
+            .map(|&i| &self.terms[i])
+            .filter(|term| term.start < t && term.end() <= t)
+            .map(Term::end)
+            .max();
+        if let Some(end) = prev_end {
+            let margin = t.since(end);
+            self.closest = Some(self.closest.map_or(margin, |c| c.min(margin)));
+        }
         self.retire(t);
         self.elections += 1;
         if let Some(i) = self.current[node] {
@@ -481,13 +496,13 @@ impl Checker {
     /// The leader `node` (term `token`) crashed at `t`. The failover is
     /// checked if nothing disturbed the cluster for [`LivenessBounds::quiet`]
     /// before and nothing does until the next election, and some other
-    /// node is up. Returns the crash's index for [`Checker::crash_deadline`].
+    /// node is healthy (up, not paused, not partitioned). Returns the crash's index for [`Checker::crash_deadline`].
     pub(crate) fn leader_crash(
         &mut self,
         t: SimTime,
         node: usize,
         token: u64,
-        others_up: bool,
+        healthy: bool,
         tail: bool,
     ) -> usize {
         let quiet = self
@@ -502,7 +517,7 @@ impl Checker {
             node,
             token,
             gap: None,
-            clean: quiet && others_up && t.as_duration() >= self.bounds.quiet,
+            clean: quiet && healthy && t.as_duration() >= self.bounds.quiet,
             tail,
         });
         self.pending_crash = Some(idx);

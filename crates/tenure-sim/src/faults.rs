@@ -139,6 +139,9 @@ pub struct FaultRates {
     pub store_failure: f64,
     /// Probability that a request or reply is slower than the timeout.
     pub slow_op: f64,
+    /// End the fault phase, in half of the seeds, with a storm of 2.5
+    /// terms that partitions or pauses every node at once.
+    pub storms: bool,
 }
 
 impl Default for FaultRates {
@@ -153,6 +156,7 @@ impl Default for FaultRates {
             dropped_request: 0.02,
             store_failure: 0.01,
             slow_op: 0.02,
+            storms: true,
         }
     }
 }
@@ -170,6 +174,7 @@ impl FaultRates {
             dropped_request: 0.0,
             store_failure: 0.0,
             slow_op: 0.0,
+            storms: false,
         }
     }
 

@@ -108,6 +108,9 @@ pub struct SimReport {
     pub heal_bound: Duration,
     /// Time from the last fault healing to a valid term.
     pub heal_gap: Option<Duration>,
+    /// The least real time from the end of one term's validity to the next
+    /// election: how close the run came to an overlap.
+    pub closest_handover: Option<Duration>,
     /// Broken invariants.
     pub violations: Vec<Violation>,
     /// Allowed but noteworthy machine behaviour, counted.
@@ -147,6 +150,8 @@ pub struct Summary {
     pub unresolved_crashes: u64,
     /// Gaps from healing to a valid term, with their bound.
     pub heal_gaps: Vec<(Duration, Duration)>,
+    /// The least time from a term's end to the next election, and its seed.
+    pub closest_handover: Option<(Duration, u64)>,
     /// Notes by kind.
     pub notes: BTreeMap<&'static str, u64>,
     /// Terms ended, by reason.
@@ -178,6 +183,11 @@ impl Summary {
         }
         if let Some(g) = r.heal_gap {
             self.heal_gaps.push((g, r.heal_bound));
+        }
+        if let Some(c) = r.closest_handover {
+            if self.closest_handover.is_none_or(|(best, _)| c < best) {
+                self.closest_handover = Some((c, r.seed));
+            }
         }
         for (k, v) in &r.notes {
             *self.notes.entry(k).or_insert(0) += v;
@@ -258,6 +268,13 @@ impl fmt::Display for Summary {
             )?;
         }
         gap_line(f, "after every fault healed", &self.heal_gaps)?;
+        if let Some((c, seed)) = self.closest_handover {
+            writeln!(
+                f,
+                "{:<40} {c:.3?} (seed {seed}): least time from a term's end to the next election",
+                "closest hand-over"
+            )?;
+        }
         if !self.notes.is_empty() {
             writeln!(f, "notes (allowed, worth knowing)")?;
             for (k, v) in &self.notes {

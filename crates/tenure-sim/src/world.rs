@@ -120,6 +120,8 @@ enum Ev {
         fate: OpFate,
     },
     Inject(Planned),
+    /// Every node at once, until the fault phase ends.
+    Storm(Storm),
     PauseEnd {
         node: usize,
         life: u32,
@@ -133,6 +135,17 @@ enum Ev {
     HealDeadline,
     TailCrash,
     End,
+}
+
+/// A fault of the whole cluster that ends exactly when the fault phase ends,
+/// so the heal check starts from the worst state: no valid term, every
+/// node with an operation lost or a backlog of inputs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Storm {
+    /// Every node loses the store.
+    PartitionAll,
+    /// Every node pauses past its deadline.
+    PauseAll,
 }
 
 struct Scheduled {
@@ -289,6 +302,18 @@ impl World {
         for (at, kind) in planned {
             world.push(at, Ev::Inject(kind));
         }
+        // Half of the seeds end the fault phase with a storm of 2.5 terms
+        // (the other half end in whatever state the random faults left).
+        if params.faults.storms {
+            let storm = match world.rng.gen_range(0..4) {
+                0 => Some(Storm::PartitionAll),
+                1 => Some(Storm::PauseAll),
+                _ => None,
+            };
+            if let Some(storm) = storm {
+                world.push(fault_end.before(term * 5 / 2), Ev::Storm(storm));
+            }
+        }
         world.push(fault_end, Ev::TailStart);
         world.push(heal_check, Ev::HealDeadline);
         world.push(tail_crash, Ev::TailCrash);
@@ -336,6 +361,7 @@ impl World {
                     fate,
                 } => self.arrive(node, life, op, req, fate),
                 Ev::Inject(kind) => self.inject(kind),
+                Ev::Storm(storm) => self.storm(storm),
                 Ev::PauseEnd { node, life } => self.pause_end(node, life),
                 Ev::PartitionEnd => {
                     self.trace
@@ -373,6 +399,7 @@ impl World {
             crash_bound: self.bounds.crash,
             heal_bound: self.bounds.heal,
             heal_gap: checker.heal_gap,
+            closest_handover: checker.closest,
             violations: checker.violations,
             notes: checker.notes,
             end_reasons: self.end_reasons,
@@ -927,6 +954,35 @@ impl World {
         }
     }
 
+    fn storm(&mut self, storm: Storm) {
+        let t = self.now;
+        let until = self.fault_end.max(t);
+        self.trace
+            .event(t, None, "STORM", &[], || format!("{storm:?} until {until}"));
+        self.checker.disturb(t);
+        for n in 0..self.nodes.len() {
+            match storm {
+                Storm::PartitionAll => {
+                    self.count(FaultKind::Partition);
+                    let node = &mut self.nodes[n];
+                    node.partitioned_until = node.partitioned_until.max(until);
+                }
+                Storm::PauseAll => {
+                    let node = &self.nodes[n];
+                    if node.up() && !node.paused {
+                        self.count(FaultKind::LongPause);
+                        self.nodes[n].paused = true;
+                        let life = self.nodes[n].life;
+                        self.push(until, Ev::PauseEnd { node: n, life });
+                    }
+                }
+            }
+        }
+        if storm == Storm::PartitionAll {
+            self.push(until, Ev::PartitionEnd);
+        }
+    }
+
     /// Crashes node `n`; a crash of the leader starts a failover the checker
     /// times.
     fn crash(&mut self, n: usize, tail: bool) {
@@ -937,8 +993,13 @@ impl World {
         self.kill(n);
         match leader_token {
             Some(token) => {
-                let others_up = (0..self.nodes.len()).any(|i| i != n && self.nodes[i].up());
-                let idx = self.checker.leader_crash(t, n, token, others_up, tail);
+                // The bound needs one candidate that can act: up, running,
+                // and able to reach the store.
+                let healthy = (0..self.nodes.len()).any(|i| {
+                    let o = &self.nodes[i];
+                    i != n && o.up() && !o.paused && o.partitioned_until <= t
+                });
+                let idx = self.checker.leader_crash(t, n, token, healthy, tail);
                 // Just past the bound, so an election exactly at the bound
                 // counts as in time.
                 let at = t.after(self.bounds.crash + Duration::from_nanos(1));

@@ -47,3 +47,20 @@ fn seeds_375_to_500_hold_every_invariant() {
     // crash failover bound; there must be some in every batch.
     assert!(!summary.clean_gaps.is_empty(), "{summary}");
 }
+
+#[test]
+fn large_clusters_hold_every_invariant() {
+    let params = SimParams {
+        nodes: 12..=20,
+        ..SimParams::default()
+    };
+    for seed in 10_000..10_030 {
+        let report = run_seed(seed, &params).unwrap();
+        assert!(
+            report.violations.is_empty(),
+            "{:?}\n  replay: {}",
+            report.violations,
+            params.replay_command(seed)
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! Behaviour of the machine that the simulation surfaced, pinned down with
+//! explicit times so it is easy to discuss. These are not safety bugs (the
+//! simulation's checker accepts them, and says why); they document what a
+//! caller of the machine sees.
+
+use std::time::Duration;
+
+use tenure::machine::{Action, Input, Machine, OpId};
+use tenure::{CasOutcome, Config, Holder, Metadata, MonoTime, Now, Version, WallTime};
+
+fn at(ms: u64) -> Now {
+    Now {
+        mono: MonoTime::from_nanos(ms * 1_000_000),
+        wall: WallTime::from_millis(1_700_000_000_000 + ms),
+    }
+}
+
+fn cas_op(actions: &[Action]) -> OpId {
+    match actions.iter().find(|a| matches!(a, Action::Cas { .. })) {
+        Some(Action::Cas { op, .. }) => *op,
+        _ => panic!("expected a compare-and-swap in {actions:?}"),
+    }
+}
+
+/// A leader paused (GC, SIGSTOP) right after sending a renewal whose reply
+/// arrives during the pause: on resume it processes the reply before any
+/// timer, so the term whose deadline lapsed during the pause is renewed, and
+/// no `EndTerm` is emitted. The term is valid again (safely: the new deadline
+/// is anchored at the renewal's send instant), but an application watching
+/// `Term::is_valid` sees it go false and then true again.
+#[test]
+fn a_lapsed_term_is_revived_by_a_renewal_processed_after_a_pause() {
+    let timing = Config::new(Duration::from_secs(2)).validate().unwrap();
+    let me = Holder {
+        id: "a".into(),
+        incarnation: 1,
+    };
+    let mut m = Machine::new(timing, me, Metadata::new(), 1, at(0));
+    let read = m.step(at(0), Input::Tick);
+    let Some(Action::Read { op, .. }) = read.first() else {
+        panic!("{read:?}")
+    };
+    let acquire = m.step(
+        at(10),
+        Input::ReadDone {
+            op: *op,
+            result: Ok(None),
+        },
+    );
+    let op = cas_op(&acquire);
+    let elected = m.step(
+        at(20),
+        Input::CasDone {
+            op,
+            result: Ok(CasOutcome::Applied(Version(1))),
+        },
+    );
+    // Deadline: acquire sent at 10 ms + 2 s × 0.99 = 1990 ms.
+    assert!(elected.contains(&Action::Elected {
+        token: 1,
+        deadline: at(1990).mono
+    }));
+    // The renewal is due at 10 + 666.67 ms.
+    let renew = m.step(at(677), Input::Tick);
+    let op = cas_op(&renew);
+    // The process pauses from 678 ms to 2200 ms; the reply arrived at 690 ms
+    // and is the first thing processed. The old deadline (1990 ms) passed.
+    let resumed = m.step(
+        at(2200),
+        Input::CasDone {
+            op,
+            result: Ok(CasOutcome::Applied(Version(2))),
+        },
+    );
+    assert_eq!(
+        resumed.first(),
+        Some(&Action::Renewed {
+            token: 1,
+            deadline: at(677 + 1980).mono,
+            latency: Duration::from_millis(2200 - 677),
+        }),
+        "renewed after the deadline lapsed: {resumed:?}"
+    );
+    assert!(
+        !resumed.iter().any(|a| matches!(a, Action::EndTerm { .. })),
+        "and the term never ended: {resumed:?}"
+    );
+}
