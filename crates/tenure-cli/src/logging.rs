@@ -1,6 +1,8 @@
 //! Log lines on stderr, readable or JSON. stdout stays for command output
 //! (and for CMD's own output under `tenure run`).
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
@@ -12,6 +14,8 @@ pub fn init(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in log files.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
     // A second initialisation (never in this binary) would fail harmlessly.
     let _ = match format {

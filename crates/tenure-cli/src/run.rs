@@ -262,7 +262,7 @@ fn report(r: &StopReport) {
             took_ms = millis(r.took),
             killed = r.killed,
             left_ms = left,
-            status = ?r.status,
+            status = %r.status.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
             "CMD's process group is gone"
         );
     }

@@ -1,0 +1,111 @@
+//! Bad input: a one-line error naming the problem, and the documented exit
+//! code (2 for usage errors, as clap's own; 1 for a store that cannot be
+//! opened). Secrets in URLs never appear.
+
+mod common;
+
+use common::*;
+
+fn fails(args: &[&str]) -> (i32, String) {
+    let out = run_to_end(tenure().args(args));
+    let err = String::from_utf8_lossy(&out.stderr).trim_end().to_owned();
+    (out.status.code().expect("exit code"), err)
+}
+
+fn one_line(err: &str) {
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("tenure: error: "), "{err:?}");
+}
+
+#[test]
+fn bad_store_urls_are_usage_errors() {
+    for (url, needle) in [
+        ("ftp://host/x", "ftp"),
+        ("/var/lib/tenure.db", "no scheme"),
+        ("sqlite://", "no file path"),
+        ("sqlite:///tmp/x.db?mode=ro", "query"),
+        ("postgres://app:hunter2@db:5432/x", "not built into"),
+        ("memory://", "memory://"),
+    ] {
+        let (code, err) = fails(&["status", "--group", "g", "--store", url]);
+        assert_eq!(code, 2, "{url}: {err}");
+        one_line(&err);
+        assert!(err.contains(needle), "{url}: {err}");
+        assert!(!err.contains("hunter2"), "a password leaked: {err}");
+    }
+    // The same through the environment, for another command.
+    let out = run_to_end(
+        tenure()
+            .args(["release", "--group", "g"])
+            .env("TENURE_STORE", "redis://:s3cret@cache:6379"),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}
+
+#[test]
+fn a_store_that_cannot_be_opened_is_a_one_line_failure() {
+    let s = Scratch::new("unopenable");
+    let (code, err) = fails(&[
+        "status",
+        "--group",
+        "g",
+        "--store",
+        &format!("sqlite://{}/missing-dir/x.db", s.dir.display()),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    one_line(&err);
+    assert!(err.contains("missing-dir"), "{err}");
+
+    let not_db = s.path("notes.txt");
+    std::fs::write(
+        &not_db,
+        "this is not a database, just text long enough to look like a file",
+    )
+    .unwrap();
+    let (code, err) = fails(&[
+        "status",
+        "--group",
+        "g",
+        "--store",
+        &format!("sqlite://{}", not_db.display()),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    one_line(&err);
+    assert!(err.contains("not a SQLite database"), "{err}");
+}
+
+#[test]
+fn bad_timing_and_names_are_usage_errors() {
+    let s = Scratch::new("usage");
+    let store = s.store();
+    let (code, err) = fails(&[
+        "run", "--group", "g", "--store", &store, "--term", "0s", "--", "true",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    one_line(&err);
+    assert!(err.contains("term is zero"), "{err}");
+
+    let (code, err) = fails(&["run", "--group", "", "--store", &store, "--", "true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("group name is empty"), "{err}");
+
+    // clap's own errors exit 2 too.
+    let (code, err) = fails(&["run", "--group", "g", "--term", "soon", "--", "true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a duration"), "{err}");
+    let (code, _) = fails(&["run", "--group", "g"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn help_has_examples_everywhere() {
+    for cmd in ["run", "status", "watch", "release", "demo"] {
+        let out = run_to_end(tenure().args([cmd, "--help"]));
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Examples:"), "{cmd}: {text}");
+        assert!(text.contains(&format!("tenure {cmd}")), "{cmd}: {text}");
+    }
+}

@@ -1,0 +1,218 @@
+//! `status`, `watch` and the HTTP endpoints, parsed the way a script or a
+//! scraper would.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+const SLACK: Duration = Duration::from_secs(5);
+
+#[test]
+fn status_json_has_the_documented_fields() {
+    let s = Scratch::new("status");
+    let status = |s: &Scratch| {
+        let out =
+            run_to_end(tenure().args(["status", "--group", "g", "--json", "--store", &s.store()]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status --json is JSON")
+    };
+    let v = status(&s);
+    assert_eq!(v["state"], "never");
+    assert!(v["leader"].is_null() && v["token"].is_null());
+    assert_eq!(v["group"], "g");
+
+    let child = recording_child(&s);
+    let mut a = Running::spawn(&mut run_cmd(
+        &s,
+        "a",
+        &["--metadata", "address=10.0.0.7:8080"],
+        &child,
+    ));
+    let mut groups = Groups::default();
+    let line = wait_for(SLACK, || {
+        child_lines(&s.path("children.log")).into_iter().next()
+    })
+    .expect("a leads");
+    groups.add(line.pgid);
+    let v = status(&s);
+    assert_eq!(v["state"], "held");
+    assert_eq!(v["token"], 1);
+    assert_eq!(v["store"], s.store());
+    let l = &v["leader"];
+    assert_eq!(l["candidate"], "a");
+    assert_eq!(l["token"], 1);
+    assert_eq!(l["metadata"]["address"], "10.0.0.7:8080");
+    for f in ["renewed_at", "expires_at"] {
+        assert!(l[f].as_str().is_some_and(|t| t.ends_with('Z')), "{f}: {l}");
+    }
+    assert!(
+        l["renewed_ago_ms"]
+            .as_i64()
+            .is_some_and(|ms| (0..=2000).contains(&ms)),
+        "{l}"
+    );
+    assert!(
+        l["expires_in_ms"]
+            .as_i64()
+            .is_some_and(|ms| ms > 0 && ms <= 2000),
+        "{l}"
+    );
+
+    // The human form names the leader too.
+    let out = run_to_end(tenure().args(["status", "--group", "g", "--store", &s.store()]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("leader:   a") && text.contains("token:    1"),
+        "{text}"
+    );
+
+    a.signal(libc::SIGTERM);
+    a.wait_timeout(SLACK).expect("a stops");
+    let v = status(&s);
+    assert_eq!(v["state"], "released");
+    assert_eq!(v["token"], 1, "a release keeps the token");
+    let out = run_to_end(tenure().args(["status", "--group", "g", "--store", &s.store()]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no leader"));
+}
+
+#[test]
+fn watch_json_prints_each_change_of_leader() {
+    let s = Scratch::new("watch");
+    let mut w = Running::spawn(
+        tenure()
+            .args([
+                "watch",
+                "--group",
+                "g",
+                "--json",
+                "--poll",
+                "100ms",
+                "--store",
+                &s.store(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = w.child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || -> serde_json::Value {
+        let line = rx.recv_timeout(SLACK * 2).expect("a watch line");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("watch --json line is JSON");
+        assert_eq!(v["group"], "g");
+        assert!(v["at"].as_str().is_some_and(|t| t.ends_with('Z')), "{v}");
+        v
+    };
+    assert!(next()["leader"].is_null(), "nobody leads at first");
+
+    let child = recording_child(&s);
+    let mut a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
+    let mut groups = Groups::default();
+    let v = next();
+    assert_eq!(v["leader"]["candidate"], "a", "{v}");
+    assert_eq!(v["leader"]["token"], 1);
+    for f in ["renewed_at", "expires_at"] {
+        assert!(v["leader"][f].is_string(), "{v}");
+    }
+    if let Some(l) = child_lines(&s.path("children.log")).first() {
+        groups.add(l.pgid);
+    }
+
+    a.signal(libc::SIGTERM);
+    a.wait_timeout(SLACK).expect("a stops");
+    assert!(next()["leader"].is_null(), "the release shows as no leader");
+    w.signal(libc::SIGTERM);
+    assert!(w.wait_timeout(SLACK).expect("watch stops").success());
+}
+
+/// A raw HTTP/1.1 GET.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(SLACK)).expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read");
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status code");
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn metrics_healthz_and_leader_over_http() {
+    let s = Scratch::new("http");
+    let child = recording_child(&s);
+    let _a = Running::spawn(&mut run_cmd(
+        &s,
+        "a",
+        &["--metrics-addr", "127.0.0.1:0"],
+        &child,
+    ));
+    let mut groups = Groups::default();
+    let log = s.path("a.log");
+    let served = wait_for(SLACK, || {
+        logged(&log, "serving /metrics, /healthz and /leader")
+            .into_iter()
+            .next()
+    })
+    .expect("the server started");
+    let addr = served["fields"]["addr"].as_str().expect("addr").to_owned();
+    let line = wait_for(SLACK, || {
+        child_lines(&s.path("children.log")).into_iter().next()
+    })
+    .expect("a leads");
+    groups.add(line.pgid);
+
+    let metrics = wait_for(SLACK, || {
+        let (code, body) = get(&addr, "/metrics");
+        (code == 200 && body.contains("tenure_renew_latency_seconds")).then_some(body)
+    })
+    .expect("metrics with a renewal in them");
+    assert!(
+        metrics.contains(r#"tenure_is_leader{group="g",candidate="a"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tenure_transitions_total"), "{metrics}");
+    assert!(
+        metrics.contains("tenure_term_remaining_seconds"),
+        "{metrics}"
+    );
+
+    let (code, body) = get(&addr, "/healthz");
+    assert_eq!((code, body.as_str()), (200, "ok\n"));
+
+    let (code, body) = get(&addr, "/leader");
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).expect("/leader is JSON");
+    assert_eq!(v["role"], "leader");
+    assert_eq!(v["leader"]["candidate"], "a");
+    assert_eq!(v["leader"]["is_self"], true);
+    assert_eq!(v["term"]["token"], 1);
+
+    assert_eq!(get(&addr, "/nope").0, 404);
+}
