@@ -52,14 +52,9 @@ pub(crate) async fn open(
     .await
     {
         Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) if options.tls && e.is_timeout() => Err(silent_tls(options)),
         Ok(Err(e)) => Err(ctx.classify("connect", e)),
-        Err(_) if options.tls => Err(RedisStoreError::Tls {
-            target: options.target(),
-            detail: format!(
-                "no TLS handshake within {:?} (a plain-text server waits silently for a command)",
-                options.timeout
-            ),
-        }),
+        Err(_) if options.tls => Err(silent_tls(options)),
         Err(_) => Err(RedisStoreError::Timeout {
             target: options.target(),
             after: options.timeout,
@@ -69,6 +64,18 @@ pub(crate) async fn open(
 
 /// The push sender type of connections that take no pushes.
 type NoPush = tokio::sync::mpsc::UnboundedSender<redis::PushInfo>;
+
+/// A TLS connect that timed out: a plain-text Redis reads the ClientHello
+/// as the start of a command and waits silently for the rest.
+fn silent_tls(options: &RedisOptions) -> RedisStoreError {
+    RedisStoreError::Tls {
+        target: options.target(),
+        detail: format!(
+            "no TLS handshake within {:?}; a plain-text server stays silent",
+            options.timeout
+        ),
+    }
+}
 
 pub(crate) fn ctx(options: &RedisOptions) -> Ctx<'_> {
     Ctx {
@@ -150,7 +157,11 @@ impl Conn {
     /// Runs `op` on the connection. A connection error, or `op` being
     /// abandoned before it finished, marks the connection broken so the
     /// next call reconnects.
-    pub(crate) async fn run<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, RedisStoreError>
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        what: &'static str,
+        op: F,
+    ) -> Result<T, RedisStoreError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,

@@ -259,7 +259,16 @@ impl Ctx<'_> {
 /// does not trust, as an I/O error of kind `InvalidData`.
 fn looks_like_tls_failure(e: &redis::RedisError) -> bool {
     let text = e.to_string().to_ascii_lowercase();
-    ["tls", "certificate", "handshake", "corrupt message", "invalidcontenttype", "invalid data", "unknownissuer", "peer"]
-        .iter()
-        .any(|needle| text.contains(needle))
+    [
+        "tls",
+        "certificate",
+        "handshake",
+        "corrupt message",
+        "invalidcontenttype",
+        "invalid data",
+        "unknownissuer",
+        "peer",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
 }

@@ -137,11 +137,14 @@ impl RedisOptions {
         let db = if path.is_empty() {
             0
         } else {
-            path.parse::<i64>().ok().filter(|d| *d >= 0).ok_or_else(|| {
-                bad(format!(
-                    "the path {path:?} is not a database number: write /0, /1, ..."
-                ))
-            })?
+            path.parse::<i64>()
+                .ok()
+                .filter(|d| *d >= 0)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "the path {path:?} is not a database number: write /0, /1, ..."
+                    ))
+                })?
         };
         let mut options = RedisOptions {
             tls,
@@ -186,7 +189,9 @@ impl RedisOptions {
             ));
         }
         if options.timeout.is_zero() {
-            return Err(bad("timeout is zero: give a positive duration such as 5s".into()));
+            return Err(bad(
+                "timeout is zero: give a positive duration such as 5s".into()
+            ));
         }
         Ok(options)
     }
@@ -355,9 +360,14 @@ mod tests {
     #[test]
     fn parses_the_forms_users_write() {
         let o = RedisOptions::from_url("redis://127.0.0.1:56379").unwrap();
-        assert_eq!((o.host.as_str(), o.port, o.db, o.tls), ("127.0.0.1", 56379, 0, false));
+        assert_eq!(
+            (o.host.as_str(), o.port, o.db, o.tls),
+            ("127.0.0.1", 56379, 0, false)
+        );
         assert_eq!(o.prefix, "tenure:");
-        let o = RedisOptions::from_url("rediss://u:p%40ss@h/3?prefix=x%3A&timeout=250ms&quarantine=1m").unwrap();
+        let o =
+            RedisOptions::from_url("rediss://u:p%40ss@h/3?prefix=x%3A&timeout=250ms&quarantine=1m")
+                .unwrap();
         assert_eq!((o.port, o.db, o.tls), (6379, 3, true));
         assert_eq!(o.user.as_deref(), Some("u"));
         assert_eq!(o.password.as_deref(), Some("p@ss"));

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
 use tenure::{
-    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, Metadata, RecordError,
-    StoreError, Version, Versioned, WallTime,
+    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, Metadata, RecordError, StoreError,
+    Version, Versioned, WallTime,
 };
 use tokio::time::Instant;
 
@@ -54,7 +54,17 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-fn client(options: &RedisOptions, protocol: ProtocolVersion) -> Result<redis::Client, RedisStoreError> {
+fn client(
+    options: &RedisOptions,
+    protocol: ProtocolVersion,
+) -> Result<redis::Client, RedisStoreError> {
+    if options.tls {
+        // The `redis` crate builds its rustls config from the process-wide
+        // provider, which rustls cannot pick on its own when no provider or
+        // several are compiled in. Install ring unless the application
+        // already chose one (then this is a no-op).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
     let addr = if options.tls {
         ConnectionAddr::TcpTls {
             host: options.host.clone(),
@@ -103,7 +113,10 @@ fn client(options: &RedisOptions, protocol: ProtocolVersion) -> Result<redis::Cl
     )
     .map_err(|e| RedisStoreError::Tls {
         target: options.target(),
-        detail: format!("the ca, cert or key file is not usable PEM ({})", e.category()),
+        detail: format!(
+            "the ca, cert or key file is not usable PEM ({})",
+            e.category()
+        ),
     })
 }
 
@@ -260,7 +273,9 @@ impl RedisStore {
 
     fn quarantine_for(&self, record: &LeaseRecord) -> Duration {
         let by_term = record.term.saturating_mul(QUARANTINE_TERMS);
-        self.options().quarantine.map_or(by_term, |q| q.max(by_term))
+        self.options()
+            .quarantine
+            .map_or(by_term, |q| q.max(by_term))
     }
 }
 

@@ -1,0 +1,216 @@
+//! Misconfiguration gets a clear, typed error that names the fix, within a
+//! bounded time, and never shows the password.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use tenure::{testkit, LeaseStore, RecordError, StoreError};
+use tenure_redis::{RedisStore, RedisStoreError};
+
+use common::RedisServer;
+
+const SECRET: &str = "pw-Secret-7f3a";
+
+fn assert_no_secret(what: &str, text: &str) {
+    assert!(!text.contains(SECRET), "{what} shows the password: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_credentials_are_misconfigured_and_secret_free() {
+    let server = RedisServer::start(&[]);
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        &format!(">{SECRET}"),
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let url = |pw: &str| format!("redis://app:{pw}@127.0.0.1:{}", server.port);
+
+    let err = RedisStore::connect(&url("wrong-pw-Secret-7f3a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RedisStoreError::Credentials { .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("user \"app\"") && text.contains("password"),
+        "{text}"
+    );
+    assert_no_secret("Display", &text);
+    assert_no_secret("Debug", &format!("{err:?}"));
+    let store_err = StoreError::from(err);
+    assert!(matches!(store_err, StoreError::Misconfigured { .. }));
+    assert!(!store_err.is_transient());
+
+    let store = RedisStore::connect(&url(SECRET)).await.unwrap();
+    assert_no_secret("describe", &store.describe());
+    assert_no_secret("Debug", &format!("{store:?}"));
+    assert!(
+        store.describe().contains("app@127.0.0.1"),
+        "{}",
+        store.describe()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_password_and_missing_permissions_name_the_fix() {
+    let server = RedisServer::start(&["--requirepass", SECRET]);
+    let err = RedisStore::connect(&server.url()).await.unwrap_err();
+    assert!(matches!(err, RedisStoreError::NoAuth { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("redis://user:password@host"),
+        "{err}"
+    );
+
+    // A user that may PING but not run scripts.
+    let admin = format!("redis://:{SECRET}@127.0.0.1:{}", server.port);
+    let mut c = redis::Client::open(admin.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "limited",
+                "on",
+                ">limited-pw",
+                "~tenure:*",
+                "+ping",
+            ][..],
+        )
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let store = RedisStore::connect(&format!(
+        "redis://limited:limited-pw@127.0.0.1:{}",
+        server.port
+    ))
+    .await
+    .unwrap();
+    let err = store
+        .read(&testkit::unique_group("perm"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Misconfigured { .. }), "{err:?}");
+    assert!(err.to_string().contains("ACL SETUSER"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_of_another_type_are_reported_and_never_overwritten() {
+    let server = RedisServer::start(&[]);
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    assert!(store.adopt_empty().await.unwrap());
+    let group = testkit::unique_group("wrongtype");
+    let key = store.key(&group);
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = c.set(&key, "somebody else's value").await.unwrap();
+
+    let err = store.read(&group).await.unwrap_err();
+    match &err {
+        StoreError::Record {
+            source: RecordError::Foreign { detail },
+            ..
+        } => assert!(detail.contains("holds a string"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+    let held = testkit::held_by("a", 1);
+    assert!(store.compare_and_swap(&group, None, &held).await.is_err());
+    assert!(store
+        .compare_and_swap(&group, Some(tenure::Version(1)), &held)
+        .await
+        .is_err());
+    let still: String = c.get(&key).await.unwrap();
+    assert_eq!(still, "somebody else's value");
+
+    // A foreign hash without tenure's fields: Foreign on read, Conflict on write.
+    let group2 = testkit::unique_group("foreign-hash");
+    let key2 = store.key(&group2);
+    let _: () = c.hset(&key2, "owner", "cron").await.unwrap();
+    assert!(matches!(
+        store.read(&group2).await,
+        Err(StoreError::Record {
+            source: RecordError::Foreign { .. },
+            ..
+        })
+    ));
+    assert_eq!(
+        store.compare_and_swap(&group2, None, &held).await.unwrap(),
+        tenure::CasOutcome::Conflict
+    );
+
+    // The marker key of another type makes the whole prefix unusable.
+    let other = RedisStore::connect(&format!("{}?prefix=mine:", server.url()))
+        .await
+        .unwrap();
+    let _: () = c.set("mine:", "x").await.unwrap();
+    let err = other.read(&group).await.unwrap_err();
+    assert!(matches!(err, StoreError::Misconfigured { .. }), "{err:?}");
+    assert!(err.to_string().contains("another key prefix"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_to_a_plain_server_fails_clearly_and_quickly() {
+    let server = RedisServer::start(&[]);
+    let t0 = Instant::now();
+    let err = RedisStore::connect(&format!(
+        "rediss://:{SECRET}@127.0.0.1:{}?timeout=1s",
+        server.port
+    ))
+    .await
+    .unwrap_err();
+    let took = t0.elapsed();
+    assert!(matches!(err, RedisStoreError::Tls { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("use redis:// instead of rediss://"),
+        "{err}"
+    );
+    assert_no_secret("Display", &err.to_string());
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(matches!(
+        StoreError::from(err),
+        StoreError::Misconfigured { .. }
+    ));
+
+    let err = RedisStore::connect(&format!(
+        "rediss://127.0.0.1:{}?ca=/nonexistent/ca.pem",
+        server.port
+    ))
+    .await
+    .unwrap_err();
+    assert!(matches!(err, RedisStoreError::TlsFile { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_evicting_server_and_an_absent_one_are_told_apart() {
+    let server = RedisServer::start(&["--maxmemory-policy", "allkeys-lru"]);
+    let err = RedisStore::connect(&server.url()).await.unwrap_err();
+    assert!(matches!(err, RedisStoreError::Eviction { .. }), "{err:?}");
+    assert!(err.to_string().contains("noeviction"), "{err}");
+
+    let port = common::free_port();
+    let t0 = Instant::now();
+    let err = RedisStore::connect(&format!("redis://127.0.0.1:{port}?timeout=1s"))
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    assert!(matches!(
+        StoreError::from(err),
+        StoreError::Unavailable { .. }
+    ));
+}
