@@ -1,0 +1,2 @@
+//! Kafka backend for tenure (NELI leader induction).
+#![deny(missing_docs)]
