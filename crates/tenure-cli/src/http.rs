@@ -267,3 +267,60 @@ fn leader_json(elector: Option<&Elector>, metadata: &Metadata) -> String {
     // Serializing strings, maps and integers cannot fail.
     serde_json::to_string(&view).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use tenure::clock::Sleep;
+    use tenure::{Clock, MemoryStore, MonoTime, Now, WallTime};
+
+    use super::*;
+
+    /// A clock that moves only when told to, and whose timers never fire:
+    /// the elector cannot renew or step down, so its term stays in force
+    /// on paper while time runs out — the wedged leader `/healthz` exists
+    /// to catch.
+    #[derive(Default)]
+    struct FrozenDriverClock {
+        nanos: AtomicU64,
+    }
+
+    impl Clock for FrozenDriverClock {
+        fn now(&self) -> Now {
+            Now {
+                mono: MonoTime::from_nanos(self.nanos.load(Ordering::SeqCst)),
+                wall: WallTime::now(),
+            }
+        }
+        fn sleep_until(&self, _deadline: MonoTime) -> Sleep {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn healthz_fails_only_for_a_leader_past_its_deadline() {
+        assert_eq!(healthz(None).status, 200);
+        let clock = Arc::new(FrozenDriverClock::default());
+        let elector = Elector::builder(MemoryStore::new(), "g")
+            .candidate_id("me")
+            .term(Duration::from_secs(2))
+            .clock(clock.clone())
+            .start()
+            .unwrap();
+        let term = elector.wait_for_leadership().await.unwrap();
+        assert_eq!(healthz(Some(&elector)).status, 200);
+        let body = leader_json(Some(&elector), &Metadata::address("10.0.0.7:1"));
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["role"], "leader");
+        assert_eq!(v["leader"]["metadata"]["address"], "10.0.0.7:1");
+
+        clock.nanos.fetch_add(3_000_000_000, Ordering::SeqCst);
+        assert!(term.remaining().is_zero());
+        assert!(elector.role().is_leader(), "the driver never woke up");
+        let r = healthz(Some(&elector));
+        assert_eq!(r.status, 503);
+        assert!(r.body.contains("past its deadline"), "{}", r.body);
+    }
+}

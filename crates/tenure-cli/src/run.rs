@@ -38,6 +38,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Runs `tenure run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let group = connect::group(&args.group)?;
+    check_term(args.term)?;
     let config = Config::new(args.term);
     let timing = config.validate().map_err(usage)?;
     let metadata: Metadata = args.metadata.iter().cloned().collect();
@@ -288,6 +289,22 @@ fn child_env(elector: &Elector, term: &Term) -> Vec<(String, String)> {
     ]
 }
 
+/// The longest term `run` accepts. Nothing sensible needs more (fail-over
+/// after a crash takes a whole term), and the library's monotonic
+/// arithmetic is in nanoseconds, which absurd terms overflow.
+pub const MAX_TERM: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Refuses terms longer than [`MAX_TERM`].
+pub fn check_term(term: Duration) -> anyhow::Result<()> {
+    if term > MAX_TERM {
+        return Err(usage(format!(
+            "invalid timing: a term of {} is longer than the 24h this tool accepts: fail-over after a crash takes a whole term; use a term of seconds to minutes",
+            humantime::format_duration(term)
+        )));
+    }
+    Ok(())
+}
+
 /// How long before the term's deadline CMD's group must be dead: a quarter
 /// of the stop grace the library leaves between telling work to stop and
 /// the deadline, within [20 ms, 250 ms], so SIGTERM still gets most of that
@@ -349,7 +366,7 @@ impl Backoff {
             self.next = self.first;
         }
         let wait = self.next;
-        self.next = (self.next * 2).min(MAX_BACKOFF.max(self.first));
+        self.next = self.next.saturating_mul(2).min(MAX_BACKOFF.max(self.first));
         wait
     }
 }

@@ -59,17 +59,18 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<u8> {
     }
     match (&leader, &record) {
         (Some(l), _) => {
-            let mut lines = vec![
-                format!("group:    {group}"),
-                format!(
-                    "leader:   {}{}",
+            let mut lines = Vec::new();
+            if state == "expired" {
+                lines.push(format!(
+                    "no leader: the lease of {} expired {} without renewal, so its holder has probably stopped \
+                     (a challenger takes over within a term; `tenure release --group {group}` clears it)",
                     l.candidate,
-                    if state == "expired" {
-                        "  (lease expired: the holder stopped renewing, it is probably gone)"
-                    } else {
-                        ""
-                    }
-                ),
+                    view::relative(now, l.expires_at)
+                ));
+            }
+            lines.extend([
+                format!("group:    {group}"),
+                format!("leader:   {}", l.candidate),
                 format!("token:    {}", l.token),
                 format!(
                     "renewed:  {} ({})",
@@ -81,7 +82,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<u8> {
                     view::relative(now, l.expires_at),
                     view::rfc3339(l.expires_at)
                 ),
-            ];
+            ]);
             if !l.metadata.is_empty() {
                 lines.push(format!("metadata: {}", view::metadata_text(&l.metadata)));
             }

@@ -50,9 +50,21 @@ pub fn metadata_text(m: &Metadata) -> String {
         .join(" ")
 }
 
-/// A wall time as RFC 3339 with milliseconds, UTC.
+/// A wall time as RFC 3339 with milliseconds, UTC. Times RFC 3339 cannot
+/// express (after the year 9999, which a corrupt or hostile record may
+/// hold) are shown as milliseconds since the Unix epoch instead of failing.
 pub fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    use std::fmt::Write;
+    let mut out = String::new();
+    // humantime's Display errors past 9999-12-31; `to_string` would panic.
+    if write!(out, "{}", humantime::format_rfc3339_millis(t)).is_ok() {
+        return out;
+    }
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("unix-ms:{ms}")
 }
 
 /// Signed milliseconds from `now` to `t` (negative: in the past).
@@ -88,4 +100,17 @@ pub fn short(d: Duration) -> String {
 /// Seconds with millisecond precision, "1.234s", for tables.
 pub fn secs(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn far_future_times_do_not_panic() {
+        let far = std::time::UNIX_EPOCH + Duration::from_millis(u64::MAX);
+        assert_eq!(rfc3339(far), format!("unix-ms:{}", u64::MAX));
+        assert_eq!(rfc3339(std::time::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        assert!(relative(std::time::UNIX_EPOCH, far).starts_with("in "));
+    }
 }

@@ -36,6 +36,10 @@ use crate::view;
 
 /// The group the candidates stand for.
 const GROUP: &str = "demo";
+/// The demo's shortest term: shorter ones drown in process start-up noise.
+const MIN_TERM: Duration = Duration::from_millis(200);
+/// The demo's longest term: it is meant to finish in about a minute.
+const MAX_TERM: Duration = Duration::from_secs(60);
 /// Extra patience on top of every promised bound before the demo gives up
 /// waiting: processes start slowly on a loaded machine, and the bound is
 /// what the summary judges, not the timeout.
@@ -43,6 +47,13 @@ const SLACK: Duration = Duration::from_secs(10);
 
 /// Runs `tenure demo`.
 pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
+    if !(MIN_TERM..=MAX_TERM).contains(&args.term) {
+        return Err(usage(format!(
+            "the demo's --term must be between {} and {}: it shows several hand-overs in well under a minute",
+            view::short(MIN_TERM),
+            view::short(MAX_TERM)
+        )));
+    }
     let timing = Config::new(args.term).validate().map_err(usage)?;
     let exe = std::env::current_exe()
         .context("cannot find the tenure executable to start the candidates")?;
