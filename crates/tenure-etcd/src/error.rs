@@ -1,0 +1,235 @@
+//! Typed errors of the etcd store, each naming the endpoints, the problem
+//! and the fix, and their mapping onto [`StoreError`]. No message carries a
+//! password: only the endpoints and the user name appear.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tenure::StoreError;
+use tonic::Code;
+
+/// A failure of the etcd store.
+///
+/// [`EtcdStore::connect`](crate::EtcdStore::connect) returns it directly;
+/// the [`LeaseStore`](tenure::LeaseStore) operations return it converted
+/// into a [`StoreError`]: transient failures become
+/// [`StoreError::Unavailable`], everything an operator must fix becomes
+/// [`StoreError::Misconfigured`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdStoreError {
+    /// The URL or an option is malformed.
+    #[error("invalid etcd URL: {reason}")]
+    InvalidUrl {
+        /// What is wrong, without the password.
+        reason: String,
+    },
+    /// A TLS file named in the URL cannot be read.
+    #[error("cannot read the TLS {what} file {path:?} given in the etcd URL: check the path and that this user may read it")]
+    TlsFile {
+        /// Which file (`ca`, `cert` or `key`).
+        what: &'static str,
+        /// The path as given.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// etcd refused the user name or password.
+    #[error("etcd at {target} refused the credentials of user {user:?}: check the user name and password in the URL (etcd://user:password@host:port, %-escape special characters) and that the user exists (`etcdctl user get {user}`)")]
+    Credentials {
+        /// The endpoints.
+        target: String,
+        /// The user name.
+        user: String,
+    },
+    /// etcd has authentication enabled and no user was given.
+    #[error("etcd at {target} has authentication enabled: put a user in the URL as etcd://user:password@host:port")]
+    AuthRequired {
+        /// The endpoints.
+        target: String,
+    },
+    /// The user may not read or write tenure's keys.
+    #[error("etcd at {target}: {who} may not use the keys under {prefix:?} ({detail}); grant a role read-write on them: `etcdctl role grant-permission <role> --prefix=true readwrite {prefix}` and `etcdctl user grant-role <user> <role>`")]
+    Permission {
+        /// The endpoints.
+        target: String,
+        /// `user "name"` or `an anonymous client`.
+        who: String,
+        /// The key prefix.
+        prefix: String,
+        /// The server's message.
+        detail: String,
+    },
+    /// The TLS handshake failed, or TLS was expected and not spoken.
+    #[error("TLS with etcd at {target} failed ({detail}): if the server does not serve TLS on this port use etcd:// instead of etcds://; if it does, check that ca= names the CA that signed its certificate and that the host name matches it")]
+    Tls {
+        /// The endpoints.
+        target: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The endpoints could not be reached, or the connection broke.
+    #[error("etcd at {target} is unreachable ({detail}); if the server serves TLS, use etcds://")]
+    Unreachable {
+        /// The endpoints.
+        target: String,
+        /// What failed.
+        detail: String,
+    },
+    /// No answer in time.
+    #[error("etcd at {target} did not answer within {after:?}")]
+    Timeout {
+        /// The endpoints.
+        target: String,
+        /// The bound that ran out.
+        after: Duration,
+    },
+    /// Any other error etcd reported.
+    #[error("etcd at {target} failed {what}")]
+    Etcd {
+        /// The endpoints.
+        target: String,
+        /// Which operation.
+        what: &'static str,
+        /// The client's error.
+        #[source]
+        source: etcd_client::Error,
+    },
+}
+
+impl EtcdStoreError {
+    /// Whether retrying later may succeed without an operator's help.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            EtcdStoreError::Unreachable { .. }
+                | EtcdStoreError::Timeout { .. }
+                | EtcdStoreError::Etcd { .. }
+        )
+    }
+}
+
+impl From<EtcdStoreError> for StoreError {
+    fn from(e: EtcdStoreError) -> Self {
+        let transient = e.is_transient();
+        let message = e.to_string();
+        let source: Option<tenure::error::BoxError> = match e {
+            EtcdStoreError::Etcd { source, .. } => Some(Box::new(source)),
+            EtcdStoreError::TlsFile { source, .. } => Some(Box::new(source)),
+            _ => None,
+        };
+        if transient {
+            StoreError::Unavailable { message, source }
+        } else {
+            StoreError::Misconfigured { message, source }
+        }
+    }
+}
+
+/// Context for classifying a client error.
+pub(crate) struct Ctx<'a> {
+    pub(crate) target: String,
+    pub(crate) user: Option<&'a str>,
+    pub(crate) prefix: &'a str,
+    pub(crate) tls: bool,
+    pub(crate) timeout: Duration,
+}
+
+/// The whole chain of an error, for matching on transport details that
+/// tonic and hyper only expose as text.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
+impl Ctx<'_> {
+    pub(crate) fn timeout(&self) -> EtcdStoreError {
+        EtcdStoreError::Timeout {
+            target: self.target.clone(),
+            after: self.timeout,
+        }
+    }
+
+    /// Classifies an error from `etcd-client`.
+    pub(crate) fn classify(&self, what: &'static str, e: etcd_client::Error) -> EtcdStoreError {
+        let target = self.target.clone();
+        let text = chain(&e);
+        let lower = text.to_ascii_lowercase();
+        let who = match self.user {
+            Some(u) => format!("user {u:?}"),
+            None => "an anonymous client".into(),
+        };
+        if let etcd_client::Error::GRpcStatus(status) = &e {
+            let msg = status.message().to_owned();
+            match status.code() {
+                _ if msg.contains("authentication failed") || msg.contains("invalid user") => {
+                    return match self.user {
+                        Some(u) => EtcdStoreError::Credentials {
+                            target,
+                            user: u.to_owned(),
+                        },
+                        None => EtcdStoreError::AuthRequired { target },
+                    }
+                }
+                _ if msg.contains("user name is empty") => {
+                    return EtcdStoreError::AuthRequired { target }
+                }
+                Code::PermissionDenied => {
+                    return EtcdStoreError::Permission {
+                        target,
+                        who,
+                        prefix: self.prefix.to_owned(),
+                        detail: msg,
+                    }
+                }
+                Code::DeadlineExceeded => return self.timeout(),
+                Code::Unauthenticated if self.user.is_none() => {
+                    return EtcdStoreError::AuthRequired { target }
+                }
+                _ => {}
+            }
+        }
+        if self.tls
+            && [
+                "tls",
+                "certificate",
+                "handshake",
+                "corrupt message",
+                "invalidcontenttype",
+                "unknownissuer",
+            ]
+            .iter()
+            .any(|n| lower.contains(n))
+        {
+            return EtcdStoreError::Tls {
+                target,
+                detail: text,
+            };
+        }
+        if lower.contains("timed out") || lower.contains("deadline") {
+            return self.timeout();
+        }
+        let transport = matches!(
+            e,
+            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_)
+        ) || matches!(&e, etcd_client::Error::GRpcStatus(s) if s.code() == Code::Unavailable);
+        if transport {
+            return EtcdStoreError::Unreachable {
+                target,
+                detail: text,
+            };
+        }
+        EtcdStoreError::Etcd {
+            target,
+            what,
+            source: e,
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! etcd lease store for [tenure](tenure): leader election with fencing
+//! tokens on the etcd cluster you already run.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tenure::Elector;
+//! use tenure_etcd::EtcdStore;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = EtcdStore::connect("etcd://10.0.0.5:2379,10.0.0.6:2379,10.0.0.7:2379").await?;
+//! let elector = Elector::builder(store, "nightly-billing")
+//!     .candidate_id("host-a")
+//!     .term(Duration::from_secs(10))
+//!     .start()?;
+//! let term = elector.wait_for_leadership().await?;
+//! println!("leading with fencing token {}", term.token());
+//! elector.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Key layout
+//!
+//! One key per group: `{prefix}{group}` (`tenure/nightly-billing` with the
+//! default prefix `tenure/`), whose value is the encoded
+//! [`LeaseRecord`](tenure::LeaseRecord) (JSON). The group name is used
+//! verbatim (any UTF-8). The key carries no etcd lease and is never
+//! deleted: a release writes a record without a holder, so the fencing
+//! token survives.
+//!
+//! The record's version is the key's `mod_revision`. etcd revisions are
+//! cluster-wide, only ever rise, and survive restarts (the data directory
+//! and Raft log hold them) and compaction, so a version is never reused.
+//!
+//! # Operations
+//!
+//! * **read**: a linearizable `Range` of the key.
+//! * **compare-and-swap**: one `Txn`: if `mod_revision(key) == expected`
+//!   (expecting no record: `create_revision(key) == 0`), `Put` the record.
+//!   The transaction's revision is the new version.
+//! * **changes**: a `Watch` on the key; a waiting candidate re-reads as
+//!   soon as the leader's release is committed, one round trip instead of
+//!   a poll. The watch is re-created with back-off when its stream breaks,
+//!   and hints once each time etcd confirms it.
+//!
+//! # Connection loss and restarts
+//!
+//! The gRPC channel reconnects on its own (to any of the endpoints);
+//! requests are bounded by the `timeout` option, and HTTP/2 keep-alive
+//! pings find a silent connection. The elector keeps trying to renew until
+//! its term's deadline and steps down on time. After an etcd restart the
+//! data (and so every lease and token) is still there; auth tokens, which
+//! a restart invalidates, are renewed automatically. Restoring a snapshot
+//! (`etcdctl snapshot restore`) rolls revisions back: stop every candidate
+//! for at least one term before doing that.
+//!
+//! # Errors and secrets
+//!
+//! Wrong credentials, authentication required, missing permissions, TLS
+//! failures and unreachable endpoints are [`EtcdStoreError`]s naming the
+//! fix; as [`StoreError`](tenure::StoreError)s the first four are
+//! `Misconfigured`. The password is parsed out of the URL by this crate and
+//! never appears in an error, a log line, `Debug` output or
+//! [`describe`](tenure::LeaseStore::describe).
+//!
+//! With authentication enabled, the user needs a role with `readwrite` on
+//! the prefix: `etcdctl role grant-permission tenure --prefix=true
+//! readwrite tenure/`.
+#![deny(missing_docs)]
+
+mod error;
+mod options;
+mod store;
+mod watch;
+
+pub use error::EtcdStoreError;
+pub use options::{EtcdOptions, DEFAULT_PREFIX, DEFAULT_TIMEOUT};
+pub use store::EtcdStore;

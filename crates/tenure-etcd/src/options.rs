@@ -1,0 +1,371 @@
+//! Connection options, parsed from an `etcd://` or `etcds://` URL.
+//!
+//! Parsed here, not by the client library, so that no error message, log
+//! line or `Debug` output can ever echo the password in the URL.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::EtcdStoreError;
+
+/// The default key prefix: group `jobs` lives at key `tenure/jobs`.
+pub const DEFAULT_PREFIX: &str = "tenure/";
+
+/// The default bound on connecting and on each request.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where and how to reach etcd.
+///
+/// Built from a URL by [`EtcdOptions::from_url`]:
+///
+/// ```text
+/// etcd://[user:password@]host:port[,host:port...][?option=value&...]
+/// etcds://...                 (TLS)
+/// http://host:port, https://host:port   (etcd's own endpoint form, one endpoint)
+/// ```
+///
+/// User and password are percent-decoded (write `%40` for `@`). Query
+/// options:
+///
+/// | option | meaning | default |
+/// |---|---|---|
+/// | `prefix` | prepended to every group name to form its key | `tenure/` |
+/// | `timeout` | bound on connecting and on each request (`500ms`, `5s`) | `5s` |
+/// | `ca` | PEM file of the CA that signed the servers' certificates (required with TLS) | none |
+/// | `cert`, `key` | PEM files of a client certificate and its key, for mutual TLS | none |
+///
+/// ```
+/// use tenure_etcd::EtcdOptions;
+/// let o = EtcdOptions::from_url("etcds://app:s3cret@10.0.0.5:2379,10.0.0.6:2379?ca=/etc/etcd/ca.pem")?;
+/// assert_eq!(o.endpoints(), ["https://10.0.0.5:2379", "https://10.0.0.6:2379"]);
+/// assert!(!format!("{o:?}").contains("s3cret"));
+/// assert_eq!(o.describe(), "etcds://app@10.0.0.5:2379,10.0.0.6:2379 (prefix \"tenure/\")");
+/// # Ok::<(), tenure_etcd::EtcdStoreError>(())
+/// ```
+#[derive(Clone)]
+pub struct EtcdOptions {
+    pub(crate) tls: bool,
+    pub(crate) hosts: Vec<String>,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+impl fmt::Debug for EtcdOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdOptions")
+            .field("tls", &self.tls)
+            .field("hosts", &self.hosts)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl EtcdOptions {
+    /// Parses an `etcd://`, `etcds://`, `http://` or `https://` URL (see the
+    /// type's docs). Errors name the part that is wrong, never the password.
+    pub fn from_url(url: &str) -> Result<Self, EtcdStoreError> {
+        let bad = |reason: String| EtcdStoreError::InvalidUrl { reason };
+        let (tls, single, rest) = if let Some(r) = url.strip_prefix("etcd://") {
+            (false, false, r)
+        } else if let Some(r) = url.strip_prefix("etcds://") {
+            (true, false, r)
+        } else if let Some(r) = url.strip_prefix("http://") {
+            (false, true, r)
+        } else if let Some(r) = url.strip_prefix("https://") {
+            (true, true, r)
+        } else {
+            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
+            return Err(bad(format!(
+                "scheme {scheme:?} is not etcd:// or etcds:// (TLS)"
+            )));
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains('/') {
+            return Err(bad(
+                "a path is not allowed: set the key prefix with ?prefix=...".into(),
+            ));
+        }
+        let (userinfo, hosts) = match rest.rfind('@') {
+            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+            None => (None, rest),
+        };
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(info) => {
+                let Some((u, p)) = info.split_once(':') else {
+                    return Err(bad(
+                        "a user name without a password: write etcd://user:password@host:port"
+                            .into(),
+                    ));
+                };
+                let u = percent_decode(u).ok_or_else(|| {
+                    bad("the user name has an invalid %-escape or is not UTF-8".into())
+                })?;
+                let p = percent_decode(p).ok_or_else(|| {
+                    bad("the password has an invalid %-escape or is not UTF-8".into())
+                })?;
+                if u.is_empty() {
+                    return Err(bad(
+                        "an empty user name: write etcd://user:password@host:port".into(),
+                    ));
+                }
+                (Some(u), Some(p))
+            }
+        };
+        let mut list = Vec::new();
+        for host in hosts.split(',') {
+            list.push(check_host(host).map_err(bad)?);
+        }
+        if single && list.len() > 1 {
+            return Err(bad(
+                "several endpoints need etcd:// or etcds://, not http(s)://".into(),
+            ));
+        }
+        let mut options = EtcdOptions {
+            tls,
+            hosts: list,
+            user,
+            password,
+            prefix: DEFAULT_PREFIX.into(),
+            timeout: DEFAULT_TIMEOUT,
+            ca: None,
+            cert: None,
+            key: None,
+        };
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_decode(value)
+                .ok_or_else(|| bad(format!("option {name}: invalid %-escape")))?;
+            match name {
+                "prefix" => options = options.with_prefix(value)?,
+                "timeout" => options.timeout = duration(name, &value).map_err(bad)?,
+                "ca" | "cert" | "key" if !tls => {
+                    return Err(bad(format!(
+                        "option {name} needs TLS: use etcds:// instead of etcd://"
+                    )))
+                }
+                "ca" => options.ca = Some(value.into()),
+                "cert" => options.cert = Some(value.into()),
+                "key" => options.key = Some(value.into()),
+                other => {
+                    return Err(bad(format!(
+                        "unknown option {other:?}: the options are prefix, timeout, ca, cert, key"
+                    )))
+                }
+            }
+        }
+        if options.cert.is_some() != options.key.is_some() {
+            return Err(bad(
+                "cert and key go together: give both files for mutual TLS, or neither".into(),
+            ));
+        }
+        if tls && options.ca.is_none() {
+            return Err(bad(
+                "TLS needs the CA that signed the etcd servers' certificates: add ?ca=/path/to/ca.pem"
+                    .into(),
+            ));
+        }
+        if options.timeout.is_zero() {
+            return Err(bad(
+                "timeout is zero: give a positive duration such as 5s".into()
+            ));
+        }
+        Ok(options)
+    }
+
+    /// Replaces the key prefix. An empty prefix is allowed (keys are then
+    /// the bare group names) but shares the key space with everything else.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Result<Self, EtcdStoreError> {
+        self.prefix = prefix.into();
+        Ok(self)
+    }
+
+    /// Replaces the bound on connecting and on each request.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The bound on connecting and on each request.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether the connection uses TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The etcd user, if any (the password is never exposed).
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// The endpoints as the client library takes them
+    /// (`http://host:port` or `https://host:port`).
+    pub fn endpoints(&self) -> Vec<String> {
+        let scheme = if self.tls { "https" } else { "http" };
+        self.hosts
+            .iter()
+            .map(|h| format!("{scheme}://{h}"))
+            .collect()
+    }
+
+    /// The endpoints joined by commas, for messages.
+    pub fn target(&self) -> String {
+        self.hosts.join(",")
+    }
+
+    /// The URL without the password, and the prefix: what
+    /// [`describe`](tenure::LeaseStore::describe) shows.
+    pub fn describe(&self) -> String {
+        let scheme = if self.tls { "etcds" } else { "etcd" };
+        let user = self
+            .user
+            .as_deref()
+            .map(|u| format!("{u}@"))
+            .unwrap_or_default();
+        format!(
+            "{scheme}://{user}{} (prefix {:?})",
+            self.target(),
+            self.prefix
+        )
+    }
+}
+
+/// Checks `host:port` (or `[v6]:port`); the port is required, since etcd
+/// has two well-known ones (2379 for clients, 2380 for peers).
+fn check_host(s: &str) -> Result<String, String> {
+    let port = if let Some(rest) = s.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("endpoint {s:?}: an IPv6 address without its closing ]"))?;
+        if h.is_empty() {
+            return Err(format!("endpoint {s:?} has no host"));
+        }
+        after.strip_prefix(':')
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() => Some(p),
+            Some(_) => return Err(format!("endpoint {s:?} has no host")),
+            None => None,
+        }
+    };
+    if s.is_empty() {
+        return Err("no endpoint: write etcd://host:2379".into());
+    }
+    let port = port.ok_or_else(|| format!("endpoint {s:?} has no port: write host:2379"))?;
+    port.parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("endpoint {s:?}: port {port:?} is not a number from 1 to 65535"))?;
+    Ok(s.to_owned())
+}
+
+/// Parses `500ms`, `5s`, `2m` or a bare number of seconds.
+pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
+    let v = value.trim();
+    let (num, unit) = match v.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => (&v[..i], &v[i..]),
+        None => (v, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("option {name}: {value:?} is not a duration such as 500ms or 5s"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => {
+            return Err(format!(
+                "option {name}: unit {unit:?} is not ms, s or m (write 500ms or 5s)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("option {name}: {value:?} is out of range"))
+}
+
+/// Decodes `%XX` escapes; `None` if an escape is malformed or the result is
+/// not UTF-8.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_forms_users_write() {
+        let o = EtcdOptions::from_url("http://127.0.0.1:52379").unwrap();
+        assert_eq!(o.endpoints(), ["http://127.0.0.1:52379"]);
+        assert_eq!(o.prefix, "tenure/");
+        let o =
+            EtcdOptions::from_url("etcd://u:p%40ss@a:1,[::1]:2/?prefix=x/&timeout=250ms").unwrap();
+        assert_eq!(o.endpoints(), ["http://a:1", "http://[::1]:2"]);
+        assert_eq!(
+            (o.user.as_deref(), o.password.as_deref()),
+            (Some("u"), Some("p@ss"))
+        );
+        assert_eq!(o.prefix, "x/");
+        assert_eq!(o.timeout, Duration::from_millis(250));
+        let o = EtcdOptions::from_url("etcds://h:2379?ca=/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
+        assert!(o.tls && o.key.is_some());
+    }
+
+    #[test]
+    fn errors_name_the_part_and_never_the_password() {
+        for (url, needle) in [
+            ("redis://h:1", "scheme"),
+            ("etcd://u:pw-secret@h", "no port"),
+            ("etcd://u:pw-secret@h:0", "port"),
+            ("etcd://u:pw-secret@h:1/path", "path"),
+            ("etcd://u:pw-secret@h:1?ca=/x", "etcds://"),
+            ("etcds://u:pw-secret@h:1", "?ca="),
+            ("etcds://u:pw-secret@h:1?ca=/c&cert=/x", "cert and key"),
+            ("etcd://u:pw-secret@h:1?bogus=1", "unknown option"),
+            ("etcd://user@h:1", "without a password"),
+            ("http://a:1,b:2", "several endpoints"),
+            ("etcd://", "no endpoint"),
+        ] {
+            let e = EtcdOptions::from_url(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+            assert!(!e.contains("pw-secret"), "{url}: {e}");
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! [`EtcdStore`]: the [`LeaseStore`] over etcd transactions.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp,
+};
+use tenure::{
+    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, StoreError, Version, Versioned,
+};
+use tokio::time::Instant;
+
+use crate::error::{Ctx, EtcdStoreError};
+use crate::options::EtcdOptions;
+use crate::watch;
+
+/// HTTP/2 keep-alive ping interval. etcd answers pings more frequent than
+/// its `--grpc-keepalive-min-time` (5 s by default) with GOAWAY.
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// How long a change feed etcd refused stays off before
+/// [`LeaseStore::changes`] tries again (electors poll meanwhile).
+const FEED_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// A lease store in etcd. Clones share one gRPC channel.
+///
+/// See the [crate docs](crate) for the key layout.
+#[derive(Clone)]
+pub struct EtcdStore {
+    client: Client,
+    options: Arc<EtcdOptions>,
+    feed_off_until: Arc<Mutex<Option<Instant>>>,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the client: its options hold the password.
+        f.debug_struct("EtcdStore")
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+pub(crate) fn ctx(options: &EtcdOptions) -> Ctx<'_> {
+    Ctx {
+        target: options.target(),
+        user: options.user.as_deref(),
+        prefix: &options.prefix,
+        tls: options.tls,
+        timeout: options.timeout,
+    }
+}
+
+fn tls(options: &EtcdOptions) -> Result<Option<TlsOptions>, EtcdStoreError> {
+    if !options.tls {
+        return Ok(None);
+    }
+    let read = |what: &'static str, path: &std::path::PathBuf| {
+        std::fs::read(path).map_err(|source| EtcdStoreError::TlsFile {
+            what,
+            path: path.clone(),
+            source,
+        })
+    };
+    let mut tls = TlsOptions::new();
+    if let Some(ca) = &options.ca {
+        tls = tls.ca_certificate(Certificate::from_pem(read("ca", ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&options.cert, &options.key) {
+        tls = tls.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
+    }
+    Ok(Some(tls))
+}
+
+impl EtcdStore {
+    /// Connects to etcd at `url` (see [`EtcdOptions`] for the form) and
+    /// checks that tenure can read its keys there: endpoints, TLS,
+    /// credentials and permissions.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tenure_etcd::EtcdStoreError> {
+    /// let store = tenure_etcd::EtcdStore::connect("etcd://127.0.0.1:2379").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<EtcdStore, EtcdStoreError> {
+        EtcdStore::connect_with(EtcdOptions::from_url(url)?).await
+    }
+
+    /// Connects with options already parsed (and perhaps adjusted).
+    pub async fn connect_with(options: EtcdOptions) -> Result<EtcdStore, EtcdStoreError> {
+        let mut co = ConnectOptions::new()
+            .with_connect_timeout(options.timeout)
+            .with_timeout(options.timeout)
+            .with_keep_alive(KEEP_ALIVE, options.timeout)
+            // Simple tokens expire (and die with a restart): log in again.
+            .with_auto_token_refresh(true);
+        if let (Some(user), Some(password)) = (&options.user, &options.password) {
+            co = co.with_user(user.clone(), password.clone());
+        }
+        if let Some(tls) = tls(&options)? {
+            co = co.with_tls(tls);
+        }
+        let ctx = ctx(&options);
+        let client = match tokio::time::timeout(
+            options.timeout,
+            Client::connect(options.endpoints(), Some(co)),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(ctx.classify("connect", e)),
+            Err(_) => return Err(ctx.timeout()),
+        };
+        let store = EtcdStore {
+            client,
+            options: Arc::new(options),
+            feed_off_until: Arc::new(Mutex::new(None)),
+        };
+        // The client connects lazily: one read proves the endpoints, TLS,
+        // credentials and the read permission on the prefix.
+        let probe = store.options.prefix.clone().into_bytes();
+        let mut kv = store.client.kv_client();
+        store.bounded("connect", kv.get(probe, None)).await?;
+        Ok(store)
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &EtcdOptions {
+        &self.options
+    }
+
+    /// The etcd key of a group: the prefix followed by the group name.
+    pub fn key(&self, group: &GroupName) -> Vec<u8> {
+        format!("{}{}", self.options.prefix, group.as_str()).into_bytes()
+    }
+
+    /// Runs a request within the configured timeout, classifying errors.
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        request: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, EtcdStoreError> {
+        let ctx = ctx(&self.options);
+        match tokio::time::timeout(self.options.timeout, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(ctx.classify(what, e)),
+            Err(_) => Err(ctx.timeout()),
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for EtcdStore {
+    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        let mut kv = self.client.kv_client();
+        // Linearizable by default: the read goes through the Raft leader.
+        let resp = self.bounded("read", kv.get(self.key(group), None)).await?;
+        let Some(found) = resp.kvs().first() else {
+            return Ok(None);
+        };
+        let record = LeaseRecord::decode(found.value()).map_err(|source| StoreError::Record {
+            group: group.clone(),
+            source,
+        })?;
+        let version = u64::try_from(found.mod_revision()).map_err(|_| StoreError::Unavailable {
+            message: format!(
+                "etcd at {} returned a negative mod_revision {}",
+                self.options.target(),
+                found.mod_revision()
+            ),
+            source: None,
+        })?;
+        Ok(Some(Versioned {
+            record,
+            version: Version(version),
+        }))
+    }
+
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let key = self.key(group);
+        let compare = match expected {
+            // create_revision 0: the key does not exist (never written, since
+            // tenure never deletes it).
+            None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            Some(Version(v)) => match i64::try_from(v) {
+                // A missing key has mod_revision 0, and no stored key has a
+                // revision beyond i64: neither can be a version tenure read.
+                Ok(v) if v > 0 => Compare::mod_revision(key.clone(), CompareOp::Equal, v),
+                _ => return Ok(CasOutcome::Conflict),
+            },
+        };
+        let txn = Txn::new()
+            .when([compare])
+            .and_then([TxnOp::put(key, record.encode(), None)]);
+        let mut kv = self.client.kv_client();
+        let resp = self.bounded("compare-and-swap", kv.txn(txn)).await?;
+        if !resp.succeeded() {
+            return Ok(CasOutcome::Conflict);
+        }
+        // The transaction's revision is the new mod_revision of the key.
+        let revision = resp
+            .header()
+            .map(|h| h.revision())
+            .and_then(|r| u64::try_from(r).ok())
+            .ok_or_else(|| StoreError::Unavailable {
+                message: format!(
+                    "etcd at {} applied the write but returned no revision",
+                    self.options.target()
+                ),
+                source: None,
+            })?;
+        Ok(CasOutcome::Applied(Version(revision)))
+    }
+
+    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+        {
+            let mut off = self
+                .feed_off_until
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match *off {
+                Some(until) if Instant::now() < until => return Ok(None),
+                Some(_) => *off = None,
+                None => {}
+            }
+        }
+        let (tx, feed) = ChangeFeed::channel();
+        let client = self.client.clone();
+        let options = self.options.clone();
+        let off = self.feed_off_until.clone();
+        let key = self.key(group);
+        tokio::spawn(async move {
+            if let watch::Ended::Refused(e) = watch::run(client, options, key, tx).await {
+                tracing::warn!(
+                    error = %e,
+                    "etcd refused the watch; candidates poll instead of taking over at once"
+                );
+                *off.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(Instant::now() + FEED_RETRY_AFTER);
+            }
+        });
+        Ok(Some(feed))
+    }
+
+    fn describe(&self) -> String {
+        self.options.describe()
+    }
+}

@@ -1,0 +1,136 @@
+//! The change feed: an etcd watch on the group's key.
+//!
+//! A watch started without a revision reports changes after it was
+//! created, so the feed hints once when etcd confirms the watch (after
+//! every re-creation too): the elector re-reads and misses nothing that
+//! happened while the watch was down. A broken stream is re-created with
+//! back-off; HTTP/2 keep-alive pings find a silent connection.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::error::{Ctx, EtcdStoreError};
+use crate::options::EtcdOptions;
+
+/// First pause after a failed watch; doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// Longest pause between attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+pub(crate) fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    (FIRST_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF)
+}
+
+/// Why the feed stopped for good.
+pub(crate) enum Ended {
+    /// The elector dropped the feed.
+    Dropped,
+    /// Something an operator must fix (a permission): electors poll.
+    Refused(EtcdStoreError),
+}
+
+fn hint(tx: &mpsc::Sender<()>) -> bool {
+    // A full channel already holds a hint: the elector re-reads once and
+    // sees this change too.
+    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_)))
+}
+
+/// Watches `key` and hints `tx` on every change until `tx` closes or etcd
+/// refuses the watch for good.
+pub(crate) async fn run(
+    client: etcd_client::Client,
+    options: std::sync::Arc<EtcdOptions>,
+    key: Vec<u8>,
+    tx: mpsc::Sender<()>,
+) -> Ended {
+    let mut failures = 0u32;
+    loop {
+        let outcome = tokio::select! {
+            _ = tx.closed() => return Ended::Dropped,
+            r = watching(&client, &options, &key, &tx, &mut failures) => r,
+        };
+        match outcome {
+            Ok(()) => return Ended::Dropped,
+            Err(e) if !e.is_transient() => return Ended::Refused(e),
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::debug!(error = %e, "etcd watch lost; watching again");
+            }
+        }
+        tokio::select! {
+            _ = tx.closed() => return Ended::Dropped,
+            _ = tokio::time::sleep(backoff(failures)) => {}
+        }
+    }
+}
+
+/// One watch: `Ok(())` once the receiver is gone, `Err` when it broke.
+async fn watching(
+    client: &etcd_client::Client,
+    options: &EtcdOptions,
+    key: &[u8],
+    tx: &mpsc::Sender<()>,
+    failures: &mut u32,
+) -> Result<(), EtcdStoreError> {
+    let ctx = crate::store::ctx(options);
+    let mut watch = client.watch_client();
+    let mut stream = match tokio::time::timeout(options.timeout, watch.watch(key, None)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(ctx.classify("watch", e)),
+        Err(_) => return Err(ctx.timeout()),
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(resp)) => {
+                if resp.canceled() {
+                    return Err(cancelled(&ctx, resp.cancel_reason()));
+                }
+                if resp.created() {
+                    *failures = 0;
+                }
+                if (resp.created() || !resp.events().is_empty()) && !hint(tx) {
+                    return Ok(());
+                }
+            }
+            Ok(None) => {
+                return Err(EtcdStoreError::Unreachable {
+                    target: options.target(),
+                    detail: "the watch stream ended".into(),
+                })
+            }
+            Err(e) => return Err(ctx.classify("watch", e)),
+        }
+    }
+}
+
+fn cancelled(ctx: &Ctx<'_>, reason: &str) -> EtcdStoreError {
+    if reason.contains("permission denied") {
+        EtcdStoreError::Permission {
+            target: ctx.target.clone(),
+            who: ctx
+                .user
+                .map_or("an anonymous client".into(), |u| format!("user {u:?}")),
+            prefix: ctx.prefix.to_owned(),
+            detail: reason.to_owned(),
+        }
+    } else {
+        EtcdStoreError::Unreachable {
+            target: ctx.target.clone(),
+            detail: format!("etcd cancelled the watch: {reason}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        assert_eq!(backoff(1), Duration::from_millis(50));
+        assert_eq!(backoff(3), Duration::from_millis(200));
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+}

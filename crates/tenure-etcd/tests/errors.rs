@@ -1,0 +1,154 @@
+//! Misconfiguration gets a clear, typed error that names the fix, within a
+//! bounded time, and never shows the password.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use tenure::{testkit, LeaseStore, StoreError};
+use tenure_etcd::{EtcdStore, EtcdStoreError};
+
+use common::EtcdServer;
+
+const SECRET: &str = "pw-Secret-7f3a";
+
+fn assert_no_secret(what: &str, text: &str) {
+    assert!(!text.contains(SECRET), "{what} shows the password: {text}");
+}
+
+fn ok(r: (bool, String)) {
+    assert!(r.0, "etcdctl failed: {}", r.1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn auth_errors_are_misconfigured_and_secret_free() {
+    let server = EtcdServer::start();
+    ok(server.ctl(&["user", "add", &format!("root:{SECRET}")]));
+    ok(server.ctl(&["user", "grant-role", "root", "root"]));
+    ok(server.ctl(&["user", "add", "bystander:bystander-pw"]));
+    ok(server.ctl(&["auth", "enable"]));
+    let url =
+        |user: &str, pw: &str| format!("etcd://{user}:{pw}@127.0.0.1:{}?timeout=2s", server.port);
+
+    // Wrong password.
+    let err = EtcdStore::connect(&url("root", "wrong-pw-Secret-7f3a"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EtcdStoreError::Credentials { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("etcd://user:password@host:port"),
+        "{err}"
+    );
+    assert_no_secret("Display", &err.to_string());
+    assert_no_secret("Debug", &format!("{err:?}"));
+    let store_err = StoreError::from(err);
+    assert!(matches!(store_err, StoreError::Misconfigured { .. }));
+
+    // No user at all.
+    let err = EtcdStore::connect(&format!("{}?timeout=2s", server.url()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EtcdStoreError::AuthRequired { .. }),
+        "{err:?}"
+    );
+
+    // A user without a role on the prefix.
+    let err = EtcdStore::connect(&url("bystander", "bystander-pw"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EtcdStoreError::Permission { .. }), "{err:?}");
+    assert!(err.to_string().contains("grant-permission"), "{err}");
+
+    // The right password works, and nothing shows it.
+    let store = EtcdStore::connect(&url("root", SECRET)).await.unwrap();
+    assert_no_secret("describe", &store.describe());
+    assert_no_secret("Debug", &format!("{store:?}"));
+    assert!(
+        store.describe().contains("root@127.0.0.1"),
+        "{}",
+        store.describe()
+    );
+    let group = testkit::unique_group("auth");
+    assert!(store.read(&group).await.unwrap().is_none());
+    assert!(matches!(
+        store
+            .compare_and_swap(&group, None, &testkit::held_by("a", 1))
+            .await,
+        Ok(tenure::CasOutcome::Applied(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_to_a_plain_server_fails_clearly_and_quickly() {
+    let server = EtcdServer::start();
+    let t0 = Instant::now();
+    let err = EtcdStore::connect(&format!(
+        "etcds://root:{SECRET}@127.0.0.1:{}?timeout=1s&ca=/etc/ssl/certs/ca-certificates.crt",
+        server.port
+    ))
+    .await
+    .unwrap_err();
+    let took = t0.elapsed();
+    eprintln!("etcds:// to a plain server: {err} (after {took:?})");
+    assert!(matches!(err, EtcdStoreError::Tls { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("use etcd:// instead of etcds://"),
+        "{err}"
+    );
+    assert_no_secret("Display", &err.to_string());
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+
+    let err = EtcdStore::connect(&format!(
+        "etcds://127.0.0.1:{}?ca=/nonexistent/ca.pem",
+        server.port
+    ))
+    .await
+    .unwrap_err();
+    assert!(matches!(err, EtcdStoreError::TlsFile { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_absent_server_is_unavailable_within_the_timeout() {
+    let port = common::free_port();
+    let t0 = Instant::now();
+    let err = EtcdStore::connect(&format!("etcd://127.0.0.1:{port}?timeout=1s"))
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    assert!(matches!(
+        StoreError::from(err),
+        StoreError::Unavailable { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_value_is_a_record_error_and_never_overwritten() {
+    let Some(url) = testkit::server_url("TENURE_TEST_ETCD") else {
+        return;
+    };
+    let store = EtcdStore::connect(&url).await.unwrap();
+    let group = testkit::unique_group("foreign");
+    let key = store.key(&group);
+    let raw = etcd_client::Client::connect([url.trim_start_matches("http://")], None)
+        .await
+        .unwrap();
+    raw.kv_client()
+        .put(key.clone(), "locked by cron", None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.read(&group).await,
+        Err(StoreError::Record { .. })
+    ));
+    assert_eq!(
+        store
+            .compare_and_swap(&group, None, &testkit::held_by("a", 1))
+            .await
+            .unwrap(),
+        tenure::CasOutcome::Conflict
+    );
+    let resp = raw.kv_client().get(key, None).await.unwrap();
+    assert_eq!(resp.kvs()[0].value(), b"locked by cron");
+}
