@@ -42,11 +42,15 @@ pub enum FaultKind {
     Resign,
     /// The application shut a node down; it is redeployed later.
     Shutdown,
+    /// The application stopped pulsing (hung work loop) for a while; with
+    /// a liveness timeout configured, a leader resigns and a candidate does
+    /// not stand.
+    Stall,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Crash,
         FaultKind::LongPause,
         FaultKind::ShortPause,
@@ -57,6 +61,7 @@ impl FaultKind {
         FaultKind::SlowOp,
         FaultKind::Resign,
         FaultKind::Shutdown,
+        FaultKind::Stall,
     ];
 
     /// A short label.
@@ -72,6 +77,7 @@ impl FaultKind {
             FaultKind::SlowOp => "slow op",
             FaultKind::Resign => "resign",
             FaultKind::Shutdown => "shutdown",
+            FaultKind::Stall => "pulse stall",
         }
     }
 
@@ -131,6 +137,9 @@ pub struct FaultRates {
     pub resign_every: Option<Duration>,
     /// Mean time between shutdowns.
     pub shutdown_every: Option<Duration>,
+    /// Mean time between pulse stalls (only in seeds with a liveness
+    /// timeout).
+    pub stall_every: Option<Duration>,
     /// Probability that a write's reply is lost after it applied.
     pub lost_reply: f64,
     /// Probability that a request is lost before the store.
@@ -152,6 +161,7 @@ impl Default for FaultRates {
             partition_every: Some(Duration::from_secs(10)),
             resign_every: Some(Duration::from_secs(15)),
             shutdown_every: Some(Duration::from_secs(25)),
+            stall_every: Some(Duration::from_secs(15)),
             lost_reply: 0.02,
             dropped_request: 0.02,
             store_failure: 0.01,
@@ -170,6 +180,7 @@ impl FaultRates {
             partition_every: None,
             resign_every: None,
             shutdown_every: None,
+            stall_every: None,
             lost_reply: 0.0,
             dropped_request: 0.0,
             store_failure: 0.0,
@@ -206,6 +217,7 @@ impl FaultRates {
             ("partition", self.partition_every),
             ("resign", self.resign_every),
             ("shutdown", self.shutdown_every),
+            ("stall", self.stall_every),
         ] {
             if every.is_some_and(|d| d < Duration::from_millis(100)) {
                 return Err(SimError::Params(format!(
@@ -231,6 +243,8 @@ pub enum Planned {
     Resign,
     /// Ask a node to shut down.
     Shutdown,
+    /// Stop a node's application pulses.
+    Stall,
 }
 
 /// The longest a planned fault of each kind may take to heal, in terms:
@@ -247,6 +261,8 @@ pub(crate) fn heal_time(kind: Planned, term: Duration) -> Duration {
         Planned::Resign => term * 2,
         // Drain and release, then down for up to 2 terms.
         Planned::Shutdown => term * 4,
+        // Up to 3 terms.
+        Planned::Stall => term * 3,
     }
 }
 
@@ -256,6 +272,7 @@ pub(crate) fn plan(
     rates: &FaultRates,
     fault_end: SimTime,
     term: Duration,
+    pulses: bool,
 ) -> Vec<(SimTime, Planned)> {
     let mut out = Vec::new();
     for (kind, every) in [
@@ -264,8 +281,12 @@ pub(crate) fn plan(
         (Planned::Partition, rates.partition_every),
         (Planned::Resign, rates.resign_every),
         (Planned::Shutdown, rates.shutdown_every),
+        (Planned::Stall, rates.stall_every),
     ] {
         let Some(every) = every else { continue };
+        if kind == Planned::Stall && !pulses {
+            continue;
+        }
         // Give the cluster half a term to elect its first leader.
         let start = SimTime::from_duration(term / 2);
         let end = fault_end.before(heal_time(kind, term));

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tenure_sim::{run_seed, FaultRates, Notify, SimParams, SkewBound, Summary};
+use tenure_sim::{run_seed, FaultRates, Liveness, Notify, SimParams, SkewBound, Summary};
 
 /// Deterministic simulation of tenure elections with an invariant checker.
 #[derive(Parser, Debug)]
@@ -49,6 +49,9 @@ struct Args {
     /// Change notifications from the store: `off`, `on` or `random`.
     #[arg(long, value_parser = parse_notify)]
     notify: Option<Notify>,
+    /// Application liveness timeout: `off`, `on:MS` or `random:MS`.
+    #[arg(long, value_parser = parse_liveness)]
+    liveness: Option<Liveness>,
     /// Seconds of fault injection before the fault-free tail.
     #[arg(long)]
     fault_secs: Option<u64>,
@@ -92,6 +95,14 @@ fn parse_skew(s: &str) -> Result<SkewBound, String> {
     }
 }
 
+fn parse_liveness(s: &str) -> Result<Liveness, String> {
+    match parse_skew(s)? {
+        SkewBound::Off => Ok(Liveness::Off),
+        SkewBound::On(d) => Ok(Liveness::On(d)),
+        SkewBound::Random(d) => Ok(Liveness::Random(d)),
+    }
+}
+
 fn parse_notify(s: &str) -> Result<Notify, String> {
     match s {
         "off" => Ok(Notify::Off),
@@ -118,6 +129,9 @@ fn params(args: &Args) -> SimParams {
     }
     if let Some(n) = args.notify {
         p.notify = n;
+    }
+    if let Some(l) = args.liveness {
+        p.liveness = l;
     }
     if let Some(s) = args.fault_secs {
         p.fault_phase = Duration::from_secs(s);
@@ -162,8 +176,8 @@ fn main() -> ExitCode {
                 println!("{line}");
             }
             println!(
-                "seed {seed}: {} nodes, skew bound {:?}, notifications {}, digest {:016x}",
-                report.nodes, report.skew_bound, report.notify, report.digest
+                "seed {seed}: {} nodes, skew bound {:?}, liveness timeout {:?}, notifications {}, digest {:016x}",
+                report.nodes, report.skew_bound, report.liveness_timeout, report.notify, report.digest
             );
         }
         for v in &report.violations {

@@ -21,6 +21,19 @@ pub enum SkewBound {
     Random(Duration),
 }
 
+/// Whether a seed configures [`tenure::Config::liveness_timeout`]: the
+/// application pulses every quarter of it, and a leader whose application
+/// stops pulsing resigns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// No liveness timeout, no pulses.
+    Off,
+    /// Always, with this timeout.
+    On(Duration),
+    /// Half of the seeds, chosen by the seed, with this timeout.
+    Random(Duration),
+}
+
 /// Whether the store notifies candidates of changes (like etcd watch or
 /// PostgreSQL LISTEN/NOTIFY), or they must poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +64,8 @@ pub struct SimParams {
     pub skew: SkewBound,
     /// Change notifications.
     pub notify: Notify,
+    /// Application liveness pulses.
+    pub liveness: Liveness,
     /// How long faults are injected; a fault-free tail follows in which
     /// liveness and crash failover are checked.
     pub fault_phase: Duration,
@@ -73,6 +88,7 @@ impl Default for SimParams {
             actual_drift: None,
             skew: SkewBound::Random(Duration::from_millis(400)),
             notify: Notify::Random,
+            liveness: Liveness::Random(Duration::from_secs(2)),
             fault_phase: Duration::from_secs(100),
             latency: Duration::from_millis(20),
             faults: FaultRates::default(),
@@ -121,22 +137,28 @@ impl SimParams {
             )));
         }
         self.faults.check()?;
-        self.timing(self.skew_bound_if_any()).map(|_| ())
-    }
-
-    /// The skew bound if any seed may use one (for validation).
-    fn skew_bound_if_any(&self) -> Option<Duration> {
-        match self.skew {
+        let skew = match self.skew {
             SkewBound::Off => None,
             SkewBound::On(d) | SkewBound::Random(d) => Some(d),
-        }
+        };
+        let liveness = match self.liveness {
+            Liveness::Off => None,
+            Liveness::On(d) | Liveness::Random(d) => Some(d),
+        };
+        self.timing(skew, liveness).map(|_| ())
     }
 
-    /// The validated timing of the election with this skew bound.
-    pub fn timing(&self, skew: Option<Duration>) -> Result<Timing, SimError> {
+    /// The validated timing of the election with this skew bound and
+    /// liveness timeout.
+    pub fn timing(
+        &self,
+        skew: Option<Duration>,
+        liveness: Option<Duration>,
+    ) -> Result<Timing, SimError> {
         let mut config = Config::new(self.term);
         config.drift = self.drift;
         config.max_clock_skew = skew;
+        config.liveness_timeout = liveness;
         Ok(config.validate()?)
     }
 
@@ -173,6 +195,13 @@ impl SimParams {
                 Notify::Off => " --notify off",
                 Notify::On => " --notify on",
                 Notify::Random => " --notify random",
+            };
+        }
+        if self.liveness != d.liveness {
+            cmd += &match self.liveness {
+                Liveness::Off => " --liveness off".to_string(),
+                Liveness::On(s) => format!(" --liveness on:{}", s.as_millis()),
+                Liveness::Random(s) => format!(" --liveness random:{}", s.as_millis()),
             };
         }
         if self.fault_phase != d.fault_phase {

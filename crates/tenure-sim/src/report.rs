@@ -92,6 +92,8 @@ pub struct SimReport {
     pub skew_bound: Option<Duration>,
     /// Whether the store sent change notifications.
     pub notify: bool,
+    /// The liveness timeout this seed configured, if any.
+    pub liveness_timeout: Option<Duration>,
     /// `Action::Elected` events.
     pub elections: u64,
     /// Elections of a different node than the previous election's.

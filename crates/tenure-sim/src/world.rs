@@ -43,16 +43,20 @@ use tenure::{
 use crate::checker::{Checker, LivenessBounds};
 use crate::clock::{NodeClock, SimTime};
 use crate::faults::{self, between, FaultCounts, FaultKind, OpFate, Planned};
-use crate::params::{Notify, SimError, SimParams, SkewBound};
+use crate::params::{Liveness, Notify, SimError, SimParams, SkewBound};
 use crate::report::SimReport;
 use crate::trace::Trace;
 
 /// The fastest one-way trip between a node and the store.
 const MIN_LATENCY: Duration = Duration::from_micros(500);
 
-/// After this many wake-ups at one instant that change nothing, a machine is
-/// busy-waiting; the simulator notes it and moves its wake-up 1 ms on.
-const SPIN_LIMIT: u32 = 100;
+/// After this many wake-ups in a row that change nothing and ask for another
+/// at once, a machine is busy-waiting; the simulator notes it and backs off.
+const SPIN_LIMIT: u32 = 3;
+/// The first busy-wait back-off.
+const MIN_BACKOFF: Duration = Duration::from_millis(1);
+/// The longest busy-wait back-off: short against every timer of the machine.
+const MAX_BACKOFF: Duration = Duration::from_millis(64);
 
 /// An input on its way to a node.
 #[derive(Debug)]
@@ -127,6 +131,12 @@ enum Ev {
         life: u32,
     },
     PartitionEnd,
+    /// The application's periodic pulse.
+    Pulse {
+        node: usize,
+        life: u32,
+    },
+    StallEnd,
     Restart {
         node: usize,
     },
@@ -182,11 +192,15 @@ struct Node {
     paused: bool,
     deferred: Vec<Msg>,
     partitioned_until: SimTime,
+    /// The application sends no pulses until then.
+    stalled_until: SimTime,
     /// Operations awaiting a reply or a timeout.
     ops: BTreeMap<u64, OpKind>,
     wake_gen: u64,
+    /// Consecutive idle ticks at which the machine asked to wake at once.
     spins: u32,
-    spin_at: SimTime,
+    /// The current busy-wait back-off, zero when not busy-waiting.
+    backoff: Duration,
 }
 
 impl Node {
@@ -235,7 +249,12 @@ impl World {
             Notify::On => true,
             Notify::Random => rng.gen_bool(0.5),
         };
-        let timing = params.timing(skew)?;
+        let liveness = match params.liveness {
+            Liveness::Off => None,
+            Liveness::On(d) => Some(d),
+            Liveness::Random(d) => rng.gen_bool(0.5).then_some(d),
+        };
+        let timing = params.timing(skew, liveness)?;
         let group = GroupName::new("sim")?;
         // Slow requests and replies take up to 1.5 operation timeouts, so
         // some writes apply after their sender has given up on them.
@@ -263,10 +282,11 @@ impl World {
                 paused: false,
                 deferred: Vec::new(),
                 partitioned_until: SimTime(0),
+                stalled_until: SimTime(0),
                 ops: BTreeMap::new(),
                 wake_gen: 0,
                 spins: 0,
-                spin_at: SimTime(0),
+                backoff: Duration::ZERO,
             })
             .collect();
         let checker = Checker::new(seed, clocks, bounds);
@@ -298,7 +318,8 @@ impl World {
             let at = SimTime::from_duration(between(&mut world.rng, Duration::ZERO, term / 2));
             world.push(at, Ev::Restart { node: i });
         }
-        let planned = faults::plan(&mut world.rng, &params.faults, fault_end, term);
+        let pulses = world.timing.liveness_timeout.is_some();
+        let planned = faults::plan(&mut world.rng, &params.faults, fault_end, term, pulses);
         for (at, kind) in planned {
             world.push(at, Ev::Inject(kind));
         }
@@ -363,6 +384,12 @@ impl World {
                 Ev::Inject(kind) => self.inject(kind),
                 Ev::Storm(storm) => self.storm(storm),
                 Ev::PauseEnd { node, life } => self.pause_end(node, life),
+                Ev::Pulse { node, life } => self.pulse(node, life),
+                Ev::StallEnd => {
+                    self.trace
+                        .event(self.now, None, "heal", &[], || "a pulse stall ends".into());
+                    self.checker.disturb(self.now);
+                }
                 Ev::PartitionEnd => {
                     self.trace
                         .event(self.now, None, "heal", &[], || "a partition ends".into());
@@ -390,6 +417,7 @@ impl World {
             nodes: self.nodes.len(),
             sim_time: self.now.as_duration(),
             skew_bound: self.skew,
+            liveness_timeout: self.timing.liveness_timeout,
             notify: self.notify,
             elections: checker.elections,
             handovers: checker.handovers,
@@ -433,6 +461,28 @@ impl World {
             format!("process starts, incarnation {incarnation:#x}")
         });
         self.deliver_at(t, n, Msg::Start);
+        if self.timing.liveness_timeout.is_some() {
+            let life = self.nodes[n].life;
+            self.push(t, Ev::Pulse { node: n, life });
+        }
+    }
+
+    /// The application of node `n` pulses, unless it is stalled or its
+    /// process paused (a paused application cannot pulse; nothing is queued).
+    fn pulse(&mut self, n: usize, life: u32) {
+        let t = self.now;
+        let Some(timeout) = self.timing.liveness_timeout else {
+            return;
+        };
+        let node = &self.nodes[n];
+        if node.life != life || !node.up() {
+            return;
+        }
+        if !node.paused && node.stalled_until <= t {
+            let at = node.clock.mono(t);
+            self.step(n, Input::Pulse { at });
+        }
+        self.push(t.after(timeout / 4), Ev::Pulse { node: n, life });
     }
 
     /// Loses the node's process: machine, queued inputs, work.
@@ -606,7 +656,7 @@ impl World {
             Input::Resign => (vec![5], self.text(|| "resign".into())),
             Input::Shutdown => (vec![6], self.text(|| "shutdown".into())),
             Input::Changed => (vec![7], self.text(|| "change hint".into())),
-            Input::Pulse { .. } => (vec![8], self.text(|| "pulse".into())),
+            Input::Pulse { at } => (vec![8, at.as_nanos()], self.text(|| "pulse".into())),
         }
     }
 
@@ -632,16 +682,23 @@ impl World {
         };
         let mut at = node.clock.real_at(wake).max(t);
         if at == t && quiet_tick {
-            if node.spin_at != t {
-                node.spin_at = t;
-                node.spins = 0;
-            }
+            // A tick that changed nothing, and the machine wants another at
+            // once: it is busy-waiting (a real driver would spin). Allow a
+            // few, then back off exponentially (1 ms up to 64 ms) so the
+            // simulation neither spins nor loses the machine's timers.
             node.spins += 1;
             if node.spins > SPIN_LIMIT {
-                at = t.after(Duration::from_millis(1));
-                self.checker
-                    .note("machine asked to wake at a past instant with nothing to do (busy wait)");
+                if node.backoff.is_zero() {
+                    self.checker.note(
+                        "busy-wait episodes: next_wake in the past and a tick there does nothing",
+                    );
+                }
+                node.backoff = (node.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                at = t.after(node.backoff);
             }
+        } else if at > t || !quiet_tick {
+            node.spins = 0;
+            node.backoff = Duration::ZERO;
         }
         node.wake_gen += 1;
         let gen = node.wake_gen;
@@ -940,6 +997,21 @@ impl World {
                 self.trace
                     .event(t, Some(n), "RESIGN", &[], || "asked to resign".into());
                 self.deliver_at(t, n, Msg::Resign);
+            }
+            Planned::Stall => {
+                let Some(n) = self.target(0.7, |_| true) else {
+                    return;
+                };
+                self.count(FaultKind::Stall);
+                let d = between(&mut self.rng, term / 2, term * 3);
+                self.trace
+                    .event(t, Some(n), "STALL", &[d.as_nanos() as u64], || {
+                        format!("application stops pulsing for {d:?}")
+                    });
+                self.checker.disturb(t);
+                let node = &mut self.nodes[n];
+                node.stalled_until = node.stalled_until.max(t.after(d));
+                self.push(t.after(d), Ev::StallEnd);
             }
             Planned::Shutdown => {
                 let Some(n) = self.target(0.5, |_| true) else {

@@ -39,7 +39,7 @@ fn crash_failover_stays_within_the_bound() {
     // must wait out the term (2 s × 1.01 on their clocks) after they last
     // saw the record change, which is at most one renewal interval (2 s / 3)
     // plus a round trip before the crash.
-    let timing = params.timing(None).unwrap();
+    let timing = params.timing(None, None).unwrap();
     let floor = timing.term - timing.renew_interval;
     assert!(max > floor, "max gap {max:?} below {floor:?}");
     // And the library's own figure plus our round trips is what we check.
