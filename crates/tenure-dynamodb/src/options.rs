@@ -1,0 +1,510 @@
+//! Where the lease table is and how to reach it: parsed from a
+//! `dynamodb://TABLE?…` URL or set with builder methods, rendered back
+//! without secrets.
+
+use std::fmt;
+use std::time::Duration;
+
+use tenure::StoreError;
+
+/// The default time a store operation keeps retrying while DynamoDB
+/// throttles it. An [`Elector`](tenure::Elector) cancels an operation at its
+/// own deadline (term / 4 by default) long before this; the budget bounds
+/// callers that use the store directly.
+pub const DEFAULT_THROTTLE_BUDGET: Duration = Duration::from_secs(5);
+
+/// Where the lease table is and how to reach it.
+///
+/// Parsed from a URL with [`from_url`](DynamoDbOptions::from_url):
+///
+/// ```text
+/// dynamodb://TABLE?region=eu-west-1&endpoint=http://127.0.0.1:8000&create=true
+/// ```
+///
+/// | parameter | meaning | default |
+/// |---|---|---|
+/// | `region` | AWS region | the standard chain: `AWS_REGION`, the profile, instance metadata |
+/// | `endpoint` | `http(s)://host:port` of a local or private DynamoDB (dynalite, DynamoDB Local, a VPC endpoint) | the region's public endpoint |
+/// | `profile` | a profile in `~/.aws/config` | `AWS_PROFILE`, else `default` |
+/// | `create` | `true`: create the table (on-demand billing) if it is missing | `false`: a missing table is an error |
+/// | `access_key_id`, `secret_access_key`, `session_token` | static credentials, for local servers and tests | the standard chain: environment, profile, SSO, web identity, container and instance roles |
+/// | `throttle_budget` | how long one operation retries while throttled, e.g. `2s` | [`DEFAULT_THROTTLE_BUDGET`] |
+///
+/// Values may be percent-encoded. Unknown parameters are an error, so a
+/// typo does not silently fall back to a default.
+///
+/// ```
+/// use tenure_dynamodb::DynamoDbOptions;
+/// let o = DynamoDbOptions::from_url(
+///     "dynamodb://leases?region=eu-west-1&access_key_id=AKIDEXAMPLE1234&secret_access_key=s3cr3t",
+/// )?;
+/// assert_eq!(o.table(), "leases");
+/// assert!(!o.redacted_url().contains("s3cr3t"));
+/// # Ok::<(), tenure::StoreError>(())
+/// ```
+///
+/// The secret key and session token never appear in [`Debug`],
+/// [`redacted_url`](DynamoDbOptions::redacted_url) or any error; of the
+/// access key id only the last four characters are shown, as
+/// `aws configure list` does.
+#[derive(Clone)]
+pub struct DynamoDbOptions {
+    pub(crate) table: String,
+    pub(crate) region: Option<String>,
+    pub(crate) endpoint: Option<String>,
+    pub(crate) profile: Option<String>,
+    pub(crate) credentials: Option<StaticKeys>,
+    pub(crate) create_if_missing: bool,
+    pub(crate) throttle_budget: Duration,
+}
+
+/// Static credentials. Kept apart so that nothing formats the secret by
+/// accident: this type has no `Debug` that shows it.
+#[derive(Clone)]
+pub(crate) struct StaticKeys {
+    pub(crate) access_key_id: String,
+    pub(crate) secret_access_key: String,
+    pub(crate) session_token: Option<String>,
+}
+
+impl fmt::Debug for StaticKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StaticKeys")
+            .field("access_key_id", &mask_key_id(&self.access_key_id))
+            .field("secret_access_key", &"***")
+            .field("session_token", &self.session_token.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl fmt::Debug for DynamoDbOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynamoDbOptions")
+            .field("url", &self.redacted_url())
+            .finish()
+    }
+}
+
+impl DynamoDbOptions {
+    /// Options for `table`, with everything else from the standard AWS
+    /// chain. Fails if the name breaks DynamoDB's naming rules.
+    pub fn new(table: impl Into<String>) -> Result<Self, StoreError> {
+        let table = table.into();
+        check_table_name(&table).map_err(|why| bad(&format!("dynamodb://{table}"), &why))?;
+        Ok(DynamoDbOptions {
+            table,
+            region: None,
+            endpoint: None,
+            profile: None,
+            credentials: None,
+            create_if_missing: false,
+            throttle_budget: DEFAULT_THROTTLE_BUDGET,
+        })
+    }
+
+    /// Parses `dynamodb://TABLE?param=value&…`; see the table above.
+    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+        // Until parsed, nothing of the URL may be echoed: it can hold a
+        // secret key. Errors show a redaction of the raw text instead.
+        let shown = redact_raw(url);
+        let Some(rest) = url.strip_prefix("dynamodb://") else {
+            return Err(bad(&shown, "it must start with dynamodb://"));
+        };
+        let (table, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let table = percent_decode(table).map_err(|why| bad(&shown, &why))?;
+        let mut o = DynamoDbOptions::new(table).map_err(|_| {
+            bad(
+                &shown,
+                "the table name must be 3 to 255 characters of a-z, A-Z, 0-9, _ - . (dynamodb://TABLE?…)",
+            )
+        })?;
+        let (mut key_id, mut secret, mut token) = (None, None, None);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = percent_decode(v).map_err(|why| bad(&shown, &why))?;
+            let nonempty = |v: String| {
+                if v.is_empty() {
+                    Err(bad(&shown, &format!("parameter {k} is empty")))
+                } else {
+                    Ok(v)
+                }
+            };
+            match k {
+                "region" => o.region = Some(nonempty(v)?),
+                "endpoint" => o.endpoint = Some(nonempty(v)?),
+                "profile" => o.profile = Some(nonempty(v)?),
+                "create" => {
+                    o.create_if_missing = match v.as_str() {
+                        "true" | "1" | "yes" => true,
+                        "false" | "0" | "no" => false,
+                        _ => return Err(bad(&shown, "create must be true or false")),
+                    }
+                }
+                "throttle_budget" => {
+                    o.throttle_budget = humantime::parse_duration(&v).map_err(|e| {
+                        bad(
+                            &shown,
+                            &format!("throttle_budget {v:?}: {e} (write e.g. 2s or 500ms)"),
+                        )
+                    })?
+                }
+                "access_key_id" => key_id = Some(nonempty(v)?),
+                "secret_access_key" => secret = Some(nonempty(v)?),
+                "session_token" => token = Some(nonempty(v)?),
+                _ => {
+                    return Err(bad(
+                        &shown,
+                        &format!(
+                            "unknown parameter {k:?}: use region, endpoint, profile, create, \
+                             throttle_budget, access_key_id, secret_access_key, session_token"
+                        ),
+                    ))
+                }
+            }
+        }
+        match (key_id, secret) {
+            (Some(id), Some(secret)) => o = o.static_credentials_with_token(id, secret, token),
+            (None, None) if token.is_none() => {}
+            _ => {
+                return Err(bad(
+                    &shown,
+                    "static credentials need both access_key_id and secret_access_key \
+                     (session_token is optional): give both, or neither to use the standard AWS chain",
+                ))
+            }
+        }
+        o.check().map_err(|why| bad(&o.redacted_url(), &why))?;
+        Ok(o)
+    }
+
+    /// Sets the region.
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
+    }
+
+    /// Sends requests to this endpoint (`http://127.0.0.1:8000` for a local
+    /// server) instead of the region's public one.
+    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
+        self.endpoint = Some(url.into());
+        self
+    }
+
+    /// Uses this profile from `~/.aws/config` and `~/.aws/credentials`.
+    pub fn profile(mut self, name: impl Into<String>) -> Self {
+        self.profile = Some(name.into());
+        self
+    }
+
+    /// Uses these static credentials instead of the standard chain (local
+    /// servers accept any).
+    pub fn static_credentials(
+        self,
+        access_key_id: impl Into<String>,
+        secret_access_key: impl Into<String>,
+    ) -> Self {
+        self.static_credentials_with_token(access_key_id, secret_access_key, None)
+    }
+
+    /// Static temporary credentials: a key pair with its session token.
+    pub fn static_credentials_with_token(
+        mut self,
+        access_key_id: impl Into<String>,
+        secret_access_key: impl Into<String>,
+        session_token: Option<String>,
+    ) -> Self {
+        self.credentials = Some(StaticKeys {
+            access_key_id: access_key_id.into(),
+            secret_access_key: secret_access_key.into(),
+            session_token,
+        });
+        self
+    }
+
+    /// Whether connecting creates the table when it is missing.
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
+    }
+
+    /// How long one operation keeps retrying while throttled (default
+    /// [`DEFAULT_THROTTLE_BUDGET`]).
+    pub fn throttle_budget(mut self, budget: Duration) -> Self {
+        self.throttle_budget = budget;
+        self
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The options as a `dynamodb://` URL with the secret key and session
+    /// token replaced by `***` and the access key id shortened, for logs.
+    pub fn redacted_url(&self) -> String {
+        let mut params = Vec::new();
+        if let Some(r) = &self.region {
+            params.push(format!("region={r}"));
+        }
+        if let Some(e) = &self.endpoint {
+            params.push(format!("endpoint={}", strip_userinfo(e)));
+        }
+        if let Some(p) = &self.profile {
+            params.push(format!("profile={p}"));
+        }
+        if self.create_if_missing {
+            params.push("create=true".to_owned());
+        }
+        if self.throttle_budget != DEFAULT_THROTTLE_BUDGET {
+            params.push(format!(
+                "throttle_budget={}",
+                humantime::format_duration(self.throttle_budget)
+            ));
+        }
+        if let Some(k) = &self.credentials {
+            params.push(format!("access_key_id={}", mask_key_id(&k.access_key_id)));
+            params.push("secret_access_key=***".to_owned());
+            if k.session_token.is_some() {
+                params.push("session_token=***".to_owned());
+            }
+        }
+        if params.is_empty() {
+            format!("dynamodb://{}", self.table)
+        } else {
+            format!("dynamodb://{}?{}", self.table, params.join("&"))
+        }
+    }
+
+    /// Checks what builder methods could not: the endpoint's form.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if let Some(e) = &self.endpoint {
+            let ok = ["http://", "https://"]
+                .iter()
+                .any(|s| e.strip_prefix(s).is_some_and(|rest| !rest.is_empty()));
+            if !ok {
+                return Err(format!(
+                    "endpoint {:?} is not an http:// or https:// URL (e.g. endpoint=http://127.0.0.1:8000)",
+                    strip_userinfo(e)
+                ));
+            }
+        }
+        if self.region.as_deref() == Some("") {
+            return Err("the region is empty: give one such as eu-west-1".into());
+        }
+        Ok(())
+    }
+}
+
+fn bad(shown: &str, why: &str) -> StoreError {
+    StoreError::Misconfigured {
+        message: format!("bad DynamoDB store URL {shown}: {why}"),
+        source: None,
+    }
+}
+
+/// DynamoDB's rule for table names.
+fn check_table_name(name: &str) -> Result<(), String> {
+    let ok_len = (3..=255).contains(&name.len());
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok_len && ok_chars {
+        Ok(())
+    } else {
+        Err(format!(
+            "table name {name:?} breaks DynamoDB's rule: 3 to 255 characters of a-z, A-Z, 0-9, _ - ."
+        ))
+    }
+}
+
+/// `***` and the last four characters, as `aws configure list` shows keys.
+fn mask_key_id(id: &str) -> String {
+    let tail: String = id
+        .chars()
+        .rev()
+        .take(4)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if id.chars().count() > 4 {
+        format!("***{tail}")
+    } else {
+        "***".to_owned()
+    }
+}
+
+/// Drops `user:password@` from an endpoint URL, in case one was given.
+fn strip_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://{host}{}", &rest[end..]),
+        None => url.to_owned(),
+    }
+}
+
+/// A URL as given, with the values of secret parameters masked, for errors
+/// about a URL that did not parse.
+fn redact_raw(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return strip_userinfo(url);
+    };
+    let query = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k @ ("secret_access_key" | "session_token" | "access_key_id"), _)) => {
+                format!("{k}=***")
+            }
+            Some((k @ "endpoint", v)) => format!("{k}={}", strip_userinfo(v)),
+            _ => kv.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    format!("{base}?{query}")
+}
+
+/// Decodes `%XX` escapes (and `+` as a space, as forms do).
+fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| "a % escape is not followed by two hex digits".to_owned())?;
+                out.push(hex);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| "a percent-encoded value is not UTF-8".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_parameter() {
+        let o = DynamoDbOptions::from_url(
+            "dynamodb://tenure_leases?region=eu-west-1&endpoint=http%3A%2F%2F127.0.0.1%3A8000\
+             &profile=ops&create=true&throttle_budget=750ms",
+        )
+        .unwrap();
+        assert_eq!(o.table(), "tenure_leases");
+        assert_eq!(o.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(o.endpoint.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(o.profile.as_deref(), Some("ops"));
+        assert!(o.create_if_missing);
+        assert_eq!(o.throttle_budget, Duration::from_millis(750));
+        assert!(o.credentials.is_none());
+        assert_eq!(
+            o.redacted_url(),
+            "dynamodb://tenure_leases?region=eu-west-1&endpoint=http://127.0.0.1:8000&profile=ops&create=true&throttle_budget=750ms"
+        );
+        // Unencoded endpoints work too: the query is split on & only.
+        let o =
+            DynamoDbOptions::from_url("dynamodb://t.x-1?endpoint=http://localhost:8000").unwrap();
+        assert_eq!(o.endpoint.as_deref(), Some("http://localhost:8000"));
+        assert_eq!(o.region, None);
+        assert!(!o.create_if_missing);
+        assert_eq!(o.throttle_budget, DEFAULT_THROTTLE_BUDGET);
+    }
+
+    #[test]
+    fn secrets_never_show() {
+        let url = "dynamodb://leases?region=r&access_key_id=AKIDEXAMPLEWXYZ&secret_access_key=TOPSECRET&session_token=SESSIONSECRET";
+        let o = DynamoDbOptions::from_url(url).unwrap();
+        for shown in [o.redacted_url(), format!("{o:?}")] {
+            assert!(!shown.contains("TOPSECRET"), "{shown}");
+            assert!(!shown.contains("SESSIONSECRET"), "{shown}");
+            assert!(!shown.contains("AKIDEXAMPLE"), "{shown}");
+            assert!(shown.contains("***WXYZ"), "{shown}");
+        }
+        let keys = o.credentials.unwrap();
+        assert_eq!(keys.secret_access_key, "TOPSECRET");
+        assert_eq!(keys.session_token.as_deref(), Some("SESSIONSECRET"));
+
+        // A URL that does not parse is echoed redacted in the error.
+        let e = DynamoDbOptions::from_url(
+            "dynamodb://leases?secret_access_key=TOPSECRET&access_key_id=AKIDX&bogus=1",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown parameter \"bogus\""), "{e}");
+        assert!(!e.contains("TOPSECRET") && !e.contains("AKIDX"), "{e}");
+        let e = DynamoDbOptions::from_url("dynamodb://leases?secret_access_key=TOPSECRET")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("need both access_key_id"), "{e}");
+        assert!(!e.contains("TOPSECRET"), "{e}");
+        let e = DynamoDbOptions::from_url("dynamodb://leases?endpoint=ftp://u:pw@h")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an http:// or https:// URL"), "{e}");
+        assert!(!e.contains("pw@"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_urls_naming_the_fix() {
+        for (url, why) in [
+            ("postgres://x", "must start with dynamodb://"),
+            ("dynamodb://", "table name must be 3 to 255"),
+            ("dynamodb://ab", "table name must be 3 to 255"),
+            ("dynamodb://has space", "table name must be 3 to 255"),
+            ("dynamodb://t/x", "table name must be 3 to 255"),
+            (
+                "dynamodb://tbl?regoin=eu-west-1",
+                "unknown parameter \"regoin\"",
+            ),
+            (
+                "dynamodb://tbl?create=maybe",
+                "create must be true or false",
+            ),
+            ("dynamodb://tbl?throttle_budget=soon", "throttle_budget"),
+            ("dynamodb://tbl?region=", "parameter region is empty"),
+            (
+                "dynamodb://tbl?endpoint=localhost:8000",
+                "not an http:// or https:// URL",
+            ),
+            ("dynamodb://tbl?region=%zz", "two hex digits"),
+            ("dynamodb://tbl?region=%ff", "not UTF-8"),
+        ] {
+            let e = DynamoDbOptions::from_url(url).unwrap_err();
+            assert!(
+                matches!(e, StoreError::Misconfigured { .. }),
+                "{url}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(text.contains(why), "{url}: {text}");
+        }
+        assert!(DynamoDbOptions::new("x".repeat(255)).is_ok());
+        assert!(DynamoDbOptions::new("x".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(mask_key_id("AKID"), "***");
+        assert_eq!(mask_key_id("AKIDEXAMPLE"), "***MPLE");
+        assert_eq!(strip_userinfo("http://u:p@h:1/x?y"), "http://h:1/x?y");
+        assert_eq!(strip_userinfo("http://h:1"), "http://h:1");
+        assert_eq!(percent_decode("a%20b+c").unwrap(), "a b c");
+        assert_eq!(percent_decode("%C3%A9").unwrap(), "é");
+        assert!(percent_decode("%4").is_err());
+    }
+}

@@ -1,0 +1,331 @@
+//! The store: one item per group, compare-and-swap by a conditional
+//! `UpdateItem` on the item's version, strongly consistent reads.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_config::retry::RetryConfig;
+use aws_config::BehaviorVersion;
+use aws_sdk_dynamodb::config::{Credentials, Region};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use aws_smithy_http_client::tls;
+use tenure::{CasOutcome, GroupName, LeaseRecord, LeaseStore, StoreError, Version, Versioned};
+
+use crate::error::{self, classify, Failure, Target};
+use crate::item::{self, KEY};
+use crate::options::{DynamoDbOptions, DEFAULT_THROTTLE_BUDGET};
+use crate::retry::Throttle;
+use crate::table::{self, Found};
+
+/// A lease store on a DynamoDB table. Cheap to clone; clones share one SDK
+/// client and its connection pool.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use tenure_dynamodb::DynamoDbStore;
+/// // Region and credentials from the standard AWS chain; the table must exist.
+/// let store = DynamoDbStore::connect("dynamodb://tenure_leases").await?;
+/// let elector = tenure::Elector::builder(store, "shard-cache").start()?;
+/// # let _ = elector; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct DynamoDbStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    target: Target,
+    throttle: Throttle,
+    describe: String,
+}
+
+impl std::fmt::Debug for DynamoDbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoDbStore")
+            .field("store", &self.inner.describe)
+            .finish()
+    }
+}
+
+impl DynamoDbStore {
+    /// Connects to the table named by a `dynamodb://TABLE?…` URL (see
+    /// [`DynamoDbOptions`]), checks that it exists with tenure's key schema
+    /// (or creates it with `create=true`), and fails with a message naming
+    /// the fix if it is missing, has another key schema, or the credentials
+    /// are refused.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::with_options(DynamoDbOptions::from_url(url)?).await
+    }
+
+    /// Connects with options built in code.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), tenure::StoreError> {
+    /// use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
+    /// let store = DynamoDbStore::with_options(
+    ///     DynamoDbOptions::new("tenure_leases")?
+    ///         .region("local")
+    ///         .endpoint("http://127.0.0.1:8000")
+    ///         .static_credentials("local", "local")
+    ///         .create_if_missing(true),
+    /// )
+    /// .await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub async fn with_options(options: DynamoDbOptions) -> Result<Self, StoreError> {
+        options.check().map_err(|why| StoreError::Misconfigured {
+            message: format!("DynamoDB store {}: {why}", options.redacted_url()),
+            source: None,
+        })?;
+        let client = build_client(&options).await?;
+        let region = client.config().region().map(|r| r.to_string());
+        let target = Target::new(
+            &options.table,
+            region.as_deref(),
+            options.endpoint.as_deref(),
+        );
+        let store = DynamoDbStore::assemble(
+            client,
+            target,
+            options.throttle_budget,
+            options.redacted_url(),
+        );
+        if options.create_if_missing {
+            store.create_table_if_missing().await?;
+        } else {
+            store.check_table().await?;
+        }
+        Ok(store)
+    }
+
+    /// A store on an SDK client you configured yourself (a shared
+    /// `SdkConfig`, your own retry or timeout settings, an assumed role).
+    /// Nothing is checked until the first operation; call
+    /// [`check_table`](DynamoDbStore::check_table) to check at once.
+    ///
+    /// The client's own retries should stay off or minimal: the store
+    /// retries throttling itself and must see every other failure (see the
+    /// crate docs).
+    pub fn from_client(client: Client, table: impl Into<String>) -> Result<Self, StoreError> {
+        let options = DynamoDbOptions::new(table)?;
+        let region = client.config().region().map(|r| r.to_string());
+        let target = Target::new(&options.table, region.as_deref(), None);
+        let describe = match &region {
+            Some(r) => format!("dynamodb://{}?region={r}", options.table),
+            None => format!("dynamodb://{}", options.table),
+        };
+        Ok(DynamoDbStore::assemble(
+            client,
+            target,
+            DEFAULT_THROTTLE_BUDGET,
+            describe,
+        ))
+    }
+
+    fn assemble(
+        client: Client,
+        target: Target,
+        budget: std::time::Duration,
+        describe: String,
+    ) -> Self {
+        let throttle = Throttle {
+            table: target.table.clone(),
+            budget,
+        };
+        DynamoDbStore {
+            inner: Arc::new(Inner {
+                client,
+                target,
+                throttle,
+                describe,
+            }),
+        }
+    }
+
+    /// Creates the lease table if it is missing: hash key `group_name` (S),
+    /// on-demand billing, so a first run needs no capacity planning. Waits
+    /// until it is active. Returns whether this call created it; processes
+    /// racing to create it all succeed. Needs `dynamodb:CreateTable` and
+    /// `dynamodb:DescribeTable`.
+    pub async fn create_table_if_missing(&self) -> Result<bool, StoreError> {
+        let i = &self.inner;
+        table::create_if_missing(&i.client, &i.target, &i.throttle).await
+    }
+
+    /// Checks that the table exists, is active and has tenure's key schema.
+    /// Fails with [`StoreError::Misconfigured`] naming the fix otherwise.
+    /// Credentials without `dynamodb:DescribeTable` skip the check (with a
+    /// log line): the lease operations do not need that permission.
+    pub async fn check_table(&self) -> Result<(), StoreError> {
+        let i = &self.inner;
+        match table::inspect(&i.client, &i.target, &i.throttle).await? {
+            Found::Ready | Found::NotAllowed => Ok(()),
+            Found::Creating => Err(StoreError::Unavailable {
+                message: format!(
+                    "DynamoDB table {} {} is still being created: retry in a few seconds",
+                    i.target.table, i.target.place
+                ),
+                source: None,
+            }),
+            Found::Missing => Err(StoreError::Misconfigured {
+                message: error::missing_table(&i.target, "DescribeTable found no such table"),
+                source: None,
+            }),
+        }
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.inner.target.table
+    }
+
+    /// The SDK client, for the application's own items (a fenced write of
+    /// leader-only work, say) on the same connections.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    fn key(group: &GroupName) -> AttributeValue {
+        AttributeValue::S(group.as_str().to_owned())
+    }
+}
+
+/// An SDK client on rustls (ring), with the SDK's retries off.
+async fn build_client(options: &DynamoDbOptions) -> Result<Client, StoreError> {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    // Retries off: see retry.rs. Throttling is retried by the store; a lost
+    // reply to a conditional write must reach the elector as an error, not
+    // be resent and come back as a spurious conflict.
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http)
+        .retry_config(RetryConfig::disabled());
+    if let Some(r) = &options.region {
+        loader = loader.region(Region::new(r.clone()));
+    }
+    if let Some(e) = &options.endpoint {
+        loader = loader.endpoint_url(e);
+    }
+    if let Some(p) = &options.profile {
+        loader = loader.profile_name(p);
+    }
+    if let Some(k) = &options.credentials {
+        loader = loader.credentials_provider(Credentials::new(
+            &k.access_key_id,
+            &k.secret_access_key,
+            k.session_token.clone(),
+            None,
+            "tenure-dynamodb-static",
+        ));
+    }
+    let config = loader.load().await;
+    if config.region().is_none() {
+        return Err(StoreError::Misconfigured {
+            message: format!(
+                "no AWS region for the DynamoDB store {}: add region= to the store URL, or set AWS_REGION \
+                 (or a region in the AWS profile)",
+                options.redacted_url()
+            ),
+            source: None,
+        });
+    }
+    Ok(Client::new(&config))
+}
+
+fn store_error(f: Failure, what: &str, target: &Target) -> StoreError {
+    match f {
+        Failure::Other(e) | Failure::Throttled(e) => e,
+        // Only conditional writes have conditions.
+        Failure::ConditionFailed => StoreError::Unavailable {
+            message: format!(
+                "DynamoDB {} reported a failed condition for the {what} on table {}, which has none",
+                target.place, target.table
+            ),
+            source: None,
+        },
+    }
+}
+
+#[async_trait]
+impl LeaseStore for DynamoDbStore {
+    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        let i = &self.inner;
+        let key = Self::key(group);
+        let out = i
+            .throttle
+            .run("read", || async {
+                i.client
+                    .get_item()
+                    .table_name(&i.target.table)
+                    .key(KEY, key.clone())
+                    // A lease read must see the latest write: an eventually
+                    // consistent read could show a version already replaced,
+                    // and the challenger would wait on a stale record.
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|e| classify(e, &i.target, "read"))
+            })
+            .await
+            .map_err(|f| store_error(f, "read", &i.target))?;
+        let Some(found) = out.item else {
+            return Ok(None);
+        };
+        item::decode(&found)
+            .map(Some)
+            .map_err(|source| StoreError::Record {
+                group: group.clone(),
+                source,
+            })
+    }
+
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let i = &self.inner;
+        // Never write an item that reads back as corrupt.
+        record.check().map_err(|e| StoreError::Misconfigured {
+            message: format!("refusing to write an invalid lease record for group {group}: {e}"),
+            source: None,
+        })?;
+        let Some(w) = item::write(expected, record) else {
+            return Ok(CasOutcome::Conflict);
+        };
+        let key = Self::key(group);
+        i.throttle
+            .run("write", || async {
+                let sent = i
+                    .client
+                    .update_item()
+                    .table_name(&i.target.table)
+                    .key(KEY, key.clone())
+                    .update_expression(&w.update)
+                    .condition_expression(&w.condition)
+                    .set_expression_attribute_names(Some(w.names.clone()))
+                    .set_expression_attribute_values(Some(w.values.clone()))
+                    .send()
+                    .await;
+                match sent {
+                    Ok(_) => Ok(CasOutcome::Applied(w.next)),
+                    Err(e) => match classify(e, &i.target, "compare-and-swap") {
+                        Failure::ConditionFailed => Ok(CasOutcome::Conflict),
+                        other => Err(other),
+                    },
+                }
+            })
+            .await
+            .map_err(|f| store_error(f, "compare-and-swap", &i.target))
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe.clone()
+    }
+}
