@@ -30,6 +30,7 @@ pub mod clock;
 pub mod faults;
 pub mod params;
 pub mod report;
+mod scheduler;
 mod trace;
 mod world;
 
