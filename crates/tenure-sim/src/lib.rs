@@ -1,18 +1,33 @@
 //! A deterministic discrete-event simulation of tenure elections.
 //!
-//! It runs 3 to 20 candidates, each a [`tenure::machine::Machine`] driven
+//! It runs 2 to 20 candidates, each a [`tenure::machine::Machine`] driven
 //! directly: no tokio, no threads, no real time. The store is
-//! [`tenure::MemoryStore`]'s synchronous core, a linearizable register. Each
-//! node has its own drifting, offset clocks ([`clock`]); faults
-//! ([`faults`]) crash, pause and partition nodes, delay, drop and fail store
-//! operations, lose replies of applied writes, and make the application
-//! resign or shut down. An invariant checker judges every term on the real
-//! timeline (see the `checker` module docs in the source, summarized on
-//! [`LivenessBounds`]): never two valid terms at once, tokens that rise, and
-//! a leader within a derived bound once faults heal or after a leader crash.
+//! [`tenure::MemoryStore`]'s synchronous core, a linearizable register.
+//!
+//! * **Clocks** ([`clock`]): each node's monotonic clock runs at `1 + d`
+//!   with `|d|` within the configured drift bound (a third of the nodes
+//!   exactly on the edge) and an arbitrary origin; its wall clock has the
+//!   same rate and its own offset, kept within half the skew bound by
+//!   periodic NTP steps when a bound is configured. Clocks keep counting
+//!   through pauses and crashes, like `CLOCK_BOOTTIME`.
+//! * **Faults** ([`faults`]): crashes and restarts (a new incarnation),
+//!   pauses shorter and longer than a term, partitions from the store,
+//!   dropped requests, lost replies of applied writes, store failures, slow
+//!   requests that apply after their sender timed out, resignations,
+//!   shutdowns, stalled liveness pulses, and a cluster-wide storm at the end
+//!   of the fault phase. A fault-free tail follows.
+//! * **Checker** (summarized on [`LivenessBounds`] and [`ViolationKind`]):
+//!   on the real timeline, never two valid terms at once (a term is valid
+//!   from `Elected` until its holder's own clock reaches the deadline, its
+//!   end's work deadline, or its work reports `Drained`); tokens rise across
+//!   elections and never change on renewal; after an undisturbed leader
+//!   crash the next term starts within [`LivenessBounds::crash`]; once all
+//!   faults have healed a term is valid within [`LivenessBounds::heal`] and
+//!   stays valid.
 //!
 //! Everything derives from one `u64` seed, so a failing seed replays
-//! exactly:
+//! exactly, and every violation names its seed; the binary prints the
+//! replay command (`cargo run -p tenure-sim --release -- --seed N --trace`).
 //!
 //! ```
 //! use tenure_sim::{run_seed, SimParams};

@@ -118,7 +118,11 @@ fn params(args: &Args) -> SimParams {
         p.nodes = n.clone();
     }
     if let Some(ms) = args.term_ms {
+        // The skew bound and liveness timeout scale with the term unless
+        // given: the defaults are a fifth of a 2 s term and one term.
         p.term = Duration::from_millis(ms);
+        p.skew = SkewBound::Random(p.term / 5);
+        p.liveness = Liveness::Random(p.term);
     }
     if let Some(d) = args.drift {
         p.drift = d;

@@ -50,7 +50,7 @@ pub enum Notify {
 /// suite and the binary run unless told otherwise.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimParams {
-    /// How many candidates, drawn per seed from this range (3 to 20 allowed).
+    /// How many candidates, drawn per seed from this range (2 to 20 allowed).
     pub nodes: RangeInclusive<usize>,
     /// The configured term; every other timing setting derives from it.
     pub term: Duration,
