@@ -141,6 +141,35 @@ impl Supervised {
         Ok(s)
     }
 
+    /// Reaps members of the group that were orphaned (their parent exited)
+    /// and have since exited themselves. As a subreaper tenure inherits
+    /// them; left alone they would pile up as zombies while CMD runs. The
+    /// started process itself is left to tokio.
+    pub fn reap_orphans(&mut self) {
+        loop {
+            // SAFETY: an all-zero siginfo_t is a valid value; waitid writes
+            // into it, and WNOWAIT only peeks, so nothing is reaped here.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let rc = unsafe {
+                libc::waitid(
+                    libc::P_PGID,
+                    self.pgid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
+            // SAFETY: after a successful waitid with WEXITED, si_pid is the
+            // field that is set (0 when no child has exited).
+            let pid = if rc == 0 { unsafe { info.si_pid() } } else { 0 };
+            if pid <= 0 || pid == self.pgid {
+                return;
+            }
+            let mut status = 0;
+            // SAFETY: reaps exactly the exited orphan just peeked at.
+            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        }
+    }
+
     /// Stops the whole group as `plan` says and returns once no process of
     /// it is left.
     pub async fn stop(&mut self, plan: StopPlan<'_>) -> StopReport {

@@ -282,7 +282,7 @@ renewed while CMD runs. CMD runs in its own process group with stdin closed.
 When leadership ends (lost, superseded, or tenure is told to stop) the whole
 group gets SIGTERM, then SIGKILL after --kill-grace, cut short so that the
 group is dead before the term's deadline. If tenure itself dies, CMD's group is
-killed at once. SIGINT or SIGTERM to tenure: stop CMD, release, exit 0
+killed at once. SIGINT, SIGTERM or SIGHUP to tenure: stop CMD, release, exit 0
 (128+signal with --once). A second signal skips the grace.
 
 HTTP endpoints (--metrics-addr): GET /metrics (Prometheus), GET /healthz (200,

@@ -32,6 +32,8 @@ use crate::view;
 /// A CMD that ran at least this long was not crash-looping: the back-off
 /// starts over.
 const STABLE_RUN: Duration = Duration::from_secs(60);
+/// How often exited orphans of CMD's group are reaped while CMD runs.
+const ORPHAN_REAP_EVERY: Duration = Duration::from_secs(1);
 /// The longest back-off.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -201,11 +203,15 @@ impl Runner {
             Lost,
             Exited(io::Result<ExitStatus>),
         }
-        let why = tokio::select! {
-            biased;
-            _ = self.stop.stopped() => Why::Stop,
-            _ = term.cancelled() => Why::Lost,
-            status = cmd.wait() => Why::Exited(status),
+        let mut orphans = tokio::time::interval(ORPHAN_REAP_EVERY);
+        let why = loop {
+            tokio::select! {
+                biased;
+                _ = self.stop.stopped() => break Why::Stop,
+                _ = term.cancelled() => break Why::Lost,
+                status = cmd.wait() => break Why::Exited(status),
+                _ = orphans.tick() => cmd.reap_orphans(),
+            }
         };
         let plan = StopPlan {
             grace: self.args.kill_grace,

@@ -1,5 +1,7 @@
-//! SIGINT and SIGTERM as cancellation: the first asks for a clean stop, a
-//! second one for a quick one.
+//! SIGINT, SIGTERM and SIGHUP as cancellation: the first asks for a clean
+//! stop, a second one for a quick one. SIGHUP counts because a closed
+//! terminal would otherwise kill tenure outright, leaving its lease to
+//! expire instead of being released.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -7,7 +9,7 @@ use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-/// Fires on the first SIGINT or SIGTERM ([`stop`](Stop::stop)) and on the
+/// Fires on the first SIGINT, SIGTERM or SIGHUP ([`stop`](Stop::stop)) and on the
 /// second ([`hurry`](Stop::hurry)).
 #[derive(Clone, Debug)]
 pub struct Stop {
@@ -21,6 +23,7 @@ impl Stop {
     pub fn listen() -> std::io::Result<Stop> {
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
+        let mut hup = signal(SignalKind::hangup())?;
         let stop = Stop {
             stop: CancellationToken::new(),
             hurry: CancellationToken::new(),
@@ -32,6 +35,7 @@ impl Stop {
                 let signo = tokio::select! {
                     Some(()) = int.recv() => libc::SIGINT,
                     Some(()) = term.recv() => libc::SIGTERM,
+                    Some(()) = hup.recv() => libc::SIGHUP,
                     else => return,
                 };
                 if s.stop.is_cancelled() {

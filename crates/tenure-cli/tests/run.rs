@@ -274,3 +274,43 @@ fn once_exits_with_the_child_status_and_releases() {
     ]));
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// tenure is a child subreaper (so it can see a whole group die even where
+/// PID 1 does not reap); orphans of CMD that exit while CMD runs must not
+/// pile up as its zombies.
+#[test]
+fn orphans_of_the_child_are_reaped_while_it_runs() {
+    let s = Scratch::new("orphans");
+    let log = s.path("children.log");
+    let child = s.script(
+        "orphaner.sh",
+        &format!(
+            r#"echo "$TENURE_ID $$ $TENURE_TOKEN" >> "{}"
+for i in 1 2 3 4 5; do ( sleep 2 & ) ; done
+sleep 1000"#,
+            log.display()
+        ),
+    );
+    let a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
+    let mut groups = Groups::default();
+    let line = wait_for(SLACK, || child_lines(&log).into_iter().next()).expect("a leads");
+    groups.add(line.pgid);
+    // The subshells exit at once, so their `sleep 2`s are re-parented to
+    // tenure, the subreaper.
+    let adopted = wait_for(SLACK, || {
+        let n = group_members(line.pgid)
+            .into_iter()
+            .filter(|&p| parent_of(p) == Some(a.pid()) && p != line.pgid)
+            .count();
+        (n == 5).then_some(())
+    });
+    assert!(adopted.is_some(), "the orphans were adopted by tenure");
+    // They exit after 2 s and are reaped (tenure checks every second).
+    std::thread::sleep(Duration::from_secs(2));
+    let clean = wait_for(SLACK, || zombies_of(a.pid()).is_empty().then_some(()));
+    assert!(clean.is_some(), "zombies left: {:?}", zombies_of(a.pid()));
+    assert!(
+        !group_members(line.pgid).is_empty(),
+        "CMD itself still runs"
+    );
+}

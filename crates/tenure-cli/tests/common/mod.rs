@@ -178,6 +178,37 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
     out
 }
 
+/// The parent of `pid`, from /proc.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Zombie children of `ppid`, from /proc.
+pub fn zombies_of(ppid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 1 && fields[0] == "Z" && fields[1].parse::<i32>() == Ok(ppid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 /// One line a test child appends to its log: "ID PGID TOKEN [DEADLINE_MS]".
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChildLine {
