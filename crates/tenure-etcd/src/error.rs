@@ -196,8 +196,17 @@ impl Ctx<'_> {
                 _ => {}
             }
         }
+        // A plain-text server answers a ClientHello by closing or resetting
+        // the connection, which rustls reports without mentioning TLS.
+        // Only failures to set up a connection: a reset of an established
+        // one is a broken connection, not a TLS setting to fix.
+        let connecting = lower.contains("connecterror") && !lower.contains("refused");
         if self.tls
+            && connecting
             && [
+                "eof",
+                "connection reset",
+                "broken pipe",
                 "tls",
                 "certificate",
                 "handshake",

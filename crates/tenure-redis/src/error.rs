@@ -234,7 +234,9 @@ impl Ctx<'_> {
                 after: self.timeout,
             };
         }
-        if self.tls && looks_like_tls_failure(&e) {
+        // Only while connecting: a reset later on is a broken connection, not
+        // a TLS setting to fix.
+        if self.tls && what == "connect" && looks_like_tls_failure(&e) {
             return RedisStoreError::Tls {
                 target,
                 detail: e.to_string(),
@@ -256,10 +258,13 @@ impl Ctx<'_> {
 }
 
 /// rustls reports a server that answers plain text, or a certificate it
-/// does not trust, as an I/O error of kind `InvalidData`.
+/// does not trust, as an I/O error of kind `InvalidData`; a server that
+/// closes or resets the connection on a ClientHello shows as EOF or reset.
 fn looks_like_tls_failure(e: &redis::RedisError) -> bool {
     let text = e.to_string().to_ascii_lowercase();
     [
+        "eof",
+        "connection reset",
         "tls",
         "certificate",
         "handshake",
