@@ -95,11 +95,12 @@ struct Response {
 }
 
 async fn handle(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()> {
-    let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
+    let request = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
         Ok(r) => r?,
         Err(_) => return Ok(()),
     };
-    let response = respond(&head, sources);
+    let mut response = respond(&request, sources);
+    let is_head = request.starts_with("HEAD ");
     let reason = match response.status {
         200 => "OK",
         400 => "Bad Request",
@@ -108,13 +109,17 @@ async fn handle(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()>
         503 => "Service Unavailable",
         _ => "Unknown",
     };
-    let head = format!(
+    let headers = format!(
         "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
         response.status,
         response.content_type,
         response.body.len()
     );
-    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(headers.as_bytes()).await?;
+    if is_head {
+        // HEAD gets the headers (and the length) of GET, without the body.
+        response.body.clear();
+    }
     stream.write_all(response.body.as_bytes()).await?;
     stream.shutdown().await
 }
