@@ -153,7 +153,7 @@ impl EtcdOptions {
             let value = percent_decode(value)
                 .ok_or_else(|| bad(format!("option {name}: invalid %-escape")))?;
             match name {
-                "prefix" => options = options.with_prefix(value)?,
+                "prefix" => options = options.with_prefix(value),
                 "timeout" => options.timeout = duration(name, &value).map_err(bad)?,
                 "ca" | "cert" | "key" if !tls => {
                     return Err(bad(format!(
@@ -191,9 +191,9 @@ impl EtcdOptions {
 
     /// Replaces the key prefix. An empty prefix is allowed (keys are then
     /// the bare group names) but shares the key space with everything else.
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Result<Self, EtcdStoreError> {
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
-        Ok(self)
+        self
     }
 
     /// Replaces the bound on connecting and on each request.
