@@ -186,6 +186,10 @@ impl Runner {
         // Held until CMD's group is gone: a graceful hand-over (shutdown)
         // releases the lease only after that.
         let guard = term.hold();
+        if term.is_cancelled() {
+            // Lost between election and here: do not start what must stop.
+            return TermEnd::Lost;
+        }
         let env = child_env(elector, term);
         let started = Instant::now();
         let mut cmd = match Supervised::spawn(&self.args.command, &env) {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use tenure::{Elector, Event, Term};
+use tenure::{Elector, Event, EventStream, Term};
 
 use super::report::{now, Report};
 use crate::cli::DemoCandidateArgs;
@@ -47,6 +47,8 @@ pub async fn run(args: DemoCandidateArgs) -> anyhow::Result<u8> {
             }
         }
     });
+    // A second subscription, read by `lead` for the reason its term ended.
+    let mut reasons = elector.events();
     let mut leading_at_stop = false;
     loop {
         let term = tokio::select! {
@@ -57,7 +59,7 @@ pub async fn run(args: DemoCandidateArgs) -> anyhow::Result<u8> {
                 Err(_) => break,
             },
         };
-        if lead(&term, &stop).await {
+        if lead(&term, &stop, &mut reasons).await {
             leading_at_stop = true;
             break;
         }
@@ -74,7 +76,7 @@ pub async fn run(args: DemoCandidateArgs) -> anyhow::Result<u8> {
 
 /// "Works" for one term: reports its start, every renewal, and its end.
 /// Returns whether it stopped because the candidate is shutting down.
-async fn lead(term: &Term, stop: &Stop) -> bool {
+async fn lead(term: &Term, stop: &Stop, reasons: &mut EventStream) -> bool {
     let guard = term.hold();
     let token = term.token();
     let mut deadline = term.deadline_mono();
@@ -105,9 +107,35 @@ async fn lead(term: &Term, stop: &Stop) -> bool {
     };
     // A renewal that landed in the last few milliseconds still counts.
     check(&mut deadline);
-    emit(&Report::Ended { token, at: now() });
+    let at = now();
+    let reason = if stopping {
+        // The elector is not told yet; it will be, by shutdown().
+        "shutdown".to_owned()
+    } else {
+        reason_for(token, reasons).await
+    };
+    emit(&Report::Ended { token, at, reason });
     drop(guard);
     stopping
+}
+
+/// The reason the term `token` ended. The elector sends its `Ousted` event
+/// in the same step as it cancels the term, so it is already queued; the
+/// timeout only guards against a library that stops doing so.
+async fn reason_for(token: u64, reasons: &mut EventStream) -> String {
+    let find = async {
+        while let Some(event) = reasons.next().await {
+            if let Event::Ousted { token: t, reason } = event {
+                if t == token {
+                    return reason.to_string();
+                }
+            }
+        }
+        "elector stopped".to_owned()
+    };
+    tokio::time::timeout(Duration::from_millis(100), find)
+        .await
+        .unwrap_or_else(|_| "unknown".to_owned())
 }
 
 fn emit(report: &Report) {

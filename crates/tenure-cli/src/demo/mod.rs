@@ -570,9 +570,10 @@ impl Demo {
                 self.timeline
                     .at(at, &format!("{id}'s term {token} ended: {reason}"));
             }
-            Report::Ended { token, at } => {
+            Report::Ended { token, at, reason } => {
                 if let Some(t) = self.terms.iter_mut().find(|t| t.token == token) {
                     t.ended_at = Some(at);
+                    t.reason.get_or_insert(reason);
                 }
             }
             Report::Released { at } => {

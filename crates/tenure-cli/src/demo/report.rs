@@ -55,6 +55,8 @@ pub enum Report {
         token: u64,
         /// When the work stopped.
         at: u64,
+        /// Why the term ended (as in [`Report::Ousted`]).
+        reason: String,
     },
     /// The candidate shut down while leading and its release was written.
     Released {
