@@ -170,8 +170,15 @@ async fn sleep_until(clock: &Arc<dyn Clock>, wake: Option<MonoTime>) {
 }
 
 impl Driver {
+    /// Subscribes to change hints, bounded by the operation timeout so a
+    /// store that is slow to subscribe cannot stall the election.
     async fn subscribe(&self) -> Option<ChangeFeed> {
-        match self.store.changes(&self.group).await {
+        let deadline = self.clock.now().mono + self.timing.op_timeout;
+        let result = tokio::select! {
+            r = self.store.changes(&self.group) => r,
+            _ = self.clock.sleep_until(deadline) => Err(StoreError::Timeout(self.timing.op_timeout)),
+        };
+        match result {
             Ok(feed) => feed,
             Err(e) => {
                 tracing::debug!(group = %self.group, error = %e, "no change feed; polling");

@@ -53,7 +53,9 @@ impl ChangeFeed {
 #[async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
     /// Reads the group's record and its version; `None` if the group has
-    /// never been written.
+    /// never been written (or the store lost it: the elector then still
+    /// issues tokens above every token it has seen, but a store that can
+    /// lose data should guard against it itself, as `tenure-redis` does).
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError>;
 
     /// Writes `record` if the stored version is `expected` (`None`: only if
@@ -66,7 +68,9 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> Result<CasOutcome, StoreError>;
 
     /// A feed of change hints for the group, if the store can notify.
-    /// The default is `Ok(None)`: the elector polls.
+    /// The default is `Ok(None)`: the elector polls. Should return promptly
+    /// (do slow work in a spawned task); the elector gives up on it after
+    /// its operation timeout and polls instead.
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
         let _ = group;
         Ok(None)

@@ -274,6 +274,9 @@ pub struct Machine {
     ended: Option<(u64, MonoTime)>,
     last_pulse: MonoTime,
     reported: Option<(Holder, u64)>,
+    /// The highest token this node has seen in any record: a new term's
+    /// token exceeds it even if the store lost its data meanwhile.
+    max_token: u64,
 }
 
 impl Machine {
@@ -295,6 +298,7 @@ impl Machine {
             ended: None,
             last_pulse: now.mono,
             reported: None,
+            max_token: 0,
         }
     }
 
@@ -453,10 +457,10 @@ impl Machine {
     fn may_acquire(&self, now: Now) -> Option<(Option<Version>, u64)> {
         let obs = self.observed.as_ref()?;
         let Some(v) = &obs.current else {
-            return Some((None, 1));
+            return Some((None, self.max_token.checked_add(1)?));
         };
         let rec = &v.record;
-        let next_token = rec.token.checked_add(1)?;
+        let next_token = rec.token.max(self.max_token).checked_add(1)?;
         let free = match &rec.holder {
             None => true,
             Some(_) if self.is_mine(rec) => true,
@@ -484,6 +488,9 @@ impl Machine {
     }
 
     fn observe(&mut self, now: Now, current: Option<Versioned>, out: &mut Vec<Action>) {
+        if let Some(v) = &current {
+            self.max_token = self.max_token.max(v.record.token);
+        }
         let same = self.observed.as_ref().is_some_and(|o| {
             o.current.as_ref().map(|v| v.version) == current.as_ref().map(|v| v.version)
         });
@@ -649,6 +656,7 @@ impl Machine {
                         });
                         self.reported = None;
                         let token = record.token;
+                        self.max_token = self.max_token.max(token);
                         self.state = State::Leader(Lead {
                             token,
                             version,

@@ -603,3 +603,16 @@ fn tokens_rise_only_with_a_new_term() {
     }
     assert_eq!(tokens, vec![1; 5]);
 }
+
+#[test]
+fn a_store_that_lost_its_data_does_not_make_tokens_go_back() {
+    let mut m = machine("b", timing());
+    let a = m.step(at(0), Input::Tick);
+    read(&mut m, at(0), read_op(&a), Some(held("a", 41, 9)));
+    // The store loses everything (a restarted in-memory server).
+    let a = m.step(at(3_000), Input::Tick);
+    let a = read(&mut m, at(3_000), read_op(&a), None);
+    let (_, expected, record) = cas_op(&a);
+    assert_eq!(expected, None);
+    assert_eq!(record.token, 42, "above every token this node has seen");
+}
