@@ -1,7 +1,6 @@
 //! Machine bugs found by the simulation, each reduced to a schedule with
-//! explicit times. They fail until the machine is fixed, so they are
-//! `#[ignore]`d to keep the workspace's CI green; run them with
-//! `cargo test -p tenure-sim --test machine_bugs -- --ignored`.
+//! explicit times. Each was fixed in the machine; the schedules stay as
+//! regression tests.
 
 use std::time::Duration;
 
@@ -51,7 +50,6 @@ fn held_by_b() -> Versioned {
 /// added even when `!self.is_live(now)`; it should be left out then (the
 /// next pulse is an input and re-evaluates anyway), leaving `next_read`.
 #[test]
-#[ignore = "machine bug: a non-live candidate busy-waits on a past takeover instant"]
 fn a_silent_candidate_does_not_busy_wait_on_an_expired_record() {
     let mut config = Config::new(Duration::from_secs(2));
     config.liveness_timeout = Some(Duration::from_secs(2));

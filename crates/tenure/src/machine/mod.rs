@@ -372,8 +372,12 @@ impl Machine {
                     at(blocked);
                 } else if self.op.is_none() {
                     at(self.next_read);
-                    if let Some(t) = self.takeover_instant(now) {
-                        at(t);
+                    // A candidate that may not stand (no pulse) has nothing
+                    // to do at the takeover instant; waking there would spin.
+                    if self.is_live(now) {
+                        if let Some(t) = self.takeover_instant(now) {
+                            at(t);
+                        }
                     }
                 }
             }
