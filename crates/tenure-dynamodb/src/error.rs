@@ -2,6 +2,7 @@
 //! condition (a conflict, not an error), throttling (retried), and the rest
 //! as a [`StoreError`] whose message names the problem and the fix.
 
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::http::Response;
 use tenure::StoreError;
@@ -88,7 +89,12 @@ where
     let message = err.message().unwrap_or("").to_owned();
     let status = err.raw_response().map(|r| r.status().as_u16());
     let detail = DisplayErrorContext(&err).to_string();
-    let kind = kind_of(&err, code.as_deref(), &message, status, &detail);
+    let mut kind = kind_of(&err, code.as_deref(), &message, status, &detail);
+    if !matches!(err, SdkError::ServiceError(_)) && caused_by::<CredentialsError>(&err) {
+        // The SDK resolves credentials while sending, so a chain with
+        // nothing to offer shows up as a dispatch failure.
+        kind = Kind::NoCredentials;
+    }
     let table = &target.table;
     let place = &target.place;
     let code_text = code.as_deref().unwrap_or("no error code");
@@ -146,6 +152,13 @@ where
             format!("could not reach DynamoDB {place} for the {what} on table {table}: {detail}"),
             err,
         )),
+        Kind::Tls => Failure::Other(StoreError::misconfigured(
+            format!(
+                "TLS with DynamoDB {place} failed ({detail}): check that the endpoint URL names the server's \
+                 certificate, or trust a private CA with ca_file= in the store URL"
+            ),
+            err,
+        )),
         Kind::BadRequestSetup => Failure::Other(StoreError::misconfigured(
             format!(
                 "the {what} on table {table} could not be sent to DynamoDB {place} ({detail}): check the endpoint \
@@ -158,6 +171,18 @@ where
             err,
         )),
     }
+}
+
+/// Whether `T` is somewhere in the error's chain of sources.
+fn caused_by<T: std::error::Error + 'static>(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.is::<T>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// The classes [`classify`] distinguishes.
@@ -173,6 +198,7 @@ pub(crate) enum Kind {
     BadCredentials,
     NoCredentials,
     Unreachable,
+    Tls,
     BadRequestSetup,
     Transient,
 }
@@ -188,7 +214,10 @@ pub(crate) fn kind_of<E, R>(
         SdkError::ServiceError(_) => {}
         // No request went out, or no answer came: nothing DynamoDB said.
         SdkError::DispatchFailure(d) => {
-            return if d.is_user() {
+            let lower = detail.to_lowercase();
+            return if lower.contains("certificate") || lower.contains("tls") {
+                Kind::Tls
+            } else if d.is_user() {
                 Kind::BadRequestSetup
             } else {
                 // An I/O error, a timeout or a connector failure: the
@@ -197,16 +226,9 @@ pub(crate) fn kind_of<E, R>(
             };
         }
         SdkError::TimeoutError(_) => return Kind::Unreachable,
-        // Building the request failed, which with a valid table name and
-        // record means identity resolution (credentials) failed.
-        SdkError::ConstructionFailure(_) => {
-            let chain = detail.to_lowercase();
-            return if chain.contains("credential") || chain.contains("identity") {
-                Kind::NoCredentials
-            } else {
-                Kind::BadRequestSetup
-            };
-        }
+        // Building the request failed (credential failures are sorted out
+        // by the caller, from the error's sources).
+        SdkError::ConstructionFailure(_) => return Kind::BadRequestSetup,
         // A reply that did not parse, usually a proxy or a server error page.
         SdkError::ResponseError(_) => return Kind::Transient,
         _ => return Kind::Transient,

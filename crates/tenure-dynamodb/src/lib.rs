@@ -209,6 +209,7 @@ mod options;
 pub mod retry;
 mod store;
 mod table;
+mod tls;
 
 pub use options::{DynamoDbOptions, DEFAULT_THROTTLE_BUDGET};
 pub use store::DynamoDbStore;

@@ -3,6 +3,7 @@
 //! without secrets.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure::StoreError;
@@ -29,6 +30,7 @@ pub const DEFAULT_THROTTLE_BUDGET: Duration = Duration::from_secs(5);
 /// | `create` | `true`: create the table (on-demand billing) if it is missing | `false`: a missing table is an error |
 /// | `access_key_id`, `secret_access_key`, `session_token` | static credentials, for local servers and tests | the standard chain: environment, profile, SSO, web identity, container and instance roles |
 /// | `throttle_budget` | how long one operation retries while throttled, e.g. `2s` | [`DEFAULT_THROTTLE_BUDGET`] |
+/// | `ca_file` | a PEM file of CA certificates to trust besides the platform's (a private `https` endpoint) | the platform's roots |
 ///
 /// Values may be percent-encoded. Unknown parameters are an error, so a
 /// typo does not silently fall back to a default.
@@ -56,6 +58,7 @@ pub struct DynamoDbOptions {
     pub(crate) credentials: Option<StaticKeys>,
     pub(crate) create_if_missing: bool,
     pub(crate) throttle_budget: Duration,
+    pub(crate) ca_file: Option<PathBuf>,
 }
 
 /// Static credentials. Kept apart so that nothing formats the secret by
@@ -99,6 +102,7 @@ impl DynamoDbOptions {
             credentials: None,
             create_if_missing: false,
             throttle_budget: DEFAULT_THROTTLE_BUDGET,
+            ca_file: None,
         })
     }
 
@@ -148,6 +152,7 @@ impl DynamoDbOptions {
                         )
                     })?
                 }
+                "ca_file" => o.ca_file = Some(PathBuf::from(nonempty(v)?)),
                 "access_key_id" => key_id = Some(nonempty(v)?),
                 "secret_access_key" => secret = Some(nonempty(v)?),
                 "session_token" => token = Some(nonempty(v)?),
@@ -156,7 +161,7 @@ impl DynamoDbOptions {
                         &shown,
                         &format!(
                             "unknown parameter {k:?}: use region, endpoint, profile, create, \
-                             throttle_budget, access_key_id, secret_access_key, session_token"
+                             throttle_budget, ca_file, access_key_id, secret_access_key, session_token"
                         ),
                     ))
                 }
@@ -234,6 +239,13 @@ impl DynamoDbOptions {
         self
     }
 
+    /// Trusts the CA certificates in this PEM file, besides the platform's
+    /// roots, for an `https` endpoint with a private CA.
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table
@@ -260,6 +272,9 @@ impl DynamoDbOptions {
                 "throttle_budget={}",
                 humantime::format_duration(self.throttle_budget)
             ));
+        }
+        if let Some(c) = &self.ca_file {
+            params.push(format!("ca_file={}", c.display()));
         }
         if let Some(k) = &self.credentials {
             params.push(format!("access_key_id={}", mask_key_id(&k.access_key_id)));

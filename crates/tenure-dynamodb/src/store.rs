@@ -2,14 +2,15 @@
 //! `UpdateItem` on the item's version, strongly consistent reads.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use aws_smithy_http_client::tls;
 use tenure::{CasOutcome, GroupName, LeaseRecord, LeaseStore, StoreError, Version, Versioned};
 
 use crate::error::{self, classify, Failure, Target};
@@ -17,6 +18,7 @@ use crate::item::{self, KEY};
 use crate::options::{DynamoDbOptions, DEFAULT_THROTTLE_BUDGET};
 use crate::retry::Throttle;
 use crate::table::{self, Found};
+use crate::tls;
 
 /// A lease store on a DynamoDB table. Cheap to clone; clones share one SDK
 /// client and its connection pool.
@@ -124,12 +126,7 @@ impl DynamoDbStore {
         ))
     }
 
-    fn assemble(
-        client: Client,
-        target: Target,
-        budget: std::time::Duration,
-        describe: String,
-    ) -> Self {
+    fn assemble(client: Client, target: Target, budget: Duration, describe: String) -> Self {
         let throttle = Throttle {
             table: target.table.clone(),
             budget,
@@ -192,19 +189,29 @@ impl DynamoDbStore {
     }
 }
 
+/// How long to wait for a TCP (and TLS) connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long one request may take before it fails as unreachable.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// An SDK client on rustls (ring), with the SDK's retries off.
 async fn build_client(options: &DynamoDbOptions) -> Result<Client, StoreError> {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(
-            tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .build_https();
+    let http = tls::http_client(options.ca_file.as_deref())?;
     // Retries off: see retry.rs. Throttling is retried by the store; a lost
     // reply to a conditional write must reach the elector as an error, not
     // be resent and come back as a spurious conflict.
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .http_client(http)
-        .retry_config(RetryConfig::disabled());
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            // Bounds for callers that use the store directly (a status
+            // command); an elector cancels sooner, at its op deadline.
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                .build(),
+        );
     if let Some(r) = &options.region {
         loader = loader.region(Region::new(r.clone()));
     }
