@@ -1,11 +1,12 @@
 //! The PostgreSQL store against a real server (`scripts/servers.sh` starts
 //! it; `TENURE_TEST_POSTGRES` names it). Chaos tests start private servers.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Harness, TcpProxy, TermLog};
-use tenure::{Config, Elector, GroupName, Role, StoreError};
+use tenure::testkit::scenarios::elector;
+use tenure::testkit::{self, scenarios, Harness, TcpProxy, TermLog};
+use tenure::{GroupName, StoreError};
 use tenure_postgres::PostgresStore;
 
 mod private_server;
@@ -69,49 +70,13 @@ async fn conformance() {
     testkit::run_conformance(&PgHarness::new(url).await).await;
 }
 
-fn elector(store: PostgresStore, group: &GroupName, id: &str, term: Duration) -> Elector {
-    Elector::builder(store, group.as_str())
-        .candidate_id(id)
-        .config(Config::new(term))
-        .start()
-        .expect("elector")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn graceful_release_hands_over_within_a_round_trip_via_notify() {
     let Some(url) = url() else { return };
-    let group = testkit::unique_group("pg-handover");
-    let term = Duration::from_secs(10);
-    let a = elector(
-        PostgresStore::connect(&url).await.unwrap(),
-        &group,
-        "a",
-        term,
-    );
-    a.wait_for_leadership().await.unwrap();
-    let b = elector(
-        PostgresStore::connect(&url).await.unwrap(),
-        &group,
-        "b",
-        term,
-    );
-    // Let b read the record and subscribe.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t0 = Instant::now();
-    a.shutdown().await;
-    let b_term = tokio::time::timeout(Duration::from_secs(10), b.wait_for_leadership())
-        .await
-        .expect("b elected")
-        .unwrap();
-    let took = t0.elapsed();
-    let poll = b.timing().bounds().graceful_failover_polling;
-    eprintln!("graceful hand-over on PostgreSQL: {took:?} (polling bound {poll:?})");
-    assert!(
-        took < Duration::from_millis(500),
-        "took {took:?}: the notification did not arrive"
-    );
-    assert_eq!(b_term.token(), 2);
-    b.shutdown().await;
+    let a = PostgresStore::connect(&url).await.unwrap();
+    let b = PostgresStore::connect(&url).await.unwrap();
+    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_millis(300)).await;
+    eprintln!("graceful hand-over on PostgreSQL: {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -166,49 +131,17 @@ async fn wrong_credentials_missing_database_and_tls_are_clear_errors() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_cut_off_from_postgres_steps_down_before_another_takes_over() {
     let Some(url) = url() else { return };
-    let group = testkit::unique_group("pg-cutoff");
-    let term = Duration::from_secs(2);
     let proxy = TcpProxy::start("127.0.0.1:55432".parse().unwrap())
         .await
         .unwrap();
     let via_proxy = url.replace("127.0.0.1:55432", &proxy.addr().to_string());
-    let a = elector(
+    let figures = scenarios::cut_off_leader_stops_first(
         PostgresStore::connect(&via_proxy).await.unwrap(),
-        &group,
-        "a",
-        term,
-    );
-    let a_term = a.wait_for_leadership().await.unwrap();
-    let b = elector(
         PostgresStore::connect(&url).await.unwrap(),
-        &group,
-        "b",
-        term,
-    );
-    let spans = TermLog::watch(&[&a, &b]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    proxy.cut();
-    let t_cut = Instant::now();
-    let b_term = tokio::time::timeout(Duration::from_secs(20), b.wait_for_leadership())
-        .await
-        .expect("b takes over")
-        .unwrap();
-    let failover = t_cut.elapsed();
-    assert!(a_term.is_cancelled(), "a stopped first");
-    assert!(b_term.token() > a_term.token());
-    let bound = b.timing().bounds().crash_failover;
-    eprintln!("cut-off failover on PostgreSQL: {failover:?} (bound {bound:?} + round trips)");
-    assert!(failover <= bound + Duration::from_secs(2), "{failover:?}");
-    proxy.heal();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        matches!(a.role(), Role::Follower { .. }),
-        "a keeps standing: {:?}",
-        a.role()
-    );
-    spans.check();
-    b.shutdown().await;
-    a.shutdown().await;
+        &proxy,
+    )
+    .await;
+    eprintln!("PostgreSQL cut-off: {figures:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,19 +1,11 @@
 //! Helpers shared by the Redis store's tests: a private Redis server that a
-//! test may kill and restart, a TCP proxy that a test may cut, and elector
-//! helpers.
+//! test may kill and restart, and the shared elector helpers.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
-
-use tenure::{Config, Elector, GroupName, LeaseStore};
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 /// A free port on loopback (racy in theory, fine for tests).
 pub fn free_port() -> u16 {
@@ -142,91 +134,5 @@ pub fn wait_port(port: u16) {
     panic!("nothing listens on port {port} after 5 s");
 }
 
-/// Forwards a local port to `target` until cut: then open connections
-/// stop forwarding (silence, like a partition) and new ones are dropped.
-pub struct Proxy {
-    pub addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    cut_tx: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Proxy {
-    pub async fn start(target: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut = Arc::new(AtomicBool::new(false));
-        let (cut_tx, cut_rx) = watch::channel(false);
-        let flag = cut.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if flag.load(Ordering::Acquire) {
-                    drop(inbound);
-                    continue;
-                }
-                let mut cut_rx = cut_rx.clone();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = async { cut_rx.wait_for(|cut| *cut).await.is_ok() } => {
-                            // Hold both sockets open and silent.
-                            std::future::pending::<()>().await;
-                        }
-                    }
-                    let _ = inbound.shutdown().await;
-                });
-            }
-        });
-        Proxy {
-            addr,
-            cut,
-            cut_tx,
-            task,
-        }
-    }
-
-    pub fn cut(&self) {
-        self.cut.store(true, Ordering::Release);
-        let _ = self.cut_tx.send(true);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Starts an elector for `group` with a term.
-pub fn elector(store: impl LeaseStore, group: &GroupName, id: &str, term: Duration) -> Elector {
-    Elector::builder(store, group.as_str())
-        .candidate_id(id)
-        .config(Config::new(term))
-        .start()
-        .expect("valid config")
-}
-
-/// Waits until exactly one of `electors` leads, panicking if two ever do.
-pub async fn one_leader(electors: &[&Elector], within: Duration) -> usize {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let leaders: Vec<usize> = electors
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.is_leader())
-            .map(|(i, _)| i)
-            .collect();
-        assert!(leaders.len() <= 1, "two leaders at once: {leaders:?}");
-        if let [one] = leaders[..] {
-            return one;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+#[allow(unused_imports)]
+pub use tenure::testkit::scenarios::{elector, one_leader};

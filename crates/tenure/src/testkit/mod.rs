@@ -56,6 +56,7 @@ use crate::store::LeaseStore;
 
 mod conformance;
 mod proxy;
+pub mod scenarios;
 mod servers;
 mod term_log;
 pub use proxy::TcpProxy;

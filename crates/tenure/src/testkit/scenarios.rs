@@ -1,0 +1,174 @@
+//! Election scenarios every networked store runs against its real server:
+//! the same steps and assertions for each store, so the stores are held to
+//! one standard. Each returns its measured figures for the test to print.
+
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::elector::Elector;
+use crate::record::GroupName;
+use crate::role::Role;
+use crate::store::LeaseStore;
+
+use super::TcpProxy;
+
+/// Starts an elector for `group` on `store` with the given term and every
+/// other setting derived from it.
+pub fn elector(store: impl LeaseStore, group: &GroupName, id: &str, term: Duration) -> Elector {
+    Elector::builder(store, group.as_str())
+        .candidate_id(id)
+        .config(Config::new(term))
+        .start()
+        .expect("a valid configuration")
+}
+
+/// Waits until exactly one of `electors` leads and returns its index;
+/// panics if two ever lead at once, or nobody does within `within`.
+pub async fn one_leader(electors: &[&Elector], within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let leaders: Vec<usize> = electors
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.is_leader())
+            .map(|(i, _)| i)
+            .collect();
+        assert!(leaders.len() <= 1, "two leaders at once: {leaders:?}");
+        if let [one] = leaders[..] {
+            return one;
+        }
+        assert!(Instant::now() < deadline, "no leader within {within:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A graceful stop is taken over within one round trip through the
+/// store's change feed, not after a poll: with a 10 s term (polls every
+/// 2.5 s plus jitter) the follower must lead within `within` of the
+/// leader's `shutdown()` starting, and with the next token. `a` and `b`
+/// are two connections to the store. Returns the hand-over time.
+pub async fn graceful_handover_via_feed(
+    a: impl LeaseStore,
+    b: impl LeaseStore,
+    within: Duration,
+) -> Duration {
+    let group = super::unique_group("handover");
+    let term = Duration::from_secs(10);
+    let a = elector(a, &group, "a", term);
+    let a_term = tokio::time::timeout(Duration::from_secs(5), a.wait_for_leadership())
+        .await
+        .expect("a elected")
+        .expect("a running");
+    let b = elector(b, &group, "b", term);
+    let poll = b.timing().bounds().graceful_failover_polling;
+    let mut roles = b.watch_role();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        roles.wait_for(|r| matches!(r, Role::Follower { .. })),
+    )
+    .await
+    .expect("b follows a")
+    .expect("b running");
+    // Let b's subscription settle, as it would have in steady state.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let t0 = Instant::now();
+    a.shutdown().await;
+    let b_term = tokio::time::timeout(Duration::from_secs(10), b.wait_for_leadership())
+        .await
+        .expect("b elected")
+        .expect("b running");
+    let took = t0.elapsed();
+    assert!(
+        took < within,
+        "b took {took:?} to take over a released lease; a poll would take up to {poll:?}: the change feed did not work"
+    );
+    assert_eq!(
+        b_term.token(),
+        a_term.token() + 1,
+        "the next term raises the token by one"
+    );
+    b.shutdown().await;
+    took
+}
+
+/// What [`cut_off_leader_stops_first`] measured, from the cut.
+#[derive(Clone, Copy, Debug)]
+pub struct CutOff {
+    /// When the cut-off leader's work had to be gone.
+    pub leader_ended: Duration,
+    /// When the other candidate was elected.
+    pub successor_elected: Duration,
+    /// The configuration's crash-failover bound.
+    pub bound: Duration,
+}
+
+/// A leader cut off from the store (its connection goes through `proxy`,
+/// which goes silent) ends its term before the other candidate, connected
+/// directly, is elected; the token rises; after healing, the old leader
+/// keeps standing and follows the new one. Term 2 s.
+pub async fn cut_off_leader_stops_first(
+    via_proxy: impl LeaseStore,
+    direct: impl LeaseStore,
+    proxy: &TcpProxy,
+) -> CutOff {
+    let group = super::unique_group("cutoff");
+    let term = Duration::from_secs(2);
+    let a = elector(via_proxy, &group, "a", term);
+    let a_term = tokio::time::timeout(Duration::from_secs(5), a.wait_for_leadership())
+        .await
+        .expect("a elected")
+        .expect("a running");
+    let b = elector(direct, &group, "b", term);
+    let log = super::TermLog::watch(&[&a, &b]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.is_leader() && !b.is_leader());
+
+    let t_cut = Instant::now();
+    proxy.cut();
+    let a_ended = {
+        let t = a_term.clone();
+        tokio::spawn(async move {
+            t.ended().await;
+            Instant::now()
+        })
+    };
+    let b_term = tokio::time::timeout(Duration::from_secs(15), b.wait_for_leadership())
+        .await
+        .expect("b elected")
+        .expect("b running");
+    let b_elected = Instant::now();
+    let a_ended = a_ended.await.expect("watcher");
+    assert!(
+        a_ended < b_elected,
+        "a's term ended {:?} after b was elected",
+        a_ended - b_elected
+    );
+    assert!(
+        a_ended - t_cut <= term,
+        "a held on for {:?} after the cut",
+        a_ended - t_cut
+    );
+    assert!(b_term.token() > a_term.token());
+    let bound = b.timing().bounds().crash_failover;
+
+    proxy.heal();
+    let t = a.timing();
+    let settle = t.op_timeout * 2 + t.retry_interval + t.retry_jitter + Duration::from_secs(2);
+    let mut roles = a.watch_role();
+    tokio::time::timeout(
+        settle,
+        roles.wait_for(|r| matches!(r, Role::Follower { .. })),
+    )
+    .await
+    .expect("a keeps standing and follows b once healed")
+    .expect("a running");
+    log.check();
+    b.shutdown().await;
+    a.shutdown().await;
+    CutOff {
+        leader_ended: a_ended - t_cut,
+        successor_elected: b_elected - t_cut,
+        bound,
+    }
+}
