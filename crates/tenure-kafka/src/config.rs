@@ -302,6 +302,14 @@ impl KafkaConfig {
         ] {
             props.insert(key.into(), managed[key].clone());
         }
+        // The group coordinator learns of a rebalance (a member joined,
+        // left or died) at the next group heartbeat: a fifth of the
+        // heartbeat timeout keeps hand-overs quick, and far inside the
+        // session timeout (the safety argument needs it below 1.8 ×
+        // the heartbeat timeout).
+        props
+            .entry("heartbeat.interval.ms".into())
+            .or_insert_with(|| (millis(self.heartbeat_timeout) / 5).max(1).to_string());
         // A fence should follow a stalled broker quickly; the default
         // (500 ms) would add that much to every heartbeat's round trip
         // on brokers that hold fetches open.
@@ -332,6 +340,10 @@ impl KafkaConfig {
     /// the group (the observer).
     pub fn observer_properties(&self) -> BTreeMap<String, String> {
         let mut props = self.base_properties();
+        // librdkafka assigns partitions only to a consumer with a group id;
+        // one that assigns and never subscribes never joins that group, and
+        // never commits, so the broker does not even learn of it.
+        props.insert("group.id".into(), "tenure-kafka-observer".into());
         props.insert("enable.auto.commit".into(), "false".into());
         props.insert("enable.partition.eof".into(), "false".into());
         props

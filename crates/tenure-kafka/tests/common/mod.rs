@@ -1,0 +1,279 @@
+//! Helpers for the tests against a real Kafka-protocol broker (tansu) and
+//! librdkafka's mock cluster: brokers, names, recorders, child candidates.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tenure::{Elector, Event, Metadata};
+use tenure_kafka::{KafkaConfig, KafkaCoordinator};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// The heartbeat timeout of the tests: 2 s, so the session timeout is 6 s
+/// (the least a standard Kafka broker accepts by default).
+pub const H: Duration = Duration::from_secs(2);
+
+/// Logs to the test's output when RUST_LOG is set.
+pub fn logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// The shared broker started by scripts/servers.sh.
+pub fn broker() -> Option<String> {
+    logs();
+    tenure::testkit::server_url("TENURE_TEST_KAFKA")
+}
+
+/// A name no other test (or earlier run against the same broker) uses.
+pub fn unique(label: &str) -> String {
+    let n: u32 = rand_u32();
+    format!("t-{label}-{}-{n:08x}", std::process::id())
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.finish() as u32
+}
+
+/// The test configuration for `brokers`.
+pub fn config(brokers: &str) -> KafkaConfig {
+    KafkaConfig {
+        heartbeat_timeout: H,
+        close_timeout: Duration::from_secs(5),
+        ..KafkaConfig::new(brokers)
+    }
+}
+
+/// A candidate of `group` named `id`, publishing its address.
+pub fn candidate(
+    config: &KafkaConfig,
+    group: &str,
+    id: &str,
+) -> (Elector, tenure_kafka::KafkaStatus) {
+    let coordinator = KafkaCoordinator::new(config.clone()).unwrap();
+    let status = coordinator.status();
+    let elector = Elector::with_coordinator(coordinator, group)
+        .candidate_id(id)
+        .metadata(Metadata::address(format!("{id}.example:80")))
+        .start()
+        .unwrap();
+    (elector, status)
+}
+
+/// Every event of some electors, with when and whose.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    log: Arc<Mutex<Vec<(Instant, String, Event)>>>,
+}
+
+impl Recorder {
+    pub fn watch(&self, who: &str, elector: &Elector) {
+        let mut events = elector.events();
+        let log = self.log.clone();
+        let who = who.to_owned();
+        tokio::spawn(async move {
+            while let Some(e) = events.next().await {
+                log.lock().unwrap().push((Instant::now(), who.clone(), e));
+            }
+        });
+    }
+
+    pub fn events(&self) -> Vec<(Instant, String, Event)> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The tokens of every election, in order.
+    pub fn elections(&self) -> Vec<(Instant, String, u64)> {
+        self.events()
+            .into_iter()
+            .filter_map(|(t, who, e)| match e {
+                Event::Elected { token } => Some((t, who, token)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Waits for `cond`, polling, up to `limit`.
+pub async fn eventually<F: FnMut() -> bool>(limit: Duration, what: &str, mut cond: F) {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A private tansu broker, for tests that stop or kill the broker.
+pub struct Tansu {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Tansu {
+    pub async fn start() -> Option<Tansu> {
+        logs();
+        let bin = tenure::testkit::server_url("TENURE_TANSU_BIN")?;
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(bin)
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", "memory://tansu/"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let addr = format!("127.0.0.1:{port}");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+                return Some(Tansu { child, addr });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("tansu did not start on {addr}");
+    }
+
+    pub fn signal(&self, sig: i32) {
+        let pid = self.child.id().unwrap() as i32;
+        // SAFETY: plain kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        // A stopped process cannot act on SIGKILL until continued.
+        if let Some(pid) = self.child.id() {
+            // SAFETY: plain kill(2) on our own child.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGCONT);
+            }
+        }
+    }
+}
+
+/// The env var that turns a test binary run into a child candidate.
+pub const CHILD_ENV: &str = "TENURE_KAFKA_CHILD";
+
+/// A candidate in another process (this test binary, re-run), so the test
+/// can SIGKILL or SIGSTOP it. It prints `ELECTED <token>` and
+/// `OUSTED <token> <reason>` lines.
+pub struct ChildCandidate {
+    pub child: Child,
+    pub lines: mpsc::UnboundedReceiver<String>,
+}
+
+impl ChildCandidate {
+    /// `test` is the name of the test function that calls [`child_main`].
+    pub fn spawn(test: &str, brokers: &str, group: &str, id: &str) -> ChildCandidate {
+        let exe = std::env::current_exe().unwrap();
+        let mut child = Command::new(exe)
+            .args(["--exact", test, "--nocapture"])
+            .env(CHILD_ENV, format!("{brokers}|{group}|{id}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = r.next_line().await {
+                let _ = tx.send(l);
+            }
+        });
+        ChildCandidate { child, lines }
+    }
+
+    /// Waits for a line starting with `prefix`.
+    pub async fn expect(&mut self, prefix: &str, limit: Duration) -> String {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some(l)) if l.starts_with(prefix) => return l,
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("child exited before printing {prefix}"),
+                Err(_) => panic!("child did not print {prefix} within {limit:?}"),
+            }
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        let pid = self.child.id().unwrap() as i32;
+        // SAFETY: plain kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    }
+}
+
+/// The body of a child candidate: runs when [`CHILD_ENV`] is set, until
+/// its stdin closes (then shuts down gracefully) or it is killed.
+pub fn child_main() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split('|').collect();
+    let (brokers, group, id) = (parts[0], parts[1], parts[2]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (elector, _) = candidate(&config(brokers), group, id);
+        let mut events = elector.events();
+        tokio::spawn(async move {
+            while let Some(e) = events.next().await {
+                match e {
+                    Event::Elected { token } => println!("ELECTED {token}"),
+                    Event::Ousted { token, reason } => {
+                        println!("OUSTED {token} {}", reason.label())
+                    }
+                    _ => {}
+                }
+            }
+        });
+        println!("STARTED");
+        // Until the parent closes stdin (a std thread: tokio's stdin needs
+        // a feature the other crates do not build with).
+        let (closed, wait) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+            let _ = closed.send(());
+        });
+        let _ = wait.await;
+        elector.shutdown().await;
+        println!("STOPPED");
+    });
+    std::process::exit(0);
+}
