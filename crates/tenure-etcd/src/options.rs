@@ -114,10 +114,10 @@ impl EtcdOptions {
                             .into(),
                     ));
                 };
-                let u = percent_decode(u).ok_or_else(|| {
+                let u = tenure::url::percent_decode(u).ok_or_else(|| {
                     bad("the user name has an invalid %-escape or is not UTF-8".into())
                 })?;
-                let p = percent_decode(p).ok_or_else(|| {
+                let p = tenure::url::percent_decode(p).ok_or_else(|| {
                     bad("the password has an invalid %-escape or is not UTF-8".into())
                 })?;
                 if u.is_empty() {
@@ -150,11 +150,13 @@ impl EtcdOptions {
         };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = percent_decode(value)
+            let value = tenure::url::percent_decode(value)
                 .ok_or_else(|| bad(format!("option {name}: invalid %-escape")))?;
             match name {
                 "prefix" => options = options.with_prefix(value),
-                "timeout" => options.timeout = duration(name, &value).map_err(bad)?,
+                "timeout" => {
+                    options.timeout = tenure::url::parse_duration(name, &value).map_err(bad)?
+                }
                 "ca" | "cert" | "key" if !tls => {
                     return Err(bad(format!(
                         "option {name} needs TLS: use etcds:// instead of etcd://"
@@ -281,49 +283,6 @@ fn check_host(s: &str) -> Result<String, String> {
         .filter(|p| *p != 0)
         .ok_or_else(|| format!("endpoint {s:?}: port {port:?} is not a number from 1 to 65535"))?;
     Ok(s.to_owned())
-}
-
-/// Parses `500ms`, `5s`, `2m` or a bare number of seconds.
-pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
-    let v = value.trim();
-    let (num, unit) = match v.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => (&v[..i], &v[i..]),
-        None => (v, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("option {name}: {value:?} is not a duration such as 500ms or 5s"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => {
-            return Err(format!(
-                "option {name}: unit {unit:?} is not ms, s or m (write 500ms or 5s)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(secs)
-        .map_err(|_| format!("option {name}: {value:?} is out of range"))
-}
-
-/// Decodes `%XX` escapes; `None` if an escape is malformed or the result is
-/// not UTF-8.
-pub(crate) fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ impl fmt::Debug for PostgresOptions {
 impl PostgresOptions {
     /// Parses a `postgres://` or `postgresql://` URL.
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
-        let redacted = redact(url);
+        let redacted = tenure::url::redact(url);
         let bad = |why: String| StoreError::Misconfigured {
             message: format!("bad PostgreSQL URL {redacted}: {why}"),
             source: None,
@@ -123,46 +123,6 @@ impl Table {
     }
 }
 
-/// Replaces the password in `scheme://user:password@host` with `***`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return format!("{scheme}://{authority}{}", redact_query(tail));
-    };
-    let user = userinfo.split(':').next().unwrap_or("");
-    let masked = if userinfo.contains(':') {
-        format!("{user}:***")
-    } else {
-        user.to_owned()
-    };
-    format!("{scheme}://{masked}@{host}{}", redact_query(tail))
-}
-
-/// Masks a `password=` query parameter.
-fn redact_query(tail: &str) -> String {
-    let Some((path, query)) = tail.split_once('?') else {
-        return tail.to_owned();
-    };
-    let query = query
-        .split('&')
-        .map(|kv| {
-            if kv.starts_with("password=") {
-                "password=***"
-            } else {
-                kv
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("&");
-    format!("{path}?{query}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,16 +161,5 @@ mod tests {
             assert!(e.contains(why), "{url}: {e}");
             assert!(!e.contains("pw@"), "secret leaked: {e}");
         }
-    }
-
-    #[test]
-    fn redaction() {
-        assert_eq!(redact("postgres://h/db"), "postgres://h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
-        assert_eq!(
-            redact("postgres://h/db?password=x&a=b"),
-            "postgres://h/db?password=***&a=b"
-        );
     }
 }

@@ -116,11 +116,11 @@ impl RedisOptions {
                     Some((u, p)) => (u, Some(p)),
                     None => (info, None),
                 };
-                let u = percent_decode(u).ok_or_else(|| {
+                let u = tenure::url::percent_decode(u).ok_or_else(|| {
                     bad("the user name has an invalid %-escape or is not UTF-8".into())
                 })?;
                 let p = match p {
-                    Some(p) => Some(percent_decode(p).ok_or_else(|| {
+                    Some(p) => Some(tenure::url::percent_decode(p).ok_or_else(|| {
                         bad("the password has an invalid %-escape or is not UTF-8".into())
                     })?),
                     None => None,
@@ -162,12 +162,12 @@ impl RedisOptions {
         };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = percent_decode(value)
+            let value = tenure::url::percent_decode(value)
                 .ok_or_else(|| bad(format!("option {name}: invalid %-escape")))?;
             match name {
                 "prefix" => options = options.with_prefix(value)?,
-                "timeout" => options.timeout = duration(name, &value).map_err(bad)?,
-                "quarantine" => options.quarantine = Some(duration(name, &value).map_err(bad)?),
+                "timeout" => options.timeout = tenure::url::parse_duration(name, &value).map_err(bad)?,
+                "quarantine" => options.quarantine = Some(tenure::url::parse_duration(name, &value).map_err(bad)?),
                 "ca" | "cert" | "key" if !tls => {
                     return Err(bad(format!(
                         "option {name} needs TLS: use rediss:// instead of redis://"
@@ -309,50 +309,6 @@ fn split_host_port(s: &str) -> Result<(String, u16), String> {
     Ok((host, port))
 }
 
-/// Parses `500ms`, `5s`, `2m` or a bare number of seconds.
-pub(crate) fn duration(name: &str, value: &str) -> Result<Duration, String> {
-    let v = value.trim();
-    let (num, unit) = match v.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => (&v[..i], &v[i..]),
-        None => (v, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("option {name}: {value:?} is not a duration such as 500ms or 5s"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => {
-            return Err(format!(
-                "option {name}: unit {unit:?} is not ms, s or m (write 500ms or 5s)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(secs)
-        .map_err(|_| format!("option {name}: {value:?} is out of range"))
-}
-
-/// Decodes `%XX` escapes; `None` if an escape is malformed or the result is
-/// not UTF-8.
-pub(crate) fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,7 +349,7 @@ mod tests {
             ("redis://u:pw-secret@h:1?ca=/x", "rediss://"),
             ("rediss://u:pw-secret@h:1?cert=/x", "cert and key"),
             ("redis://u:pw-secret@h:1?bogus=1", "unknown option"),
-            ("redis://u:pw-secret@h:1?timeout=5parsecs", "unit"),
+            ("redis://u:pw-secret@h:1?timeout=5parsecs", "not a duration"),
             ("redis://user@h:1", "without a password"),
             ("redis://", "no host"),
         ] {

@@ -55,6 +55,7 @@ pub mod store;
 mod term;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod url;
 
 pub use clock::{Clock, MonoTime, Now, SystemClock, TokioClock, WallTime};
 pub use config::{Bounds, Config, Timing};
