@@ -192,10 +192,12 @@ pub(crate) fn check_schema(table: &TableDescription, target: &Target) -> Result<
             .map(|d| d.attribute_type().as_str().to_owned())
             .unwrap_or_else(|| "?".to_owned())
     };
-    let ok = keys.len() == 1
-        && keys[0].attribute_name() == KEY
-        && keys[0].key_type() == &KeyType::Hash
-        && type_of(KEY) == "S";
+    let ok = match keys {
+        [only] => {
+            only.attribute_name() == KEY && only.key_type() == &KeyType::Hash && type_of(KEY) == "S"
+        }
+        _ => false,
+    };
     if ok {
         return Ok(());
     }
