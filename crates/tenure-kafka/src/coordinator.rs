@@ -110,11 +110,20 @@ impl KafkaCoordinator {
 impl Coordinator for KafkaCoordinator {
     async fn run(self: Box<Self>, session: Session) {
         let status = self.status.clone();
+        // Closed is set before the session drops (the elector's role
+        // becomes Stopped then), so a user who saw Stopped sees Closed.
         match Run::start(*self, session).await {
-            Ok(mut run) => run.run().await,
-            Err((e, mut session)) => fail(&status, &mut session, e),
+            Ok(mut run) => {
+                run.run().await;
+                status.set_state(State::Closed);
+                drop(run);
+            }
+            Err((e, mut session)) => {
+                fail(&status, &mut session, e);
+                status.set_state(State::Closed);
+                drop(session);
+            }
         }
-        status.set_state(State::Closed);
     }
 }
 
@@ -337,7 +346,8 @@ impl Run {
     fn tick(&mut self) {
         let now = self.session().clock().now().mono;
         let silence = self.silence(now);
-        if let Some(d) = self.neli.tick(now, silence) {
+        let starved = self.liveness.is_some() && self.session.last_pulse() <= self.pulse_at_poll;
+        if let Some(d) = self.neli.tick(now, silence, starved) {
             self.apply(d);
         }
         if let Some(t) = self.rejoin_at.filter(|t| now >= *t) {

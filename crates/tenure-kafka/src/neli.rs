@@ -215,15 +215,20 @@ impl Neli {
     }
 
     /// Time passed: fence a leader whose heartbeats stopped coming back,
-    /// end the term of an application that stopped pulsing.
-    pub(crate) fn tick(&mut self, now: MonoTime, silence: Duration) -> Option<Decision> {
+    /// end the term of an application that stopped pulsing. `starved` says
+    /// that polls are held back because the application has not pulsed
+    /// since the last one: a fence then is the liveness coupling taking
+    /// effect, and is reported as such.
+    pub(crate) fn tick(
+        &mut self,
+        now: MonoTime,
+        silence: Duration,
+        starved: bool,
+    ) -> Option<Decision> {
         let timeout = self.timeout;
         let grace = self.grace;
         let live = self.is_live(silence);
-        // When pulses stopped for a whole heartbeat timeout, no poll has
-        // carried heartbeats since: the fence is the liveness coupling
-        // taking effect, and is reported as such.
-        let stalled = self.liveness.is_some() && silence >= timeout;
+        let stalled = self.liveness.is_some() && starved;
         let State::Held { lead, .. } = &mut self.state else {
             return None;
         };
@@ -308,7 +313,7 @@ mod tests {
     #[test]
     fn assignment_alone_does_not_lead_the_first_own_heartbeat_does() {
         let mut n = Neli::new(ME, H, None);
-        assert_eq!(n.tick(at(0), LIVE), None);
+        assert_eq!(n.tick(at(0), LIVE, false), None);
         n.assigned(1);
         assert!(n.is_assigned());
         assert_eq!(n.token(), None);
@@ -351,9 +356,9 @@ mod tests {
         let mut n = Neli::new(ME, H, None);
         n.assigned(1);
         n.own_heartbeat(&hb(ME, 1, at(0), None), 9, at(10), LIVE);
-        assert_eq!(n.tick(at(4999), LIVE), None);
+        assert_eq!(n.tick(at(4999), LIVE, false), None);
         assert_eq!(
-            n.tick(at(5000), LIVE),
+            n.tick(at(5000), LIVE, false),
             Some(Decision::End {
                 reason: EndReason::Fenced,
                 work_deadline: at(0) + H + H / 5
@@ -361,7 +366,7 @@ mod tests {
         );
         assert!(n.is_assigned(), "a fenced leader keeps the assignment");
         assert_eq!(n.token(), None);
-        assert_eq!(n.tick(at(6000), LIVE), None, "fenced once");
+        assert_eq!(n.tick(at(6000), LIVE, false), None, "fenced once");
         // A heartbeat sent before the fence and older than the timeout
         // does not resume.
         assert_eq!(
@@ -434,9 +439,9 @@ mod tests {
             "no term while the application is silent"
         );
         n.own_heartbeat(&hb(ME, 1, at(100), None), 1, at(110), LIVE);
-        assert_eq!(n.tick(at(1000), Duration::from_secs(1)), None);
+        assert_eq!(n.tick(at(1000), Duration::from_secs(1), false), None);
         assert_eq!(
-            n.tick(at(1100), l),
+            n.tick(at(1100), l, false),
             Some(Decision::End {
                 reason: EndReason::LivenessLost,
                 work_deadline: at(100) + H + H / 5
@@ -449,7 +454,7 @@ mod tests {
         let mut n = Neli::new(ME, H, Some(Duration::from_secs(30)));
         n.assigned(1);
         n.own_heartbeat(&hb(ME, 1, at(0), None), 0, at(10), LIVE);
-        let d = n.tick(at(5000), Duration::from_secs(5)).unwrap();
+        let d = n.tick(at(5000), Duration::from_secs(5), true).unwrap();
         assert!(matches!(
             d,
             Decision::End {
