@@ -36,6 +36,10 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 
+/// The longest term [`Config::validate`] accepts: one week. Longer terms
+/// would push deadline arithmetic toward overflow and are locks, not leases.
+pub const MAX_TERM: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// The timing settings of an election. Unset settings derive from the term.
 ///
 /// ```
@@ -117,6 +121,11 @@ impl Config {
             return Err(ConfigError::timing(
                 "term is zero: give a positive term such as 10s",
             ));
+        }
+        if term > MAX_TERM {
+            return Err(ConfigError::timing(format!(
+                "term {term:?} is longer than the longest supported ({MAX_TERM:?}): a lease that long is a lock; use a shorter term"
+            )));
         }
         if !(self.drift.is_finite() && (0.0..0.5).contains(&self.drift)) {
             return Err(ConfigError::timing(format!(
@@ -306,6 +315,8 @@ mod tests {
     fn rejects_impossible_timings_naming_the_rule() {
         let err = |c: Config| c.validate().unwrap_err().to_string();
         assert!(err(Config::new(Duration::ZERO)).contains("term is zero"));
+        assert!(err(Config::new(MAX_TERM + Duration::from_secs(1))).contains("longest supported"));
+        assert!(Config::new(MAX_TERM).validate().is_ok());
         let c = Config {
             drift: 0.7,
             ..Config::default()

@@ -454,6 +454,10 @@ impl Elector {
     /// Stops for good: drains a leader's work (bounded by the term's
     /// deadline), releases the lease so the next candidate takes over at
     /// once, and returns when done.
+    ///
+    /// The term is not renewed while draining, so the work gets at most what
+    /// is left of the current term; work that needs longer to stop should
+    /// start stopping before calling this.
     pub async fn shutdown(&self) {
         let _ = self.shared.commands.send(Command::Shutdown);
         let mut rx = self.shared.role.clone();

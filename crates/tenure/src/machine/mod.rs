@@ -523,16 +523,19 @@ impl Machine {
         }
     }
 
+    /// Ends a term. Its work must be gone by `work_deadline`; this node
+    /// stands again only once that work has drained or `old_deadline` (the
+    /// term's own deadline) has passed, so two of its terms never overlap,
+    /// even when the work is cut short because the lease was taken.
     fn end_term(
         &mut self,
         token: u64,
         reason: EndReason,
         work_deadline: MonoTime,
+        old_deadline: MonoTime,
         out: &mut Vec<Action>,
     ) {
-        // The next term of this node may start only once this one's work is
-        // gone, so two terms never overlap even on one node.
-        self.ended = Some((token, work_deadline));
+        self.ended = Some((token, old_deadline.max(work_deadline)));
         out.push(Action::EndTerm {
             token,
             reason,
@@ -546,7 +549,7 @@ impl Machine {
         };
         let lead = lead.clone();
         let deadline = lead.deadline;
-        self.end_term(lead.token, reason, deadline, out);
+        self.end_term(lead.token, reason, deadline, deadline, out);
         self.state = State::Draining {
             lead,
             then,
@@ -597,6 +600,10 @@ impl Machine {
         out: &mut Vec<Action>,
     ) {
         let retry = self.leader_retry();
+        let old_deadline = match &self.state {
+            State::Leader(lead) => lead.deadline,
+            _ => now.mono,
+        };
         match result {
             Ok(Some(v)) if self.is_mine(&v.record) && v.record.token == token => {
                 if let State::Leader(lead) = &mut self.state {
@@ -610,7 +617,13 @@ impl Machine {
                 let by = current
                     .as_ref()
                     .and_then(|v| v.record.holder_id().map(str::to_owned));
-                self.end_term(token, EndReason::Superseded { by }, now.mono, out);
+                self.end_term(
+                    token,
+                    EndReason::Superseded { by },
+                    now.mono,
+                    old_deadline,
+                    out,
+                );
                 self.state = State::Candidate;
                 self.reported = None;
                 let delay = self.poll_delay();
@@ -819,7 +832,7 @@ impl Machine {
                 record: lead.record.clone(),
                 version,
             };
-            self.end_term(token, EndReason::RenewalFailed, deadline, out);
+            self.end_term(token, EndReason::RenewalFailed, deadline, deadline, out);
             self.state = State::Candidate;
             self.observed = Some(Observed {
                 current: Some(last),

@@ -417,6 +417,8 @@ fn reacquires_after_losing_and_the_token_rises() {
     let (op, _, _) = cas_op(&a);
     let a = cas(&mut m, at(renew_at), op, CasOutcome::Conflict);
     read(&mut m, at(renew_at), read_op(&a), Some(held("z", 2, 5)));
+    // The superseded term's work finishes stopping.
+    m.step(at(renew_at), Input::Drained { token: 1 });
     let mut released = held("z", 2, 6);
     released.record.holder = None;
     let a = m.step(at(renew_at + 1), Input::Changed);
@@ -615,4 +617,32 @@ fn a_store_that_lost_its_data_does_not_make_tokens_go_back() {
     let (_, expected, record) = cas_op(&a);
     assert_eq!(expected, None);
     assert_eq!(record.token, 42, "above every token this node has seen");
+}
+
+#[test]
+fn a_superseded_node_stands_again_only_after_its_old_work_is_gone() {
+    let (mut m, _) = leader("a");
+    let old_deadline = at(0).mono + timing().leader_validity;
+    let renew_at = timing().renew_interval.as_millis() as u64;
+    let a = m.step(at(renew_at), Input::Tick);
+    let (op, _, _) = cas_op(&a);
+    let a = cas(&mut m, at(renew_at), op, CasOutcome::Conflict);
+    let mut released = held("z", 2, 5);
+    released.record.holder = None;
+    let a = read(&mut m, at(renew_at), read_op(&a), Some(released));
+    // The work is told to stop at once...
+    assert!(matches!(
+        a[0],
+        Action::EndTerm {
+            work_deadline,
+            ..
+        } if work_deadline == at(renew_at).mono
+    ));
+    // ...but with the lease free, the node still waits for that work: no
+    // new term until it drains or the old deadline passes.
+    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
+    assert_eq!(m.next_wake(at(renew_at)), Some(old_deadline));
+    let a = m.step(at_mono(old_deadline), Input::Tick);
+    let (_, _, record) = cas_op(&a);
+    assert_eq!(record.token, 3);
 }
