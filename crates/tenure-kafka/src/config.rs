@@ -503,7 +503,7 @@ mod tests {
         })
         .contains("not allowed"));
         assert!(err(KafkaConfig {
-            leader_topic: Some("t".repeat(250).into()),
+            leader_topic: Some("t".repeat(250)),
             ..KafkaConfig::default()
         })
         .contains("249"));

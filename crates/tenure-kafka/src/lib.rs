@@ -91,6 +91,15 @@
 //! librdkafka; a fatal one ends any term, stops the elector, and is kept
 //! in [`KafkaStatus::fatal_error`].
 //!
+//! # TLS and SASL
+//!
+//! Pass librdkafka's properties (`security.protocol`, `ssl.ca.location`,
+//! `sasl.mechanisms`, `sasl.username`, `sasl.password`, …) with
+//! [`KafkaConfig::property`] or as URL parameters, and build librdkafka
+//! with them by depending on `rdkafka = { version = "0.39", features =
+//! ["ssl", "sasl"] }` in your application (Cargo unifies the features;
+//! the build needs the OpenSSL and Cyrus SASL headers).
+//!
 //! # Testing your code
 //!
 //! goneli ships a `MockNeli`; tenure's [`MemoryStore`](tenure::MemoryStore)

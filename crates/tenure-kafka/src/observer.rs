@@ -164,9 +164,11 @@ impl Observing {
     fn run(self) {
         let mut view = LeaderView::default();
         let mut reported_error = false;
-        while !self.stop.load(Ordering::Acquire)
-            && !(self.tx.is_closed() && self.seen_tx.is_closed())
-        {
+        loop {
+            let unwatched = self.tx.is_closed() && self.seen_tx.is_closed();
+            if self.stop.load(Ordering::Acquire) || unwatched {
+                return;
+            }
             let now = self.clock.now();
             let wait = view
                 .next_lapse()
