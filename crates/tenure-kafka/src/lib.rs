@@ -1,4 +1,4 @@
-//! Kafka backend for [tenure](tenure): leader election by NELI
+//! Kafka backend for [tenure]: leader election by NELI
 //! (Non-Exclusive Leader Induction, the fast exclusive variant that
 //! obsidiandynamics' goneli implements), with a fencing token and a known
 //! leader, behind tenure's [`Coordinator`](tenure::Coordinator) seam — so

@@ -442,7 +442,7 @@ async fn pulsing_is_cheap_and_an_application_that_stops_pulsing_loses_leadership
     // At most one poll per minimum poll interval (100 ms), however often
     // the application pulses.
     assert!(polls <= 11, "{polls} polls in one second");
-    assert!(polls >= 5, "{polls} polls in one second");
+    assert!(polls >= 3, "{polls} polls in one second");
 
     pulsing.store(false, std::sync::atomic::Ordering::Release);
     let pulses = pulser.await.unwrap();
@@ -461,7 +461,7 @@ async fn pulsing_is_cheap_and_an_application_that_stops_pulsing_loses_leadership
     eventually(Duration::from_secs(1), "ousted", || reason().is_some()).await;
     assert_eq!(reason(), Some(EndReason::LivenessLost));
     eprintln!("liveness: term ended {lost:?} after the last pulse (heartbeat timeout {H:?})");
-    assert!(lost <= H + Duration::from_millis(500), "{lost:?}");
+    assert!(lost <= H + Duration::from_secs(2), "{lost:?}");
 
     // a's librdkafka leaves the group by itself once max.poll.interval.ms
     // (here the session timeout, 6 s) passes without a poll, so a
