@@ -62,8 +62,10 @@
 //! # The writes
 //!
 //! Every write is one `UpdateItem` that `SET`s every attribute and the next
-//! version under the condition `version = :expected` (for a group's first
-//! write, `attribute_not_exists(group_name)`); a refused condition is a
+//! version under the condition `version = :expected AND tenure_format <= 1`
+//! (the format clause keeps a guessed version from overwriting a foreign or
+//! newer item; for a group's first write the condition is
+//! `attribute_not_exists(group_name)`); a refused condition is a
 //! [`CasOutcome::Conflict`](tenure::CasOutcome::Conflict). A takeover sets
 //! the new holder and the raised token in that one conditional write. A
 //! release is kinsumer's deregistration: `REMOVE holder, incarnation` under
@@ -96,8 +98,9 @@
 //! # let _ = (store, local); Ok(()) }
 //! ```
 //!
-//! Keys never appear in logs, errors or
-//! [`describe()`](tenure::LeaseStore::describe).
+//! Secret keys and session tokens never appear in logs, errors or
+//! [`describe()`](tenure::LeaseStore::describe); of an access key id only
+//! the last four characters are shown.
 //!
 //! # The table and its permissions
 //!
