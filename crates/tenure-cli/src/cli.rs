@@ -58,6 +58,9 @@ pub enum Command {
     /// Show fail-over on this machine: candidates on a scratch SQLite file,
     /// the leader taken down in turns, every hand-over measured and checked.
     Demo(DemoArgs),
+    /// Measure hand-over and crash fail-over on real stores, against
+    /// `etcdctl elect` as the reference; prints a table.
+    Bench(BenchArgs),
     /// One candidate of `tenure demo`, reporting its terms as JSON lines.
     #[command(hide = true)]
     DemoCandidate(DemoCandidateArgs),
@@ -336,3 +339,34 @@ the leader down in turns: SIGTERM (graceful stop), SIGKILL (crash), SIGSTOP for
 longer than a term then SIGCONT (pause). Every candidate reports its terms
 with CLOCK_BOOTTIME timestamps; the demo checks that no two terms' validity
 intervals overlap and that tokens strictly rise, and exits 1 if either fails.";
+
+const BENCH_EXAMPLES: &str = "Examples:
+  # tenure on PostgreSQL and Redis, then etcd's own election as the reference
+  tenure bench --store postgres://app:secret@db/app --store redis://cache:6379 \\
+      --etcdctl http://127.0.0.1:2379
+  # more hand-overs, a longer term, as JSON
+  tenure bench --store etcd://127.0.0.1:2379 --handovers 50 --term 5s --json";
+
+/// `tenure bench`.
+#[derive(Debug, Args)]
+#[command(after_help = BENCH_EXAMPLES)]
+pub struct BenchArgs {
+    /// A store to measure (repeat for several).
+    #[arg(long = "store", value_name = "URL")]
+    pub stores: Vec<String>,
+    /// Graceful hand-overs and crash fail-overs to measure per store.
+    #[arg(long, default_value_t = 20)]
+    pub handovers: usize,
+    /// The term the candidates use (short, so crash fail-overs finish soon).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub term: std::time::Duration,
+    /// An etcd endpoint to measure `etcdctl elect` on, as the reference.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub etcdctl: Option<String>,
+    /// Crash samples for `etcdctl elect`; each waits out its 60 s session lease.
+    #[arg(long, default_value_t = 3)]
+    pub etcdctl_crash_samples: usize,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

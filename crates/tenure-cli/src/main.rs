@@ -5,6 +5,7 @@
 
 #![deny(missing_docs)]
 
+mod bench;
 mod child;
 mod cli;
 mod connect;
@@ -65,6 +66,7 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Watch(args) => watch::run(args).await,
         Command::Release(args) => release::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
         Command::DemoCandidate(args) => demo::run_candidate(args).await,
         Command::Watchdog(args) => Ok(watchdog::main(&args)),
     }

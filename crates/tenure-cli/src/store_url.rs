@@ -12,17 +12,31 @@ use std::sync::Arc;
 
 use tenure::{LeaseStore, MemoryStore};
 
-/// Schemes whose store crates are planned but not built into this binary.
-const PLANNED: &[&str] = &[
-    "postgres",
-    "postgresql",
-    "redis",
-    "rediss",
-    "etcd",
-    "etcds",
-    "dynamodb",
-    "kafka",
+/// The schemes of networked stores and the cargo feature that builds each.
+const NETWORKED: &[(&str, &str)] = &[
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("etcd", "etcd"),
+    ("etcds", "etcd"),
+    ("dynamodb", "dynamodb"),
+    ("kafka", "kafka"),
 ];
+
+/// Whether this binary was built with the store behind `feature`.
+fn built_in(feature: &str) -> bool {
+    match feature {
+        "postgres" => cfg!(feature = "postgres"),
+        "redis" => cfg!(feature = "redis"),
+        "etcd" => cfg!(feature = "etcd"),
+        "dynamodb" => cfg!(feature = "dynamodb"),
+        // Kafka leadership is wired into the commands separately (it is a
+        // coordinator, not a lease store).
+        "kafka" => false,
+        _ => false,
+    }
+}
 
 /// A parsed store URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +51,15 @@ pub enum StoreUrl {
     /// `memory://`: a store inside this process only, for in-process demos
     /// and tests; useless to commands that coordinate several processes.
     Memory,
+    /// A networked store, opened by its crate from the whole URL:
+    /// `postgres://`, `redis://`, `rediss://`, `etcd://`, `etcds://`,
+    /// `dynamodb://`, `kafka://`.
+    Networked {
+        /// The scheme, lower-cased.
+        scheme: String,
+        /// The URL as given (it may hold a password: display it redacted).
+        url: String,
+    },
 }
 
 /// Why a store URL was refused. Every message names the URL redacted.
@@ -52,10 +75,12 @@ pub enum UrlError {
         /// The scheme.
         scheme: String,
     },
-    /// A scheme whose store is not built into this binary yet.
+    /// A scheme whose store is not built into this binary.
     NotBuiltIn {
         /// The scheme.
         scheme: String,
+        /// The cargo feature that builds it.
+        feature: &'static str,
     },
     /// The right scheme, but the rest does not fit it.
     Malformed {
@@ -77,11 +102,11 @@ impl fmt::Display for UrlError {
             ),
             UrlError::UnknownScheme { scheme } => write!(
                 f,
-                "store URL scheme `{scheme}://` is not a tenure store: use sqlite://PATH"
+                "store URL scheme `{scheme}://` is not a tenure store: use sqlite://, postgres://, redis://, etcd://, dynamodb:// or kafka://"
             ),
-            UrlError::NotBuiltIn { scheme } => write!(
+            UrlError::NotBuiltIn { scheme, feature } => write!(
                 f,
-                "the {scheme}:// store is not built into this tenure yet: use sqlite://PATH"
+                "the {scheme}:// store is not built into this tenure: rebuild with `--features {feature}` (or `--features all-stores`)"
             ),
             UrlError::Malformed { url, reason } => write!(f, "store URL `{url}`: {reason}"),
             UrlError::NoDefault => f.write_str(
@@ -126,10 +151,25 @@ impl StoreUrl {
                     })
                 }
             }
-            s if PLANNED.contains(&s) => Err(UrlError::NotBuiltIn { scheme }),
-            _ => Err(UrlError::UnknownScheme {
-                scheme: redact(&scheme),
-            }),
+            s => match NETWORKED.iter().find(|(name, _)| *name == s) {
+                Some((_, feature)) if built_in(feature) => Ok(StoreUrl::Networked {
+                    scheme,
+                    url: url.to_owned(),
+                }),
+                Some((_, feature)) => Err(UrlError::NotBuiltIn { scheme, feature }),
+                None => Err(UrlError::UnknownScheme {
+                    scheme: redact(&scheme),
+                }),
+            },
+        }
+    }
+
+    /// The scheme, for labels (`sqlite`, `postgres`, …).
+    pub fn scheme(&self) -> &str {
+        match self {
+            StoreUrl::Sqlite { .. } => "sqlite",
+            StoreUrl::Memory => "memory",
+            StoreUrl::Networked { scheme, .. } => scheme,
         }
     }
 
@@ -173,6 +213,45 @@ impl StoreUrl {
                 Ok(Arc::new(store))
             }
             StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
+            StoreUrl::Networked { scheme, url } => open_networked(scheme, url).await,
+        }
+    }
+}
+
+fn open_error(e: &dyn std::error::Error) -> OpenError {
+    OpenError {
+        message: error_chain(e),
+    }
+}
+
+/// Opens a networked store by its scheme. Only schemes built in reach here.
+async fn open_networked(scheme: &str, url: &str) -> Result<Arc<dyn LeaseStore>, OpenError> {
+    match scheme {
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => tenure_postgres::PostgresStore::connect(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| open_error(&e)),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => tenure_redis::RedisStore::connect(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| open_error(&e)),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => tenure_etcd::EtcdStore::connect(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| open_error(&e)),
+        #[cfg(feature = "dynamodb")]
+        "dynamodb" => tenure_dynamodb::DynamoDbStore::connect(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+            .map_err(|e| open_error(&e)),
+        _ => {
+            let _ = url;
+            Err(OpenError {
+                message: format!("the {scheme}:// store is not built into this tenure"),
+            })
         }
     }
 }
@@ -185,6 +264,7 @@ impl fmt::Display for StoreUrl {
                 write!(f, "sqlite://{}", path.display())
             }
             StoreUrl::Memory => f.write_str("memory://"),
+            StoreUrl::Networked { url, .. } => f.write_str(&redact(url)),
         }
     }
 }
@@ -237,7 +317,9 @@ pub fn long_help() -> String {
         None => "none (set XDG_STATE_HOME or HOME)".to_owned(),
     };
     format!(
-        "The store URL. sqlite://PATH is built in; postgres://, redis://, etcd://, dynamodb:// and kafka:// are planned. \
+        "The store URL: sqlite://PATH, postgres://[USER[:PASS]@]HOST[:PORT]/DB[?sslmode=..&table=..], \
+         redis[s]://[USER:PASS@]HOST[:PORT][/DB], etcd[s]://HOST:PORT[,HOST:PORT], dynamodb://TABLE?region=..&endpoint=.., \
+         kafka://BROKER[,BROKER]/TOPIC (networked stores need their cargo feature; postgres and redis are built by default). \
          Passwords in URLs are never printed.\n\n\
          Default when neither --store nor TENURE_STORE is given: {default}"
     )
@@ -345,10 +427,18 @@ mod tests {
     #[test]
     fn schemes() {
         assert_eq!(StoreUrl::parse("memory://").unwrap(), StoreUrl::Memory);
-        assert!(matches!(
-            StoreUrl::parse("postgres://u:pw@db/x"),
-            Err(UrlError::NotBuiltIn { .. })
-        ));
+        let pg = StoreUrl::parse("postgres://u:pw@db/x");
+        if cfg!(feature = "postgres") {
+            assert_eq!(pg.unwrap().to_string(), "postgres://u:***@db/x");
+        } else {
+            assert!(matches!(
+                pg,
+                Err(UrlError::NotBuiltIn {
+                    feature: "postgres",
+                    ..
+                })
+            ));
+        }
         assert!(matches!(
             StoreUrl::parse("ftp://x"),
             Err(UrlError::UnknownScheme { .. })
@@ -370,7 +460,7 @@ mod tests {
         assert_eq!(redact("user:pw@host"), "user:***@host");
         let err = StoreUrl::parse("nope:hunter2@x").unwrap_err().to_string();
         assert!(!err.contains("hunter2"), "{err}");
-        let err = StoreUrl::parse("postgres://app:hunter2@db/x")
+        let err = StoreUrl::parse("pstgres://app:hunter2@db/x")
             .unwrap_err()
             .to_string();
         assert!(!err.contains("hunter2"), "{err}");

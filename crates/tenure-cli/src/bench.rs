@@ -1,0 +1,373 @@
+//! `tenure bench`: hand-over and crash fail-over times, and store operations
+//! per term, on real stores, side by side with `etcdctl elect` (etcd's own
+//! election) as the reference. A program that prints a table; it asserts
+//! nothing about time.
+//!
+//! A "crash" cuts the leader off from the store (its operations hang, as if
+//! the process or its host died): the others can only wait out its lease.
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use async_trait::async_trait;
+use tenure::{
+    CasOutcome, ChangeFeed, Config, Elector, Faults, GroupName, LeaseRecord, LeaseStore,
+    StoreError, Version, Versioned,
+};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::cli::BenchArgs;
+use crate::exit::usage;
+use crate::store_url::StoreUrl;
+
+/// Runs `tenure bench`.
+pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
+    if args.stores.is_empty() && args.etcdctl.is_none() {
+        return Err(usage(
+            "nothing to measure: give --store URL (repeatable) and/or --etcdctl ENDPOINT",
+        ));
+    }
+    let urls = args
+        .stores
+        .iter()
+        .map(|u| StoreUrl::parse(u).map_err(usage))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if urls.iter().any(|u| !u.is_shared()) {
+        return Err(usage(
+            "memory:// is not a store to benchmark: give a real one",
+        ));
+    }
+    Config::new(args.term).validate().map_err(usage)?;
+    let mut rows = Vec::new();
+    for url in &urls {
+        rows.push(measure_store(url, &args).await?);
+    }
+    if let Some(endpoint) = &args.etcdctl {
+        rows.push(measure_etcdctl(endpoint, &args).await?);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", table(&rows, &args));
+    }
+    Ok(0)
+}
+
+/// One row of the table.
+#[derive(Debug, serde::Serialize)]
+struct Row {
+    system: String,
+    graceful: Stats,
+    crash: Stats,
+    crash_bound_ms: f64,
+    leader_ops_per_term: Option<f64>,
+    candidate_ops_per_term: Option<f64>,
+}
+
+/// A sample's summary, in milliseconds.
+#[derive(Debug, Default, serde::Serialize)]
+struct Stats {
+    n: usize,
+    median_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+impl Stats {
+    fn of(mut samples: Vec<Duration>) -> Stats {
+        samples.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        // Nearest rank: the smallest sample with at least q of them at or below.
+        let rank = |q: f64| {
+            let n = samples.len();
+            let i = ((q * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
+            samples.get(i).map_or(0.0, |d| ms(*d))
+        };
+        Stats {
+            n: samples.len(),
+            median_ms: rank(0.5),
+            p99_ms: rank(0.99),
+            max_ms: samples.last().map_or(0.0, |d| ms(*d)),
+        }
+    }
+}
+
+/// Counts one candidate's store operations.
+struct Counting {
+    inner: Arc<dyn LeaseStore>,
+    ops: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl LeaseStore for Counting {
+    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.read(group).await
+    }
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.compare_and_swap(group, expected, record).await
+    }
+    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+        self.inner.changes(group).await
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+struct Candidate {
+    elector: Elector,
+    ops: Arc<AtomicU64>,
+}
+
+/// Candidates of one group on one store, each on its own connection.
+struct Pool<'a> {
+    url: &'a StoreUrl,
+    group: GroupName,
+    config: Config,
+    faults: Faults,
+    started: usize,
+}
+
+impl Pool<'_> {
+    async fn candidate(&mut self) -> anyhow::Result<Candidate> {
+        self.started += 1;
+        let id = format!("bench-{}", self.started);
+        let store = self
+            .url
+            .open()
+            .await
+            .with_context(|| format!("cannot open {}", self.url))?;
+        let ops = Arc::new(AtomicU64::new(0));
+        let counting = Counting {
+            inner: store,
+            ops: ops.clone(),
+        };
+        let elector = Elector::builder(self.faults.wrap(counting, id.clone()), self.group.as_str())
+            .candidate_id(id)
+            .config(self.config.clone())
+            .start()?;
+        Ok(Candidate { elector, ops })
+    }
+
+    fn patience(&self) -> Duration {
+        self.config.term * 10
+    }
+
+    /// Hand-overs of one kind: a crash cuts the leader off, otherwise the
+    /// leader shuts down gracefully. Two candidates stand throughout.
+    async fn handovers(&mut self, n: usize, crash: bool) -> anyhow::Result<Vec<Duration>> {
+        let mut pool = vec![self.candidate().await?, self.candidate().await?];
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            let i = wait_for(self.patience(), || {
+                pool.iter().position(|c| c.elector.is_leader())
+            })
+            .await?;
+            // Let the follower read the record and subscribe, as in steady state.
+            tokio::time::sleep(self.config.term / 4).await;
+            let old = pool.remove(i);
+            let t0 = Instant::now();
+            if crash {
+                self.faults.partition(old.elector.candidate_id());
+            } else {
+                old.elector.shutdown().await;
+            }
+            wait_for(self.patience(), || {
+                pool.iter().position(|c| c.elector.is_leader())
+            })
+            .await?;
+            samples.push(t0.elapsed());
+            // A cut-off leader is gone for good; its driver gives up alone.
+            drop(old);
+            pool.push(self.candidate().await?);
+        }
+        for c in pool {
+            c.elector.shutdown().await;
+        }
+        Ok(samples)
+    }
+
+    /// Store operations per term of a steady leader and a waiting candidate.
+    async fn ops_per_term(&mut self) -> anyhow::Result<(f64, f64)> {
+        let pool = [self.candidate().await?, self.candidate().await?];
+        let leader = wait_for(self.patience(), || {
+            pool.iter().position(|c| c.elector.is_leader())
+        })
+        .await?;
+        tokio::time::sleep(self.config.term).await;
+        let before: Vec<u64> = pool.iter().map(|c| c.ops.load(Ordering::Relaxed)).collect();
+        let terms = 10u32;
+        tokio::time::sleep(self.config.term * terms).await;
+        let per_term =
+            |j: usize| (pool[j].ops.load(Ordering::Relaxed) - before[j]) as f64 / f64::from(terms);
+        let figures = (per_term(leader), per_term(1 - leader));
+        for c in pool {
+            c.elector.shutdown().await;
+        }
+        Ok(figures)
+    }
+}
+
+/// Polls `found` every millisecond until it yields, or fails after `within`.
+async fn wait_for<T>(within: Duration, mut found: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = found() {
+            return Ok(v);
+        }
+        if start.elapsed() > within {
+            bail!("nobody was elected within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn measure_store(url: &StoreUrl, args: &BenchArgs) -> anyhow::Result<Row> {
+    let config = Config::new(args.term);
+    let bound = config.validate()?.bounds().crash_failover;
+    let mut pool = Pool {
+        url,
+        group: GroupName::new(format!("bench-{:016x}", rand::random::<u64>()))?,
+        config,
+        faults: Faults::new(),
+        started: 0,
+    };
+    eprintln!("{url}: {} graceful hand-overs", args.handovers);
+    let graceful = pool.handovers(args.handovers, false).await?;
+    eprintln!("{url}: {} crash fail-overs", args.handovers);
+    let crash = pool.handovers(args.handovers, true).await?;
+    eprintln!("{url}: store operations over 10 terms");
+    let (leader, candidate) = pool.ops_per_term().await?;
+    Ok(Row {
+        system: format!("tenure on {}", url.scheme()),
+        graceful: Stats::of(graceful),
+        crash: Stats::of(crash),
+        crash_bound_ms: bound.as_secs_f64() * 1000.0,
+        leader_ops_per_term: Some(leader),
+        candidate_ops_per_term: Some(candidate),
+    })
+}
+
+/// One `etcdctl elect` candidate; it prints its proposal once elected.
+struct Etcdctl {
+    child: tokio::process::Child,
+    elected: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Etcdctl {
+    fn spawn(endpoint: &str, election: &str, proposal: String) -> anyhow::Result<Etcdctl> {
+        let mut child = tokio::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", endpoint, "elect", election, &proposal])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot run etcdctl (Debian: apt-get install etcd-client)")?;
+        let stdout = child.stdout.take().context("etcdctl has no stdout")?;
+        let (tx, elected) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line == proposal {
+                    let _ = tx.send(true);
+                }
+            }
+        });
+        Ok(Etcdctl { child, elected })
+    }
+
+    fn is_leader(&self) -> bool {
+        *self.elected.borrow()
+    }
+
+    fn signal(&self, signal: i32) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) on the pid of a child we spawned and have not
+            // yet reaped, so the pid cannot have been reused.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+}
+
+/// `etcdctl elect` hand-overs: SIGINT makes the leader resign, SIGKILL
+/// leaves its session lease (60 s) to expire.
+async fn etcdctl_handovers(
+    endpoint: &str,
+    samples: usize,
+    signal: i32,
+) -> anyhow::Result<Vec<Duration>> {
+    let election = format!("bench-{:016x}", rand::random::<u64>());
+    let mut started = 0;
+    let mut spawn = || {
+        started += 1;
+        Etcdctl::spawn(endpoint, &election, format!("p{started}"))
+    };
+    let patience = Duration::from_secs(120);
+    let mut pool = vec![spawn()?, spawn()?];
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let i = wait_for(patience, || pool.iter().position(Etcdctl::is_leader)).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut old = pool.remove(i);
+        let t0 = Instant::now();
+        old.signal(signal);
+        wait_for(patience, || pool.iter().position(Etcdctl::is_leader)).await?;
+        out.push(t0.elapsed());
+        let _ = old.child.wait().await;
+        pool.push(spawn()?);
+    }
+    Ok(out)
+}
+
+async fn measure_etcdctl(endpoint: &str, args: &BenchArgs) -> anyhow::Result<Row> {
+    eprintln!("etcdctl elect: {} graceful hand-overs", args.handovers);
+    let graceful = etcdctl_handovers(endpoint, args.handovers, libc::SIGINT).await?;
+    eprintln!(
+        "etcdctl elect: {} crash fail-overs (each waits out the 60 s session lease)",
+        args.etcdctl_crash_samples
+    );
+    let crash = etcdctl_handovers(endpoint, args.etcdctl_crash_samples, libc::SIGKILL).await?;
+    Ok(Row {
+        system: "etcdctl elect (reference)".into(),
+        graceful: Stats::of(graceful),
+        crash: Stats::of(crash),
+        crash_bound_ms: 60_000.0,
+        leader_ops_per_term: None,
+        candidate_ops_per_term: None,
+    })
+}
+
+fn table(rows: &[Row], args: &BenchArgs) -> String {
+    let mut out = format!(
+        "\nterm {:?}; per store {} graceful hand-overs and {} crash fail-overs (etcdctl elect: {} crashes)\n\n",
+        args.term, args.handovers, args.handovers, args.etcdctl_crash_samples
+    );
+    out.push_str("| system | graceful median | graceful p99 | crash median | crash p99 | crash bound | leader ops/term | candidate ops/term |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    let ops = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.1}"));
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} ms | {:.0} ms | {} | {} |\n",
+            r.system,
+            r.graceful.median_ms,
+            r.graceful.p99_ms,
+            r.crash.median_ms,
+            r.crash.p99_ms,
+            r.crash_bound_ms,
+            ops(r.leader_ops_per_term),
+            ops(r.candidate_ops_per_term),
+        ));
+    }
+    out
+}
