@@ -250,17 +250,29 @@ wait"#,
 /// `tenure run` for `id` on `store` with a 2 s term, logging JSON to
 /// `<id>.log` in the scratch directory.
 pub fn run_cmd(scratch: &Scratch, id: &str, extra: &[&str], child: &Path) -> Command {
+    run_on(scratch, &scratch.store(), "g", id, extra, child)
+}
+
+/// `tenure run` like [`run_cmd`], on any store and group.
+pub fn run_on(
+    scratch: &Scratch,
+    store: &str,
+    group: &str,
+    id: &str,
+    extra: &[&str],
+    child: &Path,
+) -> Command {
     let mut cmd = tenure();
     cmd.args([
         "--log-format",
         "json",
         "run",
         "--group",
-        "g",
+        group,
         "--term",
         "2s",
     ])
-    .args(["--store", &scratch.store(), "--id", id])
+    .args(["--store", store, "--id", id])
     .args(extra)
     .arg("--")
     .arg(child)
