@@ -34,8 +34,31 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The guarantees and the timing model are argued in [`config`]; the
-//! decisions themselves live in the sans-IO [`machine`].
+//! # Layers
+//!
+//! * [`Elector`]: the handle users hold, whatever the backend: a role watch
+//!   ([`Role`]), an event stream ([`Event`]), [`Elector::run_while_leader`],
+//!   [`Elector::run_periodic_while_leader`], [`Elector::pulse`],
+//!   [`Elector::resign`], [`Elector::shutdown`]. [`Observer`] follows the
+//!   leader without standing.
+//! * [`machine`]: every decision, as a pure function of (state, time,
+//!   input); no I/O, no clock reads. The guarantees and the timing model are
+//!   argued in [`config`].
+//! * [`LeaseStore`]: read and compare-and-swap on the store's own version,
+//!   and an optional change feed. [`MemoryStore`] is in this crate; the
+//!   others (`tenure-sqlite`, `-postgres`, `-redis`, `-etcd`, `-dynamodb`)
+//!   are crates of their own.
+//! * [`Coordinator`]: the seam for backends that decide leadership
+//!   themselves (`tenure-kafka`'s consumer-group assignment); they drive the
+//!   same [`Elector`] handle through a [`Session`].
+//! * [`Clock`]: `CLOCK_BOOTTIME` in production ([`SystemClock`]), tokio's
+//!   (pausable) clock in tests ([`TokioClock`]).
+//!
+//! # Features
+//!
+//! * `testkit`: the conformance suite every store runs, shared scenarios
+//!   against real servers, a cuttable TCP proxy and a term-overlap checker
+//!   (see the `testkit` module).
 #![deny(missing_docs)]
 
 pub mod clock;
