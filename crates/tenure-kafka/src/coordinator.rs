@@ -137,10 +137,11 @@ fn fail(status: &KafkaStatus, session: &mut Session, e: KafkaBackendError) {
     status.set_fatal(e);
 }
 
-/// How long a candidate that resigned stays out of the group, so that the
-/// rebalance it caused can give partition 0 to someone else.
+/// How long a candidate that resigned stays out of the group: a session
+/// timeout, so that the rebalance its leaving caused has given partition 0
+/// to someone else before its own join starts the next one.
 fn rejoin_delay(config: &KafkaConfig) -> Duration {
-    config.heartbeat_timeout
+    config.session_timeout()
 }
 
 /// What [`Run::connect`] sets up.
@@ -451,7 +452,7 @@ impl Run {
 
     /// Resigning gives up the partition: the term drains, the candidate
     /// leaves the group (one rebalance hands partition 0 to another
-    /// candidate) and joins again after one heartbeat timeout.
+    /// candidate) and joins again after one session timeout.
     async fn resign(&mut self) {
         if !self.neli.is_assigned() || self.rejoin_at.is_some() {
             return;

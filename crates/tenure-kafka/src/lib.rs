@@ -80,7 +80,13 @@
 //!
 //! [`Elector::resign`](tenure::Elector::resign) drains the term, leaves
 //! the group (so one rebalance gives partition 0 to another candidate) and
-//! joins again one heartbeat timeout later.
+//! joins again one session timeout later. With the default (eager)
+//! assignors every join, this one included, revokes partition 0 and
+//! assigns it anew, so the resigned candidate may be chosen again then, as
+//! in goneli; `partition.assignment.strategy=cooperative-sticky` keeps
+//! partition 0 with its holder when candidates join (the rebalance
+//! callback handles incremental assignments), at the price of revokes
+//! only on leaving or losing the session.
 //! [`Elector::shutdown`](tenure::Elector::shutdown) drains the term, then
 //! closes the consumer, which leaves the group at once; closing is bounded
 //! by `close_timeout` (10 s) even if librdkafka hangs (goneli's work-around
