@@ -553,9 +553,16 @@ async fn shutdown_is_bounded_while_the_broker_is_hung() {
         .unwrap();
     tansu.signal(libc::SIGSTOP);
     let start = Instant::now();
-    tokio::time::timeout(Duration::from_secs(20), a.shutdown())
+    let stopper = a.clone();
+    let shutdown = tokio::spawn(async move { stopper.shutdown().await });
+    eventually(Duration::from_secs(5), "closing", || {
+        status.state() == State::Closing
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(20), shutdown)
         .await
-        .expect("shutdown returns");
+        .expect("shutdown returns")
+        .unwrap();
     let took = start.elapsed();
     eprintln!(
         "shutdown with a hung broker took {took:?} (close timeout {:?})",
