@@ -351,8 +351,7 @@ impl Run {
         if let Some(d) = self.neli.tick(now, silence, starved) {
             self.apply(d);
         }
-        if let Some(t) = self.rejoin_at.filter(|t| now >= *t) {
-            let _ = t;
+        if self.rejoin_at.is_some_and(|t| now >= t) {
             self.rejoin_at = None;
             tracing::debug!("rejoining the group after resigning");
             let _ = self.requests.send(Request::Join);
