@@ -12,6 +12,8 @@ mod connect;
 mod demo;
 mod exit;
 mod http;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod logging;
 mod out;
 mod release;

@@ -110,10 +110,24 @@ enum TermEnd {
 }
 
 impl Runner {
+    /// An elector builder on this run's backend: the lease store, or for
+    /// `kafka://` a fresh coordinator (one per stint, as it is consumed).
+    fn builder(&self) -> anyhow::Result<tenure::ElectorBuilder> {
+        #[cfg(feature = "kafka")]
+        if let (true, Some(url)) = (self.conn.url.scheme() == "kafka", self.conn.url.raw()) {
+            return Ok(Elector::with_coordinator(
+                crate::kafka::coordinator(url)?,
+                &self.args.group,
+            ));
+        }
+        Ok(Elector::builder(self.conn.store.clone(), &self.args.group))
+    }
+
     async fn main(self) -> anyhow::Result<u8> {
         let mut backoff = Backoff::new(self.args.backoff);
         loop {
-            let elector = Elector::builder(self.conn.store.clone(), &self.args.group)
+            let elector = self
+                .builder()?
                 .candidate_id(self.id.clone())
                 .config(self.config.clone())
                 .metadata(self.metadata.clone())

@@ -26,16 +26,14 @@ const NETWORKED: &[(&str, &str)] = &[
 
 /// Whether this binary was built with the store behind `feature`.
 fn built_in(feature: &str) -> bool {
-    match feature {
-        "postgres" => cfg!(feature = "postgres"),
-        "redis" => cfg!(feature = "redis"),
-        "etcd" => cfg!(feature = "etcd"),
-        "dynamodb" => cfg!(feature = "dynamodb"),
-        // Kafka leadership is wired into the commands separately (it is a
-        // coordinator, not a lease store).
-        "kafka" => false,
-        _ => false,
-    }
+    const BUILT: &[(&str, bool)] = &[
+        ("postgres", cfg!(feature = "postgres")),
+        ("redis", cfg!(feature = "redis")),
+        ("etcd", cfg!(feature = "etcd")),
+        ("dynamodb", cfg!(feature = "dynamodb")),
+        ("kafka", cfg!(feature = "kafka")),
+    ];
+    BUILT.iter().any(|(f, built)| *f == feature && *built)
 }
 
 /// A parsed store URL.
@@ -164,6 +162,16 @@ impl StoreUrl {
         }
     }
 
+    /// The URL as given, for a backend that parses it itself (secrets
+    /// included: never print it).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub fn raw(&self) -> Option<&str> {
+        match self {
+            StoreUrl::Networked { url, .. } => Some(url),
+            _ => None,
+        }
+    }
+
     /// The scheme, for labels (`sqlite`, `postgres`, …).
     pub fn scheme(&self) -> &str {
         match self {
@@ -247,6 +255,8 @@ async fn open_networked(scheme: &str, url: &str) -> Result<Arc<dyn LeaseStore>, 
             .await
             .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
             .map_err(|e| open_error(&e)),
+        #[cfg(feature = "kafka")]
+        "kafka" => crate::kafka::leader_view(url).map_err(|e| open_error(&*e)),
         _ => {
             let _ = url;
             Err(OpenError {

@@ -105,3 +105,53 @@ fn dynamodb_sigkill_of_the_leader() {
     );
     crash_takeover_on(&url, "dynamodb");
 }
+
+/// On Kafka, leadership follows the consumer group: a SIGKILLed leader is
+/// replaced after the session timeout (3 × the 2 s heartbeat timeout) and a
+/// rebalance, and `status` reads the leader from its heartbeats.
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_run_status_and_sigkill_of_the_leader() {
+    use common::{run_to_end, tenure};
+
+    let Some(broker) = tenure::testkit::server_url("TENURE_TEST_KAFKA") else {
+        return;
+    };
+    let s = Scratch::new("kafka");
+    let child = recording_child(&s);
+    let log = s.path("children.log");
+    let group = format!("cli-kafka-{:x}", rand::random::<u64>());
+    let store = format!("kafka://{broker}/{group}.leader?heartbeat_timeout=2s");
+    let a = Running::spawn(&mut run_on(&s, &store, &group, "a", &[], &child));
+    let b = Running::spawn(&mut run_on(&s, &store, &group, "b", &[], &child));
+    let mut groups = Groups::default();
+    let first = wait_for(Duration::from_secs(30), || {
+        child_lines(&log).into_iter().next()
+    })
+    .unwrap_or_else(|| panic!("no child started; see the logs in {}", s.dir.display()));
+    groups.add(first.pgid);
+
+    let out = run_to_end(tenure().args(["status", "--group", &group, "--json", "--store", &store]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(v["leader"]["candidate"], first.id.as_str(), "{v}");
+
+    let leader = if first.id == "a" { &a } else { &b };
+    let killed = Instant::now();
+    leader.signal(libc::SIGKILL);
+    let next = wait_for(Duration::from_secs(30), || {
+        child_lines(&log).into_iter().nth(1)
+    })
+    .expect("the other candidate's child started");
+    groups.add(next.pgid);
+    eprintln!(
+        "kafka: took over {:?} after SIGKILL (session timeout 6 s)",
+        killed.elapsed()
+    );
+    assert_ne!(next.id, first.id);
+    assert!(next.token > first.token, "{next:?} after {first:?}");
+}
