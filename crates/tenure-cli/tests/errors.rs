@@ -24,7 +24,7 @@ fn bad_store_urls_are_usage_errors() {
         ("/var/lib/tenure.db", "no scheme"),
         ("sqlite://", "no file path"),
         ("sqlite:///tmp/x.db?mode=ro", "query"),
-        ("postgres://app:hunter2@db:5432/x", "not built into"),
+        ("pstgres://app:hunter2@db:5432/x", "not a tenure store"),
         ("memory://", "memory://"),
     ] {
         let (code, err) = fails(&["status", "--group", "g", "--store", url]);
@@ -37,11 +37,40 @@ fn bad_store_urls_are_usage_errors() {
     let out = run_to_end(
         tenure()
             .args(["release", "--group", "g"])
-            .env("TENURE_STORE", "redis://:s3cret@cache:6379"),
+            .env("TENURE_STORE", "nosuch://:s3cret@cache:6379"),
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
+}
+
+/// A networked store that is built in but cannot be reached is a failure
+/// (exit 1), not a usage error; one that is not built in names the cargo
+/// feature (exit 2). Either way the password stays hidden.
+#[test]
+fn networked_stores_fail_cleanly_without_leaking_passwords() {
+    for (url, feature_on) in [
+        (
+            "postgres://app:hunter2@no-such-host.invalid:5432/x",
+            cfg!(feature = "postgres"),
+        ),
+        (
+            "redis://app:hunter2@no-such-host.invalid:6379",
+            cfg!(feature = "redis"),
+        ),
+        ("etcd://app:hunter2@127.0.0.1:1", cfg!(feature = "etcd")),
+    ] {
+        let (code, err) = fails(&["status", "--group", "g", "--store", url]);
+        one_line(&err);
+        assert!(!err.contains("hunter2"), "a password leaked: {err}");
+        if feature_on {
+            assert_eq!(code, 1, "{url}: {err}");
+            assert!(err.contains("cannot open the store"), "{url}: {err}");
+        } else {
+            assert_eq!(code, 2, "{url}: {err}");
+            assert!(err.contains("--features"), "{url}: {err}");
+        }
+    }
 }
 
 #[test]
