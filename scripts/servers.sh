@@ -51,6 +51,10 @@ servers_install() {
   command -v cmake >/dev/null || need+=(cmake)
   [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need+=(libcurl4-openssl-dev)
   command -v unzip >/dev/null || need+=(unzip)
+  # The DynamoDB TLS test makes its certificates with the openssl command.
+  command -v openssl >/dev/null || need+=(openssl)
+  # etcdctl is also the benchmark's reference election.
+  command -v etcdctl >/dev/null || need+=(etcd-client)
   if [ ${#need[@]} -gt 0 ]; then
     _log "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
