@@ -43,7 +43,7 @@ async fn conformance() {
     let Some(server) = testkit::server_url("TENURE_TEST_ETCD") else {
         return;
     };
-    let prefix = format!("tenure-conformance-{:x}/", common::rand_u64());
+    let prefix = format!("tenure-conformance-{:x}/", tenure::testkit::unique_suffix());
     let url = format!("{server}?prefix={prefix}");
     let endpoint = server.trim_start_matches("http://").to_owned();
     let raw = etcd_client::Client::connect([endpoint], None)

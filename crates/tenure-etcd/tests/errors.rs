@@ -110,7 +110,7 @@ async fn tls_to_a_plain_server_fails_clearly_and_quickly() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_absent_server_is_unavailable_within_the_timeout() {
-    let port = common::free_port();
+    let port = tenure::testkit::free_port();
     let t0 = Instant::now();
     let err = EtcdStore::connect(&format!("etcd://127.0.0.1:{port}?timeout=1s"))
         .await

@@ -50,7 +50,7 @@ async fn conformance() {
     };
     // A prefix of its own, adopted as new: the suite expects a missing
     // record to read as never written (see the crate docs on data loss).
-    let prefix = format!("tenure-conformance-{:x}:", common::rand_u64());
+    let prefix = format!("tenure-conformance-{:x}:", tenure::testkit::unique_suffix());
     let url = format!("{server}?prefix={prefix}");
     let store = RedisStore::connect(&url).await.expect("connect");
     assert!(store.adopt_empty().await.expect("adopt"));

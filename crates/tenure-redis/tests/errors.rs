@@ -202,7 +202,7 @@ async fn an_evicting_server_and_an_absent_one_are_told_apart() {
     assert!(matches!(err, RedisStoreError::Eviction { .. }), "{err:?}");
     assert!(err.to_string().contains("noeviction"), "{err}");
 
-    let port = common::free_port();
+    let port = tenure::testkit::free_port();
     let t0 = Instant::now();
     let err = RedisStore::connect(&format!("redis://127.0.0.1:{port}?timeout=1s"))
         .await

@@ -15,7 +15,10 @@ async fn a_release_is_taken_over_at_once_not_after_a_poll() {
     };
     // A prefix of its own, declared new so the first election need not
     // wait out the data-loss quarantine.
-    let url = format!("{server}?prefix=tenure-handover-{:x}:", common::rand_u64());
+    let url = format!(
+        "{server}?prefix=tenure-handover-{:x}:",
+        tenure::testkit::unique_suffix()
+    );
     let a = RedisStore::connect(&url).await.unwrap();
     assert!(a.adopt_empty().await.unwrap());
     let b = RedisStore::connect(&url).await.unwrap();

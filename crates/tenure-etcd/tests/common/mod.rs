@@ -3,51 +3,10 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A free port on loopback (racy in theory, fine for tests).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A throwaway directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "tenure-etcd-{label}-{}-{:x}",
-            std::process::id(),
-            rand_u64()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    h.finish()
-}
+use tenure::testkit::{free_port, TempDir};
 
 /// A private etcd on free ports whose data directory survives restarts,
 /// killed by PID on drop.
@@ -75,7 +34,7 @@ impl EtcdServer {
         let peer = format!("http://127.0.0.1:{}", self.peer);
         let mut cmd = Command::new("etcd");
         cmd.args(["--name", "t", "--data-dir"])
-            .arg(self.dir.0.join("data"))
+            .arg(self.dir.path().join("data"))
             .args([
                 "--listen-client-urls",
                 &client,

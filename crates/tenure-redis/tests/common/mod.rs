@@ -3,51 +3,10 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A free port on loopback (racy in theory, fine for tests).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A throwaway directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "tenure-redis-{label}-{}-{:x}",
-            std::process::id(),
-            rand_u64()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    h.finish()
-}
+use tenure::testkit::{free_port, TempDir};
 
 /// A private redis-server on a free port, without persistence (so a
 /// restart loses every key, as the shared test server would), killed by
@@ -76,7 +35,7 @@ impl RedisServer {
         cmd.args(["--bind", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(&self.dir.0)
+            .arg(self.dir.path())
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -58,9 +58,11 @@ mod conformance;
 mod proxy;
 pub mod scenarios;
 mod servers;
+mod support;
 mod term_log;
 pub use proxy::TcpProxy;
 pub use servers::server_url;
+pub use support::{free_port, unique_suffix, TempDir};
 pub use term_log::{TermLog, TermSpan};
 
 /// How a store's test gives the suite access to the store.

@@ -1,0 +1,45 @@
+//! Plumbing for tests that start their own servers.
+
+use std::path::{Path, PathBuf};
+
+/// A free TCP port on loopback (another process could take it before it is
+/// used; fine for tests that start a server on it at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+/// A random suffix for names that must not collide between test runs.
+pub fn unique_suffix() -> u64 {
+    rand::random()
+}
+
+/// A throwaway directory, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates `tenure-<label>-<pid>-<random>` in the system's temp dir.
+    pub fn new(label: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-{label}-{}-{:x}",
+            std::process::id(),
+            unique_suffix()
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        TempDir(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
