@@ -15,8 +15,25 @@
 //!
 //! let group = GroupName::new("nightly-billing")?;
 //! assert!(store.read(&group).await?.is_none());
-//! // Hand the store to `tenure::Elector::builder(store, "nightly-billing")`.
-//! # drop(store);
+//!
+//! // The README's quick start: stand for the group, work while leading.
+//! let elector = tenure::Elector::builder(store, "nightly-billing")
+//!     .candidate_id("host-a")
+//!     .term(std::time::Duration::from_secs(10))
+//!     .metadata(tenure::Metadata::address("10.0.0.7:8080"))
+//!     .start()?;
+//! # let stopper = elector.clone();
+//! # tokio::spawn(async move {
+//! #     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+//! #     stopper.shutdown().await;
+//! # });
+//! elector
+//!     .run_while_leader(|term| async move {
+//!         assert_eq!(term.token(), 1); // the first term of a new group
+//!         term.cancelled().await; // fires before term.deadline()
+//!         Ok::<(), std::io::Error>(())
+//!     })
+//!     .await?;
 //! # for suffix in ["", "-wal", "-shm"] {
 //! #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
 //! # }
