@@ -260,6 +260,7 @@ Examples:
   tenure watch --group nightly-billing --json
   tenure release --group nightly-billing
   tenure demo
+  tenure bench --store postgres://app:secret@db/app --etcdctl http://127.0.0.1:2379
 
 Exit codes: 0 success, 1 runtime failure (store unreachable, CMD failed to
 start, demo found a problem), 2 usage error (bad flag, URL or timing),
