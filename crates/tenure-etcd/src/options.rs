@@ -108,18 +108,13 @@ impl EtcdOptions {
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
-                let Some((u, p)) = info.split_once(':') else {
+                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
+                let Some(p) = p else {
                     return Err(bad(
                         "a user name without a password: write etcd://user:password@host:port"
                             .into(),
                     ));
                 };
-                let u = tenure::url::percent_decode(u).ok_or_else(|| {
-                    bad("the user name has an invalid %-escape or is not UTF-8".into())
-                })?;
-                let p = tenure::url::percent_decode(p).ok_or_else(|| {
-                    bad("the password has an invalid %-escape or is not UTF-8".into())
-                })?;
                 if u.is_empty() {
                     return Err(bad(
                         "an empty user name: write etcd://user:password@host:port".into(),

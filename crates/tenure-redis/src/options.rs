@@ -112,19 +112,7 @@ impl RedisOptions {
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
-                let (u, p) = match info.split_once(':') {
-                    Some((u, p)) => (u, Some(p)),
-                    None => (info, None),
-                };
-                let u = tenure::url::percent_decode(u).ok_or_else(|| {
-                    bad("the user name has an invalid %-escape or is not UTF-8".into())
-                })?;
-                let p = match p {
-                    Some(p) => Some(tenure::url::percent_decode(p).ok_or_else(|| {
-                        bad("the password has an invalid %-escape or is not UTF-8".into())
-                    })?),
-                    None => None,
-                };
+                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
                 ((!u.is_empty()).then_some(u), p.filter(|p| !p.is_empty()))
             }
         };

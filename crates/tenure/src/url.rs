@@ -27,6 +27,29 @@ pub fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Splits and decodes a URL's user info (`user[:password]`, the part
+/// before `@`): the user (possibly empty) and the password, if a `:` was
+/// there. Each store then applies its own rules (which parts it requires).
+///
+/// ```
+/// assert_eq!(tenure::url::decode_userinfo("app:p%40ss"), Ok(("app".into(), Some("p@ss".into()))));
+/// assert_eq!(tenure::url::decode_userinfo(":secret"), Ok(("".into(), Some("secret".into()))));
+/// assert_eq!(tenure::url::decode_userinfo("app"), Ok(("app".into(), None)));
+/// assert!(tenure::url::decode_userinfo("a%zz:b").is_err());
+/// ```
+pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), &'static str> {
+    let (user, password) = match info.split_once(':') {
+        Some((u, p)) => (u, Some(p)),
+        None => (info, None),
+    };
+    let user =
+        percent_decode(user).ok_or("the user name has an invalid %-escape or is not UTF-8")?;
+    let password = password
+        .map(|p| percent_decode(p).ok_or("the password has an invalid %-escape or is not UTF-8"))
+        .transpose()?;
+    Ok((user, password))
+}
+
 /// Parses the option `name`'s value as a duration: `500ms`, `5s`, `2m`,
 /// `1h 30m` (humantime's forms) or a bare number of seconds. The error
 /// names the option and the forms it takes.
