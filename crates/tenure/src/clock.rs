@@ -90,10 +90,13 @@ impl From<SystemTime> for WallTime {
     }
 }
 
+/// Rounds the duration *up* to whole milliseconds: a wall-clock expiry
+/// (`renewed_at + term`) must never come before the holder's real term, and
+/// `expires_at + skew` never before the skew bound has passed.
 impl Add<Duration> for WallTime {
     type Output = WallTime;
     fn add(self, d: Duration) -> WallTime {
-        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let ms = u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
         WallTime(self.0.saturating_add(ms))
     }
 }

@@ -22,10 +22,33 @@
 //! of that, the leader tells its work to stop [`Timing::stop_grace`] before its
 //! deadline, so the work has stopped at least that long before anyone else
 //! can start. Wall clocks play no part, unless [`Config::max_clock_skew`] is
-//! set: then a challenger that sees a record whose wall-clock expiry is more
-//! than the skew bound in the past may take over at once (a fresh process
-//! need not wait a whole term after a crash), which is safe only if every
-//! two candidates' wall clocks differ by less than that bound.
+//! set.
+//!
+//! # The optional early takeover by the wall clock
+//!
+//! With a skew bound `S` set, a challenger may also take over as soon as its
+//! wall clock reads more than `S` past the record's wall-clock expiry
+//! (`expires_at = renewed_at + T`, both written by the holder from its own
+//! wall clock, rounded so that the expiry is never early), instead of
+//! waiting `T·(1 + ρ)` from its first sight: a freshly started process need
+//! not wait a whole term after a crash.
+//!
+//! This is safe only under a stronger assumption than the rest of the
+//! design: **at every instant, every candidate's wall clock is within `S/2`
+//! of true time**, steps included. It is not enough that any two clocks
+//! agree to within `S`: if a shared time source steps every clock forward by
+//! more than `S` while a term runs, the clocks still agree with each other,
+//! yet a challenger reads the holder's expiry as past before the holder's
+//! deadline. Under the assumption: the holder, sending at real time `s`,
+//! reads a wall time of at least `s − S/2`, so `expires_at ≥
+//! s − S/2 + T`; the challenger at real time `t` reads at most `t + S/2`,
+//! and takes over only when that exceeds `expires_at + S`, so `t + S/2 >
+//! s − S/2 + T + S`, i.e. `t > s + T`, after the holder's deadline. The
+//! rule `T ≥ 2·S` that [`Config::validate`] enforces (vimeo's, the right
+//! way round) is not what makes this safe; the assumption is, and it is the
+//! operator's to keep: bound the
+//! offset of every host's clock from true time (NTP with step limits, or
+//! chrony's `maxslewrate`), not merely their agreement.
 //!
 //! The clock that counts is `CLOCK_BOOTTIME`, which keeps running while a
 //! machine is suspended, so a process paused or suspended past its deadline
@@ -67,9 +90,12 @@ pub struct Config {
     /// Bound on how fast or slow any candidate's monotonic clock may run
     /// against real time, as a fraction (default 0.01, i.e. 1 %).
     pub drift: f64,
-    /// Optional bound on the difference between any two candidates' wall
-    /// clocks. When set, a challenger may take over as soon as the record's
-    /// wall-clock expiry is more than this bound in the past.
+    /// Optional wall-clock bound enabling the early takeover: a challenger
+    /// may take over as soon as the record's wall-clock expiry is more than
+    /// this bound in the past. Safe only if **every candidate's wall clock
+    /// stays within half this bound of true time at every instant** (steps
+    /// included; two clocks that merely agree with each other are not
+    /// enough). See [the argument](crate::config#the-optional-early-takeover-by-the-wall-clock).
     pub max_clock_skew: Option<Duration>,
     /// How long before its deadline the leader tells its work to stop when
     /// renewals keep failing (default term / 10).
@@ -133,6 +159,23 @@ impl Config {
                 self.drift
             )));
         }
+        // Every setting is capped like the term, so no sum or product below
+        // can overflow and no deadline runs off the end of the clock.
+        let capped = |name: &str, value: Option<Duration>| -> Result<(), ConfigError> {
+            match value {
+                Some(d) if d > MAX_TERM => Err(ConfigError::timing(format!(
+                    "{name} {d:?} is longer than the longest supported ({MAX_TERM:?}): leave it unset to derive it from the term"
+                ))),
+                _ => Ok(()),
+            }
+        };
+        capped("renew interval", self.renew_interval)?;
+        capped("retry interval", self.retry_interval)?;
+        capped("retry jitter", self.retry_jitter)?;
+        capped("stop grace", self.stop_grace)?;
+        capped("operation timeout", self.op_timeout)?;
+        capped("clock-skew bound", self.max_clock_skew)?;
+        capped("liveness timeout", self.liveness_timeout)?;
         let renew_interval = self.renew_interval.unwrap_or(term / 3);
         let retry_interval = self.retry_interval.unwrap_or(term / 4);
         let retry_jitter = self.retry_jitter.unwrap_or(term / 10);
@@ -144,7 +187,13 @@ impl Config {
                 "renew interval is zero: leave it unset (term / 3) or give a positive value",
             ));
         }
-        if renew_interval + stop_grace >= leader_validity {
+        if stop_grace.is_zero() {
+            return Err(ConfigError::timing(
+                "stop grace is zero: the work would be told to stop only at the deadline, with no margin; leave it unset (term / 10) or give a positive value",
+            ));
+        }
+        let renew_and_stop = renew_interval.checked_add(stop_grace);
+        if renew_and_stop.is_none_or(|d| d >= leader_validity) {
             return Err(ConfigError::timing(format!(
                 "renew interval ({renew_interval:?}) + stop grace ({stop_grace:?}) must be shorter than term × (1 − drift) ({leader_validity:?}), \
                  or the leader would have to stop before its first renewal: shorten the renew interval or lengthen the term"
@@ -161,7 +210,7 @@ impl Config {
             ));
         }
         if let Some(skew) = self.max_clock_skew {
-            if term < skew * 2 {
+            if skew.checked_mul(2).is_none_or(|twice| term < twice) {
                 return Err(ConfigError::timing(format!(
                     "term ({term:?}) must be at least twice the clock-skew bound ({skew:?}): lengthen the term or lower the bound"
                 )));
@@ -342,6 +391,43 @@ mod tests {
             ..Config::default()
         };
         assert!(err(c).contains("liveness"));
+        let c = Config {
+            stop_grace: Some(Duration::ZERO),
+            ..Config::default()
+        };
+        assert!(err(c).contains("stop grace is zero"));
+    }
+
+    #[test]
+    fn huge_settings_are_errors_not_panics() {
+        let huge = Duration::MAX;
+        let settings: [fn(&mut Config, Duration); 7] = [
+            |c, d| c.renew_interval = Some(d),
+            |c, d| c.retry_interval = Some(d),
+            |c, d| c.retry_jitter = Some(d),
+            |c, d| c.stop_grace = Some(d),
+            |c, d| c.op_timeout = Some(d),
+            |c, d| c.max_clock_skew = Some(d),
+            |c, d| c.liveness_timeout = Some(d),
+        ];
+        for (i, set) in settings.iter().enumerate() {
+            for d in [huge, MAX_TERM + Duration::from_nanos(1)] {
+                let mut c = Config::default();
+                set(&mut c, d);
+                let e = c.validate().expect_err("refused");
+                assert!(e.to_string().contains("longest supported"), "{i}: {e}");
+            }
+        }
+        assert!(Config::new(Duration::MAX).validate().is_err());
+        // The largest accepted values still validate without overflow.
+        let mut c = Config::new(MAX_TERM);
+        c.retry_interval = Some(MAX_TERM);
+        c.retry_jitter = Some(MAX_TERM);
+        c.op_timeout = Some(MAX_TERM);
+        c.liveness_timeout = Some(MAX_TERM);
+        c.max_clock_skew = Some(MAX_TERM / 2);
+        let t = c.validate().unwrap();
+        let _ = t.bounds();
     }
 
     #[test]

@@ -158,9 +158,12 @@ impl Session {
         self.publisher.leader_changed(leader)
     }
 
-    /// Reports whether the backend's store answers (`None`) or fails.
+    /// Reports whether the backend's store answers (`None`) or fails. An
+    /// event is sent when the message changes, so pass a message that stays
+    /// the same while the failure does (no durations or counters in it).
     pub fn store_health(&mut self, op: &'static str, error: Option<String>) {
-        self.publisher.store_health(op, error)
+        self.publisher
+            .store_health(op, error.map(|message| (message.clone(), message)))
     }
 
     /// The next command from the handle; [`Command::Shutdown`] once every

@@ -32,25 +32,7 @@ pub(crate) struct Parts {
 
 type OpFuture = Pin<Box<dyn Future<Output = Input> + Send>>;
 
-/// Which store operation is in flight, for logs and metrics.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum OpKind {
-    Read,
-    Acquire,
-    Renew,
-    Release,
-}
-
-impl OpKind {
-    fn label(self) -> &'static str {
-        match self {
-            OpKind::Read => "read",
-            OpKind::Acquire => "acquire",
-            OpKind::Renew => "renew",
-            OpKind::Release => "release",
-        }
-    }
-}
+type SubscribeFuture = Pin<Box<dyn Future<Output = Option<ChangeFeed>> + Send>>;
 
 struct Driver {
     store: Arc<dyn LeaseStore>,
@@ -90,14 +72,17 @@ pub(crate) async fn run(parts: Parts) {
         publisher,
         fed_pulse: 0,
     };
-    let mut feed = d.subscribe().await;
+    let mut feed: Option<ChangeFeed> = None;
+    // Subscribing runs beside everything else, so a store whose feed is
+    // slow to answer never delays the machine's inputs.
+    let mut subscribing: Option<SubscribeFuture> = Some(d.subscribe());
     // Without a feed, try to subscribe again at most once per poll period.
     let mut next_subscribe = d.clock.now().mono + d.timing.retry_interval;
     let mut commands_open = true;
     let mut input = Input::Tick;
     // The store operation in flight. Kept out of `Driver` so that the
     // driver can be borrowed across awaits without the future being `Sync`.
-    let mut op: Option<(OpKind, OpFuture)> = None;
+    let mut op: Option<(&'static str, OpFuture)> = None;
     loop {
         let now = d.clock.now();
         let mut actions = d.feed_pulse(&mut machine, now);
@@ -120,8 +105,8 @@ pub(crate) async fn run(parts: Parts) {
                 }
             },
             Some(token) = drained.recv() => Input::Drained { token },
-            (kind, reply) = poll_op(&mut op) => {
-                d.note_reply(kind, &reply);
+            (label, reply) = poll_op(&mut op) => {
+                d.note_reply(label, &reply);
                 reply
             }
             hint = next_hint(&mut feed) => match hint {
@@ -132,24 +117,44 @@ pub(crate) async fn run(parts: Parts) {
                     Input::Tick
                 }
             },
+            subscribed = poll_subscribe(&mut subscribing) => {
+                feed = subscribed;
+                // Re-read: a change may have slipped in before the feed.
+                if feed.is_some() { Input::Changed } else { Input::Tick }
+            }
             _ = d.pulse.wake.notified() => Input::Tick,
             _ = sleep_until(&d.clock, wake) => Input::Tick,
         };
         let now = d.clock.now();
-        if feed.is_none() && now.mono >= next_subscribe && machine.phase() == Phase::Candidate {
+        if feed.is_none()
+            && subscribing.is_none()
+            && now.mono >= next_subscribe
+            && machine.phase() == Phase::Candidate
+        {
             next_subscribe = now.mono + d.timing.retry_interval;
-            feed = d.subscribe().await;
+            subscribing = Some(d.subscribe());
         }
     }
 }
 
-async fn poll_op(op: &mut Option<(OpKind, OpFuture)>) -> (OpKind, Input) {
+async fn poll_subscribe(subscribing: &mut Option<SubscribeFuture>) -> Option<ChangeFeed> {
+    match subscribing {
+        Some(fut) => {
+            let feed = fut.await;
+            *subscribing = None;
+            feed
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn poll_op(op: &mut Option<(&'static str, OpFuture)>) -> (&'static str, Input) {
     match op {
-        Some((kind, fut)) => {
-            let kind = *kind;
+        Some((label, fut)) => {
+            let label = *label;
             let input = fut.await;
             *op = None;
-            (kind, input)
+            (label, input)
         }
         None => std::future::pending().await,
     }
@@ -172,19 +177,23 @@ async fn sleep_until(clock: &Arc<dyn Clock>, wake: Option<MonoTime>) {
 impl Driver {
     /// Subscribes to change hints, bounded by the operation timeout so a
     /// store that is slow to subscribe cannot stall the election.
-    async fn subscribe(&self) -> Option<ChangeFeed> {
-        let deadline = self.clock.now().mono + self.timing.op_timeout;
-        let result = tokio::select! {
-            r = self.store.changes(&self.group) => r,
-            _ = self.clock.sleep_until(deadline) => Err(StoreError::Timeout(self.timing.op_timeout)),
-        };
-        match result {
-            Ok(feed) => feed,
-            Err(e) => {
-                tracing::debug!(group = %self.group, error = %e, "no change feed; polling");
-                None
+    fn subscribe(&self) -> SubscribeFuture {
+        let (store, group, clock) = (self.store.clone(), self.group.clone(), self.clock.clone());
+        let timeout = self.timing.op_timeout;
+        Box::pin(async move {
+            let deadline = clock.now().mono + timeout;
+            let result = tokio::select! {
+                r = store.changes(&group) => r,
+                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
+            };
+            match result {
+                Ok(feed) => feed,
+                Err(e) => {
+                    tracing::debug!(group = %group, error = %e, "no change feed; polling");
+                    None
+                }
             }
-        }
+        })
     }
 
     /// Feeds the latest application pulse, if any arrived since the last.
@@ -240,33 +249,31 @@ impl Driver {
         &mut self,
         actions: Vec<Action>,
         now: Now,
-        op_slot: &mut Option<(OpKind, OpFuture)>,
+        op_slot: &mut Option<(&'static str, OpFuture)>,
     ) -> bool {
         let mut stopped = false;
         for action in actions {
             match action {
-                Action::Read { op, deadline } => {
+                Action::Read {
+                    op,
+                    purpose,
+                    deadline,
+                } => {
                     let (store, group) = (self.store.clone(), self.group.clone());
                     let read = async move { store.read(&group).await };
                     let fut = self.start_op(deadline, now, read, move |result| Input::ReadDone {
                         op,
                         result,
                     });
-                    *op_slot = Some((OpKind::Read, fut));
+                    *op_slot = Some((purpose.label(), fut));
                 }
                 Action::Cas {
                     op,
+                    purpose,
                     expected,
                     record,
                     deadline,
                 } => {
-                    let kind = if record.holder.is_none() {
-                        OpKind::Release
-                    } else if self.publisher.term().is_some() {
-                        OpKind::Renew
-                    } else {
-                        OpKind::Acquire
-                    };
                     let (store, group) = (self.store.clone(), self.group.clone());
                     let cas =
                         async move { store.compare_and_swap(&group, expected, &record).await };
@@ -274,7 +281,7 @@ impl Driver {
                         op,
                         result,
                     });
-                    *op_slot = Some((kind, fut));
+                    *op_slot = Some((purpose.label(), fut));
                 }
                 Action::Elected { token, deadline } => {
                     self.publisher.elected(token, deadline);
@@ -291,6 +298,7 @@ impl Driver {
                     let info = leader.as_ref().and_then(LeaderInfo::from_record);
                     self.publisher.leader_changed(info);
                 }
+                Action::Failed { fault } => self.publisher.failed(fault),
                 Action::Stopped => {
                     self.publisher.stopped();
                     stopped = true;
@@ -301,14 +309,14 @@ impl Driver {
     }
 
     /// Notes a store reply for logs, metrics and health events.
-    fn note_reply(&mut self, kind: OpKind, input: &Input) {
+    fn note_reply(&mut self, label: &'static str, input: &Input) {
         let error = match input {
             Input::ReadDone { result: Err(e), .. } | Input::CasDone { result: Err(e), .. } => {
-                Some(e.to_string())
+                Some((e.kind().to_owned(), e.to_string()))
             }
             Input::ReadDone { .. } | Input::CasDone { .. } => None,
             _ => return,
         };
-        self.publisher.store_health(kind.label(), error);
+        self.publisher.store_health(label, error);
     }
 }

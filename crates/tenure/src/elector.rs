@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, watch, Notify};
@@ -13,6 +13,7 @@ use crate::config::{Config, Timing};
 use crate::coordinator::{Command, Coordinator, Session};
 use crate::driver;
 use crate::error::{ConfigError, ElectorError};
+use crate::machine::Fault;
 use crate::publish::Publisher;
 use crate::record::{check_name, GroupName, Holder, Metadata, MAX_CANDIDATE_BYTES};
 use crate::role::{Event, Role};
@@ -102,12 +103,14 @@ impl ElectorBuilder {
             waiting: AtomicBool::new(false),
             wake: Notify::new(),
         });
+        let fault = Arc::new(OnceLock::new());
         let (publisher, drained) = Publisher::new(
             group.clone(),
             holder.clone(),
             self.clock.clone(),
             role_tx,
             events.clone(),
+            fault.clone(),
         );
         let shared = Arc::new(Shared {
             group,
@@ -118,6 +121,7 @@ impl ElectorBuilder {
             events,
             commands: cmd_tx,
             pulse: pulse.clone(),
+            fault,
         });
         match self.backend {
             Backend::Lease(store) => {
@@ -181,6 +185,8 @@ struct Shared {
     events: broadcast::Sender<Event>,
     commands: mpsc::UnboundedSender<Command>,
     pulse: Arc<PulseState>,
+    /// Why the backend stopped for good, if it did.
+    fault: Arc<OnceLock<Fault>>,
 }
 
 /// A candidate in one group's election. Clones are handles to the same
@@ -295,20 +301,38 @@ impl Elector {
         }
     }
 
-    /// Waits until this candidate leads, and returns the term.
+    /// Waits until this candidate leads with a valid term (not cancelled,
+    /// deadline not passed), and returns the term.
     ///
-    /// Fails with [`ElectorError::Stopped`] once the elector has stopped.
+    /// Fails with [`ElectorError::Stopped`] once the elector has stopped, or
+    /// [`ElectorError::Failed`] if it stopped because it can never lead.
     pub async fn wait_for_leadership(&self) -> Result<Term, ElectorError> {
         let mut rx = self.shared.role.clone();
         loop {
             match &*rx.borrow_and_update() {
-                Role::Leader(t) if !t.is_cancelled() => return Ok(t.clone()),
-                Role::Stopped => return Err(ElectorError::Stopped),
+                // A term past its deadline but not yet ended (the process was
+                // paused, and the driver has not ticked since) is not handed
+                // out: its end is already on the way.
+                Role::Leader(t) if t.is_valid() => return Ok(t.clone()),
+                Role::Stopped => return Err(self.stopped_error()),
                 _ => {}
             }
             if rx.changed().await.is_err() {
-                return Err(ElectorError::Stopped);
+                return Err(self.stopped_error());
             }
+        }
+    }
+
+    /// Why the elector stopped, if it stopped on its own because it can
+    /// never lead (see [`Event::Failed`]).
+    pub fn fault(&self) -> Option<&Fault> {
+        self.shared.fault.get()
+    }
+
+    fn stopped_error(&self) -> ElectorError {
+        match self.shared.fault.get() {
+            Some(fault) => ElectorError::Failed(fault.clone()),
+            None => ElectorError::Stopped,
         }
     }
 
@@ -354,9 +378,12 @@ impl Elector {
             };
             let guard = term.hold();
             let future = work(term.clone());
+            // The deadline bounds the work even if the driver that would end
+            // the term is not running (a paused or starved process).
             let outcome = tokio::select! {
                 biased;
                 _ = term.ended() => None,
+                _ = term.expired() => None,
                 result = future => Some(result),
             };
             drop(guard);
@@ -414,6 +441,7 @@ impl Elector {
                 let outcome = tokio::select! {
                     biased;
                     _ = term.cancelled() => None,
+                    _ = term.expired() => None,
                     result = run => Some(result),
                 };
                 match outcome {

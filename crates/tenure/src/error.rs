@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::machine::Fault;
 use crate::record::GroupName;
 
 /// A configuration that cannot work, found before anything runs.
@@ -137,6 +138,18 @@ impl StoreError {
         }
     }
 
+    /// The kind of failure, as a short label ("unavailable", "timeout",
+    /// "record", "misconfigured"): stable across retries, unlike the
+    /// message.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable { .. } => "unavailable",
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Record { .. } => "record",
+            StoreError::Misconfigured { .. } => "misconfigured",
+        }
+    }
+
     /// Whether retrying the same operation later may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(
@@ -156,6 +169,9 @@ pub enum ElectorError {
     /// The elector has stopped; nothing more will happen.
     #[error("the elector has stopped")]
     Stopped,
+    /// The elector stopped because it can never lead in its group again.
+    #[error("the elector stopped: {0}")]
+    Failed(Fault),
     /// `start()` was called outside a tokio runtime.
     #[error("no tokio runtime: call start() from within a tokio runtime")]
     NoRuntime,

@@ -85,7 +85,7 @@ pub use config::{Bounds, Config, Timing};
 pub use coordinator::{Command, Coordinator, Session};
 pub use elector::{Elector, ElectorBuilder, EventStream};
 pub use error::{ConfigError, ElectorError, RecordError, StoreError};
-pub use machine::EndReason;
+pub use machine::{EndReason, Fault};
 pub use memory::{Faults, FaultyStore, MemoryStore};
 pub use observer::{Observer, ObserverBuilder};
 pub use record::{GroupName, Holder, LeaseRecord, Metadata, Version, Versioned};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, MonoTime, SystemClock};
-use crate::error::ConfigError;
+use crate::error::{ConfigError, StoreError};
 use crate::record::{GroupName, Version};
 use crate::role::LeaderInfo;
 use crate::store::{ChangeFeed, LeaseStore};
@@ -50,6 +50,7 @@ pub struct ObserverBuilder {
     store: Arc<dyn LeaseStore>,
     group: Result<GroupName, ConfigError>,
     poll_interval: Duration,
+    read_timeout: Duration,
     drift: f64,
     clock: Arc<dyn Clock>,
 }
@@ -59,6 +60,15 @@ impl ObserverBuilder {
     /// (default 1 s).
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every;
+        self
+    }
+
+    /// How long one read may take before it counts as failed (default 5 s).
+    /// A read that hangs must not keep a dead leader on display: while reads
+    /// fail, a leader still lapses once its record has gone unrenewed for
+    /// its term × (1 + drift).
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
         self
     }
 
@@ -84,6 +94,12 @@ impl ObserverBuilder {
             )
             .into());
         }
+        if self.read_timeout.is_zero() {
+            return Err(ConfigError::timing(
+                "observer read timeout is zero: give a positive timeout",
+            )
+            .into());
+        }
         if !(self.drift.is_finite() && (0.0..0.5).contains(&self.drift)) {
             return Err(ConfigError::timing("observer drift bound is outside [0, 0.5)").into());
         }
@@ -91,11 +107,14 @@ impl ObserverBuilder {
             tokio::runtime::Handle::try_current().map_err(|_| crate::ElectorError::NoRuntime)?;
         let (tx, rx) = watch::channel(None);
         let task = runtime.spawn(observe(
-            self.store,
-            group,
-            self.poll_interval,
-            self.drift,
-            self.clock,
+            Watched {
+                store: self.store,
+                group,
+                poll: self.poll_interval,
+                read_timeout: self.read_timeout,
+                drift: self.drift,
+                clock: self.clock,
+            },
             tx,
         ));
         Ok(Observer { rx, task })
@@ -109,6 +128,7 @@ impl Observer {
             store: Arc::new(store),
             group: GroupName::new(group.as_ref()),
             poll_interval: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(5),
             drift: 0.01,
             clock: Arc::new(SystemClock),
         }
@@ -135,21 +155,59 @@ impl Observer {
     }
 }
 
-async fn observe(
+/// What an observer watches, and how.
+struct Watched {
     store: Arc<dyn LeaseStore>,
     group: GroupName,
     poll: Duration,
+    read_timeout: Duration,
     drift: f64,
     clock: Arc<dyn Clock>,
-    tx: watch::Sender<Option<LeaderInfo>>,
-) {
-    let mut feed: Option<ChangeFeed> = store.changes(&group).await.unwrap_or(None);
+}
+
+impl Watched {
+    /// One read, bounded by the read timeout.
+    async fn read(&self) -> Result<Option<crate::record::Versioned>, StoreError> {
+        let deadline = self.clock.now().mono + self.read_timeout;
+        tokio::select! {
+            r = self.store.read(&self.group) => r,
+            _ = self.clock.sleep_until(deadline) => Err(StoreError::Timeout(self.read_timeout)),
+        }
+    }
+
+    /// Subscribes to change hints, bounded like a read; polls without.
+    async fn subscribe(&self) -> Option<ChangeFeed> {
+        let deadline = self.clock.now().mono + self.read_timeout;
+        tokio::select! {
+            r = self.store.changes(&self.group) => r.unwrap_or(None),
+            _ = self.clock.sleep_until(deadline) => None,
+        }
+    }
+}
+
+async fn observe(w: Watched, tx: watch::Sender<Option<LeaderInfo>>) {
+    let mut feed: Option<ChangeFeed> = w.subscribe().await;
     // The version last seen, when it was first seen, and when it lapses.
     let mut seen: Option<(Version, MonoTime, Option<MonoTime>)> = None;
     let mut reported_error = false;
     loop {
-        let now = clock.now();
-        match store.read(&group).await {
+        // A silent leader lapses on time even while a read is slow.
+        let mut lapse = seen.as_ref().and_then(|s| s.2);
+        let read = w.read();
+        tokio::pin!(read);
+        let result = loop {
+            tokio::select! {
+                r = &mut read => break r,
+                _ = sleep_until(&w.clock, lapse) => {
+                    tx.send_if_modified(|old| replace_if_changed(old, None));
+                    lapse = None;
+                }
+            }
+        };
+        // First sight is the reply's receipt: the record was as read at
+        // some instant before now, never after.
+        let now = w.clock.now();
+        match result {
             Ok(current) => {
                 reported_error = false;
                 let version = current.as_ref().map(|v| v.version);
@@ -160,7 +218,7 @@ async fn observe(
                             .record
                             .holder
                             .as_ref()
-                            .map(|_| now.mono + v.record.term.mul_f64(1.0 + drift));
+                            .map(|_| now.mono + v.record.term.mul_f64(1.0 + w.drift));
                         (v.version, now.mono, lapse)
                     });
                     let leader = current.as_ref().and_then(LeaderInfo::from_record);
@@ -169,17 +227,17 @@ async fn observe(
             }
             Err(e) => {
                 if !reported_error {
-                    tracing::warn!(group = %group, error = %e, "observer cannot read the lease");
+                    tracing::warn!(group = %w.group, error = %e, "observer cannot read the lease");
                     reported_error = true;
                 }
             }
         }
-        let now = clock.now();
+        let now = w.clock.now();
         let lapse = seen.as_ref().and_then(|s| s.2);
         if lapse.is_some_and(|t| now.mono >= t) {
             tx.send_if_modified(|old| replace_if_changed(old, None));
         }
-        let mut wake = now.mono + poll;
+        let mut wake = now.mono + w.poll;
         if let Some(t) = lapse.filter(|t| *t > now.mono) {
             wake = wake.min(t);
         }
@@ -194,11 +252,16 @@ async fn observe(
                     feed = None;
                 }
             }
-            _ = clock.sleep_until(wake) => {}
+            _ = w.clock.sleep_until(wake) => {}
+            _ = tx.closed() => return,
         }
-        if tx.is_closed() {
-            return;
-        }
+    }
+}
+
+async fn sleep_until(clock: &Arc<dyn Clock>, at: Option<MonoTime>) {
+    match at {
+        Some(t) => clock.sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }
 

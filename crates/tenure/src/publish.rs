@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::clock::{Clock, MonoTime};
-use crate::machine::EndReason;
+use crate::machine::{EndReason, Fault};
 use crate::metrics::Meter;
 use crate::record::{GroupName, Holder};
 use crate::role::{Event, LeaderInfo, Role};
@@ -23,7 +23,12 @@ pub(crate) struct Publisher {
     events: broadcast::Sender<Event>,
     meter: Meter,
     term: Option<Term>,
+    /// What the last failure was, to send a health event only when that
+    /// changes: a kind such as "timeout", not the message, whose details
+    /// (durations, addresses) differ from one retry to the next.
     store_error: Option<String>,
+    /// Set once when the backend can never lead again; the handle reports it.
+    fault: Arc<std::sync::OnceLock<Fault>>,
     /// Tokens of ended terms whose work has drained.
     drained_tx: mpsc::UnboundedSender<u64>,
 }
@@ -35,6 +40,7 @@ impl Publisher {
         clock: Arc<dyn Clock>,
         role: watch::Sender<Role>,
         events: broadcast::Sender<Event>,
+        fault: Arc<std::sync::OnceLock<Fault>>,
     ) -> (Publisher, mpsc::UnboundedReceiver<u64>) {
         let (drained_tx, drained_rx) = mpsc::unbounded_channel();
         let publisher = Publisher {
@@ -46,6 +52,7 @@ impl Publisher {
             events,
             term: None,
             store_error: None,
+            fault,
             drained_tx,
         };
         (publisher, drained_rx)
@@ -57,6 +64,13 @@ impl Publisher {
     }
 
     pub(crate) fn elected(&mut self, token: u64, deadline: MonoTime) -> Term {
+        if self.term.is_some() {
+            // Two terms are never in force at once: a backend reporting a
+            // new term without ending the old one ends it here, at once.
+            tracing::error!(group = %self.group, token, "elected while a term was in force; ending the old term first");
+            let now = self.clock.now().mono;
+            self.end_term(EndReason::Superseded { by: None }, now);
+        }
         let term = Term::new(
             self.group.clone(),
             self.holder.id.clone(),
@@ -116,8 +130,9 @@ impl Publisher {
     }
 
     /// Notes whether the backend's store answers, sending an event when
-    /// that changes (not for every failure).
-    pub(crate) fn store_health(&mut self, op: &'static str, error: Option<String>) {
+    /// that changes (not for every failure): `error` is the failure's kind,
+    /// compared between failures, and its message, reported.
+    pub(crate) fn store_health(&mut self, op: &'static str, error: Option<(String, String)>) {
         match error {
             None => {
                 if self.store_error.take().is_some() {
@@ -125,16 +140,26 @@ impl Publisher {
                     let _ = self.events.send(Event::StoreHealth { message: None });
                 }
             }
-            Some(message) => {
+            Some((kind, message)) => {
                 self.meter.store_error(op);
-                if self.store_error.as_deref() != Some(message.as_str()) {
+                if self.store_error.as_deref() != Some(kind.as_str()) {
                     tracing::warn!(group = %self.group, op, error = %message, "store operation failed");
-                    self.store_error = Some(message.clone());
+                    self.store_error = Some(kind);
                     let _ = self.events.send(Event::StoreHealth {
                         message: Some(message),
                     });
+                } else {
+                    tracing::debug!(group = %self.group, op, error = %message, "store operation failed again");
                 }
             }
+        }
+    }
+
+    /// The backend can never lead again: report why, once.
+    pub(crate) fn failed(&mut self, fault: Fault) {
+        tracing::error!(group = %self.group, candidate = %self.holder.id, %fault, "giving up");
+        if self.fault.set(fault.clone()).is_ok() {
+            let _ = self.events.send(Event::Failed { fault });
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use crate::machine::EndReason;
+use crate::machine::{EndReason, Fault};
 use crate::record::{Metadata, Versioned};
 use crate::term::Term;
 
@@ -90,9 +90,16 @@ pub enum Event {
         leader: Option<LeaderInfo>,
     },
     /// The store failed, or recovered (`message` is then `None`); sent when
-    /// the state changes, not for every failed operation.
+    /// the kind of failure changes, not for every failed operation.
     StoreHealth {
         /// The error, without secrets, or `None` once the store answers again.
         message: Option<String>,
+    },
+    /// This candidate can never lead in the group again and has stopped;
+    /// [`Elector::wait_for_leadership`](crate::Elector::wait_for_leadership)
+    /// returns [`ElectorError::Failed`](crate::ElectorError::Failed) from now on.
+    Failed {
+        /// Why.
+        fault: Fault,
     },
 }

@@ -147,6 +147,20 @@ impl Term {
         self.inner.ended.cancelled().await
     }
 
+    /// Completes once the deadline has passed, following renewals: the last
+    /// instant the work may act, whatever the backend is doing. Unlike
+    /// [`ended`](Term::ended), this needs no backend task to run, so it
+    /// bounds the work even while the elector's driver is stalled.
+    pub async fn expired(&self) {
+        loop {
+            let deadline = self.deadline_mono();
+            self.inner.clock.sleep_until(deadline).await;
+            if self.deadline_mono() <= deadline {
+                return;
+            }
+        }
+    }
+
     /// Holds the term open for work in progress: a graceful hand-over
     /// (resign, shutdown) waits until every guard is dropped, bounded by the
     /// deadline, before releasing the lease. This is goneli's barrier.

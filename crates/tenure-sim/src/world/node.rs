@@ -272,7 +272,7 @@ impl World {
     pub(super) fn act(&mut self, n: usize, action: Action) {
         let t = self.now;
         match action {
-            Action::Read { op, deadline } => {
+            Action::Read { op, deadline, .. } => {
                 self.trace
                     .event(t, Some(n), "read", &[op.0, deadline.as_nanos()], || {
                         format!("read {} deadline {}", op.0, deadline.as_nanos())
@@ -285,6 +285,7 @@ impl World {
                 expected,
                 record,
                 deadline,
+                ..
             } => {
                 let exp = expected.map_or(0, |v| v.0);
                 self.trace.event(
@@ -367,6 +368,11 @@ impl World {
                 self.trace.event(t, Some(n), "leader", &[token], || {
                     format!("sees leader {id:?} token {token}")
                 });
+            }
+            Action::Failed { fault } => {
+                self.trace
+                    .event(t, Some(n), "FAILED", &[], || format!("gave up: {fault}"));
+                self.checker.note("a candidate gave up for good (a fault)");
             }
             Action::Stopped => {
                 self.trace

@@ -8,6 +8,8 @@
 //! At most one store operation is outstanding at a time; a reply carries the
 //! [`OpId`] of its request and stale replies are ignored. The caller enforces
 //! each operation's deadline and reports a miss as [`StoreError::Timeout`].
+//! Every operation says what it is for ([`ReadPurpose`], [`WritePurpose`]),
+//! so a caller never has to guess from the record.
 //! The timing rules are explained in [`crate::config`].
 
 use std::time::Duration;
@@ -43,14 +45,14 @@ pub enum Input {
     Changed,
     /// A [`Action::Read`] finished.
     ReadDone {
-        /// The request.
+        /// The operation this replies to; a reply to any other is ignored.
         op: OpId,
         /// The record, or why the read failed.
         result: Result<Option<Versioned>, StoreError>,
     },
     /// An [`Action::Cas`] finished.
     CasDone {
-        /// The request.
+        /// The operation this replies to; a reply to any other is ignored.
         op: OpId,
         /// Whether it was applied, or why it failed.
         result: Result<CasOutcome, StoreError>,
@@ -89,6 +91,8 @@ pub enum EndReason {
         /// The new holder, if the record is held.
         by: Option<String>,
     },
+    /// The backend failed for good (see [`Fault`]).
+    Failed,
 }
 
 impl std::fmt::Display for EndReason {
@@ -102,6 +106,7 @@ impl std::fmt::Display for EndReason {
             EndReason::Revoked => f.write_str("assignment revoked"),
             EndReason::Superseded { by: Some(by) } => write!(f, "superseded by {by}"),
             EndReason::Superseded { by: None } => f.write_str("released by another writer"),
+            EndReason::Failed => f.write_str("the backend failed for good"),
         }
     }
 }
@@ -117,6 +122,74 @@ impl EndReason {
             EndReason::Fenced => "fenced",
             EndReason::Revoked => "revoked",
             EndReason::Superseded { .. } => "superseded",
+            EndReason::Failed => "failed",
+        }
+    }
+}
+
+/// Why a read is made.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ReadPurpose {
+    /// A candidate looks at the record (a poll, or after a change hint).
+    Poll,
+    /// A write's outcome is unknown or conflicted: is the record still this
+    /// node's (its own earlier write applied after the reply was lost), or
+    /// did another writer take it?
+    Verify,
+}
+
+impl ReadPurpose {
+    /// A short label for logs and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            ReadPurpose::Poll => "read",
+            ReadPurpose::Verify => "verify",
+        }
+    }
+}
+
+/// Why a compare-and-swap is made.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum WritePurpose {
+    /// Start a new term with a raised token.
+    Acquire,
+    /// Extend the current term, keeping its token.
+    Renew,
+    /// Clear the holder, keeping the token, so the next candidate can take
+    /// over at once.
+    Release,
+}
+
+impl WritePurpose {
+    /// A short label for logs and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            WritePurpose::Acquire => "acquire",
+            WritePurpose::Renew => "renew",
+            WritePurpose::Release => "release",
+        }
+    }
+}
+
+/// A condition under which this candidate can never lead again in the group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// The group's fencing token has reached `u64::MAX`, so no new term can
+    /// get a greater one.
+    TokenExhausted {
+        /// The highest token seen.
+        token: u64,
+    },
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::TokenExhausted { token } => write!(
+                f,
+                "token space exhausted: the group's fencing token is {token} and cannot rise; the group needs a new name"
+            ),
         }
     }
 }
@@ -126,15 +199,19 @@ impl EndReason {
 pub enum Action {
     /// Read the record; report [`Input::ReadDone`] by `deadline`.
     Read {
-        /// The request.
+        /// Echoed in the reply.
         op: OpId,
+        /// Why the record is read.
+        purpose: ReadPurpose,
         /// Report a timeout if no reply came by then.
         deadline: MonoTime,
     },
     /// Compare-and-swap; report [`Input::CasDone`] by `deadline`.
     Cas {
-        /// The request.
+        /// Echoed in the reply.
         op: OpId,
+        /// What the write does to the lease.
+        purpose: WritePurpose,
         /// The version the store must still have.
         expected: Option<Version>,
         /// The record to write.
@@ -163,7 +240,7 @@ pub enum Action {
     EndTerm {
         /// The term's token.
         token: u64,
-        /// Why.
+        /// Why the term ends, for the work and the logs.
         reason: EndReason,
         /// When the work must be gone.
         work_deadline: MonoTime,
@@ -172,6 +249,12 @@ pub enum Action {
     LeaderChanged {
         /// The leader's record.
         leader: Option<Versioned>,
+    },
+    /// This candidate can never lead in this group again; [`Action::Stopped`]
+    /// follows.
+    Failed {
+        /// What makes leading impossible.
+        fault: Fault,
     },
     /// The machine stopped for good.
     Stopped,
@@ -202,6 +285,24 @@ enum After {
     Stop,
 }
 
+/// Clearing this node's holder from the record, retried until it is done,
+/// the record turns out not to be ours, or `until` passes.
+#[derive(Clone, Debug)]
+struct Release {
+    then: After,
+    /// Only a record with this node as holder and this token is ours to
+    /// clear; anything else is left alone.
+    token: u64,
+    /// The term written into the released record.
+    term: Duration,
+    /// The version to clear; `None` until a verifying read finds it.
+    version: Option<Version>,
+    /// The next attempt, after a failed one.
+    retry_at: MonoTime,
+    /// When to give up (the lease then lapses on its own).
+    until: MonoTime,
+}
+
 #[derive(Clone, Debug)]
 enum State {
     Candidate,
@@ -210,21 +311,15 @@ enum State {
         lead: Lead,
         then: After,
         drained: bool,
-        /// A renewal in flight conflicted: the record is not ours to release.
-        lost: bool,
     },
-    Releasing {
-        then: After,
-    },
+    Releasing(Release),
     Stopped,
 }
 
 #[derive(Clone, Debug)]
 enum OpKind {
-    Read,
-    Acquire(LeaseRecord),
-    Renew(LeaseRecord),
-    Release(LeaseRecord),
+    Read(ReadPurpose),
+    Write(WritePurpose, LeaseRecord),
 }
 
 #[derive(Clone, Debug)]
@@ -266,6 +361,11 @@ pub struct Machine {
     op: Option<Pending>,
     next_op: u64,
     observed: Option<Observed>,
+    /// The term of the last held record this node saw, until it sees a
+    /// released one. A held record that then reads as missing was lost by
+    /// the store, not released: its holder may still be working, so it is
+    /// waited out like the record itself.
+    last_held_term: Option<Duration>,
     next_read: MonoTime,
     reread: bool,
     hold_off_until: MonoTime,
@@ -277,6 +377,15 @@ pub struct Machine {
     /// The highest token this node has seen in any record: a new term's
     /// token exceeds it even if the store lost its data meanwhile.
     max_token: u64,
+    /// Writes of this node that failed or came back too late to use since
+    /// it last led. Its own record is taken back at once only after the
+    /// first: a node whose replies keep arriving late would otherwise
+    /// rewrite the record forever and no one else would ever see it
+    /// unchanged long enough to take over.
+    own_write_failures: u32,
+    /// Test-only mutation: anchor deadlines at the reply instead of the send
+    /// (see [`Machine::anchor_deadlines_at_receive`]).
+    anchor_at_receive: bool,
 }
 
 impl Machine {
@@ -292,6 +401,7 @@ impl Machine {
             op: None,
             next_op: 0,
             observed: None,
+            last_held_term: None,
             next_read: now.mono,
             reread: false,
             hold_off_until: now.mono,
@@ -299,7 +409,20 @@ impl Machine {
             last_pulse: now.mono,
             reported: None,
             max_token: 0,
+            own_write_failures: 0,
+            anchor_at_receive: false,
         }
+    }
+
+    /// A deliberately broken machine for negative controls: deadlines are
+    /// anchored at the instant a write's reply is *received* instead of the
+    /// instant it was sent, which the timing argument in [`crate::config`]
+    /// forbids. The simulation's checker must catch the overlaps this
+    /// causes; nothing else should call it.
+    #[cfg(feature = "testkit")]
+    #[doc(hidden)]
+    pub fn anchor_deadlines_at_receive(&mut self) {
+        self.anchor_at_receive = true;
     }
 
     /// Who this candidate is.
@@ -318,7 +441,7 @@ impl Machine {
             State::Candidate => Phase::Candidate,
             State::Leader(l) => Phase::Leader { token: l.token },
             State::Draining { lead, .. } => Phase::Draining { token: lead.token },
-            State::Releasing { .. } => Phase::Releasing,
+            State::Releasing(_) => Phase::Releasing,
             State::Stopped => Phase::Stopped,
         }
     }
@@ -335,13 +458,16 @@ impl Machine {
             Input::Changed => self.reread = true,
             Input::ReadDone { op, result } => {
                 if let Some(p) = self.take_op(op) {
-                    let _ = p;
-                    self.on_read(now, result, &mut out);
+                    if let OpKind::Read(purpose) = p.kind {
+                        self.on_read(now, purpose, result, &mut out);
+                    }
                 }
             }
             Input::CasDone { op, result } => {
                 if let Some(p) = self.take_op(op) {
-                    self.on_cas(now, p, result, &mut out);
+                    if let OpKind::Write(purpose, record) = p.kind {
+                        self.on_write(now, purpose, record, p.sent, result, &mut out);
+                    }
                 }
             }
             Input::Drained { token } => {
@@ -355,13 +481,15 @@ impl Machine {
                 }
             }
             Input::Resign => self.begin_drain(EndReason::Resigned, After::Stand, &mut out),
-            Input::Shutdown => self.shutdown(&mut out),
+            Input::Shutdown => self.shutdown(now, &mut out),
         }
         self.advance(now, &mut out);
         out
     }
 
-    /// When the caller should feed the next [`Input::Tick`], if ever.
+    /// When the caller should feed the next [`Input::Tick`], if ever. Never
+    /// an instant at which a tick would change nothing: a caller that
+    /// sleeps until it never spins.
     pub fn next_wake(&self, now: Now) -> Option<MonoTime> {
         let mut wake: Option<MonoTime> = None;
         let mut at = |t: MonoTime| wake = Some(wake.map_or(t, |w| w.min(t)));
@@ -375,7 +503,7 @@ impl Machine {
                     // A candidate that may not stand (no pulse) has nothing
                     // to do at the takeover instant; waking there would spin.
                     if self.is_live(now) {
-                        if let Some(t) = self.takeover_instant(now) {
+                        if let Some(t) = self.takeover_wake(now) {
                             at(t);
                         }
                     }
@@ -391,7 +519,12 @@ impl Machine {
                 }
             }
             State::Draining { lead, .. } => at(lead.deadline),
-            State::Releasing { .. } | State::Stopped => {}
+            State::Releasing(r) => {
+                if self.op.is_none() {
+                    at(r.retry_at.min(r.until));
+                }
+            }
+            State::Stopped => {}
         }
         wake
     }
@@ -414,6 +547,34 @@ impl Machine {
         id
     }
 
+    fn read(&mut self, purpose: ReadPurpose, now: Now, deadline: MonoTime, out: &mut Vec<Action>) {
+        let op = self.new_op(OpKind::Read(purpose), now);
+        out.push(Action::Read {
+            op,
+            purpose,
+            deadline,
+        });
+    }
+
+    fn write(
+        &mut self,
+        purpose: WritePurpose,
+        expected: Option<Version>,
+        record: LeaseRecord,
+        now: Now,
+        deadline: MonoTime,
+        out: &mut Vec<Action>,
+    ) {
+        let op = self.new_op(OpKind::Write(purpose, record.clone()), now);
+        out.push(Action::Cas {
+            op,
+            purpose,
+            expected,
+            record,
+            deadline,
+        });
+    }
+
     fn poll_delay(&mut self) -> Duration {
         let jitter = u64::try_from(self.timing.retry_jitter.as_nanos()).unwrap_or(u64::MAX);
         self.timing.retry_interval + Duration::from_nanos(self.rng.gen_range(0..=jitter))
@@ -421,6 +582,16 @@ impl Machine {
 
     fn leader_retry(&self) -> Duration {
         (self.timing.retry_interval / 2).max(Duration::from_millis(1))
+    }
+
+    /// Where a write's validity counts from: its send (the rule), or its
+    /// reply under the test-only mutation.
+    fn anchor(&self, sent: MonoTime, now: Now) -> MonoTime {
+        if self.anchor_at_receive {
+            now.mono
+        } else {
+            sent
+        }
     }
 
     /// Until when this candidate must not act: a back-off, or the ended
@@ -442,42 +613,73 @@ impl Machine {
         record.holder.as_ref() == Some(&self.me)
     }
 
-    /// When the observed record may be taken over, if it is held by another.
-    fn takeover_instant(&self, now: Now) -> Option<MonoTime> {
+    /// The token a new term would get: above the record's and every token
+    /// this node has seen. `None` once that cannot rise any more.
+    fn next_token(&self) -> Option<u64> {
+        let stored = self
+            .observed
+            .as_ref()
+            .and_then(|o| o.current.as_ref())
+            .map_or(0, |v| v.record.token);
+        stored.max(self.max_token).checked_add(1)
+    }
+
+    /// The instant from which the observed record may be taken over by the
+    /// monotonic rule; `None` without a usable observation.
+    fn free_at(&self) -> Option<MonoTime> {
         let obs = self.observed.as_ref()?;
-        let v = obs.current.as_ref()?;
+        let Some(v) = &obs.current else {
+            // Nothing stored. If a held record was seen before, the store
+            // lost it: its holder may still be working, so wait it out.
+            return Some(match self.last_held_term {
+                Some(term) => obs.since + self.timing.takeover_wait(term),
+                None => obs.since,
+            });
+        };
         let rec = &v.record;
-        rec.holder.as_ref()?;
-        let mut t = obs.since + self.timing.takeover_wait(rec.term);
-        if let Some(skew) = self.timing.max_clock_skew {
-            let wall_ok = rec.expires_at + skew;
-            let wait_ms = wall_ok.as_millis().saturating_sub(now.wall.as_millis());
-            t = t.min(now.mono + Duration::from_millis(wait_ms) + Duration::from_millis(1));
+        if rec.holder.is_none() || (self.is_mine(rec) && self.own_write_failures <= 1) {
+            return Some(obs.since);
         }
-        Some(t)
+        Some(obs.since + self.timing.takeover_wait(rec.term))
+    }
+
+    /// The observed held record, if the optional early takeover by the wall
+    /// clock applies to it.
+    fn wall_candidate(&self) -> Option<&LeaseRecord> {
+        self.timing.max_clock_skew?;
+        let v = self.observed.as_ref()?.current.as_ref()?;
+        v.record.holder.as_ref()?;
+        Some(&v.record)
+    }
+
+    /// Whether the record's wall-clock expiry lies more than the skew bound
+    /// in the past (the optional early takeover; see [`crate::config`]).
+    fn wall_expired(&self, now: Now) -> bool {
+        match (self.wall_candidate(), self.timing.max_clock_skew) {
+            (Some(rec), Some(skew)) => now.wall > rec.expires_at + skew,
+            _ => false,
+        }
+    }
+
+    /// When to wake for a takeover: the monotonic rule, or earlier, the
+    /// first whole millisecond after the wall-clock expiry plus the skew
+    /// bound, as the wall clock advances with the monotonic one.
+    fn takeover_wake(&self, now: Now) -> Option<MonoTime> {
+        let rule = self.free_at()?;
+        let wall = self
+            .wall_candidate()
+            .zip(self.timing.max_clock_skew)
+            .map(|(rec, skew)| {
+                let wall_ok = (rec.expires_at + skew).as_millis();
+                let wait_ms = wall_ok.saturating_sub(now.wall.as_millis());
+                now.mono + Duration::from_millis(wait_ms) + Duration::from_millis(1)
+            });
+        Some(wall.map_or(rule, |w| w.min(rule)))
     }
 
     /// Whether the observed record may be taken over right now.
-    fn may_acquire(&self, now: Now) -> Option<(Option<Version>, u64)> {
-        let obs = self.observed.as_ref()?;
-        let Some(v) = &obs.current else {
-            return Some((None, self.max_token.checked_add(1)?));
-        };
-        let rec = &v.record;
-        let next_token = rec.token.max(self.max_token).checked_add(1)?;
-        let free = match &rec.holder {
-            None => true,
-            Some(_) if self.is_mine(rec) => true,
-            Some(_) => {
-                let waited = now.mono >= obs.since + self.timing.takeover_wait(rec.term);
-                let wall_expired = self
-                    .timing
-                    .max_clock_skew
-                    .is_some_and(|skew| now.wall > rec.expires_at + skew);
-                waited || wall_expired
-            }
-        };
-        free.then_some((Some(v.version), next_token))
+    fn may_take(&self, now: Now) -> bool {
+        self.free_at().is_some_and(|t| now.mono >= t) || self.wall_expired(now)
     }
 
     fn lease_record(&self, token: u64, now: Now) -> LeaseRecord {
@@ -491,9 +693,13 @@ impl Machine {
         }
     }
 
+    /// Records what a reply showed. The observation's anchor moves only when
+    /// the version changes: an unchanged version has been unchanged since it
+    /// was first seen.
     fn observe(&mut self, now: Now, current: Option<Versioned>, out: &mut Vec<Action>) {
         if let Some(v) = &current {
             self.max_token = self.max_token.max(v.record.token);
+            self.last_held_term = v.record.holder.as_ref().map(|_| v.record.term);
         }
         let same = self.observed.as_ref().is_some_and(|o| {
             o.current.as_ref().map(|v| v.version) == current.as_ref().map(|v| v.version)
@@ -505,6 +711,16 @@ impl Machine {
             });
         }
         self.report_leader(out);
+    }
+
+    /// Records this node's own write, seen at `now`.
+    fn observe_own(&mut self, now: Now, record: LeaseRecord, version: Version) {
+        self.max_token = self.max_token.max(record.token);
+        self.last_held_term = Some(record.term);
+        self.observed = Some(Observed {
+            current: Some(Versioned { record, version }),
+            since: now.mono,
+        });
     }
 
     /// Emits `LeaderChanged` when the visible leader (another holder) changes.
@@ -523,10 +739,10 @@ impl Machine {
         }
     }
 
-    /// Ends a term. Its work must be gone by `work_deadline`; this node
-    /// stands again only once that work has drained or `old_deadline` (the
-    /// term's own deadline) has passed, so two of its terms never overlap,
-    /// even when the work is cut short because the lease was taken.
+    /// Ends a term. Its work must be gone by `work_deadline` (never after
+    /// the term's own deadline); this node stands again only once that work
+    /// has drained or `old_deadline` has passed, so two of its terms never
+    /// overlap, even when the work is cut short because the lease was taken.
     fn end_term(
         &mut self,
         token: u64,
@@ -535,7 +751,8 @@ impl Machine {
         old_deadline: MonoTime,
         out: &mut Vec<Action>,
     ) {
-        self.ended = Some((token, old_deadline.max(work_deadline)));
+        let work_deadline = work_deadline.min(old_deadline);
+        self.ended = Some((token, old_deadline));
         out.push(Action::EndTerm {
             token,
             reason,
@@ -554,38 +771,70 @@ impl Machine {
             lead,
             then,
             drained: false,
-            lost: false,
         };
     }
 
-    fn shutdown(&mut self, out: &mut Vec<Action>) {
+    fn shutdown(&mut self, now: Now, out: &mut Vec<Action>) {
         match &mut self.state {
             State::Candidate => {
-                self.op = None;
-                self.state = State::Stopped;
-                out.push(Action::Stopped);
+                // A write in flight may apply after this node has gone and
+                // leave the lease held for a whole crash fail-over: wait for
+                // it, and release what it wrote.
+                let in_flight = match self.op.as_ref().map(|p| &p.kind) {
+                    Some(OpKind::Write(_, record)) => Some((record.token, record.term)),
+                    _ => None,
+                };
+                match in_flight {
+                    Some((token, term)) => {
+                        self.state = State::Releasing(Release {
+                            then: After::Stop,
+                            token,
+                            term,
+                            version: None,
+                            retry_at: now.mono,
+                            until: now.mono + self.timing.op_timeout * 2,
+                        });
+                    }
+                    None => self.stop(out),
+                }
             }
             State::Leader(_) => self.begin_drain(EndReason::Shutdown, After::Stop, out),
-            State::Draining { then, .. } | State::Releasing { then } => *then = After::Stop,
+            State::Draining { then, .. } => *then = After::Stop,
+            State::Releasing(r) => r.then = After::Stop,
             State::Stopped => {}
         }
+    }
+
+    fn stop(&mut self, out: &mut Vec<Action>) {
+        self.op = None;
+        self.state = State::Stopped;
+        out.push(Action::Stopped);
+    }
+
+    fn fail(&mut self, fault: Fault, out: &mut Vec<Action>) {
+        out.push(Action::Failed { fault });
+        self.stop(out);
     }
 
     fn on_read(
         &mut self,
         now: Now,
+        purpose: ReadPurpose,
         result: Result<Option<Versioned>, StoreError>,
         out: &mut Vec<Action>,
     ) {
-        match &self.state {
-            State::Candidate => {
+        match (&self.state, purpose) {
+            (State::Candidate, _) => {
                 let delay = self.poll_delay();
                 self.next_read = now.mono + delay;
                 if let Ok(current) = result {
                     self.observe(now, current, out);
                 }
             }
-            State::Leader(lead) if lead.verifying => self.on_verify(now, lead.token, result, out),
+            (State::Leader(lead), ReadPurpose::Verify) if lead.verifying => {
+                self.on_verify(now, lead.token, result, out)
+            }
+            (State::Releasing(_), ReadPurpose::Verify) => self.on_release_verify(now, result, out),
             _ => {}
         }
     }
@@ -638,146 +887,202 @@ impl Machine {
         }
     }
 
-    fn on_cas(
+    fn on_write(
         &mut self,
         now: Now,
-        p: Pending,
+        purpose: WritePurpose,
+        record: LeaseRecord,
+        sent: MonoTime,
         result: Result<CasOutcome, StoreError>,
         out: &mut Vec<Action>,
     ) {
-        match p.kind {
-            OpKind::Read => {}
-            OpKind::Acquire(record) => {
-                if !matches!(self.state, State::Candidate) {
+        if let State::Releasing(_) = self.state {
+            return self.on_release_write(now, purpose, result, out);
+        }
+        match purpose {
+            WritePurpose::Acquire => self.on_acquire(now, record, sent, result, out),
+            WritePurpose::Renew => self.on_renew(now, record, sent, result, out),
+            // A release is only ever in flight while releasing.
+            WritePurpose::Release => {}
+        }
+    }
+
+    fn on_acquire(
+        &mut self,
+        now: Now,
+        record: LeaseRecord,
+        sent: MonoTime,
+        result: Result<CasOutcome, StoreError>,
+        out: &mut Vec<Action>,
+    ) {
+        if !matches!(self.state, State::Candidate) {
+            return;
+        }
+        match result {
+            Ok(CasOutcome::Applied(version)) => {
+                let deadline = self.anchor(sent, now) + self.timing.leader_validity;
+                let token = record.token;
+                self.observe_own(now, record.clone(), version);
+                if now.mono >= deadline - self.timing.stop_grace {
+                    // The reply came too late to use the term. The record is
+                    // ours, so one fresh attempt may follow at once.
+                    self.own_write_failures = self.own_write_failures.saturating_add(1);
                     return;
                 }
-                match result {
-                    Ok(CasOutcome::Applied(version)) => {
-                        let deadline = p.sent + self.timing.leader_validity;
-                        let versioned = Versioned {
-                            record: record.clone(),
-                            version,
-                        };
-                        if now.mono >= deadline - self.timing.stop_grace {
-                            // The reply came too late to use the term; the
-                            // record is ours, so a fresh attempt may follow.
-                            self.observed = Some(Observed {
-                                current: Some(versioned),
-                                since: now.mono,
-                            });
-                            return;
-                        }
-                        self.observed = Some(Observed {
-                            current: Some(versioned),
-                            since: now.mono,
-                        });
-                        self.reported = None;
-                        let token = record.token;
-                        self.max_token = self.max_token.max(token);
-                        self.state = State::Leader(Lead {
-                            token,
-                            version,
-                            record,
-                            deadline,
-                            next_renew: p.sent + self.timing.renew_interval,
-                            verifying: false,
-                        });
-                        out.push(Action::Elected { token, deadline });
-                    }
-                    Ok(CasOutcome::Conflict) => {
-                        // Someone wrote first: what we saw is stale.
-                        self.observed = None;
-                        self.next_read = now.mono;
-                    }
-                    Err(_) => {
-                        // Unknown whether it applied: back off, then re-read.
-                        self.observed = None;
-                        let delay = self.poll_delay();
-                        self.hold_off_until = now.mono + delay;
-                        self.next_read = self.hold_off_until;
-                    }
-                }
+                self.own_write_failures = 0;
+                self.reported = None;
+                self.state = State::Leader(Lead {
+                    token,
+                    version,
+                    record,
+                    deadline,
+                    next_renew: sent + self.timing.renew_interval,
+                    verifying: false,
+                });
+                out.push(Action::Elected { token, deadline });
             }
-            OpKind::Renew(record) => {
-                let retry = self.leader_retry();
-                match &mut self.state {
-                    State::Leader(lead) => match result {
-                        Ok(CasOutcome::Applied(version)) => {
-                            lead.version = version;
-                            lead.record = record;
-                            lead.deadline = lead.deadline.max(p.sent + self.timing.leader_validity);
-                            lead.next_renew = p.sent + self.timing.renew_interval;
-                            out.push(Action::Renewed {
-                                token: lead.token,
-                                deadline: lead.deadline,
-                                latency: now.mono.saturating_since(p.sent),
-                            });
-                        }
-                        Ok(CasOutcome::Conflict) => {
-                            lead.verifying = true;
-                            lead.next_renew = now.mono;
-                        }
-                        Err(_) => lead.next_renew = now.mono + retry,
-                    },
-                    State::Draining { lead, lost, .. } => match result {
-                        Ok(CasOutcome::Applied(version)) => {
-                            lead.version = version;
-                            lead.record = record;
-                        }
-                        Ok(CasOutcome::Conflict) => *lost = true,
-                        Err(_) => {}
-                    },
-                    State::Candidate => match result {
-                        Ok(CasOutcome::Applied(version)) => {
-                            // A renewal that outlived its term still wrote our
-                            // record; it is ours to take again.
-                            self.observed = Some(Observed {
-                                current: Some(Versioned { record, version }),
-                                since: now.mono,
-                            });
-                        }
-                        _ => self.next_read = now.mono,
-                    },
-                    _ => {}
-                }
+            Ok(CasOutcome::Conflict) => {
+                // Someone wrote first: what we saw is stale.
+                self.observed = None;
+                self.next_read = now.mono;
             }
-            OpKind::Release(record) => {
-                if let State::Releasing { then } = self.state {
-                    let released = match result {
-                        Ok(CasOutcome::Applied(version)) => Some(Versioned { record, version }),
-                        _ => None,
-                    };
-                    self.finish_release(now, then, released, out);
-                }
+            Err(_) => {
+                // Unknown whether it applied: back off, then re-read.
+                self.own_write_failures = self.own_write_failures.saturating_add(1);
+                self.observed = None;
+                let delay = self.poll_delay();
+                self.hold_off_until = now.mono + delay;
+                self.next_read = self.hold_off_until;
             }
         }
     }
 
-    fn finish_release(
+    fn on_renew(
         &mut self,
         now: Now,
-        then: After,
-        released: Option<Versioned>,
+        record: LeaseRecord,
+        sent: MonoTime,
+        result: Result<CasOutcome, StoreError>,
         out: &mut Vec<Action>,
     ) {
-        match then {
-            After::Stop => {
-                self.state = State::Stopped;
-                self.op = None;
-                out.push(Action::Stopped);
+        let retry = self.leader_retry();
+        let anchor = self.anchor(sent, now);
+        match &mut self.state {
+            State::Leader(lead) => match result {
+                Ok(CasOutcome::Applied(version)) => {
+                    lead.version = version;
+                    lead.record = record;
+                    lead.deadline = lead.deadline.max(anchor + self.timing.leader_validity);
+                    lead.next_renew = sent + self.timing.renew_interval;
+                    out.push(Action::Renewed {
+                        token: lead.token,
+                        deadline: lead.deadline,
+                        latency: now.mono.saturating_since(sent),
+                    });
+                }
+                Ok(CasOutcome::Conflict) => {
+                    lead.verifying = true;
+                    lead.next_renew = now.mono;
+                }
+                Err(_) => lead.next_renew = now.mono + retry,
+            },
+            // The term already ended; the release that follows verifies
+            // what is stored, so only a known new version matters here.
+            State::Draining { lead, .. } => {
+                if let Ok(CasOutcome::Applied(version)) = result {
+                    lead.version = version;
+                    lead.record = record;
+                }
             }
+            State::Candidate => match result {
+                Ok(CasOutcome::Applied(version)) => {
+                    // A renewal that outlived its term still wrote our
+                    // record: a write that came back too late.
+                    self.own_write_failures = self.own_write_failures.saturating_add(1);
+                    self.observe_own(now, record, version);
+                }
+                _ => self.next_read = now.mono,
+            },
+            State::Releasing(_) | State::Stopped => {}
+        }
+    }
+
+    /// A write's reply while releasing: the release itself, or a write that
+    /// was in flight when shutdown began.
+    fn on_release_write(
+        &mut self,
+        now: Now,
+        purpose: WritePurpose,
+        result: Result<CasOutcome, StoreError>,
+        out: &mut Vec<Action>,
+    ) {
+        let retry = self.leader_retry();
+        let State::Releasing(r) = &mut self.state else {
+            return;
+        };
+        match result {
+            Ok(CasOutcome::Applied(_)) if purpose == WritePurpose::Release => {
+                let then = r.then;
+                self.finish_release(now, then, out);
+            }
+            Ok(CasOutcome::Applied(version)) => {
+                // A write in flight at shutdown applied: release it.
+                r.version = Some(version);
+                r.retry_at = now.mono;
+            }
+            Ok(CasOutcome::Conflict) => {
+                // Not the version we thought: is the record still ours?
+                r.version = None;
+                r.retry_at = now.mono;
+            }
+            Err(_) => {
+                r.version = None;
+                r.retry_at = now.mono + retry;
+            }
+        }
+    }
+
+    fn on_release_verify(
+        &mut self,
+        now: Now,
+        result: Result<Option<Versioned>, StoreError>,
+        out: &mut Vec<Action>,
+    ) {
+        let retry = self.leader_retry();
+        let mine = self.me.clone();
+        let State::Releasing(r) = &mut self.state else {
+            return;
+        };
+        match result {
+            Ok(Some(v)) if v.record.holder.as_ref() == Some(&mine) && v.record.token == r.token => {
+                r.version = Some(v.version);
+                r.retry_at = now.mono;
+            }
+            Ok(current) => {
+                // Released already, or taken by another: nothing of ours
+                // to clear.
+                let then = r.then;
+                self.finish_release(now, then, out);
+                if then == After::Stand {
+                    self.observe(now, current, out);
+                }
+            }
+            Err(_) => r.retry_at = now.mono + retry,
+        }
+    }
+
+    fn finish_release(&mut self, now: Now, then: After, out: &mut Vec<Action>) {
+        match then {
+            After::Stop => self.stop(out),
             After::Stand => {
                 self.state = State::Candidate;
                 self.reported = None;
+                self.observed = None;
                 // Give polling peers one full poll period to see the release
                 // before this node stands again.
                 let hold = self.timing.retry_interval + self.timing.retry_jitter;
                 self.hold_off_until = now.mono + hold;
                 self.next_read = self.hold_off_until;
-                self.observed = released.map(|v| Observed {
-                    current: Some(v),
-                    since: now.mono,
-                });
             }
         }
     }
@@ -785,10 +1090,11 @@ impl Machine {
     /// Timer-driven decisions, made after every input.
     fn advance(&mut self, now: Now, out: &mut Vec<Action>) {
         match &self.state {
-            State::Stopped | State::Releasing { .. } => {}
+            State::Stopped => {}
             State::Candidate => self.advance_candidate(now, out),
             State::Leader(_) => self.advance_leader(now, out),
             State::Draining { .. } => self.advance_draining(now, out),
+            State::Releasing(_) => self.advance_releasing(now, out),
         }
     }
 
@@ -796,28 +1102,26 @@ impl Machine {
         if self.op.is_some() || now.mono < self.blocked_until() {
             return;
         }
-        if self.is_live(now) {
-            if let Some((expected, token)) = self.may_acquire(now) {
-                let record = self.lease_record(token, now);
-                let op = self.new_op(OpKind::Acquire(record.clone()), now);
-                out.push(Action::Cas {
-                    op,
-                    expected,
-                    record,
-                    deadline: now.mono + self.timing.op_timeout,
-                });
-                return;
-            }
+        if self.is_live(now) && self.may_take(now) {
+            let Some(token) = self.next_token() else {
+                let token = self.max_token;
+                return self.fail(Fault::TokenExhausted { token }, out);
+            };
+            let expected = self
+                .observed
+                .as_ref()
+                .and_then(|o| o.current.as_ref())
+                .map(|v| v.version);
+            let record = self.lease_record(token, now);
+            let deadline = now.mono + self.timing.op_timeout;
+            return self.write(WritePurpose::Acquire, expected, record, now, deadline, out);
         }
         // A failed read leaves `observed` empty but moves `next_read`, so a
         // store that keeps failing is polled, not spun on.
         if self.reread || now.mono >= self.next_read {
             self.reread = false;
-            let op = self.new_op(OpKind::Read, now);
-            out.push(Action::Read {
-                op,
-                deadline: now.mono + self.timing.op_timeout,
-            });
+            let deadline = now.mono + self.timing.op_timeout;
+            self.read(ReadPurpose::Poll, now, deadline, out);
         }
     }
 
@@ -828,16 +1132,10 @@ impl Machine {
         let (token, deadline, version) = (lead.token, lead.deadline, lead.version);
         let (next_renew, verifying) = (lead.next_renew, lead.verifying);
         if now.mono >= deadline - self.timing.stop_grace {
-            let last = Versioned {
-                record: lead.record.clone(),
-                version,
-            };
+            let (record, version) = (lead.record.clone(), lead.version);
             self.end_term(token, EndReason::RenewalFailed, deadline, deadline, out);
             self.state = State::Candidate;
-            self.observed = Some(Observed {
-                current: Some(last),
-                since: now.mono,
-            });
+            self.observe_own(now, record, version);
             self.next_read = now.mono;
             return;
         }
@@ -850,20 +1148,17 @@ impl Machine {
         }
         let op_deadline = (now.mono + self.timing.op_timeout).min(deadline);
         if verifying {
-            let op = self.new_op(OpKind::Read, now);
-            out.push(Action::Read {
-                op,
-                deadline: op_deadline,
-            });
+            self.read(ReadPurpose::Verify, now, op_deadline, out);
         } else {
             let record = self.lease_record(token, now);
-            let op = self.new_op(OpKind::Renew(record.clone()), now);
-            out.push(Action::Cas {
-                op,
-                expected: Some(version),
+            self.write(
+                WritePurpose::Renew,
+                Some(version),
                 record,
-                deadline: op_deadline,
-            });
+                now,
+                op_deadline,
+                out,
+            );
         }
     }
 
@@ -872,7 +1167,6 @@ impl Machine {
             lead,
             then,
             drained,
-            lost,
         } = &self.state
         else {
             return;
@@ -880,27 +1174,52 @@ impl Machine {
         if !(*drained || now.mono >= lead.deadline) || self.op.is_some() {
             return;
         }
-        let then = *then;
-        if *lost {
-            self.finish_release(now, then, None, out);
-            return;
-        }
-        let record = LeaseRecord {
-            holder: None,
+        // Keep trying while the lease is still ours to give up, and at
+        // least twice.
+        let until = lead.deadline.max(now.mono + self.timing.op_timeout * 2);
+        self.state = State::Releasing(Release {
+            then: *then,
             token: lead.token,
             term: lead.record.term,
-            renewed_at: now.wall,
-            expires_at: now.wall,
-            metadata: Metadata::new(),
-        };
-        let expected = Some(lead.version);
-        self.state = State::Releasing { then };
-        let op = self.new_op(OpKind::Release(record.clone()), now);
-        out.push(Action::Cas {
-            op,
-            expected,
-            record,
-            deadline: now.mono + self.timing.op_timeout,
+            version: Some(lead.version),
+            retry_at: now.mono,
+            until,
         });
+        self.advance_releasing(now, out);
+    }
+
+    fn advance_releasing(&mut self, now: Now, out: &mut Vec<Action>) {
+        let State::Releasing(r) = &self.state else {
+            return;
+        };
+        if self.op.is_some() || now.mono < r.retry_at.min(r.until) {
+            return;
+        }
+        if now.mono >= r.until {
+            let then = r.then;
+            return self.finish_release(now, then, out);
+        }
+        let deadline = (now.mono + self.timing.op_timeout).min(r.until);
+        match r.version {
+            Some(version) => {
+                let record = LeaseRecord {
+                    holder: None,
+                    token: r.token,
+                    term: r.term,
+                    renewed_at: now.wall,
+                    expires_at: now.wall,
+                    metadata: Metadata::new(),
+                };
+                self.write(
+                    WritePurpose::Release,
+                    Some(version),
+                    record,
+                    now,
+                    deadline,
+                    out,
+                );
+            }
+            None => self.read(ReadPurpose::Verify, now, deadline, out),
+        }
     }
 }

@@ -613,10 +613,353 @@ fn a_store_that_lost_its_data_does_not_make_tokens_go_back() {
     read(&mut m, at(0), read_op(&a), Some(held("a", 41, 9)));
     // The store loses everything (a restarted in-memory server).
     let a = m.step(at(3_000), Input::Tick);
-    let a = read(&mut m, at(3_000), read_op(&a), None);
+    read(&mut m, at(3_000), read_op(&a), None);
+    let wait = timing().takeover_wait(Duration::from_millis(T));
+    let now = at_mono(at(3_000).mono + wait);
+    let a = m.step(now, Input::Tick);
     let (_, expected, record) = cas_op(&a);
     assert_eq!(expected, None);
     assert_eq!(record.token, 42, "above every token this node has seen");
+}
+
+/// Review finding: a held record that turns into nothing (a store that lost
+/// data, an operator deleting the row) was taken at once, while its holder
+/// could still be inside its term. Fencing held, but two terms were valid
+/// together. It is now waited out like the record itself.
+#[test]
+fn a_held_record_that_vanishes_is_waited_out() {
+    let mut m = machine("b", timing());
+    let a = m.step(at(0), Input::Tick);
+    read(&mut m, at(0), read_op(&a), Some(held("a", 4, 9)));
+    let a = m.step(at(2_250), Input::Tick);
+    let a = read(&mut m, at(2_250), read_op(&a), None);
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Cas { .. })),
+        "took a vanished lease at once: {a:?}"
+    );
+    let wait = timing().takeover_wait(Duration::from_millis(T));
+    let free = at(2_250).mono + wait;
+    // Polls keep seeing nothing; the wait counts from the first sight of it.
+    let mut now = at(2_250);
+    loop {
+        now = at_mono(m.next_wake(now).unwrap());
+        assert!(now.mono <= free, "woke after the takeover instant");
+        let a = m.step(now, Input::Tick);
+        if let Some(Action::Cas {
+            expected, record, ..
+        }) = a.iter().find(|a| matches!(a, Action::Cas { .. }))
+        {
+            assert_eq!(now.mono, free);
+            assert_eq!(*expected, None);
+            assert_eq!(record.token, 5);
+            break;
+        }
+        read(&mut m, now, read_op(&a), None);
+    }
+}
+
+#[test]
+fn an_empty_store_never_held_is_taken_at_once() {
+    let mut m = machine("b", timing());
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), None);
+    let (_, expected, _) = cas_op(&a);
+    assert_eq!(expected, None);
+}
+
+/// Review finding: a node whose write replies arrive late squatted on the
+/// lease for ever: its acquisition applied, the reply timed out, it backed
+/// off, read its own record, and took it again with token + 1, every ~0.6
+/// term. The version kept changing, so no other candidate ever saw it
+/// unchanged for a whole term. After the first failed attempt, its own
+/// record is now waited out like anyone's.
+#[test]
+fn late_replies_do_not_let_a_node_squat_on_its_own_record() {
+    let mut m = machine("a", timing());
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), None);
+    let (op, _, first) = cas_op(&a);
+    // Applied as version 1; the reply is lost.
+    let a = m.step(
+        at(2_250),
+        Input::CasDone {
+            op,
+            result: Err(StoreError::Timeout(Duration::from_millis(2_250))),
+        },
+    );
+    assert!(a.is_empty(), "{a:?}");
+    let now = at_mono(m.next_wake(at(2_250)).unwrap());
+    let a = m.step(now, Input::Tick);
+    let ours = Versioned {
+        record: first.clone(),
+        version: Version(1),
+    };
+    let a = read(&mut m, now, read_op(&a), Some(ours));
+    // The first failure: one immediate retry on its own record.
+    let (op, expected, second) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)));
+    assert_eq!(second.token, 2);
+    // Applied as version 2; the reply is lost again.
+    let later = at_mono(now.mono + Duration::from_millis(2_250));
+    m.step(
+        later,
+        Input::CasDone {
+            op,
+            result: Err(StoreError::Timeout(Duration::from_millis(2_250))),
+        },
+    );
+    let now = at_mono(m.next_wake(later).unwrap());
+    let a = m.step(now, Input::Tick);
+    let ours = Versioned {
+        record: second,
+        version: Version(2),
+    };
+    let a = read(&mut m, now, read_op(&a), Some(ours.clone()));
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Cas { .. })),
+        "rewrote its own record again: {a:?}"
+    );
+    // It waits a whole takeover wait with the record unchanged, like others.
+    let free = now.mono + timing().takeover_wait(Duration::from_millis(T));
+    let mut t = now;
+    loop {
+        t = at_mono(m.next_wake(t).unwrap());
+        let a = m.step(t, Input::Tick);
+        if a.iter().any(|a| matches!(a, Action::Cas { .. })) {
+            assert_eq!(t.mono, free);
+            break;
+        }
+        assert!(t.mono < free);
+        read(&mut m, t, read_op(&a), Some(ours.clone()));
+    }
+}
+
+/// Review finding: a renewal applied as version 2 while its reply was lost
+/// during the drain; the release then compared against version 1, conflicted,
+/// and gave up, leaving the lease held (a whole crash fail-over for peers on
+/// shutdown, or the node re-taking its own record). The release now reads
+/// and retries while the record still has this holder and token.
+#[test]
+fn a_lost_renewal_reply_during_a_drain_does_not_defeat_the_release() {
+    for then_stop in [false, true] {
+        let (mut m, record) = leader("a");
+        let renew_at = timing().renew_interval.as_millis() as u64;
+        let a = m.step(at(renew_at), Input::Tick);
+        let (renew, _, _) = cas_op(&a);
+        let input = if then_stop {
+            Input::Shutdown
+        } else {
+            Input::Resign
+        };
+        m.step(at(renew_at + 1), input);
+        m.step(at(renew_at + 2), Input::Drained { token: 1 });
+        // The renewal applied (version 2), but its reply is lost.
+        let a = m.step(
+            at(renew_at + 50),
+            Input::CasDone {
+                op: renew,
+                result: Err(StoreError::Timeout(Duration::from_millis(50))),
+            },
+        );
+        let (op, expected, release) = cas_op(&a);
+        assert_eq!(expected, Some(Version(1)));
+        assert_eq!(release.holder, None);
+        let a = cas(&mut m, at(renew_at + 51), op, CasOutcome::Conflict);
+        let ours = Versioned {
+            record: record.clone(),
+            version: Version(2),
+        };
+        let a = read(&mut m, at(renew_at + 52), read_op(&a), Some(ours));
+        let (op, expected, release) = cas_op(&a);
+        assert_eq!(
+            expected,
+            Some(Version(2)),
+            "retries on the version it found"
+        );
+        assert_eq!(release.holder, None);
+        assert_eq!(release.token, 1);
+        let a = cas(
+            &mut m,
+            at(renew_at + 53),
+            op,
+            CasOutcome::Applied(Version(3)),
+        );
+        if then_stop {
+            assert_eq!(a, vec![Action::Stopped]);
+        } else {
+            assert!(a.is_empty(), "{a:?}");
+            assert_eq!(m.phase(), Phase::Candidate);
+        }
+    }
+}
+
+#[test]
+fn a_release_leaves_a_record_taken_by_another_alone() {
+    let (mut m, _) = leader("a");
+    m.step(at(100), Input::Shutdown);
+    let a = m.step(at(101), Input::Drained { token: 1 });
+    let (op, _, _) = cas_op(&a);
+    let a = cas(&mut m, at(102), op, CasOutcome::Conflict);
+    let a = read(&mut m, at(103), read_op(&a), Some(held("z", 2, 5)));
+    assert_eq!(a, vec![Action::Stopped], "nothing of ours to clear");
+}
+
+#[test]
+fn a_release_gives_up_when_the_store_stays_down() {
+    let (mut m, _) = leader("a");
+    m.step(at(100), Input::Shutdown);
+    let mut a = m.step(at(101), Input::Drained { token: 1 });
+    let mut now = at(101);
+    let deadline = at(0).mono + timing().leader_validity;
+    for _ in 0..100 {
+        if a.contains(&Action::Stopped) {
+            assert!(now.mono >= deadline, "kept trying while the lease was ours");
+            return;
+        }
+        let failed: Result<(), StoreError> = Err(StoreError::Timeout(Duration::from_millis(1)));
+        let reply = match a
+            .iter()
+            .find(|a| matches!(a, Action::Read { .. } | Action::Cas { .. }))
+        {
+            Some(Action::Read { op, .. }) => Some(Input::ReadDone {
+                op: *op,
+                result: failed.map(|_: ()| None),
+            }),
+            Some(Action::Cas { op, .. }) => Some(Input::CasDone {
+                op: *op,
+                result: failed.map(|_: ()| CasOutcome::Conflict),
+            }),
+            _ => None,
+        };
+        a = match reply {
+            Some(input) => m.step(now, input),
+            None => {
+                now = at_mono(m.next_wake(now).expect("a wake while releasing"));
+                m.step(now, Input::Tick)
+            }
+        };
+    }
+    panic!("never gave up releasing");
+}
+
+/// Review finding: shutdown while an acquisition was in flight stopped at
+/// once; the write then applied and left the lease held by a process that
+/// had gone, so peers waited a whole crash fail-over.
+#[test]
+fn shutdown_during_an_acquisition_releases_what_it_wrote() {
+    // The reply says applied.
+    let mut m = machine("a", timing());
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), None);
+    let (op, _, _) = cas_op(&a);
+    assert!(
+        m.step(at(1), Input::Shutdown).is_empty(),
+        "waits for the write"
+    );
+    let a = cas(&mut m, at(2), op, CasOutcome::Applied(Version(1)));
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Elected { .. })),
+        "{a:?}"
+    );
+    let (op, expected, record) = cas_op(&a);
+    assert_eq!(
+        (expected, record.holder, record.token),
+        (Some(Version(1)), None, 1)
+    );
+    assert_eq!(
+        cas(&mut m, at(3), op, CasOutcome::Applied(Version(2))),
+        vec![Action::Stopped]
+    );
+
+    // The reply is lost: verify, then release.
+    let mut m = machine("a", timing());
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), None);
+    let (op, _, written) = cas_op(&a);
+    m.step(at(1), Input::Shutdown);
+    let a = m.step(
+        at(2),
+        Input::CasDone {
+            op,
+            result: Err(StoreError::Timeout(Duration::from_millis(2))),
+        },
+    );
+    assert!(a.is_empty(), "backs off before verifying: {a:?}");
+    let now = at_mono(m.next_wake(at(2)).unwrap());
+    let a = m.step(now, Input::Tick);
+    let ours = Versioned {
+        record: written,
+        version: Version(1),
+    };
+    let a = read(&mut m, now, read_op(&a), Some(ours));
+    let (op, expected, _) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)));
+    assert_eq!(
+        cas(&mut m, now, op, CasOutcome::Applied(Version(2))),
+        vec![Action::Stopped]
+    );
+
+    // A read in flight is simply dropped.
+    let mut m = machine("a", timing());
+    m.step(at(0), Input::Tick);
+    assert_eq!(m.step(at(1), Input::Shutdown), vec![Action::Stopped]);
+}
+
+/// Review finding: a stored record `{holder: X, token: u64::MAX}` is valid,
+/// but no new term can get a greater token. The machine asked to be woken
+/// at the (past) takeover instant and did nothing, so its driver spun at
+/// 100 % CPU. It now fails with a typed fault and stops.
+#[test]
+fn a_maxed_token_is_a_fault_not_a_busy_loop() {
+    let mut m = machine("b", timing());
+    let a = m.step(at(0), Input::Tick);
+    let maxed = held("x", u64::MAX, 3);
+    read(&mut m, at(0), read_op(&a), Some(maxed.clone()));
+    let mut now = at(0);
+    for _ in 0..50 {
+        let wake = m.next_wake(now).expect("a wake while standing");
+        assert!(wake > now.mono, "asked to wake in the past at {now:?}");
+        now = at_mono(wake);
+        let a = m.step(now, Input::Tick);
+        if a.contains(&Action::Stopped) {
+            assert_eq!(
+                a,
+                vec![
+                    Action::Failed {
+                        fault: Fault::TokenExhausted { token: u64::MAX }
+                    },
+                    Action::Stopped
+                ]
+            );
+            assert_eq!(m.next_wake(now), None);
+            assert!(now.mono >= at(0).mono + timing().takeover_wait(Duration::from_millis(T)));
+            return;
+        }
+        if let Some(Action::Read { op, .. }) = a.first() {
+            read(&mut m, now, *op, Some(maxed.clone()));
+        }
+    }
+    panic!("never reported the exhausted token");
+}
+
+/// Review finding: a superseded leader's `EndTerm.work_deadline` was the
+/// instant the verifying read's reply was processed, which after a pause
+/// could lie past the term's own deadline.
+#[test]
+fn a_work_deadline_never_lies_past_the_term_deadline() {
+    let (mut m, _) = leader("a");
+    let renew_at = timing().renew_interval.as_millis() as u64;
+    let a = m.step(at(renew_at), Input::Tick);
+    let (op, _, _) = cas_op(&a);
+    let a = cas(&mut m, at(renew_at + 1), op, CasOutcome::Conflict);
+    let deadline = at(0).mono + timing().leader_validity;
+    // Paused until well past the deadline, the read's reply is processed first.
+    let late = at(20_000);
+    let a = read(&mut m, late, read_op(&a), Some(held("z", 2, 5)));
+    let Some(Action::EndTerm { work_deadline, .. }) = a.first() else {
+        panic!("{a:?}")
+    };
+    assert_eq!(*work_deadline, deadline);
 }
 
 #[test]
