@@ -118,6 +118,11 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub trait Clock: Send + Sync + 'static {
     /// Reads the clock.
     fn now(&self) -> Now;
+    /// Reads only the monotonic clock: what hot paths such as
+    /// [`Elector::is_leader`](crate::Elector::is_leader) need.
+    fn mono(&self) -> MonoTime {
+        self.now().mono
+    }
     /// Completes once [`now`](Clock::now)`.mono >= deadline`.
     fn sleep_until(&self, deadline: MonoTime) -> Sleep;
 }
@@ -125,6 +130,9 @@ pub trait Clock: Send + Sync + 'static {
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Now {
         (**self).now()
+    }
+    fn mono(&self) -> MonoTime {
+        (**self).mono()
     }
     fn sleep_until(&self, deadline: MonoTime) -> Sleep {
         (**self).sleep_until(deadline)
@@ -186,6 +194,10 @@ impl Clock for SystemClock {
         }
     }
 
+    fn mono(&self) -> MonoTime {
+        Self::mono_now()
+    }
+
     fn sleep_until(&self, deadline: MonoTime) -> Sleep {
         Box::pin(async move {
             loop {
@@ -198,6 +210,14 @@ impl Clock for SystemClock {
             }
         })
     }
+}
+
+/// The process's one [`SystemClock`] handle. Electors built without a
+/// clock of their own use it, so that electors on clones of one store share
+/// one engine (an engine runs on one clock handle).
+pub(crate) fn system_clock() -> Arc<dyn Clock> {
+    static CLOCK: std::sync::OnceLock<Arc<dyn Clock>> = std::sync::OnceLock::new();
+    CLOCK.get_or_init(|| Arc::new(SystemClock)).clone()
 }
 
 /// A clock driven by tokio's timer, for tests with

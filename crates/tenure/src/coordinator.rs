@@ -46,14 +46,24 @@ pub trait Coordinator: Send + 'static {
     async fn run(self: Box<Self>, session: Session);
 }
 
-/// A coordinator's side of an elector.
+/// A backend's side of an elector: what it publishes through (role, events,
+/// terms) and what it hears from the handle (commands, drained work,
+/// pulses). A [`Coordinator`] gets one; the engine that runs lease
+/// elections keeps one per group, so both backends drive the handle the
+/// same way.
 pub struct Session {
-    publisher: Publisher,
-    commands: mpsc::UnboundedReceiver<Command>,
-    drained: mpsc::UnboundedReceiver<u64>,
-    pulse: Arc<PulseState>,
+    pub(crate) publisher: Publisher,
+    /// Commands and drained terms, for a coordinator that reads them here;
+    /// `None` for a group in an engine, which hears them on its own channel.
+    inbox: Option<Inbox>,
+    pub(crate) pulse: Arc<PulseState>,
     timing: Timing,
     metadata: Metadata,
+}
+
+struct Inbox {
+    commands: mpsc::UnboundedReceiver<Command>,
+    drained: mpsc::UnboundedReceiver<u64>,
 }
 
 impl std::fmt::Debug for Session {
@@ -66,7 +76,8 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    pub(crate) fn new(
+    /// A session whose commands and drained terms arrive on channels.
+    pub(crate) fn with_channels(
         publisher: Publisher,
         commands: mpsc::UnboundedReceiver<Command>,
         drained: mpsc::UnboundedReceiver<u64>,
@@ -76,8 +87,23 @@ impl Session {
     ) -> Self {
         Session {
             publisher,
-            commands,
-            drained,
+            inbox: Some(Inbox { commands, drained }),
+            pulse,
+            timing,
+            metadata,
+        }
+    }
+
+    /// A session whose commands and drained terms reach an engine directly.
+    pub(crate) fn in_engine(
+        publisher: Publisher,
+        pulse: Arc<PulseState>,
+        timing: Timing,
+        metadata: Metadata,
+    ) -> Self {
+        Session {
+            publisher,
+            inbox: None,
             pulse,
             timing,
             metadata,
@@ -140,8 +166,11 @@ impl Session {
         };
         self.publisher.end_term(reason, work_deadline);
         let clock = self.publisher.clock.clone();
+        let Some(inbox) = self.inbox.as_mut() else {
+            return clock.sleep_until(work_deadline).await;
+        };
         let drained = async {
-            while let Some(t) = self.drained.recv().await {
+            while let Some(t) = inbox.drained.recv().await {
                 if t == token {
                     return;
                 }
@@ -169,7 +198,11 @@ impl Session {
     /// The next command from the handle; [`Command::Shutdown`] once every
     /// handle is gone.
     pub async fn command(&mut self) -> Command {
-        self.commands.recv().await.unwrap_or(Command::Shutdown)
+        match self.inbox.as_mut() {
+            Some(inbox) => inbox.commands.recv().await.unwrap_or(Command::Shutdown),
+            // An engine's group hears commands on the engine's channel.
+            None => std::future::pending().await,
+        }
     }
 
     /// When the application last called [`Elector::pulse`](crate::Elector::pulse).

@@ -6,15 +6,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, watch, Notify};
+use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{system_clock, Clock};
 use crate::config::{Config, Timing};
 use crate::coordinator::{Command, Coordinator, Session};
-use crate::driver;
+use crate::engine::{Engine, EngineShared, Joining, ToEngine};
 use crate::error::{ConfigError, ElectorError};
+use crate::link::{DrainedTo, Link};
 use crate::machine::Fault;
-use crate::publish::Publisher;
+use crate::publish::{self, Events, Publisher};
 use crate::record::{check_name, GroupName, Holder, Metadata, MAX_CANDIDATE_BYTES};
 use crate::role::{Event, Role};
 use crate::store::LeaseStore;
@@ -22,7 +23,10 @@ use crate::term::Term;
 
 /// What decides leadership.
 enum Backend {
+    /// A lease store: the engine shared by the store's clones runs it.
     Lease(Arc<dyn LeaseStore>),
+    /// An engine chosen explicitly.
+    Engine(Arc<EngineShared>),
     Coordinator(Box<dyn Coordinator>),
 }
 
@@ -71,11 +75,21 @@ impl ElectorBuilder {
         self
     }
 
-    /// The clock (default: [`SystemClock`]; tests use
+    /// The clock (default: [`SystemClock`](crate::SystemClock); tests use
     /// [`TokioClock`](crate::TokioClock) with tokio's paused time).
+    /// Electors on clones of one store share an engine only if they share
+    /// the clock handle too. An elector built from an [`Engine`] runs on the
+    /// engine's clock and may not set another.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
+    }
+
+    pub(crate) fn in_engine(engine: Arc<EngineShared>, group: impl AsRef<str>) -> Self {
+        let clock = engine.clock.clone();
+        let mut builder = Elector::builder_for(Backend::Engine(engine), group);
+        builder.clock = clock;
+        builder
     }
 
     /// Validates everything and starts campaigning in the background.
@@ -96,52 +110,95 @@ impl ElectorBuilder {
             incarnation: rand::random(),
         };
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
-        let (events, _) = broadcast::channel(256);
-        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let pulse = Arc::new(PulseState {
             last: AtomicU64::new(self.clock.now().mono.as_nanos()),
             waiting: AtomicBool::new(false),
-            wake: Notify::new(),
         });
-        let fault = Arc::new(OnceLock::new());
-        let (publisher, drained) = Publisher::new(
+        let published = publish::Shared {
+            events: Events::default(),
+            leader_until: Arc::new(AtomicU64::new(0)),
+            fault: Arc::new(OnceLock::new()),
+        };
+        let engine = match self.backend {
+            Backend::Coordinator(coordinator) => {
+                let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+                let (drained_tx, drained_rx) = mpsc::unbounded_channel();
+                let publisher = Publisher::new(
+                    group.clone(),
+                    holder.clone(),
+                    self.clock.clone(),
+                    role_tx,
+                    &published,
+                    DrainedTo::Channel(drained_tx),
+                );
+                let session = Session::with_channels(
+                    publisher,
+                    cmd_rx,
+                    drained_rx,
+                    pulse.clone(),
+                    timing.clone(),
+                    self.metadata,
+                );
+                runtime.spawn(coordinator.run(session));
+                return Ok(Elector {
+                    shared: Arc::new(Shared {
+                        group,
+                        holder,
+                        timing,
+                        clock: self.clock,
+                        role: role_rx,
+                        published,
+                        link: Link::Channel(cmd_tx),
+                        pulse,
+                        engine: None,
+                    }),
+                });
+            }
+            Backend::Lease(store) => EngineShared::for_store(store, &self.clock, &runtime),
+            Backend::Engine(engine) => {
+                if !std::ptr::addr_eq(Arc::as_ptr(&engine.clock), Arc::as_ptr(&self.clock)) {
+                    return Err(ConfigError::timing(
+                        "an elector built from an Engine runs on the engine's clock: set the clock on Engine::builder instead",
+                    )
+                    .into());
+                }
+                engine
+            }
+        };
+        let id = engine.next_id();
+        let publisher = Publisher::new(
             group.clone(),
             holder.clone(),
             self.clock.clone(),
             role_tx,
-            events.clone(),
-            fault.clone(),
+            &published,
+            DrainedTo::Engine {
+                engine: engine.clone(),
+                id,
+            },
         );
-        let shared = Arc::new(Shared {
-            group,
-            holder,
-            timing: timing.clone(),
-            clock: self.clock,
-            role: role_rx,
-            events,
-            commands: cmd_tx,
-            pulse: pulse.clone(),
-            fault,
-        });
-        match self.backend {
-            Backend::Lease(store) => {
-                runtime.spawn(driver::run(driver::Parts {
-                    store,
-                    timing,
-                    metadata: self.metadata,
-                    commands: cmd_rx,
-                    pulse,
-                    publisher,
-                    drained,
-                }));
-            }
-            Backend::Coordinator(coordinator) => {
-                let session =
-                    Session::new(publisher, cmd_rx, drained, pulse, timing, self.metadata);
-                runtime.spawn(coordinator.run(session));
-            }
-        }
-        Ok(Elector { shared })
+        let session = Session::in_engine(publisher, pulse.clone(), timing.clone(), self.metadata);
+        engine.send(ToEngine::Join(Box::new(Joining {
+            id,
+            session,
+            seed: rand::random(),
+        })));
+        Ok(Elector {
+            shared: Arc::new(Shared {
+                group,
+                holder,
+                timing,
+                clock: self.clock,
+                role: role_rx,
+                published,
+                link: Link::Engine {
+                    engine: engine.clone(),
+                    id,
+                },
+                pulse,
+                engine: Some(engine),
+            }),
+        })
     }
 }
 
@@ -170,10 +227,9 @@ fn default_candidate_id() -> String {
 pub(crate) struct PulseState {
     /// Monotonic nanoseconds of the latest pulse.
     pub(crate) last: AtomicU64,
-    /// Set by the driver while leadership is blocked on a missing pulse, so
+    /// Set by the engine while leadership is blocked on a missing pulse, so
     /// that only then a pulse wakes it.
     pub(crate) waiting: AtomicBool,
-    pub(crate) wake: Notify,
 }
 
 struct Shared {
@@ -182,11 +238,14 @@ struct Shared {
     timing: Timing,
     clock: Arc<dyn Clock>,
     role: watch::Receiver<Role>,
-    events: broadcast::Sender<Event>,
-    commands: mpsc::UnboundedSender<Command>,
+    /// Events, the lock-free leadership deadline and the fault, as the
+    /// backend publishes them.
+    published: publish::Shared,
+    /// The way to the backend: commands and pulses.
+    link: Link,
     pulse: Arc<PulseState>,
-    /// Why the backend stopped for good, if it did.
-    fault: Arc<OnceLock<Fault>>,
+    /// The engine running this candidate, for a lease store.
+    engine: Option<Arc<EngineShared>>,
 }
 
 /// A candidate in one group's election. Clones are handles to the same
@@ -251,7 +310,7 @@ impl Elector {
             candidate_id: None,
             config: Config::default(),
             metadata: Metadata::new(),
-            clock: Arc::new(SystemClock),
+            clock: system_clock(),
         }
     }
 
@@ -280,9 +339,19 @@ impl Elector {
         self.shared.role.clone()
     }
 
-    /// Whether this candidate leads right now with a valid term.
+    /// Whether this candidate leads right now with a valid term: never true
+    /// once the term's deadline has passed or the term was told to end.
+    /// Lock-free (an atomic load and a clock read), cheap enough to guard
+    /// every write of the work.
     pub fn is_leader(&self) -> bool {
-        self.current_term().is_some()
+        let until = self.shared.published.leader_until.load(Ordering::Acquire);
+        until != 0 && self.shared.clock.mono().as_nanos() < until
+    }
+
+    /// The engine running this candidate, if it campaigns on a lease store
+    /// (not through a [`Coordinator`]).
+    pub fn engine(&self) -> Option<Engine> {
+        self.shared.engine.clone().map(Engine::from_shared)
     }
 
     /// The current term, if leading and not yet cancelled.
@@ -297,7 +366,7 @@ impl Elector {
     /// 256 events behind skips the oldest.
     pub fn events(&self) -> EventStream {
         EventStream {
-            rx: self.shared.events.subscribe(),
+            rx: self.shared.published.events.subscribe(),
         }
     }
 
@@ -326,11 +395,11 @@ impl Elector {
     /// Why the elector stopped, if it stopped on its own because it can
     /// never lead (see [`Event::Failed`]).
     pub fn fault(&self) -> Option<&Fault> {
-        self.shared.fault.get()
+        self.shared.published.fault.get()
     }
 
     fn stopped_error(&self) -> ElectorError {
-        match self.shared.fault.get() {
+        match self.shared.published.fault.get() {
             Some(fault) => ElectorError::Failed(fault.clone()),
             None => ElectorError::Stopped,
         }
@@ -467,7 +536,7 @@ impl Elector {
         p.last
             .fetch_max(self.shared.clock.now().mono.as_nanos(), Ordering::AcqRel);
         if p.waiting.swap(false, Ordering::AcqRel) {
-            p.wake.notify_one();
+            self.shared.link.pulse();
         }
     }
 
@@ -476,7 +545,7 @@ impl Elector {
     /// another candidate can take over at once. This candidate stands again
     /// after one poll period.
     pub fn resign(&self) {
-        let _ = self.shared.commands.send(Command::Resign);
+        self.shared.link.command(Command::Resign);
     }
 
     /// Stops for good: drains a leader's work (bounded by the term's
@@ -487,7 +556,7 @@ impl Elector {
     /// is left of the current term; work that needs longer to stop should
     /// start stopping before calling this.
     pub async fn shutdown(&self) {
-        let _ = self.shared.commands.send(Command::Shutdown);
+        self.shared.link.command(Command::Shutdown);
         let mut rx = self.shared.role.clone();
         // An error means the driver is gone, which is also stopped.
         let _ = rx.wait_for(|r| matches!(r, Role::Stopped)).await;

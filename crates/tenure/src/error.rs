@@ -150,6 +150,29 @@ impl StoreError {
         }
     }
 
+    /// A copy of this error for each operation of a batch that failed as a
+    /// whole: the same kind and message, with the cause kept as text.
+    pub fn copy_for_batch(&self) -> StoreError {
+        let text = |source: &Option<BoxError>| -> Option<BoxError> {
+            source.as_ref().map(|e| e.to_string().into())
+        };
+        match self {
+            StoreError::Unavailable { message, source } => StoreError::Unavailable {
+                message: message.clone(),
+                source: text(source),
+            },
+            StoreError::Timeout(d) => StoreError::Timeout(*d),
+            StoreError::Record { group, source } => StoreError::Record {
+                group: group.clone(),
+                source: source.clone(),
+            },
+            StoreError::Misconfigured { message, source } => StoreError::Misconfigured {
+                message: message.clone(),
+                source: text(source),
+            },
+        }
+    }
+
     /// Whether retrying the same operation later may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(

@@ -64,9 +64,10 @@
 pub mod clock;
 pub mod config;
 pub mod coordinator;
-mod driver;
 mod elector;
+pub mod engine;
 pub mod error;
+mod link;
 pub mod machine;
 pub mod memory;
 pub mod metrics;
@@ -84,11 +85,14 @@ pub use clock::{Clock, MonoTime, Now, SystemClock, TokioClock, WallTime};
 pub use config::{Bounds, Config, Timing};
 pub use coordinator::{Command, Coordinator, Session};
 pub use elector::{Elector, ElectorBuilder, EventStream};
+pub use engine::{Engine, EngineBuilder, EngineOptions, EngineSlot, EngineStats};
 pub use error::{ConfigError, ElectorError, RecordError, StoreError};
 pub use machine::{EndReason, Fault};
 pub use memory::{Faults, FaultyStore, MemoryStore};
 pub use observer::{Observer, ObserverBuilder};
 pub use record::{GroupName, Holder, LeaseRecord, Metadata, Version, Versioned};
 pub use role::{Event, LeaderInfo, Role};
-pub use store::{CasOutcome, ChangeFeed, LeaseStore};
+pub use store::{
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, StoreFeed, StoreFeedSender,
+};
 pub use term::{Term, TermGuard};

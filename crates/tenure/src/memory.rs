@@ -14,16 +14,62 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+use crate::engine::EngineSlot;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
-use crate::store::{CasOutcome, ChangeFeed, LeaseStore};
+use crate::store::{
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, StoreFeed, StoreFeedSender,
+};
 
 #[derive(Default)]
 struct Register {
     /// Encoded records, so that decoding (and corrupt records) are real.
     rows: HashMap<GroupName, (Version, Vec<u8>)>,
     watchers: HashMap<GroupName, Vec<mpsc::Sender<()>>>,
+    /// Store-wide feeds, and whether each has dropped a change (it then
+    /// owes its reader a resync).
+    feeds: Vec<(StoreFeedSender, bool)>,
 }
+
+impl Register {
+    /// Tells every watcher of `group`, and every store-wide feed, about a
+    /// write. `current` is the record as written, if it decodes.
+    fn notify(&mut self, group: &GroupName, current: Option<Versioned>) {
+        if let Some(watchers) = self.watchers.get_mut(group) {
+            // A full channel already holds a hint; a closed one is dropped.
+            watchers
+                .retain(|tx| !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_))));
+        }
+        let change = match current {
+            Some(current) => Change::Written {
+                group: group.clone(),
+                current,
+            },
+            None => Change::Hint {
+                group: group.clone(),
+            },
+        };
+        self.feeds.retain_mut(|(feed, lagging)| {
+            if *lagging {
+                match feed.try_send(Change::Resync) {
+                    Ok(true) => *lagging = false,
+                    Ok(false) => return true,
+                    Err(()) => return false,
+                }
+            }
+            match feed.try_send(change.clone()) {
+                Ok(sent) => {
+                    *lagging = !sent;
+                    true
+                }
+                Err(()) => false,
+            }
+        });
+    }
+}
+
+/// Room in a memory store's feed before it falls back to a resync.
+const FEED_CAPACITY: usize = 4096;
 
 /// An in-process lease store. Clones share the same records.
 ///
@@ -38,6 +84,7 @@ struct Register {
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Register>>,
+    engine: Arc<EngineSlot>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -61,20 +108,7 @@ impl MemoryStore {
     /// Reads without awaiting: the same operation as [`LeaseStore::read`],
     /// for the deterministic simulation.
     pub fn read_now(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        let reg = self.lock();
-        match reg.rows.get(group) {
-            None => Ok(None),
-            Some((version, bytes)) => {
-                let record = LeaseRecord::decode(bytes).map_err(|source| StoreError::Record {
-                    group: group.clone(),
-                    source,
-                })?;
-                Ok(Some(Versioned {
-                    record,
-                    version: *version,
-                }))
-            }
-        }
+        read_row(&self.lock(), group)
     }
 
     /// Compare-and-swap without awaiting, for the deterministic simulation.
@@ -84,19 +118,7 @@ impl MemoryStore {
         expected: Option<Version>,
         record: &LeaseRecord,
     ) -> CasOutcome {
-        let mut reg = self.lock();
-        let current = reg.rows.get(group).map(|(v, _)| *v);
-        if current != expected {
-            return CasOutcome::Conflict;
-        }
-        let version = Version(current.map_or(1, |v| v.0 + 1));
-        reg.rows.insert(group.clone(), (version, record.encode()));
-        if let Some(watchers) = reg.watchers.get_mut(group) {
-            // A full channel already holds a hint; a closed one is dropped.
-            watchers
-                .retain(|tx| !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_))));
-        }
-        CasOutcome::Applied(version)
+        cas_row(&mut self.lock(), group, expected, record)
     }
 
     /// Stores raw bytes as the group's record, bypassing every check: for
@@ -105,6 +127,7 @@ impl MemoryStore {
         let mut reg = self.lock();
         let version = Version(reg.rows.get(group).map_or(1, |(v, _)| v.0 + 1));
         reg.rows.insert(group.clone(), (version, bytes.to_vec()));
+        reg.notify(group, None);
     }
 
     /// The raw bytes stored for the group.
@@ -113,10 +136,70 @@ impl MemoryStore {
     }
 }
 
+fn read_row(reg: &Register, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+    match reg.rows.get(group) {
+        None => Ok(None),
+        Some((version, bytes)) => {
+            let record = LeaseRecord::decode(bytes).map_err(|source| StoreError::Record {
+                group: group.clone(),
+                source,
+            })?;
+            Ok(Some(Versioned {
+                record,
+                version: *version,
+            }))
+        }
+    }
+}
+
+fn cas_row(
+    reg: &mut Register,
+    group: &GroupName,
+    expected: Option<Version>,
+    record: &LeaseRecord,
+) -> CasOutcome {
+    let current = reg.rows.get(group).map(|(v, _)| *v);
+    if current != expected {
+        return CasOutcome::Conflict;
+    }
+    let version = Version(current.map_or(1, |v| v.0 + 1));
+    reg.rows.insert(group.clone(), (version, record.encode()));
+    let written = Versioned {
+        record: record.clone(),
+        version,
+    };
+    reg.notify(group, Some(written));
+    CasOutcome::Applied(version)
+}
+
 #[async_trait]
 impl LeaseStore for MemoryStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         self.read_now(group)
+    }
+
+    /// All groups under one lock: one consistent snapshot.
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        let reg = self.lock();
+        Ok(groups.iter().map(|g| read_row(&reg, g)).collect())
+    }
+
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let mut reg = self.lock();
+        Ok(requests
+            .iter()
+            .map(|r| Ok(cas_row(&mut reg, &r.group, r.expected, &r.record)))
+            .collect())
+    }
+
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        let (tx, feed) = StoreFeed::channel(FEED_CAPACITY);
+        self.lock().feeds.push((tx, false));
+        Ok(Some(feed))
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.engine)
     }
 
     async fn compare_and_swap(
@@ -184,6 +267,7 @@ impl Faults {
             inner: store,
             faults: self.clone(),
             node: node.into(),
+            engine: Arc::new(EngineSlot::new()),
         }
     }
 
@@ -219,11 +303,15 @@ impl Faults {
 }
 
 /// A [`LeaseStore`] seen through [`Faults`], as one candidate sees it.
+/// Clones are the same view and share an engine; views of other nodes
+/// (other [`Faults::wrap`] calls) run engines of their own, as separate
+/// processes would.
 #[derive(Clone, Debug)]
 pub struct FaultyStore<S> {
     inner: S,
     faults: Faults,
     node: String,
+    engine: Arc<EngineSlot>,
 }
 
 impl<S: LeaseStore> FaultyStore<S> {
@@ -269,11 +357,62 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         result
     }
 
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        self.before().await?;
+        self.inner.read_many(groups).await
+    }
+
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let lose = self.before().await?;
+        let result = self.inner.compare_and_swap_many(requests).await;
+        if lose {
+            return Err(StoreError::Timeout(Duration::ZERO));
+        }
+        result
+    }
+
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
         if self.faults.lock().no_notifications {
             return Ok(None);
         }
         self.inner.changes(group).await
+    }
+
+    /// The inner store's feed, as this node receives it: nothing while it
+    /// is partitioned or notifications are off, then a resync.
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        if self.faults.lock().no_notifications {
+            return Ok(None);
+        }
+        let Some(mut inner) = self.inner.watch().await? else {
+            return Ok(None);
+        };
+        let (tx, feed) = StoreFeed::channel(FEED_CAPACITY);
+        let (faults, node) = (self.faults.clone(), self.node.clone());
+        tokio::spawn(async move {
+            let mut missed = false;
+            while let Some(change) = inner.next().await {
+                let blocked = {
+                    let f = faults.lock();
+                    f.no_notifications || f.partitioned.contains(&node)
+                };
+                if blocked {
+                    missed = true;
+                    continue;
+                }
+                if std::mem::take(&mut missed) && !tx.send(Change::Resync).await {
+                    return;
+                }
+                if !tx.send(change).await {
+                    return;
+                }
+            }
+        });
+        Ok(Some(feed))
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.engine)
     }
 
     fn describe(&self) -> String {

@@ -3,12 +3,14 @@
 //! lease driver and a [`Coordinator`](crate::Coordinator)) publish through
 //! this one type, so the handle means the same whatever the backend.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, watch};
 
 use crate::clock::{Clock, MonoTime};
+use crate::link::DrainedTo;
 use crate::machine::{EndReason, Fault};
 use crate::metrics::Meter;
 use crate::record::{GroupName, Holder};
@@ -20,17 +22,51 @@ pub(crate) struct Publisher {
     pub(crate) holder: Holder,
     pub(crate) clock: Arc<dyn Clock>,
     role: watch::Sender<Role>,
-    events: broadcast::Sender<Event>,
+    events: Events,
     meter: Meter,
     term: Option<Term>,
+    /// The deadline of the term in force (monotonic nanoseconds), 0 when
+    /// not leading: what `Elector::is_leader` reads without a lock.
+    leader_until: Arc<AtomicU64>,
     /// What the last failure was, to send a health event only when that
     /// changes: a kind such as "timeout", not the message, whose details
     /// (durations, addresses) differ from one retry to the next.
     store_error: Option<String>,
     /// Set once when the backend can never lead again; the handle reports it.
-    fault: Arc<std::sync::OnceLock<Fault>>,
-    /// Tokens of ended terms whose work has drained.
-    drained_tx: mpsc::UnboundedSender<u64>,
+    fault: Arc<OnceLock<Fault>>,
+    /// Where to say that an ended term's work has drained.
+    drained: DrainedTo,
+}
+
+/// The event stream of one elector, created when someone first listens:
+/// an elector nobody listens to costs no buffer (a broadcast channel
+/// allocates all its slots up front), and events sent before the first
+/// listener would be lost in any case.
+#[derive(Clone, Default)]
+pub(crate) struct Events(Arc<OnceLock<broadcast::Sender<Event>>>);
+
+impl Events {
+    /// Room for this many undelivered events per listener.
+    const CAPACITY: usize = 256;
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.0
+            .get_or_init(|| broadcast::channel(Self::CAPACITY).0)
+            .subscribe()
+    }
+
+    fn send(&self, event: Event) {
+        if let Some(tx) = self.0.get() {
+            let _ = tx.send(event);
+        }
+    }
+}
+
+/// What the handle and its publisher share.
+pub(crate) struct Shared {
+    pub(crate) events: Events,
+    pub(crate) leader_until: Arc<AtomicU64>,
+    pub(crate) fault: Arc<OnceLock<Fault>>,
 }
 
 impl Publisher {
@@ -39,23 +75,22 @@ impl Publisher {
         holder: Holder,
         clock: Arc<dyn Clock>,
         role: watch::Sender<Role>,
-        events: broadcast::Sender<Event>,
-        fault: Arc<std::sync::OnceLock<Fault>>,
-    ) -> (Publisher, mpsc::UnboundedReceiver<u64>) {
-        let (drained_tx, drained_rx) = mpsc::unbounded_channel();
-        let publisher = Publisher {
+        shared: &Shared,
+        drained: DrainedTo,
+    ) -> Publisher {
+        Publisher {
             meter: Meter::new(&group, &holder.id),
             group,
             holder,
             clock,
             role,
-            events,
+            events: shared.events.clone(),
             term: None,
+            leader_until: shared.leader_until.clone(),
             store_error: None,
-            fault,
-            drained_tx,
-        };
-        (publisher, drained_rx)
+            fault: shared.fault.clone(),
+            drained,
+        }
     }
 
     /// The term in force, if leading.
@@ -81,14 +116,18 @@ impl Publisher {
         tracing::info!(group = %self.group, candidate = %self.holder.id, token, "elected leader");
         self.meter.elected(term.remaining());
         self.term = Some(term.clone());
+        self.leader_until
+            .store(deadline.as_nanos(), Ordering::Release);
         self.role.send_replace(Role::Leader(term.clone()));
-        let _ = self.events.send(Event::Elected { token });
+        self.events.send(Event::Elected { token });
         term
     }
 
     pub(crate) fn renewed(&mut self, deadline: MonoTime, latency: Duration) {
         if let Some(term) = &self.term {
             term.set_deadline(deadline);
+            self.leader_until
+                .store(term.deadline_mono().as_nanos(), Ordering::Release);
             self.meter.renewed(latency, term.remaining());
             tracing::trace!(group = %self.group, token = term.token(), ?latency, "renewed");
         }
@@ -101,22 +140,21 @@ impl Publisher {
             return;
         };
         let token = term.token();
+        self.leader_until.store(0, Ordering::Release);
         tracing::info!(group = %self.group, candidate = %self.holder.id, token, %reason, "term ended");
         self.meter.ended(&reason);
         term.cancel();
         let clock = self.clock.clone();
-        let drained = self.drained_tx.clone();
+        let drained = self.drained.clone();
         tokio::spawn(async move {
             tokio::select! {
-                _ = term.drained() => {
-                    let _ = drained.send(term.token());
-                }
+                _ = term.drained() => drained.drained(term.token()),
                 _ = clock.sleep_until(work_deadline) => {}
             }
             term.end();
         });
         self.role.send_replace(Role::Candidate);
-        let _ = self.events.send(Event::Ousted { token, reason });
+        self.events.send(Event::Ousted { token, reason });
     }
 
     pub(crate) fn leader_changed(&mut self, leader: Option<LeaderInfo>) {
@@ -126,7 +164,7 @@ impl Publisher {
                 None => Role::Candidate,
             });
         }
-        let _ = self.events.send(Event::LeaderChanged { leader });
+        self.events.send(Event::LeaderChanged { leader });
     }
 
     /// Notes whether the backend's store answers, sending an event when
@@ -137,7 +175,7 @@ impl Publisher {
             None => {
                 if self.store_error.take().is_some() {
                     tracing::info!(group = %self.group, "store answers again");
-                    let _ = self.events.send(Event::StoreHealth { message: None });
+                    self.events.send(Event::StoreHealth { message: None });
                 }
             }
             Some((kind, message)) => {
@@ -145,7 +183,7 @@ impl Publisher {
                 if self.store_error.as_deref() != Some(kind.as_str()) {
                     tracing::warn!(group = %self.group, op, error = %message, "store operation failed");
                     self.store_error = Some(kind);
-                    let _ = self.events.send(Event::StoreHealth {
+                    self.events.send(Event::StoreHealth {
                         message: Some(message),
                     });
                 } else {
@@ -159,11 +197,12 @@ impl Publisher {
     pub(crate) fn failed(&mut self, fault: Fault) {
         tracing::error!(group = %self.group, candidate = %self.holder.id, %fault, "giving up");
         if self.fault.set(fault.clone()).is_ok() {
-            let _ = self.events.send(Event::Failed { fault });
+            self.events.send(Event::Failed { fault });
         }
     }
 
     pub(crate) fn stopped(&mut self) {
+        self.leader_until.store(0, Ordering::Release);
         if let Some(term) = self.term.take() {
             term.end();
         }

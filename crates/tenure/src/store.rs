@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+use crate::engine::EngineSlot;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
 
@@ -39,6 +40,99 @@ impl ChangeFeed {
         self.rx.recv().await
     }
 }
+
+/// One compare-and-swap of a batch (see [`LeaseStore::compare_and_swap_many`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CasRequest {
+    /// The group whose record to write.
+    pub group: GroupName,
+    /// The version the store must still have (`None`: no record may exist).
+    pub expected: Option<Version>,
+    /// The record to write.
+    pub record: LeaseRecord,
+}
+
+/// What a store-wide change feed reports (see [`LeaseStore::watch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The group's record was written and is now this. A feed that carries
+    /// records spares every follower a read per renewal.
+    Written {
+        /// The group.
+        group: GroupName,
+        /// The record as written, with its new version.
+        current: Versioned,
+    },
+    /// Something about the group changed; read it to learn what.
+    Hint {
+        /// The group.
+        group: GroupName,
+    },
+    /// The feed may have missed changes (it reconnected, or fell behind):
+    /// every group should be read again.
+    Resync,
+}
+
+/// A store-wide stream of [`Change`]s, for every group of the store. Ends
+/// (`None`) when the store gives up on it; the reader then polls.
+#[derive(Debug)]
+pub struct StoreFeed {
+    rx: mpsc::Receiver<Change>,
+}
+
+/// The sending side of a [`StoreFeed`], held by the store's listener task.
+#[derive(Clone, Debug)]
+pub struct StoreFeedSender {
+    tx: mpsc::Sender<Change>,
+}
+
+impl StoreFeed {
+    /// A feed and its sender. `capacity` bounds the changes in flight; a
+    /// listener that finds the feed full should send [`Change::Resync`] once
+    /// room returns rather than block its connection for long.
+    pub fn channel(capacity: usize) -> (StoreFeedSender, StoreFeed) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (StoreFeedSender { tx }, StoreFeed { rx })
+    }
+
+    /// The next change; `None` once the store ended the feed.
+    pub async fn next(&mut self) -> Option<Change> {
+        self.rx.recv().await
+    }
+
+    /// The next change if one is ready, without waiting.
+    pub fn try_next(&mut self) -> Option<Change> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl StoreFeedSender {
+    /// Sends a change, waiting for room; `false` once the reader is gone
+    /// (the listener should then stop).
+    pub async fn send(&self, change: Change) -> bool {
+        self.tx.send(change).await.is_ok()
+    }
+
+    /// Sends a change if there is room: `Ok(false)` when the feed is full
+    /// (the change is dropped: follow up with a [`Change::Resync`]),
+    /// `Err(())` once the reader is gone.
+    #[allow(clippy::result_unit_err)]
+    pub fn try_send(&self, change: Change) -> Result<bool, ()> {
+        match self.tx.try_send(change) {
+            Ok(()) => Ok(true),
+            Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+        }
+    }
+
+    /// Whether the reader is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+/// Per-item results of a batch, or the failure of the batch as a whole.
+pub type BatchResult<T> = Result<Vec<Result<T, StoreError>>, StoreError>;
 
 /// A linearizable register of lease records, one per group.
 ///
@@ -76,6 +170,51 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Reads many groups' records. The result has one entry per group, in
+    /// order; an entry fails alone (a corrupt record) or the whole batch
+    /// fails (the store is unreachable).
+    ///
+    /// The default reads one group after another; stores override it with
+    /// one round trip (one statement, one script call, a pipeline).
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        let mut out = Vec::with_capacity(groups.len());
+        for group in groups {
+            out.push(self.read(group).await);
+        }
+        Ok(out)
+    }
+
+    /// Performs many compare-and-swaps, each atomic on its own and
+    /// independent of the others (never all-or-nothing: one group's
+    /// conflict must not undo another's renewal). The result has one entry
+    /// per request, in order. A batch that fails as a whole may have
+    /// applied any subset of its requests, like a timed-out single write.
+    ///
+    /// The default writes one after another; stores override it with one
+    /// round trip where the store allows independent writes in one request.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let mut out = Vec::with_capacity(requests.len());
+        for r in requests {
+            out.push(self.compare_and_swap(&r.group, r.expected, &r.record).await);
+        }
+        Ok(out)
+    }
+
+    /// One feed of changes for every group of this store, if the store can
+    /// notify: what the engine that runs many groups listens to (one
+    /// connection, not one per group). The default is `Ok(None)`: polling.
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        Ok(None)
+    }
+
+    /// The slot through which electors built from clones of this store
+    /// handle find and share one engine. Stores return a slot kept in the
+    /// state their clones share; the default (`None`) gives every elector
+    /// an engine of its own.
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        None
+    }
+
     /// A short description for logs and status output, without secrets
     /// (for example `sqlite:///var/lib/tenure.db`).
     fn describe(&self) -> String;
@@ -85,6 +224,18 @@ pub trait LeaseStore: Send + Sync + 'static {
 impl<S: LeaseStore + ?Sized> LeaseStore for std::sync::Arc<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         (**self).read(group).await
+    }
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        (**self).read_many(groups).await
+    }
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        (**self).compare_and_swap_many(requests).await
+    }
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        (**self).watch().await
+    }
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        (**self).engine_slot()
     }
     async fn compare_and_swap(
         &self,
@@ -106,6 +257,18 @@ impl<S: LeaseStore + ?Sized> LeaseStore for std::sync::Arc<S> {
 impl<S: LeaseStore + ?Sized> LeaseStore for Box<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         (**self).read(group).await
+    }
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        (**self).read_many(groups).await
+    }
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        (**self).compare_and_swap_many(requests).await
+    }
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        (**self).watch().await
+    }
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        (**self).engine_slot()
     }
     async fn compare_and_swap(
         &self,

@@ -221,6 +221,16 @@ impl World {
             Input::Shutdown => (vec![6], self.text(|| "shutdown".into())),
             Input::Changed => (vec![7], self.text(|| "change hint".into())),
             Input::Pulse { at } => (vec![8, at.as_nanos()], self.text(|| "pulse".into())),
+            Input::Observed { current } => (
+                vec![9, current.version.0],
+                self.text(|| format!("feed -> {} token {}", current.version, current.record.token)),
+            ),
+            Input::Feed { live } => (
+                vec![10, u64::from(*live)],
+                self.text(|| format!("feed live {live}")),
+            ),
+            Input::RenewEarly => (vec![11], self.text(|| "renew early".into())),
+            Input::PollEarly => (vec![12], self.text(|| "poll early".into())),
         }
     }
 

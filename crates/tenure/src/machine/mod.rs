@@ -62,6 +62,27 @@ pub enum Input {
         /// The term's token.
         token: u64,
     },
+    /// The store's change feed delivered the group's record: as good as a
+    /// read's reply (it was written before it was received), without one.
+    Observed {
+        /// The record and its version.
+        current: Versioned,
+    },
+    /// The store's change feed is up (`true`) or down (`false`). While it
+    /// is up a waiting candidate learns of every write from it and does not
+    /// poll; the takeover instant still wakes it.
+    Feed {
+        /// Whether the feed delivers the group's writes.
+        live: bool,
+    },
+    /// Renew now if leading and a renewal is scheduled, even before its
+    /// time: a caller batching the renewals of many groups pulls nearly-due
+    /// ones forward. Never unsafe: a renewal sent earlier anchors an
+    /// earlier, never a later, deadline.
+    RenewEarly,
+    /// Poll now if waiting and a poll is scheduled, even before its time
+    /// (as [`Input::RenewEarly`], for reads).
+    PollEarly,
     /// Give up leadership now, and stand again after a back-off.
     Resign,
     /// Drain, release and stop for good.
@@ -383,10 +404,15 @@ pub struct Machine {
     /// rewrite the record forever and no one else would ever see it
     /// unchanged long enough to take over.
     own_write_failures: u32,
+    /// The store's change feed delivers this group's writes: no polling.
+    feed_live: bool,
     /// Test-only mutation: anchor deadlines at the reply instead of the send
     /// (see [`Machine::anchor_deadlines_at_receive`]).
     anchor_at_receive: bool,
 }
+
+/// `next_read` when no poll is scheduled (the feed reports every write).
+const NEVER: MonoTime = MonoTime::from_nanos(u64::MAX);
 
 impl Machine {
     /// A candidate `me` with validated `timing`, publishing `metadata`.
@@ -410,6 +436,7 @@ impl Machine {
             reported: None,
             max_token: 0,
             own_write_failures: 0,
+            feed_live: false,
             anchor_at_receive: false,
         }
     }
@@ -443,6 +470,27 @@ impl Machine {
             State::Draining { lead, .. } => Phase::Draining { token: lead.token },
             State::Releasing(_) => Phase::Releasing,
             State::Stopped => Phase::Stopped,
+        }
+    }
+
+    /// When this leader's next renewal is scheduled, if one is (leading, no
+    /// operation in flight). A caller batching many groups uses it to pull
+    /// nearly-due renewals forward with [`Input::RenewEarly`].
+    pub fn renew_due(&self) -> Option<MonoTime> {
+        match &self.state {
+            State::Leader(lead) if self.op.is_none() && !lead.verifying => Some(lead.next_renew),
+            _ => None,
+        }
+    }
+
+    /// When this candidate's next poll is scheduled, if one is (waiting, no
+    /// operation in flight, not blocked); see [`Input::PollEarly`].
+    pub fn poll_due(&self) -> Option<MonoTime> {
+        match &self.state {
+            State::Candidate if self.op.is_none() && self.next_read != NEVER => {
+                Some(self.next_read.max(self.blocked_until()))
+            }
+            _ => None,
         }
     }
 
@@ -480,6 +528,25 @@ impl Machine {
                     self.ended = None;
                 }
             }
+            Input::Observed { current } => self.on_observed(now, current, &mut out),
+            Input::Feed { live } => {
+                self.feed_live = live;
+                // Up: what happened before it came up was not reported, so
+                // look once. Down: resume polling at once.
+                self.reread = true;
+            }
+            Input::RenewEarly => {
+                if let State::Leader(lead) = &mut self.state {
+                    if self.op.is_none() && !lead.verifying {
+                        lead.next_renew = lead.next_renew.min(now.mono);
+                    }
+                }
+            }
+            Input::PollEarly => {
+                if matches!(self.state, State::Candidate) && self.op.is_none() {
+                    self.next_read = self.next_read.min(now.mono);
+                }
+            }
             Input::Resign => self.begin_drain(EndReason::Resigned, After::Stand, &mut out),
             Input::Shutdown => self.shutdown(now, &mut out),
         }
@@ -499,7 +566,9 @@ impl Machine {
                 if blocked > now.mono {
                     at(blocked);
                 } else if self.op.is_none() {
-                    at(self.next_read);
+                    if self.next_read != NEVER {
+                        at(self.next_read);
+                    }
                     // A candidate that may not stand (no pulse) has nothing
                     // to do at the takeover instant; waking there would spin.
                     if self.is_live(now) {
@@ -697,6 +766,20 @@ impl Machine {
     /// the version changes: an unchanged version has been unchanged since it
     /// was first seen.
     fn observe(&mut self, now: Now, current: Option<Versioned>, out: &mut Vec<Action>) {
+        let seen = self
+            .observed
+            .as_ref()
+            .and_then(|o| o.current.as_ref())
+            .map(|v| v.version);
+        if let (Some(seen), Some(v)) = (seen, &current) {
+            if v.version < seen {
+                // An older write reported late (a feed event or a read that
+                // crossed it): what is known already is newer. A store whose
+                // versions restarted (lost data) is re-learned after the
+                // next compare-and-swap conflicts.
+                return;
+            }
+        }
         if let Some(v) = &current {
             self.max_token = self.max_token.max(v.record.token);
             self.last_held_term = v.record.holder.as_ref().map(|_| v.record.term);
@@ -826,7 +909,11 @@ impl Machine {
         match (&self.state, purpose) {
             (State::Candidate, _) => {
                 let delay = self.poll_delay();
-                self.next_read = now.mono + delay;
+                self.next_read = match (&result, self.feed_live) {
+                    // The feed reports every later write.
+                    (Ok(_), true) => NEVER,
+                    _ => now.mono + delay,
+                };
                 if let Ok(current) = result {
                     self.observe(now, current, out);
                 }
@@ -836,6 +923,34 @@ impl Machine {
             }
             (State::Releasing(_), ReadPurpose::Verify) => self.on_release_verify(now, result, out),
             _ => {}
+        }
+    }
+
+    /// A record delivered by the change feed.
+    fn on_observed(&mut self, now: Now, current: Versioned, out: &mut Vec<Action>) {
+        match &self.state {
+            State::Candidate => self.observe(now, Some(current), out),
+            State::Leader(lead) => {
+                let ours = self.is_mine(&current.record) && current.record.token == lead.token;
+                if !ours && current.version > lead.version {
+                    // Another writer replaced the record after our last
+                    // write: our term is over, whatever a renewal in flight
+                    // might say. Ending it now is never unsafe.
+                    let (token, deadline) = (lead.token, lead.deadline);
+                    let by = current.record.holder_id().map(str::to_owned);
+                    self.end_term(token, EndReason::Superseded { by }, now.mono, deadline, out);
+                    self.state = State::Candidate;
+                    self.reported = None;
+                    self.next_read = if self.feed_live {
+                        NEVER
+                    } else {
+                        now.mono + self.timing.retry_interval
+                    };
+                    self.observe(now, Some(current), out);
+                }
+            }
+            // A release verifies with reads of its own.
+            State::Draining { .. } | State::Releasing(_) | State::Stopped => {}
         }
     }
 

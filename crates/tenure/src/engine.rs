@@ -1,0 +1,1161 @@
+//! The engine: one task that runs the lease elections of every group a
+//! process campaigns for on one store.
+//!
+//! Each group keeps its own sans-IO [`Machine`]; the engine feeds them time,
+//! store replies and the handle's commands, and carries out their actions.
+//! What it adds is what makes the number of groups cheap:
+//!
+//! * **One timer structure.** The engine sleeps until the earliest wake-up
+//!   of all its groups (a heap), not a task and a sleep per group.
+//! * **Batched store operations.** Every read and compare-and-swap the
+//!   machines ask for in one turn goes out together, through
+//!   [`LeaseStore::read_many`] and [`LeaseStore::compare_and_swap_many`]
+//!   (one statement, one script call, a pipeline), with a bounded number of
+//!   batches in flight, so connections do not grow with the groups.
+//! * **Renewals that coalesce.** When one group's renewal falls due, every
+//!   leader whose renewal is due within half a renew interval renews with
+//!   it ([`Input::RenewEarly`]). Renewing early is never unsafe (a renewal
+//!   anchors its deadline at its own send, so an earlier send gives an
+//!   earlier deadline, and a deadline never moves back), and it never moves
+//!   a renewal later than its schedule. The leaders settle into at most two
+//!   or three batches per renew interval. Polls of waiting candidates (on a
+//!   store that cannot notify) coalesce the same way.
+//! * **One change feed per store** ([`LeaseStore::watch`]), demultiplexed by
+//!   group. A feed that carries the written record spares followers a read
+//!   per renewal; while it is up they do not poll at all.
+//!
+//! The timing argument of [`crate::config`] holds unchanged in the batched
+//! case: a machine anchors an operation at the instant it *emitted* it, and
+//! the batch that carries it is sent at or after that instant, so every
+//! anchor is at or before the real send. A queued operation that waits for
+//! a free batch slot only makes its deadline more conservative, and its
+//! timeout counts from emission too.
+//!
+//! Electors built from clones of one store handle share one engine (see
+//! [`EngineSlot`]); [`Engine::builder`] makes one explicitly, for tuning.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+
+use crate::clock::{Clock, MonoTime, Now};
+use crate::coordinator::{Command, Session};
+use crate::elector::ElectorBuilder;
+use crate::error::{ElectorError, StoreError};
+use crate::machine::{Action, Input, Machine, OpId, Phase, ReadPurpose, WritePurpose};
+use crate::record::{GroupName, Versioned};
+use crate::role::LeaderInfo;
+use crate::store::{BatchResult, CasOutcome, CasRequest, Change, LeaseStore, StoreFeed};
+
+/// Identifies one candidate (one elector) inside an engine.
+pub(crate) type GroupId = u64;
+
+/// What reaches the engine task from the handles.
+pub(crate) enum ToEngine {
+    Join(Box<Joining>),
+    Command(GroupId, Command),
+    Drained(GroupId, u64),
+    Pulse(GroupId),
+}
+
+/// A new candidate for the engine to run.
+pub(crate) struct Joining {
+    pub(crate) id: GroupId,
+    pub(crate) session: Session,
+    pub(crate) seed: u64,
+}
+
+/// Tuning for an [`Engine`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Most operations in one batch (default 2048). Larger batches mean
+    /// fewer round trips; stores split further where their protocol limits
+    /// a request.
+    pub max_batch: usize,
+    /// Most batches in flight at once (default 4): bounds the store
+    /// connections or requests an engine uses, whatever the number of
+    /// groups.
+    pub max_in_flight: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            max_batch: 2048,
+            max_in_flight: 4,
+        }
+    }
+}
+
+/// Counters of what an engine has done, for benchmarks and monitoring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineStats {
+    /// Candidates running in the engine now.
+    pub groups: u64,
+    /// Read batches sent (round trips, as the store counts them in one
+    /// request each).
+    pub read_batches: u64,
+    /// Group records read.
+    pub reads: u64,
+    /// Compare-and-swap batches sent.
+    pub write_batches: u64,
+    /// Compare-and-swaps carried out.
+    pub writes: u64,
+    /// Changes received from the store's feed.
+    pub changes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    groups: AtomicU64,
+    read_batches: AtomicU64,
+    reads: AtomicU64,
+    write_batches: AtomicU64,
+    writes: AtomicU64,
+    changes: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> EngineStats {
+        EngineStats {
+            groups: self.groups.load(Ordering::Relaxed),
+            read_batches: self.read_batches.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            write_batches: self.write_batches.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            changes: self.changes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the handles of an engine share: the way in, and the clock every
+/// group of the engine runs on.
+pub(crate) struct EngineShared {
+    tx: mpsc::UnboundedSender<ToEngine>,
+    pub(crate) clock: Arc<dyn Clock>,
+    next_id: AtomicU64,
+    counters: Arc<Counters>,
+}
+
+impl EngineShared {
+    pub(crate) fn send(&self, msg: ToEngine) {
+        let _ = self.tx.send(msg);
+    }
+
+    pub(crate) fn next_id(&self) -> GroupId {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether the engine task still runs (its runtime may have shut down).
+    fn is_running(&self) -> bool {
+        !self.tx.is_closed()
+    }
+
+    fn start(
+        store: Arc<dyn LeaseStore>,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+        runtime: &tokio::runtime::Handle,
+    ) -> Arc<EngineShared> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(Counters::default());
+        let shared = Arc::new(EngineShared {
+            tx,
+            clock: clock.clone(),
+            next_id: AtomicU64::new(1),
+            counters: counters.clone(),
+        });
+        let task = Task::new(store, clock, options, counters, rx);
+        runtime.spawn(task.run());
+        shared
+    }
+
+    /// The engine shared by every elector built from clones of `store`
+    /// with the same clock handle; a new one if there is none yet (or the
+    /// store offers no slot).
+    pub(crate) fn for_store(
+        store: Arc<dyn LeaseStore>,
+        clock: &Arc<dyn Clock>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Arc<EngineShared> {
+        let Some(slot) = store.engine_slot() else {
+            return Self::start(store, clock.clone(), EngineOptions::default(), runtime);
+        };
+        let mut current = slot.lock();
+        if let Some(engine) = current.upgrade() {
+            if engine.is_running() && same_clock(&engine.clock, clock) {
+                return engine;
+            }
+            if engine.is_running() {
+                // Another clock: a separate engine, not shared.
+                drop(current);
+                return Self::start(store, clock.clone(), EngineOptions::default(), runtime);
+            }
+        }
+        let engine = Self::start(
+            store.clone(),
+            clock.clone(),
+            EngineOptions::default(),
+            runtime,
+        );
+        *current = Arc::downgrade(&engine);
+        engine
+    }
+}
+
+fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// Where a store handle keeps the engine its clones share. A store puts one
+/// in the state its clones share and returns it from
+/// [`LeaseStore::engine_slot`]; that is all it takes for
+/// `Elector::builder(store.clone(), group)` in a loop to run every group on
+/// one engine.
+#[derive(Default)]
+pub struct EngineSlot {
+    engine: Mutex<Weak<EngineShared>>,
+}
+
+impl EngineSlot {
+    /// An empty slot.
+    pub fn new() -> Self {
+        EngineSlot::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Weak<EngineShared>> {
+        // The guarded value is a plain pointer, never left half-written.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl std::fmt::Debug for EngineSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineSlot")
+    }
+}
+
+/// Runs the lease elections of many groups on one store: one task, one
+/// timer, batched store operations and one change feed (see the module
+/// docs). Electors built with [`Elector::builder`](crate::Elector::builder)
+/// from clones of one store handle already share one; build one explicitly
+/// to tune it or to read its [`stats`](Engine::stats).
+///
+/// ```
+/// use tenure::{Engine, MemoryStore};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let engine = Engine::builder(MemoryStore::new()).start()?;
+/// let shards: Vec<_> = (0..100)
+///     .map(|i| engine.elector(format!("shard-{i}")).candidate_id("host-a").start())
+///     .collect::<Result<_, _>>()?;
+/// for shard in &shards {
+///     shard.wait_for_leadership().await?;
+/// }
+/// assert_eq!(engine.stats().groups, 100);
+/// # for s in &shards { s.shutdown().await; }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<EngineShared>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Configures an [`Engine`]; see [`Engine::builder`].
+pub struct EngineBuilder {
+    store: Arc<dyn LeaseStore>,
+    clock: Arc<dyn Clock>,
+    options: EngineOptions,
+}
+
+impl EngineBuilder {
+    /// The clock of every group in the engine (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Batch sizes and concurrency.
+    pub fn options(mut self, options: EngineOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Starts the engine's task. Must be called within a tokio runtime.
+    pub fn start(self) -> Result<Engine, ElectorError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ElectorError::NoRuntime)?;
+        let options = EngineOptions {
+            max_batch: self.options.max_batch.max(1),
+            max_in_flight: self.options.max_in_flight.max(1),
+        };
+        let shared = EngineShared::start(self.store, self.clock, options, &runtime);
+        Ok(Engine { shared })
+    }
+}
+
+impl Engine {
+    /// Starts configuring an engine on `store`.
+    pub fn builder(store: impl LeaseStore) -> EngineBuilder {
+        EngineBuilder {
+            store: Arc::new(store),
+            clock: crate::clock::system_clock(),
+            options: EngineOptions::default(),
+        }
+    }
+
+    /// Starts configuring a candidate for `group` that runs in this engine
+    /// (on the engine's store and clock).
+    pub fn elector(&self, group: impl AsRef<str>) -> ElectorBuilder {
+        ElectorBuilder::in_engine(self.shared.clone(), group)
+    }
+
+    /// What the engine has done so far.
+    pub fn stats(&self) -> EngineStats {
+        self.shared.counters.snapshot()
+    }
+
+    pub(crate) fn from_shared(shared: Arc<EngineShared>) -> Engine {
+        Engine { shared }
+    }
+}
+
+/// A wake-up of one group, valid while the group's generation matches.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at: MonoTime,
+    id: GroupId,
+    gen: u64,
+}
+
+/// An operation's reply deadline.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct OpDeadline {
+    at: MonoTime,
+    id: GroupId,
+    op: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Read(ReadPurpose),
+    Write(WritePurpose),
+}
+
+impl OpKind {
+    fn label(self) -> &'static str {
+        match self {
+            OpKind::Read(p) => p.label(),
+            OpKind::Write(p) => p.label(),
+        }
+    }
+}
+
+struct Slot {
+    group: GroupName,
+    machine: Machine,
+    session: Session,
+    /// The last pulse fed to the machine.
+    fed_pulse: u64,
+    /// The operation in flight, if any.
+    op: Option<(OpId, OpKind)>,
+    /// The wake-up in the heap that counts; older entries are stale.
+    gen: u64,
+    scheduled: Option<MonoTime>,
+    renew_key: Option<MonoTime>,
+    poll_key: Option<MonoTime>,
+    /// The per-group hint forwarder, for stores without a store-wide feed.
+    hints: Option<AbortHandle>,
+}
+
+/// A queued read.
+struct QueuedRead {
+    id: GroupId,
+    op: OpId,
+    deadline: MonoTime,
+    group: GroupName,
+}
+
+/// A queued compare-and-swap.
+struct QueuedWrite {
+    id: GroupId,
+    op: OpId,
+    deadline: MonoTime,
+    request: CasRequest,
+}
+
+/// A finished batch.
+enum BatchReply {
+    Reads(Vec<(GroupId, OpId)>, BatchResult<Option<Versioned>>),
+    Writes(Vec<(GroupId, OpId)>, BatchResult<CasOutcome>),
+}
+
+enum Feed {
+    /// Not subscribed; try again at this instant.
+    Off { retry_at: MonoTime },
+    /// A subscription in flight.
+    Subscribing,
+    /// Changes arrive here.
+    Up(StoreFeed),
+    /// The store has no store-wide feed; groups subscribe one by one.
+    PerGroup,
+}
+
+struct Task {
+    store: Arc<dyn LeaseStore>,
+    clock: Arc<dyn Clock>,
+    options: EngineOptions,
+    counters: Arc<Counters>,
+    rx: mpsc::UnboundedReceiver<ToEngine>,
+    /// Change hints of single groups, for stores without a store-wide feed.
+    hints: mpsc::UnboundedReceiver<GroupId>,
+    hint_tx: mpsc::UnboundedSender<GroupId>,
+    rx_open: bool,
+    slots: HashMap<GroupId, Slot>,
+    by_group: HashMap<GroupName, Vec<GroupId>>,
+    timers: BinaryHeap<Reverse<Timer>>,
+    deadlines: BinaryHeap<Reverse<OpDeadline>>,
+    renewals: BTreeSet<(MonoTime, GroupId)>,
+    polls: BTreeSet<(MonoTime, GroupId)>,
+    reads: Vec<QueuedRead>,
+    writes: Vec<QueuedWrite>,
+    /// Whether this turn queued a scheduled renewal or poll, which the
+    /// nearly-due ones then join.
+    renewing: bool,
+    polling: bool,
+    /// How far ahead of schedule any group's renewal or poll may be pulled
+    /// (the largest half-interval among the groups that have joined).
+    renew_window: Duration,
+    poll_window: Duration,
+    batches: JoinSet<BatchReply>,
+    feed: Feed,
+    subscription: JoinSet<Result<Option<StoreFeed>, StoreError>>,
+}
+
+impl Task {
+    fn new(
+        store: Arc<dyn LeaseStore>,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+        counters: Arc<Counters>,
+        rx: mpsc::UnboundedReceiver<ToEngine>,
+    ) -> Task {
+        let now = clock.now().mono;
+        let (hint_tx, hints) = mpsc::unbounded_channel();
+        Task {
+            store,
+            clock,
+            options,
+            counters,
+            rx,
+            hints,
+            hint_tx,
+            rx_open: true,
+            slots: HashMap::new(),
+            by_group: HashMap::new(),
+            timers: BinaryHeap::new(),
+            deadlines: BinaryHeap::new(),
+            renewals: BTreeSet::new(),
+            polls: BTreeSet::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            renewing: false,
+            polling: false,
+            renew_window: Duration::ZERO,
+            poll_window: Duration::ZERO,
+            batches: JoinSet::new(),
+            feed: Feed::Off { retry_at: now },
+            subscription: JoinSet::new(),
+        }
+    }
+
+    async fn run(mut self) {
+        loop {
+            self.subscribe_if_due();
+            let wake = self.next_wake();
+            let clock = self.clock.clone();
+            tokio::select! {
+                biased;
+                msg = self.rx.recv(), if self.rx_open => match msg {
+                    Some(msg) => self.handle(msg),
+                    None => self.rx_open = false,
+                },
+                Some(reply) = self.batches.join_next() => {
+                    if let Ok(reply) = reply {
+                        self.on_batch(reply);
+                    }
+                }
+                change = next_change(&mut self.feed) => self.on_change(change),
+                Some(subscribed) = self.subscription.join_next() => {
+                    self.on_subscribed(subscribed.unwrap_or(Ok(None)));
+                }
+                Some(id) = self.hints.recv() => self.step(id, Input::Changed),
+                _ = sleep_until(&clock, wake) => {}
+            }
+            // Take in everything else that is ready, so one turn batches it.
+            while let Ok(msg) = self.rx.try_recv() {
+                self.handle(msg);
+            }
+            if let Feed::Up(feed) = &mut self.feed {
+                let mut ready = Vec::new();
+                while let Some(change) = feed.try_next() {
+                    ready.push(change);
+                }
+                for change in ready {
+                    self.on_change(Some(change));
+                }
+            }
+            self.fire_timers();
+            self.coalesce();
+            self.flush();
+            if !self.rx_open && self.slots.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: ToEngine) {
+        match msg {
+            ToEngine::Join(joining) => self.join(*joining),
+            ToEngine::Command(id, Command::Resign) => self.step(id, Input::Resign),
+            ToEngine::Command(id, Command::Shutdown) => self.step(id, Input::Shutdown),
+            ToEngine::Drained(id, token) => self.step(id, Input::Drained { token }),
+            ToEngine::Pulse(id) => self.step(id, Input::Tick),
+        }
+    }
+
+    fn join(&mut self, joining: Joining) {
+        let Joining { id, session, seed } = joining;
+        let now = self.clock.now();
+        let machine = Machine::new(
+            session.timing().clone(),
+            session.candidate().clone(),
+            session.metadata().clone(),
+            seed,
+            now,
+        );
+        let group = session.group().clone();
+        self.by_group.entry(group.clone()).or_default().push(id);
+        let timing = machine.timing();
+        self.renew_window = self.renew_window.max(timing.renew_interval / 2);
+        self.poll_window = self.poll_window.max(timing.retry_interval / 2);
+        self.slots.insert(
+            id,
+            Slot {
+                group,
+                machine,
+                session,
+                fed_pulse: 0,
+                op: None,
+                gen: 0,
+                scheduled: None,
+                renew_key: None,
+                poll_key: None,
+                hints: None,
+            },
+        );
+        self.counters.groups.fetch_add(1, Ordering::Relaxed);
+        match self.feed {
+            Feed::Up(_) => self.step(id, Input::Feed { live: true }),
+            Feed::PerGroup => {
+                self.subscribe_group(id);
+                self.step(id, Input::Tick);
+            }
+            _ => self.step(id, Input::Tick),
+        }
+    }
+
+    fn leave(&mut self, id: GroupId) {
+        let Some(slot) = self.slots.remove(&id) else {
+            return;
+        };
+        if let Some(hints) = slot.hints {
+            hints.abort();
+        }
+        if let Some(t) = slot.renew_key {
+            self.renewals.remove(&(t, id));
+        }
+        if let Some(t) = slot.poll_key {
+            self.polls.remove(&(t, id));
+        }
+        if let Some(ids) = self.by_group.get_mut(&slot.group) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.by_group.remove(&slot.group);
+            }
+        }
+        self.counters.groups.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Feeds one input to one group's machine and carries out what it says.
+    fn step(&mut self, id: GroupId, input: Input) {
+        let now = self.clock.now();
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let mut actions = feed_pulse(slot, now);
+        actions.extend(slot.machine.step(now, input));
+        let stopped = self.carry_out(id, actions);
+        if stopped {
+            self.leave(id);
+        } else {
+            self.reschedule(id, now);
+        }
+    }
+
+    /// Carries out one group's actions; returns true once it has stopped.
+    fn carry_out(&mut self, id: GroupId, actions: Vec<Action>) -> bool {
+        let mut stopped = false;
+        for action in actions {
+            let Some(slot) = self.slots.get_mut(&id) else {
+                return true;
+            };
+            match action {
+                Action::Read {
+                    op,
+                    purpose,
+                    deadline,
+                } => {
+                    slot.op = Some((op, OpKind::Read(purpose)));
+                    self.polling |= purpose == ReadPurpose::Poll;
+                    self.reads.push(QueuedRead {
+                        id,
+                        op,
+                        deadline,
+                        group: slot.group.clone(),
+                    });
+                    self.deadlines.push(Reverse(OpDeadline {
+                        at: deadline,
+                        id,
+                        op: op.0,
+                    }));
+                }
+                Action::Cas {
+                    op,
+                    purpose,
+                    expected,
+                    record,
+                    deadline,
+                } => {
+                    slot.op = Some((op, OpKind::Write(purpose)));
+                    self.renewing |= purpose == WritePurpose::Renew;
+                    self.writes.push(QueuedWrite {
+                        id,
+                        op,
+                        deadline,
+                        request: CasRequest {
+                            group: slot.group.clone(),
+                            expected,
+                            record,
+                        },
+                    });
+                    self.deadlines.push(Reverse(OpDeadline {
+                        at: deadline,
+                        id,
+                        op: op.0,
+                    }));
+                }
+                Action::Elected { token, deadline } => {
+                    slot.session.publisher.elected(token, deadline);
+                }
+                Action::Renewed {
+                    deadline, latency, ..
+                } => slot.session.publisher.renewed(deadline, latency),
+                Action::EndTerm {
+                    reason,
+                    work_deadline,
+                    ..
+                } => slot.session.publisher.end_term(reason, work_deadline),
+                Action::LeaderChanged { leader } => {
+                    let info = leader.as_ref().and_then(LeaderInfo::from_record);
+                    slot.session.publisher.leader_changed(info);
+                }
+                Action::Failed { fault } => slot.session.publisher.failed(fault),
+                Action::Stopped => {
+                    slot.session.publisher.stopped();
+                    stopped = true;
+                }
+            }
+        }
+        stopped
+    }
+
+    /// Files the group's next wake-up and its due renewal or poll.
+    fn reschedule(&mut self, id: GroupId, now: Now) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        watch_liveness(slot, now);
+        let wake = slot.machine.next_wake(now);
+        if wake != slot.scheduled {
+            slot.scheduled = wake;
+            slot.gen += 1;
+            if let Some(at) = wake {
+                self.timers.push(Reverse(Timer {
+                    at,
+                    id,
+                    gen: slot.gen,
+                }));
+            }
+        }
+        let renew = slot.machine.renew_due();
+        if renew != slot.renew_key {
+            if let Some(t) = slot.renew_key {
+                self.renewals.remove(&(t, id));
+            }
+            if let Some(t) = renew {
+                self.renewals.insert((t, id));
+            }
+            slot.renew_key = renew;
+        }
+        let poll = slot.machine.poll_due();
+        if poll != slot.poll_key {
+            if let Some(t) = slot.poll_key {
+                self.polls.remove(&(t, id));
+            }
+            if let Some(t) = poll {
+                self.polls.insert((t, id));
+            }
+            slot.poll_key = poll;
+        }
+    }
+
+    fn next_wake(&mut self) -> Option<MonoTime> {
+        // Drop stale timers from the top so the sleep is for a real one.
+        while let Some(Reverse(t)) = self.timers.peek() {
+            match self.slots.get(&t.id) {
+                Some(slot) if slot.gen == t.gen => break,
+                _ => {
+                    self.timers.pop();
+                }
+            }
+        }
+        while let Some(Reverse(d)) = self.deadlines.peek() {
+            match self.slots.get(&d.id) {
+                Some(slot) if slot.op.is_some_and(|(op, _)| op.0 == d.op) => break,
+                _ => {
+                    self.deadlines.pop();
+                }
+            }
+        }
+        let mut wake = self.timers.peek().map(|Reverse(t)| t.at);
+        if let Some(Reverse(d)) = self.deadlines.peek() {
+            wake = Some(wake.map_or(d.at, |w| w.min(d.at)));
+        }
+        if let Feed::Off { retry_at } = self.feed {
+            if !self.slots.is_empty() {
+                wake = Some(wake.map_or(retry_at, |w| w.min(retry_at)));
+            }
+        }
+        wake
+    }
+
+    /// Ticks every group whose wake-up has come, and times out every
+    /// operation whose deadline has passed.
+    fn fire_timers(&mut self) {
+        let now = self.clock.now().mono;
+        while let Some(Reverse(d)) = self.deadlines.peek().copied() {
+            if d.at > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some(slot) = self.slots.get_mut(&d.id) else {
+                continue;
+            };
+            let Some((op, kind)) = slot.op.filter(|(op, _)| op.0 == d.op) else {
+                continue;
+            };
+            slot.op = None;
+            let error = StoreError::Timeout(slot.machine.timing().op_timeout);
+            slot.session.publisher.store_health(
+                kind.label(),
+                Some((error.kind().to_owned(), error.to_string())),
+            );
+            let input = match kind {
+                OpKind::Read(_) => Input::ReadDone {
+                    op,
+                    result: Err(error),
+                },
+                OpKind::Write(_) => Input::CasDone {
+                    op,
+                    result: Err(error),
+                },
+            };
+            self.step(d.id, input);
+        }
+        while let Some(Reverse(t)) = self.timers.peek().copied() {
+            if t.at > now {
+                break;
+            }
+            self.timers.pop();
+            if self.slots.get(&t.id).is_some_and(|s| s.gen == t.gen) {
+                if let Some(slot) = self.slots.get_mut(&t.id) {
+                    slot.scheduled = None;
+                }
+                self.step(t.id, Input::Tick);
+            }
+        }
+    }
+
+    /// Pulls nearly-due renewals (and polls) into the batch a scheduled one
+    /// is going out in.
+    fn coalesce(&mut self) {
+        let now = self.clock.now().mono;
+        if std::mem::take(&mut self.renewing) {
+            let due: Vec<GroupId> = self
+                .renewals
+                .iter()
+                .take_while(|(t, _)| *t <= now + self.renew_window)
+                .filter(|(t, id)| {
+                    self.slots
+                        .get(id)
+                        .is_some_and(|s| *t <= now + s.machine.timing().renew_interval / 2)
+                })
+                .map(|(_, id)| *id)
+                .collect();
+            for id in due {
+                self.step(id, Input::RenewEarly);
+            }
+            self.renewing = false;
+        }
+        if std::mem::take(&mut self.polling) {
+            let due: Vec<GroupId> = self
+                .polls
+                .iter()
+                .take_while(|(t, _)| *t <= now + self.poll_window)
+                .filter(|(t, id)| {
+                    self.slots
+                        .get(id)
+                        .is_some_and(|s| *t <= now + s.machine.timing().retry_interval / 2)
+                })
+                .map(|(_, id)| *id)
+                .collect();
+            for id in due {
+                self.step(id, Input::PollEarly);
+            }
+            self.polling = false;
+        }
+    }
+
+    /// Sends queued operations as batches while there is room in flight.
+    fn flush(&mut self) {
+        // Writes first: renewals are what keeps leaders leading.
+        while !self.writes.is_empty() && self.batches.len() < self.options.max_in_flight {
+            let take = self.writes.len().min(self.options.max_batch);
+            let chunk: Vec<QueuedWrite> = self.writes.drain(..take).collect();
+            let live: Vec<QueuedWrite> = chunk
+                .into_iter()
+                .filter(|w| self.is_current(w.id, w.op))
+                .collect();
+            if live.is_empty() {
+                continue;
+            }
+            // Abandoned once every operation in it has timed out.
+            let deadline = live.iter().map(|w| w.deadline).max().unwrap_or_default();
+            let ids: Vec<(GroupId, OpId)> = live.iter().map(|w| (w.id, w.op)).collect();
+            let requests: Vec<CasRequest> = live.into_iter().map(|w| w.request).collect();
+            Counters::add(&self.counters.write_batches, 1);
+            Counters::add(&self.counters.writes, requests.len());
+            let (store, clock) = (self.store.clone(), self.clock.clone());
+            self.batches.spawn(async move {
+                let result = tokio::select! {
+                    r = store.compare_and_swap_many(&requests) => r,
+                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(Duration::ZERO)),
+                };
+                BatchReply::Writes(ids, result)
+            });
+        }
+        while !self.reads.is_empty() && self.batches.len() < self.options.max_in_flight {
+            let take = self.reads.len().min(self.options.max_batch);
+            let chunk: Vec<QueuedRead> = self.reads.drain(..take).collect();
+            let live: Vec<QueuedRead> = chunk
+                .into_iter()
+                .filter(|r| self.is_current(r.id, r.op))
+                .collect();
+            if live.is_empty() {
+                continue;
+            }
+            let deadline = live.iter().map(|r| r.deadline).max().unwrap_or_default();
+            let ids: Vec<(GroupId, OpId)> = live.iter().map(|r| (r.id, r.op)).collect();
+            let groups: Vec<GroupName> = live.into_iter().map(|r| r.group).collect();
+            Counters::add(&self.counters.read_batches, 1);
+            Counters::add(&self.counters.reads, groups.len());
+            let (store, clock) = (self.store.clone(), self.clock.clone());
+            self.batches.spawn(async move {
+                let result = tokio::select! {
+                    r = store.read_many(&groups) => r,
+                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(Duration::ZERO)),
+                };
+                BatchReply::Reads(ids, result)
+            });
+        }
+    }
+
+    /// Whether `op` is still the group's operation in flight (it may have
+    /// timed out while queued).
+    fn is_current(&self, id: GroupId, op: OpId) -> bool {
+        self.slots
+            .get(&id)
+            .is_some_and(|s| s.op.is_some_and(|(o, _)| o == op))
+    }
+
+    fn on_batch(&mut self, reply: BatchReply) {
+        match reply {
+            BatchReply::Reads(ids, result) => {
+                for ((id, op), result) in spread(ids, result) {
+                    self.reply(id, op, |op, result| Input::ReadDone { op, result }, result);
+                }
+            }
+            BatchReply::Writes(ids, result) => {
+                for ((id, op), result) in spread(ids, result) {
+                    self.reply(id, op, |op, result| Input::CasDone { op, result }, result);
+                }
+            }
+        }
+    }
+
+    fn reply<T>(
+        &mut self,
+        id: GroupId,
+        op: OpId,
+        input: impl FnOnce(OpId, Result<T, StoreError>) -> Input,
+        result: Result<T, StoreError>,
+    ) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let Some((current, kind)) = slot.op else {
+            return;
+        };
+        if current != op {
+            return;
+        }
+        slot.op = None;
+        let health = result
+            .as_ref()
+            .err()
+            .map(|e| (e.kind().to_owned(), e.to_string()));
+        slot.session.publisher.store_health(kind.label(), health);
+        self.step(id, input(op, result));
+    }
+
+    fn subscribe_if_due(&mut self) {
+        let Feed::Off { retry_at } = self.feed else {
+            return;
+        };
+        if self.slots.is_empty() || self.clock.now().mono < retry_at {
+            return;
+        }
+        self.feed = Feed::Subscribing;
+        let (store, clock) = (self.store.clone(), self.clock.clone());
+        // Bounded like an operation of the shortest term in the engine.
+        let timeout = self
+            .slots
+            .values()
+            .map(|s| s.machine.timing().op_timeout)
+            .min()
+            .unwrap_or(Duration::from_secs(5));
+        self.subscription.spawn(async move {
+            let deadline = clock.now().mono + timeout;
+            tokio::select! {
+                r = store.watch() => r,
+                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
+            }
+        });
+    }
+
+    fn on_subscribed(&mut self, result: Result<Option<StoreFeed>, StoreError>) {
+        match result {
+            Ok(Some(feed)) => {
+                self.feed = Feed::Up(feed);
+                let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+                for id in ids {
+                    self.step(id, Input::Feed { live: true });
+                }
+            }
+            Ok(None) => {
+                self.feed = Feed::PerGroup;
+                let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+                for id in ids {
+                    self.subscribe_group(id);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "no change feed yet; polling");
+                self.feed = Feed::Off {
+                    retry_at: self.clock.now().mono + self.retry_interval(),
+                };
+            }
+        }
+    }
+
+    /// The shortest retry interval among the groups, for re-subscribing.
+    fn retry_interval(&self) -> Duration {
+        self.slots
+            .values()
+            .map(|s| s.machine.timing().retry_interval)
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    fn on_change(&mut self, change: Option<Change>) {
+        let Some(change) = change else {
+            tracing::debug!("change feed ended; polling until it is back");
+            self.feed = Feed::Off {
+                retry_at: self.clock.now().mono + self.retry_interval(),
+            };
+            let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+            for id in ids {
+                self.step(id, Input::Feed { live: false });
+            }
+            return;
+        };
+        Counters::add(&self.counters.changes, 1);
+        match change {
+            Change::Written { group, current } => {
+                for id in self.ids_of(&group) {
+                    self.step(
+                        id,
+                        Input::Observed {
+                            current: current.clone(),
+                        },
+                    );
+                }
+            }
+            Change::Hint { group } => {
+                for id in self.ids_of(&group) {
+                    self.step(id, Input::Changed);
+                }
+            }
+            Change::Resync => {
+                let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+                for id in ids {
+                    self.step(id, Input::Changed);
+                }
+            }
+        }
+    }
+
+    fn ids_of(&self, group: &GroupName) -> Vec<GroupId> {
+        self.by_group.get(group).cloned().unwrap_or_default()
+    }
+
+    /// For a store without a store-wide feed: forward the group's own
+    /// change hints into the engine, re-subscribing when the feed ends.
+    fn subscribe_group(&mut self, id: GroupId) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let tx = self.hint_tx.clone();
+        let (store, group, clock) = (self.store.clone(), slot.group.clone(), self.clock.clone());
+        let timeout = slot.machine.timing().op_timeout;
+        let retry = slot.machine.timing().retry_interval;
+        let handle = tokio::spawn(async move {
+            loop {
+                let deadline = clock.now().mono + timeout;
+                let subscribed = tokio::select! {
+                    r = store.changes(&group) => r,
+                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
+                };
+                match subscribed {
+                    Ok(Some(mut feed)) => {
+                        while feed.changed().await.is_some() {
+                            if tx.send(id).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    // This store cannot notify: the group polls.
+                    Ok(None) => return,
+                    Err(_) => {}
+                }
+                clock.sleep_until(clock.now().mono + retry).await;
+            }
+        });
+        slot.hints = Some(handle.abort_handle());
+    }
+}
+
+/// Pairs each operation of a batch with its result; a batch that failed as
+/// a whole fails every operation in it with a copy of its error.
+fn spread<T>(
+    ids: Vec<(GroupId, OpId)>,
+    result: BatchResult<T>,
+) -> Vec<((GroupId, OpId), Result<T, StoreError>)> {
+    match result {
+        Ok(results) if results.len() == ids.len() => ids.into_iter().zip(results).collect(),
+        Ok(results) => {
+            let error = StoreError::Unavailable {
+                message: format!(
+                    "the store answered a batch of {} operations with {} results",
+                    ids.len(),
+                    results.len()
+                ),
+                source: None,
+            };
+            ids.into_iter()
+                .map(|id| (id, Err(error.copy_for_batch())))
+                .collect()
+        }
+        Err(error) => ids
+            .into_iter()
+            .map(|id| (id, Err(error.copy_for_batch())))
+            .collect(),
+    }
+}
+
+/// Feeds the latest application pulse, if any arrived since the last.
+fn feed_pulse(slot: &mut Slot, now: Now) -> Vec<Action> {
+    let last = slot.session.pulse.last.load(Ordering::Acquire);
+    if last <= slot.fed_pulse {
+        return Vec::new();
+    }
+    slot.fed_pulse = last;
+    let at = MonoTime::from_nanos(last).min(now.mono);
+    slot.machine.step(now, Input::Pulse { at })
+}
+
+/// Asks pulses to wake the engine while the application's silence is what
+/// keeps this candidate from leading.
+fn watch_liveness(slot: &Slot, now: Now) {
+    if let Some(timeout) = slot.machine.timing().liveness_timeout {
+        let last = MonoTime::from_nanos(slot.session.pulse.last.load(Ordering::Acquire));
+        let silent = now.mono >= last + timeout;
+        let standing = slot.machine.phase() == Phase::Candidate;
+        slot.session
+            .pulse
+            .waiting
+            .store(silent && standing, Ordering::Release);
+    }
+}
+
+async fn next_change(feed: &mut Feed) -> Option<Change> {
+    match feed {
+        Feed::Up(f) => f.next().await,
+        _ => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(clock: &Arc<dyn Clock>, wake: Option<MonoTime>) {
+    match wake {
+        Some(t) => clock.sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
