@@ -421,9 +421,31 @@ impl Checker {
         }
         term.closed = true;
         term.work_end = Some(self.clocks[node].real_at(work_deadline));
-        if work_deadline > term.deadline {
-            self.note("end of term with work deadline past the term deadline");
+        let deadline = term.deadline;
+        if work_deadline > deadline {
+            // The checker keeps judging the term by its deadline, so no
+            // overlap follows from this alone; but the work was told it may
+            // act longer than the term lasts, which a real elector's work
+            // would do.
+            self.violation(
+                ViolationKind::WorkPastDeadline,
+                t,
+                vec![node],
+                vec![token],
+                format!(
+                    "node {node} ended term {token} with work deadline {} past the term's deadline {} ({:.6}s late on its clock)",
+                    work_deadline.as_nanos(),
+                    deadline.as_nanos(),
+                    work_deadline.saturating_since(deadline).as_secs_f64()
+                ),
+            );
         }
+    }
+
+    /// `node` asked to be woken at an instant already past at `t`, and ticks
+    /// there kept changing nothing: it busy-waits.
+    pub(crate) fn busy_wait(&mut self, t: SimTime, node: usize, detail: String) {
+        self.violation(ViolationKind::BusyWait, t, vec![node], vec![], detail);
     }
 
     /// `Input::Drained` was fed to `node` at `t`: the work of `token` is gone.
@@ -650,6 +672,20 @@ mod tests {
         c.elected(ms(200), 1, 5, mono(2100));
         assert_eq!(c.violations.len(), 1);
         assert_eq!(c.violations[0].kind, ViolationKind::TokenOrder);
+    }
+
+    #[test]
+    fn work_allowed_past_the_terms_deadline_is_a_violation() {
+        let mut c = checker(vec![NodeClock::perfect(), NodeClock::perfect()]);
+        c.elected(ms(0), 0, 1, mono(1980));
+        c.end_term(ms(100), 0, 1, mono(1980));
+        assert!(c.violations.is_empty(), "up to the deadline is fine");
+        c.elected(ms(3000), 1, 2, mono(4980));
+        c.renewed(ms(3500), 1, 2, mono(5480));
+        c.end_term(ms(3600), 1, 2, mono(5481));
+        assert_eq!(c.violations.len(), 1, "{:?}", c.violations);
+        assert_eq!(c.violations[0].kind, ViolationKind::WorkPastDeadline);
+        assert_eq!(c.violations[0].tokens, vec![2]);
     }
 
     #[test]

@@ -133,16 +133,21 @@ impl NodeClock {
     ///   bound; the checker's own test sets it far beyond to show it catches
     ///   the overlap that follows.
     /// * `configured_drift` and `skew`: with a skew bound, the wall clock
-    ///   stays within `skew / 2 − 1 ms` of real time (offset within a
+    ///   stays within `skew / 2 − 1 ms` of true time (offset within a
     ///   quarter, drift between NTP steps within a quarter, 1 ms for the
-    ///   millisecond resolution of records), so any two nodes differ by less
-    ///   than the bound, as [`tenure::Config::max_clock_skew`] requires.
+    ///   millisecond resolution of records), as
+    ///   [`tenure::Config::max_clock_skew`] requires of every clock.
     ///   Without one, the wall offset is arbitrary (up to an hour either way).
+    /// * `wall_offset`: with a skew bound, the offset is drawn from
+    ///   `[-wall_offset, +wall_offset]` instead of a quarter of the bound:
+    ///   the negative control of the skew assumption sets it beyond half the
+    ///   bound.
     pub fn random(
         rng: &mut impl Rng,
         actual_drift: f64,
         configured_drift: f64,
         skew: Option<Duration>,
+        wall_offset: Option<Duration>,
     ) -> Self {
         let edge = rng.gen_bool(1.0 / 3.0);
         let rate = if edge {
@@ -165,7 +170,8 @@ impl NodeClock {
             }
             Some(skew) => {
                 let quarter = skew / 4;
-                let max_off = quarter.saturating_sub(Duration::from_millis(1));
+                let max_off =
+                    wall_offset.unwrap_or_else(|| quarter.saturating_sub(Duration::from_millis(1)));
                 let offset = if rng.gen_bool(1.0 / 3.0) {
                     max_off
                 } else {
@@ -259,7 +265,7 @@ mod tests {
     fn real_at_inverts_mono_exactly() {
         let mut rng = StdRng::seed_from_u64(1);
         for _ in 0..200 {
-            let c = NodeClock::random(&mut rng, 0.3, 0.01, None);
+            let c = NodeClock::random(&mut rng, 0.3, 0.01, None, None);
             for _ in 0..50 {
                 let t = SimTime(rng.gen_range(0..400_000_000_000u64));
                 let m = c.mono(t);
@@ -288,7 +294,7 @@ mod tests {
         let skew = Duration::from_millis(400);
         let half = i128::from(u64::try_from((skew / 2).as_millis()).unwrap_or(0));
         for _ in 0..100 {
-            let c = NodeClock::random(&mut rng, 0.01, 0.01, Some(skew));
+            let c = NodeClock::random(&mut rng, 0.01, 0.01, Some(skew), None);
             for s in 0..600 {
                 let t = SimTime::from_duration(Duration::from_millis(s * 497));
                 let wall = i128::from(c.wall(t).as_millis());

@@ -23,7 +23,17 @@
 //!   elections and never change on renewal; after an undisturbed leader
 //!   crash the next term starts within [`LivenessBounds::crash`]; once all
 //!   faults have healed a term is valid within [`LivenessBounds::heal`] and
-//!   stays valid.
+//!   stays valid; no node busy-waits (asks again and again to be woken at
+//!   an instant already past while nothing changes); no ended term gives
+//!   its work more time than the term had left.
+//! * **Early takeovers**: in seeds with a skew bound the report counts the
+//!   takeovers that only the wall-clock rule allowed
+//!   ([`SimReport::early_takeovers`]), so those seeds demonstrably exercise
+//!   it.
+//! * **Negative controls** ([`SimParams::actual_drift`],
+//!   [`SimParams::actual_wall_offset`], [`SimParams::anchor_at_receive`])
+//!   break one assumption of the timing argument each; the checker must
+//!   then report overlaps.
 //!
 //! Everything derives from one `u64` seed, so a failing seed replays
 //! exactly, and every violation names its seed; the binary prints the
@@ -46,6 +56,7 @@ pub mod faults;
 pub mod params;
 pub mod report;
 mod scheduler;
+mod spin;
 mod trace;
 mod world;
 

@@ -58,6 +58,14 @@ struct Args {
     /// Ordinary one-way store latency bound in milliseconds.
     #[arg(long)]
     latency_ms: Option<u64>,
+    /// How far wall clocks actually stray from true time, in ms, if not
+    /// within half the skew bound (a negative control).
+    #[arg(long)]
+    actual_wall_offset_ms: Option<u64>,
+    /// Anchor every leader's deadline at the reply instead of the send (a
+    /// deliberately broken machine: a negative control).
+    #[arg(long)]
+    anchor_at_receive: bool,
     /// Inject crashes only.
     #[arg(long, conflicts_with = "no_faults")]
     crash_only: bool,
@@ -128,6 +136,8 @@ fn params(args: &Args) -> SimParams {
         p.drift = d;
     }
     p.actual_drift = args.actual_drift;
+    p.actual_wall_offset = args.actual_wall_offset_ms.map(Duration::from_millis);
+    p.anchor_at_receive = args.anchor_at_receive;
     if let Some(s) = args.skew {
         p.skew = s;
     }

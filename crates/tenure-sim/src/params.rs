@@ -62,6 +62,18 @@ pub struct SimParams {
     pub actual_drift: Option<f64>,
     /// The wall-clock skew bound.
     pub skew: SkewBound,
+    /// How far wall clocks actually stray from true time, if not within half
+    /// the skew bound: each node's offset is drawn from `[-x, +x]` (a third
+    /// on an edge) instead of staying within `skew / 2`. Setting it beyond
+    /// `skew / 2` breaks the early takeover's assumption on purpose, to show
+    /// that the checker catches the overlap that follows. Matters only in
+    /// seeds with a skew bound.
+    pub actual_wall_offset: Option<Duration>,
+    /// Run every node's machine with the test-only mutation
+    /// [`tenure::machine::Machine::anchor_deadlines_at_receive`]: deadlines
+    /// counted from a write's reply instead of its send, which the timing
+    /// argument forbids. A negative control: the checker must catch it.
+    pub anchor_at_receive: bool,
     /// Change notifications.
     pub notify: Notify,
     /// Application liveness pulses.
@@ -87,6 +99,8 @@ impl Default for SimParams {
             drift: 0.01,
             actual_drift: None,
             skew: SkewBound::Random(Duration::from_millis(400)),
+            actual_wall_offset: None,
+            anchor_at_receive: false,
             notify: Notify::Random,
             liveness: Liveness::Random(Duration::from_secs(2)),
             fault_phase: Duration::from_secs(100),
@@ -121,6 +135,13 @@ impl SimParams {
             if !(a.is_finite() && (0.0..0.9).contains(&a)) {
                 return Err(SimError::Params(format!(
                     "actual drift {a} is outside [0, 0.9)"
+                )));
+            }
+        }
+        if let Some(w) = self.actual_wall_offset {
+            if w > Duration::from_secs(3600) {
+                return Err(SimError::Params(format!(
+                    "actual wall-clock offset {w:?} is over an hour"
                 )));
             }
         }
@@ -189,6 +210,12 @@ impl SimParams {
                 SkewBound::On(s) => format!(" --skew on:{}", s.as_millis()),
                 SkewBound::Random(s) => format!(" --skew random:{}", s.as_millis()),
             };
+        }
+        if let Some(w) = self.actual_wall_offset {
+            cmd += &format!(" --actual-wall-offset-ms {}", w.as_millis());
+        }
+        if self.anchor_at_receive {
+            cmd += " --anchor-at-receive";
         }
         if self.notify != d.notify {
             cmd += match self.notify {

@@ -20,6 +20,14 @@ pub enum ViolationKind {
     /// The machine broke its own contract (elected twice, renewed a term it
     /// does not hold, wrote a record that does not decode).
     Contract,
+    /// A node asked to be woken at an instant already past, and a tick there
+    /// changed nothing, over and over: a driver that sleeps until the
+    /// machine's next wake-up would spin at 100 % CPU.
+    BusyWait,
+    /// A term's work was allowed to run past the term's deadline: the end of
+    /// a term gave the work more time than the term had left (or, in the
+    /// elector tier, the work was still running after its deadline).
+    WorkPastDeadline,
 }
 
 impl fmt::Display for ViolationKind {
@@ -29,6 +37,8 @@ impl fmt::Display for ViolationKind {
             ViolationKind::TokenOrder => "token order",
             ViolationKind::Liveness => "liveness",
             ViolationKind::Contract => "contract",
+            ViolationKind::BusyWait => "busy wait",
+            ViolationKind::WorkPastDeadline => "work past deadline",
         })
     }
 }
@@ -119,6 +129,13 @@ pub struct SimReport {
     pub notes: BTreeMap<&'static str, u64>,
     /// Terms ended, by [`tenure::machine::EndReason::label`].
     pub end_reasons: BTreeMap<&'static str, u64>,
+    /// Takeovers allowed by the wall-clock rule before the monotonic
+    /// takeover wait had passed since the challenger first saw the record
+    /// (only in seeds with a skew bound).
+    pub early_takeovers: u64,
+    /// The most any early takeover came before the monotonic wait would
+    /// have ended, on the challenger's clock.
+    pub earliest_takeover: Option<Duration>,
     /// Events processed.
     pub events: u64,
     /// A digest of every event and action, for replay comparisons.
@@ -158,6 +175,14 @@ pub struct Summary {
     pub notes: BTreeMap<&'static str, u64>,
     /// Terms ended, by reason.
     pub end_reasons: BTreeMap<&'static str, u64>,
+    /// Seeds with a skew bound (the early takeover on).
+    pub skew_seeds: u64,
+    /// Seeds with a skew bound in which some early takeover happened.
+    pub skew_seeds_with_early_takeover: u64,
+    /// Early takeovers in all.
+    pub early_takeovers: u64,
+    /// The most any early takeover came before the monotonic wait.
+    pub earliest_takeover: Option<Duration>,
     /// Every violation.
     pub violations: Vec<Violation>,
 }
@@ -196,6 +221,16 @@ impl Summary {
         }
         for (k, v) in &r.end_reasons {
             *self.end_reasons.entry(k).or_insert(0) += v;
+        }
+        if r.skew_bound.is_some() {
+            self.skew_seeds += 1;
+            if r.early_takeovers > 0 {
+                self.skew_seeds_with_early_takeover += 1;
+            }
+        }
+        self.early_takeovers += r.early_takeovers;
+        if let Some(e) = r.earliest_takeover {
+            self.earliest_takeover = Some(self.earliest_takeover.map_or(e, |x| x.max(e)));
         }
         self.violations.extend(r.violations.iter().cloned());
     }
@@ -270,6 +305,18 @@ impl fmt::Display for Summary {
             )?;
         }
         gap_line(f, "after every fault healed", &self.heal_gaps)?;
+        write!(
+            f,
+            "{:<40} {} in {} of {} seeds with a skew bound",
+            "early takeovers (wall-clock rule)",
+            self.early_takeovers,
+            self.skew_seeds_with_early_takeover,
+            self.skew_seeds
+        )?;
+        match self.earliest_takeover {
+            Some(e) => writeln!(f, ", up to {e:.3?} before the monotonic wait")?,
+            None => writeln!(f)?,
+        }
         if let Some((c, seed)) = self.closest_handover {
             writeln!(
                 f,

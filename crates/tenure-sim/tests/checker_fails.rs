@@ -1,10 +1,22 @@
-//! The checker is not vacuous: with clocks drifting far beyond the
-//! configured bound, the old leader's term outlives the challenger's wait
-//! and the checker reports the overlap, naming seed, nodes and tokens.
+//! The checker is not vacuous. Each negative control breaks one assumption
+//! of the timing argument on purpose, and the checker must report the
+//! overlap that follows, naming seed, nodes and tokens; its twin, with the
+//! assumption kept, runs the very same seeds clean.
+//!
+//! * clocks drifting far beyond the configured bound;
+//! * wall clocks straying beyond half the skew bound from true time, with
+//!   the early takeover on;
+//! * a mutated machine that anchors the leader's deadline at the reply's
+//!   receipt instead of the write's send.
+
+use std::ops::Range;
+use std::time::Duration;
 
 use tenure_sim::{run_seed, SimParams, SkewBound, ViolationKind};
 
-fn first_overlap(params: &SimParams, seeds: std::ops::Range<u64>) -> Option<String> {
+/// The first overlap in `seeds`, checked for its particulars, with the
+/// replay command; and the seed it came from.
+fn first_overlap(params: &SimParams, seeds: Range<u64>) -> Option<(u64, String)> {
     for seed in seeds {
         let report = run_seed(seed, params).unwrap();
         if let Some(v) = report
@@ -15,11 +27,26 @@ fn first_overlap(params: &SimParams, seeds: std::ops::Range<u64>) -> Option<Stri
             assert_eq!(v.seed, seed);
             assert_eq!(v.nodes.len(), 2, "{v}");
             assert_eq!(v.tokens.len(), 2, "{v}");
-            assert!(v.tokens[0] < v.tokens[1], "{v}");
-            return Some(format!("{v}\n  replay: {}", params.replay_command(seed)));
+            assert_ne!(v.tokens[0], v.tokens[1], "{v}");
+            return Some((
+                seed,
+                format!("{v}\n  replay: {}", params.replay_command(seed)),
+            ));
         }
     }
     None
+}
+
+fn assert_clean(params: &SimParams, seeds: Range<u64>) {
+    for seed in seeds {
+        let report = run_seed(seed, params).unwrap();
+        assert!(
+            report.violations.is_empty(),
+            "{:?}\n  replay: {}",
+            report.violations,
+            params.replay_command(seed)
+        );
+    }
 }
 
 #[test]
@@ -32,7 +59,7 @@ fn clocks_30_percent_off_with_a_1_percent_bound_overlap() {
         skew: SkewBound::Off,
         ..SimParams::default()
     };
-    let found = first_overlap(&params, 0..10).expect("no overlap found with 30 % drift");
+    let (_, found) = first_overlap(&params, 0..10).expect("no overlap found with 30 % drift");
     assert!(found.contains("--actual-drift 0.3"), "{found}");
     assert!(found.contains("--skew off"), "{found}");
 }
@@ -45,8 +72,65 @@ fn the_same_seeds_are_clean_within_the_bound() {
         skew: SkewBound::Off,
         ..SimParams::default()
     };
-    for seed in 0..10 {
-        let report = run_seed(seed, &params).unwrap();
-        assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_clean(&params, 0..10);
+}
+
+const SKEW: Duration = Duration::from_millis(400);
+
+#[test]
+fn wall_clocks_beyond_half_the_skew_bound_overlap_through_the_early_takeover() {
+    // Every wall clock within 400 ms of true time, so two of them differ by
+    // up to 800 ms: twice what a 400 ms bound allows. Drift stays within
+    // its bound, so only the wall-clock rule can cause the overlap.
+    let params = SimParams {
+        skew: SkewBound::On(SKEW),
+        actual_wall_offset: Some(SKEW),
+        ..SimParams::default()
+    };
+    let (seed, found) = first_overlap(&params, 0..10).expect("no overlap with wall clocks 2x off");
+    assert!(
+        found.contains("--skew on:400 --actual-wall-offset-ms 400"),
+        "{found}"
+    );
+    let report = run_seed(seed, &params).unwrap();
+    assert!(
+        report.early_takeovers > 0,
+        "the overlap came with early takeovers: {found}"
+    );
+}
+
+#[test]
+fn the_same_seeds_are_clean_with_wall_clocks_within_half_the_bound() {
+    let params = SimParams {
+        skew: SkewBound::On(SKEW),
+        ..SimParams::default()
+    };
+    assert_clean(&params, 0..10);
+}
+
+/// With store latency up to 100 ms, a reply can arrive well after the write
+/// applied; a deadline counted from the reply then outlives the challenger's
+/// wait, which counts from its own first sight of the write.
+fn slow_replies() -> SimParams {
+    SimParams {
+        latency: Duration::from_millis(100),
+        skew: SkewBound::Off,
+        ..SimParams::default()
     }
+}
+
+#[test]
+fn deadlines_anchored_at_the_reply_overlap() {
+    let params = SimParams {
+        anchor_at_receive: true,
+        ..slow_replies()
+    };
+    let (_, found) =
+        first_overlap(&params, 0..20).expect("no overlap with deadlines anchored at the reply");
+    assert!(found.contains("--anchor-at-receive"), "{found}");
+}
+
+#[test]
+fn the_same_seeds_are_clean_with_deadlines_anchored_at_the_send() {
+    assert_clean(&slow_replies(), 0..20);
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::machine::{Action, Input, Machine, OpId};
+use tenure::machine::{Action, Input, Machine, OpId, WritePurpose};
 use tenure::{
     CasOutcome, GroupName, Holder, LeaseRecord, MemoryStore, Metadata, StoreError, Timing, Version,
     Versioned,
@@ -45,6 +45,7 @@ use crate::faults::{self, between, FaultCounts, FaultKind, OpFate, Planned};
 use crate::params::{Liveness, Notify, SimError, SimParams, SkewBound};
 use crate::report::SimReport;
 use crate::scheduler::Queue;
+use crate::spin::{Spin, Wake};
 use crate::trace::Trace;
 
 mod inject;
@@ -55,12 +56,9 @@ mod node;
 const MIN_LATENCY: Duration = Duration::from_micros(500);
 
 /// After this many wake-ups in a row that change nothing and ask for another
-/// at once, a machine is busy-waiting; the simulator notes it and backs off.
+/// at once, a machine is busy-waiting; the simulator reports a violation and
+/// backs off (see [`Spin`]).
 const SPIN_LIMIT: u32 = 3;
-/// The first busy-wait back-off.
-const MIN_BACKOFF: Duration = Duration::from_millis(1);
-/// The longest busy-wait back-off: short against every timer of the machine.
-const MAX_BACKOFF: Duration = Duration::from_millis(64);
 
 /// An input on its way to a node.
 #[derive(Debug)]
@@ -178,9 +176,25 @@ struct Node {
     ops: BTreeMap<u64, OpKind>,
     wake_gen: u64,
     /// Consecutive idle ticks at which the machine asked to wake at once.
-    spins: u32,
-    /// The current busy-wait back-off, zero when not busy-waiting.
-    backoff: Duration,
+    spin: Spin,
+    /// The incarnation of the running process (its holder is `name` with
+    /// this incarnation).
+    incarnation: u64,
+    /// What the latest read delivered to the machine showed, to tell an
+    /// early takeover from one by the monotonic rule.
+    seen: Option<Seen>,
+}
+
+/// A version of the record as one node saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    version: Version,
+    /// The record's term, if another holder (or an earlier incarnation of
+    /// this node) held it: a takeover of it must wait that term out unless
+    /// the wall-clock rule allows it earlier.
+    held_by_other: Option<Duration>,
+    /// When the node first saw this version, on its clock.
+    first: tenure::MonoTime,
 }
 
 impl Node {
@@ -211,6 +225,8 @@ pub(crate) struct World {
     slow: Duration,
     heal_leader: Option<(usize, u64)>,
     end_reasons: BTreeMap<&'static str, u64>,
+    early_takeovers: u64,
+    earliest_takeover: Option<Duration>,
 }
 
 impl World {
@@ -240,7 +256,15 @@ impl World {
         let slow = timing.op_timeout.mul_f64(1.5);
         let bounds = LivenessBounds::new(&timing, params.latency, slow);
         let clocks: Vec<NodeClock> = (0..n)
-            .map(|_| NodeClock::random(&mut rng, params.effective_drift(), params.drift, skew))
+            .map(|_| {
+                NodeClock::random(
+                    &mut rng,
+                    params.effective_drift(),
+                    params.drift,
+                    skew,
+                    params.actual_wall_offset,
+                )
+            })
             .collect();
         let fault_end = SimTime::from_duration(params.fault_phase);
         let term = timing.term;
@@ -264,8 +288,9 @@ impl World {
                 stalled_until: SimTime(0),
                 ops: BTreeMap::new(),
                 wake_gen: 0,
-                spins: 0,
-                backoff: Duration::ZERO,
+                spin: Spin::new(SPIN_LIMIT),
+                incarnation: 0,
+                seen: None,
             })
             .collect();
         let checker = Checker::new(seed, clocks, bounds);
@@ -290,6 +315,8 @@ impl World {
             slow,
             heal_leader: None,
             end_reasons: BTreeMap::new(),
+            early_takeovers: 0,
+            earliest_takeover: None,
         };
         // Nodes come up at staggered instants in the first half term.
         for i in 0..n {
@@ -404,6 +431,8 @@ impl World {
             violations: checker.violations,
             notes: checker.notes,
             end_reasons: self.end_reasons,
+            early_takeovers: self.early_takeovers,
+            earliest_takeover: self.earliest_takeover,
             events: self.events,
             digest: self.trace.digest(),
             trace: self.trace.into_lines(),

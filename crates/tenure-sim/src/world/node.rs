@@ -2,7 +2,59 @@
 
 use super::*;
 
+impl Node {
+    /// Notes what a read delivered to the machine at `t` showed.
+    fn saw(&mut self, t: SimTime, result: Option<&Versioned>) {
+        let Some(v) = result else {
+            self.seen = None;
+            return;
+        };
+        if self.seen.as_ref().is_some_and(|s| s.version == v.version) {
+            return;
+        }
+        let mine = v
+            .record
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.id == self.name && h.incarnation == self.incarnation);
+        let held_by_other = (v.record.holder.is_some() && !mine).then_some(v.record.term);
+        self.seen = Some(Seen {
+            version: v.version,
+            held_by_other,
+            first: self.clock.mono(t),
+        });
+    }
+}
+
 impl World {
+    /// Node `n` tries to take over the version `expected`: counts it as an
+    /// early takeover if the record was another's and the node has not yet
+    /// watched it for the takeover wait, so only the wall-clock rule can
+    /// have allowed it. The node's first sight of the version is never
+    /// later than the machine's own anchor, so this undercounts at worst.
+    pub(super) fn note_takeover(&mut self, n: usize, expected: Option<Version>) {
+        let t = self.now;
+        let node = &self.nodes[n];
+        let Some(seen) = node.seen.as_ref().filter(|s| Some(s.version) == expected) else {
+            return;
+        };
+        let Some(term) = seen.held_by_other else {
+            return;
+        };
+        let ready = seen.first + self.timing.takeover_wait(term);
+        let now = node.clock.mono(t);
+        if now >= ready {
+            return;
+        }
+        let early = ready.saturating_since(now);
+        self.early_takeovers += 1;
+        self.earliest_takeover = Some(self.earliest_takeover.map_or(early, |e| e.max(early)));
+        self.trace
+            .event(t, Some(n), "EARLY", &[early.as_nanos() as u64], || {
+                format!("takeover by the wall-clock rule, {early:?} before the monotonic wait")
+            });
+    }
+
     pub(super) fn restart(&mut self, n: usize) {
         if self.nodes[n].up() {
             return;
@@ -17,10 +69,16 @@ impl World {
             incarnation,
         };
         let md = Metadata::address(format!("10.0.0.{n}:8080"));
-        node.machine = Some(Machine::new(self.timing.clone(), me, md, machine_seed, now));
+        let mut machine = Machine::new(self.timing.clone(), me, md, machine_seed, now);
+        if self.params.anchor_at_receive {
+            machine.anchor_deadlines_at_receive();
+        }
+        node.machine = Some(machine);
         node.paused = false;
         node.deferred.clear();
         node.ops.clear();
+        node.incarnation = incarnation;
+        node.seen = None;
         self.trace.event(t, Some(n), "start", &[incarnation], || {
             format!("process starts, incarnation {incarnation:#x}")
         });
@@ -98,6 +156,7 @@ impl World {
                     });
                     return;
                 }
+                node.saw(t, result.as_ref());
                 Input::ReadDone {
                     op,
                     result: Ok(result),
@@ -257,22 +316,22 @@ impl World {
         let mut at = node.clock.real_at(wake).max(t);
         if at == t && quiet_tick {
             // A tick that changed nothing, and the machine wants another at
-            // once: it is busy-waiting (a real driver would spin). Allow a
-            // few, then back off exponentially (1 ms up to 64 ms) so the
-            // simulation neither spins nor loses the machine's timers.
-            node.spins += 1;
-            if node.spins > SPIN_LIMIT {
-                if node.backoff.is_zero() {
-                    self.checker.note(
-                        "busy-wait episodes: next_wake in the past and a tick there does nothing",
+            // once: a real driver would spin.
+            if let Wake::BackOff { by, first } = node.spin.again() {
+                if first {
+                    let detail = format!(
+                        "node {n} ({:?}) asked {} times in a row to be woken at {} (its clock reads {}), and each tick there did nothing: a driver sleeping until next_wake would spin",
+                        machine.phase(),
+                        node.spin.count(),
+                        wake.as_nanos(),
+                        now.mono.as_nanos()
                     );
+                    self.checker.busy_wait(t, n, detail);
                 }
-                node.backoff = (node.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
-                at = t.after(node.backoff);
+                at = t.after(by);
             }
-        } else if at > t || !quiet_tick {
-            node.spins = 0;
-            node.backoff = Duration::ZERO;
+        } else {
+            node.spin.reset();
         }
         node.wake_gen += 1;
         let gen = node.wake_gen;
@@ -292,11 +351,14 @@ impl World {
             }
             Action::Cas {
                 op,
+                purpose,
                 expected,
                 record,
                 deadline,
-                ..
             } => {
+                if purpose == WritePurpose::Acquire {
+                    self.note_takeover(n, expected);
+                }
                 let exp = expected.map_or(0, |v| v.0);
                 self.trace.event(
                     t,
