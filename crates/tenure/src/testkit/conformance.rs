@@ -52,6 +52,9 @@ macro_rules! ensure {
     };
 }
 
+#[path = "batches.rs"]
+mod batches;
+
 /// Names every group of one run, under one random prefix.
 struct Run {
     id: String,
@@ -204,6 +207,8 @@ pub(super) async fn run_all<H: Harness>(h: &H) -> ConformanceReport {
         ("versions_change", Box::pin(versions_change(h, r))),
         ("changes_feed", Box::pin(changes_feed(h, r))),
     ];
+    let mut cases = cases;
+    cases.extend(batches::cases(h, r));
     let mut reports = Vec::with_capacity(cases.len());
     for (name, case) in cases {
         reports.push(run_case(name, CASE_LIMIT, case).await);
