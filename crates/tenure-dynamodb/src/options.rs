@@ -110,12 +110,17 @@ impl DynamoDbOptions {
     pub fn from_url(url: &str) -> Result<Self, StoreError> {
         // Until parsed, nothing of the URL may be echoed: it can hold a
         // secret key. Errors show a redaction of the raw text instead.
-        let shown = redact_raw(url);
+        let shown = tenure::url::redact(url);
         let Some(rest) = url.strip_prefix("dynamodb://") else {
             return Err(bad(&shown, "it must start with dynamodb://"));
         };
         let (table, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let table = percent_decode(table).map_err(|why| bad(&shown, &why))?;
+        let table = tenure::url::percent_decode(table).ok_or_else(|| {
+            bad(
+                &shown,
+                "the table name has an invalid %-escape or is not UTF-8",
+            )
+        })?;
         let mut o = DynamoDbOptions::new(table).map_err(|_| {
             bad(
                 &shown,
@@ -123,9 +128,9 @@ impl DynamoDbOptions {
             )
         })?;
         let (mut key_id, mut secret, mut token) = (None, None, None);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_decode(v).map_err(|why| bad(&shown, &why))?;
+        for pair in tenure::url::query_pairs(query) {
+            let (k, v) = pair.map_err(|why| bad(&shown, &why))?;
+            let k = k.as_str();
             let nonempty = |v: String| {
                 if v.is_empty() {
                     Err(bad(&shown, &format!("parameter {k} is empty")))
@@ -138,19 +143,12 @@ impl DynamoDbOptions {
                 "endpoint" => o.endpoint = Some(nonempty(v)?),
                 "profile" => o.profile = Some(nonempty(v)?),
                 "create" => {
-                    o.create_if_missing = match v.as_str() {
-                        "true" | "1" | "yes" => true,
-                        "false" | "0" | "no" => false,
-                        _ => return Err(bad(&shown, "create must be true or false")),
-                    }
+                    o.create_if_missing =
+                        tenure::url::parse_bool(k, &v).map_err(|why| bad(&shown, &why))?
                 }
                 "throttle_budget" => {
-                    o.throttle_budget = humantime::parse_duration(&v).map_err(|e| {
-                        bad(
-                            &shown,
-                            &format!("throttle_budget {v:?}: {e} (write e.g. 2s or 500ms)"),
-                        )
-                    })?
+                    o.throttle_budget =
+                        tenure::url::parse_duration(k, &v).map_err(|why| bad(&shown, &why))?
                 }
                 "ca_file" => o.ca_file = Some(PathBuf::from(nonempty(v)?)),
                 "access_key_id" => key_id = Some(nonempty(v)?),
@@ -361,55 +359,6 @@ fn strip_userinfo(url: &str) -> String {
     }
 }
 
-/// A URL as given, with the values of secret parameters masked, for errors
-/// about a URL that did not parse.
-fn redact_raw(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return strip_userinfo(url);
-    };
-    let query = query
-        .split('&')
-        .map(|kv| match kv.split_once('=') {
-            Some((k @ ("secret_access_key" | "session_token" | "access_key_id"), _)) => {
-                format!("{k}=***")
-            }
-            Some((k @ "endpoint", v)) => format!("{k}={}", strip_userinfo(v)),
-            _ => kv.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("&");
-    format!("{base}?{query}")
-}
-
-/// Decodes `%XX` escapes (and `+` as a space, as forms do).
-fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| "a % escape is not followed by two hex digits".to_owned())?;
-                out.push(hex);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).map_err(|_| "a percent-encoded value is not UTF-8".to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,7 +446,7 @@ mod tests {
                 "dynamodb://tbl?endpoint=localhost:8000",
                 "not an http:// or https:// URL",
             ),
-            ("dynamodb://tbl?region=%zz", "two hex digits"),
+            ("dynamodb://tbl?region=%zz", "invalid %-escape"),
             ("dynamodb://tbl?region=%ff", "not UTF-8"),
         ] {
             let e = DynamoDbOptions::from_url(url).unwrap_err();
@@ -513,13 +462,32 @@ mod tests {
     }
 
     #[test]
+    fn secret_keys_keep_their_plus_and_slash() {
+        // AWS secret keys are base64-like: '+' and '/' are common. A '+'
+        // decoded as a space would make every request fail to sign.
+        let o = DynamoDbOptions::from_url(
+            "dynamodb://leases?access_key_id=AKIDEXAMPLE&secret_access_key=Qa1/Qb2+Qc3%2BQd4",
+        )
+        .unwrap();
+        let keys = o.credentials.clone().unwrap();
+        assert_eq!(keys.secret_access_key, "Qa1/Qb2+Qc3+Qd4");
+        // A URL that does not parse shows no piece of such a secret, even
+        // with '?', '#' and '@' unescaped in it.
+        let e = DynamoDbOptions::from_url(
+            "dynamodb://leases?secret_access_key=Qa1/Qb2?Qc3#Qd4@Qe5+Qf6&access_key_id=AKID&bogus=1",
+        )
+        .unwrap_err()
+        .to_string();
+        for p in ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"] {
+            assert!(!e.contains(p), "{e}");
+        }
+    }
+
+    #[test]
     fn helpers() {
         assert_eq!(mask_key_id("AKID"), "***");
         assert_eq!(mask_key_id("AKIDEXAMPLE"), "***MPLE");
         assert_eq!(strip_userinfo("http://u:p@h:1/x?y"), "http://h:1/x?y");
         assert_eq!(strip_userinfo("http://h:1"), "http://h:1");
-        assert_eq!(percent_decode("a%20b+c").unwrap(), "a b c");
-        assert_eq!(percent_decode("%C3%A9").unwrap(), "é");
-        assert!(percent_decode("%4").is_err());
     }
 }

@@ -91,20 +91,20 @@ impl EtcdOptions {
                 "scheme {scheme:?} is not etcd:// or etcds:// (TLS)"
             )));
         };
+        // The user info ends at the last '@', so that a password holding
+        // '/', '?', '#' or '@' unescaped still parses (and is never cut
+        // into a host or a query that an error could echo).
+        let (userinfo, rest) = tenure::url::split_userinfo(rest);
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
         };
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.contains('/') {
+        let hosts = rest.strip_suffix('/').unwrap_or(rest);
+        if hosts.contains('/') {
             return Err(bad(
                 "a path is not allowed: set the key prefix with ?prefix=...".into(),
             ));
         }
-        let (userinfo, hosts) = match rest.rfind('@') {
-            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
-            None => (None, rest),
-        };
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
@@ -143,14 +143,12 @@ impl EtcdOptions {
             cert: None,
             key: None,
         };
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = tenure::url::percent_decode(value)
-                .ok_or_else(|| bad(format!("option {name}: invalid %-escape")))?;
-            match name {
+        for pair in tenure::url::query_pairs(query.unwrap_or("")) {
+            let (name, value) = pair.map_err(bad)?;
+            match name.as_str() {
                 "prefix" => options = options.with_prefix(value),
                 "timeout" => {
-                    options.timeout = tenure::url::parse_duration(name, &value).map_err(bad)?
+                    options.timeout = tenure::url::parse_duration(&name, &value).map_err(bad)?
                 }
                 "ca" | "cert" | "key" if !tls => {
                     return Err(bad(format!(
@@ -320,6 +318,24 @@ mod tests {
             let e = EtcdOptions::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");
             assert!(!e.contains("pw-secret"), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn passwords_with_url_delimiters_parse_whole_and_never_show() {
+        let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
+        let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
+        let o = EtcdOptions::from_url(&"etcd://u:{P}@h:1,g:2?prefix=x".replace("{P}", password))
+            .unwrap();
+        assert_eq!(o.password.as_deref(), Some(password), "+ stays a plus");
+        assert_eq!((o.hosts.len(), o.prefix.as_str()), (2, "x"));
+        let e = EtcdOptions::from_url(&"etcd://u:{P}@h".replace("{P}", password))
+            .unwrap_err()
+            .to_string();
+        for shown in [e, format!("{o:?}"), o.describe()] {
+            for p in pieces {
+                assert!(!shown.contains(p), "{shown}");
+            }
         }
     }
 }

@@ -95,19 +95,17 @@ impl RedisOptions {
                 "scheme {scheme:?} is not redis:// or rediss:// (TLS)"
             )));
         };
+        // The user info ends at the last '@', so that a password holding
+        // '/', '?', '#' or '@' unescaped still parses (and is never cut
+        // into a host or a query that an error could echo).
+        let (userinfo, rest) = tenure::url::split_userinfo(rest);
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
         };
-        // The userinfo ends at the last '@' before the path, so that an
-        // unescaped '@' in a password still parses.
-        let (authority, path) = match rest.find('/') {
+        let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i + 1..]),
             None => (rest, ""),
-        };
-        let (userinfo, hostport) = match authority.rfind('@') {
-            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-            None => (None, authority),
         };
         let (user, password) = match userinfo {
             None => (None, None),
@@ -121,7 +119,8 @@ impl RedisOptions {
                 "a user name without a password: write redis://user:password@host".into(),
             ));
         }
-        let (host, port) = split_host_port(hostport).map_err(bad)?;
+        let (host, port) = tenure::url::split_host_port(hostport, 6379)
+            .map_err(|e| bad(format!("{e} (redis://host:port)")))?;
         let db = if path.is_empty() {
             0
         } else {
@@ -148,14 +147,12 @@ impl RedisOptions {
             cert: None,
             key: None,
         };
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = tenure::url::percent_decode(value)
-                .ok_or_else(|| bad(format!("option {name}: invalid %-escape")))?;
-            match name {
+        for pair in tenure::url::query_pairs(query.unwrap_or("")) {
+            let (name, value) = pair.map_err(bad)?;
+            match name.as_str() {
                 "prefix" => options = options.with_prefix(value)?,
-                "timeout" => options.timeout = tenure::url::parse_duration(name, &value).map_err(bad)?,
-                "quarantine" => options.quarantine = Some(tenure::url::parse_duration(name, &value).map_err(bad)?),
+                "timeout" => options.timeout = tenure::url::parse_duration(&name, &value).map_err(bad)?,
+                "quarantine" => options.quarantine = Some(tenure::url::parse_duration(&name, &value).map_err(bad)?),
                 "ca" | "cert" | "key" if !tls => {
                     return Err(bad(format!(
                         "option {name} needs TLS: use rediss:// instead of redis://"
@@ -262,41 +259,6 @@ impl RedisOptions {
     }
 }
 
-fn split_host_port(s: &str) -> Result<(String, u16), String> {
-    if s.is_empty() {
-        return Err("no host: write redis://host:port".into());
-    }
-    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        // [IPv6]:port
-        let (h, after) = rest
-            .split_once(']')
-            .ok_or_else(|| "an IPv6 address without its closing ]".to_string())?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => Some(p),
-            None if after.is_empty() => None,
-            None => return Err(format!("unexpected {after:?} after the IPv6 address")),
-        };
-        (h.to_owned(), port)
-    } else {
-        match s.rsplit_once(':') {
-            Some((h, p)) => (h.to_owned(), Some(p)),
-            None => (s.to_owned(), None),
-        }
-    };
-    if host.is_empty() {
-        return Err("no host: write redis://host:port".into());
-    }
-    let port = match port {
-        None => 6379,
-        Some(p) => p
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("port {p:?} is not a number from 1 to 65535"))?,
-    };
-    Ok((host, port))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,6 +306,24 @@ mod tests {
             let e = RedisOptions::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");
             assert!(!e.contains("pw-secret"), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn passwords_with_url_delimiters_parse_whole_and_never_show() {
+        let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
+        let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
+        let o = RedisOptions::from_url(&"redis://u:{P}@h:1/2?prefix=x".replace("{P}", password))
+            .unwrap();
+        assert_eq!(o.password.as_deref(), Some(password), "+ stays a plus");
+        assert_eq!((o.port, o.db, o.prefix.as_str()), (1, 2, "x"));
+        let e = RedisOptions::from_url(&"redis://u:{P}@h:99999".replace("{P}", password))
+            .unwrap_err()
+            .to_string();
+        for shown in [e, format!("{o:?}"), o.describe()] {
+            for p in pieces {
+                assert!(!shown.contains(p), "{shown}");
+            }
         }
     }
 }

@@ -1,13 +1,29 @@
 //! Helpers for store crates that read their options from a URL, so every
-//! store parses and redacts the same way.
+//! store splits, decodes and redacts the same way.
+//!
+//! # The rules every store URL follows
+//!
+//! * **User info ends at the last `@`.** Passwords are pasted as they are,
+//!   so a password may hold `/`, `?`, `#`, `@` or `+` unescaped; taking the
+//!   user info up to the *last* `@` keeps such a password whole instead of
+//!   cutting it into a host, a path and a query. The price: an `@` after the
+//!   host (in a query value) must be written `%40`.
+//! * **`%XX` escapes are decoded, `+` is a plus.** `+` means a space only in
+//!   HTML forms; AWS secret keys and many passwords contain a literal `+`.
+//! * **Nothing between `://` and the last `@` is ever shown**, except a user
+//!   name before a `:`; [`redact`] is the only form of a store URL that may
+//!   appear in a log line or an error. Parsers name the *part* that is
+//!   wrong (the port, the option `timeout`), never echo raw text that could
+//!   hold a secret.
 
 use std::time::Duration;
 
 /// Decodes `%XX` escapes; `None` if an escape is malformed or the result is
-/// not UTF-8.
+/// not UTF-8. A `+` stays a `+`.
 ///
 /// ```
 /// assert_eq!(tenure::url::percent_decode("p%40ss").as_deref(), Some("p@ss"));
+/// assert_eq!(tenure::url::percent_decode("a+b").as_deref(), Some("a+b"));
 /// assert_eq!(tenure::url::percent_decode("%zz"), None);
 /// ```
 pub fn percent_decode(s: &str) -> Option<String> {
@@ -17,6 +33,9 @@ pub fn percent_decode(s: &str) -> Option<String> {
     while i < bytes.len() {
         if bytes[i] == b'%' {
             let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
         } else {
@@ -27,14 +46,31 @@ pub fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Splits what follows `scheme://` into the user info (before the *last*
+/// `@`, if there is one) and the rest (hosts, path, query).
+///
+/// ```
+/// use tenure::url::split_userinfo;
+/// assert_eq!(split_userinfo("app:pa/s?s#@w@db:5432/x"), (Some("app:pa/s?s#@w"), "db:5432/x"));
+/// assert_eq!(split_userinfo("db:5432/x"), (None, "db:5432/x"));
+/// ```
+pub fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
+    match rest.rsplit_once('@') {
+        Some((info, after)) => (Some(info), after),
+        None => (None, rest),
+    }
+}
+
 /// Splits and decodes a URL's user info (`user[:password]`, the part
-/// before `@`): the user (possibly empty) and the password, if a `:` was
-/// there. Each store then applies its own rules (which parts it requires).
+/// before the last `@`): the user (possibly empty) and the password, if a
+/// `:` was there. Each store then applies its own rules (which parts it
+/// requires). Errors never repeat the text.
 ///
 /// ```
 /// assert_eq!(tenure::url::decode_userinfo("app:p%40ss"), Ok(("app".into(), Some("p@ss".into()))));
 /// assert_eq!(tenure::url::decode_userinfo(":secret"), Ok(("".into(), Some("secret".into()))));
 /// assert_eq!(tenure::url::decode_userinfo("app"), Ok(("app".into(), None)));
+/// assert_eq!(tenure::url::decode_userinfo("app:a/b?c#d@e+f"), Ok(("app".into(), Some("a/b?c#d@e+f".into()))));
 /// assert!(tenure::url::decode_userinfo("a%zz:b").is_err());
 /// ```
 pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), &'static str> {
@@ -42,12 +78,84 @@ pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), &'static 
         Some((u, p)) => (u, Some(p)),
         None => (info, None),
     };
-    let user =
-        percent_decode(user).ok_or("the user name has an invalid %-escape or is not UTF-8")?;
+    let user = percent_decode(user)
+        .ok_or("the user name has an invalid %-escape or is not UTF-8 (write % as %25)")?;
     let password = password
-        .map(|p| percent_decode(p).ok_or("the password has an invalid %-escape or is not UTF-8"))
+        .map(|p| {
+            percent_decode(p)
+                .ok_or("the password has an invalid %-escape or is not UTF-8 (write % as %25)")
+        })
         .transpose()?;
     Ok((user, password))
+}
+
+/// Splits `host[:port]` (an IPv6 address in brackets: `[::1]:6379`) into
+/// the host and the port, `default_port` if none is given. Errors say what
+/// is wrong without repeating the text.
+///
+/// ```
+/// use tenure::url::split_host_port;
+/// assert_eq!(split_host_port("db", 5432), Ok(("db".into(), 5432)));
+/// assert_eq!(split_host_port("[::1]:7000", 5432), Ok(("::1".into(), 7000)));
+/// assert!(split_host_port("db:99999", 5432).unwrap_err().contains("port"));
+/// ```
+pub fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), String> {
+    if s.is_empty() {
+        return Err("no host: write host:port".into());
+    }
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| "an IPv6 address without its closing ]".to_owned())?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p),
+            None if after.is_empty() => None,
+            None => return Err("unexpected text after the IPv6 address: write [::1]:port".into()),
+        };
+        (h.to_owned(), port)
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => {
+                return Err("an IPv6 address must be in brackets: [::1]:port".into())
+            }
+            Some((h, p)) => (h.to_owned(), Some(p)),
+            None => (s.to_owned(), None),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host: write host:port".into());
+    }
+    let port = match port {
+        None => default_port,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| "the port is not a number from 1 to 65535".to_owned())?,
+    };
+    Ok((host, port))
+}
+
+/// The `key=value` pairs of a query string (the part after `?`), split on
+/// `&` and %-decoded; a pair without `=` has an empty value. An error names
+/// the key only (values may be secrets).
+///
+/// ```
+/// let pairs: Result<Vec<_>, _> = tenure::url::query_pairs("a=1&b=x%2By+z&flag").collect();
+/// assert_eq!(pairs.unwrap(), [("a".into(), "1".into()), ("b".into(), "x+y+z".into()), ("flag".into(), "".into())]);
+/// ```
+pub fn query_pairs(query: &str) -> impl Iterator<Item = Result<(String, String), String>> + '_ {
+    query.split('&').filter(|p| !p.is_empty()).map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let key = percent_decode(k)
+            .ok_or_else(|| "an option name has an invalid %-escape or is not UTF-8".to_owned())?;
+        let value = percent_decode(v).ok_or_else(|| {
+            format!(
+                "option {key}: the value has an invalid %-escape or is not UTF-8 (write % as %25)"
+            )
+        })?;
+        Ok((key, value))
+    })
 }
 
 /// Parses the option `name`'s value as a duration: `500ms`, `5s`, `2m`,
@@ -73,46 +181,112 @@ pub fn parse_duration(name: &str, value: &str) -> Result<Duration, String> {
         .map_err(|_| format!("option {name}: {value:?} is not a duration such as 500ms or 5s"))
 }
 
-/// The URL with the password in its user info, and any `password=` query
-/// parameter, replaced by `***`: the only form of a store URL that may be
-/// logged or shown.
+/// Parses the option `name`'s value as a boolean: `true`/`false`,
+/// `1`/`0`, `yes`/`no`, `on`/`off`.
 ///
 /// ```
-/// assert_eq!(tenure::url::redact("redis://app:s3cret@h:6379/0"), "redis://app:***@h:6379/0");
-/// assert_eq!(tenure::url::redact("postgres://h/db?password=x&a=b"), "postgres://h/db?password=***&a=b");
+/// assert_eq!(tenure::url::parse_bool("create", "yes"), Ok(true));
+/// assert!(tenure::url::parse_bool("create", "maybe").unwrap_err().contains("true or false"));
+/// ```
+pub fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(format!("option {name} must be true or false")),
+    }
+}
+
+/// Whether a query option's name suggests its value is a secret
+/// (`password`, `sasl.password`, `secret_access_key`, `token`, …).
+pub fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    [
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "key",
+        "sig",
+        "credential",
+        "auth",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
+}
+
+/// The URL as it may be shown: the only form of a store URL that may be
+/// logged or appear in an error. Masked with `***`:
+///
+/// * everything between `://` and the *last* `@` (the user info, however
+///   many `/ ? # @` its password holds), except a user name before a `:`;
+/// * the values of query options whose names suggest secrets
+///   ([`is_secret_key`]), up to the next `&`, even where an unescaped `@`,
+///   `?` or `#` inside the value makes the URL ambiguous;
+/// * query words without `=` (the tail of a value with an unescaped `&`).
+///
+/// Masking more than needed in an ambiguous URL is the price of never
+/// showing a piece of a secret.
+///
+/// ```
+/// use tenure::url::redact;
+/// assert_eq!(redact("redis://app:s3cret@h:6379/0"), "redis://app:***@h:6379/0");
+/// assert_eq!(redact("postgres://app:pa/ss?#x@db/x"), "postgres://app:***@db/x");
+/// assert_eq!(redact("redis://t0ken@h"), "redis://***@h");
+/// assert_eq!(redact("postgres://h/db?password=x&a=b"), "postgres://h/db?password=***&a=b");
 /// ```
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("{userinfo}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<&str> = query
-                .split('&')
-                .map(|kv| {
-                    if kv.starts_with("password=") {
-                        "password=***"
-                    } else {
-                        kv
-                    }
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let mut masked = vec![false; url.len()];
+    let mut mask = |from: usize, to: usize| {
+        for m in &mut masked[from..to] {
+            *m = true;
         }
-        None => tail.to_owned(),
     };
-    format!("{scheme}://{authority}{tail}")
+    // The user info, by the last '@'.
+    let last_at = url[start..].rfind('@').map(|i| start + i);
+    if let Some(at) = last_at {
+        let info = &url[start..at];
+        let from = match info.split_once(':') {
+            // A user name holds no unescaped ':' '/' '?' '#' '@'; anything
+            // else before the ':' is a mangled URL, not a user name.
+            Some((user, _)) if !user.contains(['/', '?', '#', '@']) => start + user.len() + 1,
+            _ => start,
+        };
+        mask(from, at);
+    }
+    // The query, read from the first '?' as a parser that does not know
+    // about unescaped passwords would read it.
+    if let Some(q) = url[start..].find('?').map(|i| start + i + 1) {
+        let mut pos = q;
+        for pair in url[q..].split('&') {
+            let end = pos + pair.len();
+            match pair.split_once('=') {
+                Some((k, _)) if is_secret_key(k) => mask(pos + k.len() + 1, end),
+                Some(_) => {}
+                // A bare word spanning the last '@' is the user info's tail
+                // and the host, already handled above.
+                None if last_at.is_some_and(|at| pos <= at && at < end) => {}
+                None => mask(pos, end),
+            }
+            pos = end + 1;
+        }
+    }
+    let mut out = String::with_capacity(url.len());
+    let mut in_mask = false;
+    for (i, c) in url.char_indices() {
+        if masked[i] {
+            if !in_mask {
+                out.push_str("***");
+                in_mask = true;
+            }
+        } else {
+            in_mask = false;
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -122,9 +296,57 @@ mod tests {
     #[test]
     fn redaction_covers_the_forms_urls_take() {
         assert_eq!(redact("postgres://h/db"), "postgres://h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://***@h/db");
         assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact("etcd://u:p@a:1,b:2?x=1"), "etcd://u:***@a:1,b:2?x=1");
         assert_eq!(redact("not a url"), "not a url");
+        assert_eq!(redact("u:pw@host"), "u:***@host");
+        assert_eq!(
+            redact("kafka://h:1/t?sasl.password=a#b&sasl.username=me"),
+            "kafka://h:1/t?sasl.password=***&sasl.username=me"
+        );
+        assert_eq!(
+            redact("dynamodb://t?secret_access_key=a/b+c&x=1&tail"),
+            "dynamodb://t?secret_access_key=***&x=1&***"
+        );
+    }
+
+    #[test]
+    fn no_piece_of_a_hostile_password_survives_redaction() {
+        let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
+        let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
+        for url in [
+            format!("postgres://app:{password}@127.0.0.1:5432/db"),
+            format!("redis://:{password}@127.0.0.1:6379"),
+            format!("redis://{password}@127.0.0.1:6379"),
+            format!("etcd://app:{password}@127.0.0.1:2379,127.0.0.2:2379"),
+            format!("kafka://app:{password}@127.0.0.1:9092/t"),
+            format!("dynamodb://t?secret_access_key={password}&access_key_id=AK"),
+            format!("kafka://h:1/t?sasl.password={password}"),
+            format!("postgres:app:{password}@h/db"),
+        ] {
+            let shown = redact(&url);
+            for p in pieces {
+                assert!(!shown.contains(p), "{url} shown as {shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn host_port_and_query_helpers() {
+        assert_eq!(split_host_port("h:1", 9), Ok(("h".into(), 1)));
+        assert!(split_host_port("::1:9092", 9)
+            .unwrap_err()
+            .contains("brackets"));
+        assert!(split_host_port("[::1", 9).is_err());
+        assert!(split_host_port(":5", 9).unwrap_err().contains("no host"));
+        assert!(split_host_port("h:0", 9).is_err());
+        let e = query_pairs("sasl.password=%zzsecret")
+            .next()
+            .unwrap()
+            .unwrap_err();
+        assert!(e.contains("sasl.password") && !e.contains("secret"), "{e}");
+        assert_eq!(percent_decode("%2"), None);
+        assert_eq!(percent_decode("%+1"), None, "a sign is not a hex digit");
     }
 }
