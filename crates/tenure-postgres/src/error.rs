@@ -18,7 +18,7 @@ pub(crate) fn classify(what: &str, target: &str, e: tokio_postgres::Error) -> St
             ))
         } else if code == SqlState::INSUFFICIENT_PRIVILEGE {
             Some(format!(
-                "{}: grant the user SELECT, INSERT and UPDATE on the lease table (and CREATE for the first run)",
+                "{}: grant the user SELECT, INSERT and UPDATE on the lease table; if the table does not exist yet, have its owner create it once (or grant CREATE on the schema)",
                 db.message()
             ))
         } else if code == SqlState::UNDEFINED_COLUMN
@@ -29,6 +29,23 @@ pub(crate) fn classify(what: &str, target: &str, e: tokio_postgres::Error) -> St
                 "{}: the lease table does not have tenure's layout; choose another table with ?table= or fix it",
                 db.message()
             ))
+        } else if code == SqlState::LOCK_NOT_AVAILABLE {
+            // Transient: the lock holder may finish; but say who to look for.
+            return StoreError::unavailable(
+                format!(
+                    "PostgreSQL at {target}: {what} waited longer than lock_timeout for the lease row: \
+                     another session holds its lock (an open transaction? look in pg_locks and \
+                     pg_stat_activity, and end it)"
+                ),
+                e,
+            );
+        } else if code == SqlState::QUERY_CANCELED {
+            return StoreError::unavailable(
+                format!(
+                    "PostgreSQL at {target}: {what} ran longer than statement_timeout (the store's timeout=) and was cancelled"
+                ),
+                e,
+            );
         } else if code == SqlState::READ_ONLY_SQL_TRANSACTION {
             Some("the server is read-only (a standby?): point the URL at the primary".to_owned())
         } else {

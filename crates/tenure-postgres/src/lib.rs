@@ -5,13 +5,13 @@
 //!
 //! # Schema
 //!
-//! Created on first use (`CREATE TABLE IF NOT EXISTS`), in the table named
-//! by `?table=` (default `tenure_leases`):
+//! In the table named by `?table=` (default `tenure_leases`), created on
+//! first use if it is missing:
 //!
 //! ```sql
 //! CREATE TABLE tenure_leases (
 //!     group_name TEXT PRIMARY KEY,          -- the group
-//!     version    BIGINT NOT NULL,           -- the store's version; +1 per write
+//!     version    BIGINT NOT NULL,           -- the store's version (see below)
 //!     record     BYTEA NOT NULL,            -- tenure::LeaseRecord::encode(): holder, token, term, times, metadata
 //!     updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 //! );
@@ -19,13 +19,76 @@
 //!
 //! Rows are never deleted: a released lease is a record without a holder,
 //! so the fencing token keeps rising across hand-overs. Every write that
-//! applies runs `pg_notify('tenure:<table>', group)` in the same statement;
-//! a waiting candidate `LISTEN`s on a dedicated connection and re-reads at
-//! once. No advisory locks are involved: the fencing token lives in the row
-//! and changes atomically with it.
+//! applies runs `pg_notify` in the same statement, on the channel
+//! `tenure:<schema>.<table>` as the server resolves the table (so `t` and
+//! `public.t` share one channel; names too long for an identifier are
+//! hashed); a waiting candidate `LISTEN`s on a dedicated connection and
+//! re-reads at once. No advisory locks are involved: the fencing token
+//! lives in the row and changes atomically with it.
 //!
-//! The user needs `SELECT, INSERT, UPDATE` on the table (and `CREATE` on
-//! the schema for the first run).
+//! A row's first version is the server's clock in microseconds, and each
+//! write sets `GREATEST(version + 1, clock)`: a version is never issued
+//! twice, not even after the row was deleted, a backup was restored or a
+//! replica took over, as long as the server's clock does not go back. So a
+//! compare-and-swap delayed from before such an event can never apply to
+//! a record written after it.
+//!
+//! # Privileges
+//!
+//! The user needs exactly `SELECT, INSERT, UPDATE` on the table; `LISTEN`
+//! and `pg_notify` need nothing more. Only when the table does not exist
+//! yet does connecting create it, which needs `CREATE` on the schema: let
+//! an owner create it once (connect as that owner, or run the statement
+//! above), then
+//!
+//! ```sql
+//! CREATE ROLE app LOGIN PASSWORD '…';
+//! GRANT SELECT, INSERT, UPDATE ON tenure_leases TO app;
+//! ```
+//!
+//! # Timeouts and dead connections
+//!
+//! `?timeout=` (default 5 s) bounds connecting and the wait for each
+//! reply; on the server, `lock_timeout` is half of it and
+//! `statement_timeout` three quarters, so an operator's open transaction
+//! holding a lease row's lock makes operations fail after half the
+//! timeout, with an error saying so, instead of stalling. TCP keepalive and a TCP user timeout find dead peers. A
+//! connection whose operation failed, timed out or was abandoned by the
+//! elector is dropped (its statement cancelled on the server) and a new one
+//! is opened by the next operation; the `LISTEN` connection is pinged every
+//! `timeout` and replaced when a ping goes unanswered.
+//!
+//! # What breaks fencing on PostgreSQL
+//!
+//! tenure's guarantees rest on the row: its version for compare-and-swap,
+//! and the record in it for the fencing token and the holder's term. Three
+//! things an operator can do take that away:
+//!
+//! * **Deleting a row** (`DELETE`, `TRUNCATE`, dropping the table). The
+//!   group starts over: the next term gets token 1, which resources that
+//!   remember a higher token refuse (or, if they were reset too, accept
+//!   again), and a candidate that finds no row takes the lease at once,
+//!   while the old leader's term still runs until its deadline: **two
+//!   leaders for up to one term**. Release a lease with `tenure release`
+//!   instead; never delete tenure's rows.
+//! * **Point-in-time restore** of the database, or restoring a backup. The
+//!   rows go back to older records with lower tokens: tokens are issued
+//!   twice, and a record released at the restore point lets a candidate in
+//!   at once while the real leader's term runs on. The clock-based versions
+//!   above stop stale compare-and-swaps from matching, nothing more.
+//! * **Fail-over to an asynchronous replica** that had not received the
+//!   latest writes: the same as a restore to a moment ago.
+//!
+//! After a restore or such a fail-over, stop every candidate of the
+//! affected groups and start them again no sooner than one term later; for
+//! fail-over without that step, use synchronous replication
+//! (`synchronous_commit = on` with `synchronous_standby_names`), so that a
+//! write tenure saw applied survives the fail-over.
+//!
+//! Unlike `tenure-redis`, this store has no data-set marker and quarantine:
+//! a PostgreSQL that loses committed writes has been restored or failed
+//! over by an operator, who can follow the step above, whereas a Redis
+//! without persistence loses everything on a plain restart.
 //!
 //! # Connecting
 //!
@@ -46,8 +109,10 @@
 mod error;
 mod listen;
 mod options;
+mod schema;
+mod session;
 mod store;
 mod tls;
 
-pub use options::PostgresOptions;
+pub use options::{PostgresOptions, DEFAULT_TIMEOUT};
 pub use store::PostgresStore;

@@ -1,62 +1,49 @@
 //! Change hints through LISTEN/NOTIFY: every successful write notifies the
 //! table's channel with the group name as payload, in the same statement.
 
-use std::future::poll_fn;
+use std::time::Duration;
 
 use tenure::{ChangeFeed, GroupName, StoreError};
-use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::options::PostgresOptions;
-use crate::{error, tls};
+use crate::{error, session};
 
-/// The channel a table's writes notify.
-pub(crate) fn channel(options: &PostgresOptions) -> String {
-    format!("tenure:{}", options.table.name)
-}
+/// The least time between two pings of the LISTEN connection.
+const MIN_PING_EVERY: Duration = Duration::from_secs(1);
 
-/// Opens a dedicated connection that listens for the table's notifications
-/// and hints the feed for `group`. The task ends when the feed is dropped or
-/// the connection is lost (the elector then polls, and subscribes again).
+/// Opens a dedicated connection that listens on `channel` and hints the
+/// feed for `group`. The feed ends (and the elector polls, and subscribes
+/// again) when the connection is lost, or when a ping on it gets no reply
+/// within the timeout: a half-open connection would otherwise stay silent
+/// forever, and every hand-over would wait for a poll.
 pub(crate) async fn subscribe(
     options: &PostgresOptions,
+    tls: MakeRustlsConnect,
+    channel: String,
     group: &GroupName,
 ) -> Result<ChangeFeed, StoreError> {
     let target = options.redacted_url().to_owned();
-    let tls = tls::connector(options.root_cert.as_deref())?;
-    let (client, mut connection) = options
-        .config
-        .connect(tls)
-        .await
-        .map_err(|e| error::classify("connect", &target, e))?;
+    let timeout = options.timeout;
+    let (notes_tx, mut notes_rx) = tokio::sync::mpsc::unbounded_channel();
+    let open = async {
+        let client = session::connect(options, tls, &target, Some(notes_tx)).await?;
+        client
+            .batch_execute(&format!("LISTEN \"{channel}\""))
+            .await
+            .map_err(|e| error::classify("LISTEN", &target, e))?;
+        Ok::<_, StoreError>(client)
+    };
+    let client = match tokio::time::timeout(timeout, open).await {
+        Ok(r) => r?,
+        Err(_) => return Err(StoreError::Timeout(timeout)),
+    };
     let (tx, feed) = ChangeFeed::channel();
     let group = group.as_str().to_owned();
-    // The connection must be polled for LISTEN to complete, so drive it
-    // first and issue LISTEN from a second task.
-    let (notes_tx, mut notes_rx) = tokio::sync::mpsc::unbounded_channel();
+    let ping_every = timeout.max(MIN_PING_EVERY);
     tokio::spawn(async move {
-        while let Some(message) = poll_fn(|cx| connection.poll_message(cx)).await {
-            match message {
-                Ok(AsyncMessage::Notification(n)) => {
-                    if notes_tx.send(n.payload().to_owned()).is_err() {
-                        return;
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "LISTEN connection lost");
-                    return;
-                }
-            }
-        }
-    });
-    let listen = format!("LISTEN \"{}\"", channel(options));
-    client
-        .batch_execute(&listen)
-        .await
-        .map_err(|e| error::classify("LISTEN", &target, e))?;
-    tokio::spawn(async move {
-        // Keeps the client (and so the session and its LISTEN) alive.
-        let _client = client;
+        let mut ping = tokio::time::interval(ping_every);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 note = notes_rx.recv() => match note {
@@ -69,6 +56,19 @@ pub(crate) async fn subscribe(
                     Some(_) => {}
                     None => return,
                 },
+                _ = ping.tick() => {
+                    match tokio::time::timeout(timeout, client.simple_query("SELECT 1")).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "LISTEN connection failed its ping");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(?timeout, "LISTEN connection did not answer a ping; dropping it");
+                            return;
+                        }
+                    }
+                }
                 _ = tx.closed() => return,
             }
         }

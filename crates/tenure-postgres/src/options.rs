@@ -2,29 +2,56 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use tenure::StoreError;
+
+/// The default bound on connecting and on each statement.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where and how to connect, parsed from a URL such as
 /// `postgres://user:secret@db.internal:5432/app?sslmode=require&table=tenure_leases`.
 ///
 /// Besides everything `tokio-postgres` understands (`sslmode`,
-/// `connect_timeout`, `application_name`, …) two parameters are tenure's:
-/// `table` (default `tenure_leases`, optionally schema-qualified) and
-/// `sslrootcert` (a PEM file of CA certificates to trust instead of the
-/// public web roots).
+/// `connect_timeout`, `keepalives_idle`, `application_name`, …) three
+/// parameters are tenure's:
+///
+/// | parameter | meaning | default |
+/// |---|---|---|
+/// | `table` | the lease table, optionally schema-qualified | `tenure_leases` |
+/// | `sslrootcert` | a PEM file of CA certificates to trust instead of the public web roots | web roots |
+/// | `timeout` | bound on connecting and on waiting for each reply; the server gets `lock_timeout` = ½ and `statement_timeout` = ¾ of it (`500ms`, `5s`) | `5s` |
+///
+/// Dead connections are found by TCP keepalive (idle 5 s, then 3 probes
+/// 1 s apart, unless the URL sets `keepalives_*`) and by a TCP user timeout
+/// of twice `timeout` (unless the URL sets `tcp_user_timeout`).
+///
+/// The user info ends at the *last* `@`, so a password may hold `/`, `?`,
+/// `#`, `@` or `+` unescaped; `%XX` escapes are decoded (write `%` as
+/// `%25`), and an `@` after the host must be written `%40`. The password
+/// never appears in an error, a log line, `Debug` output or
+/// [`redacted_url`](PostgresOptions::redacted_url):
+///
+/// ```
+/// use tenure_postgres::PostgresOptions;
+/// let o = PostgresOptions::from_url("postgres://app:pa/ss?w#rd@db.internal:5432/app?table=ops.leases")?;
+/// assert_eq!(o.table(), "ops.leases");
+/// assert_eq!(o.redacted_url(), "postgres://app:***@db.internal:5432/app?table=ops.leases");
+/// # Ok::<(), tenure::StoreError>(())
+/// ```
 #[derive(Clone)]
 pub struct PostgresOptions {
     pub(crate) config: tokio_postgres::Config,
     pub(crate) table: Table,
     pub(crate) root_cert: Option<PathBuf>,
+    pub(crate) timeout: Duration,
     redacted: String,
 }
 
 /// A validated, quoted table name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Table {
-    /// As written, for messages and the notification channel.
+    /// As written, for messages.
     pub(crate) name: String,
     /// Quoted for SQL.
     pub(crate) quoted: String,
@@ -35,6 +62,7 @@ impl fmt::Debug for PostgresOptions {
         f.debug_struct("PostgresOptions")
             .field("url", &self.redacted)
             .field("table", &self.table.name)
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -47,39 +75,95 @@ impl PostgresOptions {
             message: format!("bad PostgreSQL URL {redacted}: {why}"),
             source: None,
         };
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| {
+            s.eq_ignore_ascii_case("postgres") || s.eq_ignore_ascii_case("postgresql")
+        }) else {
             return Err(bad("it must start with postgres:// or postgresql://".into()));
-        }
-        let (base, query) = match url.split_once('?') {
+        };
+        // Split off the user info ourselves, at the last '@': tokio-postgres
+        // would cut a password holding '/', '?' or '#' into a host and a
+        // path, and could then show those pieces in its errors.
+        let (userinfo, rest) = tenure::url::split_userinfo(rest);
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(info) => {
+                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
+                ((!u.is_empty()).then_some(u), p)
+            }
+        };
+        let (base, query) = match rest.split_once('?') {
             Some((b, q)) => (b, q),
-            None => (url, ""),
+            None => (rest, ""),
         };
         let mut table = "tenure_leases".to_owned();
         let mut root_cert = None;
+        let mut timeout = DEFAULT_TIMEOUT;
         let mut passthrough = Vec::new();
+        let mut given = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let decoded = || {
+                tenure::url::percent_decode(v).ok_or_else(|| {
+                    bad(format!(
+                        "option {k}: the value has an invalid %-escape or is not UTF-8"
+                    ))
+                })
+            };
             match k {
-                "table" => table = v.to_owned(),
-                "sslrootcert" => root_cert = Some(PathBuf::from(v)),
-                _ => passthrough.push(pair),
+                "table" => table = decoded()?,
+                "sslrootcert" => root_cert = Some(PathBuf::from(decoded()?)),
+                "timeout" => timeout = tenure::url::parse_duration(k, &decoded()?).map_err(bad)?,
+                _ => {
+                    given.push(k);
+                    passthrough.push(pair);
+                }
             }
         }
+        if timeout.is_zero() {
+            return Err(bad(
+                "timeout is zero: give a positive duration such as 5s".into()
+            ));
+        }
         let libpq = if passthrough.is_empty() {
-            base.to_owned()
+            format!("{scheme}://{base}")
         } else {
-            format!("{base}?{}", passthrough.join("&"))
+            format!("{scheme}://{base}?{}", passthrough.join("&"))
         };
-        let config: tokio_postgres::Config = libpq
+        let mut config: tokio_postgres::Config = libpq
             .parse()
             .map_err(|e: tokio_postgres::Error| bad(e.to_string()))?;
+        if let Some(user) = user {
+            config.user(user);
+        }
+        if let Some(password) = password {
+            config.password(password);
+        }
         if config.get_hosts().is_empty() {
             return Err(bad("no host given".into()));
+        }
+        if !given.contains(&"connect_timeout") {
+            config.connect_timeout(timeout);
+        }
+        if !given.contains(&"keepalives") {
+            config.keepalives(true);
+        }
+        if !given.contains(&"keepalives_idle") {
+            config.keepalives_idle(Duration::from_secs(5));
+        }
+        if !given.contains(&"keepalives_interval") {
+            config.keepalives_interval(Duration::from_secs(1));
+        }
+        if !given.contains(&"keepalives_retries") {
+            config.keepalives_retries(3);
+        }
+        if !given.contains(&"tcp_user_timeout") {
+            config.tcp_user_timeout(timeout.saturating_mul(2));
         }
         Ok(PostgresOptions {
             config,
             table: Table::parse(&table).map_err(bad)?,
             root_cert,
+            timeout,
             redacted,
         })
     }
@@ -92,6 +176,11 @@ impl PostgresOptions {
     /// The table the leases live in.
     pub fn table(&self) -> &str {
         &self.table.name
+    }
+
+    /// The bound on connecting and on each statement.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 }
 
@@ -142,6 +231,45 @@ mod tests {
         assert_eq!(o.config.get_dbname(), Some("leases"));
         assert!(!format!("{o:?}").contains("s3cret"));
         assert_eq!(o.redacted_url(), "postgres://app:***@db:5433/leases?sslmode=require&table=ops.tenure&sslrootcert=/ca.pem&application_name=x");
+        assert_eq!(o.timeout, DEFAULT_TIMEOUT);
+        assert!(o.config.get_keepalives());
+        assert_eq!(o.config.get_connect_timeout(), Some(&DEFAULT_TIMEOUT));
+        let o = PostgresOptions::from_url(
+            "postgres://h/db?timeout=750ms&keepalives_idle=30&connect_timeout=9",
+        )
+        .unwrap();
+        assert_eq!(o.timeout, Duration::from_millis(750));
+        assert_eq!(o.config.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(
+            o.config.get_connect_timeout(),
+            Some(&Duration::from_secs(9))
+        );
+    }
+
+    #[test]
+    fn passwords_with_url_delimiters_parse_whole_and_never_show() {
+        let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
+        let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
+        let o =
+            PostgresOptions::from_url(&format!("postgres://app:{password}@db:5433/leases?table=t"))
+                .unwrap();
+        assert_eq!(o.config.get_password(), Some(password.as_bytes()));
+        assert_eq!(o.config.get_user(), Some("app"));
+        assert_eq!(o.config.get_dbname(), Some("leases"));
+        assert_eq!(o.table(), "t");
+        let e = PostgresOptions::from_url(&format!(
+            "postgres://app:{password}@db:5433/leases?sslmode=sometimes"
+        ))
+        .unwrap_err()
+        .to_string();
+        for shown in [e, format!("{o:?}"), o.redacted_url().to_owned()] {
+            for p in pieces {
+                assert!(!shown.contains(p), "{shown}");
+            }
+        }
+        // Escaped forms decode; '+' is a plus.
+        let o = PostgresOptions::from_url("postgres://app:a%2Fb+c@db/x").unwrap();
+        assert_eq!(o.config.get_password(), Some("a/b+c".as_bytes()));
     }
 
     #[test]

@@ -8,13 +8,14 @@ use tenure::{
 };
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::options::PostgresOptions;
-use crate::{error, listen, tls};
+use crate::{error, listen, schema, session, tls};
 
 /// A lease store on a PostgreSQL table. Cheap to clone; clones share one
 /// connection, which is re-established on the next operation after it is
-/// lost.
+/// lost, timed out or abandoned.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), tenure::StoreError> {
@@ -29,7 +30,10 @@ pub struct PostgresStore {
 
 struct Inner {
     options: PostgresOptions,
+    tls: MakeRustlsConnect,
     conn: Mutex<Option<Conn>>,
+    /// The table's channel, as the server resolved it on the last connect.
+    channel: std::sync::Mutex<String>,
 }
 
 /// A live connection with its prepared statements.
@@ -48,6 +52,14 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+/// A version no earlier write can have had: the server's clock in
+/// microseconds, or one more than the row's version if that is higher.
+/// Versions of a row rise by at least one per write, so a row deleted and
+/// created again, or brought back by a restore or a fail-over, gets versions
+/// above every version issued before (as long as the server's clock does
+/// not go back): a delayed compare-and-swap from before can never match.
+const CLOCK_VERSION: &str = "(extract(epoch from clock_timestamp()) * 1000000)::bigint";
+
 impl PostgresStore {
     /// Connects to the URL (see [`PostgresOptions`]), creating the lease
     /// table if it is missing. Fails with a message naming the fix for wrong
@@ -59,10 +71,13 @@ impl PostgresStore {
 
     /// Connects with parsed options.
     pub async fn with_options(options: PostgresOptions) -> Result<Self, StoreError> {
+        let tls = tls::connector(options.root_cert.as_deref())?;
         let store = PostgresStore {
             inner: Arc::new(Inner {
                 options,
+                tls,
                 conn: Mutex::new(None),
+                channel: std::sync::Mutex::new(String::new()),
             }),
         };
         let conn = store.open().await?;
@@ -79,40 +94,37 @@ impl PostgresStore {
         self.inner.options.redacted_url()
     }
 
+    fn channel(&self) -> String {
+        self.inner
+            .channel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Opens a connection, bounded by the timeout as a whole (a server
+    /// that accepts TCP but never answers must not hang the caller).
     async fn open(&self) -> Result<Conn, StoreError> {
+        let timeout = self.inner.options.timeout;
+        match tokio::time::timeout(timeout, self.open_unbounded()).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::unavailable(
+                format!(
+                    "PostgreSQL at {}: connecting took longer than {timeout:?} (timeout=)",
+                    self.target()
+                ),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            )),
+        }
+    }
+
+    async fn open_unbounded(&self) -> Result<Conn, StoreError> {
         let options = &self.inner.options;
         let target = self.target().to_owned();
-        let tls = tls::connector(options.root_cert.as_deref())?;
-        let (client, connection) = options
-            .config
-            .connect(tls)
-            .await
-            .map_err(|e| error::classify("connect", &target, e))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "PostgreSQL connection closed");
-            }
-        });
+        let client = session::connect(options, self.inner.tls.clone(), &target, None).await?;
+        let resolved = schema::ensure_table(&client, &options.table, &target).await?;
+        *self.inner.channel.lock().unwrap_or_else(|p| p.into_inner()) = resolved.channel;
         let table = &options.table.quoted;
-        let create = format!(
-            "CREATE TABLE IF NOT EXISTS {table} (
-                group_name TEXT PRIMARY KEY,
-                version    BIGINT NOT NULL,
-                record     BYTEA NOT NULL,
-                updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
-            )"
-        );
-        if let Err(e) = client.batch_execute(&create).await {
-            // Two first runs racing to create the table: the loser sees a
-            // unique violation on the catalog; the table exists either way.
-            let raced = e.as_db_error().is_some_and(|d| {
-                d.code() == &tokio_postgres::error::SqlState::UNIQUE_VIOLATION
-                    || d.code() == &tokio_postgres::error::SqlState::DUPLICATE_TABLE
-            });
-            if !raced {
-                return Err(error::classify("creating the lease table", &target, e));
-            }
-        }
         let prepare = |sql: String| {
             let client = &client;
             let target = target.clone();
@@ -131,7 +143,7 @@ impl PostgresStore {
         // notifies, atomically with it.
         let insert = prepare(format!(
             "WITH w AS (
-                INSERT INTO {table} (group_name, version, record) VALUES ($1, 1, $2)
+                INSERT INTO {table} (group_name, version, record) VALUES ($1, {CLOCK_VERSION}, $2)
                 ON CONFLICT (group_name) DO NOTHING RETURNING version
             )
             SELECT w.version FROM w CROSS JOIN LATERAL (SELECT pg_notify($3, $1)) AS n"
@@ -139,7 +151,7 @@ impl PostgresStore {
         .await?;
         let update = prepare(format!(
             "WITH w AS (
-                UPDATE {table} SET version = version + 1, record = $3, updated_at = now()
+                UPDATE {table} SET version = GREATEST(version + 1, {CLOCK_VERSION}), record = $3, updated_at = now()
                 WHERE group_name = $1 AND version = $2 RETURNING version
             )
             SELECT w.version FROM w CROSS JOIN LATERAL (SELECT pg_notify($4, $1)) AS n"
@@ -153,8 +165,13 @@ impl PostgresStore {
         })
     }
 
-    /// Runs `f` on the connection, opening one first if there is none, and
-    /// forgetting it if it turned out to be closed.
+    /// Runs `f` on the connection, opening one first if there is none.
+    ///
+    /// The connection is dropped (and the statement cancelled on the
+    /// server) when it turned out to be closed, when `f` got no reply within
+    /// the timeout, and when the caller abandoned the operation (dropped
+    /// this future): a later operation must never queue behind a statement
+    /// that is still waiting for a lock or for a silent peer.
     async fn with_conn<T>(
         &self,
         what: &str,
@@ -164,28 +181,69 @@ impl PostgresStore {
             Box<dyn std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send + 'c>,
         >,
     ) -> Result<T, StoreError> {
-        let mut slot = self.inner.conn.lock().await;
-        if slot.as_ref().is_none_or(|c| c.client.is_closed()) {
-            *slot = None;
-            *slot = Some(self.open().await?);
+        let mut slot = InFlight {
+            slot: self.inner.conn.lock().await,
+            tls: &self.inner.tls,
+            done: false,
+        };
+        if slot.slot.as_ref().is_none_or(|c| c.client.is_closed()) {
+            *slot.slot = None;
+            *slot.slot = Some(self.open().await?);
         }
-        let Some(conn) = slot.as_ref() else {
+        let Some(conn) = slot.slot.as_ref() else {
             return Err(StoreError::Unavailable {
                 message: "no connection".into(),
                 source: None,
             });
         };
-        match f(conn).await {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                if conn.client.is_closed() {
-                    *slot = None;
-                }
+        let timeout = self.inner.options.timeout;
+        let result = tokio::time::timeout(timeout, f(conn)).await;
+        match result {
+            Ok(Ok(v)) => {
+                slot.done = true;
+                Ok(v)
+            }
+            Ok(Err(e)) => {
+                slot.done = !conn.client.is_closed();
                 Err(error::classify(what, self.target(), e))
             }
+            // `done` stays false: the connection is dropped with `slot`.
+            Err(_) => Err(StoreError::Timeout(timeout)),
         }
     }
 }
+
+/// The connection slot while an operation runs on it. Unless the operation
+/// completed with the connection in a usable state, dropping this drops the
+/// connection and asks the server to cancel whatever it still runs.
+struct InFlight<'a> {
+    slot: tokio::sync::MutexGuard<'a, Option<Conn>>,
+    tls: &'a MakeRustlsConnect,
+    done: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let Some(conn) = self.slot.take() else { return };
+        let cancel = conn.client.cancel_token();
+        let tls = self.tls.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                // Best effort: the server may be the thing that is gone.
+                let _ = tokio::time::timeout(CANCEL_WAIT, cancel.cancel_query(tls)).await;
+            });
+        }
+        tracing::debug!(
+            "PostgreSQL connection dropped: its operation failed, timed out or was abandoned"
+        );
+    }
+}
+
+/// How long a cancel request for an abandoned statement may take.
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn version_of(v: i64) -> Version {
     Version(u64::try_from(v).unwrap_or(0))
@@ -225,7 +283,7 @@ impl LeaseStore for PostgresStore {
     ) -> Result<CasOutcome, StoreError> {
         let key = group.as_str().to_owned();
         let bytes = record.encode();
-        let channel = listen::channel(&self.inner.options);
+        let channel = self.channel();
         let row = match expected {
             None => {
                 self.with_conn("compare-and-swap", |c| {
@@ -263,9 +321,14 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        listen::subscribe(&self.inner.options, group)
-            .await
-            .map(Some)
+        listen::subscribe(
+            &self.inner.options,
+            self.inner.tls.clone(),
+            self.channel(),
+            group,
+        )
+        .await
+        .map(Some)
     }
 
     fn describe(&self) -> String {

@@ -16,8 +16,26 @@ fn url() -> Option<String> {
     testkit::server_url("TENURE_TEST_POSTGRES")
 }
 
+/// The server's `host:port`, read from the URL (never assumed).
+fn server_addr(url: &str) -> String {
+    let config: tokio_postgres::Config = url.parse().expect("TENURE_TEST_POSTGRES parses");
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("127.0.0.1:{port}")
+}
+
+/// A plain superuser connection, for setting things up behind the store's back.
+async fn raw(url: &str) -> tokio_postgres::Client {
+    let (raw, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(conn);
+    raw
+}
+
 struct PgHarness {
+    /// The URL the stores under test connect with.
     url: String,
+    table: String,
     raw: tokio_postgres::Client,
 }
 
@@ -25,11 +43,12 @@ impl PgHarness {
     async fn new(url: String) -> PgHarness {
         // The store creates the table on connect.
         PostgresStore::connect(&url).await.expect("connect");
-        let (raw, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .expect("raw connect");
-        tokio::spawn(conn);
-        PgHarness { url, raw }
+        let raw = raw(&url).await;
+        PgHarness {
+            url,
+            table: "tenure_leases".into(),
+            raw,
+        }
     }
 }
 
@@ -42,10 +61,13 @@ impl Harness for PgHarness {
     }
 
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
+        let t = &self.table;
         self.raw
             .execute(
-                "INSERT INTO tenure_leases (group_name, version, record) VALUES ($1, 1, $2)
-                 ON CONFLICT (group_name) DO UPDATE SET version = tenure_leases.version + 1, record = EXCLUDED.record",
+                &format!(
+                    "INSERT INTO {t} (group_name, version, record) VALUES ($1, 1, $2)
+                     ON CONFLICT (group_name) DO UPDATE SET version = {t}.version + 1, record = EXCLUDED.record"
+                ),
                 &[&group.as_str(), &bytes],
             )
             .await
@@ -55,7 +77,7 @@ impl Harness for PgHarness {
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
         self.raw
             .query_opt(
-                "SELECT record FROM tenure_leases WHERE group_name = $1",
+                &format!("SELECT record FROM {} WHERE group_name = $1", self.table),
                 &[&group.as_str()],
             )
             .await
@@ -131,10 +153,9 @@ async fn wrong_credentials_missing_database_and_tls_are_clear_errors() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_cut_off_from_postgres_steps_down_before_another_takes_over() {
     let Some(url) = url() else { return };
-    let proxy = TcpProxy::start("127.0.0.1:55432".parse().unwrap())
-        .await
-        .unwrap();
-    let via_proxy = url.replace("127.0.0.1:55432", &proxy.addr().to_string());
+    let addr = server_addr(&url);
+    let proxy = TcpProxy::start(addr.parse().unwrap()).await.unwrap();
+    let via_proxy = url.replace(&addr, &proxy.addr().to_string());
     let figures = scenarios::cut_off_leader_stops_first(
         PostgresStore::connect(&via_proxy).await.unwrap(),
         PostgresStore::connect(&url).await.unwrap(),
@@ -203,4 +224,352 @@ async fn a_restarted_server_never_yields_two_leaders() {
     spans.check();
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// A password holding every URL delimiter, unescaped.
+const HOSTILE_PASSWORD: &str = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
+
+/// A role with exactly the documented grants, on a table of its own.
+struct LeastPrivilege {
+    table: String,
+    role: String,
+    admin: tokio_postgres::Client,
+}
+
+impl LeastPrivilege {
+    async fn new(url: &str) -> LeastPrivilege {
+        let suffix = testkit::unique_suffix();
+        let table = format!("tenure_lp_{suffix:x}");
+        let role = format!("tenure_app_{suffix:x}");
+        // The owner creates the table once.
+        PostgresStore::connect(&format!("{url}?table={table}"))
+            .await
+            .expect("the owner creates the table");
+        let admin = raw(url).await;
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN PASSWORD '{HOSTILE_PASSWORD}';
+                 GRANT SELECT, INSERT, UPDATE ON {table} TO {role};"
+            ))
+            .await
+            .expect("create the role");
+        LeastPrivilege { table, role, admin }
+    }
+
+    /// The role's URL, its password pasted as it is.
+    fn url(&self, server: &str) -> String {
+        format!(
+            "postgres://{}:{HOSTILE_PASSWORD}@{server}/postgres?table={}",
+            self.role, self.table
+        )
+    }
+
+    async fn drop_all(self) {
+        let (t, r) = (&self.table, &self.role);
+        let _ = self
+            .admin
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS {t}; DROP ROLE IF EXISTS {r};"
+            ))
+            .await;
+    }
+}
+
+/// Item 1 and 6 of issue 10: a user with only `SELECT, INSERT, UPDATE` on
+/// an existing table (PostgreSQL 15 refuses it `CREATE` on `public`) opens
+/// the store and passes the whole suite, change feed included, with a
+/// password holding `/ ? # @ +` pasted into the URL unescaped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_least_privilege_user_with_a_hostile_password_passes_the_suite() {
+    let Some(url) = url() else { return };
+    let lp = LeastPrivilege::new(&url).await;
+    let role_url = lp.url(&server_addr(&url));
+    let store = PostgresStore::connect(&role_url)
+        .await
+        .expect("the documented grants suffice");
+    for shown in [format!("{store:?}"), tenure::LeaseStore::describe(&store)] {
+        assert!(!shown.contains("Qb2") && !shown.contains("Qe5"), "{shown}");
+    }
+    let harness = PgHarness {
+        url: role_url.clone(),
+        table: lp.table.clone(),
+        raw: raw(&url).await,
+    };
+    let report = testkit::check_conformance(&harness).await;
+    lp.drop_all().await;
+    assert!(report.passed(), "{report}");
+    assert!(
+        !report
+            .cases
+            .iter()
+            .any(|c| matches!(c.outcome, testkit::CaseOutcome::Skipped(_))),
+        "nothing skipped: {report}"
+    );
+}
+
+/// A table the user may not touch at all: the error names the grants.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_without_grants_is_told_which_to_ask_for() {
+    let Some(url) = url() else { return };
+    let lp = LeastPrivilege::new(&url).await;
+    lp.admin
+        .batch_execute(&format!("REVOKE ALL ON {} FROM {}", lp.table, lp.role))
+        .await
+        .unwrap();
+    let store = PostgresStore::connect(&lp.url(&server_addr(&url))).await;
+    let group = testkit::unique_group("pg-nogrant");
+    let e = match store {
+        Err(e) => e,
+        Ok(s) => tenure::LeaseStore::read(&s, &group).await.unwrap_err(),
+    };
+    lp.drop_all().await;
+    let text = e.to_string();
+    assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
+    assert!(text.contains("SELECT, INSERT and UPDATE"), "{text}");
+    assert!(!text.contains("Qb2") && !text.contains("Qe5"), "{text}");
+}
+
+/// Item 3: an operator's open transaction holding the lease row's lock
+/// makes a compare-and-swap fail after `lock_timeout` with an error saying
+/// so, instead of stalling the store (and every later operation) for as
+/// long as the transaction stays open.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_row_lock_held_by_an_open_transaction_fails_fast() {
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&format!("{url}?timeout=1s"))
+        .await
+        .unwrap();
+    let group = testkit::unique_group("pg-locked");
+    let v1 =
+        match tenure::LeaseStore::compare_and_swap(&store, &group, None, &testkit::held_by("a", 1))
+            .await
+            .unwrap()
+        {
+            tenure::CasOutcome::Applied(v) => v,
+            other => panic!("{other:?}"),
+        };
+    let mut operator = raw(&url).await;
+    let tx = operator.transaction().await.unwrap();
+    tx.query(
+        "SELECT * FROM tenure_leases WHERE group_name = $1 FOR UPDATE",
+        &[&group.as_str()],
+    )
+    .await
+    .unwrap();
+
+    let started = std::time::Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        tenure::LeaseStore::compare_and_swap(&store, &group, Some(v1), &testkit::held_by("a", 1)),
+    )
+    .await
+    .expect("the compare-and-swap returned instead of waiting for the lock");
+    let took = started.elapsed();
+    let e = outcome.expect_err("the row is locked");
+    assert!(e.is_transient(), "{e:?}");
+    assert!(e.to_string().contains("lock"), "{e}");
+    assert!(took < Duration::from_secs(5), "failed after {took:?}");
+    // Reads do not wait for row locks, and the store is still usable.
+    assert!(tenure::LeaseStore::read(&store, &group)
+        .await
+        .unwrap()
+        .is_some());
+
+    tx.commit().await.unwrap();
+    let outcome =
+        tenure::LeaseStore::compare_and_swap(&store, &group, Some(v1), &testkit::held_by("a", 1))
+            .await
+            .unwrap();
+    assert!(
+        matches!(outcome, tenure::CasOutcome::Applied(_)),
+        "{outcome:?}"
+    );
+}
+
+/// Item 3: a connection that went silent (a partition, a dead host: no
+/// reset, no reply) fails the operation within the timeout, and the next
+/// operation opens a new connection. The LISTEN connection is pinged, so
+/// its feed ends and the elector subscribes again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_open_connection_fails_fast_and_is_replaced() {
+    let Some(url) = url() else { return };
+    let addr = server_addr(&url);
+    let proxy = TcpProxy::start(addr.parse().unwrap()).await.unwrap();
+    let via_proxy = format!(
+        "{}?timeout=1s",
+        url.replace(&addr, &proxy.addr().to_string())
+    );
+    let store = PostgresStore::connect(&via_proxy).await.unwrap();
+    let group = testkit::unique_group("pg-half-open");
+    tenure::LeaseStore::read(&store, &group).await.unwrap();
+    let mut feed = tenure::LeaseStore::changes(&store, &group)
+        .await
+        .unwrap()
+        .expect("a feed");
+
+    proxy.cut();
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        tenure::LeaseStore::read(&store, &group),
+    )
+    .await
+    .expect("the read returned instead of hanging on a silent connection");
+    assert!(r.is_err(), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while feed.changed().await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the feed on a silent connection ended");
+
+    proxy.heal();
+    let r = tenure::LeaseStore::read(&store, &group).await;
+    assert!(r.is_ok(), "a new connection after healing: {r:?}");
+}
+
+/// Item 2: `t` and `public.t` notify on one channel, and a table name long
+/// enough that `tenure:<name>` exceeds an identifier still works, feed and
+/// all.
+#[tokio::test(flavor = "multi_thread")]
+async fn channels_are_normalised_and_short() {
+    let Some(url) = url() else { return };
+    for table in [
+        format!("tenure_ch_{:x}", testkit::unique_suffix()),
+        format!(
+            "tenure_long_{:x}_{}",
+            testkit::unique_suffix(),
+            "x".repeat(30)
+        ),
+    ] {
+        assert!(table.len() <= 63);
+        let writer = PostgresStore::connect(&format!("{url}?table=public.{table}"))
+            .await
+            .unwrap();
+        let watcher = PostgresStore::connect(&format!("{url}?table={table}"))
+            .await
+            .unwrap();
+        let group = testkit::unique_group("pg-channel");
+        let mut feed = tenure::LeaseStore::changes(&watcher, &group)
+            .await
+            .unwrap()
+            .expect("a feed");
+        let outcome =
+            tenure::LeaseStore::compare_and_swap(&writer, &group, None, &testkit::held_by("a", 1))
+                .await
+                .unwrap_or_else(|e| panic!("{table}: {e}"));
+        assert!(matches!(outcome, tenure::CasOutcome::Applied(_)));
+        tokio::time::timeout(Duration::from_secs(5), feed.changed())
+            .await
+            .unwrap_or_else(|_| panic!("{table}: no hint across t and public.t"))
+            .expect("the feed is open");
+        raw(&url)
+            .await
+            .batch_execute(&format!("DROP TABLE {table}"))
+            .await
+            .unwrap();
+    }
+}
+
+/// Item 4: a row deleted behind tenure's back and created again gets a
+/// version above every earlier one, so a compare-and-swap delayed from
+/// before the deletion cannot apply to the new record (ABA).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_and_recreated_row_never_reuses_a_version() {
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let group = testkit::unique_group("pg-aba");
+    let acquire = |holder: &'static str| {
+        let store = store.clone();
+        let group = group.clone();
+        async move {
+            match tenure::LeaseStore::compare_and_swap(
+                &store,
+                &group,
+                None,
+                &testkit::held_by(holder, 1),
+            )
+            .await
+            .unwrap()
+            {
+                tenure::CasOutcome::Applied(v) => v,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let old = acquire("a").await;
+    raw(&url)
+        .await
+        .execute(
+            "DELETE FROM tenure_leases WHERE group_name = $1",
+            &[&group.as_str()],
+        )
+        .await
+        .unwrap();
+    let new = acquire("b").await;
+    assert!(new > old, "{new:?} after {old:?}");
+    let stale =
+        tenure::LeaseStore::compare_and_swap(&store, &group, Some(old), &testkit::held_by("a", 1))
+            .await
+            .unwrap();
+    assert_eq!(
+        stale,
+        tenure::CasOutcome::Conflict,
+        "a stale version never matches"
+    );
+}
+
+/// Item 3: an operation the caller abandoned (the elector's own deadline
+/// dropped it) takes its connection with it, so the next operation does
+/// not queue behind a statement still waiting for a row lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abandoned_operation_does_not_hold_up_the_next() {
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&format!("{url}?timeout=10s"))
+        .await
+        .unwrap();
+    let group = testkit::unique_group("pg-abandoned");
+    let v1 =
+        match tenure::LeaseStore::compare_and_swap(&store, &group, None, &testkit::held_by("a", 1))
+            .await
+            .unwrap()
+        {
+            tenure::CasOutcome::Applied(v) => v,
+            other => panic!("{other:?}"),
+        };
+    let mut operator = raw(&url).await;
+    let tx = operator.transaction().await.unwrap();
+    tx.query(
+        "SELECT * FROM tenure_leases WHERE group_name = $1 FOR UPDATE",
+        &[&group.as_str()],
+    )
+    .await
+    .unwrap();
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        tenure::LeaseStore::compare_and_swap(&store, &group, Some(v1), &testkit::held_by("a", 1)),
+    )
+    .await;
+    assert!(
+        abandoned.is_err(),
+        "the write waits for the lock: {abandoned:?}"
+    );
+    let started = std::time::Instant::now();
+    let read = tokio::time::timeout(
+        Duration::from_secs(20),
+        tenure::LeaseStore::read(&store, &group),
+    )
+    .await
+    .expect("the read returned");
+    assert!(read.unwrap().is_some());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the read waited {:?} behind the abandoned write",
+        started.elapsed()
+    );
+    tx.rollback().await.unwrap();
 }
