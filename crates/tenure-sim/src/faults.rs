@@ -290,20 +290,36 @@ pub(crate) fn plan(
         // Give the cluster half a term to elect its first leader.
         let start = SimTime::from_duration(term / 2);
         let end = fault_end.before(heal_time(kind, term));
-        let mut t = start;
-        loop {
-            // Exponential inter-arrival time with the given mean.
-            let u: f64 = rng.gen_range(f64::EPSILON..1.0);
-            t = t.after(every.mul_f64(-u.ln()));
-            if t >= end {
-                break;
-            }
-            out.push((t, kind));
-        }
+        out.extend(
+            arrivals(rng, every, start, end)
+                .into_iter()
+                .map(|t| (t, kind)),
+        );
     }
     // Stable sort: equal instants keep the kind order above, deterministically.
     out.sort_by_key(|(t, _)| *t);
     out
+}
+
+/// The arrival instants in `[start, end)` of a Poisson process with mean
+/// inter-arrival time `every`.
+pub(crate) fn arrivals(
+    rng: &mut impl Rng,
+    every: Duration,
+    start: SimTime,
+    end: SimTime,
+) -> Vec<SimTime> {
+    let mut out = Vec::new();
+    let mut t = start;
+    loop {
+        // Exponential inter-arrival time with the given mean.
+        let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+        t = t.after(every.mul_f64(-u.ln()));
+        if t >= end {
+            return out;
+        }
+        out.push(t);
+    }
 }
 
 /// A uniformly random duration in `[lo, hi]`.

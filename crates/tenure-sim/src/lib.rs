@@ -52,6 +52,7 @@
 
 mod checker;
 pub mod clock;
+pub mod elector;
 pub mod faults;
 pub mod params;
 pub mod report;

@@ -1,10 +1,13 @@
 //! `tenure-sim`: runs many seeds of the election simulation and prints a
-//! summary; exits non-zero if any invariant broke.
+//! summary; exits non-zero if any invariant broke. By default it drives the
+//! state machine directly (the machine tier); `--elector` runs the real
+//! electors on tokio's paused clock instead (the elector tier).
 //!
 //! ```text
 //! cargo run -p tenure-sim --release -- --seeds 1000
 //! cargo run -p tenure-sim --release -- --seeds 200 --start-seed 5000 --nodes 3..20
 //! cargo run -p tenure-sim --release -- --seed 42 --trace
+//! cargo run -p tenure-sim --release -- --elector --seeds 1000
 //! ```
 
 use std::io::Write;
@@ -13,12 +16,20 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tenure_sim::{run_seed, FaultRates, Liveness, Notify, SimParams, SkewBound, Summary};
+use tenure_sim::elector::{self, ElectorFaultRates, ElectorParams, ElectorReport, ElectorSummary};
+use tenure_sim::{
+    run_seed, FaultRates, Liveness, Notify, SimError, SimParams, SimReport, SkewBound, Summary,
+    Violation,
+};
 
 /// Deterministic simulation of tenure elections with an invariant checker.
 #[derive(Parser, Debug)]
 #[command(name = "tenure-sim", version)]
 struct Args {
+    /// Run the real electors (driver, publisher, terms) over a faulty
+    /// in-memory store on tokio's paused clock, instead of the bare machines.
+    #[arg(long)]
+    elector: bool,
     /// How many seeds to run.
     #[arg(long, default_value_t = 100)]
     seeds: u64,
@@ -34,6 +45,10 @@ struct Args {
     /// Candidates per seed: `N`, or a range `A..B` (inclusive), within 2..20.
     #[arg(long, value_parser = parse_nodes)]
     nodes: Option<RangeInclusive<usize>>,
+    /// Groups every candidate stands in (elector tier): `N` or `A..B`,
+    /// within 1..16.
+    #[arg(long, value_parser = parse_nodes, requires = "elector")]
+    groups: Option<RangeInclusive<usize>>,
     /// The term in milliseconds.
     #[arg(long)]
     term_ms: Option<u64>,
@@ -64,10 +79,10 @@ struct Args {
     actual_wall_offset_ms: Option<u64>,
     /// Anchor every leader's deadline at the reply instead of the send (a
     /// deliberately broken machine: a negative control).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "elector")]
     anchor_at_receive: bool,
     /// Inject crashes only.
-    #[arg(long, conflicts_with = "no_faults")]
+    #[arg(long, conflicts_with_all = ["no_faults", "elector"])]
     crash_only: bool,
     /// Inject no faults at all.
     #[arg(long)]
@@ -120,6 +135,46 @@ fn parse_notify(s: &str) -> Result<Notify, String> {
     }
 }
 
+fn elector_params(args: &Args) -> ElectorParams {
+    let mut p = ElectorParams::default();
+    if let Some(n) = &args.nodes {
+        p.nodes = n.clone();
+    }
+    if let Some(g) = &args.groups {
+        p.groups = g.clone();
+    }
+    if let Some(ms) = args.term_ms {
+        p.term = Duration::from_millis(ms);
+        p.skew = SkewBound::Random(p.term / 5);
+        p.liveness = Liveness::Random(p.term);
+    }
+    if let Some(d) = args.drift {
+        p.drift = d;
+    }
+    p.actual_drift = args.actual_drift;
+    if let Some(s) = args.skew {
+        p.skew = s;
+    }
+    p.actual_wall_offset = args.actual_wall_offset_ms.map(Duration::from_millis);
+    if let Some(n) = args.notify {
+        p.notify = n;
+    }
+    if let Some(l) = args.liveness {
+        p.liveness = l;
+    }
+    if let Some(s) = args.fault_secs {
+        p.fault_phase = Duration::from_secs(s);
+    }
+    if let Some(ms) = args.latency_ms {
+        p.latency = Duration::from_millis(ms);
+    }
+    if args.no_faults {
+        p.faults = ElectorFaultRates::none();
+    }
+    p.trace = args.trace && args.seed.is_some();
+    p
+}
+
 fn params(args: &Args) -> SimParams {
     let mut p = SimParams::default();
     if let Some(n) = &args.nodes {
@@ -163,10 +218,103 @@ fn params(args: &Args) -> SimParams {
     p
 }
 
+/// One tier of the simulation, as the seed loop sees it.
+trait Tier {
+    type Report;
+    type Summary: Default + std::fmt::Display;
+    fn check(&self) -> Result<(), SimError>;
+    fn run(&self, seed: u64) -> Result<Self::Report, SimError>;
+    /// The trace lines and a one-line description of a single seed's run.
+    fn describe(&self, report: &Self::Report) -> (Vec<String>, String);
+    fn violations<'a>(&self, report: &'a Self::Report) -> &'a [Violation];
+    fn replay_command(&self, seed: u64) -> String;
+    fn add(&self, summary: &mut Self::Summary, report: &Self::Report);
+    fn violation_count(&self, summary: &Self::Summary) -> usize;
+}
+
+struct Machines(SimParams);
+
+impl Tier for Machines {
+    type Report = SimReport;
+    type Summary = Summary;
+    fn check(&self) -> Result<(), SimError> {
+        self.0.check()
+    }
+    fn run(&self, seed: u64) -> Result<SimReport, SimError> {
+        run_seed(seed, &self.0)
+    }
+    fn describe(&self, r: &SimReport) -> (Vec<String>, String) {
+        let line = format!(
+            "seed {}: {} nodes, skew bound {:?}, liveness timeout {:?}, notifications {}, digest {:016x}",
+            r.seed, r.nodes, r.skew_bound, r.liveness_timeout, r.notify, r.digest
+        );
+        (r.trace.clone(), line)
+    }
+    fn violations<'a>(&self, r: &'a SimReport) -> &'a [Violation] {
+        &r.violations
+    }
+    fn replay_command(&self, seed: u64) -> String {
+        self.0.replay_command(seed)
+    }
+    fn add(&self, summary: &mut Summary, r: &SimReport) {
+        summary.add(r);
+    }
+    fn violation_count(&self, summary: &Summary) -> usize {
+        summary.violations.len()
+    }
+}
+
+struct Electors(ElectorParams);
+
+impl Tier for Electors {
+    type Report = ElectorReport;
+    type Summary = ElectorSummary;
+    fn check(&self) -> Result<(), SimError> {
+        self.0.check()
+    }
+    fn run(&self, seed: u64) -> Result<ElectorReport, SimError> {
+        elector::run_seed(seed, &self.0)
+    }
+    fn describe(&self, r: &ElectorReport) -> (Vec<String>, String) {
+        let line = format!(
+            "seed {}: {} nodes ({} notified) in {} groups, skew bound {:?}, liveness timeout {:?}, {} terms, digest {:016x}",
+            r.seed,
+            r.nodes,
+            r.notifying,
+            r.groups,
+            r.skew_bound,
+            r.liveness_timeout,
+            r.terms,
+            r.digest
+        );
+        (r.trace.clone(), line)
+    }
+    fn violations<'a>(&self, r: &'a ElectorReport) -> &'a [Violation] {
+        &r.violations
+    }
+    fn replay_command(&self, seed: u64) -> String {
+        self.0.replay_command(seed)
+    }
+    fn add(&self, summary: &mut ElectorSummary, r: &ElectorReport) {
+        summary.add(r);
+    }
+    fn violation_count(&self, summary: &ElectorSummary) -> usize {
+        summary.violations.len()
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    let params = params(&args);
-    if let Err(e) = params.check() {
+    if args.elector {
+        drive(&args, Electors(elector_params(&args)))
+    } else {
+        drive(&args, Machines(params(&args)))
+    }
+}
+
+/// Runs the seeds the arguments ask for on `tier` and prints the summary.
+fn drive<T: Tier>(args: &Args, tier: T) -> ExitCode {
+    if let Err(e) = tier.check() {
         eprintln!("tenure-sim: {e}");
         return ExitCode::from(2);
     }
@@ -175,10 +323,10 @@ fn main() -> ExitCode {
         None => (args.start_seed, args.seeds),
     };
     let started = Instant::now();
-    let mut summary = Summary::default();
+    let mut summary = T::Summary::default();
     let step = (count / 20).max(1);
     for (i, seed) in (first..first.saturating_add(count)).enumerate() {
-        let report = match run_seed(seed, &params) {
+        let report = match tier.run(seed) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("tenure-sim: seed {seed}: {e}");
@@ -186,24 +334,22 @@ fn main() -> ExitCode {
             }
         };
         if args.seed.is_some() {
-            for line in &report.trace {
-                println!("{line}");
+            let (trace, line) = tier.describe(&report);
+            for l in &trace {
+                println!("{l}");
             }
-            println!(
-                "seed {seed}: {} nodes, skew bound {:?}, liveness timeout {:?}, notifications {}, digest {:016x}",
-                report.nodes, report.skew_bound, report.liveness_timeout, report.notify, report.digest
-            );
+            println!("{line}");
         }
-        for v in &report.violations {
+        for v in tier.violations(&report) {
             println!("VIOLATION {v}");
-            println!("  replay: {}", params.replay_command(seed));
+            println!("  replay: {}", tier.replay_command(seed));
         }
-        summary.add(&report);
+        tier.add(&mut summary, &report);
         let done = i as u64 + 1;
         if count > 1 && (done % step == 0 || done == count) {
             eprint!(
                 "\r{done}/{count} seeds, {} violations, {:.1?} elapsed   ",
-                summary.violations.len(),
+                tier.violation_count(&summary),
                 started.elapsed()
             );
             let _ = std::io::stderr().flush();
@@ -217,7 +363,7 @@ fn main() -> ExitCode {
         "wall time                                {:.2?}",
         started.elapsed()
     );
-    if summary.violations.is_empty() {
+    if tier.violation_count(&summary) == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -120,6 +120,9 @@ pub enum SimError {
     /// The election configuration derived from the parameters is invalid.
     #[error("invalid election configuration: {0}")]
     Config(#[from] tenure::ConfigError),
+    /// The elector tier's tokio runtime could not start.
+    #[error("could not start the tokio runtime for the elector tier: {0}")]
+    Runtime(std::io::Error),
 }
 
 impl SimParams {

@@ -63,7 +63,7 @@ mod term_log;
 pub use proxy::TcpProxy;
 pub use servers::server_url;
 pub use support::{free_port, unique_suffix, TempDir};
-pub use term_log::{TermLog, TermSpan};
+pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
 
 /// How a store's test gives the suite access to the store.
 ///

@@ -1,9 +1,15 @@
 //! A record of every term some electors held, in real time, to check that
 //! no two overlap and that tokens rise: the safety invariant, observed from
-//! outside on real servers.
+//! outside, on real servers and in the simulation's elector tier.
+//!
+//! Instants are [`tokio::time::Instant`]s: the host's monotonic clock in an
+//! ordinary runtime, and tokio's clock in a test whose time is paused, so
+//! the same log serves both.
 
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::time::Instant;
 
 use crate::elector::Elector;
 use crate::role::Role;
@@ -15,17 +21,76 @@ pub struct TermSpan {
     pub candidate: String,
     /// Its fencing token.
     pub token: u64,
-    /// When its elector announced it.
+    /// When it began: its elector announced it ([`TermLog::watch`]), or its
+    /// work started ([`TermLog::open`]).
     pub elected: Instant,
-    /// When its work had to be gone ([`Term::ended`](crate::Term::ended)),
-    /// if it has ended.
+    /// When it ended: its work had to be gone ([`Term::ended`](crate::Term::ended)),
+    /// or its work stopped ([`TermLog::open`]); `None` while it lasts.
     pub ended: Option<Instant>,
 }
 
-/// Watches electors' roles and records each term's span.
+/// A broken invariant among the spans of a [`TermLog`].
+#[derive(Clone, Debug)]
+pub enum TermProblem {
+    /// Two spans overlap in time.
+    Overlap {
+        /// The span that began first.
+        first: TermSpan,
+        /// The span that began while `first` lasted.
+        second: TermSpan,
+    },
+    /// A span began with a lower token than an earlier one, or with the
+    /// same token but another candidate.
+    TokenOrder {
+        /// The earlier span.
+        earlier: TermSpan,
+        /// The later span.
+        later: TermSpan,
+    },
+}
+
+impl fmt::Display for TermProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TermProblem::Overlap { first, second } => write!(
+                f,
+                "terms overlap: {} (token {}) and {} (token {})",
+                first.candidate, first.token, second.candidate, second.token
+            ),
+            TermProblem::TokenOrder { earlier, later } => write!(
+                f,
+                "tokens did not rise: {} (token {}) began after {} (token {})",
+                later.candidate, later.token, earlier.candidate, earlier.token
+            ),
+        }
+    }
+}
+
+/// Watches electors' roles, or the work of their terms, and records each
+/// term's span.
 #[derive(Clone, Debug, Default)]
 pub struct TermLog {
     spans: Arc<Mutex<Vec<TermSpan>>>,
+}
+
+/// Keeps a span of a [`TermLog`] open; dropping it ends the span. See
+/// [`TermLog::open`].
+#[derive(Debug)]
+pub struct SpanGuard {
+    spans: Arc<Mutex<Vec<TermSpan>>>,
+    index: usize,
+}
+
+impl Drop for SpanGuard {
+    fn drop(&mut self) {
+        if let Some(span) = lock(&self.spans).get_mut(self.index) {
+            span.ended = Some(Instant::now());
+        }
+    }
+}
+
+fn lock(spans: &Mutex<Vec<TermSpan>>) -> MutexGuard<'_, Vec<TermSpan>> {
+    spans.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl TermLog {
@@ -33,70 +98,155 @@ impl TermLog {
     pub fn watch(electors: &[&Elector]) -> TermLog {
         let log = TermLog::default();
         for e in electors {
-            let mut rx = e.watch_role();
-            let candidate = e.candidate_id().to_owned();
-            let spans = log.spans.clone();
-            tokio::spawn(async move {
-                loop {
-                    let role = rx.borrow_and_update().clone();
-                    if let Role::Leader(term) = role {
-                        let index = {
-                            let mut s = spans.lock().unwrap_or_else(|p| p.into_inner());
-                            s.push(TermSpan {
-                                candidate: candidate.clone(),
-                                token: term.token(),
-                                elected: Instant::now(),
-                                ended: None,
-                            });
-                            s.len() - 1
-                        };
-                        let spans = spans.clone();
-                        tokio::spawn(async move {
-                            term.ended().await;
-                            let mut s = spans.lock().unwrap_or_else(|p| p.into_inner());
-                            if let Some(span) = s.get_mut(index) {
-                                span.ended = Some(Instant::now());
-                            }
-                        });
-                    }
-                    if rx.changed().await.is_err() {
-                        return;
-                    }
-                }
-            });
+            log.add(e);
         }
         log
     }
 
-    /// The spans so far, in order of election.
-    pub fn spans(&self) -> Vec<TermSpan> {
-        self.spans.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// Watches one more elector, from its current role on: a term's span
+    /// runs from its announcement to [`Term::ended`](crate::Term::ended).
+    /// Must be called within a tokio runtime.
+    pub fn add(&self, elector: &Elector) {
+        let mut rx = elector.watch_role();
+        let candidate = elector.candidate_id().to_owned();
+        let log = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let role = rx.borrow_and_update().clone();
+                if let Role::Leader(term) = role {
+                    let guard = log.open(candidate.clone(), term.token());
+                    tokio::spawn(async move {
+                        term.ended().await;
+                        drop(guard);
+                    });
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 
-    /// Panics, naming the terms, if two spans overlap or tokens did not rise
-    /// in election order; returns the spans otherwise.
-    pub fn check(&self) -> Vec<TermSpan> {
+    /// Opens a span now, for work that runs under a term: the span ends
+    /// when the returned guard is dropped, so a guard kept inside the work's
+    /// future records exactly when the work stopped (returned, or was
+    /// dropped).
+    pub fn open(&self, candidate: impl Into<String>, token: u64) -> SpanGuard {
+        let mut spans = lock(&self.spans);
+        spans.push(TermSpan {
+            candidate: candidate.into(),
+            token,
+            elected: Instant::now(),
+            ended: None,
+        });
+        SpanGuard {
+            spans: self.spans.clone(),
+            index: spans.len() - 1,
+        }
+    }
+
+    /// The spans so far, in the order they began.
+    pub fn spans(&self) -> Vec<TermSpan> {
+        lock(&self.spans).clone()
+    }
+
+    /// Every broken invariant so far: spans that overlap (a span still open
+    /// lasts until now; one ending exactly when another begins does not
+    /// overlap it), and tokens that did not rise in the order spans began.
+    /// The same token may begin again only for the same candidate: its
+    /// term's work can be run again.
+    pub fn problems(&self) -> Vec<TermProblem> {
         let spans = self.spans();
         let now = Instant::now();
+        let mut problems = Vec::new();
         for (i, a) in spans.iter().enumerate() {
             for b in &spans[i + 1..] {
                 let a_end = a.ended.unwrap_or(now);
                 let b_end = b.ended.unwrap_or(now);
-                assert!(
-                    a_end <= b.elected || b_end <= a.elected,
-                    "terms overlap: {} (token {}) and {} (token {})",
-                    a.candidate,
-                    a.token,
-                    b.candidate,
-                    b.token
-                );
+                if !(a_end <= b.elected || b_end <= a.elected) {
+                    problems.push(TermProblem::Overlap {
+                        first: a.clone(),
+                        second: b.clone(),
+                    });
+                }
             }
         }
+        for w in spans.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            if b.token < a.token || (b.token == a.token && b.candidate != a.candidate) {
+                problems.push(TermProblem::TokenOrder {
+                    earlier: a.clone(),
+                    later: b.clone(),
+                });
+            }
+        }
+        problems
+    }
+
+    /// Panics, naming the terms, if two spans overlap or tokens did not rise
+    /// (see [`problems`](TermLog::problems)); returns the spans otherwise.
+    pub fn check(&self) -> Vec<TermSpan> {
+        let problems = self.problems();
         assert!(
-            spans.windows(2).all(|w| w[0].token < w[1].token),
-            "tokens did not rise: {:?}",
-            spans.iter().map(|s| s.token).collect::<Vec<_>>()
+            problems.is_empty(),
+            "{}",
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
         );
-        spans
+        self.spans()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn spans_follow_the_paused_clock_and_overlaps_are_found() {
+        let log = TermLog::default();
+        let a = log.open("a", 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(a);
+        // Beginning exactly when the last one ended is no overlap.
+        let b = log.open("b", 2);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(log.problems().is_empty(), "{:?}", log.problems());
+        let spans = log.spans();
+        assert_eq!(
+            spans[0].ended.unwrap() - spans[0].elected,
+            Duration::from_secs(2),
+            "paused time, not the host's"
+        );
+        let c = log.open("c", 3);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let problems = log.problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0]
+                .to_string()
+                .contains("b (token 2) and c (token 3)"),
+            "{}",
+            problems[0]
+        );
+        drop((b, c));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_must_rise_except_for_the_same_candidates_term_run_again() {
+        let log = TermLog::default();
+        drop(log.open("a", 4));
+        drop(log.open("a", 4));
+        assert!(log.problems().is_empty());
+        drop(log.open("b", 4));
+        drop(log.open("b", 3));
+        let problems: Vec<String> = log.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("b (token 4) began after a (token 4)"));
+        assert!(problems[1].contains("b (token 3) began after b (token 4)"));
     }
 }

@@ -1,0 +1,586 @@
+//! The elector tier: the real [`tenure::Elector`]s of every candidate (the
+//! engine that runs their machines, its batched operations and change feed,
+//! the publisher, the terms) over one [`tenure::MemoryStore`], each
+//! candidate process seeing the store through its own [`tenure::Faults`],
+//! all on tokio's paused clock.
+//!
+//! The machine tier drives [`tenure::machine::Machine`] directly; this tier
+//! checks the async shell around it, which the machine tier cannot see.
+//! Each candidate process stands in one to a few groups at once (drawn per
+//! seed), on one store handle, so its engine batches and coalesces the
+//! groups' operations; every group is checked on its own.
+//!
+//! * **Clocks**: each candidate has its own drifting, offset
+//!   [`NodeClock`] (as in the machine tier), read on
+//!   tokio's paused timeline, which is the run's real time. Tokio's timers
+//!   fire on whole milliseconds, up to 1 ms after the instant asked for.
+//! * **Faults**, planned from the seed: crashes (the application and its
+//!   work stop at once, the process never reaches the store again, a new
+//!   incarnation starts later), windows in which one candidate's operations
+//!   hang (partition), are slow (often past the operation timeout), fail,
+//!   or apply with their replies lost; resignations; graceful shutdowns and
+//!   restarts; stalled liveness pulses; and in some seeds a storm that cuts
+//!   every candidate off until the fault phase ends. Some candidates' views
+//!   of the store send change notifications, others poll.
+//! * **Work**: each candidate's application runs
+//!   [`Elector::run_while_leader`](tenure::Elector::run_while_leader) in a
+//!   loop for each group; each term's work is drawn from the seed: it stops
+//!   when told (after lingering a while), ignores the cancellation until it
+//!   is dropped, quits early, or fails. Resignations hit one group; crashes,
+//!   shutdowns and stalls the whole process.
+//! * **Checker**, per group: every term's work records when it started and
+//!   when it stopped ([`tenure::testkit::TermLog::open`]), and so does every
+//!   term an elector publishes ([`tenure::testkit::TermLog::add`]); no two
+//!   spans of either log may overlap, and tokens must rise. No work may
+//!   start on a term past its deadline, nor run past the deadline (beyond
+//!   the timer's millisecond). No candidate may busy-wait (see the clock
+//!   module). Once every fault has healed every group must have a valid
+//!   term within the heal bound, and keep it; after a crash of a leader in
+//!   the tail its groups must have a new term within the crash bound
+//!   ([`LivenessBounds`]).
+//!
+//! The fault schedule, the clocks, latencies and the work's behaviour all
+//! derive from the seed; the candidates' retry jitter and incarnations are
+//! drawn by the electors themselves, so a seed run again follows the same
+//! schedule but may differ in detail.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tenure::testkit::{TermLog, TermProblem, TermSpan};
+use tenure::{Config, Elector, Faults, MemoryStore, Timing};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::checker::LivenessBounds;
+use crate::clock::{NodeClock, SimTime};
+use crate::faults::{between, FaultCounts};
+use crate::params::{Liveness, Notify, SimError, SkewBound};
+use crate::report::{Violation, ViolationKind};
+use crate::scheduler::Queue;
+use crate::trace::Trace;
+
+mod clock;
+mod node;
+mod params;
+mod plan;
+mod report;
+
+pub use params::{ElectorFaultRates, ElectorParams};
+pub use report::{ElectorReport, ElectorSummary};
+
+use clock::SimClock;
+use plan::Planned;
+
+/// The name of the `g`-th group.
+fn group_name(g: usize) -> String {
+    format!("sim-{g}")
+}
+
+/// Runs one seed of the elector tier to the end and reports what the
+/// checker found.
+///
+/// Fails only if the parameters are invalid or the runtime cannot start;
+/// broken invariants are in [`ElectorReport::violations`].
+///
+/// ```
+/// use tenure_sim::elector::{run_seed, ElectorParams};
+/// let params = ElectorParams { fault_phase: std::time::Duration::from_secs(20), ..ElectorParams::default() };
+/// let report = run_seed(7, &params)?;
+/// assert!(report.terms > 0);
+/// assert!(report.violations.is_empty(), "{:?}", report.violations);
+/// # Ok::<(), tenure_sim::SimError>(())
+/// ```
+pub fn run_seed(seed: u64, params: &ElectorParams) -> Result<ElectorReport, SimError> {
+    params.check()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(SimError::Runtime)?;
+    runtime.block_on(async { Ok(Cluster::new(seed, params)?.run().await) })
+}
+
+/// What the candidates' tasks find while the run goes on.
+pub(crate) struct Findings {
+    seed: u64,
+    violations: Vec<Violation>,
+    /// `Event::Elected` seen.
+    elections: u64,
+    /// `Event::Ousted` seen, by reason.
+    end_reasons: BTreeMap<&'static str, u64>,
+    /// `Event::StoreHealth` reporting a failure.
+    store_alarms: u64,
+    /// Faults, elections, ends and the terms' work, as they happen.
+    trace: Trace,
+}
+
+impl Findings {
+    fn new(seed: u64, keep_lines: bool) -> Self {
+        Findings {
+            seed,
+            violations: Vec::new(),
+            elections: 0,
+            end_reasons: BTreeMap::new(),
+            store_alarms: 0,
+            trace: Trace::new(keep_lines),
+        }
+    }
+
+    fn violation(
+        &mut self,
+        kind: ViolationKind,
+        at: SimTime,
+        nodes: Vec<usize>,
+        tokens: Vec<u64>,
+        detail: String,
+    ) {
+        self.violations.push(Violation {
+            seed: self.seed,
+            kind,
+            at,
+            nodes,
+            tokens,
+            detail,
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The kinds of store trouble that come in windows, in the order of
+/// [`Incarnation::until`].
+const WINDOWS: [Planned; 4] = [
+    Planned::Partition,
+    Planned::Slow,
+    Planned::Failing,
+    Planned::LostReplies,
+];
+
+/// One process of a candidate.
+struct Incarnation {
+    life: u32,
+    /// One elector per group, on clones of one store handle.
+    electors: Vec<Elector>,
+    /// This process's view of the store.
+    faults: Faults,
+    /// Its ordinary latency.
+    latency: Duration,
+    /// Until when each kind of window lasts (see [`WINDOWS`]).
+    until: [SimTime; 4],
+    /// Its application's tasks: stopped at once by a crash.
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// One candidate: its clock and its current process, if any.
+struct Slot {
+    /// The candidate id, the same for every incarnation.
+    name: String,
+    clock: Arc<SimClock>,
+    /// Whether its views of the store send change notifications.
+    notify: bool,
+    life: u32,
+    current: Option<Incarnation>,
+    /// The application does not pulse before this real instant (ns).
+    stalled_until: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Start(usize),
+    Inject(Planned),
+    WindowEnd {
+        node: usize,
+        life: u32,
+        kind: Planned,
+    },
+    Storm,
+    TailStart,
+    HealCheck,
+    TailCrash,
+    CrashCheck,
+    End,
+}
+
+/// One seed's cluster.
+struct Cluster {
+    seed: u64,
+    params: ElectorParams,
+    config: Config,
+    timing: Timing,
+    rng: StdRng,
+    store: MemoryStore,
+    origin: Instant,
+    nodes: Vec<Slot>,
+    queue: Queue<Ev>,
+    now: SimTime,
+    findings: Arc<Mutex<Findings>>,
+    /// Per group, spans of every term's work.
+    work: Vec<TermLog>,
+    /// Per group, spans of every term the electors published.
+    published: Vec<TermLog>,
+    faults: FaultCounts,
+    fault_end: SimTime,
+    skew: Option<Duration>,
+    bounds: LivenessBounds,
+    incarnations: u64,
+    /// Per group, the leader when the heal bound had passed.
+    heal_leaders: Vec<Option<(usize, u64)>>,
+    /// When the tail's leader crashed, and the groups it led then.
+    tail_crash: Option<(SimTime, Vec<usize>)>,
+}
+
+impl Cluster {
+    fn new(seed: u64, params: &ElectorParams) -> Result<Self, SimError> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let n = rng.gen_range(params.nodes.clone());
+        let groups = rng.gen_range(params.groups.clone());
+        let skew = match params.skew {
+            SkewBound::Off => None,
+            SkewBound::On(d) => Some(d),
+            SkewBound::Random(d) => rng.gen_bool(0.5).then_some(d),
+        };
+        let liveness = match params.liveness {
+            Liveness::Off => None,
+            Liveness::On(d) => Some(d),
+            Liveness::Random(d) => rng.gen_bool(0.5).then_some(d),
+        };
+        let config = params.config(skew, liveness);
+        let timing = params.timing(skew, liveness)?;
+        // Slow windows make operations take up to 1.5 operation timeouts.
+        let slow = timing.op_timeout.mul_f64(1.5);
+        let bounds = LivenessBounds::new(&timing, params.latency, slow);
+        let origin = Instant::now();
+        let findings = Arc::new(Mutex::new(Findings::new(seed, params.trace)));
+        let nodes = (0..n)
+            .map(|i| {
+                let model = NodeClock::random(
+                    &mut rng,
+                    params.effective_drift(),
+                    params.drift,
+                    skew,
+                    params.actual_wall_offset,
+                );
+                let notify = match params.notify {
+                    Notify::Off => false,
+                    Notify::On => true,
+                    Notify::Random => rng.gen_bool(0.5),
+                };
+                Slot {
+                    name: format!("node-{i}"),
+                    clock: Arc::new(SimClock::new(origin, model, i, findings.clone())),
+                    notify,
+                    life: 0,
+                    current: None,
+                    stalled_until: Arc::new(AtomicU64::new(0)),
+                }
+            })
+            .collect();
+        let fault_end = SimTime::from_duration(params.fault_phase);
+        let mut cluster = Cluster {
+            seed,
+            params: params.clone(),
+            config,
+            timing,
+            rng,
+            store: MemoryStore::new(),
+            origin,
+            nodes,
+            queue: Queue::new(),
+            now: SimTime(0),
+            findings,
+            // Not `vec![..; groups]`: clones of a log share its spans.
+            work: (0..groups).map(|_| TermLog::default()).collect(),
+            published: (0..groups).map(|_| TermLog::default()).collect(),
+            faults: FaultCounts::default(),
+            fault_end,
+            skew,
+            bounds,
+            incarnations: 0,
+            heal_leaders: vec![None; groups],
+            tail_crash: None,
+        };
+        cluster.plan();
+        Ok(cluster)
+    }
+
+    fn plan(&mut self) {
+        let term = self.timing.term;
+        for i in 0..self.nodes.len() {
+            let at = SimTime::from_duration(between(&mut self.rng, Duration::ZERO, term / 2));
+            self.queue.push(at, Ev::Start(i));
+        }
+        let pulses = self.timing.liveness_timeout.is_some();
+        let planned = plan::plan(
+            &mut self.rng,
+            &self.params.faults,
+            self.fault_end,
+            term,
+            pulses,
+        );
+        for (at, kind) in planned {
+            self.queue.push(at, Ev::Inject(kind));
+        }
+        if self.params.faults.storms && self.rng.gen_range(0..4) == 0 {
+            self.queue
+                .push(self.fault_end.before(term * 5 / 2), Ev::Storm);
+        }
+        let b = self.bounds;
+        let tail_crash = self.fault_end.after(b.heal.max(b.quiet) + term / 2);
+        self.queue.push(self.fault_end, Ev::TailStart);
+        self.queue.push(self.fault_end.after(b.heal), Ev::HealCheck);
+        self.queue.push(tail_crash, Ev::TailCrash);
+        self.queue.push(
+            tail_crash.after(b.crash + Duration::from_millis(1)),
+            Ev::CrashCheck,
+        );
+        self.queue.push(tail_crash.after(b.crash + term), Ev::End);
+    }
+
+    async fn run(mut self) -> ElectorReport {
+        while let Some((at, ev)) = self.queue.pop() {
+            tokio::time::sleep_until(self.origin + at.as_duration()).await;
+            self.now = at;
+            match ev {
+                Ev::Start(n) => self.start(n),
+                Ev::Inject(kind) => self.inject(kind),
+                Ev::WindowEnd { node, life, kind } => self.window_end(node, life, kind),
+                Ev::Storm => self.storm(),
+                Ev::TailStart => self.event(None, "tail", &[], || "faults healed".into()),
+                Ev::HealCheck => self.heal_check(),
+                Ev::TailCrash => self.tail_crash(),
+                Ev::CrashCheck => self.crash_check(),
+                Ev::End => break,
+            }
+        }
+        self.report()
+    }
+
+    /// Records an event of the run in the trace.
+    fn event(
+        &self,
+        node: Option<usize>,
+        tag: &'static str,
+        nums: &[u64],
+        text: impl FnOnce() -> String,
+    ) {
+        lock(&self.findings)
+            .trace
+            .event(self.now, node, tag, nums, text);
+    }
+
+    /// The candidate leading group `g` with a valid term now, and its
+    /// token.
+    fn leader(&self, g: usize) -> Option<(usize, u64)> {
+        self.nodes.iter().enumerate().find_map(|(i, slot)| {
+            let term = slot.current.as_ref()?.electors.get(g)?.current_term()?;
+            Some((i, term.token()))
+        })
+    }
+
+    fn groups(&self) -> usize {
+        self.work.len()
+    }
+
+    fn heal_check(&mut self) {
+        for g in 0..self.groups() {
+            self.heal_leaders[g] = self.leader(g);
+            if self.heal_leaders[g].is_none() {
+                let bound = self.bounds.heal;
+                lock(&self.findings).violation(
+                    ViolationKind::Liveness,
+                    self.now,
+                    vec![],
+                    vec![],
+                    format!(
+                        "group {}: no valid term {bound:.3?} (the heal bound) after every fault had healed",
+                        group_name(g)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Checks that the leaders found at the heal check kept their terms,
+    /// then crashes the leader of the first group (and so every group it
+    /// leads).
+    fn tail_crash(&mut self) {
+        for g in 0..self.groups() {
+            let leader = self.leader(g);
+            if let Some((node, token)) = self.heal_leaders[g] {
+                if leader != Some((node, token)) {
+                    lock(&self.findings).violation(
+                        ViolationKind::Liveness,
+                        self.now,
+                        vec![node],
+                        vec![token],
+                        format!(
+                            "group {}: node {node} led with token {token} in the fault-free tail but lost its term without a fault (now: {leader:?})",
+                            group_name(g)
+                        ),
+                    );
+                }
+            }
+        }
+        let Some((n, _)) = self.leader(0) else {
+            return;
+        };
+        let led: Vec<usize> = (0..self.groups())
+            .filter(|&g| self.leader(g).is_some_and(|(l, _)| l == n))
+            .collect();
+        self.crash(n);
+        self.tail_crash = Some((self.now, led));
+        let at = self.now.after(self.timing.term / 2);
+        self.queue.push(at, Ev::Start(n));
+    }
+
+    /// The groups the crashed leader led must each have a new term by now.
+    fn crash_check(&mut self) {
+        let Some((at, led)) = self.tail_crash.clone() else {
+            return;
+        };
+        for g in led {
+            let restarted = self.work[g]
+                .spans()
+                .iter()
+                .any(|s| self.sim_time(s.elected) >= at);
+            if !restarted {
+                let bound = self.bounds.crash;
+                lock(&self.findings).violation(
+                    ViolationKind::Liveness,
+                    self.now,
+                    vec![],
+                    vec![],
+                    format!(
+                        "group {}: the leader crashed at {at} with nothing else going wrong, and no term's work started within the crash failover bound {bound:.3?}",
+                        group_name(g)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// A tokio instant as real (simulated) time.
+    fn sim_time(&self, t: Instant) -> SimTime {
+        SimTime::from_duration(t.saturating_duration_since(self.origin))
+    }
+
+    /// The violations a term log of group `g` shows.
+    fn term_problems(&self, g: usize, log: &TermLog, what: &str) -> Vec<Violation> {
+        let node = |s: &TermSpan| {
+            s.candidate
+                .strip_prefix("node-")
+                .and_then(|i| i.parse().ok())
+                .unwrap_or(usize::MAX)
+        };
+        log.problems()
+            .into_iter()
+            .map(|p| {
+                let (kind, a, b) = match &p {
+                    TermProblem::Overlap { first, second } => {
+                        (ViolationKind::Overlap, first, second)
+                    }
+                    TermProblem::TokenOrder { earlier, later } => {
+                        (ViolationKind::TokenOrder, earlier, later)
+                    }
+                };
+                let end = |s: &TermSpan| {
+                    s.ended.map_or("still running".into(), |e| {
+                        format!("to {}", self.sim_time(e))
+                    })
+                };
+                Violation {
+                    seed: self.seed,
+                    kind,
+                    at: self.sim_time(b.elected),
+                    nodes: vec![node(a), node(b)],
+                    tokens: vec![a.token, b.token],
+                    detail: format!(
+                        "group {}: {what}: {p}: {} from {} {}, {} from {} {}",
+                        group_name(g),
+                        a.candidate,
+                        self.sim_time(a.elected),
+                        end(a),
+                        b.candidate,
+                        self.sim_time(b.elected),
+                        end(b)
+                    ),
+                }
+            })
+            .collect()
+    }
+
+    fn report(self) -> ElectorReport {
+        let mut violations = std::mem::take(&mut lock(&self.findings).violations);
+        let mut terms = 0;
+        let mut handovers = 0;
+        let mut closest: Option<Duration> = None;
+        let mut heal_gaps = Vec::new();
+        for g in 0..self.groups() {
+            violations.extend(self.term_problems(g, &self.work[g], "work of two terms"));
+            violations.extend(self.term_problems(g, &self.published[g], "two published terms"));
+            let spans = self.work[g].spans();
+            terms += spans.len() as u64;
+            for w in spans.windows(2) {
+                if w[0].candidate != w[1].candidate {
+                    handovers += 1;
+                    if let Some(end) = w[0].ended {
+                        let gap = w[1].elected.saturating_duration_since(end);
+                        closest = Some(closest.map_or(gap, |c| c.min(gap)));
+                    }
+                }
+            }
+            let fault_end = self.fault_end;
+            let heal_gap = spans.iter().find_map(|s| {
+                let start = self.sim_time(s.elected);
+                let end = s.ended.map_or(SimTime(u64::MAX), |e| self.sim_time(e));
+                (end > fault_end).then(|| start.since(fault_end))
+            });
+            heal_gaps.extend(heal_gap);
+        }
+        violations.sort_by_key(|v| v.at);
+        let crash_gaps = self.tail_crash.iter().flat_map(|(at, led)| {
+            led.iter().filter_map(|&g| {
+                self.work[g]
+                    .spans()
+                    .iter()
+                    .map(|s| self.sim_time(s.elected))
+                    .find(|&start| start >= *at)
+                    .map(|start| start.since(*at))
+            })
+        });
+        let crash_gaps = crash_gaps.collect();
+        let mut f = lock(&self.findings);
+        let trace = std::mem::replace(&mut f.trace, Trace::new(false));
+        ElectorReport {
+            seed: self.seed,
+            nodes: self.nodes.len(),
+            groups: self.groups(),
+            notifying: self.nodes.iter().filter(|s| s.notify).count(),
+            sim_time: self.now.as_duration(),
+            skew_bound: self.skew,
+            liveness_timeout: self.timing.liveness_timeout,
+            terms,
+            elections: f.elections,
+            handovers,
+            incarnations: self.incarnations,
+            end_reasons: f.end_reasons.clone(),
+            store_alarms: f.store_alarms,
+            faults: self.faults.clone(),
+            heal_gaps,
+            heal_bound: self.bounds.heal,
+            crash_gaps,
+            crash_bound: self.bounds.crash,
+            closest_handover: closest,
+            violations,
+            digest: trace.digest(),
+            trace: trace.into_lines(),
+        }
+    }
+}

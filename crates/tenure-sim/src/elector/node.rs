@@ -1,0 +1,500 @@
+//! A candidate's processes: starting one with its application (work loop,
+//! pulses, event listener), the faults that strike it, and its work.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tenure::testkit::{SpanGuard, TermLog};
+use tenure::{Elector, Event, Metadata, Role, Term};
+
+use super::*;
+
+/// Tokio's timers fire on whole milliseconds, up to this long after the
+/// instant they were set for.
+const TIMER_RESOLUTION: Duration = Duration::from_millis(1);
+
+/// The error of a work that fails.
+#[derive(Debug)]
+struct WorkFailed;
+
+/// How one term's work behaves, drawn when it starts.
+#[derive(Clone, Copy, Debug)]
+enum Behaviour {
+    /// Stops when told, after lingering this long.
+    Cooperative { linger: Duration },
+    /// Ignores the cancellation; it is dropped when the term ends.
+    Stubborn,
+    /// Returns `Ok` after this long, unless told to stop first.
+    Quits { after: Duration, linger: Duration },
+    /// Returns an error after this long, unless told to stop first.
+    Fails { after: Duration, linger: Duration },
+}
+
+/// What a candidate's work in one group needs.
+#[derive(Clone)]
+struct WorkCtx {
+    node: usize,
+    group: usize,
+    name: String,
+    clock: Arc<SimClock>,
+    log: TermLog,
+    findings: Arc<Mutex<Findings>>,
+    rng: Arc<Mutex<StdRng>>,
+    term: Duration,
+    /// Work quits or fails on its own only before the fault-free tail.
+    fault_end: SimTime,
+}
+
+/// A term's work in progress: its span in the work log, and the check that
+/// it does not outlive the term.
+struct WorkSpan {
+    _span: SpanGuard,
+    term: Term,
+    ctx: WorkCtx,
+}
+
+impl Drop for WorkSpan {
+    fn drop(&mut self) {
+        let t = self.ctx.clock.real_now();
+        let deadline = self.term.deadline_mono();
+        let until = self.ctx.clock.model().real_at(deadline);
+        let token = self.term.token();
+        let mut f = lock(&self.ctx.findings);
+        let g = self.ctx.group;
+        f.trace.event(
+            t,
+            Some(self.ctx.node),
+            "work end",
+            &[g as u64, token],
+            || format!("{}: the work of token {token} stops", group_name(g)),
+        );
+        if t > until.after(TIMER_RESOLUTION) {
+            f.violation(
+                ViolationKind::WorkPastDeadline,
+                t,
+                vec![self.ctx.node],
+                vec![self.term.token()],
+                format!(
+                    "group {}: {} ran the work of token {} until {t}, {:?} past the term's deadline ({until})",
+                    group_name(g),
+                    self.ctx.name,
+                    self.term.token(),
+                    t.since(until)
+                ),
+            );
+        }
+    }
+}
+
+impl WorkCtx {
+    /// The work of `term` starts now, behaving as `behaviour`.
+    fn begin(&self, term: &Term, behaviour: Behaviour) -> WorkSpan {
+        let t = self.clock.real_now();
+        let until = self.clock.model().real_at(term.deadline_mono());
+        let token = term.token();
+        let mut f = lock(&self.findings);
+        let g = self.group;
+        f.trace
+            .event(t, Some(self.node), "WORK", &[g as u64, token], || {
+                format!(
+                    "{}: the work of token {token} starts: {behaviour:?}",
+                    group_name(g)
+                )
+            });
+        if t >= until {
+            f.violation(
+                ViolationKind::WorkPastDeadline,
+                t,
+                vec![self.node],
+                vec![term.token()],
+                format!(
+                    "group {}: {} started the work of token {} at {t}, after the term's deadline ({until})",
+                    group_name(g),
+                    self.name,
+                    term.token()
+                ),
+            );
+        }
+        drop(f);
+        WorkSpan {
+            _span: self.log.open(self.name.clone(), term.token()),
+            term: term.clone(),
+            ctx: self.clone(),
+        }
+    }
+
+    fn draw(&self) -> Behaviour {
+        let mut rng = lock(&self.rng);
+        let term = self.term;
+        let linger = if rng.gen_bool(0.3) {
+            Duration::ZERO
+        } else {
+            between(&mut *rng, Duration::ZERO, term / 2)
+        };
+        let after = between(&mut *rng, Duration::ZERO, term * 3);
+        let before_tail = self.clock.real_now().after(after) < self.fault_end;
+        match rng.gen_range(0..10) {
+            0 => Behaviour::Stubborn,
+            1 if before_tail => Behaviour::Quits { after, linger },
+            2 if before_tail => Behaviour::Fails { after, linger },
+            _ => Behaviour::Cooperative { linger },
+        }
+    }
+}
+
+async fn work(ctx: WorkCtx, term: Term) -> Result<(), WorkFailed> {
+    let behaviour = ctx.draw();
+    let _span = ctx.begin(&term, behaviour);
+    let stop = |linger| async move {
+        tokio::time::sleep(linger).await;
+        Ok(())
+    };
+    match behaviour {
+        Behaviour::Cooperative { linger } => {
+            term.cancelled().await;
+            stop(linger).await
+        }
+        Behaviour::Stubborn => std::future::pending().await,
+        Behaviour::Quits { after, linger } => tokio::select! {
+            biased;
+            _ = term.cancelled() => stop(linger).await,
+            _ = tokio::time::sleep(after) => Ok(()),
+        },
+        Behaviour::Fails { after, linger } => tokio::select! {
+            biased;
+            _ = term.cancelled() => stop(linger).await,
+            _ = tokio::time::sleep(after) => Err(WorkFailed),
+        },
+    }
+}
+
+/// The application: runs the work of every term until the elector stops,
+/// standing again when a work fails.
+async fn app(elector: Elector, ctx: WorkCtx) {
+    loop {
+        let run = elector
+            .run_while_leader(|term| work(ctx.clone(), term))
+            .await;
+        if run.is_ok() {
+            return;
+        }
+    }
+}
+
+/// Pulses every elector of the process every quarter of the liveness
+/// timeout, unless stalled, until they have all stopped.
+async fn pulses(
+    electors: Vec<Elector>,
+    clock: Arc<SimClock>,
+    stalled: Arc<AtomicU64>,
+    every: Duration,
+) {
+    loop {
+        if clock.real_now().as_nanos() >= stalled.load(Ordering::Relaxed) {
+            for e in &electors {
+                e.pulse();
+            }
+        }
+        tokio::time::sleep(every).await;
+        if electors.iter().all(|e| matches!(e.role(), Role::Stopped)) {
+            return;
+        }
+    }
+}
+
+/// Counts what the elector reports; a candidate that gives up for good is a
+/// violation (the token cannot run out here).
+async fn listen(
+    mut events: tenure::EventStream,
+    node: usize,
+    group: usize,
+    clock: Arc<SimClock>,
+    findings: Arc<Mutex<Findings>>,
+) {
+    let g = group as u64;
+    while let Some(event) = events.next().await {
+        let t = clock.real_now();
+        let mut f = lock(&findings);
+        match event {
+            Event::Elected { token } => {
+                f.elections += 1;
+                f.trace.event(t, Some(node), "ELECTED", &[g, token], || {
+                    format!("{}: token {token}", group_name(group))
+                });
+            }
+            Event::Ousted { token, reason } => {
+                *f.end_reasons.entry(reason.label()).or_insert(0) += 1;
+                f.trace.event(t, Some(node), "ousted", &[g, token], || {
+                    format!("{}: token {token}: {reason}", group_name(group))
+                });
+            }
+            Event::StoreHealth { message: Some(_) } => f.store_alarms += 1,
+            Event::Failed { fault } => f.violation(
+                ViolationKind::Contract,
+                t,
+                vec![node],
+                vec![],
+                format!(
+                    "group {}: node {node} gave up for good: {fault}",
+                    group_name(group)
+                ),
+            ),
+            _ => {}
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts a new process of candidate `n`, unless one is running: an
+    /// elector for every group on one store handle, and its application.
+    pub(super) fn start(&mut self, n: usize) {
+        if self.nodes[n].current.is_some() {
+            return;
+        }
+        let max_ms = u64::try_from(self.params.latency.as_millis()).unwrap_or(u64::MAX);
+        let latency = Duration::from_millis(self.rng.gen_range(1..=max_ms));
+        let work_seed: u64 = self.rng.gen();
+        let slot = &mut self.nodes[n];
+        slot.life += 1;
+        let life = slot.life;
+        let faults = Faults::new();
+        faults.set_latency(latency);
+        faults.set_no_notifications(!slot.notify);
+        let store = faults.wrap(self.store.clone(), slot.name.clone());
+        let mut electors = Vec::new();
+        for g in 0..self.work.len() {
+            let started = Elector::builder(store.clone(), group_name(g))
+                .candidate_id(slot.name.clone())
+                .config(self.config.clone())
+                .metadata(Metadata::address(format!("10.0.0.{n}:8080")))
+                .clock(slot.clock.clone())
+                .start();
+            match started {
+                Ok(e) => electors.push(e),
+                Err(e) => {
+                    lock(&self.findings).violation(
+                        ViolationKind::Contract,
+                        self.now,
+                        vec![n],
+                        vec![],
+                        format!("node {n} could not start its elector: {e}"),
+                    );
+                    return;
+                }
+            }
+        }
+        self.incarnations += 1;
+        let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(work_seed)));
+        let mut tasks = Vec::new();
+        for (g, elector) in electors.iter().enumerate() {
+            self.published[g].add(elector);
+            let ctx = WorkCtx {
+                node: n,
+                group: g,
+                name: slot.name.clone(),
+                clock: slot.clock.clone(),
+                log: self.work[g].clone(),
+                findings: self.findings.clone(),
+                rng: rng.clone(),
+                term: self.timing.term,
+                fault_end: self.fault_end,
+            };
+            tasks.push(tokio::spawn(app(elector.clone(), ctx)));
+            tasks.push(tokio::spawn(listen(
+                elector.events(),
+                n,
+                g,
+                slot.clock.clone(),
+                self.findings.clone(),
+            )));
+        }
+        if let Some(timeout) = self.timing.liveness_timeout {
+            tasks.push(tokio::spawn(pulses(
+                electors.clone(),
+                slot.clock.clone(),
+                slot.stalled_until.clone(),
+                timeout / 4,
+            )));
+        }
+        slot.current = Some(Incarnation {
+            life,
+            electors,
+            faults,
+            latency,
+            until: [SimTime(0); 4],
+            tasks,
+        });
+        self.event(Some(n), "start", &[u64::from(life)], || {
+            format!("process {life} starts, latency {latency:?}")
+        });
+    }
+
+    /// A random candidate with a process, and a random group: the group's
+    /// leader with probability `p_leader`.
+    fn target(&mut self, p_leader: f64) -> Option<(usize, usize)> {
+        let g = self.rng.gen_range(0..self.work.len());
+        if let Some((l, _)) = self.leader(g) {
+            if self.rng.gen_bool(p_leader) {
+                return Some((l, g));
+            }
+        }
+        let up: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].current.is_some())
+            .collect();
+        if up.is_empty() {
+            return None;
+        }
+        Some((up[self.rng.gen_range(0..up.len())], g))
+    }
+
+    pub(super) fn inject(&mut self, kind: Planned) {
+        let t = self.now;
+        let term = self.timing.term;
+        let p_leader = match kind {
+            Planned::Resign => 0.8,
+            Planned::Stall => 0.7,
+            _ => 0.5,
+        };
+        let Some((n, g)) = self.target(p_leader) else {
+            return;
+        };
+        self.faults[kind.kind()] += 1;
+        match kind {
+            Planned::Crash => {
+                self.crash(n);
+                let down = between(&mut self.rng, term / 5, term * 3);
+                self.queue
+                    .push(t.after(down).min(self.fault_end), Ev::Start(n));
+            }
+            Planned::Shutdown => {
+                let Some(inc) = self.nodes[n].current.take() else {
+                    return;
+                };
+                self.event(Some(n), "SHUTDOWN", &[], || "asked to shut down".into());
+                // The application's tasks end once the electors have stopped.
+                for e in inc.electors {
+                    tokio::spawn(async move { e.shutdown().await });
+                }
+                let down = between(&mut self.rng, term / 5, term * 2);
+                self.queue
+                    .push(t.after(down).min(self.fault_end), Ev::Start(n));
+            }
+            Planned::Resign => {
+                self.event(Some(n), "RESIGN", &[g as u64], || {
+                    format!("{}: asked to resign", group_name(g))
+                });
+                if let Some(e) = self.nodes[n]
+                    .current
+                    .as_ref()
+                    .and_then(|i| i.electors.get(g))
+                {
+                    e.resign();
+                }
+            }
+            Planned::Stall => {
+                let d = kind.window(&mut self.rng, term);
+                self.event(Some(n), "STALL", &[d.as_nanos() as u64], || {
+                    format!("application stops pulsing for {d:?}")
+                });
+                let until = t.after(d).as_nanos();
+                self.nodes[n]
+                    .stalled_until
+                    .fetch_max(until, Ordering::Relaxed);
+            }
+            Planned::Partition | Planned::Slow | Planned::Failing | Planned::LostReplies => {
+                let d = kind.window(&mut self.rng, term);
+                let slow = between(
+                    &mut self.rng,
+                    self.params.latency,
+                    self.timing.op_timeout * 3 / 2,
+                );
+                self.window(n, kind, t.after(d), slow);
+            }
+        }
+    }
+
+    /// Opens a window of store trouble of `kind` for candidate `n`'s
+    /// current process until `until`; `slow` is the latency of a slow one.
+    fn window(&mut self, n: usize, kind: Planned, until: SimTime, slow: Duration) {
+        let slot = &mut self.nodes[n];
+        let Some(inc) = slot.current.as_mut() else {
+            return;
+        };
+        let Some(i) = WINDOWS.iter().position(|&k| k == kind) else {
+            return;
+        };
+        inc.until[i] = inc.until[i].max(until);
+        match kind {
+            Planned::Partition => inc.faults.partition(&slot.name),
+            Planned::Slow => inc.faults.set_latency(slow),
+            Planned::Failing => inc.faults.set_failing(true),
+            Planned::LostReplies => inc.faults.set_lose_replies(true),
+            _ => {}
+        }
+        let life = inc.life;
+        self.event(Some(n), "WINDOW", &[kind as u64, until.as_nanos()], || {
+            format!("{kind:?} until {until} (slow ops take {slow:?})")
+        });
+        self.queue.push(
+            until,
+            Ev::WindowEnd {
+                node: n,
+                life,
+                kind,
+            },
+        );
+    }
+
+    pub(super) fn window_end(&mut self, n: usize, life: u32, kind: Planned) {
+        let t = self.now;
+        let slot = &mut self.nodes[n];
+        let Some(inc) = slot.current.as_mut().filter(|inc| inc.life == life) else {
+            return;
+        };
+        let Some(i) = WINDOWS.iter().position(|&k| k == kind) else {
+            return;
+        };
+        if t < inc.until[i] {
+            return;
+        }
+        match kind {
+            Planned::Partition => inc.faults.heal(&slot.name),
+            Planned::Slow => inc.faults.set_latency(inc.latency),
+            Planned::Failing => inc.faults.set_failing(false),
+            Planned::LostReplies => inc.faults.set_lose_replies(false),
+            _ => {}
+        }
+        self.event(Some(n), "heal", &[kind as u64], || format!("{kind:?} ends"));
+    }
+
+    /// Every candidate is cut off from the store until the fault phase ends.
+    pub(super) fn storm(&mut self) {
+        self.event(None, "STORM", &[], || {
+            "every candidate cut off until the fault phase ends".into()
+        });
+        for n in 0..self.nodes.len() {
+            if self.nodes[n].current.is_some() {
+                self.faults[Planned::Partition.kind()] += 1;
+                self.window(n, Planned::Partition, self.fault_end, Duration::ZERO);
+            }
+        }
+    }
+
+    /// Candidate `n`'s process dies: its application and work stop at
+    /// once, and it never reaches the store again (its elector, left to
+    /// itself, times out and stops).
+    pub(super) fn crash(&mut self, n: usize) {
+        let slot = &mut self.nodes[n];
+        let Some(inc) = slot.current.take() else {
+            return;
+        };
+        inc.faults.partition(&slot.name);
+        for task in &inc.tasks {
+            task.abort();
+        }
+        self.event(Some(n), "CRASH", &[], || "process crashes".into());
+    }
+}

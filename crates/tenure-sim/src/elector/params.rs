@@ -1,0 +1,289 @@
+//! What an elector-tier run is made of.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use tenure::{Config, Timing};
+
+use crate::params::{Liveness, Notify, SimError, SkewBound};
+
+/// How often each fault strikes in the elector tier: mean intervals of
+/// exponential distributions over the whole cluster; `None` turns a kind
+/// off. Windows of store trouble hit one candidate's view of the store
+/// ([`tenure::Faults`] of that candidate).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElectorFaultRates {
+    /// A candidate's process dies: its application and work stop at once,
+    /// it never reaches the store again, and a new incarnation starts later.
+    pub crash_every: Option<Duration>,
+    /// A candidate is cut off from the store (its operations hang until
+    /// they time out) for a while.
+    pub partition_every: Option<Duration>,
+    /// A candidate's operations are slow, often slower than the operation
+    /// timeout, for a while.
+    pub slow_every: Option<Duration>,
+    /// The store fails a candidate's operations for a while.
+    pub failing_every: Option<Duration>,
+    /// A candidate's writes apply but their replies are lost, for a while.
+    pub lost_replies_every: Option<Duration>,
+    /// The application resigns (the leader, mostly).
+    pub resign_every: Option<Duration>,
+    /// The application shuts its elector down gracefully and starts a new
+    /// one later.
+    pub shutdown_every: Option<Duration>,
+    /// The application stops pulsing for a while (only with a liveness
+    /// timeout).
+    pub stall_every: Option<Duration>,
+    /// End the fault phase, in a quarter of the seeds, by cutting every
+    /// candidate off for 2.5 terms.
+    pub storms: bool,
+}
+
+impl Default for ElectorFaultRates {
+    fn default() -> Self {
+        ElectorFaultRates {
+            crash_every: Some(Duration::from_secs(15)),
+            partition_every: Some(Duration::from_secs(10)),
+            slow_every: Some(Duration::from_secs(10)),
+            failing_every: Some(Duration::from_secs(15)),
+            lost_replies_every: Some(Duration::from_secs(12)),
+            resign_every: Some(Duration::from_secs(12)),
+            shutdown_every: Some(Duration::from_secs(20)),
+            stall_every: Some(Duration::from_secs(15)),
+            storms: true,
+        }
+    }
+}
+
+impl ElectorFaultRates {
+    /// No faults at all.
+    pub fn none() -> Self {
+        ElectorFaultRates {
+            crash_every: None,
+            partition_every: None,
+            slow_every: None,
+            failing_every: None,
+            lost_replies_every: None,
+            resign_every: None,
+            shutdown_every: None,
+            stall_every: None,
+            storms: false,
+        }
+    }
+
+    /// Every kind with its mean interval.
+    pub(crate) fn kinds(&self) -> [(super::plan::Planned, Option<Duration>); 8] {
+        use super::plan::Planned;
+        [
+            (Planned::Crash, self.crash_every),
+            (Planned::Partition, self.partition_every),
+            (Planned::Slow, self.slow_every),
+            (Planned::Failing, self.failing_every),
+            (Planned::LostReplies, self.lost_replies_every),
+            (Planned::Resign, self.resign_every),
+            (Planned::Shutdown, self.shutdown_every),
+            (Planned::Stall, self.stall_every),
+        ]
+    }
+}
+
+/// The parameters of an elector-tier run; [`ElectorParams::default`] is what
+/// the test suite and `tenure-sim --elector` run unless told otherwise.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElectorParams {
+    /// How many candidates, drawn per seed from this range (2 to 20).
+    pub nodes: RangeInclusive<usize>,
+    /// How many groups every candidate stands in, on one store handle (so
+    /// one engine runs them all), drawn per seed from this range (1 to 16).
+    pub groups: RangeInclusive<usize>,
+    /// The configured term; every other timing setting derives from it.
+    pub term: Duration,
+    /// The configured drift bound ρ; each candidate's clock drifts within it
+    /// (a third exactly on the edge).
+    pub drift: f64,
+    /// How far clocks actually drift, if not within the configured bound (a
+    /// negative control).
+    pub actual_drift: Option<f64>,
+    /// The wall-clock skew bound.
+    pub skew: SkewBound,
+    /// How far wall clocks actually stray from true time, if not within half
+    /// the skew bound (a negative control).
+    pub actual_wall_offset: Option<Duration>,
+    /// Change notifications: with [`Notify::Random`], each candidate's view
+    /// of the store notifies or not, drawn per candidate.
+    pub notify: Notify,
+    /// Application liveness pulses.
+    pub liveness: Liveness,
+    /// How long faults are injected; a fault-free tail follows.
+    pub fault_phase: Duration,
+    /// Upper bound of a candidate's ordinary store latency (each
+    /// incarnation draws its own, from 1 ms up to it).
+    pub latency: Duration,
+    /// How often each kind of fault happens.
+    pub faults: ElectorFaultRates,
+    /// Keep a human-readable trace of faults and terms in the report.
+    pub trace: bool,
+}
+
+impl Default for ElectorParams {
+    fn default() -> Self {
+        ElectorParams {
+            nodes: 2..=5,
+            groups: 1..=3,
+            term: Duration::from_secs(2),
+            drift: 0.01,
+            actual_drift: None,
+            skew: SkewBound::Random(Duration::from_millis(400)),
+            actual_wall_offset: None,
+            notify: Notify::Random,
+            liveness: Liveness::Random(Duration::from_secs(2)),
+            fault_phase: Duration::from_secs(60),
+            latency: Duration::from_millis(20),
+            faults: ElectorFaultRates::default(),
+            trace: false,
+        }
+    }
+}
+
+impl ElectorParams {
+    /// Checks the parameters that the election configuration does not.
+    pub fn check(&self) -> Result<(), SimError> {
+        let (lo, hi) = (*self.nodes.start(), *self.nodes.end());
+        if lo < 2 || hi > 20 || lo > hi {
+            return Err(SimError::Params(format!(
+                "node count range {lo}..={hi}: give a non-empty range within 2..=20"
+            )));
+        }
+        let (lo, hi) = (*self.groups.start(), *self.groups.end());
+        if lo < 1 || hi > 16 || lo > hi {
+            return Err(SimError::Params(format!(
+                "group count range {lo}..={hi}: give a non-empty range within 1..=16"
+            )));
+        }
+        if let Some(a) = self.actual_drift {
+            if !(a.is_finite() && (0.0..0.9).contains(&a)) {
+                return Err(SimError::Params(format!(
+                    "actual drift {a} is outside [0, 0.9)"
+                )));
+            }
+        }
+        if self
+            .actual_wall_offset
+            .is_some_and(|w| w > Duration::from_secs(3600))
+        {
+            return Err(SimError::Params(
+                "actual wall-clock offset is over an hour".into(),
+            ));
+        }
+        if self.latency < Duration::from_millis(1) || self.latency * 4 >= self.term / 4 {
+            return Err(SimError::Params(format!(
+                "latency bound {:?} must be at least 1 ms and well inside the operation timeout (term / 4)",
+                self.latency
+            )));
+        }
+        if self.fault_phase < self.term * 8 {
+            return Err(SimError::Params(format!(
+                "fault phase {:?} is shorter than 8 terms: faults need room to heal before the tail",
+                self.fault_phase
+            )));
+        }
+        for (kind, every) in self.faults.kinds() {
+            if every.is_some_and(|d| d < Duration::from_millis(100)) {
+                return Err(SimError::Params(format!(
+                    "mean interval between {kind:?} faults must be at least 100 ms"
+                )));
+            }
+        }
+        let skew = match self.skew {
+            SkewBound::Off => None,
+            SkewBound::On(d) | SkewBound::Random(d) => Some(d),
+        };
+        let liveness = match self.liveness {
+            Liveness::Off => None,
+            Liveness::On(d) | Liveness::Random(d) => Some(d),
+        };
+        self.timing(skew, liveness).map(|_| ())
+    }
+
+    /// The election configuration with this skew bound and liveness timeout.
+    pub fn config(&self, skew: Option<Duration>, liveness: Option<Duration>) -> Config {
+        let mut config = Config::new(self.term);
+        config.drift = self.drift;
+        config.max_clock_skew = skew;
+        config.liveness_timeout = liveness;
+        config
+    }
+
+    /// The validated timing with this skew bound and liveness timeout.
+    pub fn timing(
+        &self,
+        skew: Option<Duration>,
+        liveness: Option<Duration>,
+    ) -> Result<Timing, SimError> {
+        Ok(self.config(skew, liveness).validate()?)
+    }
+
+    /// How far clocks really drift.
+    pub fn effective_drift(&self) -> f64 {
+        self.actual_drift.unwrap_or(self.drift)
+    }
+
+    /// The command that runs `seed` again with these parameters.
+    pub fn replay_command(&self, seed: u64) -> String {
+        let mut cmd =
+            format!("cargo run -p tenure-sim --release -- --elector --seed {seed} --trace");
+        let d = ElectorParams::default();
+        if self.nodes != d.nodes {
+            cmd += &format!(" --nodes {}..{}", self.nodes.start(), self.nodes.end());
+        }
+        if self.groups != d.groups {
+            cmd += &format!(" --groups {}..{}", self.groups.start(), self.groups.end());
+        }
+        if self.term != d.term {
+            cmd += &format!(" --term-ms {}", self.term.as_millis());
+        }
+        if self.drift != d.drift {
+            cmd += &format!(" --drift {}", self.drift);
+        }
+        if let Some(a) = self.actual_drift {
+            cmd += &format!(" --actual-drift {a}");
+        }
+        if self.skew != d.skew {
+            cmd += &match self.skew {
+                SkewBound::Off => " --skew off".to_string(),
+                SkewBound::On(s) => format!(" --skew on:{}", s.as_millis()),
+                SkewBound::Random(s) => format!(" --skew random:{}", s.as_millis()),
+            };
+        }
+        if let Some(w) = self.actual_wall_offset {
+            cmd += &format!(" --actual-wall-offset-ms {}", w.as_millis());
+        }
+        if self.notify != d.notify {
+            cmd += match self.notify {
+                Notify::Off => " --notify off",
+                Notify::On => " --notify on",
+                Notify::Random => " --notify random",
+            };
+        }
+        if self.liveness != d.liveness {
+            cmd += &match self.liveness {
+                Liveness::Off => " --liveness off".to_string(),
+                Liveness::On(s) => format!(" --liveness on:{}", s.as_millis()),
+                Liveness::Random(s) => format!(" --liveness random:{}", s.as_millis()),
+            };
+        }
+        if self.fault_phase != d.fault_phase {
+            cmd += &format!(" --fault-secs {}", self.fault_phase.as_secs());
+        }
+        if self.latency != d.latency {
+            cmd += &format!(" --latency-ms {}", self.latency.as_millis());
+        }
+        if self.faults == ElectorFaultRates::none() {
+            cmd += " --no-faults";
+        } else if self.faults != d.faults {
+            cmd +=
+                " (custom fault rates: replay with elector::run_seed and the same ElectorParams)";
+        }
+        cmd
+    }
+}

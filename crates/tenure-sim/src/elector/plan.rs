@@ -1,0 +1,107 @@
+//! The faults of an elector-tier run, planned up front from the seed; the
+//! target candidate is chosen when a fault fires.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::clock::SimTime;
+use crate::faults::{arrivals, FaultKind};
+
+use super::params::ElectorFaultRates;
+
+/// A fault to inject at a planned instant.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Planned {
+    /// The process dies; a new incarnation starts later.
+    Crash,
+    /// Cut off from the store for a while.
+    Partition,
+    /// Slow store operations for a while.
+    Slow,
+    /// Failing store operations for a while.
+    Failing,
+    /// Writes apply, replies are lost, for a while.
+    LostReplies,
+    /// The application resigns.
+    Resign,
+    /// The application shuts the elector down; a new one starts later.
+    Shutdown,
+    /// The application stops pulsing for a while.
+    Stall,
+}
+
+impl Planned {
+    /// The fault kind it is counted as.
+    pub(crate) fn kind(self) -> FaultKind {
+        match self {
+            Planned::Crash => FaultKind::Crash,
+            Planned::Partition => FaultKind::Partition,
+            Planned::Slow => FaultKind::SlowOp,
+            Planned::Failing => FaultKind::StoreFailure,
+            Planned::LostReplies => FaultKind::LostReply,
+            Planned::Resign => FaultKind::Resign,
+            Planned::Shutdown => FaultKind::Shutdown,
+            Planned::Stall => FaultKind::Stall,
+        }
+    }
+
+    /// The longest a fault of this kind takes to heal: faults are planned
+    /// only early enough to heal before the tail.
+    pub(crate) fn heal_time(self, term: Duration) -> Duration {
+        match self {
+            // Down for up to 3 terms.
+            Planned::Crash => term * 3,
+            Planned::Partition => term * 4,
+            Planned::Slow | Planned::Failing => term * 2,
+            Planned::LostReplies => term,
+            // Draining lasts at most one term, the release one more.
+            Planned::Resign => term * 2,
+            // Drain and release, then down for up to 2 terms.
+            Planned::Shutdown => term * 4,
+            Planned::Stall => term * 3,
+        }
+    }
+
+    /// How long a window of trouble of this kind lasts.
+    pub(crate) fn window(self, rng: &mut impl Rng, term: Duration) -> Duration {
+        let (lo, hi) = match self {
+            Planned::Partition => (term / 5, term * 4),
+            Planned::Slow | Planned::Failing => (term / 10, term * 2),
+            Planned::LostReplies => (term / 10, term),
+            Planned::Stall => (term / 2, term * 3),
+            Planned::Crash | Planned::Resign | Planned::Shutdown => {
+                (Duration::ZERO, Duration::ZERO)
+            }
+        };
+        crate::faults::between(rng, lo, hi)
+    }
+}
+
+/// The planned faults of a run, sorted by time.
+pub(crate) fn plan(
+    rng: &mut impl Rng,
+    rates: &ElectorFaultRates,
+    fault_end: SimTime,
+    term: Duration,
+    pulses: bool,
+) -> Vec<(SimTime, Planned)> {
+    let mut out = Vec::new();
+    for (kind, every) in rates.kinds() {
+        let Some(every) = every else { continue };
+        if kind == Planned::Stall && !pulses {
+            continue;
+        }
+        // Give the cluster half a term to elect its first leader.
+        let start = SimTime::from_duration(term / 2);
+        let end = fault_end.before(kind.heal_time(term));
+        out.extend(
+            arrivals(rng, every, start, end)
+                .into_iter()
+                .map(|t| (t, kind)),
+        );
+    }
+    // Stable sort: equal instants keep the kind order above, deterministically.
+    out.sort_by_key(|(t, _)| *t);
+    out
+}

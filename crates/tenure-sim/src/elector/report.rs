@@ -1,0 +1,189 @@
+//! What one elector-tier run found, and the summary over many.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::faults::{FaultCounts, FaultKind};
+use crate::report::Violation;
+
+/// Everything one seed's elector-tier run found.
+#[derive(Clone, Debug)]
+pub struct ElectorReport {
+    /// The seed.
+    pub seed: u64,
+    /// How many candidates ran.
+    pub nodes: usize,
+    /// How many groups each stood in.
+    pub groups: usize,
+    /// How many of them saw change notifications.
+    pub notifying: usize,
+    /// The simulated span.
+    pub sim_time: Duration,
+    /// The skew bound this seed configured, if any.
+    pub skew_bound: Option<Duration>,
+    /// The liveness timeout this seed configured, if any.
+    pub liveness_timeout: Option<Duration>,
+    /// Terms whose work ran, over all groups (a term's work run again after
+    /// it failed counts again).
+    pub terms: u64,
+    /// `Event::Elected` events.
+    pub elections: u64,
+    /// Successive works of different candidates in a group.
+    pub handovers: u64,
+    /// Processes started (first starts and restarts).
+    pub incarnations: u64,
+    /// Terms ended, by [`tenure::EndReason::label`], from `Event::Ousted`.
+    pub end_reasons: BTreeMap<&'static str, u64>,
+    /// `Event::StoreHealth` events reporting a failure.
+    pub store_alarms: u64,
+    /// Faults injected, by kind.
+    pub faults: FaultCounts,
+    /// Per group, time from the last fault healing to a term's work
+    /// running.
+    pub heal_gaps: Vec<Duration>,
+    /// The heal bound checked.
+    pub heal_bound: Duration,
+    /// For each group the tail's crashed leader led, time from the crash to
+    /// the next term's work.
+    pub crash_gaps: Vec<Duration>,
+    /// The crash failover bound checked.
+    pub crash_bound: Duration,
+    /// The least time from one candidate's work stopping to another's
+    /// starting.
+    pub closest_handover: Option<Duration>,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// A digest of the faults and the terms' work.
+    pub digest: u64,
+    /// The faults and the terms' work, line by line, if asked for.
+    pub trace: Vec<String>,
+}
+
+/// Totals over many elector-tier runs, for the binary's table.
+#[derive(Clone, Debug, Default)]
+pub struct ElectorSummary {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Groups checked, over all seeds.
+    pub groups: u64,
+    /// Total simulated time.
+    pub sim_time: Duration,
+    /// Terms whose work ran.
+    pub terms: u64,
+    /// Elections announced.
+    pub elections: u64,
+    /// Hand-overs between candidates.
+    pub handovers: u64,
+    /// Processes started.
+    pub incarnations: u64,
+    /// Terms ended, by reason.
+    pub end_reasons: BTreeMap<&'static str, u64>,
+    /// Store alarms.
+    pub store_alarms: u64,
+    /// Faults by kind.
+    pub faults: FaultCounts,
+    /// Heal gaps with their bound.
+    pub heal_gaps: Vec<(Duration, Duration)>,
+    /// Tail crash gaps with their bound.
+    pub crash_gaps: Vec<(Duration, Duration)>,
+    /// The least hand-over time, and its seed.
+    pub closest_handover: Option<(Duration, u64)>,
+    /// Every violation.
+    pub violations: Vec<Violation>,
+}
+
+impl ElectorSummary {
+    /// Adds one run.
+    pub fn add(&mut self, r: &ElectorReport) {
+        self.seeds += 1;
+        self.groups += r.groups as u64;
+        self.sim_time += r.sim_time;
+        self.terms += r.terms;
+        self.elections += r.elections;
+        self.handovers += r.handovers;
+        self.incarnations += r.incarnations;
+        for (k, v) in &r.end_reasons {
+            *self.end_reasons.entry(k).or_insert(0) += v;
+        }
+        self.store_alarms += r.store_alarms;
+        self.faults.add(&r.faults);
+        self.heal_gaps
+            .extend(r.heal_gaps.iter().map(|&g| (g, r.heal_bound)));
+        self.crash_gaps
+            .extend(r.crash_gaps.iter().map(|&g| (g, r.crash_bound)));
+        if let Some(c) = r.closest_handover {
+            if self.closest_handover.is_none_or(|(best, _)| c < best) {
+                self.closest_handover = Some((c, r.seed));
+            }
+        }
+        self.violations.extend(r.violations.iter().cloned());
+    }
+}
+
+fn gap_line(f: &mut fmt::Formatter<'_>, what: &str, gaps: &[(Duration, Duration)]) -> fmt::Result {
+    let mut g: Vec<Duration> = gaps.iter().map(|x| x.0).collect();
+    g.sort();
+    let worst = gaps
+        .iter()
+        .map(|(g, b)| g.as_secs_f64() / b.as_secs_f64())
+        .fold(0.0, f64::max);
+    match (g.get(g.len() / 2), g.last(), gaps.first()) {
+        (Some(med), Some(max), Some((_, bound))) => writeln!(
+            f,
+            "  {what:<38} n={:<6} median {med:>9.3?}  max {max:>9.3?}  bound {bound:.3?}  worst gap/bound {:.0}%",
+            gaps.len(),
+            worst * 100.0
+        ),
+        _ => writeln!(f, "  {what:<38} n=0"),
+    }
+}
+
+impl fmt::Display for ElectorSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hours = self.sim_time.as_secs_f64() / 3600.0;
+        writeln!(f, "{:<40} {}", "seeds run (elector tier)", self.seeds)?;
+        writeln!(f, "{:<40} {}", "groups checked", self.groups)?;
+        writeln!(
+            f,
+            "{:<40} {:.1} h ({:.0} s)",
+            "simulated time",
+            hours,
+            self.sim_time.as_secs_f64()
+        )?;
+        writeln!(f, "{:<40} {}", "processes started", self.incarnations)?;
+        writeln!(f, "{:<40} {}", "elections", self.elections)?;
+        writeln!(f, "{:<40} {}", "terms whose work ran", self.terms)?;
+        writeln!(f, "{:<40} {}", "hand-overs (new leader)", self.handovers)?;
+        writeln!(f, "terms ended, by reason")?;
+        for (k, v) in &self.end_reasons {
+            writeln!(f, "  {k:<38} {v}")?;
+        }
+        writeln!(f, "{:<40} {}", "store alarms", self.store_alarms)?;
+        writeln!(f, "faults injected ({} in all)", self.faults.total())?;
+        for k in FaultKind::ALL {
+            if self.faults[k] > 0 {
+                writeln!(f, "  {:<38} {}", k.label(), self.faults[k])?;
+            }
+        }
+        writeln!(f, "leaderless gaps")?;
+        gap_line(f, "after the tail's leader crashed", &self.crash_gaps)?;
+        gap_line(f, "after every fault healed", &self.heal_gaps)?;
+        if let Some((c, seed)) = self.closest_handover {
+            writeln!(
+                f,
+                "{:<40} {c:.3?} (seed {seed}): least time from one candidate's work to the next's",
+                "closest hand-over"
+            )?;
+        }
+        let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+        for v in &self.violations {
+            *by_kind.entry(v.kind.to_string()).or_insert(0) += 1;
+        }
+        write!(f, "{:<40} {}", "violations", self.violations.len())?;
+        for (k, n) in by_kind {
+            write!(f, "  [{k}: {n}]")?;
+        }
+        writeln!(f)
+    }
+}

@@ -1,0 +1,127 @@
+//! The elector tier: real electors (engine, publisher, terms) over a faulty
+//! in-memory store on tokio's paused clock. A CI-sized subset of seeds must
+//! hold every invariant, and the checker must not be vacuous: with clocks
+//! or wall clocks beyond their bounds it reports overlapping terms.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use tenure_sim::elector::{run_seed, ElectorParams, ElectorSummary};
+use tenure_sim::{FaultKind, SkewBound, ViolationKind};
+
+fn run_range(params: &ElectorParams, seeds: Range<u64>) -> ElectorSummary {
+    let mut summary = ElectorSummary::default();
+    let mut failures = Vec::new();
+    for seed in seeds {
+        let report = run_seed(seed, params).unwrap();
+        for v in &report.violations {
+            failures.push(format!("{v}\n  replay: {}", params.replay_command(seed)));
+        }
+        summary.add(&report);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    summary
+}
+
+fn assert_exercised(summary: &ElectorSummary) {
+    // The runs did what they are for: many terms and hand-overs under every
+    // kind of fault, several groups per process, and measured fail-overs.
+    assert!(summary.terms > summary.seeds * 10, "{summary}");
+    assert!(summary.handovers > summary.seeds * 5, "{summary}");
+    assert!(summary.groups > summary.seeds, "{summary}");
+    for kind in [
+        FaultKind::Crash,
+        FaultKind::Partition,
+        FaultKind::SlowOp,
+        FaultKind::StoreFailure,
+        FaultKind::LostReply,
+        FaultKind::Resign,
+        FaultKind::Shutdown,
+        FaultKind::Stall,
+    ] {
+        assert!(summary.faults[kind] > 0, "no {kind} injected:\n{summary}");
+    }
+    for reason in ["resigned", "renewal_failed", "shutdown", "liveness_lost"] {
+        assert!(
+            summary.end_reasons.get(reason).is_some_and(|&n| n > 0),
+            "no term ended as {reason}:\n{summary}"
+        );
+    }
+    assert!(!summary.crash_gaps.is_empty(), "{summary}");
+    assert_eq!(summary.heal_gaps.len() as u64, summary.groups, "{summary}");
+}
+
+#[test]
+fn elector_seeds_0_to_75_hold_every_invariant() {
+    let summary = run_range(&ElectorParams::default(), 0..75);
+    assert_exercised(&summary);
+}
+
+#[test]
+fn elector_seeds_75_to_150_hold_every_invariant() {
+    let summary = run_range(&ElectorParams::default(), 75..150);
+    assert_exercised(&summary);
+}
+
+#[test]
+fn larger_clusters_with_many_groups_hold_every_invariant() {
+    let params = ElectorParams {
+        nodes: 6..=10,
+        groups: 4..=8,
+        ..ElectorParams::default()
+    };
+    let summary = run_range(&params, 1000..1010);
+    assert!(summary.groups >= 40, "{summary}");
+}
+
+/// The first overlap of two terms' work in `seeds`, with its replay command.
+fn first_overlap(params: &ElectorParams, seeds: Range<u64>) -> Option<String> {
+    for seed in seeds {
+        let report = run_seed(seed, params).unwrap();
+        if let Some(v) = report
+            .violations
+            .iter()
+            .find(|v| v.kind == ViolationKind::Overlap && v.detail.contains("work of two terms"))
+        {
+            assert_eq!(v.seed, seed);
+            assert_eq!(v.tokens.len(), 2, "{v}");
+            assert!(v.tokens[0] < v.tokens[1], "{v}");
+            return Some(format!("{v}\n  replay: {}", params.replay_command(seed)));
+        }
+    }
+    None
+}
+
+#[test]
+fn clocks_30_percent_off_make_the_real_electors_overlap() {
+    let params = ElectorParams {
+        actual_drift: Some(0.3),
+        skew: SkewBound::Off,
+        ..ElectorParams::default()
+    };
+    let found = first_overlap(&params, 0..10).expect("no overlap with 30 % drift");
+    assert!(found.contains("--actual-drift 0.3 --skew off"), "{found}");
+}
+
+#[test]
+fn wall_clocks_beyond_half_the_skew_bound_make_the_real_electors_overlap() {
+    let skew = Duration::from_millis(400);
+    let params = ElectorParams {
+        skew: SkewBound::On(skew),
+        actual_wall_offset: Some(skew),
+        ..ElectorParams::default()
+    };
+    let found = first_overlap(&params, 0..10).expect("no overlap with wall clocks 2x off");
+    assert!(found.contains("--actual-wall-offset-ms 400"), "{found}");
+}
+
+#[test]
+fn the_same_seeds_are_clean_within_the_bounds() {
+    for skew in [SkewBound::Off, SkewBound::On(Duration::from_millis(400))] {
+        let params = ElectorParams {
+            skew,
+            ..ElectorParams::default()
+        };
+        run_range(&params, 0..10);
+    }
+}
