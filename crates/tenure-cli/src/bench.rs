@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use async_trait::async_trait;
 use tenure::{
-    CasOutcome, ChangeFeed, Config, Elector, Faults, GroupName, LeaseRecord, LeaseStore,
-    StoreError, Version, Versioned,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, Config, Elector, Faults, GroupName,
+    LeaseRecord, LeaseStore, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -35,12 +35,26 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|u| StoreUrl::parse(u).map_err(usage))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if !args.groups.is_empty() {
+        if args.groups.contains(&0) {
+            return Err(usage("--groups counts must be positive"));
+        }
+        let rows = crate::scale::run(&args, &urls).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", crate::scale::table(&rows));
+        }
+        return Ok(0);
+    }
     if urls.iter().any(|u| !u.is_shared()) {
         return Err(usage(
             "memory:// is not a store to benchmark: give a real one",
         ));
     }
-    Config::new(args.term).validate().map_err(usage)?;
+    Config::new(hand_over_term(&args))
+        .validate()
+        .map_err(usage)?;
     let mut rows = Vec::new();
     for url in &urls {
         rows.push(measure_store(url, &args).await?);
@@ -54,6 +68,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         print!("{}", table(&rows, &args));
     }
     Ok(0)
+}
+
+/// The term of the hand-over measurements: short, so crash fail-overs
+/// finish soon.
+fn hand_over_term(args: &BenchArgs) -> Duration {
+    args.term.unwrap_or(Duration::from_secs(2))
 }
 
 /// One row of the table.
@@ -116,8 +136,19 @@ impl LeaseStore for Counting {
         self.ops.fetch_add(1, Ordering::Relaxed);
         self.inner.compare_and_swap(group, expected, record).await
     }
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        self.ops.fetch_add(groups.len() as u64, Ordering::Relaxed);
+        self.inner.read_many(groups).await
+    }
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        self.ops.fetch_add(requests.len() as u64, Ordering::Relaxed);
+        self.inner.compare_and_swap_many(requests).await
+    }
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
         self.inner.changes(group).await
+    }
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        self.inner.watch().await
     }
     fn describe(&self) -> String {
         self.inner.describe()
@@ -233,7 +264,7 @@ async fn wait_for<T>(within: Duration, mut found: impl FnMut() -> Option<T>) -> 
 }
 
 async fn measure_store(url: &StoreUrl, args: &BenchArgs) -> anyhow::Result<Row> {
-    let config = Config::new(args.term);
+    let config = Config::new(hand_over_term(args));
     let bound = config.validate()?.bounds().crash_failover;
     let mut pool = Pool {
         url,
@@ -351,7 +382,10 @@ async fn measure_etcdctl(endpoint: &str, args: &BenchArgs) -> anyhow::Result<Row
 fn table(rows: &[Row], args: &BenchArgs) -> String {
     let mut out = format!(
         "\nterm {:?}; per store {} graceful hand-overs and {} crash fail-overs (etcdctl elect: {} crashes)\n\n",
-        args.term, args.handovers, args.handovers, args.etcdctl_crash_samples
+        hand_over_term(args),
+        args.handovers,
+        args.handovers,
+        args.etcdctl_crash_samples
     );
     out.push_str("| system | graceful median | graceful p99 | crash median | crash p99 | crash bound | leader ops/term | candidate ops/term |\n");
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -67,6 +67,9 @@ pub enum Command {
     /// Kills a child's process group if the supervising `tenure run` dies.
     #[command(hide = true)]
     Watchdog(WatchdogArgs),
+    /// The follower process of `tenure bench --groups`.
+    #[command(hide = true)]
+    BenchFollowers(BenchFollowersArgs),
 }
 
 /// Where the lease records live.
@@ -231,6 +234,25 @@ pub struct DemoCandidateArgs {
     pub term: Duration,
 }
 
+/// `tenure bench-followers` (internal).
+#[derive(Debug, Args)]
+pub struct BenchFollowersArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The groups are PREFIX-0 .. PREFIX-(COUNT-1).
+    #[arg(long)]
+    pub prefix: String,
+    /// How many groups.
+    #[arg(long)]
+    pub count: usize,
+    /// The term.
+    #[arg(long, value_parser = parse_duration)]
+    pub term: Duration,
+    /// How long to measure.
+    #[arg(long, value_parser = parse_duration)]
+    pub window: Duration,
+}
+
 /// `tenure watchdog` (internal).
 #[derive(Debug, Args)]
 pub struct WatchdogArgs {
@@ -346,7 +368,9 @@ const BENCH_EXAMPLES: &str = "Examples:
   tenure bench --store postgres://app:secret@db/app --store redis://cache:6379 \\
       --etcdctl http://127.0.0.1:2379
   # more hand-overs, a longer term, as JSON
-  tenure bench --store etcd://127.0.0.1:2379 --handovers 50 --term 5s --json";
+  tenure bench --store etcd://127.0.0.1:2379 --handovers 50 --term 5s --json
+  # many groups in one process (and followers in a second): 100, 1000, 10000
+  tenure bench --groups 100,1000,10000 --store sqlite:///tmp/scale.db --store memory://";
 
 /// `tenure bench`.
 #[derive(Debug, Args)]
@@ -358,9 +382,19 @@ pub struct BenchArgs {
     /// Graceful hand-overs and crash fail-overs to measure per store.
     #[arg(long, default_value_t = 20)]
     pub handovers: usize,
-    /// The term the candidates use (short, so crash fail-overs finish soon).
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
-    pub term: std::time::Duration,
+    /// The term the candidates use [default: 2s for hand-overs, so crash
+    /// fail-overs finish soon; 10s with --groups].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub term: Option<std::time::Duration>,
+    /// Measure many groups in one process instead of hand-overs: for each
+    /// count (comma-separated), this process leads that many groups and a
+    /// second process follows them all. `memory://` is allowed here (its
+    /// followers run in this process).
+    #[arg(long, value_name = "N,...", value_delimiter = ',')]
+    pub groups: Vec<usize>,
+    /// With --groups: how many terms the steady-state window lasts.
+    #[arg(long, value_name = "TERMS", default_value_t = 3)]
+    pub window_terms: u32,
     /// An etcd endpoint to measure `etcdctl elect` on, as the reference.
     #[arg(long, value_name = "ENDPOINT")]
     pub etcdctl: Option<String>,

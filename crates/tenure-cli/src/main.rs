@@ -18,6 +18,7 @@ mod logging;
 mod out;
 mod release;
 mod run;
+mod scale;
 mod signals;
 mod status;
 mod store_url;
@@ -71,6 +72,7 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Bench(args) => bench::run(args).await,
         Command::DemoCandidate(args) => demo::run_candidate(args).await,
         Command::Watchdog(args) => Ok(watchdog::main(&args)),
+        Command::BenchFollowers(args) => scale::followers(args).await,
     }
 }
 

@@ -93,14 +93,32 @@
 //! * The file must be on a local file system: SQLite's locking is not
 //!   reliable over NFS and similar.
 //!
+//! # Many groups
+//!
+//! Electors built from clones of one [`SqliteStore`] share one engine
+//! ([`tenure::Engine`]): its batches are one transaction each, a
+//! [`LeaseStore::read_many`] reads every group from one snapshot, and a
+//! [`LeaseStore::compare_and_swap_many`] checks and writes every group
+//! under one `BEGIN IMMEDIATE` lock and commits them with one fsync.
+//!
 //! # Change feed
 //!
-//! [`LeaseStore::changes`] is supported: a dedicated connection polls
-//! `PRAGMA data_version`, which changes when any other connection commits,
-//! every 50 ms ([`SqliteOptions::with_change_poll_interval`]), and hints
-//! when the group's row version moved. A graceful hand-over between
-//! processes therefore takes about one poll rather than one retry
-//! interval. The poller ends when the feed is dropped.
+//! SQLite cannot push notifications to other processes, but `PRAGMA
+//! data_version` changes whenever another connection commits to the file,
+//! and reading it costs one in-memory counter. So:
+//!
+//! * [`LeaseStore::watch`], the store-wide feed an engine uses: one
+//!   connection polls `data_version` every 50 ms
+//!   ([`SqliteOptions::with_change_poll_interval`]); after a commit it scans
+//!   the groups' names and versions and reports each changed group with its
+//!   record, so followers learn of renewals without reading. One poller per
+//!   store handle, whatever the number of groups.
+//! * [`LeaseStore::changes`], a feed of one group (what an
+//!   [`Observer`](tenure::Observer) uses): the same poll, hinting when that
+//!   group's row version moved.
+//!
+//! A graceful hand-over between processes therefore takes about one poll
+//! rather than one retry interval. A poller ends when its feed is dropped.
 //!
 //! [tenure]: https://docs.rs/tenure
 #![deny(missing_docs)]
@@ -114,8 +132,8 @@ use async_trait::async_trait;
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use tenure::{
-    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, RecordError, StoreError, Version,
-    Versioned,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
+    LeaseStore, RecordError, StoreError, StoreFeed, Version, Versioned,
 };
 
 mod error;
@@ -195,6 +213,8 @@ struct Inner {
     /// One connection per store; the mutex serialises this handle's calls,
     /// which SQLite would serialise anyway.
     conn: Mutex<Connection>,
+    /// The engine that electors on clones of this handle share.
+    engine: EngineSlot,
 }
 
 /// A [`LeaseStore`] in a SQLite database file, shared by the processes of
@@ -277,6 +297,7 @@ impl SqliteStore {
                 path,
                 options,
                 conn: Mutex::new(conn),
+                engine: EngineSlot::new(),
             }),
         })
     }
@@ -343,46 +364,108 @@ fn to_version(v: i64) -> Version {
     Version(u64::try_from(v).unwrap_or_default())
 }
 
+/// Reads one group's row.
+fn read_row(
+    conn: &Connection,
+    inner: &Inner,
+    g: &GroupName,
+) -> Result<Option<Versioned>, StoreError> {
+    let row = conn
+        .prepare_cached("SELECT version, record FROM tenure_leases WHERE group_name = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([g.as_str()], |row| {
+                Ok((row.get::<_, Value>(0)?, row.get::<_, Value>(1)?))
+            })
+            .optional()
+        })
+        .map_err(|e| sqlite_err(inner, e))?;
+    let Some((version, record)) = row else {
+        return Ok(None);
+    };
+    decode_row(g, &version, &record).map(Some)
+}
+
+/// A row's version and record, or why the row is not a usable lease.
+pub(crate) fn decode_row(
+    g: &GroupName,
+    version: &Value,
+    record: &Value,
+) -> Result<Versioned, StoreError> {
+    let version = row_version(g, version.into())?;
+    let bytes: &[u8] = match record {
+        Value::Blob(b) => b,
+        // Someone wrote text by hand; decode decides what it is.
+        Value::Text(t) => t.as_bytes(),
+        other => {
+            return Err(StoreError::Record {
+                group: g.clone(),
+                source: RecordError::Foreign {
+                    detail: format!("the SQLite record column holds {other:?}"),
+                },
+            })
+        }
+    };
+    let record = LeaseRecord::decode(bytes).map_err(|source| StoreError::Record {
+        group: g.clone(),
+        source,
+    })?;
+    Ok(Versioned {
+        record,
+        version: to_version(version),
+    })
+}
+
+/// One compare-and-swap inside a write transaction the caller commits.
+fn cas_row(
+    tx: &Connection,
+    inner: &Inner,
+    g: &GroupName,
+    expected: Option<Version>,
+    bytes: &[u8],
+) -> Result<CasOutcome, StoreError> {
+    let err = |e| sqlite_err(inner, e);
+    let current = tx
+        .prepare_cached("SELECT version FROM tenure_leases WHERE group_name = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([g.as_str()], |row| row.get::<_, Value>(0))
+                .optional()
+        })
+        .map_err(err)?;
+    let current = match &current {
+        Some(v) => Some(row_version(g, v.into())?),
+        None => None,
+    };
+    let next = match (current, expected) {
+        (None, None) => {
+            tx.prepare_cached(
+                "INSERT INTO tenure_leases (group_name, version, record) VALUES (?1, 1, ?2)",
+            )
+            .and_then(|mut stmt| stmt.execute(rusqlite::params![g.as_str(), bytes]))
+            .map_err(err)?;
+            1
+        }
+        (Some(c), Some(e)) if u64::try_from(c).ok() == Some(e.0) => {
+            let next = c.checked_add(1).ok_or_else(|| {
+                record_err(g, "the SQLite row's version is at its maximum".into())
+            })?;
+            tx.prepare_cached(
+                "UPDATE tenure_leases SET version = ?2, record = ?3 WHERE group_name = ?1",
+            )
+            .and_then(|mut stmt| stmt.execute(rusqlite::params![g.as_str(), next, bytes]))
+            .map_err(err)?;
+            next
+        }
+        _ => return Ok(CasOutcome::Conflict),
+    };
+    Ok(CasOutcome::Applied(to_version(next)))
+}
+
 #[async_trait]
 impl LeaseStore for SqliteStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         let g = group.clone();
-        self.blocking(move |conn, inner| {
-            let row = conn
-                .query_row(
-                    "SELECT version, record FROM tenure_leases WHERE group_name = ?1",
-                    [g.as_str()],
-                    |row| Ok((row.get::<_, Value>(0)?, row.get::<_, Value>(1)?)),
-                )
-                .optional()
-                .map_err(|e| sqlite_err(inner, e))?;
-            let Some((version, record)) = row else {
-                return Ok(None);
-            };
-            let version = row_version(&g, (&version).into())?;
-            let bytes: &[u8] = match &record {
-                Value::Blob(b) => b,
-                // Someone wrote text by hand; decode decides what it is.
-                Value::Text(t) => t.as_bytes(),
-                other => {
-                    return Err(StoreError::Record {
-                        group: g.clone(),
-                        source: RecordError::Foreign {
-                            detail: format!("the SQLite record column holds {other:?}"),
-                        },
-                    })
-                }
-            };
-            let record = LeaseRecord::decode(bytes).map_err(|source| StoreError::Record {
-                group: g.clone(),
-                source,
-            })?;
-            Ok(Some(Versioned {
-                record,
-                version: to_version(version),
-            }))
-        })
-        .await
+        self.blocking(move |conn, inner| read_row(conn, inner, &g))
+            .await
     }
 
     async fn compare_and_swap(
@@ -400,45 +483,82 @@ impl LeaseStore for SqliteStore {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(err)?;
-            let current = tx
-                .query_row(
-                    "SELECT version FROM tenure_leases WHERE group_name = ?1",
-                    [g.as_str()],
-                    |row| row.get::<_, Value>(0),
-                )
-                .optional()
-                .map_err(err)?;
-            let current = match &current {
-                Some(v) => Some(row_version(&g, v.into())?),
-                None => None,
-            };
-            let next = match (current, expected) {
-                (None, None) => {
-                    tx.execute(
-                        "INSERT INTO tenure_leases (group_name, version, record) VALUES (?1, 1, ?2)",
-                        rusqlite::params![g.as_str(), bytes],
-                    )
-                    .map_err(err)?;
-                    1
-                }
-                (Some(c), Some(e)) if u64::try_from(c).ok() == Some(e.0) => {
-                    let next = c.checked_add(1).ok_or_else(|| {
-                        record_err(&g, "the SQLite row's version is at its maximum".into())
-                    })?;
-                    tx.execute(
-                        "UPDATE tenure_leases SET version = ?2, record = ?3 WHERE group_name = ?1",
-                        rusqlite::params![g.as_str(), next, bytes],
-                    )
-                    .map_err(err)?;
-                    next
-                }
-                // Dropping the transaction rolls it back; nothing was written.
-                _ => return Ok(CasOutcome::Conflict),
-            };
-            tx.commit().map_err(err)?;
-            Ok(CasOutcome::Applied(to_version(next)))
+            let outcome = cas_row(&tx, inner, &g, expected, &bytes)?;
+            if let CasOutcome::Applied(_) = outcome {
+                tx.commit().map_err(err)?;
+            }
+            // Otherwise dropping the transaction rolls it back.
+            Ok(outcome)
         })
         .await
+    }
+
+    /// One read transaction: every group from one snapshot of the file.
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        let groups = groups.to_vec();
+        self.blocking(move |conn, inner| {
+            let tx = conn.transaction().map_err(|e| sqlite_err(inner, e))?;
+            Ok(groups.iter().map(|g| read_row(&tx, inner, g)).collect())
+        })
+        .await
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction for the whole batch: every
+    /// compare-and-swap is checked and written in order under the one write
+    /// lock, and all of them commit together (one fsync). A request whose
+    /// row is damaged fails alone.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let requests: Vec<(GroupName, Option<Version>, Vec<u8>)> = requests
+            .iter()
+            .map(|r| (r.group.clone(), r.expected, r.record.encode()))
+            .collect();
+        self.blocking(move |conn, inner| {
+            let err = |e| sqlite_err(inner, e);
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err)?;
+            let results: Vec<Result<CasOutcome, StoreError>> = requests
+                .iter()
+                .map(|(g, expected, bytes)| cas_row(&tx, inner, g, *expected, bytes))
+                .collect();
+            if results
+                .iter()
+                .any(|r| matches!(r, Ok(CasOutcome::Applied(_))))
+            {
+                tx.commit().map_err(err)?;
+            }
+            Ok(results)
+        })
+        .await
+    }
+
+    /// One connection polls `PRAGMA data_version` for the whole file and
+    /// reports every group's writes with their records (see
+    /// [the crate docs](crate#change-feed)).
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        let (path, options) = (self.inner.path.clone(), self.inner.options.clone());
+        let (p, o) = (path.clone(), options.clone());
+        let started = tokio::task::spawn_blocking(move || {
+            let conn = schema::connect(&p, &o)?;
+            let known = feed::snapshot(&conn)
+                .map_err(|e| SqliteError::from_sqlite(&p, o.busy_timeout, e))?;
+            Ok::<_, SqliteError>((conn, known))
+        })
+        .await
+        .map_err(|e| {
+            StoreError::from(SqliteError::Worker {
+                path: path.clone(),
+                detail: e.to_string(),
+            })
+        })?;
+        let (conn, known) = started?;
+        let (tx, feed) = StoreFeed::channel(feed::CAPACITY);
+        tokio::spawn(feed::watch_all(conn, path, known, options, tx));
+        Ok(Some(feed))
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
