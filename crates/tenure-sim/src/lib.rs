@@ -3,6 +3,8 @@
 //! It runs 2 to 20 candidates, each a [`tenure::machine::Machine`] driven
 //! directly: no tokio, no threads, no real time. The store is
 //! [`tenure::MemoryStore`]'s synchronous core, a linearizable register.
+//! That is the machine tier, described below; the [`elector`] tier runs the
+//! real electors around the machines on tokio's paused clock instead.
 //!
 //! * **Clocks** ([`clock`]): each node's monotonic clock runs at `1 + d`
 //!   with `|d|` within the configured drift bound (a third of the nodes

@@ -75,6 +75,12 @@ fn larger_clusters_with_many_groups_hold_every_invariant() {
 }
 
 /// The first overlap of two terms' work in `seeds`, with its replay command.
+///
+/// The electors draw their retry jitter themselves, so a seed's run can
+/// differ in detail from one run to the next; the ranges searched below are
+/// wide enough that an overlap is certain in practice (a third to a half of
+/// all seeds overlap under these controls, and the search stops at the
+/// first).
 fn first_overlap(params: &ElectorParams, seeds: Range<u64>) -> Option<String> {
     for seed in seeds {
         let report = run_seed(seed, params).unwrap();
@@ -99,7 +105,7 @@ fn clocks_30_percent_off_make_the_real_electors_overlap() {
         skew: SkewBound::Off,
         ..ElectorParams::default()
     };
-    let found = first_overlap(&params, 0..10).expect("no overlap with 30 % drift");
+    let found = first_overlap(&params, 0..50).expect("no overlap with 30 % drift");
     assert!(found.contains("--actual-drift 0.3 --skew off"), "{found}");
 }
 
@@ -111,7 +117,7 @@ fn wall_clocks_beyond_half_the_skew_bound_make_the_real_electors_overlap() {
         actual_wall_offset: Some(skew),
         ..ElectorParams::default()
     };
-    let found = first_overlap(&params, 0..10).expect("no overlap with wall clocks 2x off");
+    let found = first_overlap(&params, 0..80).expect("no overlap with wall clocks 2x off");
     assert!(found.contains("--actual-wall-offset-ms 400"), "{found}");
 }
 
