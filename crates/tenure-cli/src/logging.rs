@@ -8,9 +8,11 @@ use tracing_subscriber::EnvFilter;
 use crate::cli::LogFormat;
 
 /// Installs the global subscriber. `RUST_LOG` overrides the default level,
-/// which is `info` (elections, hand-overs, child starts and stops).
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// `info` for most commands (elections, hand-overs, child starts and
+/// stops), `warn` where thousands of elections are the point (benchmarks).
+pub fn init(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

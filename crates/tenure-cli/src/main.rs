@@ -42,7 +42,12 @@ fn main() -> ExitCode {
         // pipe and may be the last process of its kind standing.
         return ExitCode::from(watchdog::main(args));
     }
-    logging::init(cli.log_format);
+    let level = match cli.command {
+        // Thousands of elections: one log line each would be the bench.
+        Command::Bench(_) | Command::BenchFollowers(_) => "warn",
+        _ => "info",
+    };
+    logging::init(cli.log_format, level);
     // One thread on purpose: PR_SET_PDEATHSIG fires when the *thread* that
     // forked a child exits, so children must be forked from the thread that
     // lives as long as the process.

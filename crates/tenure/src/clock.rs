@@ -155,7 +155,8 @@ impl SystemClock {
     /// notices that time passed while it was suspended.
     pub const SLICE: Duration = Duration::from_millis(100);
 
-    fn mono_now() -> MonoTime {
+    #[inline]
+    pub(crate) fn mono_now() -> MonoTime {
         #[cfg(target_os = "linux")]
         const CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
         #[cfg(not(target_os = "linux"))]
@@ -218,6 +219,11 @@ impl Clock for SystemClock {
 pub(crate) fn system_clock() -> Arc<dyn Clock> {
     static CLOCK: std::sync::OnceLock<Arc<dyn Clock>> = std::sync::OnceLock::new();
     CLOCK.get_or_init(|| Arc::new(SystemClock)).clone()
+}
+
+/// Whether `clock` is the process's [`system_clock`] handle.
+pub(crate) fn is_system_clock(clock: &Arc<dyn Clock>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(clock), Arc::as_ptr(&system_clock()))
 }
 
 /// A clock driven by tokio's timer, for tests with

@@ -110,6 +110,7 @@ impl ElectorBuilder {
             incarnation: rand::random(),
         };
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
+        let is_system = crate::clock::is_system_clock(&self.clock);
         let pulse = Arc::new(PulseState {
             last: AtomicU64::new(self.clock.now().mono.as_nanos()),
             waiting: AtomicBool::new(false),
@@ -151,6 +152,7 @@ impl ElectorBuilder {
                         link: Link::Channel(cmd_tx),
                         pulse,
                         engine: None,
+                        system_clock: is_system,
                     }),
                 });
             }
@@ -197,6 +199,7 @@ impl ElectorBuilder {
                 },
                 pulse,
                 engine: Some(engine),
+                system_clock: is_system,
             }),
         })
     }
@@ -246,6 +249,8 @@ struct Shared {
     pulse: Arc<PulseState>,
     /// The engine running this candidate, for a lease store.
     engine: Option<Arc<EngineShared>>,
+    /// Whether `clock` is the system clock (read directly on hot paths).
+    system_clock: bool,
 }
 
 /// A candidate in one group's election. Clones are handles to the same
@@ -345,7 +350,16 @@ impl Elector {
     /// every write of the work.
     pub fn is_leader(&self) -> bool {
         let until = self.shared.published.leader_until.load(Ordering::Acquire);
-        until != 0 && self.shared.clock.mono().as_nanos() < until
+        if until == 0 {
+            return false;
+        }
+        let now = if self.shared.system_clock {
+            // The common case, without the indirect call.
+            crate::clock::SystemClock::mono_now()
+        } else {
+            self.shared.clock.mono()
+        };
+        now.as_nanos() < until
     }
 
     /// The engine running this candidate, if it campaigns on a lease store
@@ -462,10 +476,15 @@ impl Elector {
                     if !term.is_cancelled() {
                         self.resign();
                     }
+                    // Wait for the resignation to take effect (bounded by
+                    // the deadline) before returning or looking for the
+                    // next term: a caller that retries at once must not be
+                    // handed the term it just gave up.
+                    tokio::select! {
+                        _ = term.cancelled() => {}
+                        _ = term.expired() => {}
+                    }
                     result?;
-                    // Wait for the resignation to take effect before
-                    // looking for the next term.
-                    term.cancelled().await;
                 }
             }
         }

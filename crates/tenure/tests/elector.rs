@@ -287,6 +287,9 @@ async fn work_returning_an_error_resigns_and_reports_it() {
         .await;
     // Whichever of a and b led first, a's own work failed with its error.
     assert_eq!(err, Err("boom"));
+    // And the term it gave up is over by the time the error is returned,
+    // so a caller retrying at once is not handed it again.
+    assert!(!a.is_leader(), "the failed term is still in force");
     let refs = [&a, &b];
     leader_of(&refs).await;
     a.shutdown().await;
