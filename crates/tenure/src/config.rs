@@ -24,6 +24,29 @@
 //! can start. Wall clocks play no part, unless [`Config::max_clock_skew`] is
 //! set.
 //!
+//! # Many groups, batched
+//!
+//! An [`Engine`](crate::Engine) runs many groups' machines and sends their
+//! store operations in batches. The argument above holds operation by
+//! operation, because of two facts about batching:
+//!
+//! * A machine anchors a write at the instant it *emitted* it. The batch
+//!   carrying it is sent at or after that instant (it may wait for a free
+//!   batch slot), so the anchor is never after the real send, and
+//!   `s + T` still bounds the leader's deadline in real time.
+//! * The engine only ever moves a renewal *earlier*
+//!   ([`Input::RenewEarly`](crate::machine::Input::RenewEarly)), never
+//!   later: an earlier send anchors an earlier deadline, and a renewal never
+//!   shortens a deadline already earned. Every leader therefore still
+//!   renews at least every `renew_interval`, and the rule
+//!   `renew_interval + stop_grace < T·(1 − ρ)` keeps its meaning.
+//!
+//! A batch's reply deadline is each operation's own (emission plus the
+//! operation timeout); an operation waiting in the queue times out as if
+//! it had been sent. The challenger's side is unchanged: it anchors at the
+//! receipt of a read's reply or of a change-feed event, both after the
+//! write they show was applied.
+//!
 //! # The optional early takeover by the wall clock
 //!
 //! With a skew bound `S` set, a challenger may also take over as soon as its
