@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::clock::{Clock, MonoTime};
 use crate::config::Timing;
 use crate::elector::PulseState;
-use crate::machine::EndReason;
+use crate::machine::{EndReason, Fault};
 use crate::publish::Publisher;
 use crate::record::{GroupName, Holder, Metadata};
 use crate::role::LeaderInfo;
@@ -193,6 +193,15 @@ impl Session {
     pub fn store_health(&mut self, op: &'static str, error: Option<String>) {
         self.publisher
             .store_health(op, error.map(|message| (message.clone(), message)))
+    }
+
+    /// The backend can never lead again, for `fault`: the handle reports it
+    /// ([`Event::Failed`](crate::Event::Failed), then
+    /// [`ElectorError::Failed`](crate::ElectorError::Failed) from
+    /// `wait_for_leadership`). End any term first; the coordinator should
+    /// then return from [`run`](Coordinator::run).
+    pub fn fail(&mut self, fault: Fault) {
+        self.publisher.failed(fault)
     }
 
     /// The next command from the handle; [`Command::Shutdown`] once every

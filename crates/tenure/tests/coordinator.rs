@@ -95,3 +95,44 @@ async fn a_coordinator_drives_roles_events_work_and_the_barrier() {
     elector.shutdown().await;
     assert!(matches!(elector.role(), Role::Stopped));
 }
+
+/// A backend that finds it can never lead again reports a typed fault.
+struct Failing;
+
+#[async_trait]
+impl Coordinator for Failing {
+    async fn run(self: Box<Self>, mut session: Session) {
+        let deadline = session.clock().now().mono + Duration::from_secs(60);
+        session.elected(5, deadline);
+        let now = session.clock().now().mono;
+        session.end_term(EndReason::Failed, now);
+        session.fail(tenure::Fault::TokenRegressed {
+            highest: 5,
+            next: 1,
+        });
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_coordinator_that_fails_reports_its_fault_to_the_handle() {
+    let elector = Elector::with_coordinator(Failing, "kafka-group")
+        .candidate_id("a")
+        .clock(Arc::new(TokioClock::new()))
+        .start()
+        .unwrap();
+    let err = elector.wait_for_leadership().await.unwrap_err();
+    let fault = tenure::Fault::TokenRegressed {
+        highest: 5,
+        next: 1,
+    };
+    assert!(
+        matches!(&err, tenure::ElectorError::Failed(f) if *f == fault),
+        "{err:?}"
+    );
+    assert_eq!(elector.fault(), Some(&fault));
+    let message = fault.to_string();
+    assert!(
+        message.contains("went backwards") && message.contains("fresh name"),
+        "{message}"
+    );
+}

@@ -202,6 +202,18 @@ pub enum Fault {
         /// The highest token seen.
         token: u64,
     },
+    /// The store's tokens went backwards: the next term would get `next`
+    /// although `highest` may already have been handed out, because the
+    /// store lost or replaced its state (a deleted and recreated Kafka
+    /// leader topic, a restored database). Resources that remember
+    /// `highest` would refuse every new leader, and fencing no longer
+    /// orders the terms.
+    TokenRegressed {
+        /// The highest token that may have been handed out.
+        highest: u64,
+        /// The token the store offers now.
+        next: u64,
+    },
 }
 
 impl std::fmt::Display for Fault {
@@ -210,6 +222,10 @@ impl std::fmt::Display for Fault {
             Fault::TokenExhausted { token } => write!(
                 f,
                 "token space exhausted: the group's fencing token is {token} and cannot rise; the group needs a new name"
+            ),
+            Fault::TokenRegressed { highest, next } => write!(
+                f,
+                "the store's tokens went backwards (to {next}, after {highest} may have been handed out): its data was deleted, recreated or restored; fencing cannot hold, so this candidate stopped. Move the group to a fresh name, or restore the store, before standing again"
             ),
         }
     }
