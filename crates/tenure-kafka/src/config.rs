@@ -7,6 +7,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 
 use crate::error::KafkaBackendError;
+use crate::heartbeat::MAX_TIMEOUT;
 
 /// goneli's default minimum interval between two polls of the consumer.
 pub const DEFAULT_MIN_POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -47,7 +48,39 @@ const MANAGED: &[(&str, &str)] = &[
         "enable.partition.eof",
         "nothing: end-of-partition events are not used",
     ),
+    (
+        "group.protocol",
+        "nothing: NELI needs the classic consumer group protocol (group.protocol=classic), whose \
+         session timeout it sets",
+    ),
+    (
+        "allow.auto.create.topics",
+        "nothing: a heartbeat must never create the leader topic anew (tokens would restart); \
+         KafkaConfig::create_topic creates it once, with one partition",
+    ),
+    (
+        "acks",
+        "nothing: a heartbeat counts only once every in-sync replica has it (acks=all)",
+    ),
+    (
+        "request.required.acks",
+        "nothing: a heartbeat counts only once every in-sync replica has it (acks=all)",
+    ),
 ];
+
+/// Properties a candidate cannot run with, and why.
+const FORBIDDEN: &[(&str, &str)] = &[(
+    "group.instance.id",
+    "static membership is not supported: a static member that rejoins gets its old assignment \
+     without waiting out its session, and never leaves the group on close, which breaks the \
+     fence and the hand-over; remove group.instance.id",
+)];
+
+/// The shortest `heartbeat.interval.ms` that fits, in heartbeat timeouts:
+/// the group coordinator must hear from a live leader well within the
+/// session (3 heartbeat timeouts), and a cut-off leader is fenced after
+/// one, so the interval must stay well below 1.8 of them.
+const MAX_GROUP_HEARTBEAT_INTERVAL: f64 = 1.5;
 
 /// The settings of a Kafka candidate, with goneli's defaults.
 ///
@@ -224,6 +257,13 @@ impl KafkaConfig {
         if let Some(id) = &self.group_id {
             check_kafka_name("consumer group id", id)?;
         }
+        if self.heartbeat_timeout > MAX_TIMEOUT {
+            return Err(KafkaBackendError::config(format!(
+                "the heartbeat timeout is {:?}: at most {MAX_TIMEOUT:?} (its session timeout, three \
+                 of them, is then Kafka's default group.max.session.timeout.ms)",
+                self.heartbeat_timeout
+            )));
+        }
         for (what, d) in [
             ("poll duration", self.poll_duration),
             ("minimum poll interval", self.min_poll_interval),
@@ -243,11 +283,35 @@ impl KafkaConfig {
                 self.min_poll_interval, self.heartbeat_timeout
             )));
         }
+        for (key, why) in FORBIDDEN {
+            if self.properties.contains_key(*key) {
+                return Err(KafkaBackendError::config(format!(
+                    "the property {key} cannot be passed through: {why}"
+                )));
+            }
+        }
+        if let Some(value) = self.properties.get("heartbeat.interval.ms") {
+            let limit = self.heartbeat_timeout.mul_f64(MAX_GROUP_HEARTBEAT_INTERVAL);
+            match value.trim().parse::<u64>() {
+                Ok(ms) if ms >= 1 && Duration::from_millis(ms) < limit => {}
+                _ => {
+                    return Err(KafkaBackendError::config(format!(
+                        "heartbeat.interval.ms={value} does not fit: it must be a whole number of \
+                         milliseconds, at least 1 and below 1.5 heartbeat timeouts ({} ms), or the \
+                         group could expire a live leader's session before it is fenced; leave it \
+                         unset for a fifth of the heartbeat timeout",
+                        limit.as_millis()
+                    )));
+                }
+            }
+        }
         let managed = self.managed_properties("group");
         for (key, why) in MANAGED {
             if let Some(value) = self.properties.get(*key) {
                 let ours = managed.get(*key).map(String::as_str);
-                if *key == "group.id" || ours != Some(value.as_str()) {
+                let same =
+                    ours == Some(value.as_str()) || (key.contains("acks") && value.trim() == "-1");
+                if *key == "group.id" || !same {
                     return Err(KafkaBackendError::config(format!(
                         "the property {key}={value} cannot be passed through: tenure-kafka sets it \
                          from {why}"
@@ -285,6 +349,10 @@ impl KafkaConfig {
         );
         m.insert("linger.ms".into(), "0".into());
         m.insert("enable.partition.eof".into(), "false".into());
+        m.insert("group.protocol".into(), "classic".into());
+        m.insert("allow.auto.create.topics".into(), "false".into());
+        m.insert("acks".into(), "all".into());
+        m.insert("request.required.acks".into(), "all".into());
         m
     }
 
@@ -299,6 +367,8 @@ impl KafkaConfig {
             "enable.auto.commit",
             "session.timeout.ms",
             "enable.partition.eof",
+            "group.protocol",
+            "allow.auto.create.topics",
         ] {
             props.insert(key.into(), managed[key].clone());
         }
@@ -306,7 +376,7 @@ impl KafkaConfig {
         // left or died) at the next group heartbeat: a fifth of the
         // heartbeat timeout keeps hand-overs quick, and far inside the
         // session timeout (the safety argument needs it below 1.8 ×
-        // the heartbeat timeout).
+        // the heartbeat timeout; validation refuses 1.5 and more).
         props
             .entry("heartbeat.interval.ms".into())
             .or_insert_with(|| (millis(self.heartbeat_timeout) / 5).max(1).to_string());
@@ -324,7 +394,17 @@ impl KafkaConfig {
     pub fn producer_properties(&self) -> BTreeMap<String, String> {
         let mut props = self.base_properties();
         let managed = self.managed_properties("group");
-        for key in ["delivery.timeout.ms", "linger.ms"] {
+        // The producer learns of the topic from metadata; with
+        // auto-creation a heartbeat would create a deleted topic anew
+        // (with offsets, hence tokens, from 0: librdkafka's producers
+        // allow it by default).
+        props.remove("request.required.acks");
+        for key in [
+            "delivery.timeout.ms",
+            "linger.ms",
+            "allow.auto.create.topics",
+            "acks",
+        ] {
             props.insert(key.into(), managed[key].clone());
         }
         // librdkafka requires message.timeout (= delivery.timeout) to be at
@@ -337,15 +417,23 @@ impl KafkaConfig {
     }
 
     /// Properties of a consumer that reads the leader topic without joining
-    /// the group (the observer).
-    pub fn observer_properties(&self) -> BTreeMap<String, String> {
+    /// the group (every candidate's reader, and observers).
+    pub fn reader_properties(&self) -> BTreeMap<String, String> {
         let mut props = self.base_properties();
         // librdkafka assigns partitions only to a consumer with a group id;
         // one that assigns and never subscribes never joins that group, and
         // never commits, so the broker does not even learn of it.
         props.insert("group.id".into(), "tenure-kafka-observer".into());
         props.insert("enable.auto.commit".into(), "false".into());
-        props.insert("enable.partition.eof".into(), "false".into());
+        props.insert("allow.auto.create.topics".into(), "false".into());
+        props.insert("group.protocol".into(), "classic".into());
+        // End-of-partition events tell when the reader is positioned.
+        props.insert("enable.partition.eof".into(), "true".into());
+        // Out of range (records removed under it, or the topic recreated
+        // with fewer): start over from the first record there is, never
+        // skip to the end past records it has not read. Offsets that then
+        // go back are reported.
+        props.insert("auto.offset.reset".into(), "earliest".into());
         props
             .entry("fetch.wait.max.ms".into())
             .or_insert_with(|| millis(self.min_poll_interval).min(500).to_string());
@@ -479,7 +567,7 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.consumer_properties("g")["client.id"], "billing-7");
         assert_eq!(c.producer_properties()["client.id"], "billing-7");
-        assert_eq!(c.observer_properties()["client.id"], "billing-7");
+        assert_eq!(c.reader_properties()["client.id"], "billing-7");
         assert_eq!(c.consumer_properties("g")["max.poll.interval.ms"], "60000");
     }
 
@@ -551,5 +639,71 @@ mod tests {
             .property("linger.ms", "0")
             .validate()
             .unwrap();
+    }
+
+    /// Hole 3: configuration that breaks the margin is refused.
+    #[test]
+    fn settings_that_break_the_safety_margin_are_refused() {
+        let err = |c: KafkaConfig| c.validate().unwrap_err().to_string();
+        let e = err(KafkaConfig::default().property("group.instance.id", "host-a"));
+        assert!(
+            e.contains("static membership") && e.contains("remove group.instance.id"),
+            "{e}"
+        );
+        // H = 5 s: 1.5 H = 7.5 s.
+        for bad in ["7500", "9000", "0", "soon", "-1"] {
+            let e = err(KafkaConfig::default().property("heartbeat.interval.ms", bad));
+            assert!(
+                e.contains("heartbeat.interval.ms") && e.contains("7500 ms"),
+                "{bad}: {e}"
+            );
+        }
+        KafkaConfig::default()
+            .property("heartbeat.interval.ms", "7499")
+            .validate()
+            .unwrap();
+        let e = err(KafkaConfig::default().property("group.protocol", "consumer"));
+        assert!(e.contains("classic"), "{e}");
+        let e = err(KafkaConfig::default().property("allow.auto.create.topics", "true"));
+        assert!(e.contains("create_topic"), "{e}");
+        for key in ["acks", "request.required.acks"] {
+            let e = err(KafkaConfig::default().property(key, "1"));
+            assert!(e.contains("acks=all"), "{e}");
+            KafkaConfig::default()
+                .property(key, "-1")
+                .validate()
+                .unwrap();
+            KafkaConfig::default()
+                .property(key, "all")
+                .validate()
+                .unwrap();
+        }
+        let e = err(KafkaConfig {
+            heartbeat_timeout: Duration::from_secs(601),
+            ..KafkaConfig::default()
+        });
+        assert!(e.contains("at most"), "{e}");
+        KafkaConfig::default()
+            .property("group.protocol", "classic")
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn clients_run_the_classic_protocol_and_never_create_the_topic() {
+        let c = KafkaConfig::default().property("request.required.acks", "-1");
+        let consumer = c.consumer_properties("g");
+        assert_eq!(consumer["group.protocol"], "classic");
+        assert_eq!(consumer["allow.auto.create.topics"], "false");
+        assert_eq!(consumer["heartbeat.interval.ms"], "1000");
+        let producer = c.producer_properties();
+        assert_eq!(producer["allow.auto.create.topics"], "false");
+        assert_eq!(producer["acks"], "all");
+        assert!(!producer.contains_key("request.required.acks"));
+        let reader = c.reader_properties();
+        assert_eq!(reader["allow.auto.create.topics"], "false");
+        assert_eq!(reader["enable.partition.eof"], "true");
+        assert_eq!(reader["auto.offset.reset"], "earliest");
+        c.validate().unwrap();
     }
 }

@@ -12,13 +12,13 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::BaseProducer;
 use rdkafka::types::RDKafkaErrorCode;
 use tenure::{Command, Coordinator, EndReason, MonoTime, Session};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::config::KafkaConfig;
 use crate::error::KafkaBackendError;
-use crate::leader::Seen;
-use crate::neli::{Decision, Neli};
-use crate::observer::KafkaObserver;
+use crate::leader::LeaderView;
+use crate::neli::{self, Decision, Neli};
+use crate::reader::Reader;
 use crate::status::{KafkaStatus, State};
 use crate::worker::{GroupContext, Identity, ProducerCtx, Report, Request, Worker};
 
@@ -119,7 +119,9 @@ impl Coordinator for KafkaCoordinator {
                 drop(run);
             }
             Err((e, mut session)) => {
-                fail(&status, &mut session, e);
+                tracing::error!(group = %session.group(), error = %e, "kafka elector stopped");
+                session.store_health("kafka", Some(e.to_string()));
+                status.set_fatal(e);
                 status.set_state(State::Closed);
                 drop(session);
             }
@@ -127,30 +129,24 @@ impl Coordinator for KafkaCoordinator {
     }
 }
 
-/// Reports a fatal error everywhere a user may look, ending any term.
-fn fail(status: &KafkaStatus, session: &mut Session, e: KafkaBackendError) {
-    tracing::error!(group = %session.group(), error = %e, "kafka elector stopped");
-    let now = session.clock().now().mono;
-    // The assignment can no longer be trusted: stop acting at once.
-    session.end_term(EndReason::Fenced, now);
-    session.store_health("kafka", Some(e.to_string()));
-    status.set_fatal(e);
-}
-
-/// How long a candidate that resigned stays out of the group: a session
-/// timeout, so that the rebalance its leaving caused has given partition 0
-/// to someone else before its own join starts the next one.
+/// How long a candidate that gives up its assignment (resigning, or unable
+/// to lead on it) stays out of the group: a session timeout, so that the
+/// rebalance its leaving caused has given partition 0 to someone else
+/// before its own join starts the next one.
 fn rejoin_delay(config: &KafkaConfig) -> Duration {
     config.session_timeout()
+}
+
+/// Whether the run goes on.
+enum Flow {
+    Continue,
+    Stop,
 }
 
 /// What [`Run::connect`] sets up.
 struct Connected {
     requests: std_mpsc::Sender<Request>,
     reports: mpsc::UnboundedReceiver<Report>,
-    observer: KafkaObserver,
-    incarnation: u64,
-    liveness: Option<Duration>,
 }
 
 struct Run {
@@ -158,12 +154,11 @@ struct Run {
     status: KafkaStatus,
     session: Session,
     neli: Neli,
+    topic: String,
     requests: std_mpsc::Sender<Request>,
     reports: mpsc::UnboundedReceiver<Report>,
-    /// The known leader, from the observer (kept alive by this field).
-    _observer: KafkaObserver,
-    seen: watch::Receiver<Option<Seen>>,
-    seen_alive: bool,
+    /// The known leader, from the heartbeats read.
+    view: LeaderView,
     reported: Option<(String, u64, u64, tenure::Metadata)>,
     incarnation: u64,
     liveness: Option<Duration>,
@@ -179,21 +174,32 @@ impl Run {
         session: Session,
     ) -> Result<Run, (KafkaBackendError, Session)> {
         let KafkaCoordinator { config, status } = k;
-        match Self::connect(&config, &session).await {
+        let group = session.group().as_str().to_owned();
+        let group_id = config.resolved_group_id(&group);
+        let topic = config.resolved_topic(&group);
+        let incarnation = session.candidate().incarnation;
+        let liveness = session.timing().liveness_timeout;
+        let drift = session.timing().drift;
+        match Self::connect(&config, &session, &topic).await {
             Ok(c) => Ok(Run {
-                neli: Neli::new(c.incarnation, config.heartbeat_timeout, c.liveness),
+                neli: Neli::new(
+                    group_id.clone(),
+                    incarnation,
+                    config.heartbeat_timeout,
+                    drift,
+                    liveness,
+                ),
+                view: LeaderView::new(group_id),
                 next_poll: session.clock().now().mono,
                 session,
                 config,
                 status,
+                topic,
                 requests: c.requests,
                 reports: c.reports,
-                seen: c.observer.seen(),
-                _observer: c.observer,
-                seen_alive: true,
                 reported: None,
-                incarnation: c.incarnation,
-                liveness: c.liveness,
+                incarnation,
+                liveness,
                 poll_in_flight: false,
                 pulse_at_poll: MonoTime::from_nanos(0),
                 rejoin_at: None,
@@ -202,17 +208,17 @@ impl Run {
         }
     }
 
-    /// Creates the topic if asked, the clients, the observer and the
-    /// client thread.
+    /// Creates the topic if asked, the clients and the client thread.
     async fn connect(
         config: &KafkaConfig,
         session: &Session,
+        topic: &str,
     ) -> Result<Connected, KafkaBackendError> {
         let group = session.group().as_str().to_owned();
-        let topic = config.resolved_topic(&group);
+        let group_id = config.resolved_group_id(&group);
         let timeout = config.heartbeat_timeout;
         if config.create_topic {
-            ensure_topic(config, &topic).await;
+            ensure_topic(config, topic).await;
         }
 
         let liveness = session.timing().liveness_timeout;
@@ -228,7 +234,7 @@ impl Run {
         // A revoke waits for the drain, which the coordinator bounds by the
         // term's deadline (under 1.2 heartbeat timeouts); this bound only
         // frees the thread if the coordinator is gone.
-        let context = GroupContext::new(topic.clone(), report_tx.clone(), timeout * 3);
+        let context = GroupContext::new(topic.to_owned(), report_tx.clone(), timeout * 3);
         let consumer: BaseConsumer<GroupContext> = config
             .client_config(&props)
             .create_with_context(context)
@@ -237,7 +243,7 @@ impl Run {
                 detail: e.to_string(),
             })?;
         consumer
-            .subscribe(&[&topic])
+            .subscribe(&[topic])
             .map_err(|e| KafkaBackendError::Client {
                 what: "group consumer",
                 detail: format!("cannot subscribe to {topic}: {e}"),
@@ -249,14 +255,16 @@ impl Run {
                 what: "heartbeat producer",
                 detail: e.to_string(),
             })?;
-        let observer = KafkaObserver::start_on(config, topic.clone(), session.clock().clone())?;
+        let reader = Reader::new(config, topic)?;
 
         let candidate = session.candidate().clone();
         let worker = Worker {
             consumer,
             producer,
-            topic: topic.clone(),
+            reader,
+            topic: topic.to_owned(),
             identity: Identity {
+                group_id: group_id.clone(),
                 candidate: candidate.id.clone(),
                 incarnation: candidate.incarnation,
                 timeout,
@@ -265,7 +273,12 @@ impl Run {
             clock: session.clock().clone(),
             poll_duration: config.poll_duration,
             reports: report_tx,
+            gap_limit: timeout * neli::GAP_LIMIT,
+            release_flush: timeout.min(config.close_timeout / 2),
             seq: 0,
+            last_cycle: None,
+            wrote: None,
+            membership: Default::default(),
         };
         let (requests, request_rx) = std_mpsc::channel();
         std::thread::Builder::new()
@@ -274,167 +287,225 @@ impl Run {
             .map_err(|e| KafkaBackendError::Thread {
                 detail: e.to_string(),
             })?;
-        tracing::info!(group = %group, topic = %topic, group_id = %config.resolved_group_id(&group),
+        tracing::info!(group = %group, topic = %topic, group_id = %group_id,
             candidate = %candidate.id, "kafka candidate joining");
-        Ok(Connected {
-            requests,
-            reports,
-            observer,
-            incarnation: candidate.incarnation,
-            liveness,
-        })
+        Ok(Connected { requests, reports })
     }
 
-    fn session(&mut self) -> &mut Session {
-        &mut self.session
+    fn now(&self) -> MonoTime {
+        self.session.clock().now().mono
     }
 
     async fn run(&mut self) {
         loop {
             let clock = self.session.clock().clone();
             let now = clock.now().mono;
-            let mut wake = now + self.config.min_poll_interval;
-            if let Some(t) = self.neli.next_wake() {
-                wake = wake.min(t);
-            }
-            if let Some(t) = self.rejoin_at {
-                wake = wake.min(t);
-            }
-            let seen_alive = self.seen_alive;
-            tokio::select! {
+            let wake = [
+                self.neli.next_wake(),
+                self.rejoin_at,
+                self.view.next_lapse(),
+            ]
+            .into_iter()
+            .flatten()
+            .fold(now + self.config.min_poll_interval, MonoTime::min);
+            let flow = tokio::select! {
                 biased;
                 report = self.reports.recv() => match report {
                     Some(Report::Fatal { detail }) => {
                         self.fatal(KafkaBackendError::Fatal { detail }).await;
-                        return;
+                        Flow::Stop
                     }
                     Some(Report::Closed) | None => {
                         self.fatal(KafkaBackendError::Fatal {
                             detail: "the Kafka client thread ended unexpectedly".into(),
                         })
                         .await;
-                        return;
+                        Flow::Stop
                     }
                     Some(report) => self.on_report(report).await,
                 },
                 command = self.session.command() => match command {
-                    Command::Resign => self.resign().await,
+                    Command::Resign => {
+                        self.resign().await;
+                        Flow::Continue
+                    }
                     Command::Shutdown => {
                         self.shutdown(EndReason::Shutdown).await;
-                        return;
+                        Flow::Stop
                     }
                 },
-                changed = async {
-                    if seen_alive { self.seen.changed().await } else { std::future::pending().await }
-                } => match changed {
-                    Ok(()) => self.on_leader_seen(),
-                    Err(_) => self.seen_alive = false,
-                },
-                _ = clock.sleep_until(wake) => {}
+                _ = clock.sleep_until(wake) => Flow::Continue,
+            };
+            if let Flow::Stop = flow {
+                return;
             }
-            self.tick();
+            if let Flow::Stop = self.tick().await {
+                return;
+            }
         }
     }
 
-    fn silence(&mut self, now: MonoTime) -> Duration {
+    fn silence(&self, now: MonoTime) -> Duration {
         match self.liveness {
-            Some(_) => now.saturating_since(self.session().last_pulse()),
+            Some(_) => now.saturating_since(self.session.last_pulse()),
             None => Duration::ZERO,
         }
     }
 
-    /// Timers: the fence, liveness, the next poll, the rejoin.
-    fn tick(&mut self) {
-        let now = self.session().clock().now().mono;
+    /// Timers: the fence, liveness, letting go, the known leader's lapse,
+    /// the next poll, the rejoin.
+    async fn tick(&mut self) -> Flow {
+        let now = self.now();
         let silence = self.silence(now);
         let starved = self.liveness.is_some() && self.session.last_pulse() <= self.pulse_at_poll;
-        if let Some(d) = self.neli.tick(now, silence, starved) {
-            self.apply(d);
+        for d in self.neli.tick(now, silence, starved) {
+            if let Flow::Stop = self.apply(d).await {
+                return Flow::Stop;
+            }
+        }
+        if self.view.tick(now) {
+            self.report_leader();
         }
         if self.rejoin_at.is_some_and(|t| now >= t) {
             self.rejoin_at = None;
-            tracing::debug!("rejoining the group after resigning");
+            tracing::debug!(group = %self.session.group(), "joining the group again");
             let _ = self.requests.send(Request::Join);
         }
         if self.poll_in_flight || now < self.next_poll {
-            return;
+            return Flow::Continue;
         }
         self.next_poll = now + self.config.min_poll_interval;
         if self.liveness.is_some() {
             // goneli polls only from Pulse: no pulse since the last poll,
             // no poll, and librdkafka's max.poll.interval.ms takes its
             // course.
-            let last = self.session().last_pulse();
+            let last = self.session.last_pulse();
             if last <= self.pulse_at_poll {
-                return;
+                return Flow::Continue;
             }
             self.pulse_at_poll = last;
         }
-        let token = self.neli.token();
-        if self.requests.send(Request::Poll { token }).is_ok() {
+        let plan = self.neli.plan();
+        if self.requests.send(Request::Poll { plan }).is_ok() {
             self.poll_in_flight = true;
         }
+        Flow::Continue
     }
 
-    async fn on_report(&mut self, report: Report) {
-        match report {
+    async fn on_report(&mut self, report: Report) -> Flow {
+        let now = self.now();
+        let decisions = match report {
             Report::Assigned { generation } => {
-                tracing::info!(group = %self.session().group(), generation, "partition 0 assigned: waiting for the first heartbeat");
-                self.neli.assigned(generation);
+                tracing::info!(group = %self.session.group(), generation, "partition 0 assigned: waiting for the first heartbeat");
+                self.neli.assigned(generation, now);
+                Vec::new()
             }
             Report::Revoked { done } => {
                 self.neli.unassigned();
                 self.drain(EndReason::Revoked).await;
                 let _ = done.send(());
+                Vec::new()
             }
-            Report::Heartbeat { offset, heartbeat } => {
-                let now = self.session().clock().now().mono;
-                let decision = if self.neli.is_mine(&heartbeat) {
-                    let silence = self.silence(now);
-                    self.neli.own_heartbeat(&heartbeat, offset, now, silence)
-                } else {
-                    self.neli.foreign_heartbeat(&heartbeat, now)
+            Report::Reading => {
+                tracing::debug!(group = %self.session.group(), "reading the leader topic");
+                self.neli.reading_from(now);
+                Vec::new()
+            }
+            Report::Sent {
+                seq,
+                at,
+                generation,
+                group_generation,
+            } => {
+                self.neli.sent(seq, at, generation, group_generation);
+                Vec::new()
+            }
+            Report::Record { offset, heartbeat } => {
+                let (decisions, leader_changed) = match &heartbeat {
+                    Some(hb) => {
+                        let silence = self.silence(now);
+                        let decisions = self.neli.record(offset, hb, now, silence);
+                        let wall = self.session.clock().now();
+                        (decisions, self.view.heartbeat(offset, hb, wall))
+                    }
+                    None => (
+                        self.neli.offset(offset).into_iter().collect(),
+                        self.view.offset(offset),
+                    ),
                 };
-                if let Some(d) = decision {
-                    self.apply(d);
+                if leader_changed {
+                    self.report_leader();
                 }
+                decisions
             }
-            Report::Polled { error } => {
+            Report::Polled { error, gap } => {
                 self.poll_in_flight = false;
                 self.status.polled();
-                self.session().store_health("poll", error);
+                self.session.store_health("poll", error);
+                if gap {
+                    tracing::warn!(group = %self.session.group(), "the Kafka client was not polled for more than {} heartbeat timeouts (a pause or suspend): its assignment is not trusted", neli::GAP_LIMIT);
+                    self.neli.gap(now)
+                } else {
+                    Vec::new()
+                }
             }
-            Report::Fatal { .. } | Report::Closed => {}
+            Report::Fatal { .. } | Report::Closed => Vec::new(),
+        };
+        for d in decisions {
+            if let Flow::Stop = self.apply(d).await {
+                return Flow::Stop;
+            }
         }
+        Flow::Continue
     }
 
-    fn apply(&mut self, d: Decision) {
-        let session = self.session();
+    async fn apply(&mut self, d: Decision) -> Flow {
         match d {
             Decision::Elected { token, deadline } => {
-                session.elected(token, deadline);
+                self.session.elected(token, deadline);
             }
-            Decision::Renewed { deadline, latency } => session.renewed(deadline, latency),
+            Decision::Renewed { deadline, latency } => self.session.renewed(deadline, latency),
             Decision::End {
                 reason,
                 work_deadline,
-            } => session.end_term(reason, work_deadline),
+            } => self.session.end_term(reason, work_deadline),
+            Decision::Rejoin { why } => {
+                tracing::warn!(group = %self.session.group(), why, "giving up partition 0: leaving the group, and joining again after a session timeout");
+                self.give_up(EndReason::Revoked).await;
+            }
+            Decision::Regressed { highest, found } => {
+                let error = KafkaBackendError::TopicRecreated {
+                    topic: self.topic.clone(),
+                    highest,
+                    found,
+                };
+                let fault = tenure::Fault::TokenRegressed {
+                    highest: crate::heartbeat::token_of(highest).unwrap_or(u64::MAX),
+                    next: crate::heartbeat::token_of(found).unwrap_or(0),
+                };
+                self.fatal(error).await;
+                self.session.fail(fault);
+                return Flow::Stop;
+            }
         }
+        Flow::Continue
     }
 
     /// Ends the term, if any, and waits until its work has drained,
     /// bounded by the term's deadline: the barrier.
     async fn drain(&mut self, reason: EndReason) {
-        let session = self.session();
-        let Some(deadline) = session.term().map(|t| t.deadline_mono()) else {
+        let Some(deadline) = self.session.term().map(|t| t.deadline_mono()) else {
             return;
         };
-        session.end_term_and_drain(reason, deadline).await;
+        self.session.end_term_and_drain(reason, deadline).await;
     }
 
-    fn on_leader_seen(&mut self) {
-        let seen = self.seen.borrow_and_update().clone();
-        let other = seen.filter(|s| s.incarnation != self.incarnation);
+    fn report_leader(&mut self) {
+        let other = self
+            .view
+            .current()
+            .filter(|s| s.incarnation != self.incarnation)
+            .cloned();
         let key = other.as_ref().map(|s| {
             (
                 s.info.candidate.clone(),
@@ -445,33 +516,42 @@ impl Run {
         });
         if key != self.reported {
             self.reported = key;
-            self.session().leader_changed(other.map(|s| s.info));
+            self.session.leader_changed(other.map(|s| s.info));
         }
     }
 
-    /// Resigning gives up the partition: the term drains, the candidate
+    /// Gives partition 0 up: the term drains, the candidate releases and
     /// leaves the group (one rebalance hands partition 0 to another
     /// candidate) and joins again after one session timeout.
-    async fn resign(&mut self) {
+    async fn give_up(&mut self, reason: EndReason) {
         if !self.neli.is_assigned() || self.rejoin_at.is_some() {
             return;
         }
         self.neli.stand_down();
-        self.drain(EndReason::Resigned).await;
-        tracing::info!(group = %self.session().group(), "resigned: leaving the group");
+        self.drain(reason).await;
+        tracing::info!(group = %self.session.group(), "leaving the group");
         let _ = self.requests.send(Request::Leave);
-        let now = self.session().clock().now().mono;
-        self.rejoin_at = Some(now + rejoin_delay(&self.config));
+        self.rejoin_at = Some(self.now() + rejoin_delay(&self.config));
     }
 
+    async fn resign(&mut self) {
+        self.give_up(EndReason::Resigned).await;
+    }
+
+    /// A fatal error: drains the term (bounded by its deadline), closes
+    /// the clients, and reports it everywhere a user may look.
     async fn fatal(&mut self, e: KafkaBackendError) {
-        let status = self.status.clone();
-        fail(&status, self.session(), e);
+        tracing::error!(group = %self.session.group(), error = %e, "kafka elector stopped");
+        self.neli.stand_down();
+        self.drain(EndReason::Failed).await;
+        self.session.store_health("kafka", Some(e.to_string()));
+        self.status.set_fatal(e);
         self.close().await;
     }
 
-    /// Drains the term, then closes the clients: the consumer leaves the
-    /// group at once, so the next leader is assigned after one rebalance.
+    /// Drains the term, then closes the clients: the consumer releases and
+    /// leaves the group at once, so the next leader is assigned after one
+    /// rebalance.
     async fn shutdown(&mut self, reason: EndReason) {
         self.status.set_state(State::Closing);
         self.neli.stand_down();
@@ -485,7 +565,7 @@ impl Run {
     async fn close(&mut self) {
         self.status.set_state(State::Closing);
         let _ = self.requests.send(Request::Close);
-        let clock = self.session().clock().clone();
+        let clock = self.session.clock().clone();
         let deadline = clock.now().mono + self.config.close_timeout;
         let closed = async {
             loop {
@@ -510,10 +590,19 @@ impl Run {
     }
 }
 
-/// Creates the leader topic with one partition unless it exists. Failures
-/// are logged, not fatal: the topic may exist already, or be created by
-/// someone else, and the subscription reports a missing topic anyway.
+/// The replication the leader topic should have: every heartbeat on a
+/// majority of three, so one broker lost loses no heartbeat and offsets
+/// (tokens) never go back.
+const TOPIC_REPLICATION: i32 = 3;
+
+/// Creates the leader topic with one partition unless it exists: three
+/// replicas with `min.insync.replicas=2` and no unclean leader election
+/// where the cluster has three brokers, as many as it has otherwise (with
+/// a warning). Failures are logged, not fatal: the topic may exist
+/// already, or be created by someone else, and the reader reports a
+/// missing topic anyway.
 async fn ensure_topic(config: &KafkaConfig, topic: &str) {
+    let wait = config.heartbeat_timeout.max(Duration::from_secs(5));
     let admin: AdminClient<DefaultClientContext> = match config
         .client_config(&config.admin_properties())
         .create()
@@ -524,36 +613,71 @@ async fn ensure_topic(config: &KafkaConfig, topic: &str) {
             return;
         }
     };
-    let wait = config.heartbeat_timeout.max(Duration::from_secs(5));
-    let opts = AdminOptions::new().request_timeout(Some(wait));
-    // Replication -1 takes the brokers' default; brokers too old for that
-    // refuse it, and get 1.
-    for replication in [-1, 1] {
-        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(replication));
-        let result = tokio::time::timeout(wait, admin.create_topics([&new], &opts)).await;
-        match result {
-            Ok(Ok(results)) => match results.into_iter().next() {
-                Some(Ok(_)) => {
-                    tracing::info!(topic, "created the leader topic with one partition");
-                    return;
-                }
-                Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => return,
-                Some(Err((_, RDKafkaErrorCode::InvalidReplicationFactor))) if replication < 0 => {
-                    continue
-                }
-                Some(Err((_, code))) => {
-                    tracing::warn!(topic, error = ?code, "cannot create the leader topic; create it with one partition");
-                    return;
-                }
-            },
-            Ok(Err(e)) => {
-                tracing::warn!(topic, error = %e, "cannot create the leader topic; create it with one partition");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(topic, "creating the leader topic timed out");
-                return;
-            }
+    let admin = std::sync::Arc::new(admin);
+    // librdkafka's metadata call blocks: off the async threads.
+    let meta = {
+        let (admin, topic) = (admin.clone(), topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            admin.inner().fetch_metadata(Some(&topic), wait).map(|m| {
+                let replicas = m
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == topic && t.error().is_none())
+                    .and_then(|t| t.partitions().first().map(|p| p.replicas().len()));
+                (m.brokers().len(), replicas)
+            })
+        })
+        .await
+    };
+    let (brokers, existing) = match meta {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => {
+            tracing::warn!(topic, error = %e, "cannot read the cluster's metadata to create the leader topic");
+            return;
         }
+        Err(_) => return,
+    };
+    if let Some(replicas) = existing {
+        warn_if_weak(topic, replicas);
+        return;
+    }
+    let replication = i32::try_from(brokers)
+        .unwrap_or(i32::MAX)
+        .clamp(1, TOPIC_REPLICATION);
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(replication))
+        .set("unclean.leader.election.enable", "false");
+    if replication >= TOPIC_REPLICATION {
+        new = new.set("min.insync.replicas", "2");
+    }
+    let opts = AdminOptions::new().request_timeout(Some(wait));
+    let result = tokio::time::timeout(wait, admin.create_topics([&new], &opts)).await;
+    match result {
+        Ok(Ok(results)) => match results.into_iter().next() {
+            Some(Ok(_)) => {
+                tracing::info!(
+                    topic,
+                    replication,
+                    "created the leader topic with one partition"
+                );
+                warn_if_weak(topic, replication as usize);
+            }
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => {}
+            Some(Err((_, code))) => {
+                tracing::warn!(topic, error = ?code, "cannot create the leader topic; create it with one partition");
+            }
+        },
+        Ok(Err(e)) => {
+            tracing::warn!(topic, error = %e, "cannot create the leader topic; create it with one partition");
+        }
+        Err(_) => tracing::warn!(topic, "creating the leader topic timed out"),
+    }
+}
+
+fn warn_if_weak(topic: &str, replicas: usize) {
+    if replicas < TOPIC_REPLICATION as usize {
+        tracing::warn!(topic, replicas,
+            "the leader topic has fewer than 3 replicas: losing a broker can lose heartbeats and send \
+             offsets, hence fencing tokens, back (the candidates then stop); give it 3 replicas with \
+             min.insync.replicas=2");
     }
 }

@@ -123,6 +123,7 @@ mod leader;
 mod neli;
 mod observer;
 mod pulse;
+mod reader;
 mod status;
 mod url;
 mod worker;

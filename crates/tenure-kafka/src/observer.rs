@@ -5,19 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tenure::{Clock, LeaderInfo, SystemClock};
 use tokio::sync::watch;
 
 use crate::config::KafkaConfig;
 use crate::error::KafkaBackendError;
-use crate::heartbeat::Heartbeat;
-use crate::leader::{LeaderView, Seen};
+use crate::leader::LeaderView;
+use crate::reader::{Read, Reader};
 
 /// Follows who leads a group by reading its heartbeats, without joining the
 /// group: followers and programs that never stand (service discovery, the
@@ -43,7 +37,6 @@ use crate::leader::{LeaderView, Seen};
 #[derive(Debug)]
 pub struct KafkaObserver {
     rx: watch::Receiver<Option<LeaderInfo>>,
-    seen: watch::Receiver<Option<Seen>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -61,7 +54,8 @@ impl KafkaObserver {
     pub fn start(config: KafkaConfig, group: &str) -> Result<KafkaObserver, KafkaBackendError> {
         config.validate()?;
         let topic = config.resolved_topic(group);
-        Self::start_on(&config, topic, Arc::new(SystemClock))
+        let group_id = config.resolved_group_id(group);
+        Self::start_on(&config, topic, group_id, Arc::new(SystemClock))
     }
 
     /// Starts observing from a `kafka://` URL (see
@@ -70,36 +64,24 @@ impl KafkaObserver {
         Self::start(crate::url::parse(url)?, group)
     }
 
-    pub(crate) fn start_on(
+    fn start_on(
         config: &KafkaConfig,
         topic: String,
+        group_id: String,
         clock: Arc<dyn Clock>,
     ) -> Result<KafkaObserver, KafkaBackendError> {
-        let consumer: BaseConsumer<ObserverCtx> = config
-            .client_config(&config.observer_properties())
-            .create_with_context(ObserverCtx)
-            .map_err(|e| KafkaBackendError::Client {
-                what: "observer consumer",
-                detail: e.to_string(),
-            })?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&topic, 0, Offset::OffsetTail(1))
-            .and_then(|()| consumer.assign(&tpl))
-            .map_err(|e| KafkaBackendError::Client {
-                what: "observer consumer",
-                detail: format!("cannot read partition 0 of {topic}: {e}"),
-            })?;
+        let reader = Reader::new(config, &topic)?;
         let (tx, rx) = watch::channel(None);
-        let (seen_tx, seen) = watch::channel(None);
         let stop = Arc::new(AtomicBool::new(false));
         let run = Observing {
-            consumer,
+            reader,
             topic,
+            view: LeaderView::new(group_id),
             clock,
             every: config.min_poll_interval,
+            close_timeout: config.close_timeout,
             stop: stop.clone(),
             tx,
-            seen_tx,
         };
         std::thread::Builder::new()
             .name("tenure-kafka-observer".into())
@@ -107,7 +89,7 @@ impl KafkaObserver {
             .map_err(|e| KafkaBackendError::Thread {
                 detail: e.to_string(),
             })?;
-        Ok(KafkaObserver { rx, seen, stop })
+        Ok(KafkaObserver { rx, stop })
     }
 
     /// The leader as last seen.
@@ -129,81 +111,75 @@ impl KafkaObserver {
             .ok()
             .and_then(|l| l.clone())
     }
-
-    /// The leader with its elector instance, for the coordinator.
-    pub(crate) fn seen(&self) -> watch::Receiver<Option<Seen>> {
-        self.seen.clone()
-    }
 }
-
-struct ObserverCtx;
-
-impl ClientContext for ObserverCtx {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        crate::worker::log(level, fac, message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::debug!(error = %error, reason, "kafka observer error");
-    }
-}
-
-impl ConsumerContext for ObserverCtx {}
 
 struct Observing {
-    consumer: BaseConsumer<ObserverCtx>,
+    reader: Reader,
     topic: String,
+    view: LeaderView,
     clock: Arc<dyn Clock>,
     every: Duration,
+    close_timeout: Duration,
     stop: Arc<AtomicBool>,
     tx: watch::Sender<Option<LeaderInfo>>,
-    seen_tx: watch::Sender<Option<Seen>>,
 }
 
 impl Observing {
-    fn run(self) {
-        let mut view = LeaderView::default();
+    fn run(mut self) {
         let mut reported_error = false;
         loop {
-            let unwatched = self.tx.is_closed() && self.seen_tx.is_closed();
-            if self.stop.load(Ordering::Acquire) || unwatched {
-                return;
+            if self.stop.load(Ordering::Acquire) || self.tx.is_closed() {
+                break;
             }
             let now = self.clock.now();
-            let wait = view
+            let wait = self
+                .view
                 .next_lapse()
                 .map_or(self.every, |t| t.saturating_since(now.mono).min(self.every));
-            let changed = match self.consumer.poll(wait) {
-                Some(Ok(msg)) if msg.topic() == self.topic && msg.partition() == 0 => {
-                    reported_error = false;
-                    match msg.payload().map(Heartbeat::decode) {
-                        Some(Ok(hb)) => view.heartbeat(&hb, self.clock.now()),
-                        Some(Err(e)) => {
-                            tracing::debug!(offset = msg.offset(), error = %e, "skipping a record of the leader topic");
-                            false
-                        }
-                        None => false,
-                    }
-                }
-                Some(Ok(_)) | None => false,
-                Some(Err(e)) => {
+            let mut changed = false;
+            let mut error = None;
+            let (view, clock) = (&mut self.view, &self.clock);
+            self.reader.poll(wait, 1000, |read| match read {
+                Read::Positioned => {}
+                Read::Record {
+                    offset,
+                    heartbeat: Some(hb),
+                } => changed |= view.heartbeat(offset, &hb, clock.now()),
+                Read::Record {
+                    offset,
+                    heartbeat: None,
+                } => changed |= view.offset(offset),
+                Read::Error(e) => error = Some(e),
+            });
+            match error {
+                Some(e) => {
                     if !reported_error {
                         tracing::warn!(topic = %self.topic, error = %e, "observer cannot read the leader topic");
                         reported_error = true;
                     }
                     // Errors come back at once; do not spin on them.
                     std::thread::sleep(self.every);
-                    false
                 }
-            };
-            let lapsed = view.tick(self.clock.now().mono);
+                None => reported_error = false,
+            }
+            let lapsed = self.view.tick(self.clock.now().mono);
             if changed || lapsed {
-                let current = view.current().cloned();
-                tracing::debug!(topic = %self.topic, leader = ?current.as_ref().map(|s| (&s.info.candidate, s.info.token)), "leader changed");
-                self.tx
-                    .send_replace(current.as_ref().map(|s| s.info.clone()));
-                self.seen_tx.send_replace(current);
+                let current = self.view.current().map(|s| s.info.clone());
+                tracing::debug!(topic = %self.topic, leader = ?current.as_ref().map(|l| (&l.candidate, l.token)), "leader changed");
+                self.tx.send_replace(current);
             }
         }
+        // Nobody waits for the leader any more. Closing the reader may
+        // hang on a hung broker: it is bounded, and abandoned past the
+        // bound, so this thread always ends.
+        let Observing {
+            reader,
+            topic,
+            close_timeout,
+            tx,
+            ..
+        } = self;
+        drop(tx);
+        crate::reader::close_bounded(reader, close_timeout, &topic);
     }
 }

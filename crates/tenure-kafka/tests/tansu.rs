@@ -72,48 +72,6 @@ fn child_candidate() {
     child_main();
 }
 
-/// Waits until exactly one of `electors` has led for a while, unchanged.
-async fn settle(electors: &[&tenure::Elector]) {
-    let start = Instant::now();
-    let mut stable_since: Option<(Instant, Option<u64>)> = None;
-    loop {
-        let leaders: Vec<u64> = electors
-            .iter()
-            .filter_map(|e| e.current_term().map(|t| t.token()))
-            .collect();
-        let now = Instant::now();
-        let current = (leaders.len() == 1).then(|| leaders[0]);
-        match stable_since {
-            Some((since, token)) if token == current && current.is_some() => {
-                if now - since > Duration::from_secs(6) {
-                    return;
-                }
-            }
-            _ => stable_since = Some((now, current)),
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the group did not settle"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until `who` leads and returns the time and token.
-async fn elected(rec: &Recorder, who: &str, after: Instant, limit: Duration) -> (Instant, u64) {
-    let mut found = None;
-    eventually(limit, &format!("{who} elected"), || {
-        found = rec
-            .elections()
-            .into_iter()
-            .find(|(t, w, _)| w == who && *t >= after)
-            .map(|(t, _, token)| (t, token));
-        found.is_some()
-    })
-    .await;
-    found.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_hand_over_takes_one_rebalance_and_tokens_rise() {
     let Some(brokers) = broker() else { return };
@@ -299,8 +257,10 @@ async fn a_stopped_broker_fences_the_leader_before_its_session_can_expire_and_it
         "fenced before the session can expire"
     );
     assert!(!a.is_leader());
-    // Stay stopped past the heartbeat timeout, not past the session timeout.
-    tokio::time::sleep((H + Duration::from_secs(2)).saturating_sub(pause.elapsed())).await;
+    // Stay stopped past the heartbeat timeout, not so long that the leader
+    // lets go of its assignment (2 heartbeat timeouts without its
+    // heartbeats back), nor past the session timeout.
+    tokio::time::sleep((H * 3 / 2).saturating_sub(pause.elapsed())).await;
     let resume = Instant::now();
     tansu.signal(libc::SIGCONT);
     let (when, token) = elected(&rec, "a", resume, Duration::from_secs(20)).await;

@@ -2,6 +2,8 @@
 //! librdkafka's mock cluster: brokers, names, recorders, child candidates.
 #![allow(dead_code)]
 
+pub mod kproxy;
+
 use std::net::TcpListener;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -121,45 +123,115 @@ pub async fn eventually<F: FnMut() -> bool>(limit: Duration, what: &str, mut con
     }
 }
 
-/// A private tansu broker, for tests that stop or kill the broker.
+/// Waits until exactly one of `electors` has led for a while, unchanged.
+pub async fn settle(electors: &[&Elector]) {
+    let start = Instant::now();
+    let mut stable_since: Option<(Instant, Option<u64>)> = None;
+    loop {
+        let leaders: Vec<u64> = electors
+            .iter()
+            .filter_map(|e| e.current_term().map(|t| t.token()))
+            .collect();
+        let now = Instant::now();
+        let current = (leaders.len() == 1).then(|| leaders[0]);
+        match stable_since {
+            Some((since, token)) if token == current && current.is_some() => {
+                if now - since > Duration::from_secs(6) {
+                    return;
+                }
+            }
+            _ => stable_since = Some((now, current)),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the group did not settle"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `who` leads and returns the time and token.
+pub async fn elected(rec: &Recorder, who: &str, after: Instant, limit: Duration) -> (Instant, u64) {
+    let mut found = None;
+    eventually(limit, &format!("{who} elected"), || {
+        found = rec
+            .elections()
+            .into_iter()
+            .find(|(t, w, _)| w == who && *t >= after)
+            .map(|(t, _, token)| (t, token));
+        found.is_some()
+    })
+    .await;
+    found.unwrap()
+}
+
+/// A private tansu broker, for tests that stop, kill or restart the
+/// broker, or put a [`kproxy::KafkaProxy`] in front of it.
 pub struct Tansu {
     pub child: Child,
+    /// Where clients connect: the broker, or the proxy it advertises.
     pub addr: String,
+    /// Where the broker itself listens.
+    pub listen: String,
+    advertised: String,
 }
 
 impl Tansu {
+    /// A broker that advertises itself.
     pub async fn start() -> Option<Tansu> {
+        let port = free_port();
+        Self::start_on(port, port).await
+    }
+
+    /// A broker on a free port that advertises `advertised_port` (a proxy's).
+    pub async fn start_advertising(advertised_port: u16) -> Option<Tansu> {
+        Self::start_on(free_port(), advertised_port).await
+    }
+
+    async fn start_on(port: u16, advertised_port: u16) -> Option<Tansu> {
         logs();
         let bin = tenure::testkit::server_url("TENURE_TANSU_BIN")?;
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", "memory://tansu/"])
+        let listen = format!("127.0.0.1:{port}");
+        let advertised = format!("127.0.0.1:{advertised_port}");
+        let child = spawn_tansu(&bin, &listen, &advertised).await;
+        Some(Tansu {
+            child,
+            addr: advertised.clone(),
+            listen,
+            advertised,
+        })
+    }
+
+    /// Kills the broker and starts it again on the same ports: with memory
+    /// storage, every topic, record and group is gone.
+    pub async fn restart(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.child.kill().await;
+        let _ = self.child.wait().await;
+        let bin = tenure::testkit::server_url("TENURE_TANSU_BIN").unwrap();
+        // The port may linger briefly after the kill.
+        for _ in 0..50 {
+            if std::net::TcpListener::bind(&self.listen).is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.child = spawn_tansu(&bin, &self.listen, &self.advertised).await;
+    }
+
+    /// Creates `topic` with one partition (tansu's auto-creation makes four).
+    pub async fn create_topic(&self, topic: &str) {
+        let bin = tenure::testkit::server_url("TENURE_TANSU_BIN").unwrap();
+        let status = Command::new(bin)
+            .args(["topic", "create", topic, "--partitions", "1", "--broker"])
+            .arg(format!("tcp://{}", self.listen))
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
+            .status()
+            .await
             .unwrap();
-        let addr = format!("127.0.0.1:{port}");
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-                return Some(Tansu { child, addr });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("tansu did not start on {addr}");
+        assert!(status.success(), "tansu topic create {topic}: {status}");
     }
 
     pub fn signal(&self, sig: i32) {
@@ -167,6 +239,36 @@ impl Tansu {
         // SAFETY: plain kill(2) on our own child.
         assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn spawn_tansu(bin: &str, listen: &str, advertised: &str) -> Child {
+    let child = Command::new(bin)
+        .args(["broker", "--listener-url"])
+        .arg(format!("tcp://{listen}"))
+        .arg("--advertised-listener-url")
+        .arg(format!("tcp://{advertised}"))
+        .args(["--storage-engine", "memory://tansu/"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(listen).await.is_ok() {
+            return child;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("tansu did not start on {listen}");
 }
 
 impl Drop for Tansu {
