@@ -26,40 +26,102 @@
 //!
 //! All candidates of a group join one consumer group (default id: the
 //! group name, sanitised) subscribed to a one-partition *leader topic*
-//! (default: `<group id>.neli`, created with one partition if missing).
-//! The consumer group assigns partition 0 to exactly one of them. That
-//! candidate writes a heartbeat to partition 0 every poll (at most every
-//! `min_poll_interval`, 100 ms) and reads them back:
+//! (default: `<group id>.neli`, created if missing). The consumer group
+//! assigns partition 0 to exactly one of them. That candidate writes a
+//! heartbeat to partition 0 every poll (at most every `min_poll_interval`,
+//! 100 ms). Every candidate reads partition 0, in order, for its whole
+//! life (with a reader of its own, not with its group consumer). With `H`
+//! the heartbeat timeout:
 //!
 //! | what happens | tenure | goneli |
 //! |---|---|---|
-//! | partition 0 assigned, and the first own heartbeat sent under this assignment comes back | [`Event::Elected`](tenure::Event::Elected) with token = that record's offset + 1 | `LeaderAcquired` (at assignment, without a token) |
-//! | an own heartbeat comes back | the term is renewed until *sent + heartbeat timeout + grace* | — |
-//! | no heartbeat sent in the last heartbeat timeout came back | `Ousted` with [`EndReason::Fenced`](tenure::EndReason::Fenced); the assignment is kept | `LeaderFenced` |
-//! | heartbeats come back again | `Elected` again, with a new, higher token | `LeaderAcquired` (resumed) |
-//! | partition 0 revoked | `Ousted` with [`EndReason::Revoked`](tenure::EndReason::Revoked); the rebalance waits until the term's work has drained (bounded by its deadline) | `LeaderRevoked` (barrier) |
-//! | another candidate's heartbeat with a higher token on the held partition | `Ousted` with `Superseded` | — |
+//! | partition 0 assigned, no other instance's heartbeat read for the quiet period, and an own heartbeat sent under this assignment within `H` comes back | [`Event::Elected`](tenure::Event::Elected) with token = that record's offset + 1 | `LeaderAcquired` (at assignment, without a token) |
+//! | an own heartbeat comes back within `H` | the term is renewed until *sent + H + H/5* | — |
+//! | no heartbeat sent in the last `H` came back | `Ousted` with [`EndReason::Fenced`](tenure::EndReason::Fenced); the assignment is kept | `LeaderFenced` |
+//! | heartbeats come back again (and the quiet rule allows) | `Elected` again, with a new, higher token | `LeaderAcquired` (resumed) |
+//! | partition 0 revoked | `Ousted` with [`EndReason::Revoked`](tenure::EndReason::Revoked); the rebalance waits until the term's work has drained (bounded by its deadline), then a *released* heartbeat is written | `LeaderRevoked` (barrier) |
+//! | another instance's heartbeat read after the leader's election | `Ousted` with `Superseded`, at once (unless it comes from an older generation of the consumer group: a stale holder) | — |
+//! | a heartbeat of a later consumer-group generation, a gap of `2H` in the candidate's own polling (a pause, a host suspend), or own heartbeats not back in time for `2H` | the assignment is given up: the candidate leaves the group and joins again a session timeout later | — |
+//! | offsets of partition 0 go back | the candidate stops for good with [`Fault::TokenRegressed`](tenure::Fault::TokenRegressed) and [`KafkaBackendError::TopicRecreated`] | — |
 //!
 //! The leader never acts before it has its token, and tokens rise across
 //! leaders because a partition's offsets only grow. Heartbeats carry the
-//! candidate id, the token and the elector's metadata, so followers get
+//! consumer group id and generation, the candidate id, the token and the
+//! elector's metadata, so followers get
 //! [`Role::Follower`](tenure::Role::Follower) with the leader, and
 //! [`KafkaObserver`] tells non-candidates who leads and where (goneli
-//! cannot). The record format is documented in [`heartbeat`].
+//! cannot). The record format, and what a reader refuses to trust, is
+//! documented in [`heartbeat`].
+//!
+//! ## The quiet period
+//!
+//! The consumer group can hand partition 0 to a new member while the old
+//! holder still believes it holds it: the old holder lost its route to the
+//! group coordinator but not to partition 0's leader, and its heartbeats
+//! keep coming back; or its host was suspended, and librdkafka's session
+//! timer (on a clock that stops in suspend) did not notice. So a holder
+//! elects only once no other instance's heartbeat has been read for
+//! `(H + H/5) · (1 + ρ)/(1 − ρ)` (ρ the elector's
+//! [`drift`](tenure::Config::drift), 1 %: ≈ 1.22 H), longer than any term
+//! such a heartbeat could sustain. A released heartbeat ends its writer's
+//! claim at once. What it costs a hand-over:
+//!
+//! * graceful (shutdown, resign, revoke): nothing measurable, the old
+//!   holder's released heartbeat comes before the new one's first;
+//! * crash: nothing, the session timeout (3 H) has long outlasted it;
+//! * a candidate's first election after it starts: at least the quiet
+//!   period after its reader is positioned (it cannot know what was
+//!   written before);
+//! * a partial partition or a zombie holder: the quiet period after the
+//!   old holder's last heartbeat (it stops writing when it reads the new
+//!   holder's later group generation, or when librdkafka expires its
+//!   session).
+//!
+//! # What the Kafka side must provide
+//!
+//! * **Replication 3, `min.insync.replicas` 2, no unclean leader
+//!   election** on the leader topic (created so where the cluster has
+//!   three brokers; a warning otherwise). Heartbeats are produced with
+//!   `acks=all` (pinned). With fewer replicas, or an unclean election, a
+//!   broker failure can lose heartbeats and send offsets back; a deleted
+//!   and recreated topic, or a broker that keeps data in memory
+//!   restarting, restarts them: the candidates that notice stop with
+//!   [`Fault::TokenRegressed`](tenure::Fault::TokenRegressed), and the
+//!   group needs a new topic. Candidates started only afterwards cannot
+//!   notice: their tokens start low again, and resources that remember a
+//!   higher one refuse them. No client auto-creates the topic
+//!   (`allow.auto.create.topics=false`, pinned).
+//! * **The classic consumer group protocol** (`group.protocol=classic`,
+//!   pinned: the KIP-848 protocol sets its own session timeout).
+//! * **No static membership**: `group.instance.id` is refused (a static
+//!   member that rejoins gets its old assignment without waiting out its
+//!   session, and never leaves the group on close).
+//! * `heartbeat.interval.ms` below 1.5 H (default H/5); one heartbeat
+//!   timeout for every candidate of a group (a reader waits out the larger
+//!   of its own and the writer's).
+//! * Only the candidates write to the leader topic (grant write access to
+//!   them alone): a plain producer can forge heartbeats. Forgeries are
+//!   checked (sequence numbers for own heartbeats, tokens against
+//!   offsets, group ids, timeouts within 1 ms and 10 minutes), and at
+//!   worst delay elections or end terms early; a forged *released*
+//!   heartbeat, though, could shorten the quiet period.
 //!
 //! # Timing
 //!
-//! `session.timeout.ms` is three heartbeat timeouts (15 s by default) and
-//! `delivery.timeout.ms` one (5 s), as in goneli. A leader cut off from the
+//! `session.timeout.ms` is three heartbeat timeouts (15 s by default),
+//! `delivery.timeout.ms` one (5 s), as in goneli, and the group heartbeat
+//! interval a fifth of one (1 s by default). A leader cut off from the
 //! brokers is fenced after one heartbeat timeout and its work dropped at
 //! its term's deadline a fifth of a timeout later, while the group can
 //! hand the partition to someone else only after its session has expired:
 //! two heartbeat timeouts later at the least (minus one group heartbeat
-//! interval, 3 s by default). A leader that crashes is replaced after the
+//! interval); a leader cut off from the group coordinator only is stopped
+//! by the quiet rule above. A leader that crashes is replaced after the
 //! session timeout plus a rebalance; one that shuts down or resigns drains
-//! its work, then leaves the group, and is replaced after one rebalance.
-//! The elector's `term` setting does not apply here: the heartbeat timeout
-//! does its job.
+//! its work, releases, then leaves the group, and is replaced after one
+//! rebalance. Measured figures are in `docs/benchmarks.md`. The elector's
+//! `term` setting does not apply here: the heartbeat timeout does its job
+//! (the `tenure` command maps `--term` onto it).
 //!
 //! # Liveness (goneli's `Pulse`)
 //!
@@ -94,8 +156,9 @@
 //! [`KafkaStatus`] is goneli's `State()` (`Live`, `Closing`, `Closed`) and
 //! `Await()`. Recoverable broker errors are logged, reported once as
 //! [`Event::StoreHealth`](tenure::Event::StoreHealth), and retried by
-//! librdkafka; a fatal one ends any term, stops the elector, and is kept
-//! in [`KafkaStatus::fatal_error`].
+//! librdkafka; a fatal one ends any term (its work drains, bounded by the
+//! term's deadline), stops the elector, and is kept in
+//! [`KafkaStatus::fatal_error`].
 //!
 //! # TLS and SASL
 //!
