@@ -133,7 +133,7 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, RecordError, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
 };
 
 mod error;
@@ -528,6 +528,40 @@ impl LeaseStore for SqliteStore {
                 tx.commit().map_err(err)?;
             }
             Ok(results)
+        })
+        .await
+    }
+
+    /// Rows whose name starts with `prefix`, byte for byte (SQLite's text
+    /// comparison is by bytes, and UTF-8 sorts by code point).
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let prefix = prefix.to_owned();
+        self.blocking(move |conn, inner| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT group_name, version, record FROM tenure_leases \
+                     WHERE group_name >= ?1 AND substr(group_name, 1, length(?1)) = ?1",
+                )
+                .map_err(|e| sqlite_err(inner, e))?;
+            let rows = stmt
+                .query_map([prefix.as_str()], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, Value>(1)?,
+                        row.get::<_, Value>(2)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| sqlite_err(inner, e))?;
+            Ok(rows
+                .into_iter()
+                // A name tenure would refuse was written by hand: skip it.
+                .filter_map(|(name, version, record)| {
+                    let group = GroupName::new(name).ok()?;
+                    let record = decode_row(&group, &version, &record);
+                    Some(Listed { group, record })
+                })
+                .collect())
         })
         .await
     }

@@ -108,6 +108,17 @@ pub enum StoreError {
         #[source]
         source: RecordError,
     },
+    /// The store does not offer an operation a feature needs (for example
+    /// listing groups, for sharded sets).
+    #[error(
+        "{store} does not support {what}: use a store that does (see the README's store table)"
+    )]
+    Unsupported {
+        /// The operation.
+        what: &'static str,
+        /// The store, as it describes itself (no secrets).
+        store: String,
+    },
     /// The store is reachable but set up wrongly (credentials, missing table
     /// or database, wrong key type); retrying will not help until an
     /// operator fixes it.
@@ -147,6 +158,7 @@ impl StoreError {
             StoreError::Timeout(_) => "timeout",
             StoreError::Record { .. } => "record",
             StoreError::Misconfigured { .. } => "misconfigured",
+            StoreError::Unsupported { .. } => "unsupported",
         }
     }
 
@@ -169,6 +181,10 @@ impl StoreError {
             StoreError::Misconfigured { message, source } => StoreError::Misconfigured {
                 message: message.clone(),
                 source: text(source),
+            },
+            StoreError::Unsupported { what, store } => StoreError::Unsupported {
+                what,
+                store: store.clone(),
             },
         }
     }

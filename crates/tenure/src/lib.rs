@@ -93,6 +93,7 @@ pub use observer::{Observer, ObserverBuilder};
 pub use record::{GroupName, Holder, LeaseRecord, Metadata, Version, Versioned};
 pub use role::{Event, LeaderInfo, Role};
 pub use store::{
-    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, StoreFeed, StoreFeedSender,
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, Listed, StoreFeed,
+    StoreFeedSender,
 };
 pub use term::{Term, TermGuard};

@@ -18,7 +18,8 @@ use crate::engine::EngineSlot;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
 use crate::store::{
-    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, StoreFeed, StoreFeedSender,
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, Listed, StoreFeed,
+    StoreFeedSender,
 };
 
 #[derive(Default)]
@@ -189,6 +190,21 @@ impl LeaseStore for MemoryStore {
         Ok(requests
             .iter()
             .map(|r| Ok(cas_row(&mut reg, &r.group, r.expected, &r.record)))
+            .collect())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let reg = self.lock();
+        Ok(reg
+            .rows
+            .keys()
+            .filter(|g| g.as_str().starts_with(prefix))
+            .map(|g| Listed {
+                group: g.clone(),
+                record: read_row(&reg, g).and_then(|r| {
+                    r.ok_or_else(|| StoreError::unavailable("listed row vanished", "memory"))
+                }),
+            })
             .collect())
     }
 
@@ -369,6 +385,11 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
             return Err(StoreError::Timeout(Duration::ZERO));
         }
         result
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        self.before().await?;
+        self.inner.list(prefix).await
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {

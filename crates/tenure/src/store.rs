@@ -131,6 +131,15 @@ impl StoreFeedSender {
     }
 }
 
+/// One group found by [`LeaseStore::list`].
+#[derive(Debug)]
+pub struct Listed {
+    /// The group.
+    pub group: GroupName,
+    /// Its record, or why it cannot be used.
+    pub record: Result<Versioned, StoreError>,
+}
+
 /// Per-item results of a batch, or the failure of the batch as a whole.
 pub type BatchResult<T> = Result<Vec<Result<T, StoreError>>, StoreError>;
 
@@ -200,6 +209,21 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(out)
     }
 
+    /// Lists every group whose name starts with `prefix` (byte for byte, no
+    /// wildcards), with its record: what membership of a sharded set is read
+    /// from (see [`Shards`](crate::Shards)). An entry whose record cannot be
+    /// decoded fails alone. The order is unspecified.
+    ///
+    /// The default fails with [`StoreError::Unsupported`]: a store that
+    /// cannot enumerate its groups cannot host a sharded set.
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let _ = prefix;
+        Err(StoreError::Unsupported {
+            what: "listing groups by prefix",
+            store: self.describe(),
+        })
+    }
+
     /// One feed of changes for every group of this store, if the store can
     /// notify: what the engine that runs many groups listens to (one
     /// connection, not one per group). The default is `Ok(None)`: polling.
@@ -224,6 +248,9 @@ pub trait LeaseStore: Send + Sync + 'static {
 impl<S: LeaseStore + ?Sized> LeaseStore for std::sync::Arc<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         (**self).read(group).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        (**self).list(prefix).await
     }
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         (**self).read_many(groups).await
@@ -257,6 +284,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for std::sync::Arc<S> {
 impl<S: LeaseStore + ?Sized> LeaseStore for Box<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         (**self).read(group).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        (**self).list(prefix).await
     }
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         (**self).read_many(groups).await
