@@ -205,7 +205,7 @@ impl ElectorBuilder {
     }
 }
 
-fn default_candidate_id() -> String {
+pub(crate) fn default_candidate_id() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its full length; gethostname writes at
     // most that many bytes and we stop at the first NUL.
@@ -322,6 +322,12 @@ impl Elector {
     /// The group.
     pub fn group(&self) -> &GroupName {
         &self.shared.group
+    }
+
+    /// Whether `other` is a handle to the same candidate (a clone of this
+    /// one), not merely one with the same id.
+    pub(crate) fn same_candidate(&self, other: &Elector) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// This candidate's id.

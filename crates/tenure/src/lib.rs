@@ -75,6 +75,7 @@ mod observer;
 mod publish;
 pub mod record;
 mod role;
+pub mod shards;
 pub mod store;
 mod term;
 #[cfg(feature = "testkit")]
@@ -92,6 +93,9 @@ pub use memory::{Faults, FaultyStore, MemoryStore};
 pub use observer::{Observer, ObserverBuilder};
 pub use record::{GroupName, Holder, LeaseRecord, Metadata, Version, Versioned};
 pub use role::{Event, LeaderInfo, Role};
+pub use shards::{
+    Assignment, Member, ShardEvent, ShardEventStream, ShardHolding, Shards, ShardsBuilder,
+};
 pub use store::{
     BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, Listed, StoreFeed,
     StoreFeedSender,

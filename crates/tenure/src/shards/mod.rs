@@ -1,0 +1,551 @@
+//! Sharded leadership: N shards spread over the live members of a set, each
+//! shard a fenced lease of its own.
+//!
+//! A stream processor's partitions, per-tenant schedulers, a controller's
+//! objects: many pieces of work, each to be done by exactly one process,
+//! spread over however many processes are running. [`Shards`] is
+//! kinsumer's clients table and shard split, on tenure's leases:
+//!
+//! * **Membership.** Each process is a member of a named set, with a lease
+//!   of its own (group `SET/members/ID`) carrying its metadata. Every member
+//!   lists the member records ([`LeaseStore::list`]) and counts a member as
+//!   live by the lease rule: until its record has been seen unchanged for
+//!   its term × (1 + drift). A member that stops gracefully releases its
+//!   record and is gone at once; a crashed one is gone after that wait.
+//! * **Assignment.** From the same member list every member computes the
+//!   same target assignment (rendezvous hashing with a load bound of
+//!   `⌈shards / members⌉`, see [`assign`]), and stands only for its own
+//!   targets. A member that holds a shard that is no longer its target
+//!   drains and releases it, so the new target takes it over through the
+//!   change feed; a join moves about `shards / members` shards, a leave
+//!   only the leaver's.
+//! * **Safety per shard.** Every shard is its own lease (group
+//!   `SET/shards/SHARD`) with its own fencing token and its own
+//!   leader-stops-first deadline, so no shard is ever worked by two members
+//!   at one instant, whatever the members believe about each other: two
+//!   members that disagree about the member list may both stand for a
+//!   shard, and the lease lets one of them hold it.
+//! * **No membership, no shards.** A member that does not hold its own
+//!   membership lease (the store is unreachable, or another process runs
+//!   with the same id) stands for no shard and gives back what it holds.
+//!
+//! # Convergence
+//!
+//! With `T` the term, `ρ` the drift bound and `P` the poll (`T/4` plus up to
+//! `T/10` of jitter by default): once the membership stops changing, every
+//! member sees the same list within `P` plus a round trip (sooner on a
+//! store with a change feed, where a member's join or graceful leave is
+//! seen at once). Then:
+//!
+//! * after a **graceful** leave or a join, a shard that moves is drained by
+//!   its old holder (bounded by its work, at most the rest of its term),
+//!   released, and taken by its new holder within one round trip (change
+//!   feed) or one poll;
+//! * after a **crash**, the crashed member is seen gone after its record
+//!   has been unchanged for `T(1+ρ)`, and its shards are then taken over
+//!   like any crashed leader's: within `T(1+ρ)/(1−ρ)` plus a poll of the new
+//!   holder's first sight. In all, at most `2·(T(1+ρ)/(1−ρ) + P)`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tenure::{MemoryStore, Shards};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryStore::new();
+//! let shards = Shards::builder(store, "ingest")
+//!     .member_id("host-a")
+//!     .shards(8)
+//!     .start()?;
+//! # let stopper = shards.clone();
+//! # tokio::spawn(async move { tokio::time::sleep(Duration::from_secs(1)).await; stopper.shutdown().await; });
+//! shards
+//!     .run_per_shard(|shard, term| async move {
+//!         // work on `shard`, fencing each write with term.token(), until
+//!         // term.cancelled() fires (before the shard's deadline)
+//!         term.cancelled().await;
+//!         let _ = shard;
+//!         Ok::<(), std::io::Error>(())
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+pub mod assign;
+mod members;
+mod task;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::clock::{system_clock, Clock};
+use crate::config::Config;
+use crate::elector::Elector;
+use crate::error::{ConfigError, ElectorError, StoreError};
+use crate::machine::EndReason;
+use crate::record::{check_name, GroupName, Metadata, MAX_CANDIDATE_BYTES, MAX_GROUP_BYTES};
+use crate::store::LeaseStore;
+use crate::term::Term;
+
+pub use members::Member;
+
+/// Configures and starts a [`Shards`] member; see [`Shards::builder`].
+pub struct ShardsBuilder {
+    store: Arc<dyn LeaseStore>,
+    set: String,
+    member: Option<String>,
+    shards: Vec<String>,
+    config: Config,
+    metadata: Metadata,
+    clock: Arc<dyn Clock>,
+}
+
+impl ShardsBuilder {
+    /// This member's id (default: `hostname-pid-random`, as for electors).
+    /// Ids must be unique in the set: a second process with the same id
+    /// waits until the first is gone.
+    pub fn member_id(mut self, id: impl Into<String>) -> Self {
+        self.member = Some(id.into());
+        self
+    }
+
+    /// `n` shards named `0` to `n − 1`.
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = (0..n).map(|i| i.to_string()).collect();
+        self
+    }
+
+    /// Shards with the given names (a tenant id, a partition name).
+    pub fn shard_names<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.shards = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The timing of every lease (membership and shards); see [`Config`].
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The term of every lease; other timings derive from it.
+    pub fn term(mut self, term: Duration) -> Self {
+        self.config.term = term;
+        self
+    }
+
+    /// What this member publishes in its membership record and in the
+    /// records of the shards it holds.
+    pub fn metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// The clock (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Validates everything and joins the set. Must be called within a
+    /// tokio runtime.
+    pub fn start(self) -> Result<Shards, ElectorError> {
+        let timing = self.config.validate()?;
+        check_name("set name", &self.set, MAX_GROUP_BYTES)?;
+        if self.set.contains('/') {
+            return Err(ConfigError::timing(
+                "a set name may not contain '/': tenure names the set's groups SET/members/ID and SET/shards/SHARD",
+            )
+            .into());
+        }
+        let member = match self.member {
+            Some(id) => id,
+            None => crate::elector::default_candidate_id(),
+        };
+        check_name("member id", &member, MAX_CANDIDATE_BYTES)?;
+        if self.shards.is_empty() {
+            return Err(ConfigError::timing(
+                "no shards: give a count with .shards(n) or names with .shard_names(..)",
+            )
+            .into());
+        }
+        let mut sorted = self.shards.clone();
+        sorted.sort();
+        sorted.dedup();
+        if sorted.len() != self.shards.len() {
+            return Err(ConfigError::timing(
+                "two shards have the same name: shard names must be unique",
+            )
+            .into());
+        }
+        for shard in &self.shards {
+            check_name("shard name", shard, MAX_GROUP_BYTES)?;
+            GroupName::new(shard_group(&self.set, shard))?;
+        }
+        GroupName::new(member_group(&self.set, &member))?;
+        self.metadata.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ElectorError::NoRuntime)?;
+        let membership = Elector::builder(self.store.clone(), member_group(&self.set, &member))
+            .candidate_id(member.clone())
+            .config(self.config.clone())
+            .metadata(self.metadata.clone())
+            .clock(self.clock.clone())
+            .start()?;
+        let (members_tx, members) = watch::channel(Vec::new());
+        let (electors_tx, electors) = watch::channel(BTreeMap::new());
+        let (events, _) = broadcast::channel(1024);
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        runtime.spawn(
+            task::Task {
+                set: self.set.clone(),
+                member: member.clone(),
+                shards: self.shards.clone(),
+                store: self.store.clone(),
+                events: events.clone(),
+                membership: membership.clone(),
+                config: self.config,
+                drift: timing.drift,
+                poll: timing.retry_interval,
+                metadata: self.metadata,
+                clock: self.clock,
+                members_tx,
+                electors_tx,
+                commands: commands_rx,
+            }
+            .run(),
+        );
+        let inner = Arc::new(Inner {
+            set: self.set,
+            member,
+            shards: self.shards,
+            store: self.store,
+            members,
+            electors,
+            events,
+            commands,
+            membership,
+        });
+        Ok(Shards { inner })
+    }
+}
+
+pub(crate) fn member_prefix(set: &str) -> String {
+    format!("{set}/members/")
+}
+
+pub(crate) fn member_group(set: &str, member: &str) -> String {
+    format!("{set}/members/{member}")
+}
+
+pub(crate) fn shard_group(set: &str, shard: &str) -> String {
+    format!("{set}/shards/{shard}")
+}
+
+pub(crate) struct Inner {
+    set: String,
+    member: String,
+    shards: Vec<String>,
+    store: Arc<dyn LeaseStore>,
+    members: watch::Receiver<Vec<Member>>,
+    /// The shards this member stands for now, with their electors.
+    electors: watch::Receiver<BTreeMap<String, Elector>>,
+    events: broadcast::Sender<ShardEvent>,
+    /// Closing it (every handle dropped) or sending on it stops the member.
+    commands: mpsc::UnboundedSender<()>,
+    membership: Elector,
+}
+
+/// A member of a sharded set. Clones are handles to the same member; it
+/// keeps running until [`shutdown`](Shards::shutdown).
+///
+/// See the [module documentation](crate::shards) for the guarantees and the
+/// convergence bound.
+#[derive(Clone)]
+pub struct Shards {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shards")
+            .field("set", &self.inner.set)
+            .field("member", &self.inner.member)
+            .field("standing_for", &self.inner.electors.borrow().len())
+            .finish()
+    }
+}
+
+/// Something that happened to a member of a sharded set.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ShardEvent {
+    /// This member now holds the shard, with this term's token.
+    Acquired {
+        /// The shard.
+        shard: String,
+        /// The term's fencing token.
+        token: u64,
+    },
+    /// This member's term on the shard ended.
+    Released {
+        /// The shard.
+        shard: String,
+        /// The ended term's token.
+        token: u64,
+        /// Why (resigned to rebalance, superseded, renewal failed…).
+        reason: EndReason,
+    },
+    /// The live members, as this member sees them, changed.
+    MembersChanged {
+        /// The live members, sorted by id.
+        members: Vec<Member>,
+    },
+}
+
+/// Who holds what, as read from the store at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assignment {
+    /// The live members, as this member sees them.
+    pub members: Vec<Member>,
+    /// Every shard, in the order given to the builder.
+    pub shards: Vec<ShardHolding>,
+}
+
+/// One shard's state in an [`Assignment`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardHolding {
+    /// The shard.
+    pub shard: String,
+    /// The member holding it, if any.
+    pub holder: Option<String>,
+    /// The fencing token of its current (or last) term.
+    pub token: u64,
+    /// When its lease expires unless renewed, by the holder's wall clock.
+    pub expires_at: Option<SystemTime>,
+    /// Whether this member stands for it (it is one of its targets).
+    pub targeted_here: bool,
+}
+
+impl Shards {
+    /// Starts configuring a member of `set` on `store`. Shards and member
+    /// leases are groups of that store named `SET/shards/SHARD` and
+    /// `SET/members/ID`; the store must support [`LeaseStore::list`].
+    pub fn builder(store: impl LeaseStore, set: impl Into<String>) -> ShardsBuilder {
+        ShardsBuilder {
+            store: Arc::new(store),
+            set: set.into(),
+            member: None,
+            shards: Vec::new(),
+            config: Config::default(),
+            metadata: Metadata::new(),
+            clock: system_clock(),
+        }
+    }
+
+    /// The set's name.
+    pub fn set(&self) -> &str {
+        &self.inner.set
+    }
+
+    /// This member's id.
+    pub fn member_id(&self) -> &str {
+        &self.inner.member
+    }
+
+    /// Every shard of the set.
+    pub fn shard_names(&self) -> &[String] {
+        &self.inner.shards
+    }
+
+    /// The live members as last seen.
+    pub fn members(&self) -> Vec<Member> {
+        self.inner.members.borrow().clone()
+    }
+
+    /// A watch of the live members.
+    pub fn watch_members(&self) -> watch::Receiver<Vec<Member>> {
+        self.inner.members.clone()
+    }
+
+    /// The shards this member holds now, each with its valid term.
+    pub fn held(&self) -> BTreeMap<String, Term> {
+        self.inner
+            .electors
+            .borrow()
+            .iter()
+            .filter_map(|(shard, e)| e.current_term().map(|t| (shard.clone(), t)))
+            .collect()
+    }
+
+    /// The shards this member stands for (its targets, plus none).
+    pub fn targets(&self) -> Vec<String> {
+        self.inner.electors.borrow().keys().cloned().collect()
+    }
+
+    /// Whether this member holds its membership lease.
+    pub fn is_member(&self) -> bool {
+        self.inner.membership.is_leader()
+    }
+
+    /// A stream of [`ShardEvent`]s from now on. A receiver that falls more
+    /// than 1024 events behind skips the oldest.
+    pub fn events(&self) -> ShardEventStream {
+        ShardEventStream {
+            rx: self.inner.events.subscribe(),
+        }
+    }
+
+    /// Reads every shard's record (one batched read) and reports who holds
+    /// what.
+    pub async fn assignment(&self) -> Result<Assignment, StoreError> {
+        let groups: Vec<GroupName> = self
+            .inner
+            .shards
+            .iter()
+            .map(|s| GroupName::new(shard_group(&self.inner.set, s)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| StoreError::Misconfigured {
+                message: e.to_string(),
+                source: None,
+            })?;
+        let records = self.inner.store.read_many(&groups).await?;
+        let targets = self.targets();
+        let shards = self
+            .inner
+            .shards
+            .iter()
+            .zip(records)
+            .map(|(shard, r)| {
+                let v = r.ok().flatten();
+                ShardHolding {
+                    shard: shard.clone(),
+                    holder: v
+                        .as_ref()
+                        .and_then(|v| v.record.holder_id().map(str::to_owned)),
+                    token: v.as_ref().map_or(0, |v| v.record.token),
+                    expires_at: v
+                        .as_ref()
+                        .filter(|v| v.record.holder.is_some())
+                        .map(|v| v.record.expires_at.to_system_time()),
+                    targeted_here: targets.contains(shard),
+                }
+            })
+            .collect();
+        Ok(Assignment {
+            members: self.members(),
+            shards,
+        })
+    }
+
+    /// Runs `work` for every term of every shard this member holds, until
+    /// the member stops. Each run gets the shard's name and its [`Term`];
+    /// it is told to stop ([`Term::cancelled`]) before the shard's deadline
+    /// and dropped at the deadline at the latest, exactly as
+    /// [`Elector::run_while_leader`] does for one group. A shard that moves
+    /// to another member is drained first (its work is cancelled and
+    /// awaited, bounded by the deadline) and then released.
+    ///
+    /// If a run returns `Err(e)`, that shard's term is resigned (another
+    /// member may take it), every other shard's work is dropped, and
+    /// `Err(e)` is returned; the member keeps standing. Returns `Ok(())`
+    /// once the member has stopped.
+    pub async fn run_per_shard<F, Fut, E>(&self, work: F) -> Result<(), E>
+    where
+        F: Fn(String, Term) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Send + 'static,
+    {
+        let work = Arc::new(work);
+        let mut electors = self.inner.electors.clone();
+        let mut running: BTreeMap<String, Elector> = BTreeMap::new();
+        let mut runners: JoinSet<(String, Result<(), E>)> = JoinSet::new();
+        loop {
+            let current = electors.borrow_and_update().clone();
+            for (shard, elector) in current {
+                if running
+                    .get(&shard)
+                    .is_some_and(|e| e.same_candidate(&elector))
+                {
+                    continue;
+                }
+                running.insert(shard.clone(), elector.clone());
+                let work = work.clone();
+                runners.spawn(async move {
+                    let name = shard.clone();
+                    let result = elector
+                        .run_while_leader(move |term| (work)(name.clone(), term))
+                        .await;
+                    (shard, result)
+                });
+            }
+            tokio::select! {
+                changed = electors.changed() => {
+                    if changed.is_err() {
+                        // The member stopped: the runners end as their
+                        // electors stop.
+                        while let Some(done) = runners.join_next().await {
+                            if let Ok((_, Err(e))) = done {
+                                return Err(e);
+                            }
+                        }
+                        return Ok(());
+                    }
+                }
+                Some(done) = runners.join_next() => match done {
+                    Ok((shard, Ok(()))) => {
+                        // Its elector stopped (the shard is no target any more).
+                        running.remove(&shard);
+                    }
+                    Ok((_, Err(e))) => {
+                        runners.abort_all();
+                        return Err(e);
+                    }
+                    Err(join) => {
+                        if join.is_panic() {
+                            runners.abort_all();
+                            std::panic::resume_unwind(join.into_panic());
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Leaves the set gracefully: drains and releases every shard (so the
+    /// other members take them over at once), then releases the
+    /// membership lease. Returns when done. Dropping every handle does the
+    /// same, in the background.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.commands.send(());
+        let mut electors = self.inner.electors.clone();
+        // The task drops its sender once everything is released.
+        while electors.changed().await.is_ok() {}
+    }
+}
+
+/// The events of a [`Shards`] member; see [`Shards::events`].
+#[derive(Debug)]
+pub struct ShardEventStream {
+    rx: broadcast::Receiver<ShardEvent>,
+}
+
+impl ShardEventStream {
+    /// The next event, or `None` once the member has stopped and every
+    /// event was delivered.
+    pub async fn next(&mut self) -> Option<ShardEvent> {
+        loop {
+            match self.rx.recv().await {
+                Ok(e) => return Some(e),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}

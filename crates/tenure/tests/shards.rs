@@ -1,0 +1,270 @@
+//! Sharded sets on tokio's paused clock: members as separate processes
+//! (each its own view of one memory store, so its own engine), joins,
+//! graceful leaves and crashes, and the per-shard guarantee throughout.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::{Clock, Config, Faults, MemoryStore, ShardEvent, Shards, TokioClock};
+
+const TERM: Duration = Duration::from_secs(10);
+const SHARDS: usize = 16;
+
+struct Set {
+    store: MemoryStore,
+    faults: Faults,
+    clock: Arc<TokioClock>,
+    members: BTreeMap<String, Shards>,
+}
+
+impl Set {
+    fn new() -> Set {
+        Set {
+            store: MemoryStore::new(),
+            faults: Faults::new(),
+            clock: Arc::new(TokioClock::new()),
+            members: BTreeMap::new(),
+        }
+    }
+
+    fn join(&mut self, id: &str) {
+        let shards = Shards::builder(self.faults.wrap(self.store.clone(), id), "ingest")
+            .member_id(id)
+            .shards(SHARDS)
+            .config(Config::new(TERM))
+            .clock(self.clock.clone())
+            .start()
+            .expect("valid");
+        self.members.insert(id.to_owned(), shards);
+    }
+
+    /// Who holds each shard with a valid term; panics if two do.
+    fn holders(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for (id, m) in &self.members {
+            for shard in m.held().keys() {
+                if let Some(other) = out.insert(shard.clone(), id.clone()) {
+                    panic!("shard {shard} held by {other} and {id} at once");
+                }
+            }
+        }
+        out
+    }
+
+    /// Advances time in small steps, checking the per-shard guarantee at
+    /// every step, until `done` holds or `within` passes.
+    async fn until(
+        &self,
+        within: Duration,
+        mut done: impl FnMut(&BTreeMap<String, String>) -> bool,
+    ) -> Duration {
+        let start = self.clock.now().mono;
+        loop {
+            let h = self.holders();
+            let took = self.clock.now().mono.saturating_since(start);
+            if done(&h) {
+                return took;
+            }
+            assert!(took <= within, "not settled after {took:?}: {h:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn loads(h: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for id in h.values() {
+        *out.entry(id.clone()).or_default() += 1;
+    }
+    out
+}
+
+fn balanced(h: &BTreeMap<String, String>, members: usize) -> bool {
+    h.len() == SHARDS
+        && loads(h).len() == members
+        && loads(h)
+            .values()
+            .all(|&l| l == SHARDS / members || l == SHARDS / members + 1)
+}
+
+#[tokio::test(start_paused = true)]
+async fn four_members_settle_at_four_shards_each_and_a_crash_moves_only_its_shards() {
+    let mut set = Set::new();
+    for id in ["a", "b", "c", "d"] {
+        set.join(id);
+    }
+    let settle = set.until(TERM * 3, |h| balanced(h, 4)).await;
+    eprintln!("settled in {settle:?}");
+    let before = set.holders();
+    assert!(
+        loads(&before).values().all(|&l| l == 4),
+        "{:?}",
+        loads(&before)
+    );
+    // Members agree on the member list.
+    for m in set.members.values() {
+        let ids: Vec<String> = m.members().into_iter().map(|m| m.id).collect();
+        assert_eq!(ids, ["a", "b", "c", "d"]);
+    }
+
+    // Crash c: cut off from the store.
+    set.faults.partition("c");
+    let timing = Config::new(TERM).validate().unwrap();
+    let bound = (timing.bounds().crash_failover + timing.retry_interval + timing.retry_jitter) * 2;
+    let took = set
+        .until(bound, |h| {
+            h.len() == SHARDS && !h.values().any(|id| id == "c")
+        })
+        .await;
+    let after = set.holders();
+    let moved: Vec<&String> = before
+        .iter()
+        .filter(|(s, id)| after.get(*s) != Some(*id))
+        .map(|(s, _)| s)
+        .collect();
+    let c_had: BTreeSet<&String> = before
+        .iter()
+        .filter(|(_, id)| *id == "c")
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(
+        moved.into_iter().collect::<BTreeSet<_>>(),
+        c_had,
+        "only c's shards moved"
+    );
+    assert!(took <= bound, "took {took:?}, documented bound {bound:?}");
+    eprintln!(
+        "crash moved {} shards in {took:?} (bound {bound:?})",
+        c_had.len()
+    );
+    set.until(TERM * 2, |h| balanced(h, 3)).await;
+    for (id, m) in &set.members {
+        if id != "c" {
+            m.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joining_member_takes_its_share_and_a_graceful_leave_hands_over_at_once() {
+    let mut set = Set::new();
+    for id in ["a", "b", "c", "d"] {
+        set.join(id);
+    }
+    set.until(TERM * 3, |h| balanced(h, 4)).await;
+    let before = set.holders();
+    set.join("e");
+    let took = set.until(TERM * 3, |h| balanced(h, 5)).await;
+    let after = set.holders();
+    let moved = before
+        .iter()
+        .filter(|(s, id)| after.get(*s) != Some(*id))
+        .count();
+    let took_over = after.values().filter(|id| *id == "e").count();
+    assert_eq!(moved, took_over, "only the newcomer's share moved");
+    assert!((3..=4).contains(&took_over), "e took {took_over}");
+    eprintln!("join: {took_over} shards moved in {took:?}");
+
+    // b leaves gracefully: its shards are released and taken over through
+    // the change feed, well before any lease could lapse.
+    let b_had = after.values().filter(|id| *id == "b").count();
+    let b = set.members.remove("b").unwrap();
+    let left = set.clock.now().mono;
+    b.shutdown().await;
+    set.until(TERM, |h| balanced(h, 4)).await;
+    let took = set.clock.now().mono.saturating_since(left);
+    let settled = set.holders();
+    let moved = after
+        .iter()
+        .filter(|(s, id)| settled.get(*s) != Some(*id))
+        .count();
+    assert_eq!(moved, b_had, "only b's shards moved");
+    assert!(took < TERM / 2, "a graceful leave took {took:?}");
+    eprintln!("graceful leave: {b_had} shards moved in {took:?}");
+    for m in set.members.values() {
+        m.shutdown().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_per_shard_runs_each_held_shard_once_and_events_follow() {
+    let mut set = Set::new();
+    set.join("a");
+    let a = set.members["a"].clone();
+    let mut events = a.events();
+    let running = Arc::new(std::sync::Mutex::new(BTreeMap::<String, u64>::new()));
+    let r = running.clone();
+    let runner = tokio::spawn(async move {
+        a.run_per_shard(move |shard, term| {
+            let r = r.clone();
+            async move {
+                assert!(
+                    r.lock()
+                        .unwrap()
+                        .insert(shard.clone(), term.token())
+                        .is_none(),
+                    "{shard} twice"
+                );
+                term.cancelled().await;
+                r.lock().unwrap().remove(&shard);
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .await
+    });
+    set.until(TERM, |h| h.len() == SHARDS).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        running.lock().unwrap().len(),
+        SHARDS,
+        "work runs for every held shard"
+    );
+    set.join("b");
+    set.until(TERM * 2, |h| balanced(h, 2)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        running.lock().unwrap().len(),
+        SHARDS / 2,
+        "moved shards' work stopped"
+    );
+    let mut acquired = 0;
+    let mut released = 0;
+    let mut member_changes = 0;
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::ZERO, events.next()).await {
+        match e {
+            ShardEvent::Acquired { .. } => acquired += 1,
+            ShardEvent::Released { .. } => released += 1,
+            ShardEvent::MembersChanged { .. } => member_changes += 1,
+            _ => {}
+        }
+    }
+    assert_eq!((acquired, released), (SHARDS, SHARDS / 2));
+    assert!(member_changes >= 2, "joined alone, then b joined");
+    let assignment = set.members["a"].assignment().await.unwrap();
+    assert_eq!(assignment.shards.len(), SHARDS);
+    assert!(assignment
+        .shards
+        .iter()
+        .all(|s| s.holder.is_some() && s.token >= 1));
+    for m in set.members.values() {
+        m.shutdown().await;
+    }
+    runner.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_configuration_is_a_typed_error() {
+    let store = MemoryStore::new();
+    let err = |b: tenure::ShardsBuilder| b.start().unwrap_err().to_string();
+    assert!(err(Shards::builder(store.clone(), "x").member_id("a")).contains("no shards"));
+    assert!(err(Shards::builder(store.clone(), "a/b")
+        .member_id("a")
+        .shards(2))
+    .contains("'/'"));
+    assert!(err(Shards::builder(store.clone(), "x")
+        .member_id("a")
+        .shard_names(["p", "p"]))
+    .contains("same name"));
+    assert!(err(Shards::builder(store, "x").member_id("").shards(1)).contains("empty"));
+}
