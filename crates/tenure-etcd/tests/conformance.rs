@@ -3,7 +3,7 @@
 mod common;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Harness};
+use tenure::testkit::{self, Feeds, Harness};
 use tenure::GroupName;
 use tenure_etcd::EtcdStore;
 
@@ -35,6 +35,12 @@ impl Harness for EtcdHarness {
         let key = format!("{}{}", self.prefix, group.as_str());
         let resp = self.raw.kv_client().get(key, None).await.expect("read raw");
         resp.kvs().first().map(|kv| kv.value().to_vec())
+    }
+
+    /// Every write notifies (issue 10, item 15: the feed case fails, not
+    /// skips, if that breaks).
+    fn promised_feeds(&self) -> Feeds {
+        Feeds::PER_GROUP
     }
 }
 

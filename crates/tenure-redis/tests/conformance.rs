@@ -4,7 +4,7 @@ mod common;
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
-use tenure::testkit::{self, Harness};
+use tenure::testkit::{self, Feeds, Harness};
 use tenure::GroupName;
 use tenure_redis::RedisStore;
 
@@ -40,6 +40,12 @@ impl Harness for RedisHarness {
         let key = format!("{}{}", self.prefix, group.as_str());
         let mut c = self.raw.clone();
         c.hget(&key, "record").await.expect("read raw")
+    }
+
+    /// Every write notifies (issue 10, item 15: the feed case fails, not
+    /// skips, if that breaks).
+    fn promised_feeds(&self) -> Feeds {
+        Feeds::PER_GROUP
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rusqlite::OptionalExtension;
-use tenure::testkit::Harness;
+use tenure::testkit::{Feeds, Harness};
 use tenure::GroupName;
 use tenure_sqlite::SqliteStore;
 
@@ -83,5 +83,11 @@ impl Harness for SqliteHarness {
             )
             .optional()
             .unwrap()
+    }
+
+    /// Every write notifies (issue 10, item 15: the feed case fails, not
+    /// skips, if that breaks).
+    fn promised_feeds(&self) -> Feeds {
+        Feeds::PER_GROUP
     }
 }

@@ -362,6 +362,11 @@ async fn watch_reports_writes<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let watcher = h.store().await;
     let writer = h.store().await;
     let Some(mut feed) = watcher.watch().await.ctx("watch()")? else {
+        if h.promised_feeds().store_wide {
+            return Err(
+                "watch() returned None, but the harness promises a store-wide change feed".into(),
+            );
+        }
         return Ok(Verdict::Skip(
             "the store has no store-wide feed (watch() returned None); the engine subscribes per group or polls"
                 .into(),

@@ -1001,12 +1001,20 @@ async fn drain(feed: &mut crate::store::ChangeFeed) -> Result<(), String> {
 }
 
 /// If the store can notify: a write by another handle produces a hint
-/// within 5 s, and the feed keeps working for the next write.
+/// within 5 s, and the feed keeps working for the next write. A store whose
+/// harness promises the feed fails when it has none.
 async fn changes_feed<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let watcher = h.store().await;
     let writer = h.store().await;
     let g = run.group("changes")?;
     let Some(mut feed) = watcher.changes(&g).await.ctx("changes()")? else {
+        if h.promised_feeds().per_group {
+            return Err(
+                "changes() returned None, but the harness promises a per-group change feed: \
+                 hand-over would wait for a poll"
+                    .into(),
+            );
+        }
         return Ok(Verdict::Skip(
             "the store has no change feed (changes() returned None); electors poll".into(),
         ));

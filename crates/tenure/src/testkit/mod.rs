@@ -92,6 +92,47 @@ pub trait Harness: Send + Sync {
     /// has no record. The suite uses it to prove that an undecodable record
     /// was left exactly as it was.
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>>;
+
+    /// The change feeds the store promises. A feed case is skipped when the
+    /// store offers no such feed, which a skip-tolerant report counts as a
+    /// pass; for a feed declared here it fails instead, so a store that
+    /// promises instant hand-over cannot silently lose it. The default
+    /// promises none.
+    fn promised_feeds(&self) -> Feeds {
+        Feeds::NONE
+    }
+}
+
+/// Which change feeds a store promises (see [`Harness::promised_feeds`]).
+///
+/// ```
+/// use tenure::testkit::Feeds;
+/// assert!(Feeds::PER_GROUP.per_group && !Feeds::PER_GROUP.store_wide);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Feeds {
+    /// [`LeaseStore::changes`] returns a feed.
+    pub per_group: bool,
+    /// [`LeaseStore::watch`](crate::LeaseStore::watch) returns a feed.
+    pub store_wide: bool,
+}
+
+impl Feeds {
+    /// No feed: electors poll.
+    pub const NONE: Feeds = Feeds {
+        per_group: false,
+        store_wide: false,
+    };
+    /// A feed per group ([`LeaseStore::changes`]).
+    pub const PER_GROUP: Feeds = Feeds {
+        per_group: true,
+        store_wide: false,
+    };
+    /// Both the per-group and the store-wide feed.
+    pub const ALL: Feeds = Feeds {
+        per_group: true,
+        store_wide: true,
+    };
 }
 
 /// Runs every conformance case against the harness's store and panics,
@@ -191,7 +232,8 @@ pub enum CaseOutcome {
     /// Every check held.
     Passed,
     /// The store lacks an optional capability the case tests (such as a
-    /// change feed); this is not a failure.
+    /// change feed) and its harness did not promise it
+    /// ([`Harness::promised_feeds`]); this is not a failure.
     Skipped(String),
     /// A check failed, the store returned an unexpected error, the case
     /// panicked or it timed out; the text says which and with what values.
