@@ -24,14 +24,18 @@ pub(crate) fn parse(url: &str) -> Result<KafkaConfig, KafkaBackendError> {
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("kafka"))
         .map(|(_, rest)| rest)
         .ok_or_else(|| KafkaBackendError::url("it does not start with kafka://"))?;
-    let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (brokers, path) = location.split_once('/').unwrap_or((location, ""));
-    if brokers.contains('@') {
+    // A kafka:// URL has no user info. An '@' anywhere means credentials
+    // were pasted before the host, where a password holding '/', '?' or '#'
+    // would be cut into a broker, a topic and parameters that an error
+    // could echo: refuse before looking at any of it.
+    if rest.contains('@') {
         return Err(KafkaBackendError::url(
             "credentials cannot go before the host: pass sasl.username=…&sasl.password=… \
-             (with security.protocol and sasl.mechanisms) as parameters",
+             (with security.protocol and sasl.mechanisms) as parameters, with any @ in them written %40",
         ));
     }
+    let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (brokers, path) = location.split_once('/').unwrap_or((location, ""));
     if brokers.is_empty() {
         return Err(KafkaBackendError::url("no broker given"));
     }
@@ -69,15 +73,8 @@ pub(crate) fn parse(url: &str) -> Result<KafkaConfig, KafkaBackendError> {
             "poll_duration" => config.poll_duration = duration(&key, &value)?,
             "close_timeout" => config.close_timeout = duration(&key, &value)?,
             "create_topic" => {
-                config.create_topic = match value.as_str() {
-                    "true" | "1" => true,
-                    "false" | "0" => false,
-                    _ => {
-                        return Err(KafkaBackendError::url(format!(
-                            "create_topic is {value:?}: use true or false"
-                        )))
-                    }
-                }
+                config.create_topic =
+                    tenure::url::parse_bool(&key, &value).map_err(KafkaBackendError::url)?
             }
             _ => {
                 config.properties.insert(key, value);
@@ -104,31 +101,13 @@ fn check_broker(broker: &str) -> Result<(), KafkaBackendError> {
 }
 
 fn duration(key: &str, value: &str) -> Result<Duration, KafkaBackendError> {
-    humantime::parse_duration(value).map_err(|e| {
-        KafkaBackendError::url(format!(
-            "{key}={value:?} is not a duration ({e}): write e.g. 5s or 100ms"
-        ))
-    })
+    tenure::url::parse_duration(key, value).map_err(KafkaBackendError::url)
 }
 
-/// %-decodes `s`; `None` if an escape is malformed or the result is not
-/// UTF-8.
+/// %-decodes `s` (a `+` stays a plus); `None` if an escape is malformed or
+/// the result is not UTF-8.
 fn decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    tenure::url::percent_decode(s)
 }
 
 #[cfg(test)]
@@ -173,6 +152,18 @@ mod tests {
         assert!(err("kafka://::1:9092/t").contains("brackets"));
         let e = err("kafka://user:hunter2@host:9092/t");
         assert!(e.contains("sasl.username") && !e.contains("hunter2"), "{e}");
+        // A password holding '/', '?' or '#' is not cut into pieces that an
+        // error could show.
+        let e = err("kafka://user:Qa1/Qb2?Qc3#Qd4@Qe5+Qf6@host:9092/t");
+        assert!(e.contains("sasl.username"), "{e}");
+        for p in ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"] {
+            assert!(!e.contains(p), "{e}");
+        }
+        let c = parse("kafka://h:1/t?sasl.password=Qa1/Qb2?Qc3%23Qd4%40Qe5+Qf6").unwrap();
+        assert_eq!(
+            c.properties["sasl.password"], "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6",
+            "+ stays a plus"
+        );
         assert!(err("kafka://h:1/a/b").contains("one segment"));
         assert!(err("kafka://h:1/t?group").contains("no value"));
         assert!(err("kafka://h:1/t?heartbeat_timeout=soon").contains("not a duration"));
