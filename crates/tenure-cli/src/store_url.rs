@@ -335,59 +335,12 @@ pub fn long_help() -> String {
     )
 }
 
-/// Renders `url` with any password and secret-looking query values replaced
-/// by `***`, so it can appear in logs and error messages.
+/// Renders `url` with its user info (up to the *last* `@`, however many
+/// `/ ? # @` a pasted password holds) and secret-looking query values
+/// replaced by `***`, so it can appear in logs and error messages: the one
+/// redaction every store shares, [`tenure::url::redact`].
 pub fn redact(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, url),
-    };
-    // The authority ends at the first '/', '?' or '#'.
-    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(auth_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{host}"),
-            // A lone user part can itself be a token (redis://TOKEN@host).
-            None if scheme.is_some_and(|s| s.starts_with("redis")) => format!("***@{host}"),
-            None => format!("{userinfo}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let (query, fragment) = match query.split_once('#') {
-                Some((q, f)) => (q, Some(f)),
-                None => (query, None),
-            };
-            let query = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
-                    _ => pair.to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join("&");
-            match fragment {
-                Some(f) => format!("{path}?{query}#{f}"),
-                None => format!("{path}?{query}"),
-            }
-        }
-        None => tail.to_owned(),
-    };
-    match scheme {
-        Some(s) => format!("{s}://{authority}{tail}"),
-        None => format!("{authority}{tail}"),
-    }
-}
-
-fn is_secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    [
-        "password", "passwd", "pass", "secret", "token", "key", "sig",
-    ]
-    .iter()
-    .any(|s| k.contains(s))
+    tenure::url::redact(url)
 }
 
 /// An error and its causes on one line, for one-line error output.
@@ -468,6 +421,10 @@ mod tests {
         assert_eq!(redact("redis://tok3n@cache:6379"), "redis://***@cache:6379");
         assert_eq!(redact("etcd://node1:2379"), "etcd://node1:2379");
         assert_eq!(redact("user:pw@host"), "user:***@host");
+        assert_eq!(
+            redact("postgres://app:pa/ss@127.0.0.1:55432/postgres"),
+            "postgres://app:***@127.0.0.1:55432/postgres"
+        );
         let err = StoreUrl::parse("nope:hunter2@x").unwrap_err().to_string();
         assert!(!err.contains("hunter2"), "{err}");
         let err = StoreUrl::parse("pstgres://app:hunter2@db/x")
