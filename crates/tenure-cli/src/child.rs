@@ -8,15 +8,27 @@
 //! * tenure alive: [`Supervised::stop`] sends SIGTERM to the group, then
 //!   SIGKILL at the earlier of the grace and the term's deadline minus a
 //!   margin, and waits until no process of the group is left;
-//! * tenure killed: CMD itself dies through `PR_SET_PDEATHSIG` (set between
-//!   fork and exec), and a small watchdog process, which holds the read end
-//!   of a pipe from tenure, sees end-of-file and kills the rest of the group;
+//! * tenure killed, frozen or wedged: CMD itself dies with tenure through
+//!   `PR_SET_PDEATHSIG` (set between fork and exec), and a small watchdog
+//!   process ([`crate::watchdog`]) kills the whole group when tenure dies or
+//!   when the term's deadline minus half the kill margin passes without
+//!   tenure having told it a later one (half: a working tenure kills at the
+//!   deadline minus the whole margin, so the watchdog only ever acts for a
+//!   tenure that could not);
 //! * orphans: tenure is a child subreaper, so grandchildren whose parent
 //!   exited are re-parented to tenure and reaped here, even where PID 1 does
 //!   not reap (containers), and "the group is gone" can be observed.
 //!
 //! A process that leaves the group (setsid, setpgid) escapes all three, as
 //! it escapes any process-group supervisor; a cgroup is the tool for that.
+//! So does a member tenure may not signal (a setuid program that switched
+//! its real user, such as `su` or `sudo`: `kill` fails with EPERM) or one
+//! that does not die (uninterruptible sleep): [`Supervised::stop`] waits
+//! for such a group only [`KILL_WAIT`] after SIGKILL, then reports the
+//! members left and returns, so tenure still releases and exits.
+//!
+//! CMD never sees the store URL: `TENURE_STORE` (which may carry a
+//! password) is removed from its environment.
 
 use std::ffi::OsString;
 use std::io;
@@ -24,16 +36,21 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use tenure::{Clock, MonoTime, SystemClock, Term};
-use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, Command};
 
 use crate::signals::Stop;
+use crate::watchdog::Watchdog;
 
 /// How often a stopping group is checked for remaining processes.
 const POLL: Duration = Duration::from_millis(5);
 
-/// What the watchdog reads on stdin to exit without killing.
-pub const DISARM: &str = "disarm";
+/// How long after SIGKILL a stop waits for the group to be gone before it
+/// gives up on members it may not signal or that do not die.
+pub const KILL_WAIT: Duration = Duration::from_secs(1);
+
+/// Variables of tenure's own environment that CMD must not inherit: the
+/// store URL may carry a password.
+const WITHHELD_FROM_CMD: &[&str] = &["TENURE_STORE"];
 
 /// Makes this process the reaper of its orphaned descendants.
 pub fn become_subreaper() {
@@ -71,6 +88,10 @@ pub struct StopReport {
     /// Time left before the term's deadline when the group was gone
     /// (`Some(ZERO)`: at or after it).
     pub left: Option<Duration>,
+    /// Members still alive when the stop gave up ([`KILL_WAIT`] after
+    /// SIGKILL): processes tenure may not signal, or that do not die.
+    /// Empty when the group is gone.
+    pub stuck: Vec<libc::pid_t>,
 }
 
 /// CMD and its process group.
@@ -79,16 +100,30 @@ pub struct Supervised {
     pgid: libc::pid_t,
     status: Option<ExitStatus>,
     watchdog: Option<Watchdog>,
+    /// How long before the term's deadline the watchdog kills the group:
+    /// half of tenure's own margin.
+    watchdog_margin: Duration,
     gone: bool,
 }
 
 impl Supervised {
-    /// Starts `argv` in a new process group with `env` added, stdin closed.
-    pub fn spawn(argv: &[OsString], env: &[(String, String)]) -> io::Result<Supervised> {
+    /// Starts `argv` in a new process group with `env` added (and
+    /// `TENURE_STORE` removed), stdin closed, guarded by a watchdog that
+    /// kills the group at `term`'s deadline minus half of `margin` unless
+    /// [`follow`](Supervised::follow) tells it of a later deadline.
+    pub fn spawn(
+        argv: &[OsString],
+        env: &[(String, String)],
+        term: &Term,
+        margin: Duration,
+    ) -> io::Result<Supervised> {
         let (program, args) = argv
             .split_first()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
         let mut cmd = Command::new(program);
+        for var in WITHHELD_FROM_CMD {
+            cmd.env_remove(var);
+        }
         cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             // A child in its own process group that reads the terminal
@@ -109,10 +144,11 @@ impl Supervised {
             .id()
             .and_then(|p| libc::pid_t::try_from(p).ok())
             .ok_or_else(|| io::Error::other("the child exited before its pid was known"))?;
-        let watchdog = match Watchdog::spawn(pgid) {
+        let watchdog_margin = margin / 2;
+        let watchdog = match Watchdog::spawn(pgid, term.deadline_mono() - watchdog_margin) {
             Ok(w) => Some(w),
             Err(e) => {
-                tracing::warn!(error = %e, pgid, "cannot start the watchdog: if tenure is killed, CMD dies but its own children may survive");
+                tracing::warn!(error = %e, pgid, "cannot start the watchdog: if tenure is killed, CMD dies but its own children may survive, and a frozen tenure cannot stop CMD at the deadline");
                 None
             }
         };
@@ -121,8 +157,18 @@ impl Supervised {
             pgid,
             status: None,
             watchdog,
+            watchdog_margin,
             gone: false,
         })
+    }
+
+    /// Passes the term's current deadline on to the watchdog, if renewals
+    /// moved it. Call it often (well within a renewal interval).
+    pub async fn follow(&mut self, term: &Term) {
+        let kill_at = term.deadline_mono() - self.watchdog_margin;
+        if let Some(w) = self.watchdog.as_mut() {
+            w.extend(kill_at).await;
+        }
     }
 
     /// The pid of the process tenure started, which is also the group id.
@@ -172,16 +218,33 @@ impl Supervised {
 
     /// Stops the whole group as `plan` says and returns once no process of
     /// it is left.
+    ///
+    /// Bounded: [`KILL_WAIT`] after SIGKILL it stops waiting for members
+    /// that are still there (tenure may not signal them, or they do not
+    /// die) and reports them in [`StopReport::stuck`].
     pub async fn stop(&mut self, plan: StopPlan<'_>) -> StopReport {
         let clock = SystemClock;
         let start = clock.now().mono;
         let grace_end = start + plan.grace;
         signal_group(self.pgid, libc::SIGTERM);
-        let mut killed = false;
+        let mut killed_at: Option<MonoTime> = None;
         loop {
             self.reap();
+            if let Some(term) = plan.term {
+                // Renewals during a graceful stop move the deadline, and
+                // the watchdog must not cut the grace at a stale one.
+                self.follow(term).await;
+            }
             let now = clock.now().mono;
-            if self.status.is_some() && group_gone(self.pgid) {
+            let gone = self.status.is_some() && group_gone(self.pgid);
+            let given_up = killed_at.is_some_and(|at| now >= at + KILL_WAIT);
+            if gone || given_up {
+                let stuck = if gone {
+                    Vec::new()
+                } else {
+                    live_members(self.pgid)
+                };
+                // Members left are beyond the watchdog's reach too.
                 self.gone = true;
                 self.disarm().await;
                 let left = plan
@@ -189,15 +252,17 @@ impl Supervised {
                     .map(|t| t.deadline_mono().saturating_since(clock.now().mono));
                 return StopReport {
                     status: self.status,
-                    killed,
+                    killed: killed_at.is_some(),
                     took: now.saturating_since(start),
                     left,
+                    stuck,
                 };
             }
+            let killed = killed_at.is_some();
             let kill_at = kill_instant(&plan, grace_end);
             if !killed && now >= kill_at {
                 signal_group(self.pgid, libc::SIGKILL);
-                killed = true;
+                killed_at = Some(now);
                 continue;
             }
             let wake = if killed {
@@ -321,39 +386,31 @@ fn reap_group(pgid: libc::pid_t) {
     }
 }
 
-/// The `tenure watchdog` process guarding one group.
-struct Watchdog {
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
-
-impl Watchdog {
-    fn spawn(pgid: libc::pid_t) -> io::Result<Watchdog> {
-        let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
-            .arg("watchdog")
-            .arg("--pgid")
-            .arg(pgid.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            // Its own group: neither the terminal's ^C nor the SIGTERM sent to
-            // CMD's group reaches it.
-            .process_group(0)
-            .spawn()?;
-        let stdin = child.stdin.take();
-        Ok(Watchdog { child, stdin })
-    }
-
-    /// Tells the watchdog the group is gone, and reaps it.
-    async fn disarm(mut self) {
-        if let Some(mut stdin) = self.stdin.take() {
-            let _ = stdin.write_all(format!("{DISARM}\n").as_bytes()).await;
-            let _ = stdin.flush().await;
+/// Live (not zombie) members of group `pgid`, from /proc, for reporting
+/// the ones a stop could not end.
+fn live_members(pgid: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp ...": comm may hold spaces and ')'.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2].parse::<libc::pid_t>() == Ok(pgid) {
+            out.push(pid);
         }
-        // tokio reaps it in the background if it takes longer.
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
     }
+    out.sort_unstable();
+    out
 }
 
 #[cfg(test)]

@@ -111,7 +111,9 @@ pub struct RunArgs {
     #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub metadata: Vec<(String, String)>,
 
-    /// Run CMD to completion once, then release and exit with its status.
+    /// Start CMD at most once: when it finishes, release and exit with its
+    /// status. If leadership is lost while it runs, CMD is stopped and
+    /// tenure exits 75 (EX_TEMPFAIL) without running it again.
     #[arg(long)]
     pub once: bool,
 
@@ -187,9 +189,19 @@ pub struct ReleaseArgs {
     #[command(flatten)]
     pub store: StoreArgs,
 
-    /// Clear the lease at once, even if its holder may be alive.
+    /// Take leadership away from a holder that may be alive: write an
+    /// operator record (the next token, the group's term) that the holder
+    /// loses at its next renewal and candidates wait out for one term, so
+    /// the old holder stops before the next one starts.
     #[arg(long)]
     pub force: bool,
+
+    /// DANGEROUS: clear the lease at once, even if its holder is alive. A
+    /// waiting candidate takes over within a round trip while the old
+    /// holder acts until its next renewal: two leaders at once, with only
+    /// fencing tokens at the resource to protect the data.
+    #[arg(long)]
+    pub unsafe_clear: bool,
 }
 
 /// `tenure demo`.
@@ -259,6 +271,10 @@ pub struct WatchdogArgs {
     /// The process group to kill when stdin closes without "disarm".
     #[arg(long, allow_hyphen_values = true)]
     pub pgid: i32,
+    /// Kill the group at this `CLOCK_BOOTTIME` instant (nanoseconds) unless
+    /// a later one arrives on stdin first.
+    #[arg(long)]
+    pub kill_at: Option<u64>,
 }
 
 /// Parses "10s", "500ms", "1m 30s".
@@ -287,7 +303,8 @@ Examples:
 Exit codes: 0 success, 1 runtime failure (store unreachable, CMD failed to
 start, demo found a problem), 2 usage error (bad flag, URL or timing),
 3 `release` refused because the holder is alive; `run --once` exits with
-CMD's status.";
+CMD's status, or 75 if leadership was lost while CMD ran (CMD was stopped
+and is not run again).";
 
 const RUN_EXAMPLES: &str = "\
 Examples:
@@ -304,12 +321,17 @@ Examples:
 CMD gets TENURE_GROUP, TENURE_ID, TENURE_TOKEN (the fencing token: pass it to
 everything CMD writes), TENURE_TERM_MS, and the term's deadline as of CMD's
 start, TENURE_DEADLINE (RFC 3339) and TENURE_DEADLINE_UNIX_MS; the lease is
-renewed while CMD runs. CMD runs in its own process group with stdin closed.
-When leadership ends (lost, superseded, or tenure is told to stop) the whole
-group gets SIGTERM, then SIGKILL after --kill-grace, cut short so that the
-group is dead before the term's deadline. If tenure itself dies, CMD's group is
-killed at once. SIGINT, SIGTERM or SIGHUP to tenure: stop CMD, release, exit 0
-(128+signal with --once). A second signal skips the grace.
+renewed while CMD runs. CMD does not get TENURE_STORE (the store URL may hold a
+password); the rest of tenure's environment it inherits. CMD runs in its own
+process group with stdin closed. When leadership ends (lost, superseded, or
+tenure is told to stop) the whole group gets SIGTERM, then SIGKILL after
+--kill-grace, cut short so that the group is dead before the term's deadline.
+A watchdog process enforces that deadline even if tenure is frozen or wedged
+(it kills the group unless tenure tells it of a renewal in time), and kills the
+group at once if tenure dies. Members tenure may not signal (a setuid program
+that switched users) are reported and left after SIGKILL. SIGINT, SIGTERM or
+SIGHUP to tenure: stop CMD, release, exit 0 (128+signal with --once). A second
+signal skips the grace.
 
 HTTP endpoints (--metrics-addr): GET /metrics (Prometheus), GET /healthz (200,
 or 503 while this process leads on a term that is past due), GET /leader (JSON
@@ -341,15 +363,26 @@ Examples:
   # Clear the lease of a crashed holder (waits one term to make sure):
   tenure release --group nightly-billing
 
-  # Take leadership away from a live holder:
+  # Take leadership away from a live holder, safely:
   tenure release --group nightly-billing --force
 
 Without --force, tenure watches the record for its term × 1.01; if it stays
 unchanged the holder is gone, and the record is released (holder cleared, the
 fencing token kept). If the holder renews meanwhile, nothing is written and
-tenure exits 3. With --force the record is released at once; a live holder
-notices at its next renewal and stops its work, and the next leader's token
-is higher, so fencing still holds.";
+tenure exits 3.
+
+With --force, tenure writes an operator record (holder
+operator:tenure-release-force, the next fencing token, the group's term) at
+once. A live holder's next renewal fails: it is superseded and stops its work
+by its deadline. Candidates wait the operator record out for its term × 1.01
+before the next one takes over with a higher token, so the old holder has
+stopped first: never two leaders.
+
+--unsafe-clear (DANGEROUS) clears the lease at once instead: a waiting
+candidate takes over within a round trip while a live holder keeps acting
+until its next renewal. Two leaders act at once; only fencing tokens checked
+by the resource protect the data. For a holder known to be dead and a group
+that cannot wait one term.";
 
 const DEMO_EXAMPLES: &str = "\
 Examples:

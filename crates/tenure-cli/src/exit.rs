@@ -12,6 +12,10 @@ pub const USAGE: u8 = 2;
 pub const FAILURE: u8 = 1;
 /// `release` refused because the holder is alive: exit code 3.
 pub const REFUSED: u8 = 3;
+/// `run --once`: leadership was lost while CMD ran, so CMD was stopped
+/// before it finished and was not run again. 75 is `EX_TEMPFAIL`
+/// (sysexits.h): try again later.
+pub const LOST: u8 = 75;
 
 /// A usage error: the user must change the command line.
 #[derive(Debug)]

@@ -9,6 +9,14 @@
 //! * `/leader`: JSON of the leader as this process sees it.
 //!
 //! Small enough not to need an HTTP stack; it never reads a request body.
+//!
+//! It shares the process that must renew the lease, so a flood of clients
+//! must not starve it of file descriptors or memory: at most
+//! [`MAX_CONNECTIONS`] are served at once (a connection beyond that gets a
+//! 503 and is closed at once, so the listen backlog drains and no
+//! descriptor is held for it), and each whole exchange, from accept to the
+//! last byte written, is bounded by [`EXCHANGE_TIMEOUT`], the request head
+//! alone by [`READ_TIMEOUT`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,8 +34,15 @@ use crate::view;
 
 /// Longest request head read, in bytes.
 const MAX_HEAD: usize = 8 * 1024;
-/// A client gets this long to send its request.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A client gets this long to send its request head.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// A whole exchange (request and response) gets this long.
+pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 32;
+/// The whole answer to a connection beyond [`MAX_CONNECTIONS`].
+const BUSY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 /// Installs the Prometheus recorder as the global `metrics` recorder, and
 /// runs its upkeep (histogram draining) in the background.
@@ -65,14 +80,25 @@ pub async fn serve(addr: SocketAddr, sources: Sources) -> anyhow::Result<SocketA
         .with_context(|| format!("cannot listen on {addr} for --metrics-addr"))?;
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, "serving /metrics, /healthz and /leader");
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
             match listener.accept().await {
                 Ok((stream, _)) => {
+                    let Ok(slot) = slots.clone().try_acquire_owned() else {
+                        // Full: say so without waiting on the client, and
+                        // free the descriptor at once.
+                        let _ = stream.try_write(BUSY);
+                        continue;
+                    };
                     let sources = sources.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = handle(stream, &sources).await {
-                            tracing::debug!(error = %e, "HTTP request failed");
+                        let _slot = slot;
+                        match tokio::time::timeout(EXCHANGE_TIMEOUT, handle(stream, &sources)).await
+                        {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => tracing::debug!(error = %e, "HTTP request failed"),
+                            Err(_) => tracing::debug!("HTTP exchange took too long; dropped"),
                         }
                     });
                 }
@@ -270,7 +296,7 @@ fn leader_json(elector: Option<&Elector>, metadata: &Metadata) -> String {
         }
     };
     // Serializing strings, maps and integers cannot fail.
-    serde_json::to_string(&view).unwrap_or_default()
+    view::json(&view).unwrap_or_default()
 }
 
 #[cfg(test)]

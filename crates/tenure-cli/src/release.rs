@@ -1,19 +1,32 @@
-//! `tenure release`: hand a group's leadership back by writing a released
-//! record (no holder, the same token) with compare-and-swap on the version
-//! read, so nothing written meanwhile is ever overwritten.
+//! `tenure release`: hand a group's leadership back, always with
+//! compare-and-swap on the version read, so nothing written meanwhile is
+//! ever overwritten.
 //!
-//! Without `--force` the holder must be shown to be gone first, the same way
-//! a challenger decides it may take over: the record stays unchanged for its
-//! term × (1 + 1 %) counted from when we first saw it. A live holder renews
-//! within its term, which changes the version, and we refuse.
+//! * Without `--force` the holder must be shown to be gone first, the same
+//!   way a challenger decides it may take over: the record stays unchanged
+//!   for its term × (1 + 1 %) counted from when we first saw it. A live
+//!   holder renews within its term, which changes the version, and we
+//!   refuse. Then a released record (no holder, the same token) is written.
+//! * `--force` takes leadership away from a holder that may be alive
+//!   without ever allowing two valid leaders: it writes an **operator
+//!   record**, held by [`OPERATOR`] with the next token and the group's
+//!   term. The old holder's next renewal conflicts, so it is superseded and
+//!   stops; its term ends by its deadline, one term after its last renewal
+//!   at the latest. Candidates treat the operator record like any live
+//!   holder's and wait it out (term × 1.01 unchanged) before taking over,
+//!   by which time the old holder's deadline has passed.
+//! * `--unsafe-clear` writes the released record at once instead. A waiting
+//!   candidate then takes over within a round trip while the old holder's
+//!   term may still run until its next renewal: two leaders act at once,
+//!   and only fencing at the resource (tokens) protects the data.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use tenure::{
-    CasOutcome, Clock, GroupName, LeaseRecord, LeaseStore, Metadata, SystemClock, Versioned,
-    WallTime,
+    CasOutcome, Clock, GroupName, Holder, LeaseRecord, LeaseStore, Metadata, SystemClock,
+    Versioned, WallTime,
 };
 
 use crate::cli::ReleaseArgs;
@@ -43,18 +56,22 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
         ))?;
         return Ok(0);
     };
-    if args.force {
+    let holder_id = view::escape(&holder.id);
+    if args.unsafe_clear {
         warn(&format!(
-            "warning: releasing group {group} held by {} (token {}) without checking that it is gone; \
-             a live holder is superseded at its next renewal and told to stop its work then. \
-             Fencing still holds: the next leader's token will be higher than {}.",
-            holder.id, first.record.token, first.record.token
+            "WARNING: --unsafe-clear: clearing group {group} held by {holder_id} (token {}) at once. \
+             If that holder is alive, it keeps acting until its next renewal while the next candidate \
+             takes over within a round trip: TWO LEADERS AT ONCE. Only fencing at the resource \
+             (the next token is higher than {}) protects your data.",
+            first.record.token, first.record.token
         ));
+    } else if args.force {
+        return force(&conn, &group, &first).await;
     } else {
         let wait = first.record.term.mul_f64(1.0 + DRIFT);
         warn(&format!(
             "group {group} is held by {} (token {}); watching the record for {} to make sure its holder is gone…",
-            holder.id,
+            holder_id,
             first.record.token,
             view::short(wait)
         ));
@@ -80,7 +97,7 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
             let now = SystemTime::now();
             out::print(&format!(
                 "released group {group}: cleared holder {} (token {}, last renewed {}); the next leader gets a higher token",
-                holder.id,
+                holder_id,
                 first.record.token,
                 view::relative(now, first.record.renewed_at.to_system_time()),
             ))?;
@@ -92,6 +109,85 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
         }
     }
 }
+
+/// The holder of the record `--force` writes.
+pub const OPERATOR: &str = "operator:tenure-release-force";
+
+/// `--force`: supersedes the holder with an operator record that candidates
+/// wait out for one term, so the old holder stops before anyone starts.
+async fn force(conn: &Connected, group: &GroupName, first: &Versioned) -> anyhow::Result<u8> {
+    // A live holder renews every third of its term, so the version read may
+    // be gone by the time the write arrives: read again and retry, a few
+    // times, as long as someone holds the lease.
+    let mut current = first.clone();
+    for _ in 0..FORCE_ATTEMPTS {
+        let old = &current.record;
+        let Some(holder) = old.holder.as_ref() else {
+            out::print(&format!(
+                "nothing to do: group {group} was released meanwhile (last token {})",
+                old.token
+            ))?;
+            return Ok(0);
+        };
+        let old_id = view::escape(&holder.id);
+        let Some(token) = old.token.checked_add(1) else {
+            anyhow::bail!(
+                "group {group} is at the largest fencing token ({}); no later term can be fenced: \
+                 move the group to a new name",
+                old.token
+            );
+        };
+        let now = WallTime::now();
+        let operator = LeaseRecord {
+            holder: Some(Holder {
+                id: OPERATOR.to_owned(),
+                incarnation: rand::random(),
+            }),
+            token,
+            term: old.term,
+            renewed_at: now,
+            expires_at: now + old.term,
+            metadata: Metadata::new().with("reason", "tenure release --force"),
+        };
+        let outcome = conn
+            .store
+            .compare_and_swap(group, Some(current.version), &operator)
+            .await
+            .with_context(|| format!("cannot write group {group} to {}", conn.url))?;
+        if let CasOutcome::Applied(_) = outcome {
+            let wait = old.term.mul_f64(1.0 + DRIFT);
+            warn(&format!(
+                "warning: took group {group} away from {old_id} (token {}) without checking that it is gone: \
+                 a live holder is superseded at its next renewal and stops its work by its deadline.",
+                old.token
+            ));
+            out::print(&format!(
+                "forced group {group}: {old_id} (token {}) is superseded by an operator record (token {token}); \
+                 candidates wait it out for {} before the next one takes over with a higher token, \
+                 so the old holder's term has ended first",
+                old.token,
+                view::short(wait)
+            ))?;
+            return Ok(0);
+        }
+        match read(conn, group).await? {
+            Some(v) => current = v,
+            None => {
+                return Err(Refused(format!(
+                "the record of group {group} disappeared while tenure wrote it; leaving it alone"
+            ))
+                .into())
+            }
+        }
+    }
+    Err(Refused(format!(
+        "group {group} changed {FORCE_ATTEMPTS} times while tenure tried to write it; try again"
+    ))
+    .into())
+}
+
+/// How often `--force` retries a write that a renewal beat.
+const FORCE_ATTEMPTS: usize = 5;
 
 /// Watches the record for `wait`; `Some(exit)` if it changed meanwhile.
 async fn watch_unchanged(
@@ -119,18 +215,18 @@ async fn watch_unchanged(
 
 /// The outcome when the record changed under us.
 fn changed(group: &GroupName, first: &Versioned, now: Option<&Versioned>) -> anyhow::Result<u8> {
-    let before = first.record.holder_id().unwrap_or("?");
+    let before = view::escape(first.record.holder_id().unwrap_or("?"));
     match now.map(|v| (&v.record.holder, v.record.token)) {
         Some((Some(h), token)) if Some(h) == first.record.holder.as_ref() => {
             Err(Refused(format!(
                 "group {group} is held by {} (token {token}), which renewed its lease while tenure watched, so it is alive: stop that process, or use --force to take leadership away from it",
-                h.id
+                view::escape(&h.id)
             ))
             .into())
         }
         Some((Some(h), token)) => Err(Refused(format!(
             "group {group} changed hands while tenure watched: {before} was replaced by {} (token {token}), which is alive; stop that process, or use --force",
-            h.id
+            view::escape(&h.id)
         ))
         .into()),
         Some((None, token)) => {

@@ -95,6 +95,9 @@ enum Stint {
     Stopped,
     /// CMD exited on its own after running this long; its group is gone.
     Exited { status: ExitStatus, ran: Duration },
+    /// With `--once`: leadership ended while CMD ran; CMD was stopped and
+    /// is not started again.
+    LostOnce,
     /// CMD could not be started.
     SpawnFailed(io::Error),
     /// The elector stopped by itself.
@@ -166,6 +169,13 @@ impl Runner {
                         _ = self.stop.stopped() => return Ok(0),
                     }
                 }
+                Stint::LostOnce => {
+                    tracing::error!(
+                        code = exit::LOST,
+                        "leadership was lost while CMD ran: CMD was stopped before it finished; with --once it is not run again; exiting"
+                    );
+                    return Ok(exit::LOST);
+                }
                 Stint::SpawnFailed(e) => {
                     let cmd = self.args.command.first().cloned().unwrap_or_default();
                     return Err(anyhow::Error::new(e))
@@ -189,6 +199,9 @@ impl Runner {
             };
             let span = tracing::info_span!("term", token = term.token());
             match self.lead(elector, &term).instrument(span).await {
+                // `--once` starts CMD at most once: a job cut short by a
+                // lost term is reported, not silently run a second time.
+                TermEnd::Lost if self.args.once => return Stint::LostOnce,
                 TermEnd::Lost => continue,
                 TermEnd::Over(stint) => return stint,
             }
@@ -206,7 +219,7 @@ impl Runner {
         }
         let env = child_env(elector, term);
         let started = Instant::now();
-        let mut cmd = match Supervised::spawn(&self.args.command, &env) {
+        let mut cmd = match Supervised::spawn(&self.args.command, &env, term, self.margin) {
             Ok(c) => c,
             Err(e) => return TermEnd::Over(Stint::SpawnFailed(e)),
         };
@@ -222,12 +235,15 @@ impl Runner {
             Exited(io::Result<ExitStatus>),
         }
         let mut orphans = tokio::time::interval(ORPHAN_REAP_EVERY);
+        let mut follow = tokio::time::interval(follow_every(self.config.term));
+        follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let why = loop {
             tokio::select! {
                 biased;
                 _ = self.stop.stopped() => break Why::Stop,
                 _ = term.cancelled() => break Why::Lost,
                 status = cmd.wait() => break Why::Exited(status),
+                _ = follow.tick() => cmd.follow(term).await,
                 _ = orphans.tick() => cmd.reap_orphans(),
             }
         };
@@ -272,11 +288,25 @@ impl Runner {
     }
 }
 
+/// How often the term's deadline is passed on to the watchdog: a
+/// twentieth of the term, within [10 ms, 250 ms]. Renewals come every third
+/// of a term and the watchdog's instant lies two thirds of a term after
+/// the previous one, so an extension reaches it long before it would fire.
+fn follow_every(term: Duration) -> Duration {
+    (term / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
+}
+
 /// Logs how a stop went; the `left_ms` field is how long before the term's
 /// deadline the group was gone.
 fn report(r: &StopReport) {
     let left = r.left.map(millis);
-    if r.left.is_some_and(|l| l.is_zero()) {
+    if !r.stuck.is_empty() {
+        tracing::error!(
+            took_ms = millis(r.took),
+            stuck = ?r.stuck,
+            "members of CMD's process group survived SIGKILL (tenure may not signal them, e.g. a setuid program that switched users, or they do not die); they may outlive the term: stop them by other means"
+        );
+    } else if r.left.is_some_and(|l| l.is_zero()) {
         tracing::error!(
             took_ms = millis(r.took),
             killed = r.killed,
@@ -366,7 +396,9 @@ async fn log_events(mut events: tenure::EventStream) {
     while let Some(event) = events.next().await {
         if let Event::LeaderChanged { leader } = event {
             match leader {
-                Some(l) => tracing::info!(leader = %l.candidate, token = l.token, "following"),
+                Some(l) => {
+                    tracing::info!(leader = %view::escape(&l.candidate), token = l.token, "following")
+                }
                 None => tracing::info!("no leader visible"),
             }
         }

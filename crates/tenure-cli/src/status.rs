@@ -54,7 +54,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<u8> {
                 expires_in_ms: view::millis_from(now, l.expires_at),
             }),
         };
-        out::print(&serde_json::to_string(&json)?)?;
+        out::print(&view::json(&json)?)?;
         return Ok(0);
     }
     match (&leader, &record) {
@@ -64,13 +64,13 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<u8> {
                 lines.push(format!(
                     "no leader: the lease of {} expired {} without renewal, so its holder has probably stopped \
                      (a challenger takes over within a term; `tenure release --group {group}` clears it)",
-                    l.candidate,
+                    view::escape(&l.candidate),
                     view::relative(now, l.expires_at)
                 ));
             }
             lines.extend([
                 format!("group:    {group}"),
-                format!("leader:   {}", l.candidate),
+                format!("leader:   {}", view::escape(&l.candidate)),
                 format!("token:    {}", l.token),
                 format!(
                     "renewed:  {} ({})",

@@ -1,6 +1,7 @@
 //! How a leader is shown: the JSON shape shared by `status`, `watch` and
 //! `/leader`, and the human wording of times.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -42,12 +43,72 @@ pub fn metadata_map(m: &Metadata) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Metadata as `k=v k=v`, or empty.
+/// Metadata as `k=v k=v`, or empty, escaped for a terminal ([`escape`]).
 pub fn metadata_text(m: &Metadata) -> String {
     m.iter()
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| format!("{}={}", escape(k), escape(v)))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Whether `c` must not reach a terminal raw: control characters (C0, DEL,
+/// C1) and Unicode's bidirectional formatting characters.
+fn drives_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `value` as one line of JSON whose bytes are all safe on a terminal:
+/// besides the C0 controls JSON escapes anyway, DEL, the C1 controls and
+/// the bidirectional formatting characters become `\uXXXX` escapes. Those
+/// can only occur inside JSON strings, and a JSON reader decodes the
+/// escapes back to the exact text.
+pub fn json<T: Serialize>(value: &T) -> serde_json::Result<String> {
+    let text = serde_json::to_string(value)?;
+    if !text.chars().any(drives_terminal) {
+        return Ok(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if drives_terminal(c) {
+            // All of them are in the Basic Multilingual Plane: one escape.
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// Text read from a store (holder ids, metadata), as it may be printed for
+/// people: control characters (C0, DEL, C1: escape sequences that move the
+/// cursor, clear lines or retitle the terminal) and Unicode's bidirectional
+/// formatting characters (which reorder what is shown) become `\u{…}`,
+/// and `\` becomes `\\`, so the escaped form is unambiguous. Anyone who
+/// can write to the store could otherwise forge or hide lines of
+/// `status` and `watch` output. JSON output carries the exact text
+/// ([`json`]).
+pub fn escape(s: &str) -> Cow<'_, str> {
+    fn hostile(c: char) -> bool {
+        c == '\\' || drives_terminal(c)
+    }
+    if !s.chars().any(hostile) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if hostile(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// A wall time as RFC 3339 with milliseconds, UTC. Times RFC 3339 cannot
@@ -105,6 +166,28 @@ pub fn secs(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_text_cannot_drive_the_terminal() {
+        assert_eq!(escape("host-a"), "host-a");
+        assert_eq!(escape("a\x1b[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(
+            escape("x\ny\r\u{9b}z\u{7f}"),
+            "x\\u{a}y\\u{d}\\u{9b}z\\u{7f}"
+        );
+        assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(escape("back\\slash"), "back\\\\slash");
+        let md = Metadata::new().with("k\x07", "v\x1b]0;pwned\x07");
+        assert_eq!(metadata_text(&md), "k\\u{7}=v\\u{1b}]0;pwned\\u{7}");
+    }
+
+    #[test]
+    fn json_is_exact_and_terminal_safe() {
+        let text = "a\u{9b}b\u{202e}c\u{7f}\x1b";
+        let j = json(&text).unwrap();
+        assert_eq!(j, "\"a\\u009bb\\u202ec\\u007f\\u001b\"");
+        assert_eq!(serde_json::from_str::<String>(&j).unwrap(), text);
+    }
 
     #[test]
     fn far_future_times_do_not_panic() {

@@ -78,7 +78,7 @@ fn same(a: Option<&LeaderInfo>, b: Option<&LeaderInfo>) -> bool {
 fn emit(args: &WatchArgs, group: &str, leader: Option<&LeaderInfo>) -> anyhow::Result<bool> {
     let now = SystemTime::now();
     let text = if args.json {
-        serde_json::to_string(&WatchLine {
+        view::json(&WatchLine {
             at: view::rfc3339(now),
             group,
             leader: leader.map(LeaderJson::new),
@@ -90,7 +90,7 @@ fn emit(args: &WatchArgs, group: &str, leader: Option<&LeaderInfo>) -> anyhow::R
                 format!(
                     "{}  leader {}  token {}{}{}",
                     view::rfc3339(now),
-                    l.candidate,
+                    view::escape(&l.candidate),
                     l.token,
                     if md.is_empty() { "" } else { "  " },
                     md

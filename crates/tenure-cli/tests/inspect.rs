@@ -216,3 +216,158 @@ fn metrics_healthz_and_leader_over_http() {
 
     assert_eq!(get(&addr, "/nope").0, 404);
 }
+
+/// A holder id and metadata full of terminal escapes, line breaks and
+/// bidirectional overrides, written straight into the store as anyone with
+/// write access could: text output shows them escaped (no byte reaches the
+/// terminal that could move the cursor, forge a line or reorder text),
+/// JSON output carries them exactly.
+#[test]
+fn hostile_holder_ids_and_metadata_are_escaped_in_text_output() {
+    let s = Scratch::new("hostile");
+    let hostile_id = "evil\x1b[2J\r\nleader:   forged\u{202e}\u{9b}31m\x07";
+    let record = tenure::LeaseRecord {
+        holder: Some(tenure::Holder {
+            id: hostile_id.to_owned(),
+            incarnation: 1,
+        }),
+        token: 7,
+        term: Duration::from_secs(60),
+        renewed_at: tenure::WallTime::now(),
+        expires_at: tenure::WallTime::now() + Duration::from_secs(60),
+        metadata: tenure::Metadata::new().with("k\x1b]0;title\x07", "v\nforged: line"),
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        use tenure::LeaseStore;
+        let store = tenure_sqlite::SqliteStore::open(s.dir.join("tenure.db"))
+            .await
+            .expect("open");
+        let group = tenure::GroupName::new("g").expect("group");
+        store
+            .compare_and_swap(&group, None, &record)
+            .await
+            .expect("plant");
+    });
+    let clean = |what: &str, text: &str| {
+        for bad in ['\x1b', '\r', '\x07', '\u{9b}', '\u{202e}'] {
+            assert!(!text.contains(bad), "{what} printed {bad:?} raw: {text:?}");
+        }
+        for line in text.lines() {
+            assert!(
+                !line.starts_with("leader:   forged") && !line.starts_with("forged: line"),
+                "{what} printed a forged line: {text:?}"
+            );
+        }
+    };
+
+    let out = run_to_end(tenure().args(["status", "--group", "g", "--store", &s.store()]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    clean("status", &text);
+    assert!(
+        text.contains("evil\\u{1b}[2J\\u{d}\\u{a}leader:   forged"),
+        "{text}"
+    );
+    assert!(
+        text.contains("k\\u{1b}]0;title\\u{7}=v\\u{a}forged: line"),
+        "{text}"
+    );
+
+    let out =
+        run_to_end(tenure().args(["status", "--group", "g", "--json", "--store", &s.store()]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        v["leader"]["candidate"], hostile_id,
+        "JSON carries the exact id"
+    );
+    clean("status --json", &String::from_utf8_lossy(&out.stdout));
+
+    let mut w = Running::spawn(
+        tenure()
+            .args(["watch", "--group", "g", "--store", &s.store()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let mut first = String::new();
+    BufReader::new(w.child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("a watch line");
+    w.signal(libc::SIGTERM);
+    clean("watch", &first);
+    assert!(first.contains("leader evil\\u{1b}[2J"), "{first}");
+
+    let out =
+        run_to_end(tenure().args(["release", "--group", "g", "--force", "--store", &s.store()]));
+    assert!(out.status.success());
+    clean("release stdout", &String::from_utf8_lossy(&out.stdout));
+    clean("release stderr", &String::from_utf8_lossy(&out.stderr));
+}
+
+/// Open descriptors of process `pid`.
+fn fds_of(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// A flood of connections that never send a request: the leader keeps its
+/// descriptors bounded (a connection beyond the cap is answered 503 and
+/// closed at once), keeps its term, and serves again once the idle ones
+/// have timed out.
+#[test]
+fn a_flood_of_idle_connections_cannot_exhaust_the_leader() {
+    let s = Scratch::new("flood");
+    let child = recording_child(&s);
+    let a = Running::spawn(&mut run_cmd(
+        &s,
+        "a",
+        &["--metrics-addr", "127.0.0.1:0"],
+        &child,
+    ));
+    let mut groups = Groups::default();
+    let log = s.path("a.log");
+    let served = wait_for(SLACK, || {
+        logged(&log, "serving /metrics, /healthz and /leader")
+            .into_iter()
+            .next()
+    })
+    .expect("the server started");
+    let addr = served["fields"]["addr"].as_str().expect("addr").to_owned();
+    let line = wait_for(SLACK, || {
+        child_lines(&s.path("children.log")).into_iter().next()
+    })
+    .expect("a leads");
+    groups.add(line.pgid);
+    let baseline = fds_of(a.pid());
+
+    let flood: Vec<TcpStream> = (0..400)
+        .filter_map(|_| TcpStream::connect(&addr).ok())
+        .collect();
+    assert!(flood.len() >= 300, "only {} connections", flood.len());
+    std::thread::sleep(Duration::from_millis(500));
+    let during = fds_of(a.pid());
+    assert!(
+        during <= baseline + 32 + 8,
+        "{during} descriptors with the flood, {baseline} before: the cap is 32 connections"
+    );
+    // The idle connections are dropped after the read timeout (2 s); the
+    // endpoint serves again, and the term was never in danger.
+    let healthy = wait_for(SLACK, || {
+        let mut c = TcpStream::connect(&addr).ok()?;
+        c.set_read_timeout(Some(SLACK)).ok()?;
+        write!(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut resp = String::new();
+        c.read_to_string(&mut resp).ok()?;
+        resp.starts_with("HTTP/1.1 200").then_some(())
+    });
+    assert!(healthy.is_some(), "served again after the flood timed out");
+    drop(flood);
+    assert!(logged(
+        &log,
+        "leadership ended: stopping CMD's process group before the term's deadline"
+    )
+    .is_empty());
+    assert_eq!(child_lines(&s.path("children.log")).len(), 1);
+    assert!(!group_members(line.pgid).is_empty(), "CMD still runs");
+}

@@ -76,3 +76,161 @@ fn clears_the_lease_of_a_dead_holder_keeping_the_token() {
     assert_eq!(code, Some(0));
     assert!(stdout.contains("nothing to release"), "{stdout}");
 }
+
+/// Seconds since boot on `CLOCK_BOOTTIME`, as `/proc/uptime` shows it.
+fn uptime() -> f64 {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .expect("/proc/uptime")
+}
+
+/// A CMD that stamps `CLOCK_BOOTTIME` every 20 ms with its token while it
+/// runs, so tests compare what two leaders did rather than when they looked.
+fn stamping_child(s: &Scratch) -> std::path::PathBuf {
+    s.script(
+        "stamper.sh",
+        &format!(
+            r#"echo "$TENURE_ID $$ $TENURE_TOKEN" >> "{log}"
+while :; do
+  read up rest < /proc/uptime
+  echo "$TENURE_TOKEN $up" >> "{stamps}"
+  sleep 0.02
+done"#,
+            log = s.path("children.log").display(),
+            stamps = s.path("stamps.log").display()
+        ),
+    )
+}
+
+/// The first and last stamp of each token.
+fn stamp_spans(s: &Scratch) -> std::collections::BTreeMap<u64, (f64, f64)> {
+    let mut spans = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(s.path("stamps.log"))
+        .unwrap_or_default()
+        .lines()
+    {
+        let Some((t, up)) = line.split_once(' ') else {
+            continue;
+        };
+        let (Ok(t), Ok(up)) = (t.parse::<u64>(), up.trim().parse::<f64>()) else {
+            continue;
+        };
+        let e = spans.entry(t).or_insert((up, up));
+        e.0 = e.0.min(up);
+        e.1 = e.1.max(up);
+    }
+    spans
+}
+
+/// `release --force` against two live candidates on `store`: the leader is
+/// superseded and stops, the other candidates wait the operator record out
+/// for a term, and the next leader's CMD starts only after the old one's
+/// last act (issue 10, item 9: the instant clear allowed two leaders).
+fn forced_release_never_yields_two_leaders(store: &str, label: &str) {
+    let s = Scratch::new(label);
+    let child = stamping_child(&s);
+    let log = s.path("children.log");
+    let group = format!("g-{:x}", rand::random::<u64>());
+    let _a = Running::spawn(&mut run_on(&s, store, &group, "a", &[], &child));
+    let _b = Running::spawn(&mut run_on(&s, store, &group, "b", &[], &child));
+    let mut groups = Groups::default();
+    let first = wait_for(bounds().crash_failover + SLACK, || {
+        child_lines(&log).into_iter().next()
+    })
+    .expect("a leader");
+    groups.add(first.pgid);
+    std::thread::sleep(Duration::from_millis(700));
+
+    let out =
+        run_to_end(tenure().args(["release", "--group", &group, "--force", "--store", store]));
+    let forced_at = uptime();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = run_to_end(tenure().args(["status", "--group", &group, "--json", "--store", store]));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+
+    let next = wait_for(bounds().crash_failover + SLACK, || {
+        child_lines(&log).into_iter().nth(1)
+    })
+    .expect("the next leader");
+    groups.add(next.pgid);
+    std::thread::sleep(Duration::from_millis(300));
+    let spans = stamp_spans(&s);
+    let (old, new) = (spans[&first.token], spans[&next.token]);
+    assert!(
+        old.1 < new.0,
+        "the old leader's CMD worked until {} s, the next one started at {} s",
+        old.1,
+        new.0
+    );
+    assert!(
+        new.0 - forced_at >= 1.9,
+        "candidates waited the operator record out (2 s × 1.01): the next CMD started {:.2} s after the release",
+        new.0 - forced_at
+    );
+    assert!(group_members(first.pgid).is_empty());
+    assert_eq!(next.token, first.token + 2, "{next:?}");
+    assert!(
+        stdout.contains(&format!("operator record (token {})", first.token + 1)),
+        "{stdout}"
+    );
+    let v = status;
+    assert_eq!(
+        v["leader"]["candidate"], "operator:tenure-release-force",
+        "{v}"
+    );
+    assert_eq!(v["token"], first.token + 1, "{v}");
+}
+
+#[test]
+fn force_supersedes_a_live_holder_without_two_leaders() {
+    let s = Scratch::new("force-sqlite-db");
+    forced_release_never_yields_two_leaders(&s.store(), "force-sqlite");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn force_supersedes_a_live_holder_without_two_leaders_on_postgres() {
+    let Some(url) = tenure::testkit::server_url("TENURE_TEST_POSTGRES") else {
+        return;
+    };
+    forced_release_never_yields_two_leaders(&url, "force-postgres");
+}
+
+/// `--unsafe-clear` keeps today's instant clear, loudly.
+#[test]
+fn unsafe_clear_releases_at_once_and_says_what_it_risks() {
+    let s = Scratch::new("unsafe-clear");
+    let child = recording_child(&s);
+    let _a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
+    let mut groups = Groups::default();
+    let line = wait_for(SLACK, || {
+        child_lines(&s.path("children.log")).into_iter().next()
+    })
+    .expect("a leads");
+    groups.add(line.pgid);
+    let started = Instant::now();
+    let out = run_to_end(tenure().args([
+        "release",
+        "--group",
+        "g",
+        "--unsafe-clear",
+        "--store",
+        &s.store(),
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(2), "at once");
+    assert!(stderr.contains("TWO LEADERS AT ONCE"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("cleared holder a (token 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
