@@ -22,9 +22,11 @@
 //! applies runs `pg_notify` in the same statement, on the channel
 //! `tenure:<schema>.<table>` as the server resolves the table (so `t` and
 //! `public.t` share one channel; names too long for an identifier are
-//! hashed); a waiting candidate `LISTEN`s on a dedicated connection and
-//! re-reads at once. No advisory locks are involved: the fencing token
-//! lives in the row and changes atomically with it.
+//! hashed), with the group, its new version and its record as the payload
+//! (see [Many groups](#many-groups)); a waiting candidate `LISTEN`s on a
+//! dedicated connection and takes over at once. No advisory locks are
+//! involved: the fencing token lives in the row and changes atomically
+//! with it.
 //!
 //! A row's first version is the server's clock in microseconds, and each
 //! write sets `GREATEST(version + 1, clock)`: a version is never issued
@@ -32,6 +34,37 @@
 //! replica took over, as long as the server's clock does not go back. So a
 //! compare-and-swap delayed from before such an event can never apply to
 //! a record written after it.
+//!
+//! # Many groups
+//!
+//! Electors built from clones of one [`PostgresStore`] share one
+//! [`tenure::Engine`], which batches the operations of every group:
+//!
+//! * a batch of reads is one `SELECT … WHERE group_name = ANY($1)`;
+//! * a batch of compare-and-swaps is one statement over `unnest`ed arrays:
+//!   an `UPDATE … FROM` for the groups expected at a version and an
+//!   `INSERT … ON CONFLICT DO NOTHING` for those expected absent, each row
+//!   checked on its own (one group's conflict never undoes another's
+//!   write) and notified as it is written. Two writes of one group in one
+//!   batch run as successive statements, in order;
+//! * batches run side by side on a small pool of connections (`?pool=`, 4
+//!   by default, opened as needed), so connections do not grow with the
+//!   number of groups;
+//! * one `LISTEN` connection feeds the engine every group's writes. A
+//!   notification's payload is
+//!   `1:<group length>:<group>:<version>:<record>`, so followers learn of
+//!   every renewal without a read; a record too large for the 8000-byte
+//!   payload limit (large metadata) is left out, and followers read that
+//!   group instead. After the connection is lost, the feed reconnects and
+//!   every group is read once (notifications sent meanwhile are gone).
+//!
+//! Any user of the database may `NOTIFY` on any channel, so payloads are
+//! untrusted input. One that does not parse is a hint to read its group,
+//! or is dropped if it names none. A record is believed only from a
+//! session whose user may `UPDATE` the lease table (looked up by the
+//! notification's process id in `pg_stat_activity`, once a minute per
+//! session), since only such a user could have written it; anyone else's
+//! payload is a hint, and the engine reads the group.
 //!
 //! # Privileges
 //!
@@ -106,9 +139,12 @@
 //! Passwords never appear in logs, errors or [`PostgresStore::describe`](tenure::LeaseStore::describe).
 #![deny(missing_docs)]
 
+mod batch;
 mod error;
 mod listen;
 mod options;
+mod payload;
+mod pool;
 mod schema;
 mod session;
 mod store;

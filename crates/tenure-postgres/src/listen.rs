@@ -1,77 +1,339 @@
-//! Change hints through LISTEN/NOTIFY: every successful write notifies the
-//! table's channel with the group name as payload, in the same statement.
+//! Change feeds through LISTEN/NOTIFY. Every write that applies notifies
+//! the table's channel in the same statement, with the group, its new
+//! version and its record (see [`crate::payload`]).
+//!
+//! * [`watch`]: one connection for the whole table, the feed of an engine
+//!   that runs many groups. It reconnects once when its connection is
+//!   lost, and then owes its reader a [`Change::Resync`] (notifications
+//!   sent meanwhile are gone); if that fails too, the feed ends and the
+//!   engine polls until it subscribes again.
+//! * [`subscribe`]: one connection hinting one group, for an
+//!   [`Observer`](tenure::Observer).
+//!
+//! Both ping their connection every `timeout` and drop it when a ping goes
+//! unanswered: a half-open connection would otherwise stay silent forever,
+//! and every hand-over would wait for a poll.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{ChangeFeed, GroupName, StoreError};
+use tenure::{Change, ChangeFeed, GroupName, StoreError, StoreFeed, StoreFeedSender};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_postgres::Client;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::options::PostgresOptions;
-use crate::{error, session};
+use crate::{error, payload, session};
 
-/// The least time between two pings of the LISTEN connection.
+/// The least time between two pings of a LISTEN connection.
 const MIN_PING_EVERY: Duration = Duration::from_secs(1);
+
+/// Room in the store-wide feed: every renewal of a large engine's round.
+const CAPACITY: usize = 16_384;
+
+/// How often a feed that fell behind offers its reader the resync it owes.
+const RESYNC_RETRY: Duration = Duration::from_millis(20);
+
+/// How long looking up a notification's sender may take.
+const SENDER_LOOKUP_WAIT: Duration = Duration::from_secs(2);
+
+/// How often an idle feed checks that its reader is still there.
+const READER_CHECK: Duration = Duration::from_secs(1);
+
+/// A connection listening on the table's channel.
+struct Listener {
+    client: Arc<Client>,
+    notes: UnboundedReceiver<(i32, String)>,
+    ping: tokio::time::Interval,
+    /// The ping in flight: whether it was answered within the timeout. A
+    /// task of its own, so that a caller may drop [`Listener::next`] at any
+    /// await without losing it.
+    pong: Option<JoinHandle<bool>>,
+    timeout: Duration,
+}
+
+impl Listener {
+    async fn open(
+        options: &PostgresOptions,
+        tls: MakeRustlsConnect,
+        channel: &str,
+    ) -> Result<Listener, StoreError> {
+        let target = options.redacted_url();
+        let timeout = options.timeout;
+        let (notes_tx, notes) = unbounded_channel();
+        let open = async {
+            let client = session::connect(options, tls, target, Some(notes_tx)).await?;
+            client
+                .batch_execute(&format!("LISTEN \"{channel}\""))
+                .await
+                .map_err(|e| error::classify("LISTEN", target, e))?;
+            Ok::<_, StoreError>(client)
+        };
+        let client = match tokio::time::timeout(timeout, open).await {
+            Ok(r) => r?,
+            Err(_) => return Err(StoreError::Timeout(timeout)),
+        };
+        let mut ping = tokio::time::interval(timeout.max(MIN_PING_EVERY));
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ping.reset();
+        Ok(Listener {
+            client: Arc::new(client),
+            notes,
+            ping,
+            pong: None,
+            timeout,
+        })
+    }
+
+    /// The next notification: its sender's process id and its payload;
+    /// `None` once the connection is lost or a ping went unanswered.
+    /// Cancel-safe.
+    async fn next(&mut self) -> Option<(i32, String)> {
+        loop {
+            tokio::select! {
+                note = self.notes.recv() => return note,
+                answered = wait_pong(&mut self.pong), if self.pong.is_some() => {
+                    self.pong = None;
+                    if !answered {
+                        tracing::debug!(timeout = ?self.timeout, "LISTEN connection did not answer a ping; dropping it");
+                        return None;
+                    }
+                }
+                _ = self.ping.tick(), if self.pong.is_none() => {
+                    let (client, timeout) = (self.client.clone(), self.timeout);
+                    self.pong = Some(tokio::spawn(async move {
+                        matches!(
+                            tokio::time::timeout(timeout, client.simple_query("SELECT 1")).await,
+                            Ok(Ok(_))
+                        )
+                    }));
+                }
+            }
+        }
+    }
+}
+
+async fn wait_pong(pong: &mut Option<JoinHandle<bool>>) -> bool {
+    match pong {
+        Some(p) => p.await.unwrap_or(false),
+        None => std::future::pending().await,
+    }
+}
 
 /// Opens a dedicated connection that listens on `channel` and hints the
 /// feed for `group`. The feed ends (and the elector polls, and subscribes
-/// again) when the connection is lost, or when a ping on it gets no reply
-/// within the timeout: a half-open connection would otherwise stay silent
-/// forever, and every hand-over would wait for a poll.
+/// again) when the connection is lost.
 pub(crate) async fn subscribe(
     options: &PostgresOptions,
     tls: MakeRustlsConnect,
     channel: String,
     group: &GroupName,
 ) -> Result<ChangeFeed, StoreError> {
-    let target = options.redacted_url().to_owned();
-    let timeout = options.timeout;
-    let (notes_tx, mut notes_rx) = tokio::sync::mpsc::unbounded_channel();
-    let open = async {
-        let client = session::connect(options, tls, &target, Some(notes_tx)).await?;
-        client
-            .batch_execute(&format!("LISTEN \"{channel}\""))
-            .await
-            .map_err(|e| error::classify("LISTEN", &target, e))?;
-        Ok::<_, StoreError>(client)
-    };
-    let client = match tokio::time::timeout(timeout, open).await {
-        Ok(r) => r?,
-        Err(_) => return Err(StoreError::Timeout(timeout)),
-    };
+    let mut listener = Listener::open(options, tls, &channel).await?;
     let (tx, feed) = ChangeFeed::channel();
-    let group = group.as_str().to_owned();
-    let ping_every = timeout.max(MIN_PING_EVERY);
+    let group = group.clone();
     tokio::spawn(async move {
-        let mut ping = tokio::time::interval(ping_every);
-        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
-                note = notes_rx.recv() => match note {
-                    Some(payload) if payload == group => {
-                        // A full channel already holds a hint.
-                        if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) = tx.try_send(()) {
-                            return;
-                        }
-                    }
-                    Some(_) => {}
-                    None => return,
-                },
-                _ = ping.tick() => {
-                    match tokio::time::timeout(timeout, client.simple_query("SELECT 1")).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "LISTEN connection failed its ping");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(?timeout, "LISTEN connection did not answer a ping; dropping it");
-                            return;
-                        }
-                    }
-                }
+            let note = tokio::select! {
+                note = listener.next() => note,
                 _ = tx.closed() => return,
+            };
+            let Some((_, note)) = note else { return };
+            let ours = match payload::decode(&note) {
+                Some(Change::Written { group: g, .. } | Change::Hint { group: g }) => g == group,
+                Some(Change::Resync) => true,
+                None => false,
+            };
+            // A full channel already holds a hint.
+            if ours {
+                if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) = tx.try_send(()) {
+                    return;
+                }
             }
         }
     });
     Ok(feed)
+}
+
+/// Opens the one connection that reports every group's writes to the
+/// returned feed (see the module docs).
+pub(crate) async fn watch(
+    options: &PostgresOptions,
+    tls: MakeRustlsConnect,
+    channel: String,
+) -> Result<StoreFeed, StoreError> {
+    let listener = Listener::open(options, tls.clone(), &channel).await?;
+    let (tx, feed) = StoreFeed::channel(CAPACITY);
+    let options = options.clone();
+    tokio::spawn(async move {
+        let mut relay = Relay {
+            tx,
+            owes_resync: false,
+        };
+        let mut listener = listener;
+        let mut senders = Senders::new(&options.table.quoted);
+        let mut reader_check = tokio::time::interval(READER_CHECK);
+        loop {
+            let note = tokio::select! {
+                note = listener.next() => note,
+                _ = reader_check.tick() => {
+                    if relay.tx.is_closed() {
+                        return;
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep(RESYNC_RETRY), if relay.owes_resync => {
+                    if !relay.settle() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            match note {
+                Some((sender, note)) => {
+                    let change = match payload::decode(&note) {
+                        Some(Change::Written { group, current }) => {
+                            if senders.may_write(&listener.client, sender).await {
+                                Change::Written { group, current }
+                            } else {
+                                Change::Hint { group }
+                            }
+                        }
+                        Some(change) => change,
+                        None => continue,
+                    };
+                    if !relay.send(change) {
+                        return;
+                    }
+                }
+                None => {
+                    if relay.tx.is_closed() {
+                        return;
+                    }
+                    match Listener::open(&options, tls.clone(), &channel).await {
+                        Ok(again) => {
+                            tracing::debug!(
+                                "LISTEN connection re-established; resyncing every group"
+                            );
+                            listener = again;
+                            relay.owes_resync = true;
+                            if !relay.settle() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "LISTEN connection lost; the engine polls until it subscribes again");
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(feed)
+}
+
+/// How long a sender's right to write the table is remembered: a process
+/// id may be reused by a later session, of another user.
+const SENDER_TTL: Duration = Duration::from_secs(60);
+
+/// Most senders remembered (a flood of distinct ones clears the memory).
+const MAX_SENDERS: usize = 1024;
+
+/// Which sessions may write the table, by process id. Any user of the
+/// database may `NOTIFY` on any channel; only one that may also `UPDATE`
+/// the lease table could have written the record its payload reports, so
+/// only such a sender's record is believed. Anyone else's payload is a
+/// hint: the engine reads the group and learns the truth. tenure's own
+/// writers are a handful of pooled sessions, each looked up once a minute.
+struct Senders {
+    table: String,
+    known: HashMap<i32, (bool, Instant)>,
+}
+
+impl Senders {
+    fn new(table: &str) -> Senders {
+        Senders {
+            table: table.to_owned(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// Whether the session `pid` may write the lease table. A sender that
+    /// is gone, or a lookup that fails, is not believed.
+    async fn may_write(&mut self, client: &Client, pid: i32) -> bool {
+        let now = Instant::now();
+        if let Some((may, at)) = self.known.get(&pid) {
+            if now.duration_since(*at) < SENDER_TTL {
+                return *may;
+            }
+        }
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&pid, &self.table];
+        let lookup = client.query_opt(
+            "SELECT coalesce(has_table_privilege(a.usesysid, to_regclass($2), 'UPDATE'), false)
+             FROM pg_catalog.pg_stat_activity a WHERE a.pid = $1",
+            &params,
+        );
+        let may = match tokio::time::timeout(SENDER_LOOKUP_WAIT, lookup).await {
+            Ok(Ok(Some(row))) => row.try_get::<_, bool>(0).unwrap_or(false),
+            Ok(Ok(None)) => false,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot tell whether a notification's sender may write the lease table");
+                return false;
+            }
+            Err(_) => return false,
+        };
+        if self.known.len() >= MAX_SENDERS {
+            self.known.clear();
+        }
+        self.known.insert(pid, (may, now));
+        may
+    }
+}
+
+/// Hands changes to the store-wide feed without ever waiting for its
+/// reader: when the feed is full the change is dropped and a resync is
+/// owed, sent as soon as there is room (changes dropped meanwhile are
+/// covered by it). So a slow reader never makes notifications pile up
+/// here.
+struct Relay {
+    tx: StoreFeedSender,
+    owes_resync: bool,
+}
+
+impl Relay {
+    /// Offers the resync owed, if any; `false` once the reader is gone.
+    fn settle(&mut self) -> bool {
+        if !self.owes_resync {
+            return true;
+        }
+        match self.tx.try_send(Change::Resync) {
+            Ok(sent) => {
+                self.owes_resync = !sent;
+                true
+            }
+            Err(()) => false,
+        }
+    }
+
+    /// Relays one change; `false` once the reader is gone.
+    fn send(&mut self, change: Change) -> bool {
+        if !self.settle() {
+            return false;
+        }
+        if self.owes_resync {
+            // The resync to come covers this change.
+            return true;
+        }
+        match self.tx.try_send(change) {
+            Ok(sent) => {
+                self.owes_resync = !sent;
+                true
+            }
+            Err(()) => false,
+        }
+    }
 }

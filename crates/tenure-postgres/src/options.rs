@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tenure::StoreError;
 
+use crate::pool::{DEFAULT_POOL, MAX_POOL};
+
 /// The default bound on connecting and on each statement.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -21,6 +23,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// | `table` | the lease table, optionally schema-qualified | `tenure_leases` |
 /// | `sslrootcert` | a PEM file of CA certificates to trust instead of the public web roots | web roots |
 /// | `timeout` | bound on connecting and on waiting for each reply; the server gets `lock_timeout` = ½ and `statement_timeout` = ¾ of it (`500ms`, `5s`) | `5s` |
+/// | `pool` | most connections for operations (1 to 64), opened as needed; the change feed has one more | `4` |
 ///
 /// Dead connections are found by TCP keepalive (idle 5 s, then 3 probes
 /// 1 s apart, unless the URL sets `keepalives_*`) and by a TCP user timeout
@@ -45,6 +48,7 @@ pub struct PostgresOptions {
     pub(crate) table: Table,
     pub(crate) root_cert: Option<PathBuf>,
     pub(crate) timeout: Duration,
+    pub(crate) pool: usize,
     redacted: String,
 }
 
@@ -63,6 +67,7 @@ impl fmt::Debug for PostgresOptions {
             .field("url", &self.redacted)
             .field("table", &self.table.name)
             .field("timeout", &self.timeout)
+            .field("pool", &self.pool)
             .finish()
     }
 }
@@ -98,6 +103,7 @@ impl PostgresOptions {
         let mut table = "tenure_leases".to_owned();
         let mut root_cert = None;
         let mut timeout = DEFAULT_TIMEOUT;
+        let mut pool = DEFAULT_POOL;
         let mut passthrough = Vec::new();
         let mut given = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -113,6 +119,17 @@ impl PostgresOptions {
                 "table" => table = decoded()?,
                 "sslrootcert" => root_cert = Some(PathBuf::from(decoded()?)),
                 "timeout" => timeout = tenure::url::parse_duration(k, &decoded()?).map_err(bad)?,
+                "pool" => {
+                    pool = decoded()?
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_POOL).contains(n))
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "pool must be a number of connections from 1 to {MAX_POOL}"
+                            ))
+                        })?
+                }
                 _ => {
                     given.push(k);
                     passthrough.push(pair);
@@ -164,6 +181,7 @@ impl PostgresOptions {
             table: Table::parse(&table).map_err(bad)?,
             root_cert,
             timeout,
+            pool,
             redacted,
         })
     }
@@ -181,6 +199,11 @@ impl PostgresOptions {
     /// The bound on connecting and on each statement.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// The most connections operations use at once.
+    pub fn pool(&self) -> usize {
+        self.pool
     }
 }
 
@@ -239,6 +262,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o.timeout, Duration::from_millis(750));
+        assert_eq!(o.pool, DEFAULT_POOL);
+        assert_eq!(
+            PostgresOptions::from_url("postgres://h/db?pool=2")
+                .unwrap()
+                .pool(),
+            2
+        );
+        for bad in ["0", "65", "x", ""] {
+            let e = PostgresOptions::from_url(&format!("postgres://u:pw@h/db?pool={bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("pool must be") && !e.contains("pw@"), "{e}");
+        }
         assert_eq!(o.config.get_keepalives_idle(), Duration::from_secs(30));
         assert_eq!(
             o.config.get_connect_timeout(),

@@ -17,12 +17,13 @@ use crate::options::PostgresOptions;
 /// of it, `statement_timeout` at three quarters, so that a statement
 /// waiting for a row lock an operator's open transaction holds fails fast
 /// and says why, before the client gives up on the reply.
-/// Notification payloads go to `notes`, if given.
+/// Notifications go to `notes` (the sender's process id and the payload),
+/// if given.
 pub(crate) async fn connect(
     options: &PostgresOptions,
     tls: MakeRustlsConnect,
     target: &str,
-    notes: Option<UnboundedSender<String>>,
+    notes: Option<UnboundedSender<(i32, String)>>,
 ) -> Result<Client, StoreError> {
     let (client, mut connection) = options
         .config
@@ -34,7 +35,7 @@ pub(crate) async fn connect(
             match message {
                 Ok(AsyncMessage::Notification(n)) => {
                     if let Some(tx) = &notes {
-                        if tx.send(n.payload().to_owned()).is_err() {
+                        if tx.send((n.process_id(), n.payload().to_owned())).is_err() {
                             return;
                         }
                     }

@@ -1,27 +1,34 @@
-//! The store: one row per group, compare-and-swap on the row's version.
+//! The store: one row per group, compare-and-swap on the row's version,
+//! every operation a batch (see [`crate::batch`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure::{
-    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, StoreError, Version, Versioned,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
+    LeaseStore, StoreError, StoreFeed, Version, Versioned,
 };
-use tokio::sync::Mutex;
-use tokio_postgres::{Client, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::batch::{self, WriteArgs};
 use crate::options::PostgresOptions;
+use crate::pool::{Conn, Op, Pool};
 use crate::{error, listen, schema, session, tls};
 
-/// A lease store on a PostgreSQL table. Cheap to clone; clones share one
-/// connection, which is re-established on the next operation after it is
-/// lost, timed out or abandoned.
+/// A lease store on a PostgreSQL table. Cheap to clone; clones share a
+/// small pool of connections (`?pool=`, 4 by default), each re-established
+/// by a later operation after it is lost, timed out or abandoned, and
+/// electors built on clones share one [`tenure::Engine`].
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), tenure::StoreError> {
 /// let store = tenure_postgres::PostgresStore::connect("postgres://app@db.internal/app").await?;
-/// let elector = tenure::Elector::builder(store, "nightly-billing").start();
-/// # let _ = elector; Ok(()) }
+/// // One engine, one pool and one LISTEN connection for all of them.
+/// let shards: Vec<_> = (0..1000)
+///     .map(|i| tenure::Elector::builder(store.clone(), format!("shard-{i}")).start())
+///     .collect();
+/// # let _ = shards; Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct PostgresStore {
@@ -31,17 +38,11 @@ pub struct PostgresStore {
 struct Inner {
     options: PostgresOptions,
     tls: MakeRustlsConnect,
-    conn: Mutex<Option<Conn>>,
+    pool: Pool,
     /// The table's channel, as the server resolved it on the last connect.
     channel: std::sync::Mutex<String>,
-}
-
-/// A live connection with its prepared statements.
-struct Conn {
-    client: Client,
-    read: Statement,
-    insert: Statement,
-    update: Statement,
+    /// The engine that electors on clones of this handle share.
+    engine: EngineSlot,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -51,14 +52,6 @@ impl std::fmt::Debug for PostgresStore {
             .finish()
     }
 }
-
-/// A version no earlier write can have had: the server's clock in
-/// microseconds, or one more than the row's version if that is higher.
-/// Versions of a row rise by at least one per write, so a row deleted and
-/// created again, or brought back by a restore or a fail-over, gets versions
-/// above every version issued before (as long as the server's clock does
-/// not go back): a delayed compare-and-swap from before can never match.
-const CLOCK_VERSION: &str = "(extract(epoch from clock_timestamp()) * 1000000)::bigint";
 
 impl PostgresStore {
     /// Connects to the URL (see [`PostgresOptions`]), creating the lease
@@ -72,16 +65,18 @@ impl PostgresStore {
     /// Connects with parsed options.
     pub async fn with_options(options: PostgresOptions) -> Result<Self, StoreError> {
         let tls = tls::connector(options.root_cert.as_deref())?;
+        let pool = Pool::new(options.pool);
         let store = PostgresStore {
             inner: Arc::new(Inner {
                 options,
                 tls,
-                conn: Mutex::new(None),
+                pool,
                 channel: std::sync::Mutex::new(String::new()),
+                engine: EngineSlot::new(),
             }),
         };
         let conn = store.open().await?;
-        *store.inner.conn.lock().await = Some(conn);
+        store.inner.pool.seed(conn).await;
         Ok(store)
     }
 
@@ -120,159 +115,126 @@ impl PostgresStore {
 
     async fn open_unbounded(&self) -> Result<Conn, StoreError> {
         let options = &self.inner.options;
-        let target = self.target().to_owned();
-        let client = session::connect(options, self.inner.tls.clone(), &target, None).await?;
-        let resolved = schema::ensure_table(&client, &options.table, &target).await?;
+        let target = self.target();
+        let client = session::connect(options, self.inner.tls.clone(), target, None).await?;
+        let resolved = schema::ensure_table(&client, &options.table, target).await?;
         *self.inner.channel.lock().unwrap_or_else(|p| p.into_inner()) = resolved.channel;
-        let table = &options.table.quoted;
-        let prepare = |sql: String| {
-            let client = &client;
-            let target = target.clone();
-            async move {
-                client
-                    .prepare(&sql)
-                    .await
-                    .map_err(|e| error::classify("preparing statements", &target, e))
-            }
-        };
-        let read = prepare(format!(
-            "SELECT version, record FROM {table} WHERE group_name = $1"
-        ))
-        .await?;
-        // pg_notify runs once per written row, so only a write that applied
-        // notifies, atomically with it.
-        let insert = prepare(format!(
-            "WITH w AS (
-                INSERT INTO {table} (group_name, version, record) VALUES ($1, {CLOCK_VERSION}, $2)
-                ON CONFLICT (group_name) DO NOTHING RETURNING version
-            )
-            SELECT w.version FROM w CROSS JOIN LATERAL (SELECT pg_notify($3, $1)) AS n"
-        ))
-        .await?;
-        let update = prepare(format!(
-            "WITH w AS (
-                UPDATE {table} SET version = GREATEST(version + 1, {CLOCK_VERSION}), record = $3, updated_at = now()
-                WHERE group_name = $1 AND version = $2 RETURNING version
-            )
-            SELECT w.version FROM w CROSS JOIN LATERAL (SELECT pg_notify($4, $1)) AS n"
-        ))
-        .await?;
-        Ok(Conn {
-            client,
-            read,
-            insert,
-            update,
-        })
+        let statements = batch::prepare(&client, &options.table.quoted, target).await?;
+        Ok(Conn { client, statements })
     }
 
-    /// Runs `f` on the connection, opening one first if there is none.
-    ///
-    /// The connection is dropped (and the statement cancelled on the
-    /// server) when it turned out to be closed, when `f` got no reply within
-    /// the timeout, and when the caller abandoned the operation (dropped
-    /// this future): a later operation must never queue behind a statement
-    /// that is still waiting for a lock or for a silent peer.
-    async fn with_conn<T>(
+    /// Runs `f` on a pooled connection (see [`Pool::run`]).
+    async fn run<T>(
         &self,
         what: &str,
-        f: impl for<'c> FnOnce(
-            &'c Conn,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send + 'c>,
-        >,
+        f: impl for<'c> FnOnce(&'c Conn) -> Op<'c, T>,
     ) -> Result<T, StoreError> {
-        let mut slot = InFlight {
-            slot: self.inner.conn.lock().await,
-            tls: &self.inner.tls,
-            done: false,
-        };
-        if slot.slot.as_ref().is_none_or(|c| c.client.is_closed()) {
-            *slot.slot = None;
-            *slot.slot = Some(self.open().await?);
+        let inner = &self.inner;
+        inner
+            .pool
+            .run(
+                what,
+                self.target(),
+                inner.options.timeout,
+                &inner.tls,
+                || self.open(),
+                f,
+            )
+            .await
+    }
+
+    /// One write statement: the versions of the requests at `indexes` that
+    /// applied, by group (each group is in it at most once).
+    async fn write(
+        &self,
+        requests: &[CasRequest],
+        indexes: &[usize],
+    ) -> Result<HashMap<String, i64>, StoreError> {
+        let a = WriteArgs::new(requests, indexes);
+        let channel = self.channel();
+        let rows = self
+            .run("compare-and-swap", |c| {
+                Box::pin(async move {
+                    c.client
+                        .query(
+                            &c.statements.write,
+                            &[
+                                &a.groups,
+                                &a.expected,
+                                &a.records,
+                                &a.heads,
+                                &a.recs,
+                                &channel,
+                            ],
+                        )
+                        .await
+                })
+            })
+            .await?;
+        let mut applied = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let group: String = row
+                .try_get(0)
+                .map_err(|e| error::classify("compare-and-swap", self.target(), e))?;
+            let version: i64 = row
+                .try_get(1)
+                .map_err(|e| error::classify("compare-and-swap", self.target(), e))?;
+            applied.insert(group, version);
         }
-        let Some(conn) = slot.slot.as_ref() else {
-            return Err(StoreError::Unavailable {
-                message: "no connection".into(),
-                source: None,
-            });
-        };
-        let timeout = self.inner.options.timeout;
-        let result = tokio::time::timeout(timeout, f(conn)).await;
-        match result {
-            Ok(Ok(v)) => {
-                slot.done = true;
-                Ok(v)
-            }
-            Ok(Err(e)) => {
-                slot.done = !conn.client.is_closed();
-                Err(error::classify(what, self.target(), e))
-            }
-            // `done` stays false: the connection is dropped with `slot`.
-            Err(_) => Err(StoreError::Timeout(timeout)),
+        Ok(applied)
+    }
+
+    /// One read statement: the rows of `groups` (distinct) that exist.
+    async fn read_rows(
+        &self,
+        groups: Vec<String>,
+    ) -> Result<HashMap<String, (i64, Vec<u8>)>, StoreError> {
+        let rows = self
+            .run("read", |c| {
+                Box::pin(async move { c.client.query(&c.statements.read, &[&groups]).await })
+            })
+            .await?;
+        let mut found = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let get = |e| error::classify("read", self.target(), e);
+            let group: String = row.try_get(0).map_err(get)?;
+            let version: i64 = row.try_get(1).map_err(get)?;
+            let record: Vec<u8> = row.try_get(2).map_err(get)?;
+            found.insert(group, (version, record));
         }
+        Ok(found)
     }
 }
-
-/// The connection slot while an operation runs on it. Unless the operation
-/// completed with the connection in a usable state, dropping this drops the
-/// connection and asks the server to cancel whatever it still runs.
-struct InFlight<'a> {
-    slot: tokio::sync::MutexGuard<'a, Option<Conn>>,
-    tls: &'a MakeRustlsConnect,
-    done: bool,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let Some(conn) = self.slot.take() else { return };
-        let cancel = conn.client.cancel_token();
-        let tls = self.tls.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                // Best effort: the server may be the thing that is gone.
-                let _ = tokio::time::timeout(CANCEL_WAIT, cancel.cancel_query(tls)).await;
-            });
-        }
-        tracing::debug!(
-            "PostgreSQL connection dropped: its operation failed, timed out or was abandoned"
-        );
-    }
-}
-
-/// How long a cancel request for an abandoned statement may take.
-const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn version_of(v: i64) -> Version {
     Version(u64::try_from(v).unwrap_or(0))
 }
 
+fn decode(group: &GroupName, version: i64, bytes: &[u8]) -> Result<Versioned, StoreError> {
+    let record = LeaseRecord::decode(bytes).map_err(|source| StoreError::Record {
+        group: group.clone(),
+        source,
+    })?;
+    Ok(Versioned {
+        record,
+        version: version_of(version),
+    })
+}
+
+/// The only entry of a batch of one.
+fn only<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
+    batch.into_iter().next().unwrap_or_else(|| {
+        Err(StoreError::unavailable(
+            "an empty reply",
+            std::io::Error::other("no result"),
+        ))
+    })
+}
+
 #[async_trait]
 impl LeaseStore for PostgresStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        let key = group.as_str().to_owned();
-        let row = self
-            .with_conn("read", |c| {
-                Box::pin(async move { c.client.query_opt(&c.read, &[&key]).await })
-            })
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        let version: i64 = row
-            .try_get(0)
-            .map_err(|e| error::classify("read", self.target(), e))?;
-        let bytes: Vec<u8> = row
-            .try_get(1)
-            .map_err(|e| error::classify("read", self.target(), e))?;
-        let record = LeaseRecord::decode(&bytes).map_err(|source| StoreError::Record {
-            group: group.clone(),
-            source,
-        })?;
-        Ok(Some(Versioned {
-            record,
-            version: version_of(version),
-        }))
+        only(self.read_many(std::slice::from_ref(group)).await?)
     }
 
     async fn compare_and_swap(
@@ -281,43 +243,78 @@ impl LeaseStore for PostgresStore {
         expected: Option<Version>,
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
-        let key = group.as_str().to_owned();
-        let bytes = record.encode();
-        let channel = self.channel();
-        let row = match expected {
-            None => {
-                self.with_conn("compare-and-swap", |c| {
-                    Box::pin(async move {
-                        c.client
-                            .query_opt(&c.insert, &[&key, &bytes, &channel])
-                            .await
-                    })
-                })
-                .await?
-            }
-            Some(Version(v)) => {
-                let Ok(v) = i64::try_from(v) else {
-                    return Ok(CasOutcome::Conflict);
-                };
-                self.with_conn("compare-and-swap", |c| {
-                    Box::pin(async move {
-                        c.client
-                            .query_opt(&c.update, &[&key, &v, &bytes, &channel])
-                            .await
-                    })
-                })
-                .await?
-            }
+        let request = CasRequest {
+            group: group.clone(),
+            expected,
+            record: record.clone(),
         };
-        match row {
-            None => Ok(CasOutcome::Conflict),
-            Some(row) => {
-                let v: i64 = row
-                    .try_get(0)
-                    .map_err(|e| error::classify("compare-and-swap", self.target(), e))?;
-                Ok(CasOutcome::Applied(version_of(v)))
+        only(
+            self.compare_and_swap_many(std::slice::from_ref(&request))
+                .await?,
+        )
+    }
+
+    /// One `SELECT … WHERE group_name = ANY($1)` per 2048 distinct groups.
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        let mut distinct: Vec<String> = groups.iter().map(|g| g.as_str().to_owned()).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let mut found = HashMap::with_capacity(distinct.len());
+        for chunk in distinct.chunks(batch::MAX_ROWS) {
+            found.extend(self.read_rows(chunk.to_vec()).await?);
+        }
+        Ok(groups
+            .iter()
+            .map(|g| match found.get(g.as_str()) {
+                None => Ok(None),
+                Some((version, bytes)) => decode(g, *version, bytes).map(Some),
+            })
+            .collect())
+    }
+
+    /// One statement for a batch in which no group repeats; the n-th
+    /// write of a group goes in the n-th of successive statements, and a
+    /// batch of more than 2048 groups is cut into statements of 2048 (see
+    /// [the crate docs](crate#many-groups)). If a statement fails, its
+    /// requests and every later one fail with its error; earlier
+    /// statements' outcomes stand.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        // A version beyond an i64 was never issued here: nothing to write.
+        let unmatchable = |i: usize| {
+            requests[i]
+                .expected
+                .is_some_and(|v| i64::try_from(v.0).is_err())
+        };
+        let mut out: Vec<Option<Result<CasOutcome, StoreError>>> =
+            (0..requests.len()).map(|_| None).collect();
+        let mut failed: Option<StoreError> = None;
+        for indexes in batch::rounds(requests, unmatchable) {
+            let applied = match &failed {
+                Some(_) => None,
+                None => match self.write(requests, &indexes).await {
+                    Ok(applied) => Some(applied),
+                    Err(e) if out.iter().all(Option::is_none) => return Err(e),
+                    Err(e) => {
+                        failed = Some(e);
+                        None
+                    }
+                },
+            };
+            for i in indexes {
+                out[i] = Some(match (&applied, &failed) {
+                    (Some(applied), _) => Ok(match applied.get(requests[i].group.as_str()) {
+                        Some(v) => CasOutcome::Applied(version_of(*v)),
+                        None => CasOutcome::Conflict,
+                    }),
+                    (None, Some(e)) => Err(e.copy_for_batch()),
+                    (None, None) => Ok(CasOutcome::Conflict),
+                });
             }
         }
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or(Ok(CasOutcome::Conflict)))
+            .collect())
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
@@ -329,6 +326,19 @@ impl LeaseStore for PostgresStore {
         )
         .await
         .map(Some)
+    }
+
+    /// One `LISTEN` connection for the whole table; every write's
+    /// notification carries the group, its new version and its record (see
+    /// [the crate docs](crate#many-groups)).
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        listen::watch(&self.inner.options, self.inner.tls.clone(), self.channel())
+            .await
+            .map(Some)
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
     }
 
     fn describe(&self) -> String {

@@ -528,7 +528,8 @@ async fn a_deleted_and_recreated_row_never_reuses_a_version() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_abandoned_operation_does_not_hold_up_the_next() {
     let Some(url) = url() else { return };
-    let store = PostgresStore::connect(&format!("{url}?timeout=10s"))
+    // One connection: the next operation runs where the abandoned one ran.
+    let store = PostgresStore::connect(&format!("{url}?timeout=10s&pool=1"))
         .await
         .unwrap();
     let group = testkit::unique_group("pg-abandoned");
@@ -548,9 +549,23 @@ async fn an_abandoned_operation_does_not_hold_up_the_next() {
     )
     .await
     .unwrap();
+    // A batch, as the engine sends it, abandoned at its deadline.
+    let other = testkit::unique_group("pg-abandoned-other");
+    let batch = [
+        tenure::CasRequest {
+            group: other.clone(),
+            expected: None,
+            record: testkit::held_by("a", 1),
+        },
+        tenure::CasRequest {
+            group: group.clone(),
+            expected: Some(v1),
+            record: testkit::held_by("a", 1),
+        },
+    ];
     let abandoned = tokio::time::timeout(
         Duration::from_millis(300),
-        tenure::LeaseStore::compare_and_swap(&store, &group, Some(v1), &testkit::held_by("a", 1)),
+        tenure::LeaseStore::compare_and_swap_many(&store, &batch),
     )
     .await;
     assert!(
@@ -571,4 +586,312 @@ async fn an_abandoned_operation_does_not_hold_up_the_next() {
         started.elapsed()
     );
     tx.rollback().await.unwrap();
+}
+
+/// Issue 11: a thousand groups on clones of one store handle are elected
+/// by one engine, and a second handle (another process, in effect)
+/// follows every renewal through the one LISTEN connection's records,
+/// reading nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {
+    let Some(url) = url() else { return };
+    let figures = scenarios::many_groups_followed_without_reads(
+        PostgresStore::connect(&url).await.unwrap(),
+        PostgresStore::connect(&url).await.unwrap(),
+        1000,
+        Duration::from_secs(6),
+    )
+    .await;
+    eprintln!("PostgreSQL, 1000 groups: {figures:?}");
+}
+
+const CHANNEL: &str = "tenure:public.tenure_leases";
+
+/// The next change the feed reports about `group`, skipping others.
+async fn next_about(feed: &mut tenure::StoreFeed, group: &GroupName) -> tenure::Change {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match feed.next().await.expect("the feed is open") {
+                tenure::Change::Written { group: g, .. } | tenure::Change::Hint { group: g }
+                    if &g != group => {}
+                change => return change,
+            }
+        }
+    })
+    .await
+    .expect("a change within 10 s")
+}
+
+fn applied(outcome: Result<tenure::CasOutcome, StoreError>) -> tenure::Version {
+    match outcome {
+        Ok(tenure::CasOutcome::Applied(v)) => v,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The store-wide feed carries the record as written, so followers need
+/// no read; a record too large for a NOTIFY payload (and one holding
+/// characters a LATIN1 database could not take raw) is still written, and
+/// reported as a hint.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_feed_carries_records_and_hints_when_one_does_not_fit() {
+    let Some(url) = url() else { return };
+    let watcher = PostgresStore::connect(&url).await.unwrap();
+    let writer = PostgresStore::connect(&url).await.unwrap();
+    let mut feed = tenure::LeaseStore::watch(&watcher)
+        .await
+        .unwrap()
+        .expect("a feed");
+    let group = testkit::unique_group("pg-feed-records");
+    let mut small = testkit::held_by("a", 1);
+    small.metadata = tenure::Metadata::address("10.0.0.7:80").with("ünï", "☃ 🦀");
+    let v1 = applied(tenure::LeaseStore::compare_and_swap(&writer, &group, None, &small).await);
+    assert_eq!(
+        next_about(&mut feed, &group).await,
+        tenure::Change::Written {
+            group: group.clone(),
+            current: tenure::Versioned {
+                record: small.clone(),
+                version: v1
+            }
+        }
+    );
+    // 1340 snowmen: 4 KiB of metadata, twice that once escaped to ASCII.
+    let mut big = testkit::held_by("a", 1);
+    big.metadata = tenure::Metadata::new().with("m", "☃".repeat(1340));
+    big.metadata.validate().expect("within the metadata limit");
+    let v2 = applied(tenure::LeaseStore::compare_and_swap(&writer, &group, Some(v1), &big).await);
+    assert_eq!(
+        next_about(&mut feed, &group).await,
+        tenure::Change::Hint {
+            group: group.clone()
+        }
+    );
+    let read = tenure::LeaseStore::read(&writer, &group)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((read.version, read.record), (v2, big));
+}
+
+/// Any user of the database may NOTIFY on the channel. A forged record
+/// from a user who may not write the table is only a hint (the engine
+/// reads the group and learns the truth), garbage is dropped or a hint,
+/// and the feed goes on reporting real writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn forged_and_garbage_notifications_never_pass_for_records() {
+    let Some(url) = url() else { return };
+    let watcher = PostgresStore::connect(&url).await.unwrap();
+    let mut feed = tenure::LeaseStore::watch(&watcher)
+        .await
+        .unwrap()
+        .expect("a feed");
+    let group = testkit::unique_group("pg-forged");
+    let admin = raw(&url).await;
+    let role = format!("tenure_forger_{:x}", testkit::unique_suffix());
+    admin
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN PASSWORD 'forger'"))
+        .await
+        .unwrap();
+    let forger_url = format!("postgres://{role}:forger@{}/postgres", server_addr(&url));
+    let forger = raw(&forger_url).await;
+    let record = String::from_utf8(testkit::held_by("mallory", 99).encode()).unwrap();
+    let g = group.as_str();
+    let payloads = [
+        format!("1:{}:{g}:{}:{record}", g.len(), i64::MAX),
+        String::new(),
+        ":::".into(),
+        format!("1:{}:{g}:12:not json", g.len()),
+        format!("1:999:{g}:"),
+        "\u{1}\u{2}".into(),
+        "x".repeat(7999),
+    ];
+    for p in &payloads {
+        forger
+            .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, p])
+            .await
+            .unwrap();
+    }
+    // Only hints about the group come out, and nothing else stops the feed.
+    let mut hints = 0;
+    let mut real = None;
+    let writer = PostgresStore::connect(&url).await.unwrap();
+    let mine = testkit::held_by("a", 1);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match feed.next().await.expect("the feed is open") {
+                tenure::Change::Hint { group: h } if h == group => {
+                    hints += 1;
+                    if hints == 2 {
+                        // Both the forged record and the unparseable one
+                        // arrived as hints; now a real write.
+                        real = Some(applied(
+                            tenure::LeaseStore::compare_and_swap(&writer, &group, None, &mine)
+                                .await,
+                        ));
+                    }
+                }
+                tenure::Change::Written { group: w, current } if w == group => {
+                    assert_eq!(Some(current.version), real, "only the real write");
+                    assert_eq!(current.record, mine);
+                    return;
+                }
+                tenure::Change::Resync => panic!("garbage made the feed resync"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the real write reported after the forgeries");
+    drop(forger);
+    let _ = admin
+        .batch_execute(&format!("DROP ROLE IF EXISTS {role}"))
+        .await;
+}
+
+/// The LISTEN connection lost (here: its backend terminated) is replaced
+/// at once, and the feed says Resync, since notifications sent meanwhile
+/// are gone; then it reports writes again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_listen_connection_reconnects_and_resyncs() {
+    let Some(url) = url() else { return };
+    let app = format!("tenure_resync_{:x}", testkit::unique_suffix());
+    let watcher = PostgresStore::connect(&format!("{url}?application_name={app}"))
+        .await
+        .unwrap();
+    let mut feed = tenure::LeaseStore::watch(&watcher)
+        .await
+        .unwrap()
+        .expect("a feed");
+    let killed: i64 = raw(&url)
+        .await
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed >= 1, "the watcher's connections were found");
+    let resynced = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            if feed.next().await.expect("the feed stays open") == tenure::Change::Resync {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(resynced.is_ok(), "a resync after the reconnect");
+    let group = testkit::unique_group("pg-after-resync");
+    let writer = PostgresStore::connect(&url).await.unwrap();
+    let v = applied(
+        tenure::LeaseStore::compare_and_swap(&writer, &group, None, &testkit::held_by("a", 1))
+            .await,
+    );
+    match next_about(&mut feed, &group).await {
+        tenure::Change::Written { current, .. } => assert_eq!(current.version, v),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Connections do not grow with the number of groups: a few hundred
+/// groups on one store handle use the pool (4) and one LISTEN connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_stay_bounded_whatever_the_number_of_groups() {
+    let Some(url) = url() else { return };
+    let app = format!("tenure_pool_{:x}", testkit::unique_suffix());
+    let store = PostgresStore::connect(&format!("{url}?application_name={app}"))
+        .await
+        .unwrap();
+    let prefix = testkit::unique_group("pg-pool");
+    let electors: Vec<_> = (0..500)
+        .map(|i| {
+            tenure::Elector::builder(store.clone(), format!("{prefix}-{i}"))
+                .config(tenure::Config::new(Duration::from_secs(3)))
+                .start()
+                .unwrap()
+        })
+        .collect();
+    for e in &electors {
+        tokio::time::timeout(Duration::from_secs(30), e.wait_for_leadership())
+            .await
+            .expect("elected")
+            .unwrap();
+    }
+    // Through a couple of renewals.
+    let admin = raw(&url).await;
+    let mut most = 0i64;
+    for _ in 0..20 {
+        let n: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        most = most.max(n);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(
+        most >= 2,
+        "the pool and the LISTEN connection are seen: {most}"
+    );
+    assert!(most <= 5, "{most} connections for 500 groups");
+    let stopping: Vec<_> = electors
+        .into_iter()
+        .map(|e| tokio::spawn(async move { e.shutdown().await }))
+        .collect();
+    for s in stopping {
+        s.await.unwrap();
+    }
+}
+
+/// A batch far larger than one statement's share, with every group
+/// written twice (acquire, then renew with the version the first write
+/// will give it, which only the batch's own order makes right), and read
+/// back in one call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_batch_with_repeats_applies_in_order() {
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let prefix = testkit::unique_group("pg-huge");
+    let n = 5000;
+    let groups: Vec<GroupName> = (0..n)
+        .map(|i| GroupName::new(format!("{prefix}-{i}")).unwrap())
+        .collect();
+    let first = testkit::held_by("a", 1);
+    let mut requests: Vec<tenure::CasRequest> = groups
+        .iter()
+        .map(|g| tenure::CasRequest {
+            group: g.clone(),
+            expected: None,
+            record: first.clone(),
+        })
+        .collect();
+    // The second acquisition of each group conflicts: the first applied.
+    requests.extend(requests.clone());
+    let got = tenure::LeaseStore::compare_and_swap_many(&store, &requests)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2 * n);
+    for (i, r) in got.iter().enumerate() {
+        match (i < n, r) {
+            (true, Ok(tenure::CasOutcome::Applied(_))) => {}
+            (false, Ok(tenure::CasOutcome::Conflict)) => {}
+            other => panic!("request {i}: {other:?}"),
+        }
+    }
+    let read = tenure::LeaseStore::read_many(&store, &groups)
+        .await
+        .unwrap();
+    assert_eq!(read.len(), n);
+    for (i, r) in read.into_iter().enumerate() {
+        let v = r.unwrap().expect("written");
+        assert_eq!(v.record, first);
+        assert_eq!(
+            Ok(tenure::CasOutcome::Applied(v.version)),
+            got[i].as_ref().map(|o| *o).map_err(|_| ())
+        );
+    }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::elector::Elector;
+use crate::engine::EngineStats;
 use crate::record::GroupName;
 use crate::role::Role;
 use crate::store::LeaseStore;
@@ -171,4 +172,129 @@ pub async fn cut_off_leader_stops_first(
         successor_elected: b_elected - t_cut,
         bound,
     }
+}
+
+/// What [`many_groups_followed_without_reads`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct ManyGroups {
+    /// From the first elector's start until every group had its leader.
+    pub elected_all: Duration,
+    /// How long the steady window lasted.
+    pub window: Duration,
+    /// What the leaders' engine did in the window.
+    pub leaders: EngineStats,
+    /// What the followers' engine did in the window.
+    pub followers: EngineStats,
+}
+
+/// `groups` groups on one store: electors built with
+/// `Elector::builder(leading.clone(), …)` in a loop are all elected, by one
+/// engine; a second handle (`following`, opened separately, as a second
+/// process would) stands in every group and follows the leaders' renewals
+/// through the store's change feed with no read at all over a whole term
+/// (three renewals). `term` should leave room for a loaded machine (6 s
+/// or so). Returns the figures for the test to print.
+pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
+    leading: S,
+    following: S,
+    groups: usize,
+    term: Duration,
+) -> ManyGroups {
+    let prefix = super::unique_group("many");
+    let start = |store: &S, id: &str| -> Vec<Elector> {
+        (0..groups)
+            .map(|i| {
+                Elector::builder(store.clone(), format!("{prefix}-{i}"))
+                    .candidate_id(id)
+                    .config(Config::new(term))
+                    .start()
+                    .expect("a valid configuration")
+            })
+            .collect()
+    };
+    let began = Instant::now();
+    let leaders = start(&leading, "a");
+    let engine = leaders[0]
+        .engine()
+        .expect("a lease elector runs in an engine");
+    for (i, e) in leaders.iter().enumerate() {
+        tokio::time::timeout(term * 10, e.wait_for_leadership())
+            .await
+            .unwrap_or_else(|_| panic!("group {i} has no leader after {:?}", term * 10))
+            .expect("running");
+    }
+    let elected_all = began.elapsed();
+    assert_eq!(
+        engine.stats().groups,
+        groups as u64,
+        "every elector built on clones of one store handle runs in one engine"
+    );
+
+    let followers = start(&following, "b");
+    let following_engine = followers[0].engine().expect("an engine");
+    for (i, e) in followers.iter().enumerate() {
+        let mut roles = e.watch_role();
+        tokio::time::timeout(
+            term * 3,
+            roles.wait_for(|r| matches!(r, Role::Follower { .. })),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("follower of group {i} does not see the leader"))
+        .expect("running");
+    }
+    assert_eq!(following_engine.stats().groups, groups as u64, "one engine");
+    // The followers' first reads (one batched read when they join) are done.
+    tokio::time::sleep(term / 3).await;
+
+    let (l0, f0, t0) = (engine.stats(), following_engine.stats(), Instant::now());
+    tokio::time::sleep(term).await;
+    let (l1, f1, window) = (engine.stats(), following_engine.stats(), t0.elapsed());
+    let delta = |a: EngineStats, b: EngineStats| EngineStats {
+        groups: b.groups,
+        read_batches: b.read_batches - a.read_batches,
+        reads: b.reads - a.reads,
+        write_batches: b.write_batches - a.write_batches,
+        writes: b.writes - a.writes,
+        changes: b.changes - a.changes,
+    };
+    let figures = ManyGroups {
+        elected_all,
+        window,
+        leaders: delta(l0, l1),
+        followers: delta(f0, f1),
+    };
+    assert_eq!(
+        leaders.iter().filter(|e| e.is_leader()).count(),
+        groups,
+        "every leader kept leading: {figures:?}"
+    );
+    assert!(
+        followers.iter().all(|e| !e.is_leader()),
+        "a follower took a group over: {figures:?}"
+    );
+    assert_eq!(
+        figures.followers.reads, 0,
+        "the followers read while the leaders renewed: {figures:?}"
+    );
+    assert_eq!(figures.followers.writes, 0, "{figures:?}");
+    assert!(
+        figures.followers.changes >= 2 * groups as u64,
+        "the feed delivered about three renewals of every group in the window: {figures:?}"
+    );
+    assert!(
+        figures.leaders.writes <= 4 * groups as u64,
+        "the leaders renewed about three times each in the window: {figures:?}"
+    );
+    let stop = |electors: Vec<Elector>| async move {
+        let stopping: Vec<_> = electors
+            .into_iter()
+            .map(|e| tokio::spawn(async move { e.shutdown().await }))
+            .collect();
+        for s in stopping {
+            s.await.expect("shutdown");
+        }
+    };
+    stop(followers).await;
+    stop(leaders).await;
+    figures
 }

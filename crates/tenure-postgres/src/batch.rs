@@ -1,0 +1,201 @@
+//! The two statements every operation runs, single or batched: a read of
+//! many groups by `= ANY($1)`, and a compare-and-swap of many groups in one
+//! statement over `unnest`ed arrays, which notifies for every row it wrote.
+//!
+//! `UPDATE … FROM` with two source rows for one target row is undefined in
+//! PostgreSQL (either may win), so one statement never holds two writes of
+//! one group: a batch is cut into rounds, the n-th write of each group in
+//! the n-th round, and the rounds run one after another. Each group's writes
+//! thus apply in request order, and a batch without repeats (the engine's
+//! usual batch) is one statement.
+
+use std::collections::HashMap;
+
+use tenure::{CasRequest, StoreError};
+use tokio_postgres::{Client, Statement};
+
+use crate::{error, payload};
+
+/// Most groups in one statement: a batch larger than this (only a direct
+/// caller sends one; the engine's are smaller) becomes several statements,
+/// so none runs into `statement_timeout`.
+pub(crate) const MAX_ROWS: usize = 2048;
+
+/// A version no earlier write can have had: the server's clock in
+/// microseconds, or one more than the row's version if that is higher.
+/// Versions of a row rise by at least one per write, so a row deleted and
+/// created again, or brought back by a restore or a fail-over, gets versions
+/// above every version issued before (as long as the server's clock does
+/// not go back): a delayed compare-and-swap from before can never match.
+const CLOCK_VERSION: &str = "(extract(epoch from clock_timestamp()) * 1000000)::bigint";
+
+/// The statements, prepared on each connection.
+pub(crate) struct Statements {
+    pub(crate) read: Statement,
+    pub(crate) write: Statement,
+}
+
+/// Prepares the statements for `table` (already quoted).
+pub(crate) async fn prepare(
+    client: &Client,
+    table: &str,
+    target: &str,
+) -> Result<Statements, StoreError> {
+    let read = format!(
+        "SELECT group_name, version, record FROM {table} WHERE group_name = ANY($1::text[])"
+    );
+    // Writes: an UPDATE for rows expected at a version, an INSERT for rows
+    // expected absent; pg_notify runs once per row either wrote, so only a
+    // write that applied notifies, atomically with it. The payload carries
+    // the new version and the record (see `payload`) unless it would not
+    // fit, then it is the hint form.
+    let write = format!(
+        "WITH r AS (
+            SELECT * FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::text[], $5::text[])
+                AS r(g, expected, record, head, rec)
+        ),
+        upd AS (
+            UPDATE {table} AS t
+            SET version = GREATEST(t.version + 1, {CLOCK_VERSION}), record = r.record, updated_at = now()
+            FROM r
+            WHERE r.expected IS NOT NULL AND t.group_name = r.g AND t.version = r.expected
+            RETURNING t.group_name AS g, t.version AS version
+        ),
+        ins AS (
+            INSERT INTO {table} (group_name, version, record)
+            SELECT r.g, {CLOCK_VERSION}, r.record FROM r WHERE r.expected IS NULL
+            ON CONFLICT (group_name) DO NOTHING
+            RETURNING group_name AS g, version
+        ),
+        w AS (SELECT g, version FROM upd UNION ALL SELECT g, version FROM ins)
+        SELECT w.g, w.version
+        FROM w JOIN r ON r.g = w.g
+        CROSS JOIN LATERAL (SELECT pg_notify($6,
+            CASE WHEN r.rec IS NOT NULL
+                  AND octet_length(r.head) + octet_length(r.rec) + {room} < {limit}
+                THEN r.head || w.version || ':' || r.rec
+                ELSE r.head
+            END)) AS n",
+        room = payload::VERSION_ROOM,
+        limit = payload::LIMIT,
+    );
+    let prepare = |sql: String| async move {
+        client
+            .prepare(&sql)
+            .await
+            .map_err(|e| error::classify("preparing statements", target, e))
+    };
+    Ok(Statements {
+        read: prepare(read).await?,
+        write: prepare(write).await?,
+    })
+}
+
+/// The statements a batch of writes runs, in order: each a list of indexes
+/// into the requests, no group twice in one, at most [`MAX_ROWS`] each.
+/// Requests left out (`skip`) are in none.
+pub(crate) fn rounds(requests: &[CasRequest], skip: impl Fn(usize) -> bool) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (i, r) in requests.iter().enumerate() {
+        if skip(i) {
+            continue;
+        }
+        let n = seen.entry(r.group.as_str()).or_insert(0);
+        if rounds.len() <= *n {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(i);
+        *n += 1;
+    }
+    let mut statements = Vec::new();
+    for mut round in rounds {
+        // One lock order for every process: two batches that touch the same
+        // rows wait for each other instead of deadlocking.
+        round.sort_by(|a, b| requests[*a].group.cmp(&requests[*b].group));
+        statements.extend(round.chunks(MAX_ROWS).map(<[usize]>::to_vec));
+    }
+    statements
+}
+
+/// The arrays of one write statement, in parameter order.
+pub(crate) struct WriteArgs {
+    pub(crate) groups: Vec<String>,
+    pub(crate) expected: Vec<Option<i64>>,
+    pub(crate) records: Vec<Vec<u8>>,
+    pub(crate) heads: Vec<String>,
+    pub(crate) recs: Vec<Option<String>>,
+}
+
+impl WriteArgs {
+    /// The arguments for the requests at `indexes`; versions must already
+    /// be known to fit an `i64`.
+    pub(crate) fn new(requests: &[CasRequest], indexes: &[usize]) -> WriteArgs {
+        let mut a = WriteArgs {
+            groups: Vec::with_capacity(indexes.len()),
+            expected: Vec::with_capacity(indexes.len()),
+            records: Vec::with_capacity(indexes.len()),
+            heads: Vec::with_capacity(indexes.len()),
+            recs: Vec::with_capacity(indexes.len()),
+        };
+        for &i in indexes {
+            let r = &requests[i];
+            let encoded = r.record.encode();
+            a.groups.push(r.group.as_str().to_owned());
+            a.expected
+                .push(r.expected.and_then(|v| i64::try_from(v.0).ok()));
+            a.recs.push(payload::record(&encoded));
+            a.heads.push(payload::head(&r.group));
+            a.records.push(encoded);
+        }
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenure::{GroupName, LeaseRecord, Version};
+
+    fn req(group: &str) -> CasRequest {
+        CasRequest {
+            group: GroupName::new(group).unwrap(),
+            expected: Some(Version(1)),
+            record: LeaseRecord {
+                holder: None,
+                token: 1,
+                term: std::time::Duration::ZERO,
+                renewed_at: tenure::WallTime::from_millis(0),
+                expires_at: tenure::WallTime::from_millis(0),
+                metadata: tenure::Metadata::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn repeats_of_a_group_go_to_later_rounds_in_order() {
+        let rs: Vec<CasRequest> = ["b", "a", "b", "c", "b", "a"]
+            .into_iter()
+            .map(req)
+            .collect();
+        // Round 0 sorted by group: a(1), b(0), c(3); then b(2), a(5); then b(4).
+        assert_eq!(
+            rounds(&rs, |_| false),
+            vec![vec![1, 0, 3], vec![5, 2], vec![4]]
+        );
+        assert_eq!(rounds(&rs, |i| i == 0), vec![vec![1, 2, 3], vec![5, 4]]);
+        assert!(rounds(&[], |_| false).is_empty());
+    }
+
+    #[test]
+    fn large_rounds_are_cut_into_statements() {
+        let rs: Vec<CasRequest> = (0..MAX_ROWS * 2 + 1)
+            .map(|i| req(&format!("g{i:05}")))
+            .collect();
+        let st = rounds(&rs, |_| false);
+        assert_eq!(
+            st.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![MAX_ROWS, MAX_ROWS, 1]
+        );
+    }
+}
