@@ -240,6 +240,9 @@ pub(crate) async fn watch(
 /// id may be reused by a later session, of another user.
 const SENDER_TTL: Duration = Duration::from_secs(60);
 
+/// How soon a lookup that failed is tried again.
+const LOOKUP_RETRY: Duration = Duration::from_secs(5);
+
 /// Most senders remembered (a flood of distinct ones clears the memory).
 const MAX_SENDERS: usize = 1024;
 
@@ -251,7 +254,9 @@ const MAX_SENDERS: usize = 1024;
 /// writers are a handful of pooled sessions, each looked up once a minute.
 struct Senders {
     table: String,
+    /// Whether each sender may write, until when that holds.
     known: HashMap<i32, (bool, Instant)>,
+    warned: bool,
 }
 
 impl Senders {
@@ -259,6 +264,7 @@ impl Senders {
         Senders {
             table: table.to_owned(),
             known: HashMap::new(),
+            warned: false,
         }
     }
 
@@ -266,8 +272,8 @@ impl Senders {
     /// is gone, or a lookup that fails, is not believed.
     async fn may_write(&mut self, client: &Client, pid: i32) -> bool {
         let now = Instant::now();
-        if let Some((may, at)) = self.known.get(&pid) {
-            if now.duration_since(*at) < SENDER_TTL {
+        if let Some((may, until)) = self.known.get(&pid) {
+            if now < *until {
                 return *may;
             }
         }
@@ -277,19 +283,29 @@ impl Senders {
              FROM pg_catalog.pg_stat_activity a WHERE a.pid = $1",
             &params,
         );
-        let may = match tokio::time::timeout(SENDER_LOOKUP_WAIT, lookup).await {
-            Ok(Ok(Some(row))) => row.try_get::<_, bool>(0).unwrap_or(false),
-            Ok(Ok(None)) => false,
+        let (may, ttl) = match tokio::time::timeout(SENDER_LOOKUP_WAIT, lookup).await {
+            Ok(Ok(Some(row))) => (row.try_get::<_, bool>(0).unwrap_or(false), SENDER_TTL),
+            // Gone already (a short-lived session), or hidden.
+            Ok(Ok(None)) => (false, SENDER_TTL),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot tell whether a notification's sender may write the lease table");
-                return false;
+                (false, LOOKUP_RETRY)
             }
-            Err(_) => return false,
+            Err(_) => (false, LOOKUP_RETRY),
         };
+        if !may && !self.warned {
+            self.warned = true;
+            tracing::warn!(
+                pid,
+                "a notification on the lease table's channel came from a session that may not write the table, \
+                 or whose user this connection cannot see in pg_stat_activity: its records are taken as hints \
+                 (followers read the group); if this repeats for tenure's own writers, let this user see them"
+            );
+        }
         if self.known.len() >= MAX_SENDERS {
             self.known.clear();
         }
-        self.known.insert(pid, (may, now));
+        self.known.insert(pid, (may, now + ttl));
         may
     }
 }
