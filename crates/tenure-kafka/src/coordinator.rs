@@ -250,7 +250,9 @@ impl Run {
             })?;
         let producer: BaseProducer<ProducerCtx> = config
             .client_config(&config.producer_properties())
-            .create_with_context(ProducerCtx)
+            .create_with_context(ProducerCtx {
+                reports: report_tx.clone(),
+            })
             .map_err(|e| KafkaBackendError::Client {
                 what: "heartbeat producer",
                 detail: e.to_string(),
@@ -420,6 +422,9 @@ impl Run {
                 self.neli.sent(seq, at, generation, group_generation);
                 Vec::new()
             }
+            Report::Delivered { seq, offset } => {
+                self.neli.delivered(seq, offset).into_iter().collect()
+            }
             Report::Record { offset, heartbeat } => {
                 let (decisions, leader_changed) = match &heartbeat {
                     Some(hb) => {
@@ -473,16 +478,13 @@ impl Run {
                 tracing::warn!(group = %self.session.group(), why, "giving up partition 0: leaving the group, and joining again after a session timeout");
                 self.give_up(EndReason::Revoked).await;
             }
-            Decision::Regressed { highest, found } => {
+            Decision::Regressed { highest, next } => {
                 let error = KafkaBackendError::TopicRecreated {
                     topic: self.topic.clone(),
                     highest,
-                    found,
+                    next,
                 };
-                let fault = tenure::Fault::TokenRegressed {
-                    highest: crate::heartbeat::token_of(highest).unwrap_or(u64::MAX),
-                    next: crate::heartbeat::token_of(found).unwrap_or(0),
-                };
+                let fault = tenure::Fault::TokenRegressed { highest, next };
                 self.fatal(error).await;
                 self.session.fail(fault);
                 return Flow::Stop;

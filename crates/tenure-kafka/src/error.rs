@@ -50,14 +50,14 @@ pub enum KafkaBackendError {
     /// or lost data (one replica, an unclean leader election, a broker
     /// that keeps its data in memory restarted). Fencing tokens would
     /// restart below ones already handed out, so the candidate stopped.
-    #[error("the offsets of leader topic {topic:?} went back from {highest} to {found}: the topic was deleted and recreated, or lost data; fencing tokens would restart below ones already handed out, so this candidate stopped. Give the group a new leader topic (or group name) and restart the candidates; keep the topic at replication 3 with min.insync.replicas=2 so it cannot happen again")]
+    #[error("the offsets of leader topic {topic:?} went back: the next fencing token would be {next}, after {highest} may have been handed out; the topic was deleted and recreated, or lost data, so this candidate stopped. Give the group a new leader topic (or group name) and restart the candidates; keep the topic at replication 3 with min.insync.replicas=2 so it cannot happen again")]
     TopicRecreated {
         /// The topic.
         topic: String,
-        /// The highest offset read before.
-        highest: i64,
-        /// The offset read then.
-        found: i64,
+        /// The highest token that may have been handed out.
+        highest: u64,
+        /// The token the partition offers now.
+        next: u64,
     },
     /// A thread could not be started.
     #[error("cannot start the Kafka client thread: {detail}")]

@@ -115,12 +115,14 @@ pub(crate) enum Decision {
         /// Why, for the log.
         why: &'static str,
     },
-    /// An offset below one already read: the topic's offsets restarted.
+    /// Offsets went back: the topic's offsets restarted, and a term
+    /// would get a token not above one already handed out.
     Regressed {
-        /// The highest offset read before.
-        highest: i64,
-        /// The offset read now.
-        found: i64,
+        /// The highest token that may have been handed out (the highest
+        /// offset read, plus one, or a token read or held).
+        highest: u64,
+        /// The token the partition offers now (the offset read, plus one).
+        next: u64,
     },
 }
 
@@ -165,6 +167,8 @@ struct Sent {
     generation: u64,
     /// Read back already (a second copy is a producer retry).
     read: bool,
+    /// The highest offset read when it was sent: it must land above.
+    above: Option<i64>,
 }
 
 /// Another instance's claim on partition 0: its heartbeats may sustain a
@@ -192,6 +196,9 @@ pub(crate) struct Neli {
     /// The reader is positioned: every record from here on is read.
     reading: bool,
     highest_offset: Option<i64>,
+    /// The highest token held, or read in a heartbeat whose token fits its
+    /// offset: a new term's token must be above it.
+    highest_token: u64,
 }
 
 impl Neli {
@@ -217,6 +224,7 @@ impl Neli {
             claims: Vec::new(),
             reading: false,
             highest_offset: None,
+            highest_token: 0,
         }
     }
 
@@ -284,10 +292,23 @@ impl Neli {
             at,
             generation,
             read: false,
+            above: self.highest_offset,
         });
         if let Some(h) = self.hold.as_mut().filter(|h| h.generation == generation) {
             h.group_generation = group_generation.or(h.group_generation);
         }
+    }
+
+    /// Own heartbeat `seq` was written at `offset`: at or below an offset
+    /// read before it was sent, the topic's offsets restarted (even if no
+    /// offset read ever goes back: a reader left beyond the end of a
+    /// recreated topic waits there).
+    pub(crate) fn delivered(&mut self, seq: u64, offset: i64) -> Option<Decision> {
+        let above = self.sent.iter().find(|s| s.seq == seq)?.above?;
+        (offset <= above).then(|| Decision::Regressed {
+            highest: token_of(above).unwrap_or(u64::MAX).max(self.highest_token),
+            next: token_of(offset).unwrap_or(0),
+        })
     }
 
     /// A record that is not a heartbeat of this build was read at
@@ -295,8 +316,8 @@ impl Neli {
     pub(crate) fn offset(&mut self, offset: i64) -> Option<Decision> {
         match self.highest_offset {
             Some(highest) if offset < highest => Some(Decision::Regressed {
-                highest,
-                found: offset,
+                highest: token_of(highest).unwrap_or(u64::MAX),
+                next: token_of(offset).unwrap_or(0),
             }),
             _ => {
                 self.highest_offset = Some(offset);
@@ -360,6 +381,7 @@ impl Neli {
         let (timeout, grace) = (self.timeout, self.grace);
         let quiet = self.is_quiet(now);
         let live = self.is_live(silence);
+        let highest_token = self.highest_token;
         let Some(h) = self.hold.as_mut() else {
             return Vec::new();
         };
@@ -387,11 +409,20 @@ impl Neli {
                 let Some(token) = token_of(offset) else {
                     return Vec::new();
                 };
+                if token <= highest_token {
+                    // The offsets restarted under records this candidate
+                    // did not read (the topic was recreated and refilled).
+                    return vec![Decision::Regressed {
+                        highest: highest_token,
+                        next: token,
+                    }];
+                }
                 h.lead = Some(Lead {
                     token,
                     election_offset: offset,
                     last_sent: sent.at,
                 });
+                self.highest_token = token;
                 vec![Decision::Elected {
                     token,
                     deadline: sent.at + timeout + grace,
@@ -416,6 +447,7 @@ impl Neli {
             // holds elections back, and nothing more.
             return out;
         }
+        self.highest_token = self.highest_token.max(hb.token.unwrap_or(0));
         let Some(h) = self.hold.as_mut() else {
             return out;
         };
@@ -1026,16 +1058,67 @@ mod tests {
         assert_eq!(
             n.offset(3),
             Some(Decision::Regressed {
-                highest: 501,
-                found: 3
+                highest: 502,
+                next: 4
             })
         );
         let hb = send(&mut n, 2, at(10_100), 1);
         assert_eq!(
             n.record(0, &hb, at(10_110), LIVE),
             vec![Decision::Regressed {
-                highest: 501,
-                found: 0
+                highest: 502,
+                next: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn an_own_heartbeat_landing_at_or_below_an_offset_already_read_is_reported() {
+        let mut n = neli();
+        leader(&mut n, 10_000, 330);
+        send(&mut n, 2, at(10_100), 1);
+        assert_eq!(n.delivered(2, 331), None);
+        send(&mut n, 3, at(10_200), 1);
+        assert_eq!(
+            n.delivered(3, 20),
+            Some(Decision::Regressed {
+                highest: 331,
+                next: 21
+            })
+        );
+        assert_eq!(n.delivered(99, 0), None, "not sent by this instance");
+    }
+
+    /// Hole 4, masked: the topic was recreated and refilled past where the
+    /// reader stood before it read again, so no offset it read went back;
+    /// the next term's token would still not rise.
+    #[test]
+    fn a_token_not_above_one_already_seen_is_reported_not_handed_out() {
+        let mut n = neli();
+        n.assigned(1, at(10_000));
+        // Another leader's heartbeat with token 500, at offset 520.
+        n.record(520, &foreign(8, 4, Some(500)), at(10_000), LIVE);
+        n.unassigned();
+        n.assigned(2, at(20_000));
+        // The reader goes on at 521 in the new topic, where this
+        // candidate's own heartbeat got offset 521: token 522 > 500, fine.
+        let hb = send(&mut n, 1, at(20_000), 2);
+        assert!(matches!(
+            n.record(521, &hb, at(20_010), LIVE).as_slice(),
+            [Decision::Elected { token: 522, .. }]
+        ));
+        // Its own earlier token counts too.
+        let mut n = neli();
+        leader(&mut n, 10_000, 700);
+        n.unassigned();
+        n.assigned(2, at(20_000));
+        n.highest_offset = Some(300); // as if the offsets read had not gone back
+        let hb = send(&mut n, 2, at(20_000), 2);
+        assert_eq!(
+            n.record(400, &hb, at(20_010), LIVE),
+            vec![Decision::Regressed {
+                highest: 701,
+                next: 401
             }]
         );
     }

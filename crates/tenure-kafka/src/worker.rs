@@ -23,6 +23,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
@@ -84,6 +85,13 @@ pub(crate) enum Report {
         generation: u64,
         /// The consumer group's generation it carries.
         group_generation: Option<i32>,
+    },
+    /// Heartbeat `seq` was written at `offset`.
+    Delivered {
+        /// Its sequence number.
+        seq: u64,
+        /// Where it landed.
+        offset: i64,
     },
     /// A record of partition 0 of the leader topic.
     Record {
@@ -249,9 +257,13 @@ impl ConsumerContext for GroupContext {
     }
 }
 
-/// The heartbeat producer's context: delivery failures are expected while
-/// the brokers are unreachable, and the fence handles them.
-pub(crate) struct ProducerCtx;
+/// The heartbeat producer's context: it reports where each heartbeat
+/// landed (an offset at or below one read before it was sent means the
+/// topic's offsets restarted); delivery failures are expected while the
+/// brokers are unreachable, and the fence handles them.
+pub(crate) struct ProducerCtx {
+    pub(crate) reports: mpsc::UnboundedSender<Report>,
+}
 
 impl ClientContext for ProducerCtx {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
@@ -264,11 +276,18 @@ impl ClientContext for ProducerCtx {
 }
 
 impl ProducerContext for ProducerCtx {
-    type DeliveryOpaque = ();
+    /// The heartbeat's sequence number.
+    type DeliveryOpaque = Box<u64>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            tracing::debug!(error = %e, "heartbeat not delivered");
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: Box<u64>) {
+        match result {
+            Ok(msg) => {
+                let _ = self.reports.send(Report::Delivered {
+                    seq: *seq,
+                    offset: msg.offset(),
+                });
+            }
+            Err((e, _)) => tracing::debug!(error = %e, "heartbeat not delivered"),
         }
     }
 }
@@ -487,8 +506,10 @@ impl Worker {
 
     fn produce(&self, hb: &Heartbeat) -> Result<(), KafkaError> {
         let bytes = hb.encode();
-        let record: BaseRecord<'_, (), [u8]> =
-            BaseRecord::to(&self.topic).partition(0).payload(&bytes);
+        let record: BaseRecord<'_, (), [u8], Box<u64>> =
+            BaseRecord::with_opaque_to(&self.topic, Box::new(hb.seq))
+                .partition(0)
+                .payload(&bytes);
         self.producer.send(record).map_err(|(e, _)| e)
     }
 

@@ -1,7 +1,9 @@
-//! The case tansu gets wrong — a candidate joining while the owner of
-//! partition 0 is hung — against librdkafka's own mock cluster, which
-//! behaves as Kafka does: the hung owner's session (or poll interval)
-//! expires, and the newcomer is assigned.
+//! The cases tansu gets wrong against librdkafka's own mock cluster, which
+//! behaves as Kafka does: a candidate joining while the owner of
+//! partition 0 is hung (the hung owner's session, or poll interval,
+//! expires, and the newcomer is assigned), and cooperative-sticky
+//! assignment (tansu revokes partition 0 from its holder when another
+//! member joins).
 
 mod common;
 
@@ -113,4 +115,52 @@ async fn a_leader_that_stops_pulsing_loses_the_partition_through_max_poll_interv
     assert!(!a.is_leader());
     b.shutdown().await;
     a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cooperative_sticky_assignment_keeps_the_leader_and_hands_over_without_overlap() {
+    let group = unique("mock-sticky");
+    let mock = cluster(&config("unused").resolved_topic(&group));
+    let cfg = config(&mock.bootstrap_servers())
+        .property("partition.assignment.strategy", "cooperative-sticky");
+    let (a, _) = candidate(&cfg, &group, "a");
+    let first = tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
+        .await
+        .expect("a elected")
+        .unwrap();
+    let (b, _) = candidate(&cfg, &group, "b");
+    let log = tenure::testkit::TermLog::watch(&[&a, &b]);
+    // b's join rebalances incrementally: partition 0 stays with a, whose
+    // term is never interrupted.
+    let mut roles = b.watch_role();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        roles.wait_for(
+            |r| matches!(r, tenure::Role::Follower { leader } if leader.candidate == "a"),
+        ),
+    )
+    .await
+    .expect("b follows a")
+    .unwrap();
+    tokio::time::sleep(cfg.session_timeout()).await;
+    assert!(first.is_valid(), "a's term survived b's join: {first:?}");
+    assert_eq!(a.current_term().map(|t| t.token()), Some(first.token()));
+    let stop = Instant::now();
+    a.shutdown().await;
+    let term = tokio::time::timeout(Duration::from_secs(30), b.wait_for_leadership())
+        .await
+        .expect("b takes over")
+        .unwrap();
+    eprintln!(
+        "MEASURE cooperative-sticky graceful hand-over: {:?}",
+        stop.elapsed()
+    );
+    assert!(term.token() > first.token());
+    assert!(
+        stop.elapsed() < cfg.session_timeout(),
+        "{:?}",
+        stop.elapsed()
+    );
+    b.shutdown().await;
+    log.check();
 }

@@ -14,6 +14,12 @@
 //!
 //! The broker must advertise the proxy's address, so that every
 //! connection, not only the bootstrap one, goes through it.
+//!
+//! It can also cap the Fetch version the broker announces
+//! ([`KafkaProxy::cap_fetch`]): tansu answers a fetch for a topic it no
+//! longer has with leader hints that name no topic, on which librdkafka
+//! 2.12 crashes when it fetches by topic id (Fetch 13 and later); capped at
+//! 12, it fetches by name.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -28,6 +34,10 @@ const GROUP_APIS: &[i16] = &[8, 9, 11, 12, 13, 14];
 
 /// The Heartbeat API key.
 const HEARTBEAT: i16 = 12;
+/// The ApiVersions API key.
+const API_VERSIONS: i16 = 18;
+/// The Fetch API key.
+const FETCH: i16 = 1;
 
 #[derive(Default)]
 struct Cuts {
@@ -37,6 +47,8 @@ struct Cuts {
     all: HashSet<String>,
     /// Clients whose group heartbeats the proxy answers itself.
     zombie: HashSet<String>,
+    /// The highest Fetch version announced to clients.
+    fetch_cap: Option<i16>,
 }
 
 /// The proxy; dropping it stops accepting and closes every connection.
@@ -104,6 +116,12 @@ impl KafkaProxy {
         self.changed.send_modify(|n| *n += 1);
     }
 
+    /// Announces at most Fetch version `max` to clients that connect from
+    /// now on.
+    pub fn cap_fetch(&self, max: i16) {
+        self.cuts.lock().unwrap().fetch_cap = Some(max);
+    }
+
     /// Answers client `id`'s group heartbeats with success without passing
     /// them on: the coordinator expires its session and gives its
     /// partitions away, while the client believes it is still a member (a
@@ -151,6 +169,8 @@ async fn connection(
     let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Responses the proxy makes up, written between the broker's.
     let (replies, mut made_up) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    // ApiVersions requests in flight: correlation id and version.
+    let api_versions = Arc::new(Mutex::new(Vec::<(i32, i16)>::new()));
     let replies_keep = replies.clone();
 
     // Client to broker, one request at a time, reading each header.
@@ -158,6 +178,7 @@ async fn connection(
         let (seen, cuts, stalled, mut changed) =
             (seen.clone(), cuts.clone(), stalled.clone(), changed.clone());
         let replies = replies_keep.clone();
+        let api_versions = api_versions.clone();
         async move {
             loop {
                 let mut size = [0u8; 4];
@@ -176,6 +197,12 @@ async fn connection(
                     }
                     s.clone()
                 };
+                if let Some(h) = h.as_ref().filter(|h| h.api == API_VERSIONS) {
+                    api_versions
+                        .lock()
+                        .unwrap()
+                        .push((h.correlation, h.version));
+                }
                 if let (Some(h), Some(client)) = (&h, &snapshot.client) {
                     let zombie = cuts.lock().unwrap().zombie.contains(client);
                     if zombie && h.api == HEARTBEAT {
@@ -199,6 +226,7 @@ async fn connection(
     // through one channel so neither lands inside the other.
     let from_broker = {
         let replies = replies.clone();
+        let cuts = cuts.clone();
         async move {
             loop {
                 let mut size = [0u8; 4];
@@ -207,6 +235,18 @@ async fn connection(
                 let mut frame = vec![0u8; 4 + len];
                 frame[..4].copy_from_slice(&size);
                 server_r.read_exact(&mut frame[4..]).await?;
+                let correlation = frame
+                    .get(4..8)
+                    .map(|b| i32::from_be_bytes(b.try_into().unwrap()));
+                let request = {
+                    let mut inflight = api_versions.lock().unwrap();
+                    let i = inflight.iter().position(|(c, _)| Some(*c) == correlation);
+                    i.map(|i| inflight.remove(i))
+                };
+                let cap = cuts.lock().unwrap().fetch_cap;
+                if let (Some((_, version)), Some(cap)) = (request, cap) {
+                    cap_version(&mut frame[8..], version, FETCH, cap);
+                }
                 if replies.send(frame).await.is_err() {
                     return Ok::<(), std::io::Error>(());
                 }
@@ -283,6 +323,55 @@ fn header(frame: &[u8]) -> Option<Header> {
         correlation,
         client,
     })
+}
+
+/// Lowers the highest version announced for `api` to `cap` in an
+/// ApiVersions response body (after the correlation id) of `version`,
+/// in place: every field rewritten has a fixed size.
+fn cap_version(body: &mut [u8], version: i16, api: i16, cap: i16) -> Option<()> {
+    let mut at = 2; // error_code
+    let count = if version >= 3 {
+        let (n, used) = uvarint(body.get(at..)?)?;
+        at += used;
+        n.checked_sub(1)? as usize
+    } else {
+        let n = i32::from_be_bytes(body.get(at..at + 4)?.try_into().ok()?);
+        at += 4;
+        n.max(0) as usize
+    };
+    for _ in 0..count {
+        let key = i16::from_be_bytes(body.get(at..at + 2)?.try_into().ok()?);
+        let max_at = at + 4;
+        if key == api {
+            let max = i16::from_be_bytes(body.get(max_at..max_at + 2)?.try_into().ok()?);
+            body.get_mut(max_at..max_at + 2)?
+                .copy_from_slice(&max.min(cap).to_be_bytes());
+        }
+        at += 6;
+        if version >= 3 {
+            // Tagged fields: a count, then (tag, size, bytes) each.
+            let (tags, used) = uvarint(body.get(at..)?)?;
+            at += used;
+            for _ in 0..tags {
+                let (_, used) = uvarint(body.get(at..)?)?;
+                at += used;
+                let (size, used) = uvarint(body.get(at..)?)?;
+                at += used + size as usize;
+            }
+        }
+    }
+    Some(())
+}
+
+fn uvarint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
 }
 
 /// A successful Heartbeat response to `h` (versions 0 to 3, the ones

@@ -165,6 +165,24 @@ pub async fn elected(rec: &Recorder, who: &str, after: Instant, limit: Duration)
     found.unwrap()
 }
 
+/// Writes `records` to partition 0 of `topic` with a plain producer, as
+/// any program with write access could.
+pub fn produce_raw(brokers: &str, topic: &str, records: &[Vec<u8>]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .unwrap();
+    for r in records {
+        producer
+            .send(BaseRecord::<(), [u8]>::to(topic).partition(0).payload(r))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
 /// A private tansu broker, for tests that stop, kill or restart the
 /// broker, or put a [`kproxy::KafkaProxy`] in front of it.
 pub struct Tansu {
@@ -287,11 +305,19 @@ impl Drop for Tansu {
 pub const CHILD_ENV: &str = "TENURE_KAFKA_CHILD";
 
 /// A candidate in another process (this test binary, re-run), so the test
-/// can SIGKILL or SIGSTOP it. It prints `ELECTED <token>` and
-/// `OUSTED <token> <reason>` lines.
+/// can SIGKILL or SIGSTOP it. It prints `ELECTED <token>`,
+/// `OUSTED <token> <reason>`, `GONE <why>` once the elector has stopped,
+/// and, for the overlap check,
+/// `TERM <token> <start> <end>` lines: the span in which the term was
+/// valid, in nanoseconds of the boot clock (shared by every process of the
+/// host, and counting through pauses and suspends), from when the child
+/// saw it to when its work was gone or its deadline passed, whichever
+/// came first.
 pub struct ChildCandidate {
     pub child: Child,
     pub lines: mpsc::UnboundedReceiver<String>,
+    /// Every line the child printed so far.
+    pub log: Arc<Mutex<Vec<String>>>,
 }
 
 impl ChildCandidate {
@@ -309,13 +335,33 @@ impl ChildCandidate {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::unbounded_channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let all = log.clone();
         tokio::spawn(async move {
             let mut r = BufReader::new(stdout).lines();
             while let Ok(Some(l)) = r.next_line().await {
+                all.lock().unwrap().push(l.clone());
                 let _ = tx.send(l);
             }
         });
-        ChildCandidate { child, lines }
+        ChildCandidate { child, lines, log }
+    }
+
+    /// The terms the child reported so far.
+    pub fn spans(&self) -> Vec<Span> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| Span::parse(l))
+            .collect()
+    }
+
+    /// Closes the child's stdin (it shuts down gracefully) and waits until
+    /// it has stopped.
+    pub async fn stop(&mut self) {
+        drop(self.child.stdin.take());
+        self.expect("STOPPED", Duration::from_secs(30)).await;
     }
 
     /// Waits for a line starting with `prefix`.
@@ -338,6 +384,49 @@ impl ChildCandidate {
     }
 }
 
+/// Now on the boot clock, in nanoseconds.
+pub fn boot_ns() -> u64 {
+    use tenure::Clock;
+    tenure::SystemClock.now().mono.as_nanos()
+}
+
+/// One term of a child, as its `TERM` line tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub token: u64,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Span {
+    pub fn parse(line: &str) -> Option<Span> {
+        let mut f = line.strip_prefix("TERM ")?.split_whitespace();
+        Some(Span {
+            token: f.next()?.parse().ok()?,
+            start: f.next()?.parse().ok()?,
+            end: f.next()?.parse().ok()?,
+        })
+    }
+}
+
+/// Panics if two spans overlap or tokens do not rise with start times.
+pub fn check_spans(spans: &[(String, Span)]) {
+    let mut sorted = spans.to_vec();
+    sorted.sort_by_key(|(_, s)| s.start);
+    for w in sorted.windows(2) {
+        let ((a, x), (b, y)) = (&w[0], &w[1]);
+        assert!(
+            x.end <= y.start,
+            "terms overlap by {:?}: {a} {x:?} and {b} {y:?}",
+            Duration::from_nanos(x.end - y.start)
+        );
+        assert!(
+            x.token < y.token,
+            "tokens did not rise: {a} {x:?}, {b} {y:?}"
+        );
+    }
+}
+
 /// The body of a child candidate: runs when [`CHILD_ENV`] is set, until
 /// its stdin closes (then shuts down gracefully) or it is killed.
 pub fn child_main() {
@@ -352,6 +441,34 @@ pub fn child_main() {
         .unwrap();
     rt.block_on(async {
         let (elector, _) = candidate(&config(brokers), group, id);
+        let mut roles = elector.watch_role();
+        tokio::spawn(async move {
+            loop {
+                if let tenure::Role::Leader(term) = roles.borrow_and_update().clone() {
+                    let start = boot_ns();
+                    tokio::spawn(async move {
+                        term.ended().await;
+                        let end = boot_ns().min(term.deadline_mono().as_nanos());
+                        println!("TERM {} {start} {end}", term.token());
+                    });
+                }
+                if roles.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let watcher = elector.clone();
+        tokio::spawn(async move {
+            loop {
+                match watcher.wait_for_leadership().await {
+                    Ok(term) => term.ended().await,
+                    Err(e) => {
+                        println!("GONE {e}");
+                        return;
+                    }
+                }
+            }
+        });
         let mut events = elector.events();
         tokio::spawn(async move {
             while let Some(e) = events.next().await {
