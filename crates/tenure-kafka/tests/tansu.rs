@@ -591,3 +591,51 @@ async fn a_client_librdkafka_refuses_is_a_fatal_error_that_stops_the_elector() {
     assert_eq!(status.state(), State::Closed);
     assert!(a.wait_for_leadership().await.is_err());
 }
+
+/// Threads of this process whose name starts with `prefix` (names are cut
+/// to 15 bytes).
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
+/// librdkafka's consumer close may wait on a hung broker; the observer's
+/// thread ends regardless (the close is bounded by the close timeout and
+/// then abandoned). Here librdkafka closed at once; the bound is for when
+/// it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_observer_of_a_hung_broker_ends_its_thread_within_the_close_timeout() {
+    let Some(tansu) = Tansu::start().await else {
+        return;
+    };
+    let group = unique("hung-observer");
+    let cfg = config(&tansu.addr);
+    let (a, _) = candidate(&cfg, &group, "a");
+    tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
+        .await
+        .expect("a elected")
+        .unwrap();
+    tansu.signal(libc::SIGSTOP);
+    // Started while the broker hangs: its first fetch is stuck.
+    let observer = KafkaObserver::start(cfg.clone(), &group).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(threads_named("tenure-kafka-ob"), 1);
+    let dropped = Instant::now();
+    drop(observer);
+    eventually(
+        cfg.close_timeout + Duration::from_secs(3),
+        "the observer's thread ends",
+        || threads_named("tenure-kafka-ob") == 0,
+    )
+    .await;
+    eprintln!(
+        "observer thread ended {:?} after the drop (close timeout {:?})",
+        dropped.elapsed(),
+        cfg.close_timeout
+    );
+    tansu.signal(libc::SIGCONT);
+    a.shutdown().await;
+}
