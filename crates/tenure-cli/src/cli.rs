@@ -103,9 +103,14 @@ pub struct RunArgs {
     pub id: Option<String>,
 
     /// How long one successful write keeps the lease; renewals, retries and
-    /// the fail-over bounds derive from it.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub term: Duration,
+    /// the fail-over bounds derive from it [default: 10s]. On kafka:// it is
+    /// the heartbeat timeout: the leader is fenced when none of its
+    /// heartbeats of the last term came back, and the group's session is 3
+    /// terms (a crashed leader is replaced after about 3 terms and a
+    /// rebalance); without --term, the URL's heartbeat_timeout (default 5s)
+    /// applies.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub term: Option<Duration>,
 
     /// Published in the lease record for `status` and `watch` (repeatable).
     #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_key_value)]
@@ -227,6 +232,16 @@ pub struct DemoArgs {
     /// Keep the scratch directory (database, candidate logs) afterwards.
     #[arg(long)]
     pub keep: bool,
+}
+
+/// The term of `tenure run` when --term is not given.
+pub const DEFAULT_TERM: Duration = Duration::from_secs(10);
+
+impl RunArgs {
+    /// The term in force: --term, or [`DEFAULT_TERM`].
+    pub fn term(&self) -> Duration {
+        self.term.unwrap_or(DEFAULT_TERM)
+    }
 }
 
 /// `tenure demo-candidate` (internal).

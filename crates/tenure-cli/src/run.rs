@@ -40,8 +40,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Runs `tenure run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let group = connect::group(&args.group)?;
-    check_term(args.term)?;
-    let config = Config::new(args.term);
+    check_term(args.term())?;
+    let config = Config::new(args.term());
     let timing = config.validate().map_err(usage)?;
     let metadata: Metadata = args.metadata.iter().cloned().collect();
     metadata.validate().map_err(usage)?;
@@ -119,7 +119,7 @@ impl Runner {
         #[cfg(feature = "kafka")]
         if let (true, Some(url)) = (self.conn.url.scheme() == "kafka", self.conn.url.raw()) {
             return Ok(Elector::with_coordinator(
-                crate::kafka::coordinator(url)?,
+                crate::kafka::coordinator(url, self.args.term)?,
                 &self.args.group,
             ));
         }

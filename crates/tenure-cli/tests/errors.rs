@@ -128,6 +128,24 @@ fn bad_timing_and_names_are_usage_errors() {
     assert_eq!(code, 2);
 }
 
+/// On kafka:// the term is the heartbeat timeout: a URL that sets another
+/// one is refused, naming both, before anything connects.
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_term_and_heartbeat_timeout_must_agree() {
+    let store = "kafka://127.0.0.1:9/t?heartbeat_timeout=5s&sasl.password=hunter2";
+    let (code, err) = fails(&[
+        "run", "--group", "g", "--store", store, "--term", "2s", "--", "true",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    one_line(&err);
+    assert!(
+        err.contains("--term 2s") && err.contains("heartbeat_timeout=5s"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "a password leaked: {err}");
+}
+
 #[test]
 fn help_has_examples_everywhere() {
     for cmd in ["run", "status", "watch", "release", "demo"] {

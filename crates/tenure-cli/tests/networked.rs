@@ -107,8 +107,9 @@ fn dynamodb_sigkill_of_the_leader() {
 }
 
 /// On Kafka, leadership follows the consumer group: a SIGKILLed leader is
-/// replaced after the session timeout (3 × the 2 s heartbeat timeout) and a
-/// rebalance, and `status` reads the leader from its heartbeats.
+/// replaced after the session timeout (3 × the heartbeat timeout, which
+/// `--term 2s` sets: the URL does not) and a rebalance, and `status` reads
+/// the leader from its heartbeats.
 #[cfg(feature = "kafka")]
 #[test]
 fn kafka_run_status_and_sigkill_of_the_leader() {
@@ -121,7 +122,8 @@ fn kafka_run_status_and_sigkill_of_the_leader() {
     let child = recording_child(&s);
     let log = s.path("children.log");
     let group = format!("cli-kafka-{:x}", rand::random::<u64>());
-    let store = format!("kafka://{broker}/{group}.leader?heartbeat_timeout=2s");
+    // No heartbeat_timeout here: `run_on` passes --term 2s, which sets it.
+    let store = format!("kafka://{broker}/{group}.leader");
     let a = Running::spawn(&mut run_on(&s, &store, &group, "a", &[], &child));
     let b = Running::spawn(&mut run_on(&s, &store, &group, "b", &[], &child));
     let mut groups = Groups::default();
@@ -154,4 +156,11 @@ fn kafka_run_status_and_sigkill_of_the_leader() {
     );
     assert_ne!(next.id, first.id);
     assert!(next.token > first.token, "{next:?} after {first:?}");
+    // With the URL's default heartbeat timeout (5 s) the session would be
+    // 15 s: --term took effect.
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "--term 2s was not applied: {:?}",
+        killed.elapsed()
+    );
 }

@@ -23,9 +23,9 @@ const WATCH_EVERY: Duration = Duration::from_millis(10);
 /// Runs one demo candidate until SIGTERM/SIGINT.
 pub async fn run(args: DemoCandidateArgs) -> anyhow::Result<u8> {
     let url = StoreUrl::parse(&args.store).map_err(usage)?;
-    let store = url.open().await?;
+    let builder = builder(&url, &args).await?;
     let stop = Stop::listen()?;
-    let elector = Elector::builder(store, &args.group)
+    let elector = builder
         .candidate_id(args.id.clone())
         .term(args.term)
         .start()
@@ -72,6 +72,21 @@ pub async fn run(args: DemoCandidateArgs) -> anyhow::Result<u8> {
     drop(elector);
     let _ = tokio::time::timeout(Duration::from_secs(1), reporter).await;
     Ok(0)
+}
+
+/// An elector builder on the candidate's store: a lease store, or on
+/// `kafka://` a coordinator whose heartbeat timeout is the term (as for
+/// `tenure run`).
+async fn builder(
+    url: &StoreUrl,
+    args: &DemoCandidateArgs,
+) -> anyhow::Result<tenure::ElectorBuilder> {
+    #[cfg(feature = "kafka")]
+    if url.scheme() == "kafka" {
+        let coordinator = crate::kafka::coordinator(&args.store, Some(args.term))?;
+        return Ok(Elector::with_coordinator(coordinator, &args.group));
+    }
+    Ok(Elector::builder(url.open().await?, &args.group))
 }
 
 /// "Works" for one term: reports its start, every renewal, and its end.
