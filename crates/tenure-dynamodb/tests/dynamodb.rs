@@ -1046,7 +1046,7 @@ async fn periodic_shard_cache_refresh_is_fenced() {
     );
     second.shutdown().await;
     for d in duties {
-        d.await.unwrap();
+        d.await.unwrap().unwrap();
     }
     client
         .delete_table()

@@ -595,6 +595,12 @@ impl LeaseStore for SqliteStore {
         Some(&self.inner.engine)
     }
 
+    /// A batch is one transaction of point lookups or writes: thousands
+    /// take milliseconds.
+    fn batch_size_hint(&self) -> usize {
+        4096
+    }
+
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
         let path = self.inner.path.clone();
         let options = self.inner.options.clone();

@@ -16,7 +16,9 @@ use crate::error::{ConfigError, ElectorError};
 use crate::link::{DrainedTo, Link};
 use crate::machine::Fault;
 use crate::publish::{self, Events, Publisher};
-use crate::record::{check_name, GroupName, Holder, Metadata, MAX_CANDIDATE_BYTES};
+use crate::record::{
+    check_name, GroupName, Holder, Metadata, MAX_CANDIDATE_BYTES, RESERVED_PREFIX,
+};
 use crate::role::{Event, Role};
 use crate::store::LeaseStore;
 use crate::term::Term;
@@ -102,7 +104,7 @@ impl ElectorBuilder {
             None => default_candidate_id(),
         };
         check_name("candidate id", &candidate, MAX_CANDIDATE_BYTES)?;
-        self.metadata.validate()?;
+        self.metadata.validate_published()?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ElectorError::NoRuntime)?;
 
         let holder = Holder {
@@ -138,7 +140,7 @@ impl ElectorBuilder {
                     drained_rx,
                     pulse.clone(),
                     timing.clone(),
-                    self.metadata,
+                    self.metadata.clone(),
                 );
                 runtime.spawn(coordinator.run(session));
                 return Ok(Elector {
@@ -149,6 +151,7 @@ impl ElectorBuilder {
                         clock: self.clock,
                         role: role_rx,
                         published,
+                        metadata: std::sync::Mutex::new(self.metadata),
                         link: Link::Channel(cmd_tx),
                         pulse,
                         engine: None,
@@ -179,7 +182,12 @@ impl ElectorBuilder {
                 id,
             },
         );
-        let session = Session::in_engine(publisher, pulse.clone(), timing.clone(), self.metadata);
+        let session = Session::in_engine(
+            publisher,
+            pulse.clone(),
+            timing.clone(),
+            self.metadata.clone(),
+        );
         engine.send(ToEngine::Join(Box::new(Joining {
             id,
             session,
@@ -193,6 +201,7 @@ impl ElectorBuilder {
                 clock: self.clock,
                 role: role_rx,
                 published,
+                metadata: std::sync::Mutex::new(self.metadata),
                 link: Link::Engine {
                     engine: engine.clone(),
                     id,
@@ -235,15 +244,18 @@ pub(crate) struct PulseState {
     pub(crate) waiting: AtomicBool,
 }
 
-struct Shared {
-    group: GroupName,
-    holder: Holder,
+pub(crate) struct Shared {
+    pub(crate) group: GroupName,
+    pub(crate) holder: Holder,
     timing: Timing,
-    clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     role: watch::Receiver<Role>,
     /// Events, the lock-free leadership deadline and the fault, as the
     /// backend publishes them.
-    published: publish::Shared,
+    pub(crate) published: publish::Shared,
+    /// What this candidate publishes now: the application's metadata and
+    /// tenure's reserved entries (a duty's last run).
+    pub(crate) metadata: std::sync::Mutex<Metadata>,
     /// The way to the backend: commands and pulses.
     link: Link,
     pulse: Arc<PulseState>,
@@ -278,7 +290,7 @@ struct Shared {
 /// ```
 #[derive(Clone)]
 pub struct Elector {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -434,7 +446,9 @@ impl Elector {
     /// work returns `Ok(())` while still leading, the term is resigned and
     /// the candidate stands again. If it returns `Err(e)`, the term is
     /// resigned and `Err(e)` returned. Returns `Ok(())` once the elector has
-    /// stopped.
+    /// stopped after [`shutdown`](Elector::shutdown), and the
+    /// [`ElectorError`] (converted into `E`) if it stopped because it can
+    /// never lead ([`ElectorError::Failed`]).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -460,10 +474,14 @@ impl Elector {
     where
         F: FnMut(Term) -> Fut,
         Fut: Future<Output = Result<(), E>>,
+        E: From<ElectorError>,
     {
         loop {
-            let Ok(term) = self.wait_for_leadership().await else {
-                return Ok(());
+            let term = match self.wait_for_leadership().await {
+                Ok(term) => term,
+                Err(ElectorError::Stopped) => return Ok(()),
+                // The backend failed for good: the caller must hear why.
+                Err(e) => return Err(e.into()),
             };
             let guard = term.hold();
             let future = work(term.clone());
@@ -496,64 +514,6 @@ impl Elector {
         }
     }
 
-    /// Runs `duty` at once on election and then every `period` while
-    /// leading, until the elector stops: kinsumer's leader-only periodic
-    /// actions. A failed run is logged and counted in the metric
-    /// `tenure_duty_failures_total`; the next period runs anyway. A run still
-    /// going when the term ends is dropped at [`Term::ended`].
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use tenure::{Elector, MemoryStore};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let elector = Elector::builder(MemoryStore::new(), "shard-cache").start()?;
-    /// # let stopper = elector.clone();
-    /// # tokio::spawn(async move { tokio::time::sleep(Duration::from_millis(50)).await; stopper.shutdown().await; });
-    /// elector
-    ///     .run_periodic_while_leader(Duration::from_secs(60), |term| async move {
-    ///         // refresh the shard cache, fenced by term.token()
-    ///         Ok::<(), std::io::Error>(())
-    ///     })
-    ///     .await;
-    /// # Ok(()) }
-    /// ```
-    pub async fn run_periodic_while_leader<F, Fut, E>(&self, period: Duration, mut duty: F)
-    where
-        F: FnMut(Term) -> Fut,
-        Fut: Future<Output = Result<(), E>>,
-        E: std::fmt::Display,
-    {
-        let labels = [
-            ("group", self.shared.group.to_string()),
-            ("candidate", self.shared.holder.id.clone()),
-        ];
-        while let Ok(term) = self.wait_for_leadership().await {
-            let _guard = term.hold();
-            loop {
-                let run = duty(term.clone());
-                let outcome = tokio::select! {
-                    biased;
-                    _ = term.cancelled() => None,
-                    _ = term.expired() => None,
-                    result = run => Some(result),
-                };
-                match outcome {
-                    None => break,
-                    Some(Err(e)) => {
-                        tracing::warn!(group = %term.group(), token = term.token(), error = %e, "leader duty failed");
-                        metrics::counter!("tenure_duty_failures_total", &labels).increment(1);
-                    }
-                    Some(Ok(())) => {}
-                }
-                tokio::select! {
-                    _ = term.cancelled() => break,
-                    _ = tokio::time::sleep(period) => {}
-                }
-            }
-        }
-    }
-
     /// Tells the elector the application is alive. Cheap enough for a tight
     /// loop (two atomic operations). Matters only with a liveness timeout.
     pub fn pulse(&self) {
@@ -563,6 +523,93 @@ impl Elector {
         if p.waiting.swap(false, Ordering::AcqRel) {
             self.shared.link.pulse();
         }
+    }
+
+    /// Hands leadership to the candidate `candidate` (for a rolling
+    /// upgrade, say): the work is told to stop and drained (bounded by the
+    /// deadline), then the lease is released *reserved* for that candidate
+    /// for one term, so it takes over at once while any other candidate
+    /// waits; if it does not take the lease within the term, anyone may.
+    /// Fencing and the stop-first rule hold as for any hand-over: the next
+    /// term's token is greater, and this term's work has drained first.
+    /// Does nothing if this candidate does not lead.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tenure::{Elector, MemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let old = Elector::builder(store.clone(), "jobs").candidate_id("v1-host").start()?;
+    /// old.wait_for_leadership().await?;
+    /// let new = Elector::builder(store, "jobs").candidate_id("v2-host").start()?;
+    /// old.transfer_to("v2-host")?;
+    /// let term = new.wait_for_leadership().await?;
+    /// assert_eq!(term.token(), 2);
+    /// # old.shutdown().await; new.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn transfer_to(&self, candidate: impl Into<String>) -> Result<(), ElectorError> {
+        let to = candidate.into();
+        check_name("candidate id", &to, MAX_CANDIDATE_BYTES)?;
+        if self
+            .shared
+            .link
+            .to_engine(|id| ToEngine::TransferTo(id, to))
+        {
+            Ok(())
+        } else {
+            Err(ElectorError::Unsupported {
+                what: "handing leadership to a named candidate",
+            })
+        }
+    }
+
+    /// Publishes new metadata (a new address, a changed version): a leader
+    /// writes it at once rather than at its next renewal, and followers and
+    /// observers see it through the store's change feed (or their next
+    /// poll). Keys starting with `tenure.` are refused.
+    pub fn set_metadata(&self, metadata: Metadata) -> Result<(), ElectorError> {
+        metadata.validate_published()?;
+        self.update_metadata(|current| {
+            // Keep tenure's own entries (a duty's last run).
+            let reserved: Vec<(String, String)> = current
+                .iter()
+                .filter(|(k, _)| k.starts_with(RESERVED_PREFIX))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            *current = metadata;
+            for (k, v) in reserved {
+                current.insert(k, v);
+            }
+        })
+    }
+
+    /// Changes what this candidate publishes, and tells the backend.
+    pub(crate) fn update_metadata(
+        &self,
+        change: impl FnOnce(&mut Metadata),
+    ) -> Result<(), ElectorError> {
+        let mut current = self
+            .shared
+            .metadata
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = current.clone();
+        change(&mut next);
+        next.validate()?;
+        let sent = next.clone();
+        if !self
+            .shared
+            .link
+            .to_engine(|id| ToEngine::SetMetadata(id, sent))
+        {
+            return Err(ElectorError::Unsupported {
+                what: "changing published metadata",
+            });
+        }
+        *current = next;
+        Ok(())
     }
 
     /// Gives up the current term, if any: the work is told to stop, and once

@@ -61,6 +61,8 @@ pub(crate) enum ToEngine {
     Command(GroupId, Command),
     Drained(GroupId, u64),
     Pulse(GroupId),
+    TransferTo(GroupId, String),
+    SetMetadata(GroupId, crate::record::Metadata),
 }
 
 /// A new candidate for the engine to run.
@@ -175,6 +177,11 @@ impl EngineShared {
             next_id: AtomicU64::new(1),
             counters: counters.clone(),
         });
+        // Batches no larger than the store handles well in one call.
+        let options = EngineOptions {
+            max_batch: options.max_batch.min(store.batch_size_hint().max(1)),
+            ..options
+        };
         let task = Task::new(store, clock, options, counters, rx);
         runtime.spawn(task.run());
         shared
@@ -191,16 +198,15 @@ impl EngineShared {
         let Some(slot) = store.engine_slot() else {
             return Self::start(store, clock.clone(), EngineOptions::default(), runtime);
         };
-        let mut current = slot.lock();
-        if let Some(engine) = current.upgrade() {
-            if engine.is_running() && same_clock(&engine.clock, clock) {
-                return engine;
-            }
-            if engine.is_running() {
-                // Another clock: a separate engine, not shared.
-                drop(current);
-                return Self::start(store, clock.clone(), EngineOptions::default(), runtime);
-            }
+        let here = RuntimeKey::of(runtime);
+        let mut engines = slot.lock();
+        engines.retain(|(_, e)| e.upgrade().is_some_and(|e| e.is_running()));
+        let found = engines.iter().find_map(|(key, e)| {
+            let e = e.upgrade()?;
+            (*key == here && same_clock(&e.clock, clock)).then_some(e)
+        });
+        if let Some(engine) = found {
+            return engine;
         }
         let engine = Self::start(
             store.clone(),
@@ -208,8 +214,32 @@ impl EngineShared {
             EngineOptions::default(),
             runtime,
         );
-        *current = Arc::downgrade(&engine);
+        engines.push((here, Arc::downgrade(&engine)));
         engine
+    }
+}
+
+/// Which runtime an engine's task runs on, as far as sharing goes. A
+/// current-thread runtime is driven by one thread at a time, and electors
+/// on another runtime must not join an engine that may sit undriven (or be
+/// dropped with it); tokio offers no stable runtime id, so such a runtime
+/// is told apart by the thread building the elector. Multi-thread runtimes
+/// are one class: a process with several of them and electors of one store
+/// handle on more than one should give each runtime its own store handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RuntimeKey {
+    CurrentThread(std::thread::ThreadId),
+    MultiThread,
+}
+
+impl RuntimeKey {
+    fn of(runtime: &tokio::runtime::Handle) -> RuntimeKey {
+        match runtime.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::CurrentThread => {
+                RuntimeKey::CurrentThread(std::thread::current().id())
+            }
+            _ => RuntimeKey::MultiThread,
+        }
     }
 }
 
@@ -224,7 +254,8 @@ fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
 /// one engine.
 #[derive(Default)]
 pub struct EngineSlot {
-    engine: Mutex<Weak<EngineShared>>,
+    /// The engines running for this store handle, by runtime.
+    engines: Mutex<Vec<(RuntimeKey, Weak<EngineShared>)>>,
 }
 
 impl EngineSlot {
@@ -233,9 +264,9 @@ impl EngineSlot {
         EngineSlot::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Weak<EngineShared>> {
-        // The guarded value is a plain pointer, never left half-written.
-        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(RuntimeKey, Weak<EngineShared>)>> {
+        // The guarded value is a list of pointers, never left half-written.
+        self.engines.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -538,6 +569,8 @@ impl Task {
             ToEngine::Command(id, Command::Shutdown) => self.step(id, Input::Shutdown),
             ToEngine::Drained(id, token) => self.step(id, Input::Drained { token }),
             ToEngine::Pulse(id) => self.step(id, Input::Tick),
+            ToEngine::TransferTo(id, to) => self.step(id, Input::TransferTo { to }),
+            ToEngine::SetMetadata(id, metadata) => self.step(id, Input::SetMetadata { metadata }),
         }
     }
 
@@ -673,7 +706,10 @@ impl Task {
                     }));
                 }
                 Action::Elected { token, deadline } => {
-                    slot.session.publisher.elected(token, deadline);
+                    let predecessor = slot.machine.predecessor().clone();
+                    slot.session
+                        .publisher
+                        .elected_after(token, deadline, predecessor);
                 }
                 Action::Renewed {
                     deadline, latency, ..
@@ -874,10 +910,11 @@ impl Task {
             Counters::add(&self.counters.write_batches, 1);
             Counters::add(&self.counters.writes, requests.len());
             let (store, clock) = (self.store.clone(), self.clock.clone());
+            let waited = deadline.saturating_since(clock.now().mono);
             self.batches.spawn(async move {
                 let result = tokio::select! {
                     r = store.compare_and_swap_many(&requests) => r,
-                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(Duration::ZERO)),
+                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
                 };
                 BatchReply::Writes(ids, result)
             });
@@ -898,10 +935,11 @@ impl Task {
             Counters::add(&self.counters.read_batches, 1);
             Counters::add(&self.counters.reads, groups.len());
             let (store, clock) = (self.store.clone(), self.clock.clone());
+            let waited = deadline.saturating_since(clock.now().mono);
             self.batches.spawn(async move {
                 let result = tokio::select! {
                     r = store.read_many(&groups) => r,
-                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(Duration::ZERO)),
+                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
                 };
                 BatchReply::Reads(ids, result)
             });

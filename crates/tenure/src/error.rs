@@ -40,6 +40,12 @@ pub enum ConfigError {
         /// The limit.
         max: usize,
     },
+    /// Published metadata used a key tenure keeps for itself.
+    #[error("the metadata key {key:?} starts with \"tenure.\", which tenure keeps for itself: choose another key")]
+    ReservedMetadataKey {
+        /// The key.
+        key: String,
+    },
     /// The timing settings contradict each other or the safety rules.
     #[error("invalid timing: {rule}")]
     Timing {
@@ -132,6 +138,15 @@ pub enum StoreError {
     },
 }
 
+/// So that work returning `std::io::Error` can use
+/// [`Elector::run_while_leader`](crate::Elector::run_while_leader), which
+/// ends with the elector's error when it stops for good.
+impl From<ElectorError> for std::io::Error {
+    fn from(e: ElectorError) -> Self {
+        std::io::Error::other(e)
+    }
+}
+
 impl StoreError {
     /// A transient failure with a message and cause.
     pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
@@ -211,6 +226,19 @@ pub enum ElectorError {
     /// The elector stopped because it can never lead in its group again.
     #[error("the elector stopped: {0}")]
     Failed(Fault),
+    /// A bounded wait for leadership ran out.
+    #[error("not leading after waiting {waited:?}: another candidate leads, or the store is unreachable")]
+    NotLeader {
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+    /// The backend cannot do what was asked (a coordinator-decided group
+    /// cannot hand its lease to a named candidate, for instance).
+    #[error("{what} is not supported by this elector's backend")]
+    Unsupported {
+        /// What was asked.
+        what: &'static str,
+    },
     /// `start()` was called outside a tokio runtime.
     #[error("no tokio runtime: call start() from within a tokio runtime")]
     NoRuntime,

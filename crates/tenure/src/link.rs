@@ -31,6 +31,18 @@ impl Link {
         }
     }
 
+    /// Sends an engine-only request; `false` for a coordinator, which has no
+    /// way to act on it.
+    pub(crate) fn to_engine(&self, msg: impl FnOnce(GroupId) -> ToEngine) -> bool {
+        match self {
+            Link::Channel(_) => false,
+            Link::Engine { engine, id } => {
+                engine.send(msg(*id));
+                true
+            }
+        }
+    }
+
     /// A pulse came while the backend waits for one. Coordinators read the
     /// last pulse when they need it, so only the engine is woken.
     pub(crate) fn pulse(&self) {

@@ -218,6 +218,11 @@ impl LeaseStore for MemoryStore {
         Some(&self.engine)
     }
 
+    /// Any batch is one lock.
+    fn batch_size_hint(&self) -> usize {
+        4096
+    }
+
     async fn compare_and_swap(
         &self,
         group: &GroupName,
@@ -434,6 +439,10 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
 
     fn engine_slot(&self) -> Option<&EngineSlot> {
         Some(&self.engine)
+    }
+
+    fn batch_size_hint(&self) -> usize {
+        self.inner.batch_size_hint()
     }
 
     fn describe(&self) -> String {

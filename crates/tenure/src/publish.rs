@@ -13,7 +13,7 @@ use crate::clock::{Clock, MonoTime};
 use crate::link::DrainedTo;
 use crate::machine::{EndReason, Fault};
 use crate::metrics::Meter;
-use crate::record::{GroupName, Holder};
+use crate::record::{GroupName, Holder, Metadata};
 use crate::role::{Event, LeaderInfo, Role};
 use crate::term::Term;
 
@@ -55,7 +55,7 @@ impl Events {
             .subscribe()
     }
 
-    fn send(&self, event: Event) {
+    pub(crate) fn send(&self, event: Event) {
         if let Some(tx) = self.0.get() {
             let _ = tx.send(event);
         }
@@ -99,6 +99,16 @@ impl Publisher {
     }
 
     pub(crate) fn elected(&mut self, token: u64, deadline: MonoTime) -> Term {
+        self.elected_after(token, deadline, Metadata::new())
+    }
+
+    /// A new term; `predecessor` is what the record it replaced published.
+    pub(crate) fn elected_after(
+        &mut self,
+        token: u64,
+        deadline: MonoTime,
+        predecessor: Metadata,
+    ) -> Term {
         if self.term.is_some() {
             // Two terms are never in force at once: a backend reporting a
             // new term without ending the old one ends it here, at once.
@@ -112,6 +122,7 @@ impl Publisher {
             token,
             deadline,
             self.clock.clone(),
+            predecessor,
         );
         tracing::info!(group = %self.group, candidate = %self.holder.id, token, "elected leader");
         self.meter.elected(term.remaining());

@@ -25,6 +25,18 @@ pub const MAX_GROUP_BYTES: usize = 255;
 /// Longest candidate id, in bytes of UTF-8.
 pub const MAX_CANDIDATE_BYTES: usize = 255;
 
+/// Metadata keys under this prefix are tenure's own (a transfer's
+/// successor, a duty's last run); applications may not set them.
+pub const RESERVED_PREFIX: &str = "tenure.";
+
+/// Reserved metadata keys under this prefix record periodic duties' last
+/// runs; a release carries them forward to the next term.
+pub const DUTY_PREFIX: &str = "tenure.duty.";
+
+/// The reserved metadata key naming the candidate a lease is handed to
+/// (see [`LeaseRecord::transfer_to`]).
+pub const TRANSFER_TO_KEY: &str = "tenure.transfer-to";
+
 /// The name of a role that exactly one candidate holds at a time.
 ///
 /// Any UTF-8 text of 1 to 255 bytes without control characters.
@@ -155,6 +167,20 @@ impl Metadata {
         self.0.is_empty()
     }
 
+    /// Checks metadata an application publishes: within
+    /// [`MAX_METADATA_BYTES`], and no key under [`RESERVED_PREFIX`].
+    pub fn validate_published(&self) -> Result<(), ConfigError> {
+        if let Some(key) = self.0.keys().find(|k| k.starts_with(RESERVED_PREFIX)) {
+            return Err(ConfigError::ReservedMetadataKey { key: key.clone() });
+        }
+        self.validate()
+    }
+
+    /// Removes an entry, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        self.0.remove(key)
+    }
+
     /// The encoded size, checked against [`MAX_METADATA_BYTES`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         let len = serde_json::to_vec(&self.0)
@@ -210,6 +236,16 @@ impl LeaseRecord {
     /// The holder's candidate id, if the lease is held.
     pub fn holder_id(&self) -> Option<&str> {
         self.holder.as_ref().map(|h| h.id.as_str())
+    }
+
+    /// The candidate this lease is being handed to, if any. On a held
+    /// record it is a request (an operator asks the holder to hand over);
+    /// on a released one it reserves the lease for that candidate for one
+    /// term, after which anyone may take it.
+    pub fn transfer_to(&self) -> Option<&str> {
+        self.metadata
+            .get(TRANSFER_TO_KEY)
+            .filter(|id| !id.is_empty())
     }
 
     /// Encodes the record as JSON, the format stores keep in one column.

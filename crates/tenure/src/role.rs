@@ -95,6 +95,15 @@ pub enum Event {
         /// The error, without secrets, or `None` once the store answers again.
         message: Option<String>,
     },
+    /// A run of a periodic duty failed
+    /// ([`Elector::run_periodic`](crate::Elector::run_periodic)); the next
+    /// period runs anyway.
+    DutyFailed {
+        /// The term it ran in.
+        token: u64,
+        /// The duty's error, as it displays.
+        error: String,
+    },
     /// This candidate can never lead in the group again and has stopped;
     /// [`Elector::wait_for_leadership`](crate::Elector::wait_for_leadership)
     /// returns [`ElectorError::Failed`](crate::ElectorError::Failed) from now on.

@@ -2,6 +2,7 @@
 //! change feed. As small as vimeo's `RaceDecider`.
 
 use async_trait::async_trait;
+use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::engine::EngineSlot;
@@ -140,6 +141,29 @@ pub struct Listed {
     pub record: Result<Versioned, StoreError>,
 }
 
+/// One group's writes of a batch, in order (for the default
+/// [`LeaseStore::compare_and_swap_many`]).
+async fn run_lane<S: LeaseStore + ?Sized>(
+    store: &S,
+    requests: &[CasRequest],
+    lane: Vec<usize>,
+) -> Vec<(usize, Result<CasOutcome, StoreError>)> {
+    let mut done = Vec::with_capacity(lane.len());
+    for i in lane {
+        let r = &requests[i];
+        done.push((
+            i,
+            store
+                .compare_and_swap(&r.group, r.expected, &r.record)
+                .await,
+        ));
+    }
+    done
+}
+
+/// How many single operations the default batch methods run at once.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
 /// Per-item results of a batch, or the failure of the batch as a whole.
 pub type BatchResult<T> = Result<Vec<Result<T, StoreError>>, StoreError>;
 
@@ -186,11 +210,14 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// The default reads one group after another; stores override it with
     /// one round trip (one statement, one script call, a pipeline).
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        let mut out = Vec::with_capacity(groups.len());
-        for group in groups {
-            out.push(self.read(group).await);
+        // Concurrently, a bounded number at a time: one after another, a
+        // batch of a few hundred would outlast the operation timeout.
+        let mut reads = Vec::with_capacity(groups.len());
+        for g in groups {
+            reads.push(self.read(g));
         }
-        Ok(out)
+        let reads = futures_util::stream::iter(reads).buffered(DEFAULT_CONCURRENCY);
+        Ok(reads.collect().await)
     }
 
     /// Performs many compare-and-swaps, each atomic on its own and
@@ -202,11 +229,38 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// The default writes one after another; stores override it with one
     /// round trip where the store allows independent writes in one request.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        let mut out = Vec::with_capacity(requests.len());
-        for r in requests {
-            out.push(self.compare_and_swap(&r.group, r.expected, &r.record).await);
+        // Concurrently across groups, in order within a group: two writes
+        // to one group must apply one after the other, as listed.
+        let mut lanes: std::collections::BTreeMap<&GroupName, Vec<usize>> =
+            std::collections::BTreeMap::new();
+        for (i, r) in requests.iter().enumerate() {
+            lanes.entry(&r.group).or_default().push(i);
         }
-        Ok(out)
+        let mut runs = Vec::with_capacity(lanes.len());
+        for lane in lanes.into_values() {
+            runs.push(run_lane(self, requests, lane));
+        }
+        let runs = futures_util::stream::iter(runs).buffer_unordered(DEFAULT_CONCURRENCY);
+        let lanes: Vec<Vec<(usize, Result<CasOutcome, StoreError>)>> = runs.collect().await;
+        let mut out: Vec<Option<Result<CasOutcome, StoreError>>> =
+            (0..requests.len()).map(|_| None).collect();
+        for (i, result) in lanes.into_iter().flatten() {
+            out[i] = Some(result);
+        }
+        // Every index is in exactly one lane, so every entry is filled.
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(StoreError::Timeout(std::time::Duration::ZERO))))
+            .collect())
+    }
+
+    /// How many operations one batch call should carry: the engine splits
+    /// larger batches. Stores with a native batch (one statement, one
+    /// script call) raise it; the default suits the default batch methods,
+    /// which run the single operations concurrently, [`DEFAULT_CONCURRENCY`]
+    /// at a time, so that a batch takes a few round trips, not hundreds.
+    fn batch_size_hint(&self) -> usize {
+        DEFAULT_CONCURRENCY * 4
     }
 
     /// Lists every group whose name starts with `prefix` (byte for byte, no
@@ -249,6 +303,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for std::sync::Arc<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         (**self).read(group).await
     }
+    fn batch_size_hint(&self) -> usize {
+        (**self).batch_size_hint()
+    }
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
         (**self).list(prefix).await
     }
@@ -284,6 +341,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for std::sync::Arc<S> {
 impl<S: LeaseStore + ?Sized> LeaseStore for Box<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         (**self).read(group).await
+    }
+    fn batch_size_hint(&self) -> usize {
+        (**self).batch_size_hint()
     }
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
         (**self).list(prefix).await

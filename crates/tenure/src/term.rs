@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, MonoTime};
-use crate::record::GroupName;
+use crate::record::{GroupName, Metadata};
 
 /// One term of leadership, handed to the leader's work.
 ///
@@ -17,7 +17,12 @@ use crate::record::GroupName;
 /// that remembers the highest token it has seen can refuse a write from an
 /// older term (fencing). Stop when [`cancelled`](Term::cancelled) fires: that
 /// happens before the [`deadline`](Term::deadline), and no other candidate can
-/// start its term before this one's deadline has passed.
+/// start its term before this one's deadline has passed, unless this term
+/// ended gracefully (resign, transfer, shutdown): then the lease is released
+/// once its work has drained (every [`TermGuard`] dropped, see
+/// [`hold`](Term::hold)), and the next candidate may start at once. Work that
+/// must not overlap the next term even then holds a guard while it runs (as
+/// [`Elector::run_while_leader`](crate::Elector::run_while_leader) does).
 ///
 /// Clones share state; cheap to clone.
 #[derive(Clone)]
@@ -29,6 +34,7 @@ struct Inner {
     group: GroupName,
     candidate: String,
     token: u64,
+    predecessor: Metadata,
     clock: Arc<dyn Clock>,
     deadline: AtomicU64,
     cancel: CancellationToken,
@@ -62,12 +68,14 @@ impl Term {
         token: u64,
         deadline: MonoTime,
         clock: Arc<dyn Clock>,
+        predecessor: Metadata,
     ) -> Self {
         Term {
             inner: Arc::new(Inner {
                 group,
                 candidate,
                 token,
+                predecessor,
                 clock,
                 deadline: AtomicU64::new(deadline.as_nanos()),
                 cancel: CancellationToken::new(),
@@ -81,6 +89,14 @@ impl Term {
     /// in this group, unchanged by renewals.
     pub fn token(&self) -> u64 {
         self.inner.token
+    }
+
+    /// What the record this term replaced published: the previous
+    /// leader's metadata (its address, say), or what a graceful release
+    /// carried forward (a periodic duty's last run). Empty when the term
+    /// began on a new group or through a coordinator.
+    pub fn predecessor_metadata(&self) -> &Metadata {
+        &self.inner.predecessor
     }
 
     /// The group this term leads.

@@ -210,7 +210,7 @@ async fn run_while_leader_runs_each_term_and_cancels_it_before_its_deadline() {
                     term.cancelled().await;
                     // Stopping must happen with time left on the term.
                     assert!(term.remaining() > Duration::ZERO);
-                    Ok::<(), std::convert::Infallible>(())
+                    Ok::<(), ElectorError>(())
                 }
             })
             .await
@@ -252,7 +252,7 @@ async fn work_that_ignores_cancellation_is_dropped_at_the_deadline() {
                 async move {
                     let _guard = guard;
                     std::future::pending::<()>().await;
-                    Ok::<(), std::convert::Infallible>(())
+                    Ok::<(), ElectorError>(())
                 }
             })
             .await
@@ -283,10 +283,10 @@ async fn work_returning_an_error_resigns_and_reports_it() {
     let a = start(store.clone(), "a");
     let b = start(store.clone(), "b");
     let err = a
-        .run_while_leader(|_term| async { Err::<(), _>("boom") })
+        .run_while_leader(|_term| async { Err::<(), _>(std::io::Error::other("boom")) })
         .await;
     // Whichever of a and b led first, a's own work failed with its error.
-    assert_eq!(err, Err("boom"));
+    assert_eq!(err.map_err(|e| e.to_string()), Err("boom".to_owned()));
     // And the term it gave up is over by the time the error is returned,
     // so a caller retrying at once is not handed it again.
     assert!(!a.is_leader(), "the failed term is still in force");
@@ -491,7 +491,7 @@ async fn periodic_duties_run_only_while_leading() {
     );
     b.shutdown().await;
     a.shutdown().await;
-    duty.await.unwrap();
+    duty.await.unwrap().unwrap();
 }
 
 #[tokio::test(start_paused = true)]

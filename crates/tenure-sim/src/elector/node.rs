@@ -16,9 +16,16 @@ use super::*;
 /// instant they were set for.
 const TIMER_RESOLUTION: Duration = Duration::from_millis(1);
 
-/// The error of a work that fails.
+/// The error of a work that fails (or of an elector that stopped for good,
+/// which `run_while_leader` reports through it).
 #[derive(Debug)]
 struct WorkFailed;
+
+impl From<tenure::ElectorError> for WorkFailed {
+    fn from(_: tenure::ElectorError) -> Self {
+        WorkFailed
+    }
+}
 
 /// How one term's work behaves, drawn when it starts.
 #[derive(Clone, Copy, Debug)]

@@ -290,6 +290,8 @@ impl World {
             ),
             Input::RenewEarly => (vec![11], self.text(|| "renew early".into())),
             Input::PollEarly => (vec![12], self.text(|| "poll early".into())),
+            Input::TransferTo { to } => (vec![13], self.text(|| format!("transfer to {to}"))),
+            Input::SetMetadata { .. } => (vec![14], self.text(|| "set metadata".into())),
         }
     }
 

@@ -20,7 +20,9 @@ use rand::{Rng, SeedableRng};
 use crate::clock::{MonoTime, Now};
 use crate::config::Timing;
 use crate::error::StoreError;
-use crate::record::{Holder, LeaseRecord, Metadata, Version, Versioned};
+use crate::record::{
+    Holder, LeaseRecord, Metadata, Version, Versioned, DUTY_PREFIX, TRANSFER_TO_KEY,
+};
 use crate::store::CasOutcome;
 
 #[cfg(test)]
@@ -83,6 +85,18 @@ pub enum Input {
     /// Poll now if waiting and a poll is scheduled, even before its time
     /// (as [`Input::RenewEarly`], for reads).
     PollEarly,
+    /// Hand the lease to the candidate with this id: drain the work, then
+    /// release the lease reserved for that candidate for one term (after
+    /// which anyone may take it). Ignored when not leading.
+    TransferTo {
+        /// The successor's candidate id.
+        to: String,
+    },
+    /// Publish this metadata from now on; a leader writes it at once.
+    SetMetadata {
+        /// The new metadata (checked by the caller).
+        metadata: Metadata,
+    },
     /// Give up leadership now, and stand again after a back-off.
     Resign,
     /// Drain, release and stop for good.
@@ -114,6 +128,11 @@ pub enum EndReason {
     },
     /// The backend failed for good (see [`Fault`]).
     Failed,
+    /// The lease was handed to the named candidate.
+    Transferred {
+        /// The successor.
+        to: String,
+    },
 }
 
 impl std::fmt::Display for EndReason {
@@ -128,6 +147,7 @@ impl std::fmt::Display for EndReason {
             EndReason::Superseded { by: Some(by) } => write!(f, "superseded by {by}"),
             EndReason::Superseded { by: None } => f.write_str("released by another writer"),
             EndReason::Failed => f.write_str("the backend failed for good"),
+            EndReason::Transferred { to } => write!(f, "handed over to {to}"),
         }
     }
 }
@@ -144,6 +164,7 @@ impl EndReason {
             EndReason::Revoked => "revoked",
             EndReason::Superseded { .. } => "superseded",
             EndReason::Failed => "failed",
+            EndReason::Transferred { .. } => "transferred",
         }
     }
 }
@@ -282,7 +303,8 @@ pub enum Action {
         /// When the work must be gone.
         work_deadline: MonoTime,
     },
-    /// Another candidate leads now (`Some`), or nobody visibly does (`None`).
+    /// Another candidate leads now (`Some`), or nobody visibly does
+    /// (`None`), or the leader published new metadata.
     LeaderChanged {
         /// The leader's record.
         leader: Option<Versioned>,
@@ -332,6 +354,11 @@ struct Release {
     token: u64,
     /// The term written into the released record.
     term: Duration,
+    /// The candidate the released record reserves the lease for.
+    successor: Option<String>,
+    /// Reserved metadata the release carries forward to the next term (a
+    /// periodic duty's last run).
+    carried: Metadata,
     /// The version to clear; `None` until a verifying read finds it.
     version: Option<Version>,
     /// The next attempt, after a failed one.
@@ -348,6 +375,8 @@ enum State {
         lead: Lead,
         then: After,
         drained: bool,
+        /// The candidate the release reserves the lease for, if any.
+        successor: Option<String>,
     },
     Releasing(Release),
     Stopped,
@@ -410,7 +439,7 @@ pub struct Machine {
     /// node stands again only after that work is gone.
     ended: Option<(u64, MonoTime)>,
     last_pulse: MonoTime,
-    reported: Option<(Holder, u64)>,
+    reported: Option<(Holder, u64, Metadata)>,
     /// The highest token this node has seen in any record: a new term's
     /// token exceeds it even if the store lost its data meanwhile.
     max_token: u64,
@@ -422,9 +451,24 @@ pub struct Machine {
     own_write_failures: u32,
     /// The store's change feed delivers this group's writes: no polling.
     feed_live: bool,
+    /// What the record the current (or last) term replaced published.
+    predecessor: Metadata,
+    /// The metadata changed since the last renewal was sent: renew now.
+    metadata_dirty: bool,
     /// Test-only mutation: anchor deadlines at the reply instead of the send
     /// (see [`Machine::anchor_deadlines_at_receive`]).
     anchor_at_receive: bool,
+}
+
+/// The reserved metadata a release carries forward to the next term: what
+/// must survive a hand-over (a periodic duty's last run), not the leader's
+/// own address or a transfer's successor.
+fn carried_forward(metadata: &Metadata) -> Metadata {
+    metadata
+        .iter()
+        .filter(|(k, _)| k.starts_with(DUTY_PREFIX))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 /// `next_read` when no poll is scheduled (the feed reports every write).
@@ -453,6 +497,8 @@ impl Machine {
             max_token: 0,
             own_write_failures: 0,
             feed_live: false,
+            predecessor: Metadata::new(),
+            metadata_dirty: false,
             anchor_at_receive: false,
         }
     }
@@ -487,6 +533,14 @@ impl Machine {
             State::Releasing(_) => Phase::Releasing,
             State::Stopped => Phase::Stopped,
         }
+    }
+
+    /// What the record that the current (or last) term replaced published:
+    /// the previous leader's metadata, or what a release carried forward
+    /// (a periodic duty's last run). Empty if the term started on an empty
+    /// store.
+    pub fn predecessor(&self) -> &Metadata {
+        &self.predecessor
     }
 
     /// When this leader's next renewal is scheduled, if one is (leading, no
@@ -562,6 +616,11 @@ impl Machine {
                 if matches!(self.state, State::Candidate) && self.op.is_none() {
                     self.next_read = self.next_read.min(now.mono);
                 }
+            }
+            Input::TransferTo { to } => self.transfer(to, &mut out),
+            Input::SetMetadata { metadata } => {
+                self.metadata = metadata;
+                self.metadata_dirty = true;
             }
             Input::Resign => self.begin_drain(EndReason::Resigned, After::Stand, &mut out),
             Input::Shutdown => self.shutdown(now, &mut out),
@@ -665,8 +724,14 @@ impl Machine {
         self.timing.retry_interval + Duration::from_nanos(self.rng.gen_range(0..=jitter))
     }
 
+    /// How soon a leader retries a failed renewal (or release): half the
+    /// retry interval, but never more than half the renew interval, so a
+    /// long poll interval (chosen to poll less) still leaves a leader
+    /// several tries before its term must stop.
     fn leader_retry(&self) -> Duration {
-        (self.timing.retry_interval / 2).max(Duration::from_millis(1))
+        (self.timing.retry_interval / 2)
+            .min(self.timing.renew_interval / 2)
+            .max(Duration::from_millis(1))
     }
 
     /// Where a write's validity counts from: its send (the rule), or its
@@ -722,7 +787,15 @@ impl Machine {
             });
         };
         let rec = &v.record;
-        if rec.holder.is_none() || (self.is_mine(rec) && self.own_write_failures <= 1) {
+        if rec.holder.is_none() {
+            return Some(match rec.transfer_to() {
+                // Reserved for another candidate: waited out like a held
+                // record, then anyone may take it.
+                Some(to) if to != self.me.id => obs.since + self.timing.takeover_wait(rec.term),
+                _ => obs.since,
+            });
+        }
+        if self.is_mine(rec) && self.own_write_failures <= 1 {
             return Some(obs.since);
         }
         Some(obs.since + self.timing.takeover_wait(rec.term))
@@ -782,17 +855,25 @@ impl Machine {
     /// the version changes: an unchanged version has been unchanged since it
     /// was first seen.
     fn observe(&mut self, now: Now, current: Option<Versioned>, out: &mut Vec<Action>) {
-        let seen = self
-            .observed
-            .as_ref()
-            .and_then(|o| o.current.as_ref())
-            .map(|v| v.version);
-        if let (Some(seen), Some(v)) = (seen, &current) {
-            if v.version < seen {
-                // An older write reported late (a feed event or a read that
-                // crossed it): what is known already is newer. A store whose
-                // versions restarted (lost data) is re-learned after the
-                // next compare-and-swap conflicts.
+        self.observe_from(now, current, false, out);
+    }
+
+    /// Records an observation. A feed's report of a version older than one
+    /// already seen is a late report and is dropped; a read's reply is
+    /// always taken in, a lower version then being a store whose versions
+    /// restarted (it lost its data), and a new sighting. An observation is
+    /// the same as the last only if version *and* record match: a restarted
+    /// store can reach an old version number again with another record.
+    fn observe_from(
+        &mut self,
+        now: Now,
+        current: Option<Versioned>,
+        from_feed: bool,
+        out: &mut Vec<Action>,
+    ) {
+        let seen = self.observed.as_ref().and_then(|o| o.current.as_ref());
+        if let (true, Some(seen), Some(v)) = (from_feed, seen, &current) {
+            if v.version < seen.version {
                 return;
             }
         }
@@ -800,9 +881,10 @@ impl Machine {
             self.max_token = self.max_token.max(v.record.token);
             self.last_held_term = v.record.holder.as_ref().map(|_| v.record.term);
         }
-        let same = self.observed.as_ref().is_some_and(|o| {
-            o.current.as_ref().map(|v| v.version) == current.as_ref().map(|v| v.version)
-        });
+        let same = self
+            .observed
+            .as_ref()
+            .is_some_and(|o| o.current.as_ref() == current.as_ref());
         if !same {
             self.observed = Some(Observed {
                 current,
@@ -829,7 +911,14 @@ impl Machine {
             .as_ref()
             .and_then(|o| o.current.as_ref())
             .filter(|v| v.record.holder.is_some() && !self.is_mine(&v.record));
-        let key = visible.and_then(|v| v.record.holder.clone().map(|h| (h, v.record.token)));
+        // Metadata counts too: a leader that publishes a new address is news
+        // for everyone who follows it.
+        let key = visible.and_then(|v| {
+            v.record
+                .holder
+                .clone()
+                .map(|h| (h, v.record.token, v.record.metadata.clone()))
+        });
         if key != self.reported {
             self.reported = key;
             out.push(Action::LeaderChanged {
@@ -860,6 +949,16 @@ impl Machine {
     }
 
     fn begin_drain(&mut self, reason: EndReason, then: After, out: &mut Vec<Action>) {
+        self.drain_to(reason, then, None, out);
+    }
+
+    fn drain_to(
+        &mut self,
+        reason: EndReason,
+        then: After,
+        successor: Option<String>,
+        out: &mut Vec<Action>,
+    ) {
         let State::Leader(lead) = &self.state else {
             return;
         };
@@ -870,7 +969,17 @@ impl Machine {
             lead,
             then,
             drained: false,
+            successor,
         };
+    }
+
+    /// Hands the lease to `to`: drain, then a release reserved for it.
+    fn transfer(&mut self, to: String, out: &mut Vec<Action>) {
+        if to == self.me.id {
+            return; // Handing the lease to oneself changes nothing.
+        }
+        let reason = EndReason::Transferred { to: to.clone() };
+        self.drain_to(reason, After::Stand, Some(to), out);
     }
 
     fn shutdown(&mut self, now: Now, out: &mut Vec<Action>) {
@@ -889,6 +998,8 @@ impl Machine {
                             then: After::Stop,
                             token,
                             term,
+                            successor: None,
+                            carried: Metadata::new(),
                             version: None,
                             retry_at: now.mono,
                             until: now.mono + self.timing.op_timeout * 2,
@@ -945,9 +1056,23 @@ impl Machine {
     /// A record delivered by the change feed.
     fn on_observed(&mut self, now: Now, current: Versioned, out: &mut Vec<Action>) {
         match &self.state {
-            State::Candidate => self.observe(now, Some(current), out),
+            State::Candidate => self.observe_from(now, Some(current), true, out),
             State::Leader(lead) => {
                 let ours = self.is_mine(&current.record) && current.record.token == lead.token;
+                if ours && current.version > lead.version {
+                    // Our record, rewritten by someone else keeping holder
+                    // and token: a transfer request.
+                    if let Some(to) = current.record.transfer_to().map(str::to_owned) {
+                        if let State::Leader(lead) = &mut self.state {
+                            lead.version = current.version;
+                            lead.record = current.record;
+                        }
+                        if self.op.is_none() {
+                            self.transfer(to, out);
+                        }
+                    }
+                    return;
+                }
                 if !ours && current.version > lead.version {
                     // Another writer replaced the record after our last
                     // write: our term is over, whatever a renewal in flight
@@ -962,7 +1087,7 @@ impl Machine {
                     } else {
                         now.mono + self.timing.retry_interval
                     };
-                    self.observe(now, Some(current), out);
+                    self.observe_from(now, Some(current), true, out);
                 }
             }
             // A release verifies with reads of its own.
@@ -986,11 +1111,16 @@ impl Machine {
         };
         match result {
             Ok(Some(v)) if self.is_mine(&v.record) && v.record.token == token => {
+                let request = v.record.transfer_to().map(str::to_owned);
                 if let State::Leader(lead) = &mut self.state {
                     lead.version = v.version;
                     lead.record = v.record;
                     lead.verifying = false;
                     lead.next_renew = now.mono;
+                }
+                // An operator asked this leader to hand over.
+                if let Some(to) = request {
+                    self.transfer(to, out);
                 }
             }
             Ok(current) => {
@@ -1053,6 +1183,12 @@ impl Machine {
             Ok(CasOutcome::Applied(version)) => {
                 let deadline = self.anchor(sent, now) + self.timing.leader_validity;
                 let token = record.token;
+                let replaced = self
+                    .observed
+                    .as_ref()
+                    .and_then(|o| o.current.as_ref())
+                    .map(|v| v.record.metadata.clone())
+                    .unwrap_or_default();
                 self.observe_own(now, record.clone(), version);
                 if now.mono >= deadline - self.timing.stop_grace {
                     // The reply came too late to use the term. The record is
@@ -1061,6 +1197,7 @@ impl Machine {
                     return;
                 }
                 self.own_write_failures = 0;
+                self.predecessor = replaced;
                 self.reported = None;
                 self.state = State::Leader(Lead {
                     token,
@@ -1274,13 +1411,14 @@ impl Machine {
             self.begin_drain(EndReason::LivenessLost, After::Stand, out);
             return self.advance_draining(now, out);
         }
-        if self.op.is_some() || now.mono < next_renew {
+        if self.op.is_some() || (now.mono < next_renew && !self.metadata_dirty) {
             return;
         }
         let op_deadline = (now.mono + self.timing.op_timeout).min(deadline);
         if verifying {
             self.read(ReadPurpose::Verify, now, op_deadline, out);
         } else {
+            self.metadata_dirty = false;
             let record = self.lease_record(token, now);
             self.write(
                 WritePurpose::Renew,
@@ -1298,6 +1436,7 @@ impl Machine {
             lead,
             then,
             drained,
+            successor,
         } = &self.state
         else {
             return;
@@ -1312,6 +1451,8 @@ impl Machine {
             then: *then,
             token: lead.token,
             term: lead.record.term,
+            successor: successor.clone(),
+            carried: carried_forward(&lead.record.metadata),
             version: Some(lead.version),
             retry_at: now.mono,
             until,
@@ -1333,13 +1474,22 @@ impl Machine {
         let deadline = (now.mono + self.timing.op_timeout).min(r.until);
         match r.version {
             Some(version) => {
+                let mut metadata = r.carried.clone();
+                if let Some(to) = &r.successor {
+                    metadata.insert(TRANSFER_TO_KEY, to.clone());
+                }
                 let record = LeaseRecord {
                     holder: None,
                     token: r.token,
                     term: r.term,
                     renewed_at: now.wall,
-                    expires_at: now.wall,
-                    metadata: Metadata::new(),
+                    // A reservation lasts one term; a plain release ends now.
+                    expires_at: if r.successor.is_some() {
+                        now.wall + r.term
+                    } else {
+                        now.wall
+                    },
+                    metadata,
                 };
                 self.write(
                     WritePurpose::Release,

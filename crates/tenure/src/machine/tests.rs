@@ -989,3 +989,200 @@ fn a_superseded_node_stands_again_only_after_its_old_work_is_gone() {
     let (_, _, record) = cas_op(&a);
     assert_eq!(record.token, 3);
 }
+
+fn reserved_for(to: &str, token: u64, version: u64) -> Versioned {
+    let mut v = held("gone", token, version);
+    v.record.holder = None;
+    v.record.metadata = Metadata::new().with(TRANSFER_TO_KEY, to);
+    v
+}
+
+#[test]
+fn transfer_drains_then_releases_reserved_for_the_successor() {
+    let (mut m, _) = leader("a");
+    let a = m.step(at(100), Input::TransferTo { to: "b".into() });
+    assert!(matches!(
+        &a[..],
+        [Action::EndTerm {
+            token: 1,
+            reason: EndReason::Transferred { to },
+            ..
+        }] if to == "b"
+    ));
+    let a = m.step(at(150), Input::Drained { token: 1 });
+    let (op, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)));
+    assert_eq!(record.holder, None);
+    assert_eq!(
+        record.token, 1,
+        "the token survives for the successor to raise"
+    );
+    assert_eq!(record.transfer_to(), Some("b"));
+    cas(&mut m, at(160), op, CasOutcome::Applied(Version(2)));
+    assert_eq!(m.phase(), Phase::Candidate, "the old leader keeps standing");
+}
+
+#[test]
+fn the_successor_takes_a_reserved_lease_at_once_and_others_wait_a_term() {
+    // The successor.
+    let mut b = machine("b", timing());
+    let a = b.step(at(0), Input::Tick);
+    let a = read(&mut b, at(0), read_op(&a), Some(reserved_for("b", 4, 9)));
+    let (_, expected, record) = cas_op(&a);
+    assert_eq!((expected, record.token), (Some(Version(9)), 5));
+    assert_eq!(
+        record.transfer_to(),
+        None,
+        "a term's own record reserves nothing"
+    );
+
+    // Anyone else waits as for a held record, then may take it.
+    let mut c = machine("c", timing());
+    let a = c.step(at(0), Input::Tick);
+    let a = read(&mut c, at(0), read_op(&a), Some(reserved_for("b", 4, 9)));
+    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
+    let free = at(0).mono + timing().takeover_wait(Duration::from_millis(T));
+    let mut now = at(0);
+    loop {
+        now = at_mono(c.next_wake(now).unwrap());
+        let a = c.step(now, Input::Tick);
+        if a.iter().any(|a| matches!(a, Action::Cas { .. })) {
+            assert_eq!(now.mono, free, "anyone may take it after one term");
+            break;
+        }
+        assert!(now.mono < free);
+        read(&mut c, now, read_op(&a), Some(reserved_for("b", 4, 9)));
+    }
+}
+
+#[test]
+fn a_transfer_request_written_into_the_leaders_record_is_honoured() {
+    let (mut m, record) = leader("a");
+    let renew_at = timing().renew_interval.as_millis() as u64;
+    let a = m.step(at(renew_at), Input::Tick);
+    let (op, _, _) = cas_op(&a);
+    // An operator rewrote the record keeping holder and token.
+    let a = cas(&mut m, at(renew_at + 1), op, CasOutcome::Conflict);
+    let mut asked = record.clone();
+    asked.metadata.insert(TRANSFER_TO_KEY, "z");
+    let a = read(
+        &mut m,
+        at(renew_at + 2),
+        read_op(&a),
+        Some(Versioned {
+            record: asked,
+            version: Version(2),
+        }),
+    );
+    assert!(matches!(
+        &a[..],
+        [Action::EndTerm { reason: EndReason::Transferred { to }, .. }] if to == "z"
+    ));
+    let a = m.step(at(renew_at + 3), Input::Drained { token: 1 });
+    let (_, expected, released) = cas_op(&a);
+    assert_eq!(expected, Some(Version(2)));
+    assert_eq!(released.transfer_to(), Some("z"));
+}
+
+#[test]
+fn new_metadata_is_written_at_once_and_followers_hear_of_it() {
+    let (mut m, _) = leader("a");
+    let a = m.step(
+        at(100),
+        Input::SetMetadata {
+            metadata: Metadata::address("y:2"),
+        },
+    );
+    let (_, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)), "renewed at once, not at 3 s");
+    assert_eq!(record.metadata.get("address"), Some("y:2"));
+
+    let mut f = machine("f", timing());
+    let a = f.step(at(0), Input::Tick);
+    read(&mut f, at(0), read_op(&a), Some(held("a", 1, 1)));
+    let mut moved = held("a", 1, 2);
+    moved.record.metadata = Metadata::address("y:2");
+    let a = f.step(
+        at(10),
+        Input::Observed {
+            current: moved.clone(),
+        },
+    );
+    assert_eq!(
+        a,
+        vec![Action::LeaderChanged {
+            leader: Some(moved)
+        }]
+    );
+}
+
+/// Review finding: the version-ordering rule in `observe()` ignores every read that
+/// shows a lower version than one seen before, and an equal version keeps
+/// the old `since`. After a store reset (versions restart), the reads of the
+/// new holder's record are all ignored until its version reaches the old
+/// one; then the candidate counts the new record as unchanged since it saw
+/// the OLD one and takes over a live term.
+#[test]
+fn restarted_versions_are_not_waited_out_from_a_stale_sight() {
+    let mut m = machine("c", timing());
+    // t=0: X holds at v5.
+    let a = m.step(at(0), Input::Tick);
+    read(&mut m, at(0), read_op(&a), Some(held("x", 3, 5)));
+    // The store loses its data; Y acquires at v1 and renews: v3, then v5
+    // (written just before 6.75 s). C polls every 2.25 s.
+    let a = m.step(at(2250), Input::Tick);
+    read(&mut m, at(2250), read_op(&a), Some(held("y", 4, 1)));
+    let a = m.step(at(4500), Input::Tick);
+    read(&mut m, at(4500), read_op(&a), Some(held("y", 4, 3)));
+    let a = m.step(at(6750), Input::Tick);
+    read(&mut m, at(6750), read_op(&a), Some(held("y", 4, 5)));
+    // Y's v5 was first seen at 6.75 s: no takeover before 6.75 + 9.09 s.
+    let mut t = 6750;
+    while t + 10 < 6750 + 9090 {
+        t += 10;
+        let a = m.step(at(t), Input::Tick);
+        if let Some(Action::Read { op, .. }) = a.iter().find(|a| matches!(a, Action::Read { .. })) {
+            read(&mut m, at(t), *op, Some(held("y", 4, 5)));
+        }
+        assert!(
+            !a.iter().any(|a| matches!(a, Action::Cas { .. })),
+            "took over Y's v5 (first seen at 6.75 s) at {t} ms: {a:?}"
+        );
+    }
+}
+
+/// Review finding: `Config::validate` caps the retry interval only at a week; the
+/// leader retries a failed renewal after half of it, so a long retry
+/// interval (to poll less on a store without notifications) makes one
+/// transient renewal failure cost the whole term.
+#[test]
+fn a_long_retry_interval_leaves_no_renewal_retry() {
+    let mut c = Config::new(Duration::from_millis(T));
+    c.retry_jitter = Some(Duration::ZERO);
+    c.retry_interval = Some(Duration::from_secs(60));
+    let timing = c.validate().expect("accepted");
+    let mut m = Machine::new(timing, me("a"), Metadata::new(), 7, at(0));
+    let a = m.step(at(0), Input::Tick);
+    let a = read(&mut m, at(0), read_op(&a), None);
+    let (op, _, _) = cas_op(&a);
+    cas(&mut m, at(1), op, CasOutcome::Applied(Version(1)));
+    let a = m.step(at(3000), Input::Tick);
+    let (op, _, _) = cas_op(&a);
+    // One renewal fails at 3.1 s.
+    m.step(
+        at(3100),
+        Input::CasDone {
+            op,
+            result: Err(StoreError::unavailable("blip", "test")),
+        },
+    );
+    let mut retried = false;
+    for t in (3200..8000).step_by(100) {
+        let a = m.step(at(t), Input::Tick);
+        retried |= a.iter().any(|a| matches!(a, Action::Cas { .. }));
+    }
+    assert!(
+        retried,
+        "no renewal retry before the term's stop at 8.01 s: next at 33.1 s"
+    );
+}

@@ -190,7 +190,7 @@ impl ShardsBuilder {
             GroupName::new(shard_group(&self.set, shard))?;
         }
         GroupName::new(member_group(&self.set, &member))?;
-        self.metadata.validate()?;
+        self.metadata.validate_published()?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ElectorError::NoRuntime)?;
         let membership = Elector::builder(self.store.clone(), member_group(&self.set, &member))
             .candidate_id(member.clone())
@@ -460,7 +460,7 @@ impl Shards {
     where
         F: Fn(String, Term) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: Send + 'static,
+        E: From<ElectorError> + Send + 'static,
     {
         let work = Arc::new(work);
         let mut electors = self.inner.electors.clone();

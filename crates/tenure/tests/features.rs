@@ -1,0 +1,287 @@
+//! What users of election libraries ask for, on tokio's paused clock:
+//! hand-over to a named candidate, bounded waits, live metadata, health,
+//! duties whose period holds across leaders, errors that reach the caller.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::{
+    Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health, Holder,
+    LeaseRecord, LeaseStore, MemoryStore, Metadata, Observer, Periodic, Role, TokioClock,
+};
+
+const TERM: Duration = Duration::from_secs(10);
+
+fn candidate(store: &MemoryStore, id: &str, clock: &Arc<TokioClock>) -> Elector {
+    Elector::builder(store.clone(), "jobs")
+        .candidate_id(id)
+        .config(Config::new(TERM))
+        .metadata(Metadata::address(format!("{id}:1")))
+        .clock(clock.clone())
+        .start()
+        .expect("valid")
+}
+
+#[tokio::test(start_paused = true)]
+async fn transfer_hands_over_to_the_named_candidate_only() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let a = candidate(&store, "a", &clock);
+    let first = a.wait_for_leadership().await.unwrap();
+    let b = candidate(&store, "b", &clock);
+    let c = candidate(&store, "c", &clock);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut events = a.events();
+    let began = clock.now().mono;
+    a.transfer_to("c").unwrap();
+    let term = c.wait_for_leadership().await.unwrap();
+    let took = clock.now().mono.saturating_since(began);
+    assert!(took < Duration::from_millis(100), "took {took:?}");
+    assert_eq!(term.token(), first.token() + 1);
+    assert!(!b.is_leader() && !a.is_leader());
+    assert!(first.is_cancelled());
+    assert_eq!(
+        events.next().await,
+        Some(Event::Ousted {
+            token: first.token(),
+            reason: EndReason::Transferred { to: "c".into() }
+        })
+    );
+    // Anyone but the leader cannot hand over: nothing happens.
+    b.transfer_to("a").unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(c.is_leader());
+    for e in [&a, &b, &c] {
+        e.shutdown().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let a = candidate(&store, "a", &clock);
+    a.wait_for_leadership().await.unwrap();
+    let b = candidate(&store, "b", &clock);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let began = clock.now().mono;
+    a.transfer_to("nobody").unwrap();
+    let term = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(t) = a.current_term().or_else(|| b.current_term()) {
+            break t;
+        }
+    };
+    let took = clock.now().mono.saturating_since(began);
+    let wait = Config::new(TERM).validate().unwrap().takeover_wait(TERM);
+    assert!(
+        took >= wait,
+        "the reservation was taken after {took:?} by {}",
+        term.candidate()
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// `tenure release --to` writes the request into the leader's record,
+/// keeping holder and token; the leader honours it at its next look.
+#[tokio::test(start_paused = true)]
+async fn a_transfer_request_in_the_record_is_honoured() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let a = candidate(&store, "a", &clock);
+    a.wait_for_leadership().await.unwrap();
+    let b = candidate(&store, "b", &clock);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let group = GroupName::new("jobs").unwrap();
+    let current = store.read(&group).await.unwrap().unwrap();
+    let mut asked = current.record.clone();
+    asked.metadata.insert(tenure::record::TRANSFER_TO_KEY, "b");
+    store
+        .compare_and_swap(&group, Some(current.version), &asked)
+        .await
+        .unwrap();
+    let term = b.wait_for_leadership().await.unwrap();
+    assert_eq!(term.token(), 2);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn bounded_waits() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let a = candidate(&store, "a", &clock);
+    assert!(
+        a.try_acquire().await.unwrap().is_some(),
+        "a free lease is taken"
+    );
+    let b = candidate(&store, "b", &clock);
+    assert!(
+        b.try_acquire().await.unwrap().is_none(),
+        "a held one is not"
+    );
+    let err = b
+        .wait_for_leadership_within(Duration::from_secs(3))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ElectorError::NotLeader { .. }), "{err}");
+    a.shutdown().await;
+    let term = b
+        .wait_for_leadership_within(Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_eq!(term.token(), 2);
+    b.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_metadata_reaches_followers_and_observers_at_once() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let a = candidate(&store, "a", &clock);
+    a.wait_for_leadership().await.unwrap();
+    let b = candidate(&store, "b", &clock);
+    let mut observer = Observer::builder(store.clone(), "jobs")
+        .clock(clock.clone())
+        .start()
+        .unwrap();
+    observer.wait_for_leader().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    a.set_metadata(Metadata::address("moved:2")).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    match b.role() {
+        Role::Follower { leader } => assert_eq!(leader.metadata.get("address"), Some("moved:2")),
+        other => panic!("b is {other:?}"),
+    }
+    let seen = observer.leader().unwrap();
+    assert_eq!(seen.metadata.get("address"), Some("moved:2"));
+    let err = a
+        .set_metadata(Metadata::new().with("tenure.mine", "x"))
+        .unwrap_err();
+    assert!(err.to_string().contains("tenure."), "{err}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn health_is_bad_only_for_a_wedged_leader_or_a_fault() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let a = candidate(&store, "a", &clock);
+    a.wait_for_leadership().await.unwrap();
+    assert_eq!(a.health(), Health::Healthy);
+    a.shutdown().await;
+    assert_eq!(a.health(), Health::Healthy, "stopped on request");
+
+    // A fault: a token that cannot rise.
+    let group = GroupName::new("jobs").unwrap();
+    let current = store.read(&group).await.unwrap().unwrap();
+    let maxed = LeaseRecord {
+        holder: Some(Holder {
+            id: "x".into(),
+            incarnation: 1,
+        }),
+        token: u64::MAX,
+        ..current.record
+    };
+    store
+        .compare_and_swap(&group, Some(current.version), &maxed)
+        .await
+        .unwrap();
+    let b = candidate(&store, "b", &clock);
+    let err = b
+        .run_while_leader(|_term| async { Ok::<(), ElectorError>(()) })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ElectorError::Failed(Fault::TokenExhausted { .. })),
+        "run_while_leader ends with the fault: {err}"
+    );
+    assert!(!b.health().is_healthy());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_duty_keeps_its_period_across_leaders() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let period = Duration::from_secs(60);
+    let runs = Arc::new(AtomicU32::new(0));
+    let spawn_duty = |e: Elector, periodic: Periodic| {
+        let runs = runs.clone();
+        tokio::spawn(async move {
+            e.run_periodic(periodic, move |_term| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+        })
+    };
+    let a = candidate(&store, "a", &clock);
+    let b = candidate(&store, "b", &clock);
+    let da = spawn_duty(a.clone(), Periodic::every(period));
+    let db = spawn_duty(b.clone(), Periodic::every(period));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the first leader runs at once"
+    );
+    // The leader flaps: hand-over after 5 s, then back after 5 s more.
+    let (leader, other) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    leader.resign();
+    other.wait_for_leadership().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a new leader waits out the period since the last run"
+    );
+    tokio::time::sleep(period).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "and runs when it is due");
+    a.shutdown().await;
+    b.shutdown().await;
+    da.await.unwrap().unwrap();
+    db.await.unwrap().unwrap();
+
+    // Opting out: every new term runs at once.
+    let store = MemoryStore::new();
+    runs.store(0, Ordering::SeqCst);
+    let a = candidate(&store, "a", &clock);
+    let da = spawn_duty(a.clone(), Periodic::every(period).at_every_new_term());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.resign();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    a.shutdown().await;
+    da.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_duty_is_an_event() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let a = candidate(&store, "a", &clock);
+    let mut events = a.events();
+    let runner = a.clone();
+    let duty = tokio::spawn(async move {
+        runner
+            .run_periodic_while_leader(Duration::from_secs(1), |_term| async {
+                Err::<(), _>("the cache is down")
+            })
+            .await
+    });
+    let failed = loop {
+        if let Some(Event::DutyFailed { error, .. }) = events.next().await {
+            break error;
+        }
+    };
+    assert_eq!(failed, "the cache is down");
+    a.shutdown().await;
+    duty.await.unwrap().unwrap();
+}
