@@ -357,3 +357,20 @@ fn wall_time_rounds_durations_up() {
     assert_eq!(t.as_millis(), 1_002);
     let _ = EndReason::Failed;
 }
+
+/// A leader whose process slept through its term (nothing has run since) is
+/// unhealthy until its term is ended: what a liveness probe must see.
+#[tokio::test(start_paused = true)]
+async fn a_leader_past_its_deadline_is_unhealthy() {
+    let clock = Arc::new(JumpClock {
+        inner: TokioClock::new(),
+        jumped: AtomicU64::new(0),
+    });
+    let e = start(MemoryStore::new(), "a", clock.clone());
+    e.wait_for_leadership().await.unwrap();
+    assert!(e.health().is_healthy());
+    clock.jump(TERM * 2);
+    let health = e.health();
+    assert!(!health.is_healthy(), "{health:?}");
+    e.shutdown().await;
+}
