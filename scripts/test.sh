@@ -2,28 +2,41 @@
 # The whole test suite, as CI runs it: formatting, lints, every crate's tests
 # (unit, simulation, conformance, CLI end-to-end, real servers) and doctests.
 # Installs and starts what the tests need; stops it again on exit.
+#
+# CI=true is the default here: a test whose real server is missing then
+# fails instead of skipping, so a green run means every real-server test
+# ran. Export CI=false to let such tests skip (a machine without the
+# servers, while iterating).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # A shared target directory keeps repeat runs incremental (also across clones).
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/tenure-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-export CI="${CI:-false}"
+export CI="${CI:-true}"
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# Sourced, not executed: a lost executable bit must not turn into skipped
+# servers. The stop trap goes in before anything starts, so that a start
+# that fails half-way leaves nothing running.
+# shellcheck source=scripts/servers.sh
+source scripts/servers.sh
+trap servers_stop EXIT
+
+if command -v rustup >/dev/null; then
+  step "rustup component add rustfmt clippy"
+  rustup component add rustfmt clippy
+fi
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   step "installing cargo-nextest"
   cargo install --locked cargo-nextest
 fi
 
-if [ -x scripts/servers.sh ]; then
-  step "starting real servers"
-  # shellcheck source=/dev/null
-  source scripts/servers.sh
-  servers_start
-  trap servers_stop EXIT
-fi
+step "starting real servers"
+servers_start
+servers_check
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

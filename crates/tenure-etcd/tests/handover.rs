@@ -13,6 +13,6 @@ async fn a_release_is_taken_over_at_once_not_after_a_poll() {
     };
     let a = EtcdStore::connect(&url).await.unwrap();
     let b = EtcdStore::connect(&url).await.unwrap();
-    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_millis(300)).await;
+    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_secs(2)).await;
     eprintln!("etcd hand-over: {took:?}");
 }

@@ -124,8 +124,9 @@ async fn wait_pong(pong: &mut Option<JoinHandle<bool>>) -> bool {
 }
 
 /// Opens a dedicated connection that listens on `channel` and hints the
-/// feed for `group`. The feed ends (and the elector polls, and subscribes
-/// again) when the connection is lost.
+/// feed for `group` (once at once, then on every notification). The feed
+/// ends (and the elector polls, and subscribes again) when the connection
+/// is lost.
 pub(crate) async fn subscribe(
     options: &PostgresOptions,
     tls: MakeRustlsConnect,
@@ -134,6 +135,10 @@ pub(crate) async fn subscribe(
 ) -> Result<ChangeFeed, StoreError> {
     let mut listener = Listener::open(options, tls, &channel).await?;
     let (tx, feed) = ChangeFeed::channel();
+    // Writes notified before LISTEN took effect were missed: one hint now
+    // makes the reader read once, so a release that happened while this
+    // connection was being opened is not left for a poll to find.
+    let _ = tx.try_send(());
     let group = group.clone();
     tokio::spawn(async move {
         loop {

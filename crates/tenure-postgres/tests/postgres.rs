@@ -103,7 +103,7 @@ async fn graceful_release_hands_over_within_a_round_trip_via_notify() {
     let Some(url) = url() else { return };
     let a = PostgresStore::connect(&url).await.unwrap();
     let b = PostgresStore::connect(&url).await.unwrap();
-    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_millis(300)).await;
+    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_secs(2)).await;
     eprintln!("graceful hand-over on PostgreSQL: {took:?}");
 }
 
@@ -894,4 +894,22 @@ async fn a_huge_batch_with_repeats_applies_in_order() {
             got[i].as_ref().map(|o| *o).map_err(|_| ())
         );
     }
+}
+
+/// A write notified while the LISTEN connection was still being opened
+/// (connecting with SCRAM takes a while) is not lost: a new subscription
+/// hints once, so the elector reads once instead of waiting for a poll.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_subscription_hints_once() {
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let group = testkit::unique_group("pg-first-hint");
+    let mut feed = tenure::LeaseStore::changes(&store, &group)
+        .await
+        .unwrap()
+        .expect("a feed");
+    tokio::time::timeout(Duration::from_secs(2), feed.changed())
+        .await
+        .expect("a hint on subscribing")
+        .expect("the feed is open");
 }

@@ -22,6 +22,6 @@ async fn a_release_is_taken_over_at_once_not_after_a_poll() {
     let a = RedisStore::connect(&url).await.unwrap();
     assert!(a.adopt_empty().await.unwrap());
     let b = RedisStore::connect(&url).await.unwrap();
-    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_millis(300)).await;
+    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_secs(2)).await;
     eprintln!("Redis hand-over: {took:?}");
 }

@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 
 use tenure::testkit::held_by;
 use tenure::{CasOutcome, GroupName, LeaseStore, Version};
-use tenure_sqlite::SqliteStore;
+use tenure_sqlite::{SqliteOptions, SqliteStore};
 
 const RACERS: usize = 16;
+/// How long a racer waits for the write lock.
+const RACER_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 const CHILD_ENV: &str = "TENURE_RACE_CHILD";
 const RESULT: &str = "TENURE_RACE_RESULT";
 
@@ -45,7 +47,13 @@ async fn race_child() {
         std::thread::sleep(Duration::from_micros(500));
     }
     let started = Instant::now();
-    let store = SqliteStore::open(dir.join("leases.db")).await.unwrap();
+    // Sixteen processes queue for one write lock on a machine that may be
+    // busy with other tests: the default busy timeout (1 s) measures the
+    // machine, not the store. What is tested is who wins, not how fast.
+    let options = SqliteOptions::default().with_busy_timeout(RACER_BUSY_TIMEOUT);
+    let store = SqliteStore::open_with(dir.join("leases.db"), options)
+        .await
+        .unwrap();
     let outcome = store
         .compare_and_swap(&group, expected, &held_by(&format!("proc-{id}"), token))
         .await;

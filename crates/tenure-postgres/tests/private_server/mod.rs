@@ -9,8 +9,31 @@ pub struct PrivatePostgres {
     port: u16,
 }
 
+/// `tool` in `PG_BIN` (set by `scripts/servers.sh`), else in the newest
+/// installed `/usr/lib/postgresql/<major>/bin`.
 fn pg_bin(tool: &str) -> String {
-    let dir = std::env::var("PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into());
+    let dir = std::env::var("PG_BIN")
+        .ok()
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| {
+            let mut majors: Vec<(u32, String)> = std::fs::read_dir("/usr/lib/postgresql")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    Some((
+                        name.parse().ok()?,
+                        format!("/usr/lib/postgresql/{name}/bin"),
+                    ))
+                })
+                .collect();
+            majors.sort();
+            majors
+                .pop()
+                .map(|(_, dir)| dir)
+                .expect("no PostgreSQL in /usr/lib/postgresql: set PG_BIN")
+        });
     format!("{dir}/{tool}")
 }
 
