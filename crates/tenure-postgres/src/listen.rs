@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{Change, ChangeFeed, GroupName, StoreError, StoreFeed, StoreFeedSender};
+use tenure::{Change, ChangeFeed, FeedRelay, GroupName, StoreError, StoreFeed};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -174,10 +174,7 @@ pub(crate) async fn watch(
     let (tx, feed) = StoreFeed::channel(CAPACITY);
     let options = options.clone();
     tokio::spawn(async move {
-        let mut relay = Relay {
-            tx,
-            owes_resync: false,
-        };
+        let mut relay = FeedRelay::new(tx);
         let mut listener = listener;
         let mut senders = Senders::new(&options.table.quoted);
         let mut reader_check = tokio::time::interval(READER_CHECK);
@@ -185,12 +182,12 @@ pub(crate) async fn watch(
             let note = tokio::select! {
                 note = listener.next() => note,
                 _ = reader_check.tick() => {
-                    if relay.tx.is_closed() {
+                    if relay.is_closed() {
                         return;
                     }
                     continue;
                 }
-                _ = tokio::time::sleep(RESYNC_RETRY), if relay.owes_resync => {
+                _ = tokio::time::sleep(RESYNC_RETRY), if relay.owes_resync() => {
                     if !relay.settle() {
                         return;
                     }
@@ -215,7 +212,7 @@ pub(crate) async fn watch(
                     }
                 }
                 None => {
-                    if relay.tx.is_closed() {
+                    if relay.is_closed() {
                         return;
                     }
                     match Listener::open(&options, tls.clone(), &channel).await {
@@ -224,8 +221,7 @@ pub(crate) async fn watch(
                                 "LISTEN connection re-established; resyncing every group"
                             );
                             listener = again;
-                            relay.owes_resync = true;
-                            if !relay.settle() {
+                            if !relay.missed() {
                                 return;
                             }
                         }
@@ -312,49 +308,5 @@ impl Senders {
         }
         self.known.insert(pid, (may, now + ttl));
         may
-    }
-}
-
-/// Hands changes to the store-wide feed without ever waiting for its
-/// reader: when the feed is full the change is dropped and a resync is
-/// owed, sent as soon as there is room (changes dropped meanwhile are
-/// covered by it). So a slow reader never makes notifications pile up
-/// here.
-struct Relay {
-    tx: StoreFeedSender,
-    owes_resync: bool,
-}
-
-impl Relay {
-    /// Offers the resync owed, if any; `false` once the reader is gone.
-    fn settle(&mut self) -> bool {
-        if !self.owes_resync {
-            return true;
-        }
-        match self.tx.try_send(Change::Resync) {
-            Ok(sent) => {
-                self.owes_resync = !sent;
-                true
-            }
-            Err(()) => false,
-        }
-    }
-
-    /// Relays one change; `false` once the reader is gone.
-    fn send(&mut self, change: Change) -> bool {
-        if !self.settle() {
-            return false;
-        }
-        if self.owes_resync {
-            // The resync to come covers this change.
-            return true;
-        }
-        match self.tx.try_send(change) {
-            Ok(sent) => {
-                self.owes_resync = !sent;
-                true
-            }
-            Err(()) => false,
-        }
     }
 }

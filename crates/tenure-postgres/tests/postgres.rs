@@ -88,7 +88,7 @@ impl Harness for PgHarness {
     /// Every write notifies (issue 10, item 15: the feed case fails, not
     /// skips, if that breaks).
     fn promised_feeds(&self) -> Feeds {
-        Feeds::PER_GROUP
+        Feeds::ALL
     }
 }
 

@@ -29,24 +29,52 @@
 //! The group's pub/sub channel has the same name as its key. Keys never
 //! expire and are never deleted: a release writes a record without a holder,
 //! so the fencing token survives. The group name is used verbatim (any
-//! UTF-8, binary-safe). Both keys are touched by one script, so Redis
-//! Cluster is not supported (they would have to share a hash slot).
+//! UTF-8, binary-safe). A script touches the marker and the groups' keys
+//! together, so Redis Cluster is not supported (they would have to share a
+//! hash slot).
 //!
 //! # Operations
 //!
 //! Every operation is one Lua script run with `EVALSHA` (loaded again with
 //! `SCRIPT LOAD` after a restart empties the script cache), so it is atomic:
 //!
-//! * **read** checks both keys' types and returns `v` and `record`;
-//! * **compare-and-swap** writes `record` and adds one to `v` only if `v`
-//!   equals the expected version (or, expecting no record, only if the key
-//!   does not exist), then `PUBLISH`es an empty message on the group's
+//! * **read** checks the keys' types and returns `v` and `record` of each
+//!   group asked for;
+//! * **compare-and-swap** goes through its requests in order and, for each
+//!   on its own, writes `record` and adds one to `v` only if `v` equals the
+//!   expected version (or, expecting no record, only if the key does not
+//!   exist), then `PUBLISH`es `1:<version>:<record>` on the group's
 //!   channel. A key of another type is reported, never overwritten.
 //!
 //! A record is created with the server's clock in microseconds as its
 //! version, so a version is never reused, not even after Redis lost its
 //! data: a delayed write carrying a version from before the loss cannot
 //! match a record created after it.
+//!
+//! # Many groups
+//!
+//! Electors built from clones of one [`RedisStore`] share one
+//! [`tenure::Engine`]: a batch of reads, or of compare-and-swaps, is one
+//! script call (per 2048 groups) on the store's one multiplexed
+//! connection, which pipelines the engine's concurrent batches. Each
+//! compare-and-swap in a batch stands on its own (one group's conflict
+//! never undoes another's write), and two of one group apply in order.
+//!
+//! [`LeaseStore::watch`](tenure::LeaseStore::watch) subscribes one RESP3
+//! connection to the pattern `<prefix>*` (glob characters in the prefix
+//! escaped): every group's writes, each carrying its record, so followers
+//! learn of renewals without a read. After that connection is lost the
+//! feed subscribes again and every group is read once (Redis forgets
+//! messages sent to a subscriber that is away). An ACL user needs
+//! `+psubscribe` for it, and the channel permission must cover the pattern
+//! literally (`&<prefix>*`); without them each group subscribes on a
+//! connection of its own.
+//!
+//! Whoever may publish on the prefix's channels may send anything there:
+//! a message that does not parse is a hint to read its group (or is
+//! dropped if its channel names none), but a well-formed one is believed
+//! until the group's next real write, so give `&<prefix>*` only to users
+//! you would also let write the keys.
 //!
 //! # Instant hand-over
 //!
@@ -130,7 +158,7 @@
 //! [`describe`](tenure::LeaseStore::describe).
 //!
 //! An ACL user needs: `~{prefix}* &{prefix}* +evalsha +eval +script|load
-//! +subscribe +ping +hset +hget +hmget +hincrby +type +time +publish`
+//! +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish`
 //! (`+config|get` is optional: it lets [`RedisStore::connect`] check the
 //! eviction policy).
 #![deny(missing_docs)]

@@ -1,24 +1,29 @@
 //! The Lua scripts that make every operation atomic inside Redis, and the
 //! parsing of their replies.
 //!
-//! Every script touches two keys: the group's record (`KEYS[1]`) and the
-//! data-set marker (`KEYS[2]`, the bare prefix). Both are checked for their
-//! type before anything is read or written, so a key that another program
-//! owns is reported, never overwritten.
+//! Every script touches the data-set marker (`KEYS[1]`, the bare prefix)
+//! and the records of one or more groups (`KEYS[2..]`): a batch of reads or
+//! of compare-and-swaps is one script call, atomic as a whole, with a reply
+//! per group. Each key is checked for its type before anything is read or
+//! written, so a key that another program owns is reported (for that group
+//! alone), never overwritten.
 
 use std::sync::LazyLock;
 
 use redis::Value;
 
-/// Compare-and-swap.
+/// Compare-and-swap of many groups, each on its own and in order: a later
+/// request for a group sees what an earlier one in the batch wrote.
 ///
-/// `ARGV[1]`: the expected version (`""`: no record may exist; `"0"`: no
-/// record may exist and the data set is a recovered one, see the crate
-/// docs); `ARGV[2]`: the encoded record; `ARGV[3]`: the quarantine in ms;
-/// `ARGV[4]`: the channel to publish the change on.
+/// `KEYS[1]`: the data-set marker; `KEYS[2..]`: the groups' records.
+/// `ARGV`, three per request: the expected version (`""`: no record may
+/// exist; `"0"`: no record may exist and the data set is a recovered one,
+/// see the crate docs), the encoded record, and the quarantine in ms.
 ///
-/// Replies `{"applied", version, publish_error}`, `{"conflict"}`,
-/// `{"quarantine", remaining_ms}` or `{"wrongtype", which, type}`.
+/// Replies one entry per request: `{"applied", version, publish_error}`,
+/// `{"conflict"}`, `{"quarantine", remaining_ms}` or
+/// `{"wrongtype", which, type}`. An applied write is published on the
+/// group's channel (its key) as `1:<version>:<record>`.
 ///
 /// Versions are never reused, even across a loss of data: a record is
 /// created with the server's time in microseconds as its version and every
@@ -28,74 +33,95 @@ use redis::Value;
 pub(crate) static CAS: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
-local key, marker = KEYS[1], KEYS[2]
-local expected = ARGV[1]
-local kt = redis.call('TYPE', key)['ok']
-if kt ~= 'none' and kt ~= 'hash' then return {'wrongtype', 'record', kt} end
+local marker = KEYS[1]
 local mt = redis.call('TYPE', marker)['ok']
-if mt ~= 'none' and mt ~= 'hash' then return {'wrongtype', 'marker', mt} end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
-local version
-if kt == 'hash' then
-  if expected == '' or expected == '0' then return {'conflict'} end
-  if redis.call('HGET', key, 'v') ~= expected then return {'conflict'} end
-  version = redis.call('HINCRBY', key, 'v', 1)
-else
-  if expected ~= '' and expected ~= '0' then return {'conflict'} end
-  local floor = false
-  if mt == 'hash' then floor = redis.call('HGET', marker, 'floor') end
-  if not floor then
-    -- No marker: the data set is new or lost its data. Mark it, and make
-    -- everyone wait out any term granted before the loss.
-    redis.call('HSET', marker, 'floor', string.format('%.0f', now_us),
-      'since_ms', string.format('%.0f', now_ms))
-    return {'quarantine', ARGV[3]}
-  end
-  if floor == '0' then
-    -- Adopted as new: a missing record was never written.
-    if expected ~= '' then return {'conflict'} end
+
+local function cas(key, expected, record, quarantine)
+  local kt = redis.call('TYPE', key)['ok']
+  if kt ~= 'none' and kt ~= 'hash' then return {'wrongtype', 'record', kt} end
+  if mt ~= 'none' and mt ~= 'hash' then return {'wrongtype', 'marker', mt} end
+  local version
+  if kt == 'hash' then
+    if expected == '' or expected == '0' then return {'conflict'} end
+    if redis.call('HGET', key, 'v') ~= expected then return {'conflict'} end
+    version = redis.call('HINCRBY', key, 'v', 1)
   else
-    -- Recovered: a missing record may have been lost; it reads as a
-    -- release at the token floor, version 0.
-    if expected ~= '0' then return {'conflict'} end
-    local since = tonumber(redis.call('HGET', marker, 'since_ms')) or now_ms
-    local left = since + tonumber(ARGV[3]) - now_ms
-    if left > 0 then return {'quarantine', string.format('%.0f', left)} end
+    if expected ~= '' and expected ~= '0' then return {'conflict'} end
+    local floor = false
+    if mt == 'hash' then floor = redis.call('HGET', marker, 'floor') end
+    if not floor then
+      -- No marker: the data set is new or lost its data. Mark it, and make
+      -- everyone wait out any term granted before the loss.
+      redis.call('HSET', marker, 'floor', string.format('%.0f', now_us),
+        'since_ms', string.format('%.0f', now_ms))
+      mt = 'hash'
+      return {'quarantine', quarantine}
+    end
+    if floor == '0' then
+      -- Adopted as new: a missing record was never written.
+      if expected ~= '' then return {'conflict'} end
+    else
+      -- Recovered: a missing record may have been lost; it reads as a
+      -- release at the token floor, version 0.
+      if expected ~= '0' then return {'conflict'} end
+      local since = tonumber(redis.call('HGET', marker, 'since_ms')) or now_ms
+      local left = since + tonumber(quarantine) - now_ms
+      if left > 0 then return {'quarantine', string.format('%.0f', left)} end
+    end
+    version = now_us
+    redis.call('HSET', key, 'v', string.format('%.0f', version))
   end
-  version = now_us
-  redis.call('HSET', key, 'v', string.format('%.0f', version))
+  redis.call('HSET', key, 'record', record)
+  local v = string.format('%.0f', version)
+  -- pcall: a missing channel permission must not turn an applied write into
+  -- an error; the write stands and the caller logs the publish error.
+  local published = redis.pcall('PUBLISH', key, '1:' .. v .. ':' .. record)
+  local note = ''
+  if type(published) == 'table' and published['err'] then note = published['err'] end
+  return {'applied', v, note}
 end
-redis.call('HSET', key, 'record', ARGV[2])
--- pcall: a missing channel permission must not turn an applied write into
--- an error; the write stands and the caller logs the publish error.
-local published = redis.pcall('PUBLISH', ARGV[4], '')
-local note = ''
-if type(published) == 'table' and published['err'] then note = published['err'] end
-return {'applied', string.format('%.0f', version), note}
+
+local out = {}
+for i = 2, #KEYS do
+  out[i - 1] = cas(KEYS[i], ARGV[3 * i - 5], ARGV[3 * i - 4], ARGV[3 * i - 3])
+end
+return out
 "#,
     )
 });
 
-/// Read. Replies `{"hash", v, record}` (either may be nil),
-/// `{"none", floor, since_ms}` (empty strings without a marker) or
-/// `{"wrongtype", which, type}`.
+/// Read of many groups. `KEYS[1]`: the data-set marker; `KEYS[2..]`: the
+/// groups' records. Replies one entry per group: `{"hash", v, record}`
+/// (either may be nil), `{"none", floor, since_ms}` (empty strings without
+/// a marker) or `{"wrongtype", which, type}`.
 pub(crate) static READ: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
-local key, marker = KEYS[1], KEYS[2]
-local kt = redis.call('TYPE', key)['ok']
-if kt == 'hash' then
-  local f = redis.call('HMGET', key, 'v', 'record')
-  return {'hash', f[1], f[2]}
-end
-if kt ~= 'none' then return {'wrongtype', 'record', kt} end
+local marker = KEYS[1]
 local mt = redis.call('TYPE', marker)['ok']
-if mt == 'none' then return {'none', '', ''} end
-if mt ~= 'hash' then return {'wrongtype', 'marker', mt} end
-local m = redis.call('HMGET', marker, 'floor', 'since_ms')
-return {'none', m[1] or '', m[2] or ''}
+local m = false
+local out = {}
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  local kt = redis.call('TYPE', key)['ok']
+  if kt == 'hash' then
+    local f = redis.call('HMGET', key, 'v', 'record')
+    out[i - 1] = {'hash', f[1], f[2]}
+  elseif kt ~= 'none' then
+    out[i - 1] = {'wrongtype', 'record', kt}
+  elseif mt == 'none' then
+    out[i - 1] = {'none', '', ''}
+  elseif mt ~= 'hash' then
+    out[i - 1] = {'wrongtype', 'marker', mt}
+  else
+    if not m then m = redis.call('HMGET', marker, 'floor', 'since_ms') end
+    out[i - 1] = {'none', m[1] or '', m[2] or ''}
+  end
+end
+return out
 "#,
     )
 });
@@ -180,6 +206,19 @@ fn number(v: Option<&Value>, what: &str) -> Result<u64, String> {
 
 fn wrong_type(items: &[Value]) -> (bool, String) {
     (text(items.get(1)) == "marker", text(items.get(2)))
+}
+
+/// The entries of a batch reply, `n` of them, each parsed on its own.
+pub(crate) fn each<T>(
+    v: &Value,
+    n: usize,
+    parse: impl Fn(&Value) -> Result<T, String>,
+) -> Result<Vec<Result<T, String>>, String> {
+    let items = items(v)?;
+    if items.len() != n {
+        return Err(format!("{} entries for {n} requests", items.len()));
+    }
+    Ok(items.iter().map(parse).collect())
 }
 
 impl CasReply {

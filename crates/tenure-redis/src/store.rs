@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
 use tenure::{
-    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, Metadata, RecordError, StoreError,
-    Version, Versioned, WallTime,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
+    LeaseStore, Metadata, RecordError, StoreError, StoreFeed, Version, Versioned, WallTime,
 };
 use tokio::time::Instant;
 
@@ -18,7 +18,7 @@ use crate::conn::Conn;
 use crate::error::RedisStoreError;
 use crate::feed;
 use crate::options::RedisOptions;
-use crate::script::{CasReply, ReadReply, ADOPT, CAS, READ};
+use crate::script::{self, CasReply, ReadReply, ADOPT, CAS, READ};
 
 /// How long a change feed the server refused stays off before
 /// [`LeaseStore::changes`] tries again (electors poll meanwhile).
@@ -28,6 +28,11 @@ const FEED_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// lease being created: one for the old leader's term, one for margin
 /// against the server's clock rate and peers configured with a longer term.
 const QUARANTINE_TERMS: u32 = 2;
+
+/// Most groups in one script call: a larger batch (only a direct caller
+/// sends one; the engine's are no larger) becomes several calls, so no
+/// script holds the server for long.
+const MAX_KEYS: usize = 2048;
 
 /// A lease store in Redis. Clones share one connection.
 ///
@@ -44,6 +49,8 @@ struct Inner {
     feed_client: redis::Client,
     feed_off_until: Mutex<Option<Instant>>,
     publish_warned: AtomicBool,
+    /// The engine that electors on clones of this handle share.
+    engine: EngineSlot,
 }
 
 impl fmt::Debug for RedisStore {
@@ -144,6 +151,7 @@ impl RedisStore {
                 feed_client,
                 feed_off_until: Mutex::new(None),
                 publish_warned: AtomicBool::new(false),
+                engine: EngineSlot::new(),
             }),
         };
         store.check().await?;
@@ -277,21 +285,14 @@ impl RedisStore {
             .quarantine
             .map_or(by_term, |q| q.max(by_term))
     }
-}
 
-#[async_trait]
-impl LeaseStore for RedisStore {
-    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        let key = self.key(group);
-        let marker = self.marker_key().to_owned();
-        let reply: Value = self
-            .inner
-            .conn
-            .run("read", |mut c| async move {
-                READ.key(&key).key(&marker).invoke_async(&mut c).await
-            })
-            .await?;
-        let reply = ReadReply::parse(&reply).map_err(|d| self.protocol("read", d))?;
+    /// A read reply as the group's record (see the crate docs on data
+    /// loss for a missing record in a recovered data set).
+    fn versioned(
+        &self,
+        group: &GroupName,
+        reply: ReadReply,
+    ) -> Result<Option<Versioned>, StoreError> {
         let bad = |source| StoreError::Record {
             group: group.clone(),
             source,
@@ -352,33 +353,9 @@ impl LeaseStore for RedisStore {
         }
     }
 
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        let key = self.key(group);
-        let marker = self.marker_key().to_owned();
-        let expected = expected.map(|v| v.0.to_string()).unwrap_or_default();
-        let encoded = record.encode();
-        let quarantine = self.quarantine_for(record);
-        let quarantine_ms = u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX);
-        let reply: Value = self
-            .inner
-            .conn
-            .run("compare-and-swap", |mut c| async move {
-                CAS.key(&key)
-                    .key(&marker)
-                    .arg(expected)
-                    .arg(encoded)
-                    .arg(quarantine_ms)
-                    .arg(&key)
-                    .invoke_async(&mut c)
-                    .await
-            })
-            .await?;
-        match CasReply::parse(&reply).map_err(|d| self.protocol("compare-and-swap", d))? {
+    /// A compare-and-swap reply as its outcome.
+    fn outcome(&self, group: &GroupName, reply: CasReply) -> Result<CasOutcome, StoreError> {
+        match reply {
             CasReply::Applied {
                 version,
                 publish_error,
@@ -405,6 +382,135 @@ impl LeaseStore for RedisStore {
             .into()),
             CasReply::WrongType { marker, found } => Err(self.wrong_type(group, marker, found)),
         }
+    }
+
+    /// One script call reading `groups`.
+    async fn read_chunk(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        let mut invocation = READ.key(self.marker_key());
+        for g in groups {
+            invocation.key(self.key(g));
+        }
+        let reply: Value = self
+            .inner
+            .conn
+            .run("read", |mut c| async move {
+                invocation.invoke_async(&mut c).await
+            })
+            .await?;
+        let replies = script::each(&reply, groups.len(), ReadReply::parse)
+            .map_err(|d| self.protocol("read", d))?;
+        Ok(groups
+            .iter()
+            .zip(replies)
+            .map(|(g, r)| {
+                let r = r.map_err(|d| StoreError::from(self.protocol("read", d)))?;
+                self.versioned(g, r)
+            })
+            .collect())
+    }
+
+    /// One script call carrying out `requests` in order.
+    async fn cas_chunk(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let mut invocation = CAS.key(self.marker_key());
+        for r in requests {
+            let quarantine = self.quarantine_for(&r.record);
+            invocation
+                .key(self.key(&r.group))
+                .arg(r.expected.map(|v| v.0.to_string()).unwrap_or_default())
+                .arg(r.record.encode())
+                .arg(u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX));
+        }
+        let reply: Value = self
+            .inner
+            .conn
+            .run("compare-and-swap", |mut c| async move {
+                invocation.invoke_async(&mut c).await
+            })
+            .await?;
+        let replies = script::each(&reply, requests.len(), CasReply::parse)
+            .map_err(|d| self.protocol("compare-and-swap", d))?;
+        Ok(requests
+            .iter()
+            .zip(replies)
+            .map(|(r, reply)| {
+                let reply =
+                    reply.map_err(|d| StoreError::from(self.protocol("compare-and-swap", d)))?;
+                self.outcome(&r.group, reply)
+            })
+            .collect())
+    }
+}
+
+/// The only entry of a batch of one.
+fn only<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
+    batch.into_iter().next().unwrap_or_else(|| {
+        Err(StoreError::Unavailable {
+            message: "Redis answered a batch of one with no entry".into(),
+            source: None,
+        })
+    })
+}
+
+/// Runs `chunk` on each piece of `items` in order. A piece that fails as a
+/// whole fails the batch if it was the first, else its entries and every
+/// later one fail with its error (earlier pieces' outcomes stand).
+async fn chunked<'a, I, T, F, Fut>(items: &'a [I], mut chunk: F) -> BatchResult<T>
+where
+    F: FnMut(&'a [I]) -> Fut,
+    Fut: std::future::Future<Output = BatchResult<T>>,
+{
+    let mut out = Vec::with_capacity(items.len());
+    let mut failed: Option<StoreError> = None;
+    for piece in items.chunks(MAX_KEYS) {
+        if let Some(e) = &failed {
+            out.extend(piece.iter().map(|_| Err(e.copy_for_batch())));
+            continue;
+        }
+        match chunk(piece).await {
+            Ok(results) => out.extend(results),
+            Err(e) if out.is_empty() => return Err(e),
+            Err(e) => {
+                out.extend(piece.iter().map(|_| Err(e.copy_for_batch())));
+                failed = Some(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        only(self.read_many(std::slice::from_ref(group)).await?)
+    }
+
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let request = CasRequest {
+            group: group.clone(),
+            expected,
+            record: record.clone(),
+        };
+        only(
+            self.compare_and_swap_many(std::slice::from_ref(&request))
+                .await?,
+        )
+    }
+
+    /// One script call per 2048 groups, all read in one atomic step.
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        chunked(groups, |piece| self.read_chunk(piece)).await
+    }
+
+    /// One script call per 2048 requests, each compare-and-swap on its own
+    /// and in order (a later request for a group sees what an earlier one
+    /// wrote), each applied write published with its record.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        chunked(requests, |piece| self.cas_chunk(piece)).await
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
@@ -440,6 +546,30 @@ impl LeaseStore for RedisStore {
             }
         });
         Ok(Some(feed))
+    }
+
+    /// One connection subscribed to the pattern `<prefix>*`: every group's
+    /// writes, with their records (see [the crate docs](crate#many-groups)).
+    /// A server that refuses the pattern (an ACL without `+psubscribe`)
+    /// gives no store-wide feed: the engine subscribes group by group.
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        match feed::watch(self.inner.feed_client.clone(), self.options().clone()).await {
+            Ok(feed) => Ok(Some(feed)),
+            Err(e) if !e.is_transient() => {
+                tracing::warn!(
+                    target = %self.options().target(),
+                    error = %e,
+                    "Redis refused the store-wide change feed (PSUBSCRIBE {}*); each group subscribes on its own connection instead",
+                    self.options().prefix
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
     }
 
     fn describe(&self) -> String {

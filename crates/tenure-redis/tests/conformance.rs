@@ -45,7 +45,7 @@ impl Harness for RedisHarness {
     /// Every write notifies (issue 10, item 15: the feed case fails, not
     /// skips, if that breaks).
     fn promised_feeds(&self) -> Feeds {
-        Feeds::PER_GROUP
+        Feeds::ALL
     }
 }
 
@@ -66,4 +66,48 @@ async fn conformance() {
         .await
         .unwrap();
     testkit::run_conformance(&RedisHarness { url, raw, prefix }).await;
+}
+
+/// An ACL user with exactly the permissions the crate docs list passes the
+/// whole suite, the store-wide feed (PSUBSCRIBE) included.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documented_acl_permissions_pass_the_suite() {
+    let Some(server) = testkit::server_url("TENURE_TEST_REDIS") else {
+        return;
+    };
+    let suffix = tenure::testkit::unique_suffix();
+    let prefix = format!("tenure-acl-{suffix:x}:");
+    let user = format!("tenure-acl-{suffix:x}");
+    let mut raw = redis::Client::open(server.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let rules = format!(
+        "~{prefix}* &{prefix}* +evalsha +eval +script|load +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish"
+    );
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER").arg(&user).arg("on").arg(">acl-pw");
+    for rule in rules.split(' ') {
+        acl.arg(rule);
+    }
+    let _: () = acl.query_async(&mut raw).await.expect("ACL SETUSER");
+    let host = server.trim_start_matches("redis://");
+    let url = format!("redis://{user}:acl-pw@{host}?prefix={prefix}");
+    let store = RedisStore::connect(&url).await.expect("connect");
+    assert!(store.adopt_empty().await.expect("adopt"));
+    let report = testkit::check_conformance(&RedisHarness {
+        url,
+        raw: raw.clone(),
+        prefix,
+    })
+    .await;
+    let _: () = redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    // Both feeds are promised: a missing one fails its case.
+    assert!(report.passed(), "{report}");
 }

@@ -101,7 +101,7 @@ pub use shards::{
     Assignment, Member, ShardEvent, ShardEventStream, ShardHolding, Shards, ShardsBuilder,
 };
 pub use store::{
-    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, Listed, StoreFeed,
-    StoreFeedSender,
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, FeedRelay, LeaseStore, Listed,
+    StoreFeed, StoreFeedSender,
 };
 pub use term::{Term, TermGuard};

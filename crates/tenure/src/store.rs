@@ -164,6 +164,92 @@ async fn run_lane<S: LeaseStore + ?Sized>(
 /// How many single operations the default batch methods run at once.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 
+/// Hands changes from a store's listener to a [`StoreFeed`] without ever
+/// waiting for its reader: when the feed is full, the change is dropped
+/// and a [`Change::Resync`] is owed, sent as soon as there is room (it
+/// covers every change dropped meanwhile). A listener that reads an
+/// unbounded source (a socket's notifications) so never piles them up
+/// behind a slow reader.
+///
+/// ```
+/// use tenure::{Change, FeedRelay, GroupName, StoreFeed};
+/// let (tx, mut feed) = StoreFeed::channel(1);
+/// let mut relay = FeedRelay::new(tx);
+/// let hint = |g: &str| Change::Hint { group: GroupName::new(g).unwrap() };
+/// assert!(relay.send(hint("a")));
+/// assert!(relay.send(hint("b"))); // full: dropped, a resync owed
+/// assert!(relay.owes_resync());
+/// assert_eq!(feed.try_next(), Some(hint("a")));
+/// assert!(relay.settle());
+/// assert_eq!(feed.try_next(), Some(Change::Resync));
+/// ```
+#[derive(Debug)]
+pub struct FeedRelay {
+    tx: StoreFeedSender,
+    owes_resync: bool,
+}
+
+impl FeedRelay {
+    /// A relay into the feed of `tx`, owing nothing.
+    pub fn new(tx: StoreFeedSender) -> Self {
+        FeedRelay {
+            tx,
+            owes_resync: false,
+        }
+    }
+
+    /// Relays one change (or the resync owed, which covers it); `false`
+    /// once the reader is gone and the listener should stop.
+    pub fn send(&mut self, change: Change) -> bool {
+        if !self.settle() {
+            return false;
+        }
+        if self.owes_resync {
+            return true;
+        }
+        match self.tx.try_send(change) {
+            Ok(sent) => {
+                self.owes_resync = !sent;
+                true
+            }
+            Err(()) => false,
+        }
+    }
+
+    /// Notes that changes were missed (the listener reconnected), and
+    /// offers the resync at once; `false` once the reader is gone.
+    pub fn missed(&mut self) -> bool {
+        self.owes_resync = true;
+        self.settle()
+    }
+
+    /// Offers the resync owed, if any; `false` once the reader is gone.
+    /// Call it now and then while one is owed: nothing else may come to
+    /// carry it.
+    pub fn settle(&mut self) -> bool {
+        if !self.owes_resync {
+            return !self.tx.is_closed();
+        }
+        match self.tx.try_send(Change::Resync) {
+            Ok(sent) => {
+                self.owes_resync = !sent;
+                true
+            }
+            Err(()) => false,
+        }
+    }
+
+    /// Whether a resync is owed.
+    pub fn owes_resync(&self) -> bool {
+        self.owes_resync
+    }
+
+    /// Whether the reader is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
 /// Per-item results of a batch, or the failure of the batch as a whole.
 pub type BatchResult<T> = Result<Vec<Result<T, StoreError>>, StoreError>;
 

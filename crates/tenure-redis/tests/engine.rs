@@ -1,0 +1,267 @@
+//! Many groups on one store handle (issue 11): one engine, batches of one
+//! script call, one pub/sub connection carrying records, bounded
+//! connections, and a feed that shrugs off foreign messages and resyncs
+//! after a reconnect.
+
+mod common;
+
+use std::time::Duration;
+
+use tenure::testkit::{self, scenarios};
+use tenure::{
+    CasOutcome, CasRequest, Change, GroupName, LeaseStore, StoreFeed, Version, Versioned,
+};
+use tenure_redis::RedisStore;
+
+use common::RedisServer;
+
+/// The shared server with a prefix of its own, adopted as new.
+async fn shared(label: &str) -> Option<(String, RedisStore)> {
+    let server = testkit::server_url("TENURE_TEST_REDIS")?;
+    let prefix = format!("tenure-{label}-{:x}:", testkit::unique_suffix());
+    let url = format!("{server}?prefix={prefix}");
+    let store = RedisStore::connect(&url).await.expect("connect");
+    assert!(store.adopt_empty().await.expect("adopt"));
+    Some((url, store))
+}
+
+fn applied(outcome: Result<CasOutcome, tenure::StoreError>) -> Version {
+    match outcome {
+        Ok(CasOutcome::Applied(v)) => v,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The next change the feed reports about `group`, skipping others.
+async fn next_about(feed: &mut StoreFeed, group: &GroupName) -> Change {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match feed.next().await.expect("the feed is open") {
+                Change::Written { group: g, .. } | Change::Hint { group: g } if &g != group => {}
+                change => return change,
+            }
+        }
+    })
+    .await
+    .expect("a change within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {
+    let Some((url, leading)) = shared("many").await else {
+        return;
+    };
+    let following = RedisStore::connect(&url).await.unwrap();
+    let figures = scenarios::many_groups_followed_without_reads(
+        leading,
+        following,
+        1000,
+        Duration::from_secs(6),
+    )
+    .await;
+    eprintln!("Redis, 1000 groups: {figures:?}");
+}
+
+/// The store-wide feed reports each write with its record; a foreign
+/// publisher's messages on the prefix's channels are hints at most, never
+/// stop the feed, and never pass for a record unless well-formed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_feed_carries_records_and_foreign_messages_are_hints() {
+    let Some((url, writer)) = shared("feed").await else {
+        return;
+    };
+    let watcher = RedisStore::connect(&url).await.unwrap();
+    let mut feed = watcher.watch().await.unwrap().expect("a store-wide feed");
+    let group = testkit::unique_group("feed");
+    let mut record = testkit::held_by("a", 1);
+    record.metadata = tenure::Metadata::address("10.0.0.7:80").with("ünï", "☃ 🦀");
+    let v = applied(writer.compare_and_swap(&group, None, &record).await);
+    assert_eq!(
+        next_about(&mut feed, &group).await,
+        Change::Written {
+            group: group.clone(),
+            current: Versioned {
+                record: record.clone(),
+                version: v
+            }
+        }
+    );
+    let server = testkit::server_url("TENURE_TEST_REDIS").unwrap();
+    let mut foreign = redis::Client::open(server.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let prefix = writer.options().prefix().to_owned();
+    let channel = writer.key(&group);
+    for (on, payload) in [
+        (channel.as_str(), &b""[..]),
+        (channel.as_str(), b"1:nope:{}"),
+        (channel.as_str(), b"\xff\x00garbage"),
+        (prefix.as_str(), b"1:5:{}"),
+        (&format!("{prefix}\u{1}"), b"1:5:{}"),
+    ] {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(on)
+            .arg(payload)
+            .query_async(&mut foreign)
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        assert_eq!(
+            next_about(&mut feed, &group).await,
+            Change::Hint {
+                group: group.clone()
+            }
+        );
+    }
+    let v2 = applied(writer.compare_and_swap(&group, Some(v), &record).await);
+    match next_about(&mut feed, &group).await {
+        Change::Written { current, .. } => assert_eq!(current.version, v2),
+        other => panic!("after the foreign messages: {other:?}"),
+    }
+}
+
+/// The pub/sub connection killed by the server: the feed subscribes again
+/// at once and says Resync (messages sent meanwhile are gone), then goes
+/// on reporting writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_subscription_resubscribes_and_resyncs() {
+    let server = RedisServer::start(&[]);
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    assert!(store.adopt_empty().await.unwrap());
+    let mut feed = store.watch().await.unwrap().expect("a feed");
+    let killed = server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed.trim(), "1", "the feed's connection was killed");
+    let resynced = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            if feed.next().await.expect("the feed stays open") == Change::Resync {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(resynced.is_ok(), "a resync after resubscribing");
+    let group = testkit::unique_group("after-resync");
+    let v = applied(
+        store
+            .compare_and_swap(&group, None, &testkit::held_by("a", 1))
+            .await,
+    );
+    match next_about(&mut feed, &group).await {
+        Change::Written { current, .. } => assert_eq!(current.version, v),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Connections do not grow with the number of groups: 500 groups on one
+/// store handle use its one command connection and one pub/sub connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_stay_bounded_whatever_the_number_of_groups() {
+    let server = RedisServer::start(&[]);
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    assert!(store.adopt_empty().await.unwrap());
+    let electors: Vec<_> = (0..500)
+        .map(|i| {
+            tenure::Elector::builder(store.clone(), format!("pool-{i}"))
+                .config(tenure::Config::new(Duration::from_secs(3)))
+                .start()
+                .unwrap()
+        })
+        .collect();
+    for e in &electors {
+        tokio::time::timeout(Duration::from_secs(30), e.wait_for_leadership())
+            .await
+            .expect("elected")
+            .unwrap();
+    }
+    let mut most = 0;
+    for _ in 0..20 {
+        // Every client but redis-cli's own.
+        let clients = server.cli(&["CLIENT", "LIST"]).lines().count() - 1;
+        most = most.max(clients);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(most <= 2, "{most} connections for 500 groups");
+    let stopping: Vec<_> = electors
+        .into_iter()
+        .map(|e| tokio::spawn(async move { e.shutdown().await }))
+        .collect();
+    for s in stopping {
+        s.await.unwrap();
+    }
+}
+
+/// A batch of several script calls' worth, every group written twice: the
+/// second acquisition of each conflicts, since the first applied, in the
+/// batch's own order; read back in one call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_batch_with_repeats_applies_in_order() {
+    let Some((_, store)) = shared("huge").await else {
+        return;
+    };
+    let n = 5000;
+    let groups: Vec<GroupName> = (0..n)
+        .map(|i| GroupName::new(format!("huge-{i}")).unwrap())
+        .collect();
+    let first = testkit::held_by("a", 1);
+    let mut requests: Vec<CasRequest> = groups
+        .iter()
+        .map(|g| CasRequest {
+            group: g.clone(),
+            expected: None,
+            record: first.clone(),
+        })
+        .collect();
+    requests.extend(requests.clone());
+    let got = store.compare_and_swap_many(&requests).await.unwrap();
+    assert_eq!(got.len(), 2 * n);
+    for (i, r) in got.iter().enumerate() {
+        match (i < n, r) {
+            (true, Ok(CasOutcome::Applied(_))) | (false, Ok(CasOutcome::Conflict)) => {}
+            other => panic!("request {i}: {other:?}"),
+        }
+    }
+    let read = store.read_many(&groups).await.unwrap();
+    assert_eq!(read.len(), n);
+    for (i, r) in read.into_iter().enumerate() {
+        let v = r.unwrap().expect("written");
+        assert_eq!(v.record, first);
+        assert!(matches!(got[i], Ok(CasOutcome::Applied(a)) if a == v.version));
+    }
+}
+
+/// A batch in a data set that lost its data: every creation waits out the
+/// quarantine, the first marks the data set, and none is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_in_a_wiped_data_set_is_quarantined_whole() {
+    let server = RedisServer::start(&[]);
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let (a, b) = (testkit::unique_group("q-a"), testkit::unique_group("q-b"));
+    let request = |g: &GroupName| CasRequest {
+        group: g.clone(),
+        expected: None,
+        record: testkit::held_by("a", 1),
+    };
+    let got = store
+        .compare_and_swap_many(&[request(&a), request(&b), request(&a)])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&got[0], Err(e) if e.is_transient() && e.to_string().contains("lost its data")),
+        "{got:?}"
+    );
+    // The marker now exists: the others are refused as a sequence of single
+    // writes would be (no record may be created from "never written").
+    for r in &got[1..] {
+        assert!(
+            matches!(r, Ok(CasOutcome::Conflict)),
+            "after the marker: {got:?}"
+        );
+    }
+    for g in [&a, &b] {
+        let seen = store.read(g).await.unwrap().expect("a floor record");
+        assert_eq!(seen.version, Version(0));
+    }
+}
