@@ -268,3 +268,112 @@ async fn bad_configuration_is_a_typed_error() {
     .contains("same name"));
     assert!(err(Shards::builder(store, "x").member_id("").shards(1)).contains("empty"));
 }
+
+/// A shard that stops being a member's target and becomes one again while
+/// its old elector is still draining gets a new elector. When the old one
+/// finally stops, `run_per_shard` must not forget the new one: it did (the
+/// old runner's end removed the shard's entry), so the next change of the
+/// member's targets started a second runner for the new elector, and that
+/// term's work ran twice at once (found by the sharded simulation, seed 1).
+#[tokio::test(start_paused = true)]
+async fn a_shard_retargeted_while_draining_is_worked_once() {
+    const N: usize = 4;
+    let store = MemoryStore::new();
+    let faults = Faults::new();
+    let clock = Arc::new(TokioClock::new());
+    let join = |id: &str| {
+        Shards::builder(faults.wrap(store.clone(), id), "retarget")
+            .member_id(id)
+            .shards(N)
+            .config(Config::new(TERM))
+            .clock(clock.clone())
+            .start()
+            .expect("valid")
+    };
+    let held = |members: &[&Shards]| -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for m in members {
+            for shard in m.held().keys() {
+                out.insert(shard.clone(), m.member_id().to_owned());
+            }
+        }
+        out
+    };
+    // Work on b lingers 3 s after it is told to stop, and records how many
+    // runs of each shard are under way at once.
+    let running = Arc::new(std::sync::Mutex::new(BTreeMap::<String, usize>::new()));
+    let most = Arc::new(std::sync::Mutex::new(0usize));
+    let a = join("a");
+    let b = join("b");
+    let runner = {
+        let (b, running, most) = (b.clone(), running.clone(), most.clone());
+        tokio::spawn(async move {
+            b.run_per_shard(move |shard, term| {
+                let (running, most) = (running.clone(), most.clone());
+                async move {
+                    {
+                        let mut r = running.lock().unwrap();
+                        let n = r.entry(shard.clone()).or_default();
+                        *n += 1;
+                        let mut m = most.lock().unwrap();
+                        *m = (*m).max(*n);
+                    }
+                    struct Done(Arc<std::sync::Mutex<BTreeMap<String, usize>>>, String);
+                    impl Drop for Done {
+                        fn drop(&mut self) {
+                            *self.0.lock().unwrap().get_mut(&self.1).unwrap() -= 1;
+                        }
+                    }
+                    let _done = Done(running, shard);
+                    term.cancelled().await;
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+        })
+    };
+    let settle = |members: Vec<Shards>, want: usize| {
+        let held = &held;
+        async move {
+            let refs: Vec<&Shards> = members.iter().collect();
+            for _ in 0..3000 {
+                let h = held(&refs);
+                let mut loads = BTreeMap::<&str, usize>::new();
+                for id in h.values() {
+                    *loads.entry(id.as_str()).or_default() += 1;
+                }
+                if h.len() == N && loads.len() == want {
+                    return h;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("not settled: {:?}", held(&refs));
+        }
+    };
+    settle(vec![a.clone(), b.clone()], 2).await;
+    // c joins: b (without the extra share, which goes to a by name) drains
+    // one shard, its work lingering; c leaves again before b has released
+    // it, so b stands for it again with a new elector.
+    let c = join("c");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.targets().len(), 1, "b gave up one shard for c");
+    c.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.targets().len(), 2, "b stands for it again");
+    // The old elector drains and stops; the new one takes the shard.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // a leaves: b's targets change again, and it takes all four.
+    a.shutdown().await;
+    let h = settle(vec![b.clone()], 1).await;
+    assert_eq!(h.len(), N);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(*most.lock().unwrap(), 1, "a shard's work ran twice at once");
+    assert!(
+        running.lock().unwrap().values().all(|&n| n == 1),
+        "{:?}",
+        running.lock().unwrap()
+    );
+    b.shutdown().await;
+    runner.await.unwrap().unwrap();
+}

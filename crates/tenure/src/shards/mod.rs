@@ -465,7 +465,7 @@ impl Shards {
         let work = Arc::new(work);
         let mut electors = self.inner.electors.clone();
         let mut running: BTreeMap<String, Elector> = BTreeMap::new();
-        let mut runners: JoinSet<(String, Result<(), E>)> = JoinSet::new();
+        let mut runners: JoinSet<(String, Elector, Result<(), E>)> = JoinSet::new();
         loop {
             let current = electors.borrow_and_update().clone();
             for (shard, elector) in current {
@@ -482,7 +482,7 @@ impl Shards {
                     let result = elector
                         .run_while_leader(move |term| (work)(name.clone(), term))
                         .await;
-                    (shard, result)
+                    (shard, elector, result)
                 });
             }
             tokio::select! {
@@ -491,7 +491,7 @@ impl Shards {
                         // The member stopped: the runners end as their
                         // electors stop.
                         while let Some(done) = runners.join_next().await {
-                            if let Ok((_, Err(e))) = done {
+                            if let Ok((_, _, Err(e))) = done {
                                 return Err(e);
                             }
                         }
@@ -499,11 +499,20 @@ impl Shards {
                     }
                 }
                 Some(done) = runners.join_next() => match done {
-                    Ok((shard, Ok(()))) => {
-                        // Its elector stopped (the shard is no target any more).
-                        running.remove(&shard);
+                    Ok((shard, stopped, Ok(()))) => {
+                        // Its elector stopped (the shard is no target any
+                        // more). If the shard became a target again while
+                        // it drained, a newer elector runs it now: keep
+                        // that one's entry, or the next change would start
+                        // a second runner for it and work its terms twice.
+                        if running
+                            .get(&shard)
+                            .is_some_and(|e| e.same_candidate(&stopped))
+                        {
+                            running.remove(&shard);
+                        }
                     }
-                    Ok((_, Err(e))) => {
+                    Ok((_, _, Err(e))) => {
                         runners.abort_all();
                         return Err(e);
                     }
