@@ -665,7 +665,7 @@ impl Machine {
             State::Draining { lead, .. } => at(lead.deadline),
             State::Releasing(r) => {
                 if self.op.is_none() {
-                    at(r.retry_at.min(r.until));
+                    at(self.release_at(r));
                 }
             }
             State::Stopped => {}
@@ -747,8 +747,21 @@ impl Machine {
     /// Until when this candidate must not act: a back-off, or the ended
     /// term's work still winding down.
     fn blocked_until(&self) -> MonoTime {
-        let work = self.ended.map_or(self.hold_off_until, |(_, t)| t);
-        self.hold_off_until.max(work)
+        self.hold_off_until
+            .max(self.work_gone_at(self.hold_off_until))
+    }
+
+    /// When the last ended term's work is gone (or `otherwise` if it is
+    /// already): until then this node neither stands nor releases, since
+    /// either would let another candidate start while that work runs.
+    fn work_gone_at(&self, otherwise: MonoTime) -> MonoTime {
+        self.ended.map_or(otherwise, |(_, t)| t)
+    }
+
+    /// When a release may go out: once asked to, and once the ended term's
+    /// work is gone; never later than the point of giving up.
+    fn release_at(&self, r: &Release) -> MonoTime {
+        r.retry_at.max(self.work_gone_at(r.retry_at)).min(r.until)
     }
 
     fn is_live(&self, now: Now) -> bool {
@@ -1464,7 +1477,7 @@ impl Machine {
         let State::Releasing(r) = &self.state else {
             return;
         };
-        if self.op.is_some() || now.mono < r.retry_at.min(r.until) {
+        if self.op.is_some() || now.mono < self.release_at(r) {
             return;
         }
         if now.mono >= r.until {

@@ -1186,3 +1186,84 @@ fn a_long_retry_interval_leaves_no_renewal_retry() {
         "no renewal retry before the term's stop at 8.01 s: next at 33.1 s"
     );
 }
+
+/// A term that ended because its renewals failed leaves its work until the
+/// deadline. If the node is then shut down with a renewal still in flight,
+/// and that renewal applies, the lease is released: not before the ended
+/// term's work is gone (drained, or its deadline passed), or another
+/// candidate could take over while it still runs. Found by the sharded
+/// simulation: a member whose store trouble ended its membership and its
+/// shards' terms together shut its shard electors down at that moment,
+/// and a shard's new holder started while the old work still lingered.
+#[test]
+fn a_release_after_a_failed_renewal_waits_for_the_ended_terms_work() {
+    let released = |a: &[Action]| {
+        a.iter().any(|x| {
+            matches!(
+                x,
+                Action::Cas {
+                    purpose: WritePurpose::Release,
+                    ..
+                }
+            )
+        })
+    };
+    for drained_at in [None, Some(8_500)] {
+        let (mut m, _) = leader("a");
+        let deadline = at(0).mono + timing().leader_validity; // 8.91 s
+                                                              // Renewals fail at once until one is left in flight past 7 s.
+        let mut t = 3_000;
+        let in_flight = loop {
+            let a = m.step(at(t), Input::Tick);
+            if let Some(Action::Cas { op, .. }) = a.iter().find(|x| matches!(x, Action::Cas { .. }))
+            {
+                if t >= 7_000 {
+                    break *op;
+                }
+                let a = m.step(
+                    at(t),
+                    Input::CasDone {
+                        op: *op,
+                        result: Err(StoreError::Timeout(Duration::ZERO)),
+                    },
+                );
+                assert!(a.is_empty(), "{a:?}");
+            }
+            t = m.next_wake(at(t)).unwrap().as_nanos() / 1_000_000;
+        };
+        // Stop grace before the deadline the term ends; its work may run on
+        // until the deadline.
+        let end = deadline - timing().stop_grace;
+        let a = m.step(at_mono(end), Input::Tick);
+        assert!(
+            matches!(a[..], [Action::EndTerm { token: 1, reason: EndReason::RenewalFailed, work_deadline }] if work_deadline == deadline),
+            "{a:?}"
+        );
+        let a = m.step(at_mono(end + Duration::from_millis(10)), Input::Shutdown);
+        assert!(!released(&a), "{a:?}");
+        // The renewal in flight applies: the record is ours again.
+        let applied = end + Duration::from_millis(20);
+        let a = m.step(
+            at_mono(applied),
+            Input::CasDone {
+                op: in_flight,
+                result: Ok(CasOutcome::Applied(Version(2))),
+            },
+        );
+        assert!(
+            !released(&a),
+            "released at once, while the work may run: {a:?}"
+        );
+        assert_eq!(
+            m.next_wake(at_mono(applied)),
+            Some(deadline),
+            "waits for the work"
+        );
+        // Released as soon as the work is gone: drained, or at the deadline.
+        let a = match drained_at {
+            Some(ms) => m.step(at(ms), Input::Drained { token: 1 }),
+            None => m.step(at_mono(deadline), Input::Tick),
+        };
+        assert!(released(&a), "released once the work is gone: {a:?}");
+    }
+}
