@@ -4,11 +4,17 @@
 //! talking to each other.
 //!
 //! * **Balanced:** every member's share is `⌊shards / members⌋` or one
-//!   more; the members that hold the most now get the larger shares.
+//!   more; the first `shards mod members` members by id get the larger
+//!   shares. Shares depend on the member list alone, never on who holds
+//!   what: holdings change while shards move, and shares that followed
+//!   them would change a move's targets half-way through.
 //! * **Sticky:** a member keeps what it holds, up to its share (the shards
 //!   where it scores highest). So when a member leaves, only its shards
 //!   move; when one joins, the others give up only their excess over their
-//!   new share, which is the least any balanced assignment must move.
+//!   new share, which is the least any balanced assignment must move. (In
+//!   id order a leave never shrinks a remaining member's share and a join
+//!   never grows an old member's share, so a set settled by this rule
+//!   moves no more than that.)
 //! * **Placed by score:** shards nobody keeps go to the members with room
 //!   in descending order of a score of (shard, member): rendezvous hashing.
 //!   The score is FNV-1a with a final mix, fixed across processes, hosts
@@ -16,7 +22,10 @@
 //!   would disagree).
 //!
 //! Once every shard is held by its target, the assignment of that state is
-//! the state itself: a fixed point, so a settled set stays settled.
+//! the state itself: a fixed point, so a settled set stays settled. And
+//! while shards move to their targets (each released, then taken), every
+//! state on the way assigns the same targets, so members that read the
+//! state at different moments of a move still agree.
 
 use std::collections::BTreeMap;
 
@@ -46,15 +55,13 @@ pub fn assign(
             holding[i].push(s);
         }
     }
-    // Shares: ⌊n/m⌋ each, one more for the n mod m members holding the
-    // most now (names break ties), so that as little as possible moves.
+    // Shares: ⌊n/m⌋ each, one more for the first n mod m members by id.
+    // Not for those holding the most now: holdings change while shards
+    // move, so such shares (and with them the targets) would change half-way
+    // through a move, and members would start over on shards they were
+    // taking and give up shards they need not.
     let mut rank: Vec<usize> = (0..m).collect();
-    rank.sort_by(|&a, &b| {
-        holding[b]
-            .len()
-            .cmp(&holding[a].len())
-            .then(members[a].cmp(&members[b]))
-    });
+    rank.sort_by(|&a, &b| members[a].cmp(&members[b]));
     let mut share = vec![n / m; m];
     for &i in rank.iter().take(n % m) {
         share[i] += 1;
@@ -250,6 +257,83 @@ mod tests {
                 after,
                 "settles at once"
             );
+        }
+    }
+
+    /// Moves `from`'s holdings towards `to` one shard at a time (each first
+    /// released, then taken), checking at every step that the assignment
+    /// of the state reached is still `to`: the targets of a move must not
+    /// change while it proceeds, or members start over (a new takeover
+    /// wait) and move shards they did not have to.
+    fn assert_steady_move(
+        shards: &[String],
+        members: &[String],
+        from: &BTreeMap<String, String>,
+        to: &BTreeMap<String, String>,
+        what: &str,
+    ) {
+        let state: BTreeMap<String, String> = from
+            .iter()
+            .filter(|(_, m)| members.contains(m))
+            .map(|(s, m)| (s.clone(), m.clone()))
+            .collect();
+        let moving: Vec<&String> = to
+            .iter()
+            .filter(|(s, m)| state.get(*s) != Some(*m))
+            .map(|(s, _)| s)
+            .collect();
+        for order in [false, true] {
+            let mut steps: Vec<&String> = moving.clone();
+            if order {
+                steps.reverse();
+            }
+            let mut h = state.clone();
+            for s in steps {
+                h.remove(s);
+                assert_eq!(
+                    &assign_names(shards, members, &h),
+                    to,
+                    "{what}: {s} released"
+                );
+                h.insert(s.clone(), to[s].clone());
+                assert_eq!(&assign_names(shards, members, &h), to, "{what}: {s} taken");
+            }
+        }
+    }
+
+    #[test]
+    fn the_targets_of_a_move_stay_put_while_it_proceeds() {
+        for (n, m) in [
+            (14, 4),
+            (16, 4),
+            (64, 8),
+            (19, 4),
+            (24, 5),
+            (7, 3),
+            (40, 7),
+            (5, 4),
+        ] {
+            for seed in 0..4 {
+                let shards = names(&format!("s{seed}-"), n);
+                let members = names(&format!("m{seed}-"), m);
+                let before = settled(&shards, &members);
+                for leaver in &members {
+                    let rest: Vec<String> =
+                        members.iter().filter(|x| *x != leaver).cloned().collect();
+                    let after = assign_names(&shards, &rest, &before);
+                    assert_steady_move(
+                        &shards,
+                        &rest,
+                        &before,
+                        &after,
+                        &format!("{n}/{m}, {leaver} left"),
+                    );
+                }
+                let mut more = members.clone();
+                more.push(format!("m{seed}-new"));
+                let after = assign_names(&shards, &more, &before);
+                assert_steady_move(&shards, &more, &before, &after, &format!("{n}/{m}, a join"));
+            }
         }
     }
 
