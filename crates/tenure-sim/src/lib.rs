@@ -4,7 +4,8 @@
 //! directly: no tokio, no threads, no real time. The store is
 //! [`tenure::MemoryStore`]'s synchronous core, a linearizable register.
 //! That is the machine tier, described below; the [`elector`] tier runs the
-//! real electors around the machines on tokio's paused clock instead.
+//! real electors around the machines on tokio's paused clock instead, and
+//! the [`shards`] tier runs sharded sets ([`tenure::Shards`]) the same way.
 //!
 //! * **Clocks** ([`clock`]): each node's monotonic clock runs at `1 + d`
 //!   with `|d|` within the configured drift bound (a third of the nodes
@@ -59,6 +60,7 @@ pub mod faults;
 pub mod params;
 pub mod report;
 mod scheduler;
+pub mod shards;
 mod spin;
 mod trace;
 mod world;

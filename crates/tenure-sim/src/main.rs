@@ -1,13 +1,15 @@
 //! `tenure-sim`: runs many seeds of the election simulation and prints a
 //! summary; exits non-zero if any invariant broke. By default it drives the
 //! state machine directly (the machine tier); `--elector` runs the real
-//! electors on tokio's paused clock instead (the elector tier).
+//! electors on tokio's paused clock instead (the elector tier), and
+//! `--shards` sharded sets of real `Shards` members (the sharded tier).
 //!
 //! ```text
 //! cargo run -p tenure-sim --release -- --seeds 1000
 //! cargo run -p tenure-sim --release -- --seeds 200 --start-seed 5000 --nodes 3..20
 //! cargo run -p tenure-sim --release -- --seed 42 --trace
 //! cargo run -p tenure-sim --release -- --elector --seeds 1000
+//! cargo run -p tenure-sim --release -- --shards --seeds 1000
 //! ```
 
 use std::io::Write;
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tenure_sim::elector::{self, ElectorFaultRates, ElectorParams, ElectorReport, ElectorSummary};
+use tenure_sim::shards::{self, ShardFaultRates, ShardParams, ShardReport, ShardSummary};
 use tenure_sim::{
     run_seed, FaultRates, Liveness, Notify, SimError, SimParams, SimReport, SkewBound, Summary,
     Violation,
@@ -30,6 +33,11 @@ struct Args {
     /// in-memory store on tokio's paused clock, instead of the bare machines.
     #[arg(long)]
     elector: bool,
+    /// Run sharded sets of real `Shards` members (membership, assignment,
+    /// one lease per shard) over a faulty in-memory store on tokio's paused
+    /// clock, with members joining, leaving, crashing and pausing.
+    #[arg(long, conflicts_with = "elector")]
+    shards: bool,
     /// How many seeds to run.
     #[arg(long, default_value_t = 100)]
     seeds: u64,
@@ -42,9 +50,16 @@ struct Args {
     /// Print every event of the run (with --seed).
     #[arg(long)]
     trace: bool,
-    /// Candidates per seed: `N`, or a range `A..B` (inclusive), within 2..20.
+    /// Candidates per seed (members that start, with --shards): `N`, or a
+    /// range `A..B` (inclusive), within 2..20 (2..12 with --shards).
     #[arg(long, value_parser = parse_nodes)]
     nodes: Option<RangeInclusive<usize>>,
+    /// Shards per set (sharded tier): `N` or `A..B`, within 1..64.
+    #[arg(long, value_parser = parse_nodes, requires = "shards")]
+    shard_count: Option<RangeInclusive<usize>>,
+    /// The most members running at once (sharded tier), up to 16.
+    #[arg(long, requires = "shards")]
+    max_members: Option<usize>,
     /// Groups every candidate stands in (elector tier): `N` or `A..B`,
     /// within 1..16.
     #[arg(long, value_parser = parse_nodes, requires = "elector")]
@@ -79,10 +94,10 @@ struct Args {
     actual_wall_offset_ms: Option<u64>,
     /// Anchor every leader's deadline at the reply instead of the send (a
     /// deliberately broken machine: a negative control).
-    #[arg(long, conflicts_with = "elector")]
+    #[arg(long, conflicts_with_all = ["elector", "shards"])]
     anchor_at_receive: bool,
     /// Inject crashes only.
-    #[arg(long, conflicts_with_all = ["no_faults", "elector"])]
+    #[arg(long, conflicts_with_all = ["no_faults", "elector", "shards"])]
     crash_only: bool,
     /// Inject no faults at all.
     #[arg(long)]
@@ -170,6 +185,46 @@ fn elector_params(args: &Args) -> ElectorParams {
     }
     if args.no_faults {
         p.faults = ElectorFaultRates::none();
+    }
+    p.trace = args.trace && args.seed.is_some();
+    p
+}
+
+fn shard_params(args: &Args) -> ShardParams {
+    let mut p = ShardParams::default();
+    if let Some(n) = &args.nodes {
+        p.members = n.clone();
+        p.max_members = p.max_members.max(*n.end());
+    }
+    if let Some(m) = args.max_members {
+        p.max_members = m;
+    }
+    if let Some(s) = &args.shard_count {
+        p.shards = s.clone();
+    }
+    if let Some(ms) = args.term_ms {
+        p.term = Duration::from_millis(ms);
+        p.skew = SkewBound::Random(p.term / 5);
+    }
+    if let Some(d) = args.drift {
+        p.drift = d;
+    }
+    p.actual_drift = args.actual_drift;
+    if let Some(s) = args.skew {
+        p.skew = s;
+    }
+    p.actual_wall_offset = args.actual_wall_offset_ms.map(Duration::from_millis);
+    if let Some(n) = args.notify {
+        p.notify = n;
+    }
+    if let Some(s) = args.fault_secs {
+        p.fault_phase = Duration::from_secs(s);
+    }
+    if let Some(ms) = args.latency_ms {
+        p.latency = Duration::from_millis(ms);
+    }
+    if args.no_faults {
+        p.faults = ShardFaultRates::none();
     }
     p.trace = args.trace && args.seed.is_some();
     p
@@ -303,9 +358,61 @@ impl Tier for Electors {
     }
 }
 
+struct Sharded(ShardParams);
+
+impl Tier for Sharded {
+    type Report = ShardReport;
+    type Summary = ShardSummary;
+    fn check(&self) -> Result<(), SimError> {
+        self.0.check()
+    }
+    fn run(&self, seed: u64) -> Result<ShardReport, SimError> {
+        shards::run_seed(seed, &self.0)
+    }
+    fn describe(&self, r: &ShardReport) -> (Vec<String>, String) {
+        let settled: Vec<String> = r
+            .settlings
+            .iter()
+            .map(|s| {
+                let took = s.took.map_or("not settled".into(), |t| format!("{t:.3?}"));
+                format!(
+                    "{}: {took} (bound {:.3?}), moved {} ({})",
+                    s.phase, s.bound, s.moved, s.minimum
+                )
+            })
+            .collect();
+        let line = format!(
+            "seed {}: {} shards over {} member ids ({} notified), skew bound {:?}, {} terms, digest {:016x}\n  settled after {}",
+            r.seed,
+            r.shards,
+            r.members,
+            r.notifying,
+            r.skew_bound,
+            r.terms,
+            r.digest,
+            settled.join("; ")
+        );
+        (r.trace.clone(), line)
+    }
+    fn violations<'a>(&self, r: &'a ShardReport) -> &'a [Violation] {
+        &r.violations
+    }
+    fn replay_command(&self, seed: u64) -> String {
+        self.0.replay_command(seed)
+    }
+    fn add(&self, summary: &mut ShardSummary, r: &ShardReport) {
+        summary.add(r);
+    }
+    fn violation_count(&self, summary: &ShardSummary) -> usize {
+        summary.violations.len()
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    if args.elector {
+    if args.shards {
+        drive(&args, Sharded(shard_params(&args)))
+    } else if args.elector {
         drive(&args, Electors(elector_params(&args)))
     } else {
         drive(&args, Machines(params(&args)))

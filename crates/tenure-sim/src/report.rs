@@ -28,6 +28,11 @@ pub enum ViolationKind {
     /// a term gave the work more time than the term had left (or, in the
     /// elector tier, the work was still running after its deadline).
     WorkPastDeadline,
+    /// A sharded set broke its assignment's promises: a settled member held
+    /// more than `⌈shards / members⌉` shards, a membership change moved more
+    /// shards than it had to, or a settled assignment changed with no
+    /// membership change.
+    Balance,
 }
 
 impl fmt::Display for ViolationKind {
@@ -39,6 +44,7 @@ impl fmt::Display for ViolationKind {
             ViolationKind::Contract => "contract",
             ViolationKind::BusyWait => "busy wait",
             ViolationKind::WorkPastDeadline => "work past deadline",
+            ViolationKind::Balance => "balance",
         })
     }
 }

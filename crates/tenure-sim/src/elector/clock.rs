@@ -21,6 +21,10 @@ use crate::spin::{Spin, Wake};
 
 use super::Findings;
 
+/// Tokio's timers fire on whole milliseconds, up to this long after the
+/// instant they were set for.
+pub(crate) const TIMER_RESOLUTION: Duration = Duration::from_millis(1);
+
 /// Immediate sleeps of one candidate at one simulated instant before it
 /// counts as busy-waiting. The driver, the publisher and the work each
 /// sleep once or twice at an instant where a timer fires; a real busy loop

@@ -64,17 +64,19 @@ use crate::report::{Violation, ViolationKind};
 use crate::scheduler::Queue;
 use crate::trace::Trace;
 
-mod clock;
+pub(crate) mod clock;
 mod node;
 mod params;
-mod plan;
-mod report;
+pub(crate) mod plan;
+pub(crate) mod report;
+pub(crate) mod windows;
 
 pub use params::{ElectorFaultRates, ElectorParams};
 pub use report::{ElectorReport, ElectorSummary};
 
 use clock::SimClock;
 use plan::Planned;
+use windows::Windows;
 
 /// The name of the `g`-th group.
 fn group_name(g: usize) -> String {
@@ -108,19 +110,19 @@ pub fn run_seed(seed: u64, params: &ElectorParams) -> Result<ElectorReport, SimE
 /// What the candidates' tasks find while the run goes on.
 pub(crate) struct Findings {
     seed: u64,
-    violations: Vec<Violation>,
+    pub(crate) violations: Vec<Violation>,
     /// `Event::Elected` seen.
-    elections: u64,
+    pub(crate) elections: u64,
     /// `Event::Ousted` seen, by reason.
-    end_reasons: BTreeMap<&'static str, u64>,
+    pub(crate) end_reasons: BTreeMap<&'static str, u64>,
     /// `Event::StoreHealth` reporting a failure.
     store_alarms: u64,
     /// Faults, elections, ends and the terms' work, as they happen.
-    trace: Trace,
+    pub(crate) trace: Trace,
 }
 
 impl Findings {
-    fn new(seed: u64, keep_lines: bool) -> Self {
+    pub(crate) fn new(seed: u64, keep_lines: bool) -> Self {
         Findings {
             seed,
             violations: Vec::new(),
@@ -131,7 +133,7 @@ impl Findings {
         }
     }
 
-    fn violation(
+    pub(crate) fn violation(
         &mut self,
         kind: ViolationKind,
         at: SimTime,
@@ -150,18 +152,9 @@ impl Findings {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
-
-/// The kinds of store trouble that come in windows, in the order of
-/// [`Incarnation::until`].
-const WINDOWS: [Planned; 4] = [
-    Planned::Partition,
-    Planned::Slow,
-    Planned::Failing,
-    Planned::LostReplies,
-];
 
 /// One process of a candidate.
 struct Incarnation {
@@ -172,8 +165,8 @@ struct Incarnation {
     faults: Faults,
     /// Its ordinary latency.
     latency: Duration,
-    /// Until when each kind of window lasts (see [`WINDOWS`]).
-    until: [SimTime; 4],
+    /// Its windows of store trouble.
+    windows: Windows,
     /// Its application's tasks: stopped at once by a crash.
     tasks: Vec<JoinHandle<()>>,
 }

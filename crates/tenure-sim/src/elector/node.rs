@@ -10,11 +10,8 @@ use rand::{Rng, SeedableRng};
 use tenure::testkit::{SpanGuard, TermLog};
 use tenure::{Elector, Event, Metadata, Role, Term};
 
+use super::clock::TIMER_RESOLUTION;
 use super::*;
-
-/// Tokio's timers fire on whole milliseconds, up to this long after the
-/// instant they were set for.
-const TIMER_RESOLUTION: Duration = Duration::from_millis(1);
 
 /// The error of a work that fails (or of an elector that stopped for good,
 /// which `run_while_leader` reports through it).
@@ -331,7 +328,7 @@ impl Cluster {
             electors,
             faults,
             latency,
-            until: [SimTime(0); 4],
+            windows: Windows::default(),
             tasks,
         });
         self.event(Some(n), "start", &[u64::from(life)], || {
@@ -430,16 +427,8 @@ impl Cluster {
         let Some(inc) = slot.current.as_mut() else {
             return;
         };
-        let Some(i) = WINDOWS.iter().position(|&k| k == kind) else {
+        if !inc.windows.open(&inc.faults, &slot.name, kind, until, slow) {
             return;
-        };
-        inc.until[i] = inc.until[i].max(until);
-        match kind {
-            Planned::Partition => inc.faults.partition(&slot.name),
-            Planned::Slow => inc.faults.set_latency(slow),
-            Planned::Failing => inc.faults.set_failing(true),
-            Planned::LostReplies => inc.faults.set_lose_replies(true),
-            _ => {}
         }
         let life = inc.life;
         self.event(Some(n), "WINDOW", &[kind as u64, until.as_nanos()], || {
@@ -461,20 +450,12 @@ impl Cluster {
         let Some(inc) = slot.current.as_mut().filter(|inc| inc.life == life) else {
             return;
         };
-        let Some(i) = WINDOWS.iter().position(|&k| k == kind) else {
-            return;
-        };
-        if t < inc.until[i] {
-            return;
+        if inc
+            .windows
+            .close(&inc.faults, &slot.name, kind, t, inc.latency)
+        {
+            self.event(Some(n), "heal", &[kind as u64], || format!("{kind:?} ends"));
         }
-        match kind {
-            Planned::Partition => inc.faults.heal(&slot.name),
-            Planned::Slow => inc.faults.set_latency(inc.latency),
-            Planned::Failing => inc.faults.set_failing(false),
-            Planned::LostReplies => inc.faults.set_lose_replies(false),
-            _ => {}
-        }
-        self.event(Some(n), "heal", &[kind as u64], || format!("{kind:?} ends"));
     }
 
     /// Every candidate is cut off from the store until the fault phase ends.

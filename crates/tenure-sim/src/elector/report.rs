@@ -121,7 +121,11 @@ impl ElectorSummary {
     }
 }
 
-fn gap_line(f: &mut fmt::Formatter<'_>, what: &str, gaps: &[(Duration, Duration)]) -> fmt::Result {
+pub(crate) fn gap_line(
+    f: &mut fmt::Formatter<'_>,
+    what: &str,
+    gaps: &[(Duration, Duration)],
+) -> fmt::Result {
     let mut g: Vec<Duration> = gaps.iter().map(|x| x.0).collect();
     g.sort();
     let worst = gaps

@@ -79,12 +79,24 @@ pub struct TermLog {
 pub struct SpanGuard {
     spans: Arc<Mutex<Vec<TermSpan>>>,
     index: usize,
+    /// Where the span ends, if not when the guard is dropped.
+    end: Option<Instant>,
+}
+
+impl SpanGuard {
+    /// Ends the span at `at` (never before it began) instead of now: for
+    /// work whose process was frozen (paused, or stopped with SIGSTOP)
+    /// from `at` until the work was dropped, and so did nothing after `at`.
+    pub fn end_at(mut self, at: Instant) {
+        self.end = Some(at);
+    }
 }
 
 impl Drop for SpanGuard {
     fn drop(&mut self) {
+        let end = self.end.unwrap_or_else(Instant::now);
         if let Some(span) = lock(&self.spans).get_mut(self.index) {
-            span.ended = Some(Instant::now());
+            span.ended = Some(end.max(span.elected));
         }
     }
 }
@@ -142,6 +154,7 @@ impl TermLog {
         SpanGuard {
             spans: self.spans.clone(),
             index: spans.len() - 1,
+            end: None,
         }
     }
 
@@ -234,6 +247,25 @@ mod tests {
             problems[0]
         );
         drop((b, c));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_span_can_end_where_its_process_froze() {
+        let log = TermLog::default();
+        let start = Instant::now();
+        let a = log.open("a", 1);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // Frozen from 2 s on, dropped at 5 s: it ends at 2 s, so a term
+        // that begins now does not overlap it.
+        a.end_at(start + Duration::from_secs(2));
+        let b = log.open("b", 2);
+        drop(b);
+        assert!(log.problems().is_empty(), "{:?}", log.problems());
+        assert_eq!(log.spans()[0].ended, Some(start + Duration::from_secs(2)));
+        // Never before it began.
+        let c = log.open("c", 3);
+        c.end_at(start);
+        assert_eq!(log.spans()[2].ended, Some(log.spans()[2].elected));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,582 @@
+//! A member's processes: starting one with its application (the work of
+//! every shard it holds, run by `run_per_shard`, and an event listener),
+//! and the changes and faults that strike it.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tenure::testkit::{SpanGuard, TermLog};
+use tenure::{Clock, Faults, Metadata, ShardEvent, Shards, Term};
+
+use crate::elector::clock::TIMER_RESOLUTION;
+use crate::elector::plan::Planned as Window;
+use crate::elector::windows::Windows;
+
+use super::pause::{PausedClock, PausedStore};
+use super::*;
+
+/// Why a member's `run_per_shard` returned an error.
+#[derive(Debug)]
+enum WorkFailed {
+    /// A work failed, as drawn.
+    Drawn,
+    /// A shard's elector stopped for good (the token cannot run out here,
+    /// so this is a violation).
+    Fatal(tenure::ElectorError),
+}
+
+impl From<tenure::ElectorError> for WorkFailed {
+    fn from(e: tenure::ElectorError) -> Self {
+        WorkFailed::Fatal(e)
+    }
+}
+
+/// How one term's work behaves, drawn when it starts.
+#[derive(Clone, Copy, Debug)]
+enum Behaviour {
+    /// Stops when told, after lingering this long.
+    Cooperative { linger: Duration },
+    /// Ignores the cancellation; it is dropped when the term ends.
+    Stubborn,
+    /// Returns `Ok` after this long (the shard's term is resigned), unless
+    /// told to stop first.
+    Quits { after: Duration, linger: Duration },
+    /// Returns an error after this long (every shard's work of the member
+    /// is dropped and `run_per_shard` is called again), unless told to
+    /// stop first.
+    Fails { after: Duration, linger: Duration },
+}
+
+/// What a member process's work needs.
+#[derive(Clone)]
+struct WorkCtx {
+    node: usize,
+    /// The member id and the process's life, as `m3#2`.
+    label: String,
+    clock: Arc<PausedClock>,
+    /// Per shard, spans of every term's work.
+    work: Arc<Vec<TermLog>>,
+    /// Per shard, spans of every term's validity.
+    terms: Arc<Vec<TermLog>>,
+    /// The (shard, token) pairs whose validity span this process opened.
+    seen: Arc<Mutex<HashSet<(usize, u64)>>>,
+    findings: Arc<Mutex<Findings>>,
+    rng: Arc<Mutex<StdRng>>,
+    term: Duration,
+    /// Work quits or fails on its own only before the tail.
+    fault_end: SimTime,
+}
+
+/// A span of one shard's work or term, kept open while it lasts. Dropped
+/// after its process was frozen and seen again only as it thawed, it ends
+/// where the process froze: nothing ran under it in between.
+struct Span {
+    guard: Option<SpanGuard>,
+    began: SimTime,
+    clock: Arc<PausedClock>,
+}
+
+impl Span {
+    fn open(log: &TermLog, label: &str, token: u64, clock: &Arc<PausedClock>) -> Span {
+        Span {
+            guard: Some(log.open(label, token)),
+            began: clock.inner.real_now(),
+            clock: clock.clone(),
+        }
+    }
+
+    /// When the span ends if it ends now.
+    fn end(&self) -> SimTime {
+        let now = self.clock.inner.real_now();
+        self.clock
+            .pause
+            .frozen_since(self.began, now, TIMER_RESOLUTION)
+            .unwrap_or(now)
+    }
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        let end = self.end();
+        if let Some(guard) = self.guard.take() {
+            guard.end_at(self.clock.pause.instant(end));
+        }
+    }
+}
+
+/// A term's work in progress on one shard: its span, and the check that it
+/// does not outlive the term.
+struct WorkSpan {
+    span: Span,
+    shard: usize,
+    term: Term,
+    ctx: WorkCtx,
+}
+
+impl Drop for WorkSpan {
+    fn drop(&mut self) {
+        let end = self.span.end();
+        let until = self
+            .ctx
+            .clock
+            .inner
+            .model()
+            .real_at(self.term.deadline_mono());
+        let token = self.term.token();
+        let s = self.shard;
+        let mut f = lock(&self.ctx.findings);
+        let t = self.ctx.clock.inner.real_now();
+        f.trace.event(
+            t,
+            Some(self.ctx.node),
+            "work end",
+            &[s as u64, token],
+            || format!("shard {s}: the work of token {token} stops (as of {end})"),
+        );
+        if end > until.after(TIMER_RESOLUTION) {
+            f.violation(
+                ViolationKind::WorkPastDeadline,
+                end,
+                vec![self.ctx.node],
+                vec![token],
+                format!(
+                    "shard {s}: {} ran the work of token {token} until {end}, {:?} past the term's deadline ({until})",
+                    self.ctx.label,
+                    end.since(until)
+                ),
+            );
+        }
+    }
+}
+
+impl WorkCtx {
+    /// The work of `term` on shard `s` starts now, behaving as
+    /// `behaviour`; the first work of a term also opens the term's
+    /// validity span, which ends when the term does.
+    fn begin(&self, s: usize, term: &Term, behaviour: Behaviour) -> WorkSpan {
+        let t = self.clock.inner.real_now();
+        let until = self.clock.inner.model().real_at(term.deadline_mono());
+        let token = term.token();
+        let mut f = lock(&self.findings);
+        f.trace
+            .event(t, Some(self.node), "WORK", &[s as u64, token], || {
+                format!("shard {s}: the work of token {token} starts: {behaviour:?}")
+            });
+        if t >= until {
+            f.violation(
+                ViolationKind::WorkPastDeadline,
+                t,
+                vec![self.node],
+                vec![token],
+                format!(
+                    "shard {s}: {} started the work of token {token} at {t}, after the term's deadline ({until})",
+                    self.label
+                ),
+            );
+        }
+        drop(f);
+        if lock(&self.seen).insert((s, token)) {
+            let span = Span::open(&self.terms[s], &self.label, token, &self.clock);
+            let term = term.clone();
+            // Not one of the process's tasks: a crash does not end a term;
+            // its deadline does.
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = term.ended() => {}
+                    _ = term.expired() => {}
+                }
+                drop(span);
+            });
+        }
+        WorkSpan {
+            span: Span::open(&self.work[s], &self.label, token, &self.clock),
+            shard: s,
+            term: term.clone(),
+            ctx: self.clone(),
+        }
+    }
+
+    fn draw(&self) -> Behaviour {
+        let mut rng = lock(&self.rng);
+        let term = self.term;
+        let linger = if rng.gen_bool(0.3) {
+            Duration::ZERO
+        } else {
+            between(&mut *rng, Duration::ZERO, term / 2)
+        };
+        let after = between(&mut *rng, Duration::ZERO, term * 3);
+        let before_tail = self.clock.inner.real_now().after(after) < self.fault_end;
+        match rng.gen_range(0..10) {
+            0 => Behaviour::Stubborn,
+            1 if before_tail => Behaviour::Quits { after, linger },
+            2 if before_tail => Behaviour::Fails { after, linger },
+            _ => Behaviour::Cooperative { linger },
+        }
+    }
+
+    /// Sleeps `d` on the member's clock (so not while it is frozen).
+    async fn sleep(&self, d: Duration) {
+        let at = self.clock.inner.mono() + d;
+        self.clock.sleep_until(at).await;
+    }
+}
+
+async fn work(ctx: WorkCtx, shard: String, term: Term) -> Result<(), WorkFailed> {
+    let Ok(s) = shard.parse::<usize>() else {
+        let t = ctx.clock.inner.real_now();
+        lock(&ctx.findings).violation(
+            ViolationKind::Contract,
+            t,
+            vec![ctx.node],
+            vec![term.token()],
+            format!(
+                "run_per_shard handed {} a shard named {shard:?}, not one of the set's",
+                ctx.label
+            ),
+        );
+        return Err(WorkFailed::Drawn);
+    };
+    let behaviour = ctx.draw();
+    let _span = ctx.begin(s, &term, behaviour);
+    let stop = |linger| {
+        let ctx = ctx.clone();
+        async move {
+            ctx.sleep(linger).await;
+            Ok(())
+        }
+    };
+    match behaviour {
+        Behaviour::Cooperative { linger } => {
+            term.cancelled().await;
+            stop(linger).await
+        }
+        Behaviour::Stubborn => std::future::pending().await,
+        Behaviour::Quits { after, linger } => tokio::select! {
+            biased;
+            _ = term.cancelled() => stop(linger).await,
+            _ = ctx.sleep(after) => Ok(()),
+        },
+        Behaviour::Fails { after, linger } => tokio::select! {
+            biased;
+            _ = term.cancelled() => stop(linger).await,
+            _ = ctx.sleep(after) => Err(WorkFailed::Drawn),
+        },
+    }
+}
+
+/// The application: runs the work of every shard the member holds until it
+/// stops, calling `run_per_shard` again when a work fails.
+async fn app(shards: Shards, ctx: WorkCtx) {
+    loop {
+        let c = ctx.clone();
+        let run = shards
+            .run_per_shard(move |shard, term| work(c.clone(), shard, term))
+            .await;
+        match run {
+            Ok(()) => return,
+            Err(WorkFailed::Drawn) => {}
+            Err(WorkFailed::Fatal(e)) => {
+                let t = ctx.clock.inner.real_now();
+                lock(&ctx.findings).violation(
+                    ViolationKind::Contract,
+                    t,
+                    vec![ctx.node],
+                    vec![],
+                    format!("{}: a shard's elector gave up for good: {e}", ctx.label),
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Counts and traces what the member reports.
+async fn listen(
+    shards: Shards,
+    node: usize,
+    clock: Arc<PausedClock>,
+    findings: Arc<Mutex<Findings>>,
+    views: Arc<AtomicU64>,
+) {
+    let mut events = shards.events();
+    drop(shards);
+    while let Some(event) = events.next().await {
+        let t = clock.inner.real_now();
+        let mut f = lock(&findings);
+        match event {
+            ShardEvent::Acquired { shard, token } => {
+                f.elections += 1;
+                f.trace.event(t, Some(node), "ACQUIRED", &[token], || {
+                    format!("shard {shard}: token {token}")
+                });
+            }
+            ShardEvent::Released {
+                shard,
+                token,
+                reason,
+            } => {
+                *f.end_reasons.entry(reason.label()).or_insert(0) += 1;
+                f.trace.event(t, Some(node), "released", &[token], || {
+                    format!("shard {shard}: token {token}: {reason}")
+                });
+            }
+            ShardEvent::MembersChanged { members } => {
+                views.fetch_add(1, Ordering::Relaxed);
+                let ids: Vec<String> = members.into_iter().map(|m| m.id).collect();
+                f.trace
+                    .event(t, Some(node), "members", &[ids.len() as u64], || {
+                        format!("sees {ids:?}")
+                    });
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Set {
+    /// A new member slot (an id never used before), with its own clock.
+    pub(super) fn add_slot(&mut self) -> usize {
+        let i = self.slots.len();
+        let model = NodeClock::random(
+            &mut self.rng,
+            self.params.effective_drift(),
+            self.params.drift,
+            self.skew,
+            self.params.actual_wall_offset,
+        );
+        let notify = match self.params.notify {
+            Notify::Off => false,
+            Notify::On => true,
+            Notify::Random => self.rng.gen_bool(0.5),
+        };
+        self.slots.push(Slot {
+            name: format!("m{i}"),
+            clock: Arc::new(SimClock::new(self.origin, model, i, self.findings.clone())),
+            notify,
+            life: 0,
+            current: None,
+        });
+        i
+    }
+
+    /// Starts a new process of member `n`, unless one is running: its
+    /// [`Shards`] member on its own view of the store, and its application.
+    pub(super) fn start(&mut self, n: usize) {
+        if self.slots[n].current.is_some() {
+            return;
+        }
+        let max_ms = u64::try_from(self.params.latency.as_millis()).unwrap_or(u64::MAX);
+        let latency = Duration::from_millis(self.rng.gen_range(1..=max_ms));
+        let work_seed: u64 = self.rng.gen();
+        let slot = &mut self.slots[n];
+        slot.life += 1;
+        let life = slot.life;
+        let faults = Faults::new();
+        faults.set_latency(latency);
+        faults.set_no_notifications(!slot.notify);
+        let pause = Pause::new(self.origin);
+        let store = PausedStore::new(
+            faults.wrap(self.store.clone(), slot.name.clone()),
+            pause.clone(),
+        );
+        let clock = Arc::new(PausedClock {
+            inner: slot.clock.clone(),
+            pause: pause.clone(),
+        });
+        let started = Shards::builder(store, SET)
+            .member_id(slot.name.clone())
+            .shards(self.work.len())
+            .config(self.config.clone())
+            .metadata(Metadata::address(format!("10.0.0.{n}:8080")))
+            .clock(clock.clone())
+            .start();
+        let shards = match started {
+            Ok(s) => s,
+            Err(e) => {
+                lock(&self.findings).violation(
+                    ViolationKind::Contract,
+                    self.now,
+                    vec![n],
+                    vec![],
+                    format!("member {} could not start: {e}", slot.name),
+                );
+                return;
+            }
+        };
+        self.incarnations += 1;
+        let ctx = WorkCtx {
+            node: n,
+            label: format!("{}#{life}", slot.name),
+            clock: clock.clone(),
+            work: self.work.clone(),
+            terms: self.terms.clone(),
+            seen: Arc::default(),
+            findings: self.findings.clone(),
+            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(work_seed))),
+            term: self.timing.term,
+            fault_end: self.fault_end,
+        };
+        let tasks = vec![
+            tokio::spawn(app(shards.clone(), ctx)),
+            tokio::spawn(listen(
+                shards.clone(),
+                n,
+                clock,
+                self.findings.clone(),
+                self.views.clone(),
+            )),
+        ];
+        slot.current = Some(Incarnation {
+            life,
+            shards,
+            faults,
+            pause,
+            latency,
+            windows: Windows::default(),
+            tasks,
+        });
+        self.event(Some(n), "start", &[u64::from(life)], || {
+            format!("process {life} starts, latency {latency:?}")
+        });
+    }
+
+    /// A random member with a running process.
+    fn pick(&mut self) -> Option<usize> {
+        let up = self.running();
+        (!up.is_empty()).then(|| up[self.rng.gen_range(0..up.len())])
+    }
+
+    pub(super) fn inject(&mut self, kind: Planned) {
+        let t = self.now;
+        let term = self.timing.term;
+        if kind == Planned::Join {
+            if self.running().len() < self.params.max_members {
+                self.joins += 1;
+                let n = self.add_slot();
+                self.event(Some(n), "JOIN", &[], || "a new member joins".into());
+                self.start(n);
+            }
+            return;
+        }
+        let Some(n) = self.pick() else {
+            return;
+        };
+        match kind {
+            Planned::Join => {}
+            Planned::Crash => {
+                self.faults[FaultKind::Crash] += 1;
+                self.crash(n);
+                let down = between(&mut self.rng, term / 5, term * 3);
+                self.queue
+                    .push(t.after(down).min(self.fault_end), Ev::Start(n));
+            }
+            Planned::Leave => {
+                self.faults[FaultKind::Shutdown] += 1;
+                self.leave(n);
+                // Two in three come back under the same id.
+                if self.rng.gen_range(0..3) > 0 {
+                    let down = between(&mut self.rng, term / 5, term * 2);
+                    self.queue
+                        .push(t.after(down).min(self.fault_end), Ev::Start(n));
+                }
+            }
+            Planned::Pause => {
+                let d = pause_length(&mut self.rng, term);
+                let kind = if d > term {
+                    FaultKind::LongPause
+                } else {
+                    FaultKind::ShortPause
+                };
+                self.faults[kind] += 1;
+                let Some(inc) = self.slots[n].current.as_ref() else {
+                    return;
+                };
+                let until = t.after(d);
+                inc.pause.freeze(until);
+                let life = inc.life;
+                self.event(Some(n), "PAUSE", &[d.as_nanos() as u64], || {
+                    format!("the process is frozen for {d:?}")
+                });
+                self.queue.push(until, Ev::Thaw { node: n, life });
+            }
+            Planned::Window(w) => {
+                self.faults[w.kind()] += 1;
+                let d = w.window(&mut self.rng, term);
+                let slow = between(
+                    &mut self.rng,
+                    self.params.latency,
+                    self.timing.op_timeout * 3 / 2,
+                );
+                self.window(n, w, t.after(d), slow);
+            }
+        }
+    }
+
+    /// Opens a window of store trouble of `kind` for member `n`'s current
+    /// process until `until`; `slow` is the latency of a slow one.
+    fn window(&mut self, n: usize, kind: Window, until: SimTime, slow: Duration) {
+        let slot = &mut self.slots[n];
+        let Some(inc) = slot.current.as_mut() else {
+            return;
+        };
+        if !inc.windows.open(&inc.faults, &slot.name, kind, until, slow) {
+            return;
+        }
+        let life = inc.life;
+        self.event(Some(n), "WINDOW", &[kind as u64, until.as_nanos()], || {
+            format!("{kind:?} until {until} (slow ops take {slow:?})")
+        });
+        self.queue.push(
+            until,
+            Ev::WindowEnd {
+                node: n,
+                life,
+                kind,
+            },
+        );
+    }
+
+    pub(super) fn window_end(&mut self, n: usize, life: u32, kind: Window) {
+        let t = self.now;
+        let slot = &mut self.slots[n];
+        let Some(inc) = slot.current.as_mut().filter(|inc| inc.life == life) else {
+            return;
+        };
+        if inc
+            .windows
+            .close(&inc.faults, &slot.name, kind, t, inc.latency)
+        {
+            self.event(Some(n), "heal", &[kind as u64], || format!("{kind:?} ends"));
+        }
+    }
+
+    /// Member `n`'s process dies: its application and work stop at once,
+    /// and it never reaches the store again. Its `Shards` handle is kept,
+    /// so the member does not leave gracefully: its leases run out.
+    pub(super) fn crash(&mut self, n: usize) {
+        let slot = &mut self.slots[n];
+        let Some(inc) = slot.current.take() else {
+            return;
+        };
+        inc.faults.partition(&slot.name);
+        for task in &inc.tasks {
+            task.abort();
+        }
+        self.zombies.push(inc.shards);
+        self.event(Some(n), "CRASH", &[], || "the process crashes".into());
+    }
+
+    /// Member `n` leaves gracefully: it drains and releases its shards,
+    /// then its membership; its application ends once it has stopped.
+    pub(super) fn leave(&mut self, n: usize) {
+        let Some(inc) = self.slots[n].current.take() else {
+            return;
+        };
+        self.event(Some(n), "LEAVE", &[], || "leaves gracefully".into());
+        tokio::spawn(async move { inc.shards.shutdown().await });
+    }
+}

@@ -1,0 +1,673 @@
+//! The sharded tier: real [`tenure::Shards`] members of one set over one
+//! [`tenure::MemoryStore`], each member process seeing the store through
+//! its own [`tenure::Faults`] (so running its own engine, as separate
+//! processes do), each with its own drifting clock, all on tokio's paused
+//! clock, modelled on the [`elector`](crate::elector) tier.
+//!
+//! * **Members** start with the set (2 to 5 by default, over 4 to 24
+//!   shards); during the fault phase new members join, members leave
+//!   gracefully ([`Shards::shutdown`]) and most come back under the same
+//!   id, crash (the process never reaches the store again and its work
+//!   stops at once; it comes back later as a new process under the same
+//!   id), pause (the whole process frozen, its clock counting on: 70 % of
+//!   pauses outlast the term), and suffer windows of store trouble
+//!   (partitions, slow or failing operations, lost replies). Some members'
+//!   views of the store notify, others poll.
+//! * **Work**: each member's application runs
+//!   [`Shards::run_per_shard`] (again whenever a work fails); each term's
+//!   work, drawn from the seed, stops when told (after lingering), ignores
+//!   the cancellation until it is dropped, quits early, or fails.
+//! * **Checker**, per shard: every term's work records when it started and
+//!   stopped, and every term when it was first worked and when it ended
+//!   ([`TermLog`]); no two spans of either log may overlap and tokens must
+//!   rise. A frozen process does nothing: a span its process was frozen
+//!   under, and which ends as the process thaws (or dies), ends where the
+//!   process froze. No work may start after its term's deadline or run past
+//!   it. No two members may report a valid term on one shard at once.
+//! * **Tail**: after the fault phase the set must settle within
+//!   [`ShardBounds::settle`]: every shard held by a running member, every
+//!   member holding `⌊N/M⌋` or `⌈N/M⌉` shards, every member seeing the same
+//!   members. Then, one at a time, a member holding shards crashes, a new
+//!   member joins, and a member leaves gracefully; after each the set must
+//!   settle again within [`ShardBounds::crash`], [`ShardBounds::join`] and
+//!   [`ShardBounds::leave`], having moved exactly the shards it had to (the
+//!   crashed or leaving member's, or the newcomer's share). Between changes
+//!   a settled assignment must not change at all.
+//!
+//! Everything derives from the seed except what the library draws itself
+//! (retry jitter, incarnations, the member task's listing jitter), so a
+//! seed run again follows the same schedule but may differ in detail.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tenure::testkit::{TermLog, TermProblem, TermSpan};
+use tenure::{Config, Faults, MemoryStore, Shards, Timing};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::clock::{NodeClock, SimTime};
+use crate::elector::clock::SimClock;
+use crate::elector::windows::Windows;
+use crate::elector::{lock, Findings};
+use crate::faults::{between, FaultCounts, FaultKind};
+use crate::params::{Notify, SimError, SkewBound};
+use crate::report::{Violation, ViolationKind};
+use crate::scheduler::Queue;
+use crate::trace::Trace;
+
+mod bounds;
+mod member;
+mod params;
+mod pause;
+mod plan;
+mod report;
+
+pub use bounds::ShardBounds;
+pub use params::{ShardFaultRates, ShardParams};
+pub use report::{Phase, Settling, ShardReport, ShardSummary};
+
+use pause::Pause;
+use plan::{pause_length, Planned};
+
+/// The set's name.
+const SET: &str = "sim";
+
+/// Runs one seed of the sharded tier to the end and reports what the
+/// checker found.
+///
+/// Fails only if the parameters are invalid or the runtime cannot start;
+/// broken invariants are in [`ShardReport::violations`].
+///
+/// ```
+/// use tenure_sim::shards::{run_seed, ShardParams};
+/// let params = ShardParams { fault_phase: std::time::Duration::from_secs(20), ..ShardParams::default() };
+/// let report = run_seed(7, &params)?;
+/// assert!(report.terms > 0);
+/// assert!(report.violations.is_empty(), "{:?}", report.violations);
+/// # Ok::<(), tenure_sim::SimError>(())
+/// ```
+pub fn run_seed(seed: u64, params: &ShardParams) -> Result<ShardReport, SimError> {
+    params.check()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(SimError::Runtime)?;
+    runtime.block_on(async { Ok(Set::new(seed, params)?.run().await) })
+}
+
+/// One process of a member.
+struct Incarnation {
+    life: u32,
+    shards: Shards,
+    /// This process's view of the store.
+    faults: Faults,
+    /// Whether the process is frozen.
+    pause: Pause,
+    /// Its ordinary latency.
+    latency: Duration,
+    windows: Windows,
+    /// Its application's tasks: stopped at once by a crash.
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// One member id: its clock and its current process, if any.
+struct Slot {
+    name: String,
+    clock: Arc<SimClock>,
+    /// Whether its views of the store send change notifications.
+    notify: bool,
+    life: u32,
+    current: Option<Incarnation>,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Start(usize),
+    Inject(Planned),
+    WindowEnd {
+        node: usize,
+        life: u32,
+        kind: crate::elector::plan::Planned,
+    },
+    Thaw {
+        node: usize,
+        life: u32,
+    },
+    /// Every member that is to run has started: make sure at least two do.
+    TailStart,
+    /// The set must have settled after the change under way.
+    Check,
+    /// A settled assignment must still be what it was.
+    Sample,
+    /// The next change of the tail.
+    Tail(Phase),
+    End,
+}
+
+/// Who holds each shard (by index) with a valid term: a member (by slot).
+type Holders = BTreeMap<usize, usize>;
+
+/// A change of the tail and what the set looked like before it.
+struct Change {
+    phase: Phase,
+    at: SimTime,
+    before: Holders,
+    /// The member that crashed, joined or left.
+    member: Option<usize>,
+    bound: Duration,
+}
+
+/// One seed's sharded set.
+struct Set {
+    seed: u64,
+    params: ShardParams,
+    config: Config,
+    timing: Timing,
+    rng: StdRng,
+    store: MemoryStore,
+    origin: Instant,
+    slots: Vec<Slot>,
+    queue: Queue<Ev>,
+    now: SimTime,
+    findings: Arc<Mutex<Findings>>,
+    /// Per shard, spans of every term's work.
+    work: Arc<Vec<TermLog>>,
+    /// Per shard, spans of every term from its first work to its end.
+    terms: Arc<Vec<TermLog>>,
+    faults: FaultCounts,
+    joins: u64,
+    /// `MembersChanged` events seen.
+    views: Arc<AtomicU64>,
+    fault_end: SimTime,
+    skew: Option<Duration>,
+    bounds: ShardBounds,
+    incarnations: u64,
+    /// Crashed processes' handles, kept so that they do not leave
+    /// gracefully when dropped.
+    zombies: Vec<Shards>,
+    /// The change of the tail under way.
+    change: Option<Change>,
+    /// The settled assignment, while it must hold.
+    settled: Option<Holders>,
+    /// Conflicting holders already reported: (shard, member, member).
+    conflicts: HashSet<(usize, usize, usize)>,
+    settlings: Vec<Settling>,
+}
+
+impl Set {
+    fn new(seed: u64, params: &ShardParams) -> Result<Self, SimError> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let members = rng.gen_range(params.members.clone());
+        let shards = rng.gen_range(params.shards.clone());
+        let skew = match params.skew {
+            SkewBound::Off => None,
+            SkewBound::On(d) => Some(d),
+            SkewBound::Random(d) => rng.gen_bool(0.5).then_some(d),
+        };
+        let config = params.config(skew);
+        let timing = params.timing(skew)?;
+        let slow = timing.op_timeout.mul_f64(1.5);
+        let bounds = ShardBounds::new(&timing, params.latency, slow);
+        let fault_end = SimTime::from_duration(params.fault_phase);
+        let mut set = Set {
+            seed,
+            params: params.clone(),
+            config,
+            timing,
+            rng,
+            store: MemoryStore::new(),
+            origin: Instant::now(),
+            slots: Vec::new(),
+            queue: Queue::new(),
+            now: SimTime(0),
+            findings: Arc::new(Mutex::new(Findings::new(seed, params.trace))),
+            // Not `vec![..; shards]`: clones of a log share its spans.
+            work: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
+            terms: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
+            faults: FaultCounts::default(),
+            joins: 0,
+            views: Arc::default(),
+            fault_end,
+            skew,
+            bounds,
+            incarnations: 0,
+            zombies: Vec::new(),
+            change: None,
+            settled: None,
+            conflicts: HashSet::new(),
+            settlings: Vec::new(),
+        };
+        for _ in 0..members {
+            set.add_slot();
+        }
+        set.plan();
+        Ok(set)
+    }
+
+    fn plan(&mut self) {
+        let term = self.timing.term;
+        for i in 0..self.slots.len() {
+            let at = SimTime::from_duration(between(&mut self.rng, Duration::ZERO, term / 2));
+            self.queue.push(at, Ev::Start(i));
+        }
+        for (at, kind) in plan::plan(&mut self.rng, &self.params.faults, self.fault_end, term) {
+            self.queue.push(at, Ev::Inject(kind));
+        }
+        // Restarts planned for the end of the fault phase come first.
+        self.queue.push(
+            self.fault_end.after(Duration::from_millis(1)),
+            Ev::TailStart,
+        );
+        self.change = Some(Change {
+            phase: Phase::Settle,
+            at: self.fault_end,
+            before: Holders::new(),
+            member: None,
+            bound: self.bounds.settle,
+        });
+        self.queue
+            .push(self.fault_end.after(self.bounds.settle), Ev::Check);
+    }
+
+    async fn run(mut self) -> ShardReport {
+        while let Some((at, ev)) = self.queue.pop() {
+            tokio::time::sleep_until(self.origin + at.as_duration()).await;
+            self.now = at;
+            match ev {
+                Ev::Start(n) => self.start(n),
+                Ev::Inject(kind) => self.inject(kind),
+                Ev::WindowEnd { node, life, kind } => self.window_end(node, life, kind),
+                Ev::Thaw { node, life } => {
+                    if self.slots[node]
+                        .current
+                        .as_ref()
+                        .is_some_and(|i| i.life == life)
+                    {
+                        self.event(Some(node), "thaw", &[], || "the process runs again".into());
+                    }
+                }
+                Ev::TailStart => self.tail_start(),
+                Ev::Check => self.check(),
+                Ev::Sample => self.sample(),
+                Ev::Tail(phase) => self.tail(phase),
+                Ev::End => break,
+            }
+        }
+        self.report()
+    }
+
+    /// Records an event of the run in the trace.
+    fn event(
+        &self,
+        node: Option<usize>,
+        tag: &'static str,
+        nums: &[u64],
+        text: impl FnOnce() -> String,
+    ) {
+        lock(&self.findings)
+            .trace
+            .event(self.now, node, tag, nums, text);
+    }
+
+    fn violation(&self, kind: ViolationKind, nodes: Vec<usize>, detail: String) {
+        lock(&self.findings).violation(kind, self.now, nodes, vec![], detail);
+    }
+
+    /// The members with a running process, in slot order.
+    fn running(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].current.is_some())
+            .collect()
+    }
+
+    /// Who holds each shard with a valid term, as the running members
+    /// report it; two members reporting one shard is an overlap.
+    fn holders(&mut self) -> Holders {
+        let mut out = Holders::new();
+        let mut conflicts = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            let Some(inc) = &slot.current else { continue };
+            for (shard, term) in inc.shards.held() {
+                let Ok(s) = shard.parse::<usize>() else {
+                    continue;
+                };
+                if let Some(other) = out.insert(s, i) {
+                    conflicts.push((s, other, i, term.token()));
+                }
+            }
+        }
+        for (s, a, b, token) in conflicts {
+            if self.conflicts.insert((s, a, b)) {
+                let detail = format!(
+                    "shard {s}: {} and {} both report a valid term (the latter with token {token})",
+                    self.slots[a].name, self.slots[b].name
+                );
+                self.violation(ViolationKind::Overlap, vec![a, b], detail);
+            }
+        }
+        out
+    }
+
+    /// At least two members run in the tail, so that one can crash.
+    fn tail_start(&mut self) {
+        self.event(None, "tail", &[], || "faults healed".into());
+        while self.running().len() < 2 {
+            self.joins += 1;
+            let n = self.add_slot();
+            self.start(n);
+        }
+    }
+
+    /// The set must have settled after the change under way.
+    fn check(&mut self) {
+        let Some(change) = self.change.take() else {
+            return;
+        };
+        let holders = self.holders();
+        let running = self.running();
+        // Sorted as the library sorts members: by id.
+        let mut names: Vec<String> = running
+            .iter()
+            .map(|&i| self.slots[i].name.clone())
+            .collect();
+        names.sort();
+        let (n, m) = (self.work.len(), running.len());
+        let mut unsettled = Vec::new();
+        let mut unbalanced = Vec::new();
+        let unheld: Vec<usize> = (0..n).filter(|s| !holders.contains_key(s)).collect();
+        if !unheld.is_empty() {
+            unsettled.push(format!("shards {unheld:?} are held by nobody"));
+        }
+        for &i in &running {
+            let seen: Vec<String> = self.slots[i]
+                .current
+                .as_ref()
+                .map(|inc| inc.shards.members().into_iter().map(|m| m.id).collect())
+                .unwrap_or_default();
+            if seen != names {
+                unsettled.push(format!(
+                    "{} sees members {seen:?}, the running ones are {names:?}",
+                    self.slots[i].name
+                ));
+            }
+        }
+        let (lo, hi) = (n / m.max(1), n.div_ceil(m.max(1)));
+        for &i in &running {
+            let load = holders.values().filter(|&&h| h == i).count();
+            if load < lo || load > hi {
+                unbalanced.push(format!(
+                    "{} holds {load} shards, {n} over {m} members must be {lo} to {hi} each",
+                    self.slots[i].name
+                ));
+            }
+        }
+        let moved: BTreeSet<usize> = change
+            .before
+            .iter()
+            .filter(|(s, h)| holders.get(s) != Some(h))
+            .map(|(&s, _)| s)
+            .chain(
+                holders
+                    .keys()
+                    .filter(|s| !change.before.contains_key(s))
+                    .copied(),
+            )
+            .collect();
+        let must_move: BTreeSet<usize> = match (change.phase, change.member) {
+            (Phase::Crash | Phase::Leave, Some(x)) => change
+                .before
+                .iter()
+                .filter(|(_, &h)| h == x)
+                .map(|(&s, _)| s)
+                .collect(),
+            (Phase::Join, Some(x)) => holders
+                .iter()
+                .filter(|(_, &h)| h == x)
+                .map(|(&s, _)| s)
+                .collect(),
+            _ => moved.clone(),
+        };
+        if moved != must_move {
+            unbalanced.push(format!(
+                "the {} moved shards {moved:?}, it had to move exactly {must_move:?}",
+                change.phase
+            ));
+        }
+        let took = self.took(change.at);
+        let settled = unsettled.is_empty() && unbalanced.is_empty();
+        let counted = change.phase != Phase::Settle;
+        self.settlings.push(Settling {
+            phase: change.phase,
+            took: unsettled.is_empty().then_some(took),
+            bound: change.bound,
+            moved: if counted { moved.len() } else { 0 },
+            minimum: if counted { must_move.len() } else { 0 },
+        });
+        let nodes = change.member.into_iter().collect::<Vec<_>>();
+        if !unsettled.is_empty() {
+            self.violation(
+                ViolationKind::Liveness,
+                nodes.clone(),
+                format!(
+                    "not settled {:.3?} (the bound) after the {} at {}: {}",
+                    change.bound,
+                    change.phase,
+                    change.at,
+                    unsettled.join("; ")
+                ),
+            );
+        }
+        if !unbalanced.is_empty() {
+            self.violation(
+                ViolationKind::Balance,
+                nodes,
+                format!(
+                    "after the {} at {}: {}",
+                    change.phase,
+                    change.at,
+                    unbalanced.join("; ")
+                ),
+            );
+        }
+        self.event(None, "settled", &[moved.len() as u64], || {
+            format!(
+                "after the {}: {} shards moved in {took:.3?}, settled: {settled}",
+                change.phase,
+                moved.len()
+            )
+        });
+        if settled {
+            self.settled = Some(holders);
+            self.queue
+                .push(self.now.after(self.sample_every()), Ev::Sample);
+        }
+        let next = match change.phase {
+            Phase::Settle => Some(Phase::Crash),
+            Phase::Crash => Some(Phase::Join),
+            Phase::Join => Some(Phase::Leave),
+            Phase::Leave => None,
+        };
+        let at = self.now.after(self.timing.term);
+        self.queue.push(at, next.map_or(Ev::End, Ev::Tail));
+    }
+
+    fn sample_every(&self) -> Duration {
+        self.timing.term / 10
+    }
+
+    /// How long after `at` the last shard's current work began.
+    fn took(&self, at: SimTime) -> Duration {
+        self.work
+            .iter()
+            .filter_map(|log| {
+                let spans = log.spans();
+                let current = spans.iter().rev().find(|s| s.ended.is_none())?;
+                Some(self.sim_time(current.elected))
+            })
+            .map(|t| if t > at { t.since(at) } else { Duration::ZERO })
+            .max()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// A settled assignment must not change while membership does not.
+    fn sample(&mut self) {
+        let Some(settled) = self.settled.clone() else {
+            return;
+        };
+        let now = self.holders();
+        if now != settled {
+            self.settled = None;
+            let changed: Vec<String> = (0..self.work.len())
+                .filter(|s| now.get(s) != settled.get(s))
+                .map(|s| {
+                    let name =
+                        |h: Option<&usize>| h.map_or("nobody", |&i| self.slots[i].name.as_str());
+                    format!(
+                        "shard {s}: {} -> {}",
+                        name(settled.get(&s)),
+                        name(now.get(&s))
+                    )
+                })
+                .collect();
+            self.violation(
+                ViolationKind::Balance,
+                vec![],
+                format!(
+                    "the settled assignment changed with no membership change: {}",
+                    changed.join(", ")
+                ),
+            );
+            return;
+        }
+        self.queue
+            .push(self.now.after(self.sample_every()), Ev::Sample);
+    }
+
+    /// The next change of the tail, from a settled set.
+    fn tail(&mut self, phase: Phase) {
+        self.sample();
+        self.settled = None;
+        let before = self.holders();
+        let pick = |set: &mut Set| -> Option<usize> {
+            let held: Vec<usize> = before.values().copied().collect();
+            (!held.is_empty()).then(|| held[set.rng.gen_range(0..held.len())])
+        };
+        let (member, bound) = match phase {
+            Phase::Settle => return,
+            Phase::Crash => {
+                let Some(x) = pick(self) else { return };
+                self.crash(x);
+                (x, self.bounds.crash)
+            }
+            Phase::Join => {
+                self.joins += 1;
+                let x = self.add_slot();
+                self.event(Some(x), "JOIN", &[], || "a new member joins".into());
+                self.start(x);
+                (x, self.bounds.join)
+            }
+            Phase::Leave => {
+                let Some(x) = pick(self) else { return };
+                self.leave(x);
+                (x, self.bounds.leave)
+            }
+        };
+        self.change = Some(Change {
+            phase,
+            at: self.now,
+            before,
+            member: Some(member),
+            bound,
+        });
+        self.queue.push(self.now.after(bound), Ev::Check);
+    }
+
+    /// A tokio instant as real (simulated) time.
+    fn sim_time(&self, t: Instant) -> SimTime {
+        SimTime::from_duration(t.saturating_duration_since(self.origin))
+    }
+
+    /// The violations a term log of shard `s` shows.
+    fn term_problems(&self, s: usize, log: &TermLog, what: &str) -> Vec<Violation> {
+        let node = |span: &TermSpan| {
+            span.candidate
+                .strip_prefix('m')
+                .and_then(|rest| rest.split('#').next())
+                .and_then(|i| i.parse().ok())
+                .unwrap_or(usize::MAX)
+        };
+        log.problems()
+            .into_iter()
+            .map(|p| {
+                let (kind, a, b) = match &p {
+                    TermProblem::Overlap { first, second } => {
+                        (ViolationKind::Overlap, first, second)
+                    }
+                    TermProblem::TokenOrder { earlier, later } => {
+                        (ViolationKind::TokenOrder, earlier, later)
+                    }
+                };
+                let end = |span: &TermSpan| {
+                    span.ended.map_or("still running".into(), |e| {
+                        format!("to {}", self.sim_time(e))
+                    })
+                };
+                Violation {
+                    seed: self.seed,
+                    kind,
+                    at: self.sim_time(b.elected),
+                    nodes: vec![node(a), node(b)],
+                    tokens: vec![a.token, b.token],
+                    detail: format!(
+                        "shard {s}: {what}: {p}: {} from {} {}, {} from {} {}",
+                        a.candidate,
+                        self.sim_time(a.elected),
+                        end(a),
+                        b.candidate,
+                        self.sim_time(b.elected),
+                        end(b)
+                    ),
+                }
+            })
+            .collect()
+    }
+
+    fn report(self) -> ShardReport {
+        let mut violations = std::mem::take(&mut lock(&self.findings).violations);
+        let mut terms = 0;
+        for s in 0..self.work.len() {
+            violations.extend(self.term_problems(s, &self.work[s], "work of two terms"));
+            violations.extend(self.term_problems(s, &self.terms[s], "two valid terms"));
+            terms += self.terms[s].spans().len() as u64;
+        }
+        violations.sort_by_key(|v| v.at);
+        let mut f = lock(&self.findings);
+        let trace = std::mem::replace(&mut f.trace, Trace::new(false));
+        ShardReport {
+            seed: self.seed,
+            members: self.slots.len(),
+            shards: self.work.len(),
+            notifying: self.slots.iter().filter(|s| s.notify).count(),
+            sim_time: self.now.as_duration(),
+            skew_bound: self.skew,
+            terms,
+            acquisitions: f.elections,
+            releases: f.end_reasons.clone(),
+            views: self.views.load(std::sync::atomic::Ordering::Relaxed),
+            incarnations: self.incarnations,
+            joins: self.joins,
+            faults: self.faults.clone(),
+            settlings: self.settlings.clone(),
+            documented_crash_bound: self.bounds.documented_crash,
+            violations,
+            digest: trace.digest(),
+            trace: trace.into_lines(),
+        }
+    }
+}

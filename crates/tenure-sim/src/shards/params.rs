@@ -1,0 +1,279 @@
+//! What a sharded-tier run is made of.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use tenure::{Config, Timing};
+
+use crate::params::{Notify, SimError, SkewBound};
+
+/// How often each membership change and fault strikes in the sharded tier:
+/// mean intervals of exponential distributions over the whole set; `None`
+/// turns a kind off. Windows of store trouble hit one member's view of the
+/// store ([`tenure::Faults`] of that member's process).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardFaultRates {
+    /// A new member (an id never seen before) joins, unless the set is at
+    /// [`ShardParams::max_members`].
+    pub join_every: Option<Duration>,
+    /// A member leaves gracefully ([`tenure::Shards::shutdown`]); most come
+    /// back later under the same id.
+    pub leave_every: Option<Duration>,
+    /// A member's process dies: its work stops at once, it never reaches the
+    /// store again, and it comes back later under the same id.
+    pub crash_every: Option<Duration>,
+    /// A member's process stops running for a while (70 % of the time for
+    /// longer than a term), its clock still counting.
+    pub pause_every: Option<Duration>,
+    /// A member is cut off from the store for a while.
+    pub partition_every: Option<Duration>,
+    /// A member's store operations are slow, often past the operation
+    /// timeout, for a while.
+    pub slow_every: Option<Duration>,
+    /// The store fails a member's operations for a while.
+    pub failing_every: Option<Duration>,
+    /// A member's writes apply but their replies are lost, for a while.
+    pub lost_replies_every: Option<Duration>,
+}
+
+impl Default for ShardFaultRates {
+    fn default() -> Self {
+        ShardFaultRates {
+            join_every: Some(Duration::from_secs(20)),
+            leave_every: Some(Duration::from_secs(20)),
+            crash_every: Some(Duration::from_secs(20)),
+            pause_every: Some(Duration::from_secs(15)),
+            partition_every: Some(Duration::from_secs(20)),
+            slow_every: Some(Duration::from_secs(20)),
+            failing_every: Some(Duration::from_secs(20)),
+            lost_replies_every: Some(Duration::from_secs(12)),
+        }
+    }
+}
+
+impl ShardFaultRates {
+    /// No membership changes and no faults before the tail.
+    pub fn none() -> Self {
+        ShardFaultRates {
+            join_every: None,
+            leave_every: None,
+            crash_every: None,
+            pause_every: None,
+            partition_every: None,
+            slow_every: None,
+            failing_every: None,
+            lost_replies_every: None,
+        }
+    }
+}
+
+/// The parameters of a sharded-tier run; [`ShardParams::default`] is what
+/// the test suite and `tenure-sim --shards` run unless told otherwise.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardParams {
+    /// How many members start, drawn per seed from this range (2 to 12).
+    pub members: RangeInclusive<usize>,
+    /// The most members running at once (joins beyond it are skipped).
+    pub max_members: usize,
+    /// How many shards the set has, drawn per seed from this range (1 to
+    /// 64).
+    pub shards: RangeInclusive<usize>,
+    /// The configured term of every lease (membership and shards).
+    pub term: Duration,
+    /// The configured drift bound ρ; each member's clock drifts within it
+    /// (a third exactly on the edge).
+    pub drift: f64,
+    /// How far clocks actually drift, if not within the configured bound (a
+    /// negative control).
+    pub actual_drift: Option<f64>,
+    /// The wall-clock skew bound.
+    pub skew: SkewBound,
+    /// How far wall clocks actually stray from true time, if not within half
+    /// the skew bound (a negative control).
+    pub actual_wall_offset: Option<Duration>,
+    /// Change notifications: with [`Notify::Random`], each member's view of
+    /// the store notifies or not, drawn per member.
+    pub notify: Notify,
+    /// How long membership changes and faults are injected; the tail's
+    /// checks follow.
+    pub fault_phase: Duration,
+    /// Upper bound of a member's ordinary store latency (each process draws
+    /// its own, from 1 ms up to it).
+    pub latency: Duration,
+    /// How often each kind of change and fault happens.
+    pub faults: ShardFaultRates,
+    /// Keep a human-readable trace in the report.
+    pub trace: bool,
+}
+
+impl Default for ShardParams {
+    fn default() -> Self {
+        ShardParams {
+            members: 2..=5,
+            max_members: 8,
+            shards: 4..=24,
+            term: Duration::from_secs(2),
+            drift: 0.01,
+            actual_drift: None,
+            skew: SkewBound::Random(Duration::from_millis(400)),
+            actual_wall_offset: None,
+            notify: Notify::Random,
+            fault_phase: Duration::from_secs(60),
+            latency: Duration::from_millis(20),
+            faults: ShardFaultRates::default(),
+            trace: false,
+        }
+    }
+}
+
+impl ShardParams {
+    /// Checks the parameters that the lease configuration does not.
+    pub fn check(&self) -> Result<(), SimError> {
+        let (lo, hi) = (*self.members.start(), *self.members.end());
+        if lo < 2 || hi > 12 || lo > hi {
+            return Err(SimError::Params(format!(
+                "member count range {lo}..={hi}: give a non-empty range within 2..=12"
+            )));
+        }
+        if self.max_members < hi || self.max_members > 16 {
+            return Err(SimError::Params(format!(
+                "at most {} members at once: give a cap from {hi} (the most that start) to 16",
+                self.max_members
+            )));
+        }
+        let (lo, hi) = (*self.shards.start(), *self.shards.end());
+        if lo < 1 || hi > 64 || lo > hi {
+            return Err(SimError::Params(format!(
+                "shard count range {lo}..={hi}: give a non-empty range within 1..=64"
+            )));
+        }
+        if let Some(a) = self.actual_drift {
+            if !(a.is_finite() && (0.0..0.9).contains(&a)) {
+                return Err(SimError::Params(format!(
+                    "actual drift {a} is outside [0, 0.9)"
+                )));
+            }
+        }
+        if self
+            .actual_wall_offset
+            .is_some_and(|w| w > Duration::from_secs(3600))
+        {
+            return Err(SimError::Params(
+                "actual wall-clock offset is over an hour".into(),
+            ));
+        }
+        if self.latency < Duration::from_millis(1) || self.latency * 4 >= self.term / 4 {
+            return Err(SimError::Params(format!(
+                "latency bound {:?} must be at least 1 ms and well inside the operation timeout (term / 4)",
+                self.latency
+            )));
+        }
+        if self.fault_phase < self.term * 8 {
+            return Err(SimError::Params(format!(
+                "fault phase {:?} is shorter than 8 terms: faults need room to heal before the tail",
+                self.fault_phase
+            )));
+        }
+        let f = &self.faults;
+        for every in [
+            f.join_every,
+            f.leave_every,
+            f.crash_every,
+            f.pause_every,
+            f.partition_every,
+            f.slow_every,
+            f.failing_every,
+            f.lost_replies_every,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if every < Duration::from_millis(100) {
+                return Err(SimError::Params(format!(
+                    "a mean interval of {every:?} between faults: give at least 100 ms"
+                )));
+            }
+        }
+        let skew = match self.skew {
+            SkewBound::Off => None,
+            SkewBound::On(d) | SkewBound::Random(d) => Some(d),
+        };
+        self.timing(skew).map(|_| ())
+    }
+
+    /// The lease configuration with this skew bound.
+    pub fn config(&self, skew: Option<Duration>) -> Config {
+        let mut config = Config::new(self.term);
+        config.drift = self.drift;
+        config.max_clock_skew = skew;
+        config
+    }
+
+    /// The validated timing with this skew bound.
+    pub fn timing(&self, skew: Option<Duration>) -> Result<Timing, SimError> {
+        Ok(self.config(skew).validate()?)
+    }
+
+    /// How far clocks really drift.
+    pub fn effective_drift(&self) -> f64 {
+        self.actual_drift.unwrap_or(self.drift)
+    }
+
+    /// The command that runs `seed` again with these parameters.
+    pub fn replay_command(&self, seed: u64) -> String {
+        let mut cmd =
+            format!("cargo run -p tenure-sim --release -- --shards --seed {seed} --trace");
+        let d = ShardParams::default();
+        if self.members != d.members {
+            cmd += &format!(" --nodes {}..{}", self.members.start(), self.members.end());
+        }
+        if self.max_members != d.max_members {
+            cmd += &format!(" --max-members {}", self.max_members);
+        }
+        if self.shards != d.shards {
+            cmd += &format!(
+                " --shard-count {}..{}",
+                self.shards.start(),
+                self.shards.end()
+            );
+        }
+        if self.term != d.term {
+            cmd += &format!(" --term-ms {}", self.term.as_millis());
+        }
+        if self.drift != d.drift {
+            cmd += &format!(" --drift {}", self.drift);
+        }
+        if let Some(a) = self.actual_drift {
+            cmd += &format!(" --actual-drift {a}");
+        }
+        if self.skew != d.skew {
+            cmd += &match self.skew {
+                SkewBound::Off => " --skew off".to_string(),
+                SkewBound::On(s) => format!(" --skew on:{}", s.as_millis()),
+                SkewBound::Random(s) => format!(" --skew random:{}", s.as_millis()),
+            };
+        }
+        if let Some(w) = self.actual_wall_offset {
+            cmd += &format!(" --actual-wall-offset-ms {}", w.as_millis());
+        }
+        if self.notify != d.notify {
+            cmd += match self.notify {
+                Notify::Off => " --notify off",
+                Notify::On => " --notify on",
+                Notify::Random => " --notify random",
+            };
+        }
+        if self.fault_phase != d.fault_phase {
+            cmd += &format!(" --fault-secs {}", self.fault_phase.as_secs());
+        }
+        if self.latency != d.latency {
+            cmd += &format!(" --latency-ms {}", self.latency.as_millis());
+        }
+        if self.faults == ShardFaultRates::none() {
+            cmd += " --no-faults";
+        } else if self.faults != d.faults {
+            cmd += " (custom fault rates: replay with shards::run_seed and the same ShardParams)";
+        }
+        cmd
+    }
+}

@@ -1,0 +1,87 @@
+//! The membership changes and faults of a sharded-tier run, planned up
+//! front from the seed; the member they strike is chosen when they fire.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::clock::SimTime;
+use crate::elector::plan::Planned as Window;
+use crate::faults::{arrivals, between};
+
+use super::params::ShardFaultRates;
+
+/// A change or fault to inject at a planned instant.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Planned {
+    /// A new member joins.
+    Join,
+    /// A member leaves gracefully; most come back later.
+    Leave,
+    /// A member's process dies; it comes back later.
+    Crash,
+    /// A member's process is frozen for a while.
+    Pause,
+    /// A window of store trouble for one member (partition, slow, failing,
+    /// lost replies), as in the elector tier.
+    Window(Window),
+}
+
+impl Planned {
+    /// The longest a change of this kind takes to play out: changes are
+    /// planned only early enough to be over before the tail.
+    fn heal_time(self, term: Duration) -> Duration {
+        match self {
+            // A join needs nothing healed.
+            Planned::Join => Duration::ZERO,
+            // Draining lasts at most a term; then down for up to 2 terms.
+            Planned::Leave => term * 3,
+            Planned::Crash => Window::Crash.heal_time(term),
+            Planned::Pause => term * 3,
+            Planned::Window(w) => w.heal_time(term),
+        }
+    }
+}
+
+/// A pause's length: from a fifth of a term to three terms (the longest a
+/// pause takes to heal, above), so 70 % of pauses outlast the term.
+pub(crate) fn pause_length(rng: &mut impl Rng, term: Duration) -> Duration {
+    between(rng, term / 5, term * 3)
+}
+
+/// The planned changes of a run, sorted by time.
+pub(crate) fn plan(
+    rng: &mut impl Rng,
+    rates: &ShardFaultRates,
+    fault_end: SimTime,
+    term: Duration,
+) -> Vec<(SimTime, Planned)> {
+    let kinds = [
+        (Planned::Join, rates.join_every),
+        (Planned::Leave, rates.leave_every),
+        (Planned::Crash, rates.crash_every),
+        (Planned::Pause, rates.pause_every),
+        (Planned::Window(Window::Partition), rates.partition_every),
+        (Planned::Window(Window::Slow), rates.slow_every),
+        (Planned::Window(Window::Failing), rates.failing_every),
+        (
+            Planned::Window(Window::LostReplies),
+            rates.lost_replies_every,
+        ),
+    ];
+    let mut out = Vec::new();
+    for (kind, every) in kinds {
+        let Some(every) = every else { continue };
+        // Give the set a term to settle first.
+        let start = SimTime::from_duration(term);
+        let end = fault_end.before(kind.heal_time(term));
+        out.extend(
+            arrivals(rng, every, start, end)
+                .into_iter()
+                .map(|t| (t, kind)),
+        );
+    }
+    // Stable sort: equal instants keep the kind order above.
+    out.sort_by_key(|(t, _)| *t);
+    out
+}

@@ -1,0 +1,222 @@
+//! What one sharded-tier run found, and the summary over many.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::elector::report::gap_line;
+use crate::faults::{FaultCounts, FaultKind};
+use crate::report::Violation;
+
+/// A change of the tail after which the set must settle.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// Every fault of the fault phase has healed.
+    Settle,
+    /// A member holding shards crashed.
+    Crash,
+    /// A new member joined.
+    Join,
+    /// A member holding shards left gracefully.
+    Leave,
+}
+
+impl Phase {
+    /// Every phase, in the order the tail runs them.
+    pub const ALL: [Phase; 4] = [Phase::Settle, Phase::Crash, Phase::Join, Phase::Leave];
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Settle => "heal of every fault",
+            Phase::Crash => "crash",
+            Phase::Join => "join",
+            Phase::Leave => "graceful leave",
+        })
+    }
+}
+
+/// How the set settled after one change of the tail.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settling {
+    /// The change.
+    pub phase: Phase,
+    /// From the change to the last shard's current work starting, if the
+    /// set had settled (every shard held, every member agreeing on the
+    /// members) when checked.
+    pub took: Option<Duration>,
+    /// The bound it was checked against.
+    pub bound: Duration,
+    /// Shards whose holder changed (not counted for [`Phase::Settle`]).
+    pub moved: usize,
+    /// The fewest that had to move: the crashed or leaving member's shards,
+    /// or the newcomer's share.
+    pub minimum: usize,
+}
+
+/// Everything one seed's sharded-tier run found.
+#[derive(Clone, Debug)]
+pub struct ShardReport {
+    /// The seed.
+    pub seed: u64,
+    /// Member ids that ran.
+    pub members: usize,
+    /// Shards in the set.
+    pub shards: usize,
+    /// Members whose views of the store notified.
+    pub notifying: usize,
+    /// The simulated span.
+    pub sim_time: Duration,
+    /// The skew bound this seed configured, if any.
+    pub skew_bound: Option<Duration>,
+    /// Terms worked, over all shards.
+    pub terms: u64,
+    /// `ShardEvent::Acquired` events.
+    pub acquisitions: u64,
+    /// Terms ended, by [`tenure::EndReason::label`], from
+    /// `ShardEvent::Released`.
+    pub releases: BTreeMap<&'static str, u64>,
+    /// `ShardEvent::MembersChanged` events.
+    pub views: u64,
+    /// Processes started (first starts and restarts).
+    pub incarnations: u64,
+    /// New members that joined.
+    pub joins: u64,
+    /// Faults injected, by kind (graceful leaves count as shutdowns).
+    pub faults: FaultCounts,
+    /// How the set settled after each change of the tail.
+    pub settlings: Vec<Settling>,
+    /// The library's documented crash bound, for comparison with the
+    /// derived one in [`settlings`](Self::settlings).
+    pub documented_crash_bound: Duration,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// A digest of the changes, faults and the terms' work.
+    pub digest: u64,
+    /// The changes, faults and the terms' work, line by line, if asked for.
+    pub trace: Vec<String>,
+}
+
+/// Totals over many sharded-tier runs, for the binary's table.
+#[derive(Clone, Debug, Default)]
+pub struct ShardSummary {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Shards checked, over all seeds.
+    pub shards: u64,
+    /// Member ids, over all seeds.
+    pub members: u64,
+    /// Total simulated time.
+    pub sim_time: Duration,
+    /// Processes started.
+    pub incarnations: u64,
+    /// New members that joined.
+    pub joins: u64,
+    /// Terms worked.
+    pub terms: u64,
+    /// Shard terms acquired.
+    pub acquisitions: u64,
+    /// Terms ended, by reason.
+    pub releases: BTreeMap<&'static str, u64>,
+    /// Changes of the member list seen by members.
+    pub views: u64,
+    /// Faults by kind.
+    pub faults: FaultCounts,
+    /// Per phase, each settling time with its bound.
+    pub gaps: BTreeMap<Phase, Vec<(Duration, Duration)>>,
+    /// Per phase, shards moved and the minimum, summed.
+    pub moves: BTreeMap<Phase, (u64, u64)>,
+    /// The documented crash bound (the same for every seed of one run).
+    pub documented_crash_bound: Option<Duration>,
+    /// Every violation.
+    pub violations: Vec<Violation>,
+}
+
+impl ShardSummary {
+    /// Adds one run.
+    pub fn add(&mut self, r: &ShardReport) {
+        self.seeds += 1;
+        self.shards += r.shards as u64;
+        self.members += r.members as u64;
+        self.sim_time += r.sim_time;
+        self.incarnations += r.incarnations;
+        self.joins += r.joins;
+        self.terms += r.terms;
+        self.acquisitions += r.acquisitions;
+        for (k, v) in &r.releases {
+            *self.releases.entry(k).or_insert(0) += v;
+        }
+        self.views += r.views;
+        self.faults.add(&r.faults);
+        for s in &r.settlings {
+            if let Some(took) = s.took {
+                self.gaps.entry(s.phase).or_default().push((took, s.bound));
+            }
+            if s.phase != Phase::Settle {
+                let m = self.moves.entry(s.phase).or_default();
+                m.0 += s.moved as u64;
+                m.1 += s.minimum as u64;
+            }
+        }
+        self.documented_crash_bound = Some(r.documented_crash_bound);
+        self.violations.extend(r.violations.iter().cloned());
+    }
+}
+
+impl fmt::Display for ShardSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hours = self.sim_time.as_secs_f64() / 3600.0;
+        writeln!(f, "{:<40} {}", "seeds run (sharded tier)", self.seeds)?;
+        writeln!(f, "{:<40} {}", "shards checked", self.shards)?;
+        writeln!(f, "{:<40} {}", "member ids", self.members)?;
+        writeln!(
+            f,
+            "{:<40} {:.1} h ({:.0} s)",
+            "simulated time",
+            hours,
+            self.sim_time.as_secs_f64()
+        )?;
+        writeln!(f, "{:<40} {}", "processes started", self.incarnations)?;
+        writeln!(f, "{:<40} {}", "new members joined", self.joins)?;
+        writeln!(f, "{:<40} {}", "shard terms acquired", self.acquisitions)?;
+        writeln!(f, "{:<40} {}", "terms worked", self.terms)?;
+        writeln!(f, "{:<40} {}", "member-list changes seen", self.views)?;
+        writeln!(f, "shard terms ended, by reason")?;
+        for (k, v) in &self.releases {
+            writeln!(f, "  {k:<38} {v}")?;
+        }
+        writeln!(f, "faults injected ({} in all)", self.faults.total())?;
+        for k in FaultKind::ALL {
+            if self.faults[k] > 0 {
+                let label = if k == FaultKind::Shutdown {
+                    "graceful leave"
+                } else {
+                    k.label()
+                };
+                writeln!(f, "  {label:<38} {}", self.faults[k])?;
+            }
+        }
+        writeln!(f, "settled after (every shard held, balanced)")?;
+        for phase in Phase::ALL {
+            let gaps = self.gaps.get(&phase).map_or(&[][..], Vec::as_slice);
+            gap_line(f, &format!("the {phase}"), gaps)?;
+        }
+        if let Some(d) = self.documented_crash_bound {
+            writeln!(f, "  {:<38} {d:.3?}", "documented crash bound")?;
+        }
+        writeln!(f, "shards moved (minimum)")?;
+        for (phase, (moved, minimum)) in &self.moves {
+            writeln!(f, "  {:<38} {moved} ({minimum})", format!("by the {phase}"))?;
+        }
+        let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+        for v in &self.violations {
+            *by_kind.entry(v.kind.to_string()).or_insert(0) += 1;
+        }
+        write!(f, "{:<40} {}", "violations", self.violations.len())?;
+        for (k, n) in by_kind {
+            write!(f, "  [{k}: {n}]")?;
+        }
+        writeln!(f)
+    }
+}
