@@ -330,7 +330,9 @@ pub fn long_help() -> String {
         "The store URL: sqlite://PATH, postgres://[USER[:PASS]@]HOST[:PORT]/DB[?sslmode=..&table=..], \
          redis[s]://[USER:PASS@]HOST[:PORT][/DB], etcd[s]://HOST:PORT[,HOST:PORT], dynamodb://TABLE?region=..&endpoint=.., \
          kafka://BROKER[,BROKER]/TOPIC (networked stores need their cargo feature; postgres and redis are built by default). \
-         Passwords in URLs are never printed.\n\n\
+         Passwords in URLs are never printed, and may hold / ? # @ + as they are (an @ after the host, or in a kafka:// \
+         URL, is written %40). Pass a URL with a password in TENURE_STORE rather than --store: other users can read \
+         command lines (ps), and tenure run does not hand TENURE_STORE on to CMD.\n\n\
          Default when neither --store nor TENURE_STORE is given: {default}"
     )
 }

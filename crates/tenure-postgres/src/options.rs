@@ -11,6 +11,9 @@ use crate::pool::{DEFAULT_POOL, MAX_POOL};
 /// The default bound on connecting and on each statement.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest TCP user timeout set (twice `timeout`, at most this).
+const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// Where and how to connect, parsed from a URL such as
 /// `postgres://user:secret@db.internal:5432/app?sslmode=require&table=tenure_leases`.
 ///
@@ -27,7 +30,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// Dead connections are found by TCP keepalive (idle 5 s, then 3 probes
 /// 1 s apart, unless the URL sets `keepalives_*`) and by a TCP user timeout
-/// of twice `timeout` (unless the URL sets `tcp_user_timeout`).
+/// of twice `timeout`, at most an hour (unless the URL sets `tcp_user_timeout`).
 ///
 /// The user info ends at the *last* `@`, so a password may hold `/`, `?`,
 /// `#`, `@` or `+` unescaped; `%XX` escapes are decoded (write `%` as
@@ -174,7 +177,8 @@ impl PostgresOptions {
             config.keepalives_retries(3);
         }
         if !given.contains(&"tcp_user_timeout") {
-            config.tcp_user_timeout(timeout.saturating_mul(2));
+            // The kernel takes milliseconds in 32 bits; an hour is plenty.
+            config.tcp_user_timeout(timeout.saturating_mul(2).min(MAX_TCP_USER_TIMEOUT));
         }
         Ok(PostgresOptions {
             config,
@@ -280,6 +284,14 @@ mod tests {
             o.config.get_connect_timeout(),
             Some(&Duration::from_secs(9))
         );
+    }
+
+    #[test]
+    fn absurd_timeouts_are_refused_or_clamped_never_panic() {
+        assert!(PostgresOptions::from_url("postgres://h/db?timeout=0s").is_err());
+        assert!(PostgresOptions::from_url("postgres://h/db?timeout=1e400").is_err());
+        let o = PostgresOptions::from_url("postgres://h/db?timeout=100000000s").unwrap();
+        assert_eq!(o.timeout, Duration::from_secs(100_000_000));
     }
 
     #[test]

@@ -55,7 +55,8 @@ pub(crate) async fn connect(
             }
         }
     });
-    let ms = options.timeout.as_millis().max(4);
+    // PostgreSQL takes at most i32::MAX milliseconds (24.8 days) here.
+    let ms = options.timeout.as_millis().clamp(4, i32::MAX as u128);
     let (lock_ms, statement_ms) = (ms / 2, ms * 3 / 4);
     client
         .batch_execute(&format!(

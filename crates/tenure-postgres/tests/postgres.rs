@@ -913,3 +913,18 @@ async fn a_new_subscription_hints_once() {
         .expect("a hint on subscribing")
         .expect("the feed is open");
 }
+
+/// A timeout beyond what `statement_timeout` can hold (24.8 days) is
+/// clamped for the server instead of failing every connect.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_timeout_still_connects() {
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&format!("{url}?timeout=100000000s"))
+        .await
+        .expect("connect with a huge timeout");
+    let group = testkit::unique_group("pg-huge-timeout");
+    assert_eq!(
+        tenure::LeaseStore::read(&store, &group).await.unwrap(),
+        None
+    );
+}
