@@ -119,8 +119,32 @@ pub struct RunArgs {
     /// Start CMD at most once: when it finishes, release and exit with its
     /// status. If leadership is lost while it runs, CMD is stopped and
     /// tenure exits 75 (EX_TEMPFAIL) without running it again.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["shards", "slots"])]
     pub once: bool,
+
+    /// Give up if not leading within this long: release and exit 4. `0`
+    /// tries once (one look at the lease, and one attempt if it is free).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["shards", "slots"])]
+    pub wait: Option<Duration>,
+
+    /// Split the group into N shards spread over every `tenure run --shards
+    /// N` process of the group, and run one CMD per shard this process
+    /// holds, with TENURE_SHARD (0..N-1) and TENURE_SHARDS set. Each shard
+    /// is a lease of its own (its own token and deadline).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536), conflicts_with = "slots")]
+    pub shards: Option<u32>,
+
+    /// Keep at most N instances of CMD running across all the processes of
+    /// the group, at most one per process, each with its own slot lease
+    /// (TENURE_SLOT, TENURE_SLOTS, and that slot's TENURE_TOKEN).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub slots: Option<u32>,
+
+    /// Publish the KEY=VALUE lines of this file as metadata (with any
+    /// --metadata), and publish them again when the file changes or tenure
+    /// gets SIGUSR1: a leader writes the new values at once.
+    #[arg(long, value_name = "PATH")]
+    pub metadata_file: Option<std::path::PathBuf>,
 
     /// Time between SIGTERM and SIGKILL for CMD's process group; cut short so
     /// the group is dead before the term's deadline.
@@ -207,6 +231,13 @@ pub struct ReleaseArgs {
     /// fencing tokens at the resource to protect the data.
     #[arg(long)]
     pub unsafe_clear: bool,
+
+    /// Hand leadership to the candidate with this id instead: the leader
+    /// is asked (through its record) to drain its work and release the
+    /// lease reserved for ID for one term, so ID takes over at once and
+    /// nobody else does meanwhile. Safe with a live leader: it stops first.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["force", "unsafe_clear"])]
+    pub to: Option<String>,
 }
 
 /// `tenure demo`.
@@ -332,6 +363,18 @@ Examples:
   # Publish an address and serve Prometheus metrics and a health check:
   tenure run --group outbox --metadata address=10.0.0.7:8080 \\
       --metrics-addr 127.0.0.1:9464 -- ./relay
+
+  # Lead within 30 s or give up (exit 4); --wait 0 tries once:
+  tenure run --group migrate --wait 30s --once -- ./migrate.sh
+
+  # 16 shards over however many hosts run this; one ./consume per shard held:
+  tenure run --group ingest --shards 16 -- sh -c './consume --partition "$TENURE_SHARD"'
+
+  # At most 3 copies of the crawler across all hosts:
+  tenure run --group crawl --slots 3 -- ./crawler
+
+  # Publish what a file says, again whenever it changes (or on SIGUSR1):
+  tenure run --group api --metadata-file /run/api/endpoint.env -- ./api
 
 CMD gets TENURE_GROUP, TENURE_ID, TENURE_TOKEN (the fencing token: pass it to
 everything CMD writes), TENURE_TERM_MS, and the term's deadline as of CMD's

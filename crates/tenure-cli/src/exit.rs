@@ -3,6 +3,7 @@
 //! Commands return `anyhow::Result<u8>`: `Ok(code)` for a normal exit (0, or
 //! a child's status), `Err` for a failure. A failure wrapping [`Usage`] exits
 //! 2 like clap's own errors; [`Refused`] exits 3; anything else exits 1.
+//! `run --wait` that does not lead in time exits [`NOT_LEADING`] (4).
 
 use std::fmt;
 
@@ -12,6 +13,8 @@ pub const USAGE: u8 = 2;
 pub const FAILURE: u8 = 1;
 /// `release` refused because the holder is alive: exit code 3.
 pub const REFUSED: u8 = 3;
+/// `run --wait`: not leading within the wait.
+pub const NOT_LEADING: u8 = 4;
 /// `run --once`: leadership was lost while CMD ran, so CMD was stopped
 /// before it finished and was not run again. 75 is `EX_TEMPFAIL`
 /// (sysexits.h): try again later.

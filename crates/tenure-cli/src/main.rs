@@ -15,13 +15,17 @@ mod http;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod logging;
+mod metadata_file;
 mod out;
 mod release;
 mod run;
 mod scale;
+mod sets;
+mod sharded;
 mod signals;
 mod status;
 mod store_url;
+mod supervise;
 mod view;
 mod watch;
 mod watchdog;

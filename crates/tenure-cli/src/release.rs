@@ -50,6 +50,9 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
         return Ok(0);
     };
     let Some(holder) = first.record.holder.clone() else {
+        if let Some(to) = &args.to {
+            return transfer(&conn, &group, &first, to).await;
+        }
         out::print(&format!(
             "nothing to release: group {group} is already released (last token {})",
             first.record.token
@@ -57,6 +60,9 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
         return Ok(0);
     };
     let holder_id = view::escape(&holder.id);
+    if let Some(to) = &args.to {
+        return transfer(&conn, &group, &first, to).await;
+    }
     if args.unsafe_clear {
         warn(&format!(
             "WARNING: --unsafe-clear: clearing group {group} held by {holder_id} (token {}) at once. \
@@ -108,6 +114,65 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
             changed(&group, &first, now.as_ref())
         }
     }
+}
+
+/// `--to ID`: asks the holder to hand over to ID by writing the request
+/// into its record (holder and token kept, so its term goes on until it has
+/// drained), or, if nobody holds the lease, reserves it for ID for one term.
+async fn transfer(
+    conn: &Connected,
+    group: &GroupName,
+    first: &Versioned,
+    to: &str,
+) -> anyhow::Result<u8> {
+    if to.is_empty() || to.len() > 255 || to.chars().any(char::is_control) {
+        return Err(crate::exit::usage(
+            "--to: give a candidate id of 1 to 255 bytes without control characters",
+        ));
+    }
+    let to_shown = view::escape(to);
+    // A live holder renews every third of its term, so the version read
+    // may be gone by the time the write arrives: read again and retry.
+    let mut current = first.clone();
+    for _ in 0..FORCE_ATTEMPTS {
+        let mut record = current.record.clone();
+        record
+            .metadata
+            .insert(tenure::record::TRANSFER_TO_KEY, to.to_owned());
+        if record.holder.is_none() {
+            // A reservation lasts one term from now.
+            record.renewed_at = WallTime::now();
+            record.expires_at = WallTime::now() + record.term;
+        }
+        let outcome = conn
+            .store
+            .compare_and_swap(group, Some(current.version), &record)
+            .await
+            .with_context(|| format!("cannot write group {group} to {}", conn.url))?;
+        match (outcome, &current.record.holder) {
+            (CasOutcome::Applied(_), Some(holder)) => {
+                out::print(&format!(
+                    "asked {} (token {}) to hand group {group} over to {to_shown}: it drains its work and releases the lease reserved for {to_shown} at its next look (within a third of its term, at once with a change feed)",
+                    view::escape(&holder.id),
+                    current.record.token
+                ))?;
+                return Ok(0);
+            }
+            (CasOutcome::Applied(_), None) => {
+                out::print(&format!(
+                    "reserved group {group} for {to_shown} for one term ({}); after that anyone may take it",
+                    view::short(current.record.term)
+                ))?;
+                return Ok(0);
+            }
+            (CasOutcome::Conflict, _) => match read(conn, group).await? {
+                Some(now) => current = now,
+                None => return changed(group, first, None),
+            },
+        }
+    }
+    let now = read(conn, group).await?;
+    changed(group, first, now.as_ref())
 }
 
 /// The holder of the record `--force` writes.

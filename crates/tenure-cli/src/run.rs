@@ -11,29 +11,29 @@
 //! poll period, which would turn a crash-looping CMD into leadership flapping
 //! across the whole group.
 
-use std::ffi::OsString;
 use std::io;
 use std::process::ExitStatus;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use tenure::{Config, Elector, ElectorError, Event, Metadata, Term, Timing};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::child::{self, StopPlan, StopReport, Supervised};
+use crate::child;
 use crate::cli::RunArgs;
 use crate::connect::{self, Connected};
 use crate::exit::{self, usage};
 use crate::http;
+use crate::metadata_file;
+use crate::sharded;
 use crate::signals::Stop;
+use crate::supervise::{self, CmdPlan, Ran};
 use crate::view;
 
 /// A CMD that ran at least this long was not crash-looping: the back-off
 /// starts over.
 const STABLE_RUN: Duration = Duration::from_secs(60);
-/// How often exited orphans of CMD's group are reaped while CMD runs.
-const ORPHAN_REAP_EVERY: Duration = Duration::from_secs(1);
 /// The longest back-off.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -43,8 +43,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     check_term(args.term())?;
     let config = Config::new(args.term());
     let timing = config.validate().map_err(usage)?;
-    let metadata: Metadata = args.metadata.iter().cloned().collect();
-    metadata.validate().map_err(usage)?;
+    let mut metadata: Metadata = args.metadata.iter().cloned().collect();
+    metadata.validate_published().map_err(usage)?;
+    let base_metadata = metadata.clone();
+    if let Some(path) = &args.metadata_file {
+        metadata = metadata_file::read(path, &metadata).map_err(|e| usage(format!("{e:#}")))?;
+    }
     let id = args.id.clone().unwrap_or_else(default_id);
     let conn = connect::open_shared(args.store.store.as_deref()).await?;
     let stop = Stop::listen()?;
@@ -64,12 +68,50 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         )
         .await?;
     }
+    let plan = CmdPlan {
+        command: args.command.clone(),
+        kill_grace: args.kill_grace,
+        margin: kill_margin(&timing),
+        follow_every: supervise::follow_every(config.term),
+    };
+    if let Some(count) = args.shards.or(args.slots) {
+        if conn.url.scheme() == "kafka" {
+            return Err(usage(
+                "--shards and --slots need a lease store: on kafka:// leadership is decided by consumer-group assignment of one partition",
+            ));
+        }
+        let span = tracing::info_span!("run", group = %group, candidate = %id);
+        let setup = sharded::Setup {
+            conn,
+            config,
+            metadata,
+            plan,
+            stop,
+            id,
+        };
+        return if args.shards.is_some() {
+            sharded::run_shards(&args, setup, count)
+                .instrument(span)
+                .await
+        } else {
+            sharded::run_slots(&args, setup, count)
+                .instrument(span)
+                .await
+        };
+    }
+    if let Some(path) = args.metadata_file.clone() {
+        tokio::spawn(metadata_file::follow(
+            path,
+            base_metadata,
+            electors.subscribe(),
+        ));
+    }
     let span = tracing::info_span!("run", group = %group, candidate = %id);
     let runner = Runner {
         args,
         conn,
         config,
-        margin: kill_margin(&timing),
+        plan,
         metadata,
         id,
         stop,
@@ -82,7 +124,7 @@ struct Runner {
     args: RunArgs,
     conn: Connected,
     config: Config,
-    margin: Duration,
+    plan: CmdPlan,
     metadata: Metadata,
     id: String,
     stop: Stop,
@@ -98,6 +140,8 @@ enum Stint {
     /// With `--once`: leadership ended while CMD ran; CMD was stopped and
     /// is not started again.
     LostOnce,
+    /// With `--wait`: not leading in time.
+    NotLeading,
     /// CMD could not be started.
     SpawnFailed(io::Error),
     /// The elector stopped by itself.
@@ -128,6 +172,8 @@ impl Runner {
 
     async fn main(self) -> anyhow::Result<u8> {
         let mut backoff = Backoff::new(self.args.backoff);
+        // `--wait` bounds only the first election.
+        let mut wait = self.args.wait;
         loop {
             let elector = self
                 .builder()?
@@ -142,7 +188,7 @@ impl Runner {
             self.electors.send_replace(Some(elector.clone()));
             tracing::info!(store = %self.conn.url, term = ?self.config.term, "standing");
             let events = tokio::spawn(log_events(elector.events()).in_current_span());
-            let stint = self.stint(&elector).await;
+            let stint = self.stint(&elector, wait.take()).await;
             // Drains (nothing is held by now) and releases the lease, so the
             // next candidate need not wait out the term.
             elector.shutdown().await;
@@ -181,19 +227,40 @@ impl Runner {
                     return Err(anyhow::Error::new(e))
                         .with_context(|| format!("cannot start {}", cmd.to_string_lossy()));
                 }
+                Stint::NotLeading => {
+                    tracing::warn!(
+                        code = exit::NOT_LEADING,
+                        wait = ?self.args.wait,
+                        "not leading within --wait: released; exiting"
+                    );
+                    return Ok(exit::NOT_LEADING);
+                }
                 Stint::ElectorGone => anyhow::bail!("the elector stopped unexpectedly"),
             }
         }
     }
 
-    /// Leads as often as elected, until CMD exits or tenure is stopped.
-    async fn stint(&self, elector: &Elector) -> Stint {
+    /// Leads as often as elected, until CMD exits or tenure is stopped;
+    /// gives up if the first election does not come within `wait`.
+    async fn stint(&self, elector: &Elector, mut wait: Option<Duration>) -> Stint {
         loop {
+            let elected = async {
+                match wait.take() {
+                    None => elector.wait_for_leadership().await.map(Some),
+                    // Zero tries once: one look, one attempt if free.
+                    Some(d) if d.is_zero() => elector.try_acquire().await,
+                    Some(d) => match elector.wait_for_leadership_within(d).await {
+                        Err(ElectorError::NotLeader { .. }) => Ok(None),
+                        other => other.map(Some),
+                    },
+                }
+            };
             let term = tokio::select! {
                 biased;
                 _ = self.stop.stopped() => return Stint::Stopped,
-                t = elector.wait_for_leadership() => match t {
-                    Ok(t) => t,
+                t = elected => match t {
+                    Ok(Some(t)) => t,
+                    Ok(None) => return Stint::NotLeading,
                     Err(_) => return Stint::ElectorGone,
                 },
             };
@@ -210,137 +277,19 @@ impl Runner {
 
     /// Runs CMD for one term.
     async fn lead(&self, elector: &Elector, term: &Term) -> TermEnd {
-        // Held until CMD's group is gone: a graceful hand-over (shutdown)
-        // releases the lease only after that.
-        let guard = term.hold();
-        if term.is_cancelled() {
-            // Lost between election and here: do not start what must stop.
-            return TermEnd::Lost;
+        let env = supervise::term_env(
+            elector.group().as_str(),
+            elector.candidate_id(),
+            term,
+            elector.timing().term,
+        );
+        match supervise::run_term(&self.plan, &self.stop, term, &env).await {
+            Ran::Stopped => TermEnd::Over(Stint::Stopped),
+            Ran::Lost => TermEnd::Lost,
+            Ran::Exited { status, ran } => TermEnd::Over(Stint::Exited { status, ran }),
+            Ran::SpawnFailed(e) => TermEnd::Over(Stint::SpawnFailed(e)),
         }
-        let env = child_env(elector, term);
-        let started = Instant::now();
-        let mut cmd = match Supervised::spawn(&self.args.command, &env, term, self.margin) {
-            Ok(c) => c,
-            Err(e) => return TermEnd::Over(Stint::SpawnFailed(e)),
-        };
-        tracing::info!(
-            pid = cmd.pid(),
-            command = %show_command(&self.args.command),
-            deadline = %view::rfc3339(term.wall_deadline()),
-            "leading: started CMD"
-        );
-        enum Why {
-            Stop,
-            Lost,
-            Exited(io::Result<ExitStatus>),
-        }
-        let mut orphans = tokio::time::interval(ORPHAN_REAP_EVERY);
-        let mut follow = tokio::time::interval(follow_every(self.config.term));
-        follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let why = loop {
-            tokio::select! {
-                biased;
-                _ = self.stop.stopped() => break Why::Stop,
-                _ = term.cancelled() => break Why::Lost,
-                status = cmd.wait() => break Why::Exited(status),
-                _ = follow.tick() => cmd.follow(term).await,
-                _ = orphans.tick() => cmd.reap_orphans(),
-            }
-        };
-        let plan = StopPlan {
-            grace: self.args.kill_grace,
-            term: Some(term),
-            margin: self.margin,
-            hurry: Some(&self.stop),
-        };
-        let end = match why {
-            Why::Stop => {
-                tracing::info!(pid = cmd.pid(), "stopping CMD's process group");
-                report(&cmd.stop(plan).await);
-                TermEnd::Over(Stint::Stopped)
-            }
-            Why::Lost => {
-                tracing::warn!(
-                    pid = cmd.pid(),
-                    left_ms = millis(term.remaining()),
-                    "leadership ended: stopping CMD's process group before the term's deadline"
-                );
-                report(&cmd.stop(plan).await);
-                TermEnd::Lost
-            }
-            Why::Exited(status) => {
-                let ran = started.elapsed();
-                // Background jobs CMD left behind still run in its group and
-                // must not outlive the lease either.
-                let stopped = cmd.stop(plan).await;
-                let status = match status {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot read CMD's exit status");
-                        stopped.status.unwrap_or_default()
-                    }
-                };
-                TermEnd::Over(Stint::Exited { status, ran })
-            }
-        };
-        drop(guard);
-        end
     }
-}
-
-/// How often the term's deadline is passed on to the watchdog: a
-/// twentieth of the term, within [10 ms, 250 ms]. Renewals come every third
-/// of a term and the watchdog's instant lies two thirds of a term after
-/// the previous one, so an extension reaches it long before it would fire.
-fn follow_every(term: Duration) -> Duration {
-    (term / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
-}
-
-/// Logs how a stop went; the `left_ms` field is how long before the term's
-/// deadline the group was gone.
-fn report(r: &StopReport) {
-    let left = r.left.map(millis);
-    if !r.stuck.is_empty() {
-        tracing::error!(
-            took_ms = millis(r.took),
-            stuck = ?r.stuck,
-            "members of CMD's process group survived SIGKILL (tenure may not signal them, e.g. a setuid program that switched users, or they do not die); they may outlive the term: stop them by other means"
-        );
-    } else if r.left.is_some_and(|l| l.is_zero()) {
-        tracing::error!(
-            took_ms = millis(r.took),
-            killed = r.killed,
-            "CMD's process group outlived the term's deadline"
-        );
-    } else {
-        tracing::info!(
-            took_ms = millis(r.took),
-            killed = r.killed,
-            left_ms = left,
-            status = %r.status.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
-            "CMD's process group is gone"
-        );
-    }
-}
-
-/// The environment CMD gets.
-fn child_env(elector: &Elector, term: &Term) -> Vec<(String, String)> {
-    let deadline = term.wall_deadline();
-    let deadline_ms = deadline
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    vec![
-        ("TENURE_GROUP".into(), elector.group().to_string()),
-        ("TENURE_ID".into(), elector.candidate_id().to_owned()),
-        ("TENURE_TOKEN".into(), term.token().to_string()),
-        (
-            "TENURE_TERM_MS".into(),
-            elector.timing().term.as_millis().to_string(),
-        ),
-        ("TENURE_DEADLINE".into(), view::rfc3339(deadline)),
-        ("TENURE_DEADLINE_UNIX_MS".into(), deadline_ms.to_string()),
-    ]
 }
 
 /// The longest term `run` accepts. Nothing sensible needs more (fail-over
@@ -425,17 +374,6 @@ impl Backoff {
         self.next = self.next.saturating_mul(2).min(MAX_BACKOFF.max(self.first));
         wait
     }
-}
-
-fn show_command(argv: &[OsString]) -> String {
-    argv.iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -39,6 +39,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<u8> {
         .read(&group)
         .await
         .with_context(|| format!("cannot read group {group} from {}", conn.url))?;
+    if record.is_none() && crate::sets::show(&conn, &group, args.json).await? {
+        return Ok(0);
+    }
     let now = SystemTime::now();
     let state = state_of(record.as_ref(), now);
     let leader = record.as_ref().and_then(LeaderInfo::from_record);
