@@ -41,7 +41,38 @@
 //! * **changes**: a `Watch` on the key; a waiting candidate re-reads as
 //!   soon as the leader's release is committed, one round trip instead of
 //!   a poll. The watch is re-created with back-off when its stream breaks,
-//!   and hints once each time etcd confirms it.
+//!   and hints once each time etcd confirms it. (What an
+//!   [`Observer`](tenure::Observer) uses; electors use the feed below.)
+//!
+//! # Many groups
+//!
+//! Electors built from clones of one [`EtcdStore`] share one engine
+//! ([`LeaseStore::engine_slot`](tenure::LeaseStore::engine_slot)), which
+//! batches their operations:
+//!
+//! * **compare-and-swap of many groups**: one `Txn` per group, never
+//!   several groups in one (a `Txn` is all-or-nothing, so one group's
+//!   conflict would undo the others' renewals). They go out concurrently,
+//!   as streams of the client's one HTTP/2 channel, at most 128 at once per
+//!   store handle; several writes to one group in a batch go one after
+//!   another, in order.
+//! * **read of many groups**: read-only `Txn`s of up to 64 `Range` gets
+//!   (etcd's default `--max-txn-ops` is 128), each a linearizable snapshot,
+//!   in flight together.
+//!
+//! # Change feed
+//!
+//! [`LeaseStore::watch`](tenure::LeaseStore::watch) is ONE watch on the key
+//! prefix for all groups. Its events carry the key-value, so a follower
+//! learns each renewal (record and `mod_revision`) without reading. A
+//! broken watch resumes from the revision after the last it delivered, so
+//! nothing is missed; if etcd compacted that revision away (or its
+//! revisions went backwards), the feed asks every group to read once
+//! ([`Change::Resync`](tenure::Change::Resync)) and watches from now. Keys
+//! under the prefix that are no group name are skipped; a value tenure
+//! cannot decode, or a deleted key, makes the group read (and report what
+//! it found). With an empty prefix the watch covers the whole key space:
+//! give tenure a prefix of its own.
 //!
 //! # Connection loss and restarts
 //!
@@ -69,6 +100,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod feed;
 mod options;
 mod store;
 mod watch;

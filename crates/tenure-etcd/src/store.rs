@@ -7,16 +7,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, KeyValue, TlsOptions, Txn,
+    TxnOp, TxnOpResponse,
 };
+use tenure::concurrent::InFlight;
 use tenure::{
-    CasOutcome, ChangeFeed, GroupName, LeaseRecord, LeaseStore, StoreError, Version, Versioned,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
+    LeaseStore, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio::time::Instant;
 
 use crate::error::{Ctx, EtcdStoreError};
 use crate::options::EtcdOptions;
-use crate::watch;
+use crate::{feed, watch};
 
 /// HTTP/2 keep-alive ping interval. etcd answers pings more frequent than
 /// its `--grpc-keepalive-min-time` (5 s by default) with GOAWAY.
@@ -26,7 +29,18 @@ const KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// [`LeaseStore::changes`] tries again (electors poll meanwhile).
 const FEED_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// A lease store in etcd. Clones share one gRPC channel.
+/// Most requests of a store handle's batches in flight at once, as HTTP/2
+/// streams of its one channel: enough for etcd to commit many groups'
+/// renewals in one Raft round, bounded whatever the number of groups.
+const IN_FLIGHT: usize = 128;
+
+/// Most groups read by one `Txn` of a batched read: half etcd's default
+/// `--max-txn-ops` (128), so a server configured a little lower still
+/// accepts it.
+const READS_PER_TXN: usize = 64;
+
+/// A lease store in etcd. Clones share one gRPC channel, and the engine
+/// that runs every group elected through them.
 ///
 /// See the [crate docs](crate) for the key layout.
 #[derive(Clone)]
@@ -34,6 +48,8 @@ pub struct EtcdStore {
     client: Client,
     options: Arc<EtcdOptions>,
     feed_off_until: Arc<Mutex<Option<Instant>>>,
+    in_flight: InFlight,
+    engine: Arc<EngineSlot>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -119,6 +135,8 @@ impl EtcdStore {
             client,
             options: Arc::new(options),
             feed_off_until: Arc::new(Mutex::new(None)),
+            in_flight: InFlight::new(IN_FLIGHT),
+            engine: Arc::new(EngineSlot::new()),
         };
         // The client connects lazily: one read proves the endpoints, TLS,
         // credentials and the read permission on the prefix.
@@ -151,6 +169,74 @@ impl EtcdStore {
             Err(_) => Err(ctx.timeout()),
         }
     }
+
+    /// A stored key-value as the group's record and version.
+    fn versioned(&self, group: &GroupName, kv: &KeyValue) -> Result<Versioned, StoreError> {
+        let record = LeaseRecord::decode(kv.value()).map_err(|source| StoreError::Record {
+            group: group.clone(),
+            source,
+        })?;
+        let version = version_of(kv.mod_revision()).ok_or_else(|| StoreError::Unavailable {
+            message: format!(
+                "etcd at {} returned the mod_revision {} for group {group}",
+                self.options.target(),
+                kv.mod_revision()
+            ),
+            source: None,
+        })?;
+        Ok(Versioned { record, version })
+    }
+
+    /// One `Txn` of `Range` gets: every group read at one revision, through
+    /// the Raft leader (a read-only `Txn` is linearizable).
+    async fn read_txn(&self, groups: Vec<GroupName>) -> BatchResult<Option<Versioned>> {
+        let gets: Vec<TxnOp> = groups
+            .iter()
+            .map(|g| TxnOp::get(self.key(g), None))
+            .collect();
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .bounded("read", kv.txn(Txn::new().and_then(gets)))
+            .await?;
+        let answers = resp.op_responses();
+        if answers.len() != groups.len() {
+            return Err(StoreError::Unavailable {
+                message: format!(
+                    "etcd at {} answered a read of {} keys with {} results",
+                    self.options.target(),
+                    groups.len(),
+                    answers.len()
+                ),
+                source: None,
+            });
+        }
+        Ok(groups
+            .iter()
+            .zip(answers)
+            .map(|(group, answer)| match answer {
+                TxnOpResponse::Get(got) => match got.kvs().first() {
+                    None => Ok(None),
+                    Some(found) => self.versioned(group, found).map(Some),
+                },
+                _ => Err(StoreError::Unavailable {
+                    message: format!(
+                        "etcd at {} answered a get of group {group} with another operation's result",
+                        self.options.target()
+                    ),
+                    source: None,
+                }),
+            })
+            .collect())
+    }
+}
+
+/// A `mod_revision` as a version: etcd's revisions start at 1, so zero or
+/// less is no version tenure can have read.
+pub(crate) fn version_of(mod_revision: i64) -> Option<Version> {
+    u64::try_from(mod_revision)
+        .ok()
+        .filter(|v| *v > 0)
+        .map(Version)
 }
 
 #[async_trait]
@@ -159,25 +245,54 @@ impl LeaseStore for EtcdStore {
         let mut kv = self.client.kv_client();
         // Linearizable by default: the read goes through the Raft leader.
         let resp = self.bounded("read", kv.get(self.key(group), None)).await?;
-        let Some(found) = resp.kvs().first() else {
-            return Ok(None);
-        };
-        let record = LeaseRecord::decode(found.value()).map_err(|source| StoreError::Record {
-            group: group.clone(),
-            source,
-        })?;
-        let version = u64::try_from(found.mod_revision()).map_err(|_| StoreError::Unavailable {
-            message: format!(
-                "etcd at {} returned a negative mod_revision {}",
-                self.options.target(),
-                found.mod_revision()
-            ),
-            source: None,
-        })?;
-        Ok(Some(Versioned {
-            record,
-            version: Version(version),
-        }))
+        match resp.kvs().first() {
+            None => Ok(None),
+            Some(found) => self.versioned(group, found).map(Some),
+        }
+    }
+
+    /// Chunks of [`READS_PER_TXN`] groups, one read-only `Txn` each, in
+    /// flight together (within the handle's bound on requests).
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        let store = self.clone();
+        Ok(self
+            .in_flight
+            .read_chunks(groups, READS_PER_TXN, move |part| {
+                let store = store.clone();
+                async move { store.read_txn(part).await }
+            })
+            .await)
+    }
+
+    /// One `Txn` per compare-and-swap, never several groups in one (a `Txn`
+    /// is all-or-nothing: one group's conflict would undo the others'
+    /// renewals). They go out concurrently as streams of the one HTTP/2
+    /// channel, at most [`IN_FLIGHT`] at once per handle; writes to one
+    /// group go one after another, in the batch's order.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let store = self.clone();
+        Ok(self
+            .in_flight
+            .compare_and_swap_each(requests, move |r| {
+                let store = store.clone();
+                async move {
+                    store
+                        .compare_and_swap(&r.group, r.expected, &r.record)
+                        .await
+                }
+            })
+            .await)
+    }
+
+    /// One watch on the key prefix for every group, its events carrying
+    /// the records (see [the crate docs](crate#change-feed)).
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        let feed = feed::start(self.client.clone(), self.options.clone()).await?;
+        Ok(Some(feed))
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.engine)
     }
 
     async fn compare_and_swap(

@@ -105,7 +105,7 @@ async fn watching(
     }
 }
 
-fn cancelled(ctx: &Ctx<'_>, reason: &str) -> EtcdStoreError {
+pub(crate) fn cancelled(ctx: &Ctx<'_>, reason: &str) -> EtcdStoreError {
     if reason.contains("permission denied") {
         EtcdStoreError::Permission {
             target: ctx.target.clone(),

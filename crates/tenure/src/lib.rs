@@ -62,6 +62,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod concurrent;
 pub mod config;
 pub mod coordinator;
 mod elector;

@@ -130,6 +130,12 @@ impl StoreFeedSender {
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+
+    /// Completes once the reader is gone, for a listener to stop on while
+    /// it waits for its store.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
 }
 
 /// One group found by [`LeaseStore::list`].

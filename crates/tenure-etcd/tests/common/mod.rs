@@ -85,6 +85,14 @@ impl EtcdServer {
         self.spawn();
     }
 
+    /// Starts again on the same ports with no data: a cluster rebuilt from
+    /// nothing, whose revisions count from 1 again.
+    pub fn wipe_and_restart(&mut self) {
+        self.kill();
+        std::fs::remove_dir_all(self.dir.path().join("data")).expect("remove the data directory");
+        self.spawn();
+    }
+
     /// Runs etcdctl: (success, stdout + stderr).
     pub fn ctl(&self, args: &[&str]) -> (bool, String) {
         let out = Command::new("etcdctl")
