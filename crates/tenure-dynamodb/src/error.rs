@@ -63,7 +63,7 @@ const BAD_CREDENTIAL_CODES: &[&str] = &[
 ];
 
 /// The IAM actions a lease store needs, for permission errors.
-pub(crate) const PERMISSIONS: &str = "dynamodb:GetItem and dynamodb:UpdateItem on the table \
+pub(crate) const PERMISSIONS: &str = "dynamodb:GetItem, dynamodb:BatchGetItem and dynamodb:UpdateItem on the table \
     (plus dynamodb:DescribeTable to check it when connecting, and dynamodb:CreateTable for create=true)";
 
 /// The message for a table that does not exist, with every way to make it.

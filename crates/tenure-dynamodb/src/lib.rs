@@ -74,6 +74,22 @@
 //! the term to run out. Reads are `GetItem` with `ConsistentRead`, so a
 //! challenger never waits on a record that was already replaced.
 //!
+//! # Many groups
+//!
+//! Electors built from clones of one [`DynamoDbStore`] share one engine,
+//! which batches their operations. `TransactWriteItems` is all-or-nothing
+//! (one group's conflict would undo the others' renewals), so a batch of
+//! writes is the conditional `UpdateItem`s above in flight together, at
+//! most 64 at once per store handle (so at most that many connections),
+//! several writes to one group one after another in order. A batch of
+//! reads is `BatchGetItem` with `ConsistentRead`, 100 keys per request;
+//! keys DynamoDB leaves unprocessed are asked for again with the
+//! throttling back-off below, and those still unread when the budget runs
+//! out fail alone. DynamoDB has no change feed, so waiting candidates
+//! poll; the engine pulls the polls of all its groups due within half a
+//! poll interval into one batched read, so followers make about one
+//! batched read per poll interval, whatever the number of groups.
+//!
 //! # Connecting
 //!
 //! Region, credentials and endpoint come through the standard AWS chain
@@ -110,7 +126,9 @@
 //! the fix otherwise. With `create=true` (or
 //! [`DynamoDbStore::create_table_if_missing`]) it creates the table with
 //! on-demand billing, so a first run needs no capacity planning. The IAM
-//! policy needs `dynamodb:GetItem` and `dynamodb:UpdateItem` on the table;
+//! policy needs `dynamodb:GetItem`, `dynamodb:BatchGetItem` and
+//! `dynamodb:UpdateItem` on the table (without `BatchGetItem`, reads of
+//! many groups fall back to one `GetItem` each, with a warning);
 //! `dynamodb:DescribeTable` lets connecting check it (without it the check
 //! is skipped with a log line), and `dynamodb:CreateTable` is needed only
 //! for `create=true`. Refused credentials, missing permissions, a host
@@ -220,6 +238,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod batch;
 pub mod cost;
 mod error;
 mod item;

@@ -58,38 +58,68 @@ impl Throttle {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Failure>>,
     {
-        let start = tokio::time::Instant::now();
-        let mut ceiling = FIRST_DELAY;
-        let mut attempts = 0u32;
+        let mut backoff = self.backoff(op);
         loop {
-            attempts += 1;
-            let err = match attempt().await {
-                Err(Failure::Throttled(e)) => e,
+            match attempt().await {
+                Err(Failure::Throttled(e)) => backoff.wait(e).await?,
                 other => return other,
-            };
-            let labels = [("table", self.table.clone()), ("op", op.to_owned())];
-            metrics::counter!(THROTTLED_METRIC, &labels).increment(1);
-            // Full jitter: candidates throttled together spread out instead
-            // of retrying in lockstep.
-            let delay = ceiling.mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
-            let elapsed = start.elapsed();
-            if elapsed + delay > self.budget {
-                metrics::counter!(THROTTLE_EXHAUSTED_METRIC, &labels).increment(1);
-                tracing::warn!(table = %self.table, op, attempts, ?elapsed, "DynamoDB kept throttling; giving up");
-                return Err(Failure::Other(StoreError::Unavailable {
-                    message: format!(
-                        "DynamoDB throttled the {op} on table {} {attempts} times over {elapsed:.1?}: \
-                         switch the table to on-demand capacity or raise its provisioned capacity \
-                         (metric {THROTTLED_METRIC})",
-                        self.table
-                    ),
-                    source: Some(Box::new(err)),
-                }));
             }
-            tracing::debug!(table = %self.table, op, attempts, ?delay, error = %err, "throttled; retrying");
-            tokio::time::sleep(delay).await;
-            ceiling = (ceiling * 2).min(MAX_DELAY);
         }
+    }
+
+    /// The back-off of one operation, for loops that keep partial results
+    /// between attempts (a `BatchGetItem` that left keys unprocessed).
+    pub(crate) fn backoff(&self, op: &'static str) -> Backoff<'_> {
+        Backoff {
+            throttle: self,
+            op,
+            start: tokio::time::Instant::now(),
+            ceiling: FIRST_DELAY,
+            attempts: 0,
+        }
+    }
+}
+
+/// The back-off state of one operation (see [`Throttle::backoff`]).
+pub(crate) struct Backoff<'a> {
+    throttle: &'a Throttle,
+    op: &'static str,
+    start: tokio::time::Instant,
+    ceiling: Duration,
+    attempts: u32,
+}
+
+impl Backoff<'_> {
+    /// After a throttled attempt (`err` says how): waits before the next
+    /// one, or gives up with the operation's final error once waiting
+    /// would outlast the budget. Counts the metrics.
+    pub(crate) async fn wait(&mut self, err: StoreError) -> Result<(), Failure> {
+        self.attempts += 1;
+        let (op, table, attempts) = (self.op, &self.throttle.table, self.attempts);
+        let labels = [("table", table.clone()), ("op", op.to_owned())];
+        metrics::counter!(THROTTLED_METRIC, &labels).increment(1);
+        // Full jitter: candidates throttled together spread out instead
+        // of retrying in lockstep.
+        let delay = self
+            .ceiling
+            .mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
+        let elapsed = self.start.elapsed();
+        if elapsed + delay > self.throttle.budget {
+            metrics::counter!(THROTTLE_EXHAUSTED_METRIC, &labels).increment(1);
+            tracing::warn!(table = %table, op, attempts, ?elapsed, "DynamoDB kept throttling; giving up");
+            return Err(Failure::Other(StoreError::Unavailable {
+                message: format!(
+                    "DynamoDB throttled the {op} on table {table} {attempts} times over {elapsed:.1?}: \
+                     switch the table to on-demand capacity or raise its provisioned capacity \
+                     (metric {THROTTLED_METRIC})"
+                ),
+                source: Some(Box::new(err)),
+            }));
+        }
+        tracing::debug!(table = %table, op, attempts, ?delay, error = %err, "throttled; retrying");
+        tokio::time::sleep(delay).await;
+        self.ceiling = (self.ceiling * 2).min(MAX_DELAY);
+        Ok(())
     }
 }
 

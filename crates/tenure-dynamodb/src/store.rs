@@ -1,6 +1,7 @@
 //! The store: one item per group, compare-and-swap by a conditional
 //! `UpdateItem` on the item's version, strongly consistent reads.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +12,13 @@ use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use tenure::{CasOutcome, GroupName, LeaseRecord, LeaseStore, StoreError, Version, Versioned};
+use tenure::concurrent::InFlight;
+use tenure::{
+    BatchResult, CasOutcome, CasRequest, EngineSlot, GroupName, LeaseRecord, LeaseStore,
+    StoreError, Version, Versioned,
+};
 
+use crate::batch::{self, BatchGetError};
 use crate::error::{self, classify, Failure, Target};
 use crate::item::{self, KEY};
 use crate::options::{DynamoDbOptions, DEFAULT_THROTTLE_BUDGET};
@@ -20,8 +26,15 @@ use crate::retry::Throttle;
 use crate::table::{self, Found};
 use crate::tls;
 
+/// Most requests of a store handle's batches in flight at once: each is an
+/// HTTP request on a connection of its own, so this bounds the connections
+/// whatever the number of groups, and at a few milliseconds per request
+/// still carries thousands of renewals a second.
+const IN_FLIGHT: usize = 64;
+
 /// A lease store on a DynamoDB table. Cheap to clone; clones share one SDK
-/// client and its connection pool.
+/// client and its connection pool, and the engine that runs every group
+/// elected through them.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,6 +54,11 @@ struct Inner {
     target: Target,
     throttle: Throttle,
     describe: String,
+    in_flight: InFlight,
+    engine: EngineSlot,
+    /// The credentials may not call `BatchGetItem`: batched reads are
+    /// single reads in flight together.
+    batch_get_denied: AtomicBool,
 }
 
 impl std::fmt::Debug for DynamoDbStore {
@@ -137,6 +155,9 @@ impl DynamoDbStore {
                 target,
                 throttle,
                 describe,
+                in_flight: InFlight::new(IN_FLIGHT),
+                engine: EngineSlot::new(),
+                batch_get_denied: AtomicBool::new(false),
             }),
         }
     }
@@ -186,6 +207,32 @@ impl DynamoDbStore {
 
     fn key(group: &GroupName) -> AttributeValue {
         AttributeValue::S(group.as_str().to_owned())
+    }
+
+    /// Reads up to 100 groups in one `BatchGetItem`, or one by one if the
+    /// credentials may not batch.
+    async fn read_part(&self, part: Vec<GroupName>) -> BatchResult<Option<Versioned>> {
+        let i = &self.inner;
+        if !i.batch_get_denied.load(Ordering::Relaxed) {
+            match batch::read(&i.client, &i.target, &i.throttle, &part).await {
+                Ok(results) => return Ok(results),
+                Err(BatchGetError::Failed(e)) => return Err(e),
+                Err(BatchGetError::NotAllowed(e)) => {
+                    if !i.batch_get_denied.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            error = %e,
+                            "grant dynamodb:BatchGetItem on the table to read many groups in one request; \
+                             reading them one by one meanwhile"
+                        );
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(part.len());
+        for group in &part {
+            out.push(self.read(group).await);
+        }
+        Ok(out)
     }
 }
 
@@ -244,7 +291,7 @@ async fn build_client(options: &DynamoDbOptions) -> Result<Client, StoreError> {
     Ok(Client::new(&config))
 }
 
-fn store_error(f: Failure, what: &str, target: &Target) -> StoreError {
+pub(crate) fn store_error(f: Failure, what: &str, target: &Target) -> StoreError {
     match f {
         Failure::Other(e) | Failure::Throttled(e) => e,
         // Only conditional writes have conditions.
@@ -289,6 +336,47 @@ impl LeaseStore for DynamoDbStore {
                 group: group.clone(),
                 source,
             })
+    }
+
+    /// `BatchGetItem` with `ConsistentRead`, 100 keys per request, requests
+    /// in flight together; unprocessed keys are asked for again with the
+    /// throttling back-off. Credentials without `dynamodb:BatchGetItem`
+    /// fall back to single `GetItem`s in flight together (logged once).
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        let store = self.clone();
+        Ok(self
+            .inner
+            .in_flight
+            .read_chunks(groups, batch::KEYS_PER_REQUEST, move |part| {
+                let store = store.clone();
+                async move { store.read_part(part).await }
+            })
+            .await)
+    }
+
+    /// One conditional `UpdateItem` per request, never several groups in
+    /// one `TransactWriteItems` (all-or-nothing: one group's conflict would
+    /// undo the others' renewals). They go out together, at most 64 at
+    /// once per handle; writes to one group go one after another, in the
+    /// batch's order.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let store = self.clone();
+        Ok(self
+            .inner
+            .in_flight
+            .compare_and_swap_each(requests, move |r| {
+                let store = store.clone();
+                async move {
+                    store
+                        .compare_and_swap(&r.group, r.expected, &r.record)
+                        .await
+                }
+            })
+            .await)
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
     }
 
     async fn compare_and_swap(

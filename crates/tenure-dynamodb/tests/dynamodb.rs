@@ -750,7 +750,7 @@ async fn refused_permissions_and_credentials_name_the_fix() {
     let text = e.to_string();
     assert!(text.contains("lack permission"), "{text}");
     assert!(
-        text.contains("dynamodb:GetItem and dynamodb:UpdateItem"),
+        text.contains("dynamodb:GetItem, dynamodb:BatchGetItem and dynamodb:UpdateItem"),
         "{text}"
     );
 

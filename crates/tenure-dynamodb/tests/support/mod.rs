@@ -211,6 +211,10 @@ impl Harness for DynamoHarness {
 pub enum Reply {
     /// Pass the request to the server and its answer back.
     Forward,
+    /// For a `BatchGetItem`: pass on only its first key, and answer the
+    /// others as `UnprocessedKeys`, as DynamoDB does when a request goes
+    /// over the table's capacity.
+    UnprocessedAllButFirst,
     /// Answer with DynamoDB's error reply: HTTP `status`, a JSON body with
     /// `__type` and `message`, and the `x-amz-crc32` checksum DynamoDB sends.
     Error {
@@ -248,6 +252,14 @@ impl Reply {
         }
     }
 
+    pub fn internal_error() -> Reply {
+        Reply::Error {
+            status: 500,
+            type_: "com.amazonaws.dynamodb.v20120810#InternalServerError",
+            message: "Internal server error",
+        }
+    }
+
     pub fn unrecognized_client() -> Reply {
         Reply::Error {
             status: 400,
@@ -275,6 +287,7 @@ pub struct FaultProxy {
     plan: Arc<Mutex<Plan>>,
     injected: Arc<AtomicU64>,
     forwarded: Arc<AtomicU64>,
+    by_op: Arc<Mutex<HashMap<String, u64>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -296,12 +309,18 @@ impl FaultProxy {
         let plan = Arc::new(Mutex::new(Plan::default()));
         let injected = Arc::new(AtomicU64::new(0));
         let forwarded = Arc::new(AtomicU64::new(0));
-        let (p, i, f) = (plan.clone(), injected.clone(), forwarded.clone());
+        let by_op = Arc::new(Mutex::new(HashMap::new()));
+        let (p, i, f, o) = (
+            plan.clone(),
+            injected.clone(),
+            forwarded.clone(),
+            by_op.clone(),
+        );
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
-                let (p, i, f) = (p.clone(), i.clone(), f.clone());
+                let (p, i, f, o) = (p.clone(), i.clone(), f.clone(), o.clone());
                 tokio::spawn(async move {
-                    let _ = serve(conn, upstream, p, i, f).await;
+                    let _ = serve(conn, upstream, p, i, f, o).await;
                 });
             }
         });
@@ -310,6 +329,7 @@ impl FaultProxy {
             plan,
             injected,
             forwarded,
+            by_op,
             task,
         }
     }
@@ -341,6 +361,12 @@ impl FaultProxy {
     /// Requests passed to the server so far.
     pub fn forwarded(&self) -> u64 {
         self.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// Requests for `op` (`GetItem`, `BatchGetItem`, …) that reached the
+    /// proxy so far, answered by the server or not.
+    pub fn requests(&self, op: &str) -> u64 {
+        self.by_op.lock().unwrap().get(op).copied().unwrap_or(0)
     }
 }
 
@@ -389,6 +415,7 @@ async fn serve(
     plan: Arc<Mutex<Plan>>,
     injected: Arc<AtomicU64>,
     forwarded: Arc<AtomicU64>,
+    by_op: Arc<Mutex<HashMap<String, u64>>>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     let mut up: Option<(TcpStream, Vec<u8>)> = None;
@@ -403,6 +430,7 @@ async fn serve(
                     .then(|| v.trim().rsplit('.').next().unwrap_or("").to_owned())
             })
             .unwrap_or_default();
+        *by_op.lock().unwrap().entry(op.clone()).or_default() += 1;
         let reply = {
             let mut p = plan.lock().unwrap();
             let pos = p
@@ -436,18 +464,49 @@ async fn serve(
             }
             Reply::Forward => {
                 forwarded.fetch_add(1, Ordering::Relaxed);
-                if up.is_none() {
-                    up = Some((TcpStream::connect(upstream).await?, Vec::new()));
-                }
-                let Some((u, ubuf)) = up.as_mut() else {
-                    unreachable!()
-                };
-                u.write_all(head.as_bytes()).await?;
-                u.write_all(b"\r\n\r\n").await?;
-                u.write_all(&body).await?;
-                let Some((rhead, rbody)) = read_message(u, ubuf).await? else {
+                let Some((rhead, rbody)) = exchange(&mut up, upstream, &head, &body).await? else {
                     return Ok(());
                 };
+                conn.write_all(rhead.as_bytes()).await?;
+                conn.write_all(b"\r\n\r\n").await?;
+                conn.write_all(&rbody).await?;
+            }
+            Reply::UnprocessedAllButFirst => {
+                forwarded.fetch_add(1, Ordering::Relaxed);
+                let mut request: serde_json::Value =
+                    serde_json::from_slice(&body).expect("a BatchGetItem body");
+                let mut held_back = serde_json::Map::new();
+                for (table, asked) in request["RequestItems"]
+                    .as_object_mut()
+                    .expect("RequestItems")
+                {
+                    let keys = asked["Keys"].as_array_mut().expect("Keys");
+                    let rest: Vec<serde_json::Value> = keys.drain(1..).collect();
+                    if !rest.is_empty() {
+                        let mut unprocessed = asked.clone();
+                        unprocessed["Keys"] = serde_json::Value::Array(rest);
+                        held_back.insert(table.clone(), unprocessed);
+                    }
+                }
+                let body = serde_json::to_vec(&request).unwrap();
+                let head = with_length(&head, body.len());
+                let Some((rhead, rbody)) = exchange(&mut up, upstream, &head, &body).await? else {
+                    return Ok(());
+                };
+                let mut answer: serde_json::Value =
+                    serde_json::from_slice(&rbody).expect("a BatchGetItem answer");
+                answer["UnprocessedKeys"] = serde_json::Value::Object(held_back);
+                let rbody = serde_json::to_vec(&answer).unwrap();
+                let rhead = with_length(&rhead, rbody.len())
+                    .lines()
+                    .map(|l| match l.split_once(':') {
+                        Some((k, _)) if k.eq_ignore_ascii_case("x-amz-crc32") => {
+                            format!("{k}: {}", crc32(&rbody))
+                        }
+                        _ => l.to_owned(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\r\n");
                 conn.write_all(rhead.as_bytes()).await?;
                 conn.write_all(b"\r\n\r\n").await?;
                 conn.write_all(&rbody).await?;
@@ -455,6 +514,37 @@ async fn serve(
         }
     }
     Ok(())
+}
+
+/// Sends one request upstream (connecting on first use) and reads its
+/// answer; `None` if the server closed the connection.
+async fn exchange(
+    up: &mut Option<(TcpStream, Vec<u8>)>,
+    upstream: SocketAddr,
+    head: &str,
+    body: &[u8],
+) -> std::io::Result<Option<(String, Vec<u8>)>> {
+    if up.is_none() {
+        *up = Some((TcpStream::connect(upstream).await?, Vec::new()));
+    }
+    let Some((u, ubuf)) = up.as_mut() else {
+        unreachable!()
+    };
+    u.write_all(head.as_bytes()).await?;
+    u.write_all(b"\r\n\r\n").await?;
+    u.write_all(body).await?;
+    read_message(u, ubuf).await
+}
+
+/// A message head with its `Content-Length` set to `len`.
+fn with_length(head: &str, len: usize) -> String {
+    head.lines()
+        .map(|l| match l.split_once(':') {
+            Some((k, _)) if k.eq_ignore_ascii_case("content-length") => format!("{k}: {len}"),
+            _ => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
 }
 
 /// CRC-32 (IEEE), as in DynamoDB's `x-amz-crc32` header.
