@@ -32,6 +32,10 @@ use crate::tls;
 /// still carries thousands of renewals a second.
 const IN_FLIGHT: usize = 64;
 
+/// The operations one batch call takes (see
+/// [`LeaseStore::batch_size_hint`]): the engine's default batch.
+const BATCH_SIZE: usize = 2048;
+
 /// A lease store on a DynamoDB table. Cheap to clone; clones share one SDK
 /// client and its connection pool, and the engine that runs every group
 /// elected through them.
@@ -211,10 +215,10 @@ impl DynamoDbStore {
 
     /// Reads up to 100 groups in one `BatchGetItem`, or one by one if the
     /// credentials may not batch.
-    async fn read_part(&self, part: Vec<GroupName>) -> BatchResult<Option<Versioned>> {
+    async fn read_part(&self, part: &[GroupName]) -> BatchResult<Option<Versioned>> {
         let i = &self.inner;
         if !i.batch_get_denied.load(Ordering::Relaxed) {
-            match batch::read(&i.client, &i.target, &i.throttle, &part).await {
+            match batch::read(&i.client, &i.target, &i.throttle, part).await {
                 Ok(results) => return Ok(results),
                 Err(BatchGetError::Failed(e)) => return Err(e),
                 Err(BatchGetError::NotAllowed(e)) => {
@@ -229,7 +233,7 @@ impl DynamoDbStore {
             }
         }
         let mut out = Vec::with_capacity(part.len());
-        for group in &part {
+        for group in part {
             out.push(self.read(group).await);
         }
         Ok(out)
@@ -343,14 +347,10 @@ impl LeaseStore for DynamoDbStore {
     /// throttling back-off. Credentials without `dynamodb:BatchGetItem`
     /// fall back to single `GetItem`s in flight together (logged once).
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        let store = self.clone();
         Ok(self
             .inner
             .in_flight
-            .read_chunks(groups, batch::KEYS_PER_REQUEST, move |part| {
-                let store = store.clone();
-                async move { store.read_part(part).await }
-            })
+            .read_chunks(groups, batch::KEYS_PER_REQUEST, |part| self.read_part(part))
             .await)
     }
 
@@ -360,19 +360,19 @@ impl LeaseStore for DynamoDbStore {
     /// once per handle; writes to one group go one after another, in the
     /// batch's order.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        let store = self.clone();
         Ok(self
             .inner
             .in_flight
-            .compare_and_swap_each(requests, move |r| {
-                let store = store.clone();
-                async move {
-                    store
-                        .compare_and_swap(&r.group, r.expected, &r.record)
-                        .await
-                }
+            .compare_and_swap_each(requests, |r| {
+                self.compare_and_swap(&r.group, r.expected, &r.record)
             })
             .await)
+    }
+
+    /// A batch is single requests in flight together, bounded per handle,
+    /// so a large one only queues: let the engine's own limit decide.
+    fn batch_size_hint(&self) -> usize {
+        BATCH_SIZE
     }
 
     fn engine_slot(&self) -> Option<&EngineSlot> {

@@ -1,4 +1,4 @@
-//! etcd lease store for [tenure](tenure): leader election with fencing
+//! etcd lease store for [tenure]: leader election with fencing
 //! tokens on the etcd cluster you already run.
 //!
 //! ```no_run

@@ -39,6 +39,10 @@ const IN_FLIGHT: usize = 128;
 /// accepts it.
 const READS_PER_TXN: usize = 64;
 
+/// The operations one batch call takes (see
+/// [`LeaseStore::batch_size_hint`]): the engine's default batch.
+const BATCH_SIZE: usize = 2048;
+
 /// A lease store in etcd. Clones share one gRPC channel, and the engine
 /// that runs every group elected through them.
 ///
@@ -189,7 +193,7 @@ impl EtcdStore {
 
     /// One `Txn` of `Range` gets: every group read at one revision, through
     /// the Raft leader (a read-only `Txn` is linearizable).
-    async fn read_txn(&self, groups: Vec<GroupName>) -> BatchResult<Option<Versioned>> {
+    async fn read_txn(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         let gets: Vec<TxnOp> = groups
             .iter()
             .map(|g| TxnOp::get(self.key(g), None))
@@ -251,37 +255,33 @@ impl LeaseStore for EtcdStore {
         }
     }
 
-    /// Chunks of [`READS_PER_TXN`] groups, one read-only `Txn` each, in
+    /// Chunks of 64 groups, one read-only `Txn` each, in
     /// flight together (within the handle's bound on requests).
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        let store = self.clone();
         Ok(self
             .in_flight
-            .read_chunks(groups, READS_PER_TXN, move |part| {
-                let store = store.clone();
-                async move { store.read_txn(part).await }
-            })
+            .read_chunks(groups, READS_PER_TXN, |part| self.read_txn(part))
             .await)
     }
 
     /// One `Txn` per compare-and-swap, never several groups in one (a `Txn`
     /// is all-or-nothing: one group's conflict would undo the others'
     /// renewals). They go out concurrently as streams of the one HTTP/2
-    /// channel, at most [`IN_FLIGHT`] at once per handle; writes to one
+    /// channel, at most 128 at once per handle; writes to one
     /// group go one after another, in the batch's order.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        let store = self.clone();
         Ok(self
             .in_flight
-            .compare_and_swap_each(requests, move |r| {
-                let store = store.clone();
-                async move {
-                    store
-                        .compare_and_swap(&r.group, r.expected, &r.record)
-                        .await
-                }
+            .compare_and_swap_each(requests, |r| {
+                self.compare_and_swap(&r.group, r.expected, &r.record)
             })
             .await)
+    }
+
+    /// A batch is single requests in flight together, bounded per handle,
+    /// so a large one only queues: let the engine's own limit decide.
+    fn batch_size_hint(&self) -> usize {
+        BATCH_SIZE
     }
 
     /// One watch on the key prefix for every group, its events carrying

@@ -39,8 +39,9 @@ impl Harness for EtcdHarness {
 
     /// Every write notifies (issue 10, item 15: the feed case fails, not
     /// skips, if that breaks).
+    /// A watch per group (observers) and the prefix watch (engines).
     fn promised_feeds(&self) -> Feeds {
-        Feeds::PER_GROUP
+        Feeds::ALL
     }
 }
 

@@ -1,12 +1,12 @@
 //! Batches as many requests in flight, for stores whose multi-key
 //! operation is all-or-nothing (etcd's `Txn`, DynamoDB's
 //! `TransactWriteItems`) and so cannot carry independent groups in one
-//! request.
+//! request, and for the default batch methods of [`LeaseStore`].
 //!
-//! [`InFlight`] bounds the requests a store handle has in flight across
-//! all its batches at once (so connections or HTTP/2 streams do not grow
-//! with the number of groups) and runs a batch's requests concurrently
-//! under that bound:
+//! [`InFlight`] bounds the requests in flight across every batch that
+//! shares it (a store keeps one for all its clones, so connections or
+//! HTTP/2 streams do not grow with the number of groups) and runs a
+//! batch's requests concurrently under that bound:
 //!
 //! * [`InFlight::compare_and_swap_each`] writes one group's requests one
 //!   after another, in the batch's order (two acquisitions of one group in
@@ -15,23 +15,23 @@
 //! * [`InFlight::read_chunks`] reads a batch as chunks of the store's
 //!   largest request, concurrently.
 //!
-//! Every request runs in a task of its own batch; dropping the batch's
-//! future (the engine does so at the latest deadline of its operations)
-//! aborts the tasks, like dropping one request.
+//! Dropping a batch's future (the engine does so at the latest deadline of
+//! its operations) drops every request in it, like dropping one request.
+//!
+//! [`LeaseStore`]: crate::LeaseStore
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 
 use crate::error::StoreError;
 use crate::record::{GroupName, Versioned};
-use crate::store::{CasOutcome, CasRequest};
+use crate::store::{BatchResult, CasOutcome, CasRequest};
 
-/// A bound on the requests a store handle has in flight for its batches;
-/// clones share it. Keep one in the state a store's clones share.
+/// A bound on the requests in flight at once; clones share it. A store
+/// keeps one in the state its clones share.
 ///
 /// ```
 /// use std::time::Duration;
@@ -55,11 +55,9 @@ use crate::store::{CasOutcome, CasRequest};
 ///     CasRequest { group: group.clone(), expected: None, record: record.clone() },
 ///     CasRequest { group, expected: None, record },
 /// ];
-/// let s = store.clone();
 /// let got = limit
-///     .compare_and_swap_each(&requests, move |r| {
-///         let s = s.clone();
-///         async move { s.compare_and_swap(&r.group, r.expected, &r.record).await }
+///     .compare_and_swap_each(&requests, |r| {
+///         store.compare_and_swap(&r.group, r.expected, &r.record)
 ///     })
 ///     .await;
 /// assert!(matches!(got[0], Ok(CasOutcome::Applied(_))));
@@ -99,38 +97,38 @@ impl InFlight {
     /// requests for one group one after another in the order given,
     /// different groups concurrently, at most [`limit`](InFlight::limit)
     /// at once. One result per request, in order.
-    pub async fn compare_and_swap_each<F, Fut>(
+    pub async fn compare_and_swap_each<'a, F, Fut>(
         &self,
-        requests: &[CasRequest],
+        requests: &'a [CasRequest],
         one: F,
     ) -> Vec<Result<CasOutcome, StoreError>>
     where
-        F: Fn(CasRequest) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Result<CasOutcome, StoreError>> + Send + 'static,
+        F: Fn(&'a CasRequest) -> Fut + Sync,
+        Fut: Future<Output = Result<CasOutcome, StoreError>> + Send,
     {
-        // One chain per group, in order of first appearance.
-        let mut chains: Vec<Vec<(usize, CasRequest)>> = Vec::new();
-        let mut chain_of: HashMap<&GroupName, usize> = HashMap::new();
+        // One lane per group, in order of first appearance.
+        let mut lanes: Vec<Vec<usize>> = Vec::new();
+        let mut lane_of: std::collections::HashMap<&GroupName, usize> =
+            std::collections::HashMap::new();
         for (i, r) in requests.iter().enumerate() {
-            let c = *chain_of.entry(&r.group).or_insert_with(|| {
-                chains.push(Vec::new());
-                chains.len() - 1
+            let lane = *lane_of.entry(&r.group).or_insert_with(|| {
+                lanes.push(Vec::new());
+                lanes.len() - 1
             });
-            chains[c].push((i, r.clone()));
+            lanes[lane].push(i);
         }
-        let jobs = chains.into_iter().map(|chain| {
-            let indices: Vec<usize> = chain.iter().map(|(i, _)| *i).collect();
-            let (limit, one) = (self.clone(), one.clone());
-            let job = async move {
-                let mut out = Vec::with_capacity(chain.len());
-                for (i, r) in chain {
-                    out.push((i, limit.run(one(r)).await));
+        let one = &one;
+        let running: FuturesUnordered<_> = lanes
+            .into_iter()
+            .map(|lane| async move {
+                let mut done = Vec::with_capacity(lane.len());
+                for i in lane {
+                    done.push((i, self.run(one(&requests[i])).await));
                 }
-                out
-            };
-            (indices, job)
-        });
-        gather(requests.len(), jobs).await
+                done
+            })
+            .collect();
+        place(requests.len(), running).await
     }
 
     /// Reads `groups` as chunks of at most `chunk` groups, one request
@@ -138,92 +136,66 @@ impl InFlight {
     /// all chunks concurrently under the bound. A chunk that fails as a
     /// whole fails each of its groups with a copy of its error. One result
     /// per group, in order.
-    pub async fn read_chunks<F, Fut>(
+    pub async fn read_chunks<'a, F, Fut>(
         &self,
-        groups: &[GroupName],
+        groups: &'a [GroupName],
         chunk: usize,
         read: F,
     ) -> Vec<Result<Option<Versioned>, StoreError>>
     where
-        F: Fn(Vec<GroupName>) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = crate::store::BatchResult<Option<Versioned>>> + Send + 'static,
+        F: Fn(&'a [GroupName]) -> Fut + Sync,
+        Fut: Future<Output = BatchResult<Option<Versioned>>> + Send,
     {
         let chunk = chunk.max(1);
-        let jobs = groups.chunks(chunk).enumerate().map(|(n, part)| {
-            let first = n * chunk;
-            let indices: Vec<usize> = (first..first + part.len()).collect();
-            let part = part.to_vec();
-            let (limit, read) = (self.clone(), read.clone());
-            let job = async move {
-                let len = part.len();
-                let got = limit.run(read(part)).await;
+        let read = &read;
+        let running: FuturesUnordered<_> = groups
+            .chunks(chunk)
+            .enumerate()
+            .map(|(n, part)| async move {
+                let first = n * chunk;
+                let got = self.run(read(part)).await;
                 let results: Vec<Result<Option<Versioned>, StoreError>> = match got {
-                    Ok(results) if results.len() == len => results,
+                    Ok(results) if results.len() == part.len() => results,
                     Ok(results) => {
                         let e = StoreError::Unavailable {
                             message: format!(
-                                "the store answered a read of {len} groups with {} results",
+                                "the store answered a read of {} groups with {} results",
+                                part.len(),
                                 results.len()
                             ),
                             source: None,
                         };
-                        (0..len).map(|_| Err(e.copy_for_batch())).collect()
+                        part.iter().map(|_| Err(e.copy_for_batch())).collect()
                     }
-                    Err(e) => (0..len).map(|_| Err(e.copy_for_batch())).collect(),
+                    Err(e) => part.iter().map(|_| Err(e.copy_for_batch())).collect(),
                 };
-                (first..first + len).zip(results).collect::<Vec<_>>()
-            };
-            (indices, job)
-        });
-        gather(groups.len(), jobs).await
+                (first..).zip(results).collect::<Vec<_>>()
+            })
+            .collect();
+        place(groups.len(), running).await
     }
 }
 
-/// Runs every job in a task of its own and puts each result at its index.
-/// A job that panicked fails its indices.
-async fn gather<T, J>(
-    len: usize,
-    jobs: impl Iterator<Item = (Vec<usize>, J)>,
-) -> Vec<Result<T, StoreError>>
+/// Puts each result at its index as the lanes finish.
+async fn place<T, L>(len: usize, mut running: FuturesUnordered<L>) -> Vec<Result<T, StoreError>>
 where
-    T: Send + 'static,
-    J: Future<Output = Vec<(usize, Result<T, StoreError>)>> + Send + 'static,
+    L: Future<Output = Vec<(usize, Result<T, StoreError>)>>,
 {
     let mut slots: Vec<Option<Result<T, StoreError>>> = (0..len).map(|_| None).collect();
-    let mut tasks = JoinSet::new();
-    let mut indices_of = HashMap::new();
-    for (indices, job) in jobs {
-        let handle = tasks.spawn(job);
-        indices_of.insert(handle.id(), indices);
-    }
-    while let Some(joined) = tasks.join_next_with_id().await {
-        match joined {
-            Ok((_, results)) => {
-                for (i, r) in results {
-                    if let Some(slot) = slots.get_mut(i) {
-                        *slot = Some(r);
-                    }
-                }
-            }
-            Err(e) => {
-                let message = format!("a store request failed inside tenure: {e}");
-                for i in indices_of.remove(&e.id()).unwrap_or_default() {
-                    if let Some(slot) = slots.get_mut(i) {
-                        *slot = Some(Err(StoreError::Unavailable {
-                            message: message.clone(),
-                            source: None,
-                        }));
-                    }
-                }
+    while let Some(done) = running.next().await {
+        for (i, r) in done {
+            if let Some(slot) = slots.get_mut(i) {
+                *slot = Some(r);
             }
         }
     }
+    // Every index is in exactly one lane, so every slot is filled.
     slots
         .into_iter()
         .map(|s| {
             s.unwrap_or_else(|| {
                 Err(StoreError::Unavailable {
-                    message: "a store request of the batch was never carried out".into(),
+                    message: "a request of the batch was never carried out".into(),
                     source: None,
                 })
             })
@@ -265,42 +237,30 @@ mod tests {
 
     /// A fake request that records its order per group and how many run
     /// at once.
-    #[derive(Clone, Default)]
+    #[derive(Default)]
     struct Probe {
-        log: Arc<std::sync::Mutex<Vec<(String, String)>>>,
-        now: Arc<AtomicUsize>,
-        most: Arc<AtomicUsize>,
+        log: std::sync::Mutex<Vec<(String, String)>>,
+        now: AtomicUsize,
+        most: AtomicUsize,
     }
 
     impl Probe {
-        fn one(&self) -> impl Fn(CasRequest) -> BoxedCas + Clone + Send + Sync + 'static {
-            let p = self.clone();
-            move |r: CasRequest| {
-                let p = p.clone();
-                Box::pin(async move {
-                    let n = p.now.fetch_add(1, Ordering::SeqCst) + 1;
-                    p.most.fetch_max(n, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    p.now.fetch_sub(1, Ordering::SeqCst);
-                    let id = r.record.holder_id().unwrap_or_default().to_owned();
-                    p.log
-                        .lock()
-                        .unwrap()
-                        .push((r.group.as_str().to_owned(), id));
-                    if r.record.holder_id() == Some("boom") {
-                        panic!("a request that panics");
-                    }
-                    match r.expected {
-                        None => Ok(CasOutcome::Applied(Version(1))),
-                        Some(v) => Ok(CasOutcome::Applied(Version(v.0 + 1))),
-                    }
-                })
+        async fn cas(&self, r: &CasRequest) -> Result<CasOutcome, StoreError> {
+            let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            let id = r.record.holder_id().unwrap_or_default().to_owned();
+            self.log
+                .lock()
+                .unwrap()
+                .push((r.group.as_str().to_owned(), id));
+            match r.expected {
+                None => Ok(CasOutcome::Applied(Version(1))),
+                Some(v) => Ok(CasOutcome::Applied(Version(v.0 + 1))),
             }
         }
     }
-
-    type BoxedCas =
-        std::pin::Pin<Box<dyn Future<Output = Result<CasOutcome, StoreError>> + Send + 'static>>;
 
     #[tokio::test(start_paused = true)]
     async fn writes_of_one_group_run_in_order_and_groups_run_concurrently_within_the_bound() {
@@ -312,7 +272,9 @@ mod tests {
         }
         requests.push(req("g0", Some(1), "second"));
         requests.push(req("g0", Some(2), "third"));
-        let got = limit.compare_and_swap_each(&requests, probe.one()).await;
+        let got = limit
+            .compare_and_swap_each(&requests, |r| probe.cas(r))
+            .await;
         assert_eq!(got.len(), 12);
         assert!(matches!(got[10], Ok(CasOutcome::Applied(Version(2)))));
         assert!(matches!(got[11], Ok(CasOutcome::Applied(Version(3)))));
@@ -330,62 +292,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_bound_holds_across_batches_of_one_store() {
+    async fn the_bound_holds_across_batches_that_share_it() {
         let probe = Probe::default();
         let limit = InFlight::new(4);
+        let clone = limit.clone();
         let batch: Vec<CasRequest> = (0..20).map(|g| req(&format!("g{g}"), None, "a")).collect();
         let (a, b) = tokio::join!(
-            limit.compare_and_swap_each(&batch, probe.one()),
-            limit.compare_and_swap_each(&batch, probe.one()),
+            limit.compare_and_swap_each(&batch, |r| probe.cas(r)),
+            clone.compare_and_swap_each(&batch, |r| probe.cas(r)),
         );
         assert_eq!((a.len(), b.len()), (20, 20));
         assert_eq!(probe.most.load(Ordering::SeqCst), 4);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_request_that_panics_fails_its_own_chain_only() {
-        let probe = Probe::default();
-        let limit = InFlight::new(8);
-        let requests = vec![
-            req("a", None, "x"),
-            req("b", None, "boom"),
-            req("b", Some(1), "y"),
-            req("c", None, "z"),
-        ];
-        let got = limit.compare_and_swap_each(&requests, probe.one()).await;
-        assert!(matches!(got[0], Ok(CasOutcome::Applied(_))));
-        assert!(matches!(got[1], Err(StoreError::Unavailable { .. })));
-        assert!(
-            matches!(got[2], Err(StoreError::Unavailable { .. })),
-            "the rest of the chain never ran: {:?}",
-            got[2]
-        );
-        assert!(matches!(got[3], Ok(CasOutcome::Applied(_))));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn dropping_a_batch_aborts_its_requests() {
-        let started = Arc::new(AtomicUsize::new(0));
-        let finished = Arc::new(AtomicUsize::new(0));
+    async fn dropping_a_batch_drops_its_requests_and_frees_their_slots() {
+        let started = AtomicUsize::new(0);
+        let finished = AtomicUsize::new(0);
         let limit = InFlight::new(2);
         let requests: Vec<CasRequest> = (0..6).map(|g| req(&format!("g{g}"), None, "a")).collect();
-        let (s, f) = (started.clone(), finished.clone());
-        let one = move |_r: CasRequest| {
-            let (s, f) = (s.clone(), f.clone());
-            async move {
-                s.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_secs(10)).await;
-                f.fetch_add(1, Ordering::SeqCst);
-                Ok(CasOutcome::Conflict)
-            }
+        let slow = |_r: &CasRequest| async {
+            started.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            finished.fetch_add(1, Ordering::SeqCst);
+            Ok(CasOutcome::Conflict)
         };
-        let batch = limit.compare_and_swap_each(&requests, one);
+        let batch = limit.compare_and_swap_each(&requests, slow);
         assert!(tokio::time::timeout(Duration::from_secs(1), batch)
             .await
             .is_err());
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(started.load(Ordering::SeqCst), 2, "the bound held");
-        assert_eq!(finished.load(Ordering::SeqCst), 0, "aborted, not finished");
+        assert_eq!(finished.load(Ordering::SeqCst), 0, "dropped, not finished");
         // The slots came back: a new batch runs at once.
         let got = limit
             .compare_and_swap_each(&requests[..1], |_r| async { Ok(CasOutcome::Conflict) })
@@ -399,26 +337,33 @@ mod tests {
         let groups: Vec<GroupName> = (0..7)
             .map(|g| GroupName::new(format!("g{g}")).unwrap())
             .collect();
-        let read = |part: Vec<GroupName>| async move {
-            if part.iter().any(|g| g.as_str() == "g3") {
-                return Err(StoreError::Timeout(Duration::from_secs(1)));
+        let read = |part: &[GroupName]| {
+            let part = part.to_vec();
+            async move {
+                if part.iter().any(|g| g.as_str() == "g3") {
+                    return Err(StoreError::Timeout(Duration::from_secs(1)));
+                }
+                if part.iter().any(|g| g.as_str() == "g6") {
+                    return Ok(Vec::new());
+                }
+                Ok(part
+                    .iter()
+                    .map(|g| {
+                        Ok(Some(Versioned {
+                            record: record(g.as_str()),
+                            version: Version(1),
+                        }))
+                    })
+                    .collect())
             }
-            Ok(part
-                .iter()
-                .map(|g| {
-                    Ok(Some(Versioned {
-                        record: record(g.as_str()),
-                        version: Version(1),
-                    }))
-                })
-                .collect())
         };
         let got = limit.read_chunks(&groups, 3, read).await;
         assert_eq!(got.len(), 7);
         for (i, r) in got.iter().enumerate() {
             match (i, r) {
                 (3..=5, Err(StoreError::Timeout(_))) => {}
-                (0..=2 | 6, Ok(Some(v))) => {
+                (6, Err(StoreError::Unavailable { .. })) => {}
+                (0..=2, Ok(Some(v))) => {
                     assert_eq!(v.record.holder_id(), Some(groups[i].as_str()))
                 }
                 other => panic!("{other:?}"),

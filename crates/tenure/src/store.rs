@@ -147,26 +147,6 @@ pub struct Listed {
     pub record: Result<Versioned, StoreError>,
 }
 
-/// One group's writes of a batch, in order (for the default
-/// [`LeaseStore::compare_and_swap_many`]).
-async fn run_lane<S: LeaseStore + ?Sized>(
-    store: &S,
-    requests: &[CasRequest],
-    lane: Vec<usize>,
-) -> Vec<(usize, Result<CasOutcome, StoreError>)> {
-    let mut done = Vec::with_capacity(lane.len());
-    for i in lane {
-        let r = &requests[i];
-        done.push((
-            i,
-            store
-                .compare_and_swap(&r.group, r.expected, &r.record)
-                .await,
-        ));
-    }
-    done
-}
-
 /// How many single operations the default batch methods run at once.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 
@@ -323,27 +303,12 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         // Concurrently across groups, in order within a group: two writes
         // to one group must apply one after the other, as listed.
-        let mut lanes: std::collections::BTreeMap<&GroupName, Vec<usize>> =
-            std::collections::BTreeMap::new();
-        for (i, r) in requests.iter().enumerate() {
-            lanes.entry(&r.group).or_default().push(i);
-        }
-        let mut runs = Vec::with_capacity(lanes.len());
-        for lane in lanes.into_values() {
-            runs.push(run_lane(self, requests, lane));
-        }
-        let runs = futures_util::stream::iter(runs).buffer_unordered(DEFAULT_CONCURRENCY);
-        let lanes: Vec<Vec<(usize, Result<CasOutcome, StoreError>)>> = runs.collect().await;
-        let mut out: Vec<Option<Result<CasOutcome, StoreError>>> =
-            (0..requests.len()).map(|_| None).collect();
-        for (i, result) in lanes.into_iter().flatten() {
-            out[i] = Some(result);
-        }
-        // Every index is in exactly one lane, so every entry is filled.
-        Ok(out
-            .into_iter()
-            .map(|r| r.unwrap_or(Err(StoreError::Timeout(std::time::Duration::ZERO))))
-            .collect())
+        let results = crate::concurrent::InFlight::new(DEFAULT_CONCURRENCY)
+            .compare_and_swap_each(requests, |r| {
+                self.compare_and_swap(&r.group, r.expected, &r.record)
+            })
+            .await;
+        Ok(results)
     }
 
     /// How many operations one batch call should carry: the engine splits
