@@ -163,6 +163,13 @@ fn forced_release_never_yields_two_leaders(store: &str, label: &str) {
     std::thread::sleep(Duration::from_millis(300));
     let spans = stamp_spans(&s);
     let (old, new) = (spans[&first.token], spans[&next.token]);
+    eprintln!(
+        "{label}: old CMD's last stamp {:.2} s, next CMD's first {:.2} s (gap {:.0} ms), {:.2} s after the release",
+        old.1,
+        new.0,
+        (new.0 - old.1) * 1000.0,
+        new.0 - forced_at
+    );
     assert!(
         old.1 < new.0,
         "the old leader's CMD worked until {} s, the next one started at {} s",

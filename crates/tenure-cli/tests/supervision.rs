@@ -87,6 +87,11 @@ done"#,
     assert!(!old.is_empty() && !new.is_empty(), "{text}");
     let old_last = old.iter().copied().fold(f64::MIN, f64::max);
     let new_first = new.iter().copied().fold(f64::MAX, f64::min);
+    eprintln!(
+        "frozen leader: old CMD's last stamp {old_last:.2} s, new CMD's first {new_first:.2} s \
+         (gap {:.0} ms), old tenure resumed at {resumed_at:.2} s",
+        (new_first - old_last) * 1000.0
+    );
     assert!(
         new_first < resumed_at,
         "the new CMD started while the old tenure was still frozen (new at {new_first}, resumed at {resumed_at})"
