@@ -368,7 +368,7 @@ Examples:
   tenure run --group migrate --wait 30s --once -- ./migrate.sh
 
   # 16 shards over however many hosts run this; one ./consume per shard held:
-  tenure run --group ingest --shards 16 -- sh -c './consume --partition "$TENURE_SHARD"'
+  tenure run --group ingest --shards 16 -- sh -c './consume --partition \"$TENURE_SHARD\"'
 
   # At most 3 copies of the crawler across all hosts:
   tenure run --group crawl --slots 3 -- ./crawler

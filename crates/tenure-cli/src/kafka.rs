@@ -14,7 +14,7 @@ use tenure::{
 };
 use tenure_kafka::{KafkaCoordinator, KafkaObserver};
 
-use crate::store_url::redact;
+use tenure::url::redact;
 
 /// A coordinator for one stint of `tenure run` (or a demo candidate).
 ///

@@ -1,39 +1,146 @@
 //! Store URLs: which backend holds the lease records, and where.
 //!
-//! One enum variant per scheme, so that PostgreSQL, Redis, etcd, DynamoDB
-//! and Kafka slot in as their crates land: parse the URL here, open it in
-//! [`StoreUrl::open`]. URLs may carry secrets (a password in the user info,
-//! a token in the query), so the only way to print one is its redacted
-//! [`Display`](std::fmt::Display).
+//! `sqlite://` (the embedded default) and `memory://` are built in; every
+//! networked store is one entry of [`SCHEMES`]: its URL schemes, the cargo
+//! feature that builds it, its URL form for `--help` and errors, and its
+//! opener. Adding a store to the command is adding an entry. URLs may carry
+//! secrets (a password in the user info, a token in the query), so the only
+//! way to print one is its redacted [`Display`](std::fmt::Display).
 
 use std::fmt;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use tenure::url::redact;
 use tenure::{LeaseStore, MemoryStore};
 
-/// The schemes of networked stores and the cargo feature that builds each.
-const NETWORKED: &[(&str, &str)] = &[
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("etcd", "etcd"),
-    ("etcds", "etcd"),
-    ("dynamodb", "dynamodb"),
-    ("kafka", "kafka"),
+/// What opening a store yields.
+type Opened = Result<Arc<dyn LeaseStore>, OpenError>;
+
+/// Opens a store from its whole URL.
+type Opener = for<'a> fn(&'a str) -> Pin<Box<dyn Future<Output = Opened> + Send + 'a>>;
+
+/// Everything the command knows about one networked store.
+pub struct Scheme {
+    /// The URL schemes that name it, lower-cased; the first is its name.
+    pub names: &'static [&'static str],
+    /// The cargo feature that builds it into `tenure`.
+    pub feature: &'static str,
+    /// Whether this binary was built with it.
+    pub built: bool,
+    /// Its URL form, for `--help`.
+    pub form: &'static str,
+    /// Opens it (fails naming the feature when it is not built).
+    pub open: Opener,
+}
+
+/// The networked stores, in the order `--help` lists them.
+pub const SCHEMES: &[Scheme] = &[
+    Scheme {
+        names: &["postgres", "postgresql"],
+        feature: "postgres",
+        built: cfg!(feature = "postgres"),
+        form: "postgres://[USER[:PASS]@]HOST[:PORT]/DB[?sslmode=..&table=..]",
+        open: |url| Box::pin(open_postgres(url)),
+    },
+    Scheme {
+        names: &["redis", "rediss"],
+        feature: "redis",
+        built: cfg!(feature = "redis"),
+        form: "redis[s]://[USER:PASS@]HOST[:PORT][/DB]",
+        open: |url| Box::pin(open_redis(url)),
+    },
+    Scheme {
+        names: &["etcd", "etcds"],
+        feature: "etcd",
+        built: cfg!(feature = "etcd"),
+        form: "etcd[s]://HOST:PORT[,HOST:PORT]",
+        open: |url| Box::pin(open_etcd(url)),
+    },
+    Scheme {
+        names: &["dynamodb"],
+        feature: "dynamodb",
+        built: cfg!(feature = "dynamodb"),
+        form: "dynamodb://TABLE?region=..&endpoint=..",
+        open: |url| Box::pin(open_dynamodb(url)),
+    },
+    Scheme {
+        names: &["kafka"],
+        feature: "kafka",
+        built: cfg!(feature = "kafka"),
+        form: "kafka://BROKER[,BROKER]/TOPIC",
+        open: |url| Box::pin(open_kafka(url)),
+    },
 ];
 
-/// Whether this binary was built with the store behind `feature`.
-fn built_in(feature: &str) -> bool {
-    const BUILT: &[(&str, bool)] = &[
-        ("postgres", cfg!(feature = "postgres")),
-        ("redis", cfg!(feature = "redis")),
-        ("etcd", cfg!(feature = "etcd")),
-        ("dynamodb", cfg!(feature = "dynamodb")),
-        ("kafka", cfg!(feature = "kafka")),
-    ];
-    BUILT.iter().any(|(f, built)| *f == feature && *built)
+fn scheme_named(name: &str) -> Option<&'static Scheme> {
+    SCHEMES.iter().find(|s| s.names.contains(&name))
+}
+
+fn opened<S: LeaseStore, E: std::error::Error>(r: Result<S, E>) -> Opened {
+    r.map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+        .map_err(|e| open_error(&e))
+}
+
+/// The error of a scheme whose store is not built into this binary (only
+/// reachable if parsing let it through).
+#[allow(dead_code, reason = "used only when a store is left out of the build")]
+fn not_built(feature: &str) -> Opened {
+    Err(OpenError {
+        message: format!("the {feature} store is not built into this tenure"),
+    })
+}
+
+async fn open_postgres(url: &str) -> Opened {
+    #[cfg(feature = "postgres")]
+    return opened(tenure_postgres::PostgresStore::connect(url).await);
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = url;
+        not_built("postgres")
+    }
+}
+
+async fn open_redis(url: &str) -> Opened {
+    #[cfg(feature = "redis")]
+    return opened(tenure_redis::RedisStore::connect(url).await);
+    #[cfg(not(feature = "redis"))]
+    {
+        let _ = url;
+        not_built("redis")
+    }
+}
+
+async fn open_etcd(url: &str) -> Opened {
+    #[cfg(feature = "etcd")]
+    return opened(tenure_etcd::EtcdStore::connect(url).await);
+    #[cfg(not(feature = "etcd"))]
+    {
+        let _ = url;
+        not_built("etcd")
+    }
+}
+
+async fn open_dynamodb(url: &str) -> Opened {
+    #[cfg(feature = "dynamodb")]
+    return opened(tenure_dynamodb::DynamoDbStore::connect(url).await);
+    #[cfg(not(feature = "dynamodb"))]
+    {
+        let _ = url;
+        not_built("dynamodb")
+    }
+}
+
+async fn open_kafka(url: &str) -> Opened {
+    #[cfg(feature = "kafka")]
+    return crate::kafka::leader_view(url).map_err(|e| open_error(&*e));
+    #[cfg(not(feature = "kafka"))]
+    {
+        let _ = url;
+        not_built("kafka")
+    }
 }
 
 /// A parsed store URL.
@@ -98,10 +205,13 @@ impl fmt::Display for UrlError {
                 f,
                 "store URL `{url}` has no scheme: write it as sqlite:///path/to/tenure.db"
             ),
-            UrlError::UnknownScheme { scheme } => write!(
-                f,
-                "store URL scheme `{scheme}://` is not a tenure store: use sqlite://, postgres://, redis://, etcd://, dynamodb:// or kafka://"
-            ),
+            UrlError::UnknownScheme { scheme } => {
+                write!(f, "store URL scheme `{scheme}://` is not a tenure store: use sqlite://")?;
+                for s in SCHEMES {
+                    write!(f, ", {}://", s.names[0])?;
+                }
+                Ok(())
+            }
             UrlError::NotBuiltIn { scheme, feature } => write!(
                 f,
                 "the {scheme}:// store is not built into this tenure: rebuild with `--features {feature}` (or `--features all-stores`)"
@@ -149,12 +259,15 @@ impl StoreUrl {
                     })
                 }
             }
-            s => match NETWORKED.iter().find(|(name, _)| *name == s) {
-                Some((_, feature)) if built_in(feature) => Ok(StoreUrl::Networked {
+            s => match scheme_named(s) {
+                Some(known) if known.built => Ok(StoreUrl::Networked {
                     scheme,
                     url: url.to_owned(),
                 }),
-                Some((_, feature)) => Err(UrlError::NotBuiltIn { scheme, feature }),
+                Some(known) => Err(UrlError::NotBuiltIn {
+                    scheme,
+                    feature: known.feature,
+                }),
                 None => Err(UrlError::UnknownScheme {
                     scheme: redact(&scheme),
                 }),
@@ -232,37 +345,13 @@ fn open_error(e: &dyn std::error::Error) -> OpenError {
     }
 }
 
-/// Opens a networked store by its scheme. Only schemes built in reach here.
-async fn open_networked(scheme: &str, url: &str) -> Result<Arc<dyn LeaseStore>, OpenError> {
-    match scheme {
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => tenure_postgres::PostgresStore::connect(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
-            .map_err(|e| open_error(&e)),
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" => tenure_redis::RedisStore::connect(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
-            .map_err(|e| open_error(&e)),
-        #[cfg(feature = "etcd")]
-        "etcd" | "etcds" => tenure_etcd::EtcdStore::connect(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
-            .map_err(|e| open_error(&e)),
-        #[cfg(feature = "dynamodb")]
-        "dynamodb" => tenure_dynamodb::DynamoDbStore::connect(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
-            .map_err(|e| open_error(&e)),
-        #[cfg(feature = "kafka")]
-        "kafka" => crate::kafka::leader_view(url).map_err(|e| open_error(&*e)),
-        _ => {
-            let _ = url;
-            Err(OpenError {
-                message: format!("the {scheme}:// store is not built into this tenure"),
-            })
-        }
+/// Opens a networked store by its scheme's entry.
+async fn open_networked(scheme: &str, url: &str) -> Opened {
+    match scheme_named(scheme) {
+        Some(s) => (s.open)(url).await,
+        None => Err(OpenError {
+            message: format!("the {scheme}:// store is not built into this tenure"),
+        }),
     }
 }
 
@@ -326,23 +415,15 @@ pub fn long_help() -> String {
         Some(p) => format!("sqlite://{}", p.display()),
         None => "none (set XDG_STATE_HOME or HOME)".to_owned(),
     };
+    let forms: Vec<&str> = SCHEMES.iter().map(|s| s.form).collect();
     format!(
-        "The store URL: sqlite://PATH, postgres://[USER[:PASS]@]HOST[:PORT]/DB[?sslmode=..&table=..], \
-         redis[s]://[USER:PASS@]HOST[:PORT][/DB], etcd[s]://HOST:PORT[,HOST:PORT], dynamodb://TABLE?region=..&endpoint=.., \
-         kafka://BROKER[,BROKER]/TOPIC (networked stores need their cargo feature; postgres and redis are built by default). \
+        "The store URL: sqlite://PATH, {} (networked stores need their cargo feature; postgres and redis are built by default). \
          Passwords in URLs are never printed, and may hold / ? # @ + as they are (an @ after the host, or in a kafka:// \
          URL, is written %40). Pass a URL with a password in TENURE_STORE rather than --store: other users can read \
          command lines (ps), and tenure run does not hand TENURE_STORE on to CMD.\n\n\
-         Default when neither --store nor TENURE_STORE is given: {default}"
+         Default when neither --store nor TENURE_STORE is given: {default}",
+        forms.join(", ")
     )
-}
-
-/// Renders `url` with its user info (up to the *last* `@`, however many
-/// `/ ? # @` a pasted password holds) and secret-looking query values
-/// replaced by `***`, so it can appear in logs and error messages: the one
-/// redaction every store shares, [`tenure::url::redact`].
-pub fn redact(url: &str) -> String {
-    tenure::url::redact(url)
 }
 
 /// An error and its causes on one line, for one-line error output.
