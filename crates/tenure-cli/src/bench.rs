@@ -82,7 +82,7 @@ struct Row {
     system: String,
     graceful: Stats,
     crash: Stats,
-    crash_bound_ms: f64,
+    crash_bound_ms: Option<f64>,
     leader_ops_per_term: Option<f64>,
     candidate_ops_per_term: Option<f64>,
 }
@@ -264,6 +264,25 @@ async fn wait_for<T>(within: Duration, mut found: impl FnMut() -> Option<T>) -> 
 }
 
 async fn measure_store(url: &StoreUrl, args: &BenchArgs) -> anyhow::Result<Row> {
+    #[cfg(feature = "kafka")]
+    if let (true, Some(raw)) = (url.scheme() == "kafka", url.raw()) {
+        let term = hand_over_term(args);
+        eprintln!(
+            "{url}: {} graceful hand-overs, then {} crash fail-overs, between candidate processes",
+            args.handovers, args.handovers
+        );
+        let (graceful, crash) = crate::bench_kafka::handovers(raw, term, args.handovers).await?;
+        return Ok(Row {
+            system: "tenure on kafka".into(),
+            graceful: Stats::of(graceful),
+            crash: Stats::of(crash),
+            // The rebalance after the session timeout has no bound tenure
+            // can promise.
+            crash_bound_ms: None,
+            leader_ops_per_term: None,
+            candidate_ops_per_term: None,
+        });
+    }
     let config = Config::new(hand_over_term(args));
     let bound = config.validate()?.bounds().crash_failover;
     let mut pool = Pool {
@@ -283,7 +302,7 @@ async fn measure_store(url: &StoreUrl, args: &BenchArgs) -> anyhow::Result<Row> 
         system: format!("tenure on {}", url.scheme()),
         graceful: Stats::of(graceful),
         crash: Stats::of(crash),
-        crash_bound_ms: bound.as_secs_f64() * 1000.0,
+        crash_bound_ms: Some(bound.as_secs_f64() * 1000.0),
         leader_ops_per_term: Some(leader),
         candidate_ops_per_term: Some(candidate),
     })
@@ -373,7 +392,7 @@ async fn measure_etcdctl(endpoint: &str, args: &BenchArgs) -> anyhow::Result<Row
         system: "etcdctl elect (reference)".into(),
         graceful: Stats::of(graceful),
         crash: Stats::of(crash),
-        crash_bound_ms: 60_000.0,
+        crash_bound_ms: Some(60_000.0),
         leader_ops_per_term: None,
         candidate_ops_per_term: None,
     })
@@ -392,13 +411,14 @@ fn table(rows: &[Row], args: &BenchArgs) -> String {
     let ops = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.1}"));
     for r in rows {
         out.push_str(&format!(
-            "| {} | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} ms | {:.0} ms | {} | {} |\n",
+            "| {} | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} ms | {} | {} | {} |\n",
             r.system,
             r.graceful.median_ms,
             r.graceful.p99_ms,
             r.crash.median_ms,
             r.crash.p99_ms,
-            r.crash_bound_ms,
+            r.crash_bound_ms
+                .map_or("n/a".to_owned(), |b| format!("{b:.0} ms")),
             ops(r.leader_ops_per_term),
             ops(r.candidate_ops_per_term),
         ));

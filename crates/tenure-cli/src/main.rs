@@ -6,6 +6,8 @@
 #![deny(missing_docs)]
 
 mod bench;
+#[cfg(feature = "kafka")]
+mod bench_kafka;
 mod child;
 mod cli;
 mod connect;

@@ -49,6 +49,11 @@ const MANAGED: &[(&str, &str)] = &[
         "nothing: end-of-partition events are not used",
     ),
     (
+        "statistics.interval.ms",
+        "KafkaConfig::heartbeat_timeout (the group consumer's statistics, a tenth of it, are the \
+         evidence of group membership that bounds a leader's term)",
+    ),
+    (
         "group.protocol",
         "nothing: NELI needs the classic consumer group protocol (group.protocol=classic), whose \
          session timeout it sets",
@@ -351,6 +356,12 @@ impl KafkaConfig {
         m.insert("enable.partition.eof".into(), "false".into());
         m.insert("group.protocol".into(), "classic".into());
         m.insert("allow.auto.create.topics".into(), "false".into());
+        m.insert(
+            "statistics.interval.ms".into(),
+            (millis(self.heartbeat_timeout) / 10)
+                .clamp(100, 60_000)
+                .to_string(),
+        );
         m.insert("acks".into(), "all".into());
         m.insert("request.required.acks".into(), "all".into());
         m
@@ -369,6 +380,7 @@ impl KafkaConfig {
             "enable.partition.eof",
             "group.protocol",
             "allow.auto.create.topics",
+            "statistics.interval.ms",
         ] {
             props.insert(key.into(), managed[key].clone());
         }

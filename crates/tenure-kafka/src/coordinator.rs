@@ -413,6 +413,10 @@ impl Run {
                 self.neli.reading_from(now);
                 Vec::new()
             }
+            Report::Membership { silent } => {
+                self.neli.membership(now, silent);
+                Vec::new()
+            }
             Report::Sent {
                 seq,
                 at,

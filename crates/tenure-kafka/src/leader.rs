@@ -97,7 +97,9 @@ impl LeaderView {
             _ if hb.released => {}
             Some(token) if token >= self.highest && !left.is_zero() => {
                 self.highest = token;
-                let sent = tenure::WallTime::from_millis(hb.sent_wall_ms);
+                // A writer's clock ahead of this one's (or a forged time)
+                // does not publish a renewal from the future.
+                let sent = tenure::WallTime::from_millis(hb.sent_wall_ms.min(now.wall.as_millis()));
                 self.current = Some(Seen {
                     info: LeaderInfo {
                         candidate: hb.candidate.clone(),
@@ -264,8 +266,14 @@ mod tests {
     #[test]
     fn a_record_from_the_future_counts_for_its_timeout_only() {
         let mut v = LeaderView::new("g");
-        v.heartbeat(400, &hb(1, Some(5), 10_000_000), now(0));
+        v.heartbeat(400, &hb(1, Some(5), u64::MAX - 1_700_000_000_000), now(0));
         assert_eq!(v.next_lapse(), Some(now(5000).mono));
+        let info = &v.current().unwrap().info;
+        assert_eq!(info.renewed_at, now(0).wall.to_system_time());
+        assert_eq!(
+            info.expires_at,
+            (now(0).wall + Duration::from_secs(5)).to_system_time()
+        );
     }
 
     /// Hole 4: the observer does not hide the leader of a recreated topic.

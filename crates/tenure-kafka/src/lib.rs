@@ -37,7 +37,7 @@
 //! |---|---|---|
 //! | partition 0 assigned, no other instance's heartbeat read for the quiet period, and an own heartbeat sent under this assignment within `H` comes back | [`Event::Elected`](tenure::Event::Elected) with token = that record's offset + 1 | `LeaderAcquired` (at assignment, without a token) |
 //! | an own heartbeat comes back within `H` | the term is renewed until *sent + H + H/5* | — |
-//! | no heartbeat sent in the last `H` came back | `Ousted` with [`EndReason::Fenced`](tenure::EndReason::Fenced); the assignment is kept | `LeaderFenced` |
+//! | no heartbeat sent in the last `H` came back, or the group coordinator has not answered for `H` (librdkafka's statistics of its connection, while the group is steady) | `Ousted` with [`EndReason::Fenced`](tenure::EndReason::Fenced); the assignment is kept | `LeaderFenced` |
 //! | heartbeats come back again (and the quiet rule allows) | `Elected` again, with a new, higher token | `LeaderAcquired` (resumed) |
 //! | partition 0 revoked | `Ousted` with [`EndReason::Revoked`](tenure::EndReason::Revoked); the rebalance waits until the term's work has drained (bounded by its deadline), then a *released* heartbeat is written | `LeaderRevoked` (barrier) |
 //! | another instance's heartbeat read after the leader's election | `Ousted` with `Superseded`, at once (unless it comes from an older generation of the consumer group: a stale holder) | — |
@@ -115,8 +115,10 @@
 //! its term's deadline a fifth of a timeout later, while the group can
 //! hand the partition to someone else only after its session has expired:
 //! two heartbeat timeouts later at the least (minus one group heartbeat
-//! interval); a leader cut off from the group coordinator only is stopped
-//! by the quiet rule above. A leader that crashes is replaced after the
+//! interval); a leader cut off from the group coordinator only is fenced
+//! once the coordinator has been silent for a heartbeat timeout (by the
+//! statistics librdkafka emits every tenth of one), and its successor
+//! waits for its heartbeats to stop anyway (the quiet rule above). A leader that crashes is replaced after the
 //! session timeout plus a rebalance; one that shuts down or resigns drains
 //! its work, releases, then leaves the group, and is replaced after one
 //! rebalance. Measured figures are in `docs/benchmarks.md`. The elector's

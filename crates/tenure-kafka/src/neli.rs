@@ -199,6 +199,9 @@ pub(crate) struct Neli {
     /// The highest token held, or read in a heartbeat whose token fits its
     /// offset: a new term's token must be above it.
     highest_token: u64,
+    /// When the group coordinator last answered, by librdkafka's
+    /// statistics (`None` until they first arrive).
+    contact: Option<MonoTime>,
 }
 
 impl Neli {
@@ -225,6 +228,7 @@ impl Neli {
             reading: false,
             highest_offset: None,
             highest_token: 0,
+            contact: None,
         }
     }
 
@@ -254,6 +258,21 @@ impl Neli {
         self.reading = true;
         let quiet = self.quiet_for(self.timeout);
         self.claim(None, now + quiet);
+    }
+
+    /// librdkafka's statistics at `now`: the group coordinator has not
+    /// answered for `silent` (`Duration::MAX`: its connection is down);
+    /// `None` while a rebalance holds this member's join, which the
+    /// coordinator counts as a sign of life.
+    pub(crate) fn membership(&mut self, now: MonoTime, silent: Option<Duration>) {
+        let contact = silent.map_or(now, |s| now - s);
+        self.contact = Some(self.contact.map_or(contact, |c| c.max(contact)));
+    }
+
+    /// Whether the group coordinator answered within the last heartbeat
+    /// timeout (or there is no evidence either way yet).
+    fn is_member(&self, now: MonoTime) -> bool {
+        self.contact.is_none_or(|c| now < c + self.timeout)
     }
 
     /// Partition 0 was assigned (assignment number `generation`) at `now`.
@@ -379,7 +398,7 @@ impl Neli {
 
     fn own(&mut self, offset: i64, sent: Sent, now: MonoTime, silence: Duration) -> Vec<Decision> {
         let (timeout, grace) = (self.timeout, self.grace);
-        let quiet = self.is_quiet(now);
+        let quiet = self.is_quiet(now) && self.is_member(now);
         let live = self.is_live(silence);
         let highest_token = self.highest_token;
         let Some(h) = self.hold.as_mut() else {
@@ -486,6 +505,7 @@ impl Neli {
         self.claims.retain(|c| now < c.until);
         let (timeout, grace) = (self.timeout, self.grace);
         let live = self.is_live(silence);
+        let member = self.is_member(now);
         let stalled = self.liveness.is_some() && starved;
         let Some(h) = self.hold.as_mut() else {
             return Vec::new();
@@ -493,9 +513,15 @@ impl Neli {
         let mut out = Vec::new();
         if let Some(l) = &h.lead {
             let deadline = l.last_sent + timeout + grace;
-            let reason = if !live || (stalled && now >= l.last_sent + timeout) {
+            // No heartbeat came back for H, or the group coordinator has not
+            // answered for H (the group may give partition 0 away two
+            // heartbeat timeouts later at the earliest). Without polls,
+            // neither heartbeats nor statistics are read: the liveness
+            // coupling taking effect.
+            let fenced = now >= l.last_sent + timeout || !member;
+            let reason = if !live || (stalled && fenced) {
                 Some(EndReason::LivenessLost)
-            } else if now >= l.last_sent + timeout {
+            } else if fenced {
                 Some(EndReason::Fenced)
             } else {
                 None
@@ -554,7 +580,10 @@ impl Neli {
     pub(crate) fn next_wake(&self) -> Option<MonoTime> {
         let h = self.hold.as_ref()?;
         match &h.lead {
-            Some(l) => Some(l.last_sent + self.timeout),
+            Some(l) => {
+                let fence = l.last_sent + self.timeout;
+                Some(self.contact.map_or(fence, |c| fence.min(c + self.timeout)))
+            }
             None if h.usable => Some(h.last_fresh + self.timeout * LET_GO_AFTER),
             None => None,
         }
@@ -967,6 +996,49 @@ mod tests {
         ));
     }
 
+    /// Hole 1, bounded by what librdkafka exposes: a leader whose group
+    /// coordinator has not answered for H ends its term, whatever its own
+    /// heartbeats say, and does not lead again before it answers.
+    #[test]
+    fn a_silent_group_coordinator_fences_the_leader_before_its_session_can_expire() {
+        let mut n = neli();
+        n.membership(at(9_990), Some(Duration::from_millis(100)));
+        leader(&mut n, 10_000, 9);
+        // Heartbeats keep coming back; the coordinator answered last at
+        // 11 s (statistics at 11.2 s, silent for 200 ms).
+        n.membership(at(11_200), Some(Duration::from_millis(200)));
+        for (seq, t) in [(2, 12_000u64), (3, 15_000)] {
+            let hb = send(&mut n, seq, at(t), 1);
+            assert!(matches!(
+                n.record(seq as i64 + 10, &hb, at(t + 10), LIVE).as_slice(),
+                [Decision::Renewed { .. }]
+            ));
+        }
+        // Its connection goes down: no new contact.
+        n.membership(at(15_500), Some(Duration::MAX));
+        assert_eq!(n.next_wake(), Some(at(11_000) + H));
+        assert!(n.tick(at(15_999), LIVE, false).is_empty());
+        assert_eq!(
+            n.tick(at(16_000), LIVE, false),
+            vec![Decision::End {
+                reason: EndReason::Fenced,
+                work_deadline: at(15_000) + H + H / 5
+            }]
+        );
+        let hb = send(&mut n, 4, at(16_100), 1);
+        assert!(
+            n.record(20, &hb, at(16_110), LIVE).is_empty(),
+            "not before it answers"
+        );
+        // A rebalance holding this member's join counts as contact.
+        n.membership(at(16_200), None);
+        let hb = send(&mut n, 5, at(16_300), 1);
+        assert!(matches!(
+            n.record(21, &hb, at(16_310), LIVE).as_slice(),
+            [Decision::Elected { token: 22, .. }]
+        ));
+    }
+
     /// Hole 2: after a pause or suspend longer than the session can be
     /// trusted to survive, the assignment is never used again, even if an
     /// own heartbeat then comes back.
@@ -1218,6 +1290,21 @@ mod tests {
         n.reading_from(at(0));
         leader(&mut n, 10_000, 0);
         let d = n.tick(at(15_000), Duration::from_secs(5), true);
+        assert!(matches!(
+            d.as_slice(),
+            [Decision::End {
+                reason: EndReason::LivenessLost,
+                ..
+            }]
+        ));
+        // The statistics stop with the polls too.
+        let mut n = Neli::new(GROUP, ME, H, DRIFT, Some(Duration::from_secs(30)));
+        n.reading_from(at(0));
+        n.membership(at(9_990), Some(Duration::ZERO));
+        leader(&mut n, 10_000, 0);
+        let hb = send(&mut n, 2, at(14_000), 1);
+        n.record(1, &hb, at(14_010), LIVE);
+        let d = n.tick(at(14_990), Duration::from_secs(5), true);
         assert!(matches!(
             d.as_slice(),
             [Decision::End {

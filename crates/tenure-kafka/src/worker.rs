@@ -27,6 +27,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
+use rdkafka::Statistics;
 use tenure::{Clock, MonoTime};
 use tokio::sync::mpsc;
 
@@ -75,6 +76,14 @@ pub(crate) enum Report {
     },
     /// The reader is positioned: it reads every record from now on.
     Reading,
+    /// What librdkafka's statistics say of the group coordinator: how long
+    /// its connection has not received anything (`None`: a rebalance is
+    /// under way, in which the coordinator holds this member's join).
+    Membership {
+        /// The coordinator's silence, if the group is steady and its
+        /// connection up; `Some(Duration::MAX)` if it is down.
+        silent: Option<Duration>,
+    },
     /// A heartbeat was handed to the producer.
     Sent {
         /// Its sequence number.
@@ -182,6 +191,28 @@ impl GroupContext {
 impl ClientContext for GroupContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         log(level, fac, message);
+    }
+
+    // The evidence of group membership librdkafka exposes: its
+    // GroupCoordinator connection answers the group heartbeats (every
+    // heartbeat.interval.ms) while the group is steady.
+    fn stats(&self, statistics: Statistics) {
+        let steady = statistics
+            .cgrp
+            .as_ref()
+            .is_some_and(|c| c.join_state == "steady");
+        let coordinator = statistics
+            .brokers
+            .values()
+            .find(|b| b.source == "logical" && b.name == "GroupCoordinator");
+        let silent = match coordinator {
+            _ if !steady => None,
+            Some(b) if b.state == "UP" && b.rxidle >= 0 => Some(Duration::from_micros(
+                u64::try_from(b.rxidle).unwrap_or(u64::MAX),
+            )),
+            _ => Some(Duration::MAX),
+        };
+        let _ = self.reports.send(Report::Membership { silent });
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

@@ -8,7 +8,7 @@
 //! the candidates' own reports that no two terms were ever valid at once.
 
 mod candidate;
-mod report;
+pub(crate) mod report;
 mod summary;
 mod timeline;
 
