@@ -169,10 +169,9 @@ impl std::fmt::Debug for KafkaConfig {
 }
 
 fn is_secret(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    ["password", "secret", "key", "token", "jaas"]
-        .iter()
-        .any(|s| k.contains(s))
+    // tenure's list (password, secret, token, key, credential, auth: the
+    // OAUTHBEARER settings…), and JAAS configurations, which hold passwords.
+    tenure::url::is_secret_key(key) || key.to_ascii_lowercase().contains("jaas")
 }
 
 impl Default for KafkaConfig {
@@ -329,12 +328,18 @@ impl KafkaConfig {
         self.client_config(&self.consumer_properties("group"))
             .create_native_config()
             .map_err(|e| {
-                KafkaBackendError::config(format!("librdkafka rejects the properties: {e}"))
+                KafkaBackendError::config(format!(
+                    "librdkafka rejects the properties: {}",
+                    self.scrub(&e.to_string())
+                ))
             })?;
         self.client_config(&self.producer_properties())
             .create_native_config()
             .map_err(|e| {
-                KafkaBackendError::config(format!("librdkafka rejects the properties: {e}"))
+                KafkaBackendError::config(format!(
+                    "librdkafka rejects the properties: {}",
+                    self.scrub(&e.to_string())
+                ))
             })?;
         Ok(())
     }
@@ -463,6 +468,18 @@ impl KafkaConfig {
         props
     }
 
+    /// `message` (librdkafka's, which may quote a property's value) with
+    /// the value of every secret property masked.
+    pub(crate) fn scrub(&self, message: &str) -> String {
+        let mut out = message.to_owned();
+        for (key, value) in &self.properties {
+            if is_secret(key) && !value.is_empty() {
+                out = out.replace(value.as_str(), "***");
+            }
+        }
+        out
+    }
+
     pub(crate) fn client_config(&self, props: &BTreeMap<String, String>) -> ClientConfig {
         let mut cc = ClientConfig::new();
         for (k, v) in props {
@@ -565,6 +582,9 @@ mod tests {
         let c = KafkaConfig::default()
             .property("sasl.password", "hunter2")
             .property("ssl.key.password", "hunter3")
+            .property("sasl.oauthbearer.config", "clientSecret=hunter4")
+            .property("sasl.oauthbearer.client.secret", "hunter5")
+            .property("sasl.jaas.config", "password=hunter6")
             .property("client.id", "visible");
         let d = format!("{c:?}");
         assert!(!d.contains("hunter"), "{d}");
@@ -645,6 +665,15 @@ mod tests {
         assert!(e.contains("never committed"), "{e}");
         let e = err(KafkaConfig::default().property("no.such.property", "1"));
         assert!(e.contains("librdkafka rejects"), "{e}");
+        // librdkafka quotes a bad value (here a password pasted into the
+        // wrong property): a secret one is masked.
+        let e = err(KafkaConfig::default()
+            .property("ssl.key.password", "hunter2")
+            .property("security.protocol", "hunter2"));
+        assert!(
+            e.contains("librdkafka rejects") && !e.contains("hunter2"),
+            "{e}"
+        );
         // The value tenure-kafka would set anyway is accepted.
         KafkaConfig::default()
             .property("session.timeout.ms", "15000")

@@ -234,19 +234,24 @@ impl Run {
         // A revoke waits for the drain, which the coordinator bounds by the
         // term's deadline (under 1.2 heartbeat timeouts); this bound only
         // frees the thread if the coordinator is gone.
-        let context = GroupContext::new(topic.to_owned(), report_tx.clone(), timeout * 3);
+        let context = GroupContext::new(
+            topic.to_owned(),
+            report_tx.clone(),
+            timeout * 3,
+            session.clock().clone(),
+        );
         let consumer: BaseConsumer<GroupContext> = config
             .client_config(&props)
             .create_with_context(context)
             .map_err(|e| KafkaBackendError::Client {
                 what: "group consumer",
-                detail: e.to_string(),
+                detail: config.scrub(&e.to_string()),
             })?;
         consumer
             .subscribe(&[topic])
             .map_err(|e| KafkaBackendError::Client {
                 what: "group consumer",
-                detail: format!("cannot subscribe to {topic}: {e}"),
+                detail: config.scrub(&format!("cannot subscribe to {topic}: {e}")),
             })?;
         let producer: BaseProducer<ProducerCtx> = config
             .client_config(&config.producer_properties())
@@ -255,7 +260,7 @@ impl Run {
             })
             .map_err(|e| KafkaBackendError::Client {
                 what: "heartbeat producer",
-                detail: e.to_string(),
+                detail: config.scrub(&e.to_string()),
             })?;
         let reader = Reader::new(config, topic)?;
 
@@ -287,7 +292,7 @@ impl Run {
             .name("tenure-kafka-client".into())
             .spawn(move || worker.run(request_rx))
             .map_err(|e| KafkaBackendError::Thread {
-                detail: e.to_string(),
+                detail: config.scrub(&e.to_string()),
             })?;
         tracing::info!(group = %group, topic = %topic, group_id = %group_id,
             candidate = %candidate.id, "kafka candidate joining");
@@ -413,8 +418,8 @@ impl Run {
                 self.neli.reading_from(now);
                 Vec::new()
             }
-            Report::Membership { silent } => {
-                self.neli.membership(now, silent);
+            Report::Membership { at, silent } => {
+                self.neli.membership(at, silent);
                 Vec::new()
             }
             Report::Sent {

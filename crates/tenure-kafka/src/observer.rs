@@ -87,7 +87,7 @@ impl KafkaObserver {
             .name("tenure-kafka-observer".into())
             .spawn(move || run.run())
             .map_err(|e| KafkaBackendError::Thread {
-                detail: e.to_string(),
+                detail: config.scrub(&e.to_string()),
             })?;
         Ok(KafkaObserver { rx, stop })
     }

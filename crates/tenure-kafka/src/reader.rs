@@ -54,14 +54,14 @@ impl Reader {
             .create_with_context(ReaderCtx)
             .map_err(|e| KafkaBackendError::Client {
                 what: "leader topic reader",
-                detail: e.to_string(),
+                detail: config.scrub(&e.to_string()),
             })?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, 0, Offset::OffsetTail(1))
             .and_then(|()| consumer.assign(&tpl))
             .map_err(|e| KafkaBackendError::Client {
                 what: "leader topic reader",
-                detail: format!("cannot read partition 0 of {topic}: {e}"),
+                detail: config.scrub(&format!("cannot read partition 0 of {topic}: {e}")),
             })?;
         Ok(Reader {
             consumer,

@@ -80,6 +80,9 @@ pub(crate) enum Report {
     /// its connection has not received anything (`None`: a rebalance is
     /// under way, in which the coordinator holds this member's join).
     Membership {
+        /// When the statistics were read (they were emitted at most one
+        /// poll interval earlier).
+        at: MonoTime,
         /// The coordinator's silence, if the group is steady and its
         /// connection up; `Some(Duration::MAX)` if it is down.
         silent: Option<Duration>,
@@ -148,6 +151,7 @@ pub(crate) struct GroupContext {
     /// coordinator bounds the drain by the term's deadline, this only
     /// guards against a coordinator that is gone.
     barrier_bound: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 impl GroupContext {
@@ -155,8 +159,10 @@ impl GroupContext {
         topic: String,
         reports: mpsc::UnboundedSender<Report>,
         barrier_bound: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         GroupContext {
+            clock,
             topic,
             reports,
             assigned: AtomicBool::new(false),
@@ -212,7 +218,8 @@ impl ClientContext for GroupContext {
             )),
             _ => Some(Duration::MAX),
         };
-        let _ = self.reports.send(Report::Membership { silent });
+        let at = self.clock.now().mono;
+        let _ = self.reports.send(Report::Membership { at, silent });
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -383,15 +390,18 @@ impl Worker {
             match requests.recv() {
                 Ok(Request::Poll { plan }) => self.poll(plan),
                 Ok(Request::Leave) => {
-                    self.release_held();
+                    // No wait for the delivery: the thread goes on (and may
+                    // be giving up because the brokers do not answer).
+                    self.release_held(Duration::ZERO);
                     self.membership.push_back(Membership::Leave);
                 }
                 Ok(Request::Join) => self.membership.push_back(Membership::Join),
                 Ok(Request::Close) | Err(_) => break,
             }
         }
-        // The coordinator has drained the term before asking to close.
-        self.release_held();
+        // The coordinator has drained the term before asking to close; the
+        // process may end right after, so wait a little for the delivery.
+        self.release_held(self.release_flush);
         let Worker {
             consumer,
             producer,
@@ -524,14 +534,16 @@ impl Worker {
         }
     }
 
-    /// Releases the assignment held now (leaving or closing), and waits a
-    /// little for the release to be delivered, so the next holder reads it
-    /// before its own first heartbeat.
-    fn release_held(&mut self) {
+    /// Releases the assignment held now (leaving or closing), and waits up
+    /// to `flush` for the release to be delivered, so the next holder reads
+    /// it before its own first heartbeat.
+    fn release_held(&mut self, flush: Duration) {
         let generation = self.consumer.context().generation.load(Ordering::Acquire);
         if self.wrote.is_some_and(|(g, _)| g == generation) {
             self.release(generation);
-            let _ = self.producer.flush(self.release_flush);
+            if !flush.is_zero() {
+                let _ = self.producer.flush(flush);
+            }
         }
     }
 
