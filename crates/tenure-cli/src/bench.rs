@@ -19,6 +19,9 @@ use tenure::{
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+#[cfg(feature = "kafka")]
+mod kafka;
+
 use crate::cli::BenchArgs;
 use crate::exit::usage;
 use crate::store_url::StoreUrl;
@@ -271,7 +274,7 @@ async fn measure_store(url: &StoreUrl, args: &BenchArgs) -> anyhow::Result<Row> 
             "{url}: {} graceful hand-overs, then {} crash fail-overs, between candidate processes",
             args.handovers, args.handovers
         );
-        let (graceful, crash) = crate::bench_kafka::handovers(raw, term, args.handovers).await?;
+        let (graceful, crash) = kafka::handovers(raw, term, args.handovers).await?;
         return Ok(Row {
             system: "tenure on kafka".into(),
             graceful: Stats::of(graceful),

@@ -6,8 +6,6 @@
 #![deny(missing_docs)]
 
 mod bench;
-#[cfg(feature = "kafka")]
-mod bench_kafka;
 mod child;
 mod cli;
 mod connect;
