@@ -377,3 +377,41 @@ async fn a_shard_retargeted_while_draining_is_worked_once() {
     b.shutdown().await;
     runner.await.unwrap().unwrap();
 }
+
+/// A crashed member's record stays held in the store until someone clears
+/// it. Members that saw it stop changing count the member gone after the
+/// takeover wait; a member that joins later sees the record for the first
+/// time and would count the dead member live for a whole wait, computing
+/// other targets than everyone else (found by `tenure bench --shards`: after
+/// a kill, every later join took a takeover wait, its shards unheld). The
+/// members that judge a member gone clear its record (a release on the
+/// version they saw unchanged, as a challenger's takeover), so a newcomer
+/// takes its share at once.
+#[tokio::test(start_paused = true)]
+async fn a_member_joining_after_a_crash_is_not_held_up_by_the_dead_members_record() {
+    let mut set = Set::new();
+    for id in ["a", "b", "c", "d"] {
+        set.join(id);
+    }
+    set.until(TERM * 3, |h| balanced(h, 4)).await;
+    set.faults.partition("c");
+    set.members.remove("c");
+    set.until(TERM * 3, |h| balanced(h, 3)).await;
+    // The others have counted c gone; now e joins.
+    tokio::time::sleep(TERM / 2).await;
+    set.join("e");
+    let took = set.until(TERM * 3, |h| balanced(h, 4)).await;
+    assert!(
+        took < TERM / 4,
+        "the join took {took:?}: the newcomer counted the dead member live"
+    );
+    let ids: Vec<String> = set.members["e"]
+        .members()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids, ["a", "b", "d", "e"]);
+    for m in set.members.values() {
+        m.shutdown().await;
+    }
+}

@@ -1,7 +1,8 @@
 //! Who is a live member of a set, judged from listings of the members'
 //! lease records, by the same rule a challenger uses for a lease: a held
 //! record counts until it has been seen unchanged for its term × (1 +
-//! drift); a released one (a graceful leave) counts no more at once.
+//! drift); a released one (a graceful leave) counts no more at once. A
+//! record that lapsed is then cleared (see [`Roster::lapsed`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,11 +21,23 @@ pub struct Member {
 }
 
 #[derive(Clone, Debug)]
-struct Seen {
-    version: Version,
+pub(crate) struct Seen {
+    /// The record as listed.
+    pub(crate) current: Versioned,
     since: MonoTime,
     term: Option<Duration>,
     metadata: Metadata,
+}
+
+impl Seen {
+    fn version(&self) -> Version {
+        self.current.version
+    }
+
+    /// When the member counts as gone, if its record is held.
+    fn lapses_at(&self, drift: f64) -> Option<MonoTime> {
+        self.term.map(|term| self.since + term.mul_f64(1.0 + drift))
+    }
 }
 
 /// Judges liveness across listings.
@@ -39,7 +52,7 @@ impl Roster {
     pub(crate) fn observe(&mut self, now: MonoTime, listing: BTreeMap<String, Versioned>) {
         self.seen.retain(|id, _| listing.contains_key(id));
         for (id, v) in listing {
-            let same = self.seen.get(&id).is_some_and(|s| s.version == v.version);
+            let same = self.seen.get(&id).is_some_and(|s| s.version() == v.version);
             if same {
                 continue;
             }
@@ -50,7 +63,7 @@ impl Roster {
             self.seen.insert(
                 id,
                 Seen {
-                    version: v.version,
+                    current: v,
                     since: now,
                     term,
                     metadata,
@@ -63,10 +76,7 @@ impl Roster {
     pub(crate) fn live(&self, now: MonoTime, drift: f64) -> Vec<Member> {
         self.seen
             .iter()
-            .filter(|(_, s)| {
-                s.term
-                    .is_some_and(|term| now < s.since + term.mul_f64(1.0 + drift))
-            })
+            .filter(|(_, s)| s.lapses_at(drift).is_some_and(|t| now < t))
             .map(|(id, s)| Member {
                 id: id.clone(),
                 metadata: s.metadata.clone(),
@@ -78,9 +88,24 @@ impl Roster {
     pub(crate) fn next_lapse(&self, now: MonoTime, drift: f64) -> Option<MonoTime> {
         self.seen
             .values()
-            .filter_map(|s| s.term.map(|term| s.since + term.mul_f64(1.0 + drift)))
+            .filter_map(|s| s.lapses_at(drift))
             .filter(|t| *t > now)
             .min()
+    }
+
+    /// The members whose held record has lapsed by `now`: seen unchanged for
+    /// its term × (1 + drift), so by the lease rule its holder's term is
+    /// over and a compare-and-swap on that version may clear it, exactly as
+    /// a challenger's takeover would. A crashed member's record stays held
+    /// until someone does: a member listing it for the first time (one that
+    /// joins later, or restarts) would count the dead member live for a
+    /// whole takeover wait, and compute other targets than everyone else.
+    pub(crate) fn lapsed(&self, now: MonoTime, drift: f64) -> Vec<(&str, &Seen)> {
+        self.seen
+            .iter()
+            .filter(|(_, s)| s.lapses_at(drift).is_some_and(|t| now >= t))
+            .map(|(id, s)| (id.as_str(), s))
+            .collect()
     }
 }
 
@@ -144,7 +169,16 @@ mod tests {
         r.observe(at(10), listing(3, 1, None));
         // b unchanged since 0: lapses at 10.1 s, not before.
         assert_eq!(ids(r.live(at(10), 0.01)), ["a", "b"]);
+        assert!(r.lapsed(at(10), 0.01).is_empty());
         assert_eq!(ids(r.live(at(11), 0.01)), ["a"]);
+        // Then its record may be cleared, on the version seen unchanged; a
+        // released one (c) is nothing to clear.
+        let lapsed: Vec<(&str, Version)> = r
+            .lapsed(at(11), 0.01)
+            .into_iter()
+            .map(|(id, s)| (id, s.current.version))
+            .collect();
+        assert_eq!(lapsed, [("b", Version(1))]);
     }
 
     #[test]

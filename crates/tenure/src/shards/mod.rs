@@ -11,7 +11,11 @@
 //!   lists the member records ([`LeaseStore::list`]) and counts a member as
 //!   live by the lease rule: until its record has been seen unchanged for
 //!   its term × (1 + drift). A member that stops gracefully releases its
-//!   record and is gone at once; a crashed one is gone after that wait.
+//!   record and is gone at once; a crashed one is gone after that wait,
+//!   and the members that judged it gone then clear its record (a release
+//!   written on the version they saw unchanged, as a challenger's takeover
+//!   would), so that a member listing the set later does not count it
+//!   live for another wait.
 //! * **Assignment.** From the same member list every member computes the
 //!   same target assignment (rendezvous hashing with a load bound of
 //!   `⌈shards / members⌉`, see [`assign`]), and stands only for its own

@@ -12,14 +12,14 @@ use tokio::task::JoinSet;
 
 use super::assign::assign_names;
 use super::members::{Member, Roster};
-use super::{member_prefix, shard_group, ShardEvent};
+use super::{member_group, member_prefix, shard_group, ShardEvent};
 use crate::clock::{Clock, MonoTime};
 use crate::config::Config;
 use crate::elector::Elector;
 use crate::error::StoreError;
-use crate::record::{GroupName, Metadata, Versioned};
+use crate::record::{GroupName, LeaseRecord, Metadata, Version, Versioned};
 use crate::role::{Event, Role};
-use crate::store::{Change, LeaseStore, StoreFeed};
+use crate::store::{CasOutcome, Change, LeaseStore, StoreFeed};
 
 pub(crate) struct Task {
     pub(crate) set: String,
@@ -49,6 +49,8 @@ impl Task {
         let mut reported: Option<String> = None;
         let mut next_list = self.clock.now().mono;
         let mut holders: BTreeMap<String, String> = BTreeMap::new();
+        // The lapsed member records already cleared (or tried), by version.
+        let mut cleared: BTreeMap<String, Version> = BTreeMap::new();
         loop {
             if self.clock.now().mono >= next_list {
                 match self.list(&prefix).await {
@@ -71,6 +73,7 @@ impl Task {
                 next_list = self.clock.now().mono + self.jittered_poll();
             }
             let now = self.clock.now().mono;
+            self.clear_lapsed(&roster, &mut cleared).await;
             let members = self.live(&roster, now);
             let ids: Vec<String> = members.iter().map(|m| m.id.clone()).collect();
             if view.as_ref() != Some(&ids) {
@@ -102,6 +105,48 @@ impl Task {
             }
         }
         self.leave(standing).await;
+    }
+
+    /// Clears the records of members that lapsed (see [`Roster::lapsed`]),
+    /// each version once: a release written with a compare-and-swap on the
+    /// version seen unchanged, which fails if the member renewed after all.
+    async fn clear_lapsed(&self, roster: &Roster, cleared: &mut BTreeMap<String, Version>) {
+        let now = self.clock.now();
+        let lapsed = roster.lapsed(now.mono, self.drift);
+        cleared.retain(|id, _| lapsed.iter().any(|(l, _)| l == id));
+        for (id, seen) in lapsed {
+            let version = seen.current.version;
+            if id == self.member || cleared.get(id) == Some(&version) {
+                continue;
+            }
+            cleared.insert(id.to_owned(), version);
+            let Ok(group) = GroupName::new(member_group(&self.set, id)) else {
+                continue;
+            };
+            let record = LeaseRecord {
+                holder: None,
+                token: seen.current.record.token,
+                term: seen.current.record.term,
+                renewed_at: now.wall,
+                expires_at: now.wall,
+                metadata: Metadata::new(),
+            };
+            let timeout = self.poll.max(Duration::from_millis(1));
+            let deadline = self.clock.now().mono + timeout;
+            tokio::select! {
+                r = self.store.compare_and_swap(&group, Some(version), &record) => match r {
+                    Ok(CasOutcome::Applied(_)) => {
+                        tracing::info!(set = %self.set, member = id, "cleared the record of a member gone")
+                    }
+                    // It renewed after all, or another member cleared it.
+                    Ok(CasOutcome::Conflict) => {}
+                    Err(e) => {
+                        tracing::debug!(set = %self.set, member = id, error = %e, "cannot clear a lapsed member's record")
+                    }
+                },
+                _ = self.clock.sleep_until(deadline) => {}
+            }
+        }
     }
 
     /// The live members: the roster's, with this member counted by its own
