@@ -38,6 +38,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|u| StoreUrl::parse(u).map_err(usage))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if let Some(shards) = args.shards {
+        let bench = crate::shard_bench::run(&args, &urls, shards).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&bench)?);
+        } else {
+            print!("{}", crate::shard_bench::table(&bench));
+        }
+        // A shard worked by two members at once is a broken guarantee.
+        return Ok(if bench.overlaps() == 0 { 0 } else { 1 });
+    }
     if !args.groups.is_empty() {
         if args.groups.contains(&0) {
             return Err(usage("--groups counts must be positive"));
@@ -92,15 +102,15 @@ struct Row {
 
 /// A sample's summary, in milliseconds.
 #[derive(Debug, Default, serde::Serialize)]
-struct Stats {
-    n: usize,
-    median_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
+pub struct Stats {
+    pub n: usize,
+    pub median_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
 }
 
 impl Stats {
-    fn of(mut samples: Vec<Duration>) -> Stats {
+    pub fn of(mut samples: Vec<Duration>) -> Stats {
         samples.sort();
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         // Nearest rank: the smallest sample with at least q of them at or below.

@@ -70,6 +70,10 @@ pub enum Command {
     /// The follower process of `tenure bench --groups`.
     #[command(hide = true)]
     BenchFollowers(BenchFollowersArgs),
+    /// One member process of `tenure bench --shards`, reporting the shards
+    /// it holds as JSON lines.
+    #[command(hide = true)]
+    BenchMember(BenchMemberArgs),
 }
 
 /// Where the lease records live.
@@ -311,6 +315,25 @@ pub struct BenchFollowersArgs {
     pub window: Duration,
 }
 
+/// `tenure bench-member` (internal).
+#[derive(Debug, Args)]
+pub struct BenchMemberArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The sharded set.
+    #[arg(long)]
+    pub set: String,
+    /// How many shards it has.
+    #[arg(long)]
+    pub shards: usize,
+    /// This member's id.
+    #[arg(long)]
+    pub id: String,
+    /// The term of every lease.
+    #[arg(long, value_parser = parse_duration)]
+    pub term: Duration,
+}
+
 /// `tenure watchdog` (internal).
 #[derive(Debug, Args)]
 pub struct WatchdogArgs {
@@ -461,7 +484,10 @@ const BENCH_EXAMPLES: &str = "Examples:
   # more hand-overs, a longer term, as JSON
   tenure bench --store etcd://127.0.0.1:2379 --handovers 50 --term 5s --json
   # many groups in one process (and followers in a second): 100, 1000, 10000
-  tenure bench --groups 100,1000,10000 --store sqlite:///tmp/scale.db --store memory://";
+  tenure bench --groups 100,1000,10000 --store sqlite:///tmp/scale.db --store memory://
+  # a sharded set: 64 shards over 8 member processes; a 9th joins, one leaves
+  # (SIGTERM), one is killed (SIGKILL), three rounds
+  tenure bench --shards 64 --members 8 --store sqlite:///tmp/shards.db";
 
 /// `tenure bench`.
 #[derive(Debug, Args)]
@@ -473,8 +499,8 @@ pub struct BenchArgs {
     /// Graceful hand-overs and crash fail-overs to measure per store.
     #[arg(long, default_value_t = 20)]
     pub handovers: usize,
-    /// The term the candidates use [default: 2s for hand-overs, so crash
-    /// fail-overs finish soon; 10s with --groups].
+    /// The term the candidates use [default: 2s for hand-overs and
+    /// --shards, so crash fail-overs finish soon; 10s with --groups].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub term: Option<std::time::Duration>,
     /// Measure many groups in one process instead of hand-overs: for each
@@ -486,6 +512,19 @@ pub struct BenchArgs {
     /// With --groups: how many terms the steady-state window lasts.
     #[arg(long, value_name = "TERMS", default_value_t = 3)]
     pub window_terms: u32,
+    /// Measure a sharded set instead of hand-overs: this many shards over
+    /// --members member processes (`tenure::Shards`); in each of --rounds
+    /// rounds a member joins, one leaves gracefully (SIGTERM) and one is
+    /// killed (SIGKILL), and the table shows how long until every shard is
+    /// held and the load balanced again, and how many shards moved.
+    #[arg(long, value_name = "N", conflicts_with_all = ["groups", "etcdctl"])]
+    pub shards: Option<usize>,
+    /// With --shards: how many member processes the set starts with.
+    #[arg(long, value_name = "M", default_value_t = 8, requires = "shards")]
+    pub members: usize,
+    /// With --shards: how many rounds of join, graceful leave and kill.
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "shards")]
+    pub rounds: usize,
     /// An etcd endpoint to measure `etcdctl elect` on, as the reference.
     #[arg(long, value_name = "ENDPOINT")]
     pub etcdctl: Option<String>,

@@ -21,6 +21,7 @@ mod release;
 mod run;
 mod scale;
 mod sets;
+mod shard_bench;
 mod sharded;
 mod signals;
 mod status;
@@ -48,7 +49,7 @@ fn main() -> ExitCode {
     }
     let level = match cli.command {
         // Thousands of elections: one log line each would be the bench.
-        Command::Bench(_) | Command::BenchFollowers(_) => "warn",
+        Command::Bench(_) | Command::BenchFollowers(_) | Command::BenchMember(_) => "warn",
         _ => "info",
     };
     logging::init(cli.log_format, level);
@@ -82,6 +83,7 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::DemoCandidate(args) => demo::run_candidate(args).await,
         Command::Watchdog(args) => Ok(watchdog::main(&args)),
         Command::BenchFollowers(args) => scale::followers(args).await,
+        Command::BenchMember(args) => shard_bench::member(args).await,
     }
 }
 

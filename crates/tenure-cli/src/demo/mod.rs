@@ -23,7 +23,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 pub use candidate::run as run_candidate;
-use report::{now, Report};
+pub use report::now;
+use report::Report;
 use summary::{Facts, HandOver, Kind, TermLog};
 use timeline::Timeline;
 

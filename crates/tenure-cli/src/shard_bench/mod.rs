@@ -1,0 +1,497 @@
+//! `tenure bench --shards N --members M`: a sharded set of M member
+//! processes (this binary, `tenure bench-member`, each one
+//! `tenure::Shards` member) on each store. In every round a member joins,
+//! one leaves gracefully (SIGTERM, so `Shards::shutdown`) and one is killed
+//! (SIGKILL); the table shows how long until every shard is held again with
+//! every member at `⌊N/M⌋` or `⌈N/M⌉` shards, and how many shards moved
+//! against the fewest any balanced assignment must move. The members
+//! report their work on `CLOCK_BOOTTIME`, and the run checks from those
+//! reports that no shard was ever worked by two members at once. A program
+//! that prints a table; it asserts nothing about time.
+
+mod ledger;
+mod member;
+mod report;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rand::Rng;
+use tenure::{Config, StoreError};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::bench::Stats;
+use crate::child;
+use crate::cli::BenchArgs;
+use crate::demo::now;
+use crate::exit::usage;
+use crate::store_url::StoreUrl;
+use ledger::Ledger;
+pub use member::member;
+use report::MemberReport;
+
+/// What `tenure bench --shards` measured.
+#[derive(Debug, serde::Serialize)]
+pub struct ShardBench {
+    shards: usize,
+    members: usize,
+    rounds: usize,
+    term_ms: f64,
+    /// The library's documented bound after a crash,
+    /// `2·(T(1+ρ)/(1−ρ) + P)`.
+    crash_bound_ms: f64,
+    rows: Vec<EventRow>,
+    stores: Vec<StoreCheck>,
+}
+
+impl ShardBench {
+    /// Pairs of members found working one shard at once, over all stores.
+    pub fn overlaps(&self) -> usize {
+        self.stores.iter().map(|s| s.overlaps.len()).sum()
+    }
+}
+
+/// The kinds of event measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Event {
+    /// Every member starts at once.
+    Start,
+    /// One more member joins.
+    Join,
+    /// A member leaves gracefully on SIGTERM.
+    Leave,
+    /// A member is killed with SIGKILL.
+    Kill,
+}
+
+/// One store's figures for one kind of event.
+#[derive(Debug, serde::Serialize)]
+struct EventRow {
+    store: String,
+    event: Event,
+    /// From the event to the set balanced again.
+    balanced: Stats,
+    /// Shards whose holder changed, summed over the samples.
+    moved: usize,
+    /// The fewest that had to move, summed over the samples.
+    minimum: usize,
+}
+
+/// One store's check of the members' reports, or why it was skipped.
+#[derive(Debug, serde::Serialize)]
+struct StoreCheck {
+    store: String,
+    skipped: Option<String>,
+    /// Work spans reported.
+    spans: usize,
+    /// Spans of two members on one shard that overlap in time.
+    overlaps: Vec<String>,
+}
+
+/// Runs the sharded benchmark on every store.
+pub async fn run(args: &BenchArgs, urls: &[StoreUrl], shards: usize) -> anyhow::Result<ShardBench> {
+    if shards == 0 || args.members == 0 || args.rounds == 0 {
+        return Err(usage("--shards, --members and --rounds must be positive"));
+    }
+    if let Some(u) = urls.iter().find(|u| !u.is_shared()) {
+        return Err(usage(format!(
+            "{u}: the members are separate processes: give a store they can share"
+        )));
+    }
+    let term = args.term.unwrap_or(Duration::from_secs(2));
+    let timing = Config::new(term).validate().map_err(usage)?;
+    let exe = std::env::current_exe().context("cannot find the tenure executable")?;
+    let mut bench = ShardBench {
+        shards,
+        members: args.members,
+        rounds: args.rounds,
+        term_ms: term.as_secs_f64() * 1000.0,
+        crash_bound_ms: (timing.bounds().crash_failover * 2).as_secs_f64() * 1000.0,
+        rows: Vec::new(),
+        stores: Vec::new(),
+    };
+    for url in urls {
+        let set = format!("bench-{:016x}", rand::random::<u64>());
+        if let Some(reason) = lacks_list(url, &set).await? {
+            eprintln!("{url}: skipped: {reason}");
+            bench.stores.push(StoreCheck {
+                store: url.scheme().to_owned(),
+                skipped: Some(reason),
+                spans: 0,
+                overlaps: Vec::new(),
+            });
+            continue;
+        }
+        let mut run = Run {
+            exe: exe.clone(),
+            url,
+            set,
+            shards,
+            term,
+            procs: BTreeMap::new(),
+            started: 0,
+            ledger: Arc::default(),
+        };
+        let result = run.measure(args.members, args.rounds).await;
+        let end = now();
+        run.finish().await;
+        let samples = result?;
+        let ledger = lock(&run.ledger);
+        for (event, samples) in samples {
+            bench.rows.push(EventRow {
+                store: url.scheme().to_owned(),
+                event,
+                balanced: Stats::of(samples.iter().map(|s| s.took).collect()),
+                moved: samples.iter().map(|s| s.moved).sum(),
+                minimum: samples.iter().map(|s| s.minimum).sum(),
+            });
+        }
+        bench.stores.push(StoreCheck {
+            store: url.scheme().to_owned(),
+            skipped: None,
+            spans: ledger.span_count(),
+            overlaps: ledger.overlaps(end),
+        });
+    }
+    Ok(bench)
+}
+
+/// Why the store cannot host a sharded set, if it cannot: it does not list
+/// groups by prefix. Other failures are errors.
+async fn lacks_list(url: &StoreUrl, set: &str) -> anyhow::Result<Option<String>> {
+    let store = url
+        .open()
+        .await
+        .with_context(|| format!("cannot open {url}"))?;
+    match store.list(&format!("{set}/members/")).await {
+        Ok(_) => Ok(None),
+        Err(e @ StoreError::Unsupported { .. }) => Ok(Some(e.to_string())),
+        Err(e) => Err(e).with_context(|| format!("{url}: cannot list the members")),
+    }
+}
+
+fn lock(ledger: &Mutex<Ledger>) -> MutexGuard<'_, Ledger> {
+    ledger.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One measured event.
+struct Sample {
+    took: Duration,
+    moved: usize,
+    minimum: usize,
+}
+
+/// Who holds each shard (member, since when).
+type Holders = BTreeMap<String, (String, u64)>;
+
+/// A member process.
+struct Proc {
+    pid: libc::pid_t,
+    child: Child,
+}
+
+/// One store's run.
+struct Run<'a> {
+    exe: PathBuf,
+    url: &'a StoreUrl,
+    set: String,
+    shards: usize,
+    term: Duration,
+    /// The running members, by id.
+    procs: BTreeMap<String, Proc>,
+    /// Members started so far (for their ids).
+    started: usize,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl Run<'_> {
+    /// How long to wait for the set to balance before giving up: far
+    /// beyond any bound, since the table, not the wait, judges the time.
+    fn patience(&self) -> Duration {
+        (self.term * 20).max(Duration::from_secs(30))
+    }
+
+    fn members(&self) -> Vec<String> {
+        self.procs.keys().cloned().collect()
+    }
+
+    async fn measure(
+        &mut self,
+        members: usize,
+        rounds: usize,
+    ) -> anyhow::Result<Vec<(Event, Vec<Sample>)>> {
+        let url = self.url;
+        eprintln!("{url}: {} shards over {members} members", self.shards);
+        let mut ids = Vec::new();
+        for _ in 0..members {
+            ids.push(self.spawn()?);
+        }
+        let first = self.started_at(&ids[0]).await?;
+        let t0 = ids
+            .iter()
+            .map(|id| lock(&self.ledger).started.get(id).copied());
+        let t0 = t0.flatten().min().unwrap_or(first);
+        let start = self.sample(t0, &Holders::new(), None).await?;
+        let mut samples: BTreeMap<Event, Vec<Sample>> = BTreeMap::new();
+        samples.entry(Event::Start).or_default().push(Sample {
+            minimum: 0,
+            moved: 0,
+            ..start
+        });
+        for round in 1..=rounds {
+            eprintln!("{url}: round {round} of {rounds}");
+            // Join: the newcomer's start to balanced.
+            let before = self.steady().await?;
+            let id = self.spawn()?;
+            let t0 = self.started_at(&id).await?;
+            let s = self.sample(t0, &before, None).await?;
+            samples.entry(Event::Join).or_default().push(s);
+            // Graceful leave.
+            let before = self.steady().await?;
+            let victim = self.victim();
+            let t0 = self.signal(&victim, libc::SIGTERM);
+            let gone = self.procs.remove(&victim);
+            let s = self.sample(t0, &before, Some(&victim)).await?;
+            samples.entry(Event::Leave).or_default().push(s);
+            if let Some(mut p) = gone {
+                let _ = tokio::time::timeout(self.patience(), p.child.wait()).await;
+            }
+            // Kill.
+            let before = self.steady().await?;
+            let victim = self.victim();
+            let t0 = self.signal(&victim, libc::SIGKILL);
+            lock(&self.ledger).killed(&victim, now());
+            if let Some(mut p) = self.procs.remove(&victim) {
+                let _ = p.child.wait().await;
+            }
+            let s = self.sample(t0, &before, Some(&victim)).await?;
+            samples.entry(Event::Kill).or_default().push(s);
+            // Back to the set's size, unmeasured.
+            self.spawn()?;
+            self.balanced().await?;
+        }
+        Ok(samples.into_iter().collect())
+    }
+
+    /// Starts one more member process; returns its id.
+    fn spawn(&mut self) -> anyhow::Result<String> {
+        self.started += 1;
+        let id = format!("m{}", self.started);
+        // The whole URL, secrets included, through the environment: a
+        // networked one as given, a file's as displayed (it holds none).
+        let raw = self
+            .url
+            .raw()
+            .map_or_else(|| self.url.to_string(), str::to_owned);
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("bench-member")
+            .args(["--set", &self.set, "--id", &id])
+            .arg("--shards")
+            .arg(self.shards.to_string())
+            .arg("--term")
+            .arg(humantime::format_duration(self.term).to_string())
+            .env("TENURE_STORE", raw)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        let parent = std::process::id();
+        // SAFETY: only async-signal-safe calls between fork and exec (as for
+        // the demo's candidates): if the bench dies, its members die too.
+        unsafe {
+            cmd.pre_exec(move || child::die_with_parent(parent));
+        }
+        let mut child = cmd.spawn().context("cannot start a member process")?;
+        let pid = child
+            .id()
+            .and_then(|p| libc::pid_t::try_from(p).ok())
+            .context("a member exited at once")?;
+        let stdout = child.stdout.take().context("no stdout pipe")?;
+        let ledger = self.ledger.clone();
+        let member = id.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(report) = serde_json::from_str::<MemberReport>(&line) {
+                    lock(&ledger).apply(&member, report);
+                }
+            }
+        });
+        self.procs.insert(id.clone(), Proc { pid, child });
+        Ok(id)
+    }
+
+    /// When member `id` joined the set, once it has said so.
+    async fn started_at(&self, id: &str) -> anyhow::Result<u64> {
+        self.wait(|l| l.started.get(id).copied(), "a member to start")
+            .await
+    }
+
+    /// Polls the ledger until `found` yields.
+    async fn wait<T>(
+        &self,
+        mut found: impl FnMut(&Ledger) -> Option<T>,
+        what: &str,
+    ) -> anyhow::Result<T> {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = found(&lock(&self.ledger)) {
+                return Ok(v);
+            }
+            if start.elapsed() > self.patience() {
+                bail!("{}: waited {:?} for {what}", self.url, self.patience());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Waits until the running members hold every shard, balanced.
+    async fn balanced(&self) -> anyhow::Result<Holders> {
+        let members = self.members();
+        let shards = self.shards;
+        self.wait(
+            |l| l.balanced(shards, &members),
+            "every shard held and the load balanced",
+        )
+        .await
+    }
+
+    /// A balanced set in steady state (renewing, listing), before an event.
+    async fn steady(&self) -> anyhow::Result<Holders> {
+        self.balanced().await?;
+        tokio::time::sleep(self.term / 2).await;
+        self.balanced().await
+    }
+
+    /// A random running member.
+    fn victim(&self) -> String {
+        let ids = self.members();
+        ids[rand::thread_rng().gen_range(0..ids.len())].clone()
+    }
+
+    /// Sends `sig` to member `id`; returns the instant just before.
+    fn signal(&self, id: &str, sig: libc::c_int) -> u64 {
+        let t0 = now();
+        if let Some(p) = self.procs.get(id) {
+            // SAFETY: kill(2) on the pid of a child we spawned and have not
+            // yet reaped, so the pid cannot have been reused.
+            unsafe { libc::kill(p.pid, sig) };
+        }
+        t0
+    }
+
+    /// Waits for the set to balance after an event at `t0`: how long it
+    /// took (until the last shard's current work started), how many shards
+    /// changed holder since `before`, and how many had to (the leaver's, or
+    /// the newcomer's share).
+    async fn sample(
+        &self,
+        t0: u64,
+        before: &Holders,
+        leaver: Option<&str>,
+    ) -> anyhow::Result<Sample> {
+        let after = self.balanced().await?;
+        let last = after.values().map(|(_, since)| *since).max().unwrap_or(t0);
+        let took = Duration::from_nanos(last.saturating_sub(t0));
+        let moved = after
+            .iter()
+            .filter(|(s, (h, _))| before.get(*s).is_some_and(|(b, _)| b != h))
+            .count();
+        let minimum = match leaver {
+            Some(x) => before.values().filter(|(h, _)| h == x).count(),
+            // A join: the newcomer's share, the members new to `after`.
+            None => after
+                .values()
+                .filter(|(h, _)| !before.values().any(|(b, _)| b == h))
+                .count(),
+        };
+        Ok(Sample {
+            took,
+            moved,
+            minimum,
+        })
+    }
+
+    /// Stops every member gracefully (killing any that does not stop).
+    async fn finish(&mut self) {
+        for id in self.members() {
+            self.signal(&id, libc::SIGTERM);
+        }
+        let patience = self.patience();
+        for (id, mut p) in std::mem::take(&mut self.procs) {
+            if tokio::time::timeout(patience, p.child.wait())
+                .await
+                .is_err()
+            {
+                eprintln!("{}: member {id} did not stop; killing it", self.url);
+                lock(&self.ledger).killed(&id, now());
+                let _ = p.child.kill().await;
+            }
+        }
+    }
+}
+
+/// The table.
+pub fn table(b: &ShardBench) -> String {
+    let mut out = format!(
+        "\n{} shards over {} member processes (tenure::Shards), term {:?}, {} rounds per store.\n\
+         Balanced: every shard held again, each member holding ⌊N/M⌋ or ⌈N/M⌉ of them, timed on the\n\
+         members' CLOCK_BOOTTIME stamps from the event (start: the first member's start; join: the\n\
+         newcomer's Shards::start; leave: SIGTERM; kill: SIGKILL) to the last shard's work starting.\n\
+         Moved: shards whose holder changed (the fewest any balanced assignment moves).\n\n",
+        b.shards,
+        b.members,
+        Duration::from_secs_f64(b.term_ms / 1000.0),
+        b.rounds
+    );
+    out.push_str(
+        "| store | event | n | balanced: median | max | bound | shards moved (minimum) |\n",
+    );
+    out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
+    for r in &b.rows {
+        let (event, bound) = match r.event {
+            Event::Start => (format!("start ({} members)", b.members), String::new()),
+            Event::Join => (format!("join (member {})", b.members + 1), String::new()),
+            Event::Leave => ("graceful leave (SIGTERM)".to_owned(), String::new()),
+            Event::Kill => (
+                "crash (SIGKILL)".to_owned(),
+                format!("{:.2} s", b.crash_bound_ms / 1000.0),
+            ),
+        };
+        let moved = if r.event == Event::Start {
+            "—".to_owned()
+        } else {
+            format!("{} ({})", r.moved, r.minimum)
+        };
+        out.push_str(&format!(
+            "| {} | {event} | {} | {:.2} s | {:.2} s | {bound} | {moved} |\n",
+            r.store,
+            r.balanced.n,
+            r.balanced.median_ms / 1000.0,
+            r.balanced.max_ms / 1000.0,
+        ));
+    }
+    out.push_str("\n| store | work spans reported | a shard worked by two members at once |\n");
+    out.push_str("|---|---:|---|\n");
+    for s in &b.stores {
+        match &s.skipped {
+            Some(reason) => out.push_str(&format!("| {} | — | skipped: {reason} |\n", s.store)),
+            None if s.overlaps.is_empty() => {
+                out.push_str(&format!("| {} | {} | never |\n", s.store, s.spans))
+            }
+            None => out.push_str(&format!(
+                "| {} | {} | {} times: {} |\n",
+                s.store,
+                s.spans,
+                s.overlaps.len(),
+                s.overlaps.join("; ")
+            )),
+        }
+    }
+    out
+}

@@ -1,0 +1,52 @@
+//! What a bench member reports, one JSON object per line on its stdout.
+//!
+//! Every timestamp is nanoseconds of `CLOCK_BOOTTIME` (as the demo's
+//! candidates report): one clock for every process on the host, so the
+//! orchestrator can compare the members' instants.
+
+use serde::{Deserialize, Serialize};
+
+/// One line of a member's report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum MemberReport {
+    /// The member joined the set (`Shards::start` returned).
+    Started {
+        /// Its pid.
+        pid: u32,
+        /// When.
+        at: u64,
+    },
+    /// It holds the shard: the term's work starts now.
+    Acquired {
+        /// The shard.
+        shard: String,
+        /// The term's fencing token.
+        token: u64,
+        /// When the work started.
+        at: u64,
+    },
+    /// The shard's work stopped (told to, or dropped at the deadline):
+    /// reported before the term's guard is dropped, hence before any
+    /// release.
+    Ended {
+        /// The shard.
+        shard: String,
+        /// The term's fencing token.
+        token: u64,
+        /// When the work stopped.
+        at: u64,
+    },
+    /// The live members, as this member sees them, changed.
+    Members {
+        /// Their ids, sorted.
+        ids: Vec<String>,
+        /// When.
+        at: u64,
+    },
+    /// The member left gracefully: `Shards::shutdown` returned.
+    Left {
+        /// When.
+        at: u64,
+    },
+}
