@@ -1,10 +1,6 @@
-//! Conformance cases for the batch operations ([`LeaseStore::read_many`],
-//! [`LeaseStore::compare_and_swap_many`]) and the store-wide change feed
-//! ([`LeaseStore::watch`]) that the engine relies on. Every store must pass
-//! the batch cases, whether it overrides the defaults or not; the feed
-//! cases apply to stores whose `watch` returns a feed.
-
-use std::time::Duration;
+//! The batch operations the engine relies on ([`LeaseStore::read_many`],
+//! [`LeaseStore::compare_and_swap_many`]): every store must pass these,
+//! whether it overrides the defaults or not.
 
 use super::{
     applied, conflicted, expect_record, held_by, released, CaseFuture, CaseResult, Ctx, Harness,
@@ -12,11 +8,7 @@ use super::{
 };
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
-use crate::store::{CasOutcome, CasRequest, Change, LeaseStore, StoreFeed};
-use std::collections::BTreeMap;
-
-/// How long a store-wide feed may take to report a write.
-const FEED_LIMIT: Duration = Duration::from_secs(5);
+use crate::store::{CasOutcome, CasRequest, LeaseStore};
 
 /// Groups per batch in the large-batch case: more than one request of most
 /// stores' natural batch size, fewer than any sane limit.
@@ -32,12 +24,14 @@ pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Vec<(&'static str, 
         ("batch_cas_same_group", Box::pin(batch_cas_same_group(h, r))),
         ("batch_large", Box::pin(batch_large(h, r))),
         ("batch_empty", Box::pin(batch_empty(h))),
-        ("watch_reports_writes", Box::pin(watch_reports_writes(h, r))),
-        ("list_by_prefix", Box::pin(list_by_prefix(h, r))),
     ]
 }
 
-fn request(group: &GroupName, expected: Option<Version>, record: LeaseRecord) -> CasRequest {
+pub(super) fn request(
+    group: &GroupName,
+    expected: Option<Version>,
+    record: LeaseRecord,
+) -> CasRequest {
     CasRequest {
         group: group.clone(),
         expected,
@@ -46,7 +40,7 @@ fn request(group: &GroupName, expected: Option<Version>, record: LeaseRecord) ->
 }
 
 /// One result per request, in order, or the case fails naming the batch.
-fn one_each<T>(
+pub(super) fn one_each<T>(
     got: Result<Vec<Result<T, StoreError>>, StoreError>,
     n: usize,
     what: &str,
@@ -315,206 +309,6 @@ async fn batch_empty<H: Harness>(h: &H) -> CaseResult {
         written.is_empty(),
         "compare_and_swap_many(&[]) returned {} entries",
         written.len()
-    );
-    Ok(Verdict::Pass)
-}
-
-/// Waits for the feed to report `group` at `version`, skipping changes of
-/// other groups (the feed is store-wide, and other runs may write).
-async fn report_of(
-    feed: &mut StoreFeed,
-    group: &GroupName,
-    version: Version,
-    record: &LeaseRecord,
-    what: &str,
-) -> Result<(), String> {
-    let deadline = tokio::time::Instant::now() + FEED_LIMIT;
-    loop {
-        let change = tokio::time::timeout_at(deadline, feed.next())
-            .await
-            .map_err(|_| format!("{what}: the feed did not report it within {FEED_LIMIT:?}"))?
-            .ok_or_else(|| format!("{what}: the feed ended"))?;
-        match change {
-            Change::Written { group: g, current } if &g == group => {
-                if current.version < version {
-                    continue; // an earlier write of the group, reported late
-                }
-                ensure!(
-                    current.version == version && &current.record == record,
-                    "{what}: the feed reported version {} of {:?}, expected version {version} of {record:?}",
-                    current.version,
-                    current.record
-                );
-                return Ok(());
-            }
-            // A hint or a resync is a correct, if costlier, report.
-            Change::Hint { group: g } if &g == group => return Ok(()),
-            Change::Resync => return Ok(()),
-            _ => continue,
-        }
-    }
-}
-
-/// If the store has a store-wide feed: writes by another handle, to any
-/// group, are reported (with the record as written, or as a hint), and the
-/// feed keeps working.
-async fn watch_reports_writes<H: Harness>(h: &H, run: &Run) -> CaseResult {
-    let watcher = h.store().await;
-    let writer = h.store().await;
-    let Some(mut feed) = watcher.watch().await.ctx("watch()")? else {
-        if h.promised_feeds().store_wide {
-            return Err(
-                "watch() returned None, but the harness promises a store-wide change feed".into(),
-            );
-        }
-        return Ok(Verdict::Skip(
-            "the store has no store-wide feed (watch() returned None); the engine subscribes per group or polls"
-                .into(),
-        ));
-    };
-    let (a, b) = (run.group("watch-a")?, run.group("watch-b")?);
-    let (w1, w5) = (held_by("w", 1), held_by("w", 5));
-    let v1 = applied(
-        writer
-            .compare_and_swap(&a, None, &w1)
-            .await
-            .ctx("first write")?,
-        "first write",
-    )?;
-    report_of(&mut feed, &a, v1, &w1, "a first write").await?;
-    let v2 = applied(
-        writer
-            .compare_and_swap(&a, Some(v1), &w1)
-            .await
-            .ctx("renewal")?,
-        "renewal",
-    )?;
-    report_of(&mut feed, &a, v2, &w1, "a renewal").await?;
-    let batch = vec![
-        request(&b, None, w5.clone()),
-        request(&a, Some(v2), released(1)),
-    ];
-    let got = one_each(
-        writer.compare_and_swap_many(&batch).await,
-        2,
-        "a batch of two writes",
-    )?;
-    let vb = match &got[0] {
-        Ok(CasOutcome::Applied(v)) => *v,
-        other => return Err(format!("batched acquisition: got {other:?}")),
-    };
-    if !matches!(got[1], Ok(CasOutcome::Applied(_))) {
-        return Err(format!("batched release: got {:?}", got[1]));
-    }
-    // The two groups' writes may be reported in either order.
-    report_of(&mut feed, &b, vb, &w5, "a batched write of another group").await?;
-    Ok(Verdict::Pass)
-}
-
-/// Listing by prefix returns exactly the groups whose names start with it,
-/// byte for byte (wildcard characters of the store's query language are
-/// literal), each with its record; an undecodable record fails alone.
-async fn list_by_prefix<H: Harness>(h: &H, run: &Run) -> CaseResult {
-    let s = h.store().await;
-    let names = [
-        "list-p/a",
-        "list-p/b",
-        "list-p/released",
-        "list-pq",
-        "list-x/c",
-        "list%_*?[\\/a",
-        "listX_*?[\\/b",
-    ];
-    let groups: Vec<GroupName> = names
-        .iter()
-        .map(|n| run.group(n))
-        .collect::<Result<_, _>>()?;
-    let mut written = BTreeMap::new();
-    for (i, g) in groups.iter().enumerate() {
-        let record = if names[i].ends_with("released") {
-            released(4)
-        } else {
-            held_by(&format!("m{i}"), i as u64 + 1)
-        };
-        let v = applied(
-            s.compare_and_swap(g, None, &record)
-                .await
-                .ctx(&format!("writing {}", g))?,
-            "a write to list",
-        )?;
-        written.insert(g.to_string(), (v, record));
-    }
-    let bad = run.group("list-p/corrupt")?;
-    h.plant_raw(&bad, b"\x00not a tenure record").await;
-    let prefix = format!("{}-list-p/", run.id);
-    let listed =
-        match s.list(&prefix).await {
-            Err(StoreError::Unsupported { .. }) => return Ok(Verdict::Skip(
-                "the store cannot list groups (list() is unsupported); it cannot host sharded sets"
-                    .into(),
-            )),
-            other => other.ctx("list()")?,
-        };
-    let mut seen = BTreeMap::new();
-    for entry in listed {
-        ensure!(
-            entry.group.as_str().starts_with(&prefix),
-            "list({prefix:?}) returned {}, which does not start with the prefix",
-            entry.group
-        );
-        ensure!(
-            seen.insert(entry.group.to_string(), entry.record).is_none(),
-            "list returned {} twice",
-            entry.group
-        );
-    }
-    let want: Vec<String> = ["list-p/a", "list-p/b", "list-p/corrupt", "list-p/released"]
-        .iter()
-        .map(|n| format!("{}-{n}", run.id))
-        .collect();
-    let got: Vec<String> = seen.keys().cloned().collect();
-    ensure!(
-        got == want,
-        "list({prefix:?}) returned {got:?}, expected {want:?}"
-    );
-    for (name, record) in &seen {
-        if name.ends_with("corrupt") {
-            ensure!(
-                matches!(record, Err(StoreError::Record { .. })),
-                "the undecodable record under {name} was listed as {record:?}, expected a Record error for it alone"
-            );
-            continue;
-        }
-        let (version, want) = &written[name];
-        match record {
-            Ok(v) if v.version == *version && &v.record == want => {}
-            other => {
-                return Err(format!(
-                    "list entry {name}: got {other:?}, expected version {version} of {want:?}"
-                ))
-            }
-        }
-    }
-    // Characters that are wildcards in SQL LIKE, glob and regular
-    // expressions are matched literally.
-    let literal = format!("{}-list%_*?[\\/", run.id);
-    let listed = s
-        .list(&literal)
-        .await
-        .ctx("list() with wildcard characters")?;
-    let got: Vec<String> = listed.iter().map(|l| l.group.to_string()).collect();
-    ensure!(
-        got == [format!("{}-list%_*?[\\/a", run.id)],
-        "list({literal:?}) returned {got:?}: wildcard characters in a prefix must match only themselves"
-    );
-    let none = s
-        .list(&format!("{}-nothing-here/", run.id))
-        .await
-        .ctx("list() of an unused prefix")?;
-    ensure!(
-        none.is_empty(),
-        "list() of an unused prefix returned {} groups",
-        none.len()
     );
     Ok(Verdict::Pass)
 }

@@ -1,0 +1,248 @@
+//! The conformance cases. Each is an async function that returns
+//! `Err(explanation)` on the first broken expectation; the explanation names
+//! the operation and the values seen, because the reader is debugging a
+//! store they may not have written.
+
+use std::collections::{HashSet, VecDeque};
+use std::error::Error as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Barrier;
+
+use super::{
+    held_by, panic_message, random_id, released, run_case, CaseOutcome, CaseReport, CatchUnwind,
+    ConformanceReport, Harness,
+};
+use crate::clock::{MonoTime, Now, WallTime};
+use crate::config::Config;
+use crate::error::{RecordError, StoreError};
+use crate::machine::{Action, Input, Machine};
+use crate::record::{
+    GroupName, Holder, LeaseRecord, Metadata, Version, Versioned, MAX_GROUP_BYTES,
+    MAX_METADATA_BYTES,
+};
+use crate::store::{CasOutcome, LeaseStore};
+
+/// How a case that did not fail ended.
+pub(super) enum Verdict {
+    Pass,
+    Skip(String),
+}
+
+/// `Err` explains the failure.
+pub(super) type CaseResult = Result<Verdict, String>;
+
+/// How many handles race in the concurrency cases.
+const RACERS: usize = 16;
+
+/// Generous: a case does a few dozen round trips; only a hang exceeds this.
+const CASE_LIMIT: Duration = Duration::from_secs(120);
+
+/// How long a change feed may take to hint at a write.
+const FEED_LIMIT: Duration = Duration::from_secs(5);
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+mod batches;
+mod cas;
+mod concurrency;
+mod corrupt;
+mod feed;
+mod listing;
+
+/// Names every group of one run, under one random prefix.
+struct Run {
+    id: String,
+}
+
+impl Run {
+    fn group(&self, label: &str) -> Result<GroupName, String> {
+        GroupName::new(format!("{}-{label}", self.id))
+            .map_err(|e| format!("test bug: group name for {label:?}: {e}"))
+    }
+}
+
+/// An error with its whole source chain, since the useful part of a store
+/// error is often its cause.
+fn chain(e: &StoreError) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
+trait Ctx<T> {
+    /// Turns a store error into a failure naming the operation.
+    fn ctx(self, what: &str) -> Result<T, String>;
+}
+
+impl<T> Ctx<T> for Result<T, StoreError> {
+    fn ctx(self, what: &str) -> Result<T, String> {
+        self.map_err(|e| format!("{what} failed: {}", chain(&e)))
+    }
+}
+
+fn applied(outcome: CasOutcome, what: &str) -> Result<Version, String> {
+    match outcome {
+        CasOutcome::Applied(v) => Ok(v),
+        CasOutcome::Conflict => Err(format!("{what}: got Conflict, expected Applied")),
+    }
+}
+
+fn conflicted(outcome: CasOutcome, what: &str) -> Result<(), String> {
+    match outcome {
+        CasOutcome::Conflict => Ok(()),
+        CasOutcome::Applied(v) => Err(format!(
+            "{what}: got Applied({v}), expected Conflict (a write that must be refused was applied)"
+        )),
+    }
+}
+
+/// Reads a record that must exist.
+async fn read_some<S: LeaseStore>(s: &S, g: &GroupName, what: &str) -> Result<Versioned, String> {
+    s.read(g)
+        .await
+        .ctx(what)?
+        .ok_or_else(|| format!("{what}: read returned None, but the group has a record"))
+}
+
+/// Reads and checks that the store holds exactly `record` at `version`.
+async fn expect_record<S: LeaseStore>(
+    s: &S,
+    g: &GroupName,
+    record: &LeaseRecord,
+    version: Version,
+    what: &str,
+) -> Result<(), String> {
+    let got = read_some(s, g, what).await?;
+    ensure!(
+        got.version == version,
+        "{what}: read version {}, expected {version} (the version the last applied write returned)",
+        got.version
+    );
+    ensure!(
+        &got.record == record,
+        "{what}: read back a different record than was written\n    wrote {record:?}\n    read  {:?}",
+        got.record
+    );
+    Ok(())
+}
+
+/// Versions to guess that cannot be `actual`: neighbours, extremes.
+fn wrong_versions(actual: Option<Version>) -> Vec<Version> {
+    let mut guesses = vec![Version(0), Version(1), Version(2), Version(u64::MAX)];
+    if let Some(Version(v)) = actual {
+        guesses.extend([
+            Version(v.wrapping_add(1)),
+            Version(v.wrapping_sub(1)),
+            Version(v.wrapping_add(1000)),
+            Version(v ^ (1 << 63)),
+        ]);
+    }
+    guesses.retain(|g| Some(*g) != actual);
+    guesses.sort();
+    guesses.dedup();
+    guesses
+}
+
+type CaseFuture<'a> = Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
+
+pub(super) async fn run_all<H: Harness>(h: &H) -> ConformanceReport {
+    let run = Run { id: random_id() };
+    // The first handle may panic (an unreachable server); report that as a
+    // failed case rather than losing the whole report.
+    let probe = CatchUnwind(Box::pin(async { h.store().await.describe() }));
+    let store = match tokio::time::timeout(CASE_LIMIT, probe).await {
+        Ok(Ok(describe)) => describe,
+        failed => {
+            let why = match failed {
+                Ok(Err(payload)) => format!(
+                    "the harness could not open a store: {}",
+                    panic_message(payload.as_ref())
+                ),
+                _ => format!("the harness did not open a store within {CASE_LIMIT:?}"),
+            };
+            return ConformanceReport {
+                store: "(no store)".into(),
+                run_id: run.id,
+                cases: vec![CaseReport {
+                    name: "open_store",
+                    outcome: CaseOutcome::Failed(why),
+                    elapsed: Duration::ZERO,
+                }],
+            };
+        }
+    };
+    let r = &run;
+    let cases: Vec<(&'static str, CaseFuture<'_>)> = vec![
+        ("describe", Box::pin(cas::describe(h))),
+        ("acquire_on_empty", Box::pin(cas::acquire_on_empty(h, r))),
+        ("conflict", Box::pin(cas::conflict(h, r))),
+        ("renew_keeps_token", Box::pin(cas::renew_keeps_token(h, r))),
+        (
+            "takeover_raises_token",
+            Box::pin(cas::takeover_raises_token(h, r)),
+        ),
+        (
+            "release_then_acquire",
+            Box::pin(cas::release_then_acquire(h, r)),
+        ),
+        ("record_round_trip", Box::pin(cas::record_round_trip(h, r))),
+        ("odd_group_names", Box::pin(cas::odd_group_names(h, r))),
+        (
+            "concurrent_acquire",
+            Box::pin(concurrency::concurrent_acquire(h, r)),
+        ),
+        (
+            "concurrent_takeover",
+            Box::pin(concurrency::concurrent_takeover(h, r)),
+        ),
+        (
+            "corrupt_record_foreign",
+            Box::pin(corrupt::corrupt_foreign(h, r)),
+        ),
+        (
+            "corrupt_record_too_new",
+            Box::pin(corrupt::corrupt_too_new(h, r)),
+        ),
+        (
+            "corrupt_record_damaged",
+            Box::pin(corrupt::corrupt_damaged(h, r)),
+        ),
+        (
+            "elector_never_overwrites_undecodable",
+            Box::pin(corrupt::elector_never_overwrites_undecodable(h, r)),
+        ),
+        ("versions_change", Box::pin(cas::versions_change(h, r))),
+        ("changes_feed", Box::pin(feed::changes_feed(h, r))),
+    ];
+    let mut cases = cases;
+    cases.extend(batches::cases(h, r));
+    cases.push((
+        "watch_reports_writes",
+        Box::pin(feed::watch_reports_writes(h, r)),
+    ));
+    cases.push(("list_by_prefix", Box::pin(listing::list_by_prefix(h, r))));
+    let mut reports = Vec::with_capacity(cases.len());
+    for (name, case) in cases {
+        reports.push(run_case(name, CASE_LIMIT, case).await);
+    }
+    ConformanceReport {
+        store,
+        run_id: run.id,
+        cases: reports,
+    }
+}
