@@ -258,7 +258,7 @@ pub(crate) struct Shared {
     pub(crate) metadata: std::sync::Mutex<Metadata>,
     /// The way to the backend: commands and pulses.
     link: Link,
-    pulse: Arc<PulseState>,
+    pub(crate) pulse: Arc<PulseState>,
     /// The engine running this candidate, for a lease store.
     engine: Option<Arc<EngineShared>>,
     /// Whether `clock` is the system clock (read directly on hot paths).

@@ -29,7 +29,46 @@ impl Health {
     }
 }
 
+/// Where the application's pulse stands (goneli's `Deadline()`): see
+/// [`Elector::liveness`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    /// How long ago the application last called
+    /// [`pulse`](Elector::pulse) (or the elector started).
+    pub since_last_pulse: Duration,
+    /// How long until liveness is lost unless it pulses again: the leader
+    /// then resigns and the candidate stops standing. Zero once lost.
+    pub lost_in: Duration,
+}
+
+impl Liveness {
+    /// Whether liveness is lost now.
+    pub fn is_lost(&self) -> bool {
+        self.lost_in.is_zero()
+    }
+}
+
 impl Elector {
+    /// Where the application's pulse stands, with a
+    /// [`liveness_timeout`](crate::ElectorBuilder::liveness_timeout)
+    /// (`None` without one): goneli's `Deadline()`, for an application that
+    /// wants to know how long it may go without pulsing, or to report it.
+    /// The same for lease stores and for Kafka.
+    pub fn liveness(&self) -> Option<Liveness> {
+        let timeout = self.timing().liveness_timeout?;
+        let now = self.shared.clock.now().mono;
+        let last = crate::clock::MonoTime::from_nanos(
+            self.shared
+                .pulse
+                .last
+                .load(std::sync::atomic::Ordering::Acquire),
+        );
+        Some(Liveness {
+            since_last_pulse: now.saturating_since(last),
+            lost_in: (last + timeout).saturating_since(now),
+        })
+    }
+
     /// The elector's health: unhealthy while this process believes it leads
     /// on a term whose deadline has passed (the task that would have ended
     /// the term is not running: the process is wedged), or once it stopped

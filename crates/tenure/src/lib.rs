@@ -91,7 +91,7 @@ pub use coordinator::{Command, Coordinator, Session};
 pub use elector::{Elector, ElectorBuilder, EventStream};
 pub use engine::{Engine, EngineBuilder, EngineOptions, EngineSlot, EngineStats};
 pub use error::{ConfigError, ElectorError, RecordError, StoreError};
-pub use health::Health;
+pub use health::{Health, Liveness};
 pub use machine::{EndReason, Fault};
 pub use memory::{Faults, FaultyStore, MemoryStore};
 pub use observer::{Observer, ObserverBuilder};

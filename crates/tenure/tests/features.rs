@@ -285,3 +285,25 @@ async fn a_failed_duty_is_an_event() {
     a.shutdown().await;
     duty.await.unwrap().unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn liveness_says_how_long_the_application_may_go_without_pulsing() {
+    let clock = Arc::new(TokioClock::new());
+    let e = Elector::builder(MemoryStore::new(), "jobs")
+        .liveness_timeout(Duration::from_secs(5))
+        .clock(clock.clone())
+        .start()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let l = e.liveness().expect("a liveness timeout is set");
+    assert_eq!(l.since_last_pulse, Duration::from_secs(2));
+    assert_eq!(l.lost_in, Duration::from_secs(3));
+    e.pulse();
+    assert_eq!(e.liveness().unwrap().lost_in, Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(e.liveness().unwrap().is_lost());
+    let plain = candidate(&MemoryStore::new(), "x", &clock);
+    assert_eq!(plain.liveness(), None);
+    e.shutdown().await;
+    plain.shutdown().await;
+}
