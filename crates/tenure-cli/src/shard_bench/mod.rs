@@ -194,6 +194,17 @@ type Holders = BTreeMap<String, (String, u64)>;
 struct Proc {
     pid: libc::pid_t,
     child: Child,
+    /// Reads its reports into the ledger; ends at the pipe's end.
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Proc {
+    /// Waits until the process has exited and every line it wrote is in
+    /// the ledger.
+    async fn gone(mut self) {
+        let _ = self.child.wait().await;
+        let _ = self.reader.await;
+    }
 }
 
 /// One store's run.
@@ -232,11 +243,10 @@ impl Run<'_> {
         for _ in 0..members {
             ids.push(self.spawn()?);
         }
-        let first = self.started_at(&ids[0]).await?;
-        let t0 = ids
-            .iter()
-            .map(|id| lock(&self.ledger).started.get(id).copied());
-        let t0 = t0.flatten().min().unwrap_or(first);
+        let mut t0 = u64::MAX;
+        for id in &ids {
+            t0 = t0.min(self.started_at(id).await?);
+        }
         let start = self.sample(t0, &Holders::new(), None).await?;
         let mut samples: BTreeMap<Event, Vec<Sample>> = BTreeMap::new();
         samples.entry(Event::Start).or_default().push(Sample {
@@ -259,17 +269,21 @@ impl Run<'_> {
             let gone = self.procs.remove(&victim);
             let s = self.sample(t0, &before, Some(&victim)).await?;
             samples.entry(Event::Leave).or_default().push(s);
-            if let Some(mut p) = gone {
-                let _ = tokio::time::timeout(self.patience(), p.child.wait()).await;
+            if let Some(p) = gone {
+                let _ = tokio::time::timeout(self.patience(), p.gone()).await;
             }
             // Kill.
             let before = self.steady().await?;
             let victim = self.victim();
             let t0 = self.signal(&victim, libc::SIGKILL);
-            lock(&self.ledger).killed(&victim, now());
-            if let Some(mut p) = self.procs.remove(&victim) {
-                let _ = p.child.wait().await;
+            let dead = now();
+            if let Some(p) = self.procs.remove(&victim) {
+                // Lines it wrote before it died may still be in the pipe:
+                // all of them first, then whatever it was working on ends
+                // at its death.
+                p.gone().await;
             }
+            lock(&self.ledger).killed(&victim, dead);
             let s = self.sample(t0, &before, Some(&victim)).await?;
             samples.entry(Event::Kill).or_default().push(s);
             // Back to the set's size, unmeasured.
@@ -314,7 +328,7 @@ impl Run<'_> {
         let stdout = child.stdout.take().context("no stdout pipe")?;
         let ledger = self.ledger.clone();
         let member = id.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Ok(report) = serde_json::from_str::<MemberReport>(&line) {
@@ -322,7 +336,7 @@ impl Run<'_> {
                 }
             }
         });
-        self.procs.insert(id.clone(), Proc { pid, child });
+        self.procs.insert(id.clone(), Proc { pid, child, reader });
         Ok(id)
     }
 
@@ -429,8 +443,12 @@ impl Run<'_> {
                 .is_err()
             {
                 eprintln!("{}: member {id} did not stop; killing it", self.url);
-                lock(&self.ledger).killed(&id, now());
                 let _ = p.child.kill().await;
+                let dead = now();
+                p.gone().await;
+                lock(&self.ledger).killed(&id, dead);
+            } else {
+                p.gone().await;
             }
         }
     }
