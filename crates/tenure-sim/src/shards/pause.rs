@@ -20,7 +20,7 @@ use tenure::{
 use tokio::time::Instant;
 
 use crate::clock::SimTime;
-use crate::elector::clock::SimClock;
+use crate::elector::clock::{SimClock, TIMER_RESOLUTION};
 
 /// Changes a frozen process's store feed may hold back before it drops the
 /// rest and asks for a resync.
@@ -47,12 +47,17 @@ impl Pause {
         SimTime::from_duration(Instant::now().saturating_duration_since(self.origin))
     }
 
-    /// Freezes the process from now until `until`.
+    /// Freezes the process from now until `until`. A pause that begins
+    /// within a timer tick of the last one's end continues it: the timers
+    /// due at the thaw fire on that tick, so what the process did in
+    /// between was only to drop work whose term had ended while it was
+    /// frozen, which a single longer pause would have done as it thawed.
     pub(crate) fn freeze(&self, until: SimTime) {
-        let now = self.real_now().as_nanos();
+        let now = self.real_now();
         let (from, to) = (&self.window[0], &self.window[1]);
-        if to.load(Ordering::Acquire) <= now {
-            from.store(now, Ordering::Release);
+        let last_end = SimTime(to.load(Ordering::Acquire));
+        if last_end.after(TIMER_RESOLUTION) < now || last_end == SimTime(0) {
+            from.store(now.as_nanos(), Ordering::Release);
         }
         to.fetch_max(until.as_nanos(), Ordering::AcqRel);
     }
@@ -257,17 +262,27 @@ mod tests {
         assert_eq!(origin.elapsed(), Duration::from_secs(1));
         assert_eq!(clock.mono(), start + Duration::from_millis(900));
         // A store request waits for the thaw too, and so does its reply.
+        // Frozen again as it thawed: the same pause goes on.
         pause.freeze(ms(1_500));
+        assert_eq!(pause.latest(), Some((ms(100), ms(1_500))));
         let group = GroupName::new("g").unwrap();
         assert_eq!(store.read(&group).await.unwrap(), None);
         assert_eq!(origin.elapsed(), Duration::from_millis(1_500));
-        // Work frozen from 1 s and ended as it thawed ended at 1 s; work
-        // that ran on after the thaw did not.
+        // Work frozen from 0.1 s and ended as it thawed ended at 0.1 s;
+        // work that ran on after the thaw, or began later, did not.
         let res = Duration::from_millis(1);
-        assert_eq!(pause.frozen_since(ms(900), ms(1_500), res), Some(ms(1_000)));
-        assert_eq!(pause.frozen_since(ms(900), ms(1_501), res), Some(ms(1_000)));
-        assert_eq!(pause.frozen_since(ms(900), ms(1_502), res), None);
-        assert_eq!(pause.frozen_since(ms(1_200), ms(1_500), res), None);
-        assert_eq!(pause.frozen_since(ms(900), ms(999), res), None);
+        assert_eq!(pause.frozen_since(ms(90), ms(1_500), res), Some(ms(100)));
+        assert_eq!(pause.frozen_since(ms(90), ms(1_501), res), Some(ms(100)));
+        assert_eq!(pause.frozen_since(ms(90), ms(1_502), res), None);
+        assert_eq!(pause.frozen_since(ms(200), ms(1_500), res), None);
+        assert_eq!(pause.frozen_since(ms(90), ms(99), res), None);
+        // Frozen again within a tick of thawing: still one pause.
+        tokio::time::sleep_until(origin + Duration::from_micros(1_500_800)).await;
+        pause.freeze(ms(3_000));
+        assert_eq!(pause.latest(), Some((ms(100), ms(3_000))));
+        // Frozen again later: a new pause.
+        tokio::time::sleep_until(origin + Duration::from_millis(3_002)).await;
+        pause.freeze(ms(4_000));
+        assert_eq!(pause.latest(), Some((ms(3_002), ms(4_000))));
     }
 }
