@@ -341,6 +341,12 @@ impl LeaseStore for PostgresStore {
         Some(&self.inner.engine)
     }
 
+    /// One statement's worth: a renewal round of thousands of groups goes
+    /// out in a statement or two.
+    fn batch_size_hint(&self) -> usize {
+        batch::MAX_ROWS
+    }
+
     fn describe(&self) -> String {
         format!(
             "{} (table {})",

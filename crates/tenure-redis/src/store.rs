@@ -572,6 +572,12 @@ impl LeaseStore for RedisStore {
         Some(&self.inner.engine)
     }
 
+    /// One script call's worth: a renewal round of thousands of groups goes
+    /// out in a call or two.
+    fn batch_size_hint(&self) -> usize {
+        MAX_KEYS
+    }
+
     fn describe(&self) -> String {
         self.options().describe()
     }

@@ -60,6 +60,13 @@ async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {
     )
     .await;
     eprintln!("Redis, 1000 groups: {figures:?}");
+    // The target: at most three batched round trips per renew
+    // interval (the window is one term, three renew intervals).
+    assert!(
+        figures.leaders.write_batches <= 9,
+        "the leaders' renewals went out in {} batches in one term",
+        figures.leaders.write_batches
+    );
 }
 
 /// The store-wide feed reports each write with its record; a foreign
