@@ -50,15 +50,23 @@
 //! ([`LeaseStore::engine_slot`](tenure::LeaseStore::engine_slot)), which
 //! batches their operations:
 //!
-//! * **compare-and-swap of many groups**: one `Txn` per group, never
-//!   several groups in one (a `Txn` is all-or-nothing, so one group's
-//!   conflict would undo the others' renewals). They go out concurrently,
-//!   as streams of the client's one HTTP/2 channel, at most 128 at once per
-//!   store handle; several writes to one group in a batch go one after
-//!   another, in order.
-//! * **read of many groups**: read-only `Txn`s of up to 64 `Range` gets
-//!   (etcd's default `--max-txn-ops` is 128), each a linearizable snapshot,
-//!   in flight together.
+//! * **compare-and-swap of many groups**: up to 64 groups in one `Txn`,
+//!   each as a nested `Txn` with its own compare and put. The outer `Txn`
+//!   has no condition, so each group applies or conflicts on its own (a
+//!   flat `Txn` of several groups' compares would be all-or-nothing: one
+//!   group's conflict would undo the others' renewals). Every group it
+//!   writes gets the outer `Txn`'s revision as its new version. Requests
+//!   go out concurrently, as streams of the client's one HTTP/2 channel, at
+//!   most 128 at once per store handle; a group written twice in one batch
+//!   goes in successive requests, in order (etcd refuses a `Txn` that puts
+//!   one key twice). One `Txn` per group instead costs etcd a Raft entry
+//!   and a gRPC exchange per renewal: at 10,000 groups (3,000 renewals a
+//!   second) on a 2-core machine that fell behind the renewals' deadlines.
+//! * **read of many groups**: read-only `Txn`s of up to 64 `Range` gets,
+//!   each a linearizable snapshot, in flight together.
+//!
+//! Both need etcd 3.3 or later (nested `Txn`s) with `--max-txn-ops` at 65
+//! or more (the default is 128).
 //!
 //! # Change feed
 //!

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, KeyValue, TlsOptions, Txn,
-    TxnOp, TxnOpResponse,
+    TxnOp, TxnOpResponse, TxnResponse,
 };
 use tenure::concurrent::InFlight;
 use tenure::{
@@ -38,6 +38,12 @@ const IN_FLIGHT: usize = 128;
 /// `--max-txn-ops` (128), so a server configured a little lower still
 /// accepts it.
 const READS_PER_TXN: usize = 64;
+
+/// Most groups written by one `Txn` of a batch, as nested `Txn`s. etcd
+/// allows a nested `Txn` only as many operations as `--max-txn-ops` (128 by
+/// default) less the outer `Txn`'s count, so 64 leaves room on a server
+/// configured a little lower.
+const WRITES_PER_TXN: usize = 64;
 
 /// The operations one batch call takes (see
 /// [`LeaseStore::batch_size_hint`]): the engine's default batch.
@@ -191,6 +197,110 @@ impl EtcdStore {
         Ok(Versioned { record, version })
     }
 
+    /// The `Txn` of one compare-and-swap: if the key's `mod_revision` is
+    /// `expected` (no key, if `None`), put the record. `None` if no key can
+    /// have that version (a conflict without asking).
+    fn cas_txn(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Option<Txn> {
+        let key = self.key(group);
+        let compare = match expected {
+            // create_revision 0: the key does not exist (never written, since
+            // tenure never deletes it).
+            None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            Some(Version(v)) => match i64::try_from(v) {
+                // A missing key has mod_revision 0, and no stored key has a
+                // revision beyond i64: neither can be a version tenure read.
+                Ok(v) if v > 0 => Compare::mod_revision(key.clone(), CompareOp::Equal, v),
+                _ => return None,
+            },
+        };
+        Some(
+            Txn::new()
+                .when([compare])
+                .and_then([TxnOp::put(key, record.encode(), None)]),
+        )
+    }
+
+    /// The revision of a `Txn` that wrote: the new `mod_revision` of every
+    /// key it put.
+    fn revision_of(&self, resp: &TxnResponse) -> Result<Version, StoreError> {
+        resp.header()
+            .map(|h| h.revision())
+            .and_then(version_of)
+            .ok_or_else(|| StoreError::Unavailable {
+                message: format!(
+                    "etcd at {} applied a write but returned no revision",
+                    self.options.target()
+                ),
+                source: None,
+            })
+    }
+
+    /// Many groups' compare-and-swaps in ONE `Txn` that is not
+    /// all-or-nothing: an outer `Txn` without a condition whose operations
+    /// are one nested `Txn` per group, each with its own compare and put,
+    /// so each applies or conflicts on its own. No group may appear twice
+    /// (etcd refuses a `Txn` that puts one key twice).
+    async fn cas_nested(&self, writes: Vec<&CasRequest>) -> BatchResult<CasOutcome> {
+        let mut out: Vec<Option<Result<CasOutcome, StoreError>>> = Vec::with_capacity(writes.len());
+        let mut nested = Vec::with_capacity(writes.len());
+        for w in &writes {
+            match self.cas_txn(&w.group, w.expected, &w.record) {
+                Some(txn) => {
+                    nested.push(TxnOp::txn(txn));
+                    out.push(None);
+                }
+                None => out.push(Some(Ok(CasOutcome::Conflict))),
+            }
+        }
+        if nested.is_empty() {
+            return Ok(out.into_iter().flatten().collect());
+        }
+        let sent = nested.len();
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .bounded("compare-and-swap", kv.txn(Txn::new().and_then(nested)))
+            .await?;
+        let answers = resp.op_responses();
+        if answers.len() != sent {
+            return Err(StoreError::Unavailable {
+                message: format!(
+                    "etcd at {} answered {sent} nested compare-and-swaps with {} results",
+                    self.options.target(),
+                    answers.len()
+                ),
+                source: None,
+            });
+        }
+        // Every nested write that applied has the outer Txn's revision.
+        let revision = self.revision_of(&resp);
+        let mut answers = answers.into_iter();
+        Ok(out
+            .into_iter()
+            .map(|done| match done {
+                Some(done) => done,
+                None => match answers.next() {
+                    Some(TxnOpResponse::Txn(inner)) if inner.succeeded() => match &revision {
+                        Ok(v) => Ok(CasOutcome::Applied(*v)),
+                        Err(e) => Err(e.copy_for_batch()),
+                    },
+                    Some(TxnOpResponse::Txn(_)) => Ok(CasOutcome::Conflict),
+                    _ => Err(StoreError::Unavailable {
+                        message: format!(
+                            "etcd at {} answered a nested compare-and-swap with another operation's result",
+                            self.options.target()
+                        ),
+                        source: None,
+                    }),
+                },
+            })
+            .collect())
+    }
+
     /// One `Txn` of `Range` gets: every group read at one revision, through
     /// the Raft leader (a read-only `Txn` is linearizable).
     async fn read_txn(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
@@ -264,17 +374,16 @@ impl LeaseStore for EtcdStore {
             .await)
     }
 
-    /// One `Txn` per compare-and-swap, never several groups in one (a `Txn`
-    /// is all-or-nothing: one group's conflict would undo the others'
-    /// renewals). They go out concurrently as streams of the one HTTP/2
-    /// channel, at most 128 at once per handle; writes to one
-    /// group go one after another, in the batch's order.
+    /// Up to 64 groups per request, as nested `Txn`s in one outer `Txn`
+    /// (each group's compare-and-swap applies or conflicts on its own: a
+    /// flat `Txn` of several groups would be all-or-nothing). Requests go
+    /// out concurrently as streams of the one HTTP/2 channel, at most 128
+    /// at once per handle. A group written twice in one batch goes in
+    /// successive requests, in the batch's order.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         Ok(self
             .in_flight
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
+            .compare_and_swap_rounds(requests, WRITES_PER_TXN, |writes| self.cas_nested(writes))
             .await)
     }
 
@@ -301,39 +410,15 @@ impl LeaseStore for EtcdStore {
         expected: Option<Version>,
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
-        let key = self.key(group);
-        let compare = match expected {
-            // create_revision 0: the key does not exist (never written, since
-            // tenure never deletes it).
-            None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-            Some(Version(v)) => match i64::try_from(v) {
-                // A missing key has mod_revision 0, and no stored key has a
-                // revision beyond i64: neither can be a version tenure read.
-                Ok(v) if v > 0 => Compare::mod_revision(key.clone(), CompareOp::Equal, v),
-                _ => return Ok(CasOutcome::Conflict),
-            },
+        let Some(txn) = self.cas_txn(group, expected, record) else {
+            return Ok(CasOutcome::Conflict);
         };
-        let txn = Txn::new()
-            .when([compare])
-            .and_then([TxnOp::put(key, record.encode(), None)]);
         let mut kv = self.client.kv_client();
         let resp = self.bounded("compare-and-swap", kv.txn(txn)).await?;
         if !resp.succeeded() {
             return Ok(CasOutcome::Conflict);
         }
-        // The transaction's revision is the new mod_revision of the key.
-        let revision = resp
-            .header()
-            .map(|h| h.revision())
-            .and_then(|r| u64::try_from(r).ok())
-            .ok_or_else(|| StoreError::Unavailable {
-                message: format!(
-                    "etcd at {} applied the write but returned no revision",
-                    self.options.target()
-                ),
-                source: None,
-            })?;
-        Ok(CasOutcome::Applied(Version(revision)))
+        Ok(CasOutcome::Applied(self.revision_of(&resp)?))
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {

@@ -131,6 +131,59 @@ impl InFlight {
         place(requests.len(), running).await
     }
 
+    /// Carries out compare-and-swaps as requests of up to `chunk` each,
+    /// for a store that can write many groups in one request as long as no
+    /// group appears twice in it (etcd's nested `Txn`s): the batch is cut
+    /// into rounds, the n-th write of each group in the n-th round, the
+    /// rounds one after another (so each group's writes apply in order),
+    /// and a round's requests concurrently under the bound. `write`
+    /// answers one request with one result per write, in order; a request
+    /// that fails as a whole fails each of its writes with a copy of its
+    /// error. One result per request, in order.
+    pub async fn compare_and_swap_rounds<'a, F, Fut>(
+        &self,
+        requests: &'a [CasRequest],
+        chunk: usize,
+        write: F,
+    ) -> Vec<Result<CasOutcome, StoreError>>
+    where
+        F: Fn(Vec<&'a CasRequest>) -> Fut + Sync,
+        Fut: Future<Output = BatchResult<CasOutcome>> + Send,
+    {
+        let chunk = chunk.max(1);
+        let mut seen: std::collections::HashMap<&GroupName, usize> =
+            std::collections::HashMap::new();
+        let mut rounds: Vec<Vec<usize>> = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            let n = seen.entry(&r.group).or_insert(0);
+            if rounds.len() <= *n {
+                rounds.push(Vec::new());
+            }
+            rounds[*n].push(i);
+            *n += 1;
+        }
+        let mut out: Vec<Option<Result<CasOutcome, StoreError>>> =
+            (0..requests.len()).map(|_| None).collect();
+        let write = &write;
+        for round in rounds {
+            let mut running: FuturesUnordered<_> = round
+                .chunks(chunk)
+                .map(|part| async move {
+                    let writes: Vec<&'a CasRequest> = part.iter().map(|i| &requests[*i]).collect();
+                    spread(part.iter().copied(), self.run(write(writes)).await)
+                })
+                .collect();
+            while let Some(done) = running.next().await {
+                for (i, r) in done {
+                    out[i] = Some(r);
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(never_carried_out())))
+            .collect()
+    }
+
     /// Reads `groups` as chunks of at most `chunk` groups, one request
     /// each (`read` answers a chunk with one result per group, in order),
     /// all chunks concurrently under the bound. A chunk that fails as a
@@ -153,23 +206,7 @@ impl InFlight {
             .enumerate()
             .map(|(n, part)| async move {
                 let first = n * chunk;
-                let got = self.run(read(part)).await;
-                let results: Vec<Result<Option<Versioned>, StoreError>> = match got {
-                    Ok(results) if results.len() == part.len() => results,
-                    Ok(results) => {
-                        let e = StoreError::Unavailable {
-                            message: format!(
-                                "the store answered a read of {} groups with {} results",
-                                part.len(),
-                                results.len()
-                            ),
-                            source: None,
-                        };
-                        part.iter().map(|_| Err(e.copy_for_batch())).collect()
-                    }
-                    Err(e) => part.iter().map(|_| Err(e.copy_for_batch())).collect(),
-                };
-                (first..).zip(results).collect::<Vec<_>>()
+                spread(first..first + part.len(), self.run(read(part)).await)
             })
             .collect();
         place(groups.len(), running).await
@@ -192,15 +229,39 @@ where
     // Every index is in exactly one lane, so every slot is filled.
     slots
         .into_iter()
-        .map(|s| {
-            s.unwrap_or_else(|| {
-                Err(StoreError::Unavailable {
-                    message: "a request of the batch was never carried out".into(),
-                    source: None,
-                })
-            })
-        })
+        .map(|s| s.unwrap_or_else(|| Err(never_carried_out())))
         .collect()
+}
+
+/// Pairs the indexes of one request's operations with its results; a
+/// request that failed as a whole, or answered with the wrong number of
+/// results, fails each of them.
+fn spread<T>(
+    indexes: impl ExactSizeIterator<Item = usize>,
+    got: BatchResult<T>,
+) -> Vec<(usize, Result<T, StoreError>)> {
+    let len = indexes.len();
+    match got {
+        Ok(results) if results.len() == len => indexes.zip(results).collect(),
+        Ok(results) => {
+            let e = StoreError::Unavailable {
+                message: format!(
+                    "the store answered a request of {len} operations with {} results",
+                    results.len()
+                ),
+                source: None,
+            };
+            indexes.map(|i| (i, Err(e.copy_for_batch()))).collect()
+        }
+        Err(e) => indexes.map(|i| (i, Err(e.copy_for_batch()))).collect(),
+    }
+}
+
+fn never_carried_out() -> StoreError {
+    StoreError::Unavailable {
+        message: "a request of the batch was never carried out".into(),
+        source: None,
+    }
 }
 
 #[cfg(test)]
@@ -329,6 +390,68 @@ mod tests {
             .compare_and_swap_each(&requests[..1], |_r| async { Ok(CasOutcome::Conflict) })
             .await;
         assert!(matches!(got[0], Ok(CasOutcome::Conflict)));
+    }
+
+    /// Requests of a round never name a group twice; a group's writes go
+    /// in successive rounds, in order; a request that fails as a whole
+    /// fails its own writes only.
+    #[tokio::test(start_paused = true)]
+    async fn rounds_keep_each_group_once_per_request_and_in_order() {
+        let sent: std::sync::Mutex<Vec<Vec<(String, String)>>> = Default::default();
+        let limit = InFlight::new(2);
+        let mut requests: Vec<CasRequest> = (0..5)
+            .map(|g| req(&format!("g{g}"), None, "first"))
+            .collect();
+        requests.insert(1, req("g0", Some(1), "second"));
+        requests.push(req("g0", Some(2), "third"));
+        requests.push(req("g4", Some(1), "second"));
+        let write = |writes: Vec<&CasRequest>| {
+            let names: Vec<(String, String)> = writes
+                .iter()
+                .map(|r| {
+                    let id = r.record.holder_id().unwrap_or_default().to_owned();
+                    (r.group.as_str().to_owned(), id)
+                })
+                .collect();
+            sent.lock().unwrap().push(names.clone());
+            async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                if names.iter().any(|(g, id)| g == "g3" && id == "first") {
+                    return Err(StoreError::Timeout(Duration::from_secs(1)));
+                }
+                Ok(names
+                    .iter()
+                    .map(|(_, id)| Ok(CasOutcome::Applied(Version(id.len() as u64))))
+                    .collect())
+            }
+        };
+        let got = limit.compare_and_swap_rounds(&requests, 2, write).await;
+        let sent = sent.into_inner().unwrap();
+        for request in &sent {
+            assert!(request.len() <= 2, "{request:?}");
+            let mut groups: Vec<&String> = request.iter().map(|(g, _)| g).collect();
+            groups.sort();
+            groups.dedup();
+            assert_eq!(groups.len(), request.len(), "a group twice: {request:?}");
+        }
+        let order = |group: &str| -> Vec<String> {
+            sent.iter()
+                .flatten()
+                .filter(|(g, _)| g == group)
+                .map(|(_, id)| id.clone())
+                .collect()
+        };
+        assert_eq!(order("g0"), ["first", "second", "third"]);
+        assert_eq!(order("g4"), ["first", "second"]);
+        // g3 shared its request with g2 or g4: those failed with it.
+        let failed: Vec<&str> = requests
+            .iter()
+            .zip(&got)
+            .filter(|(_, r)| r.is_err())
+            .map(|(q, _)| q.group.as_str())
+            .collect();
+        assert!(failed.contains(&"g3") && failed.len() == 2, "{failed:?}");
+        assert!(matches!(got[1], Ok(CasOutcome::Applied(Version(6)))));
     }
 
     #[tokio::test(start_paused = true)]
