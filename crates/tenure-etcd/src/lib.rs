@@ -68,6 +68,13 @@
 //! Both need etcd 3.3 or later (nested `Txn`s) with `--max-txn-ops` at 65
 //! or more (the default is 128).
 //!
+//! etcd releases before the 2026 fix of its nested-`Txn` authorization
+//! bypass (etcd-io/etcd#21689) do not check permissions inside nested
+//! `Txn`s: on those, a user whose role was revoked still gets its batched
+//! renewals through (its reads, single writes and watches are refused).
+//! Revoking tenure's role there does not stop its electors: stop the
+//! processes, or upgrade etcd.
+//!
 //! # Change feed
 //!
 //! [`LeaseStore::watch`](tenure::LeaseStore::watch) is ONE watch on the key
