@@ -162,6 +162,53 @@ async fn one_failed_write_among_many_fails_alone() {
     }
 }
 
+/// Refused credentials in a batch: every entry fails as misconfigured,
+/// naming the fix, and no message shows the secret key.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_credentials_in_a_batch_name_the_fix_without_the_secret() {
+    let Some(url) = endpoint() else { return };
+    let direct = store(&url).await;
+    let groups = written(&direct, "refused", 3).await;
+    let proxy = FaultProxy::start(&url).await;
+    let s = through(&proxy, Duration::from_secs(5)).await;
+    proxy.push(Some("BatchGetItem"), Reply::unrecognized_client());
+    let mut errors: Vec<StoreError> = s
+        .read_many(&groups)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap_err())
+        .collect();
+    let requests: Vec<CasRequest> = groups
+        .iter()
+        .map(|g| CasRequest {
+            group: g.clone(),
+            expected: None,
+            record: held_by("x", 1),
+        })
+        .collect();
+    for _ in 0..3 {
+        proxy.push(Some("UpdateItem"), Reply::unrecognized_client());
+    }
+    errors.extend(
+        s.compare_and_swap_many(&requests)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.unwrap_err()),
+    );
+    assert_eq!(errors.len(), 6);
+    for e in errors {
+        assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
+        let text = format!("{e} {e:?}");
+        assert!(text.contains("refused the credentials"), "{text}");
+        assert!(
+            !text.contains(support::SECRET_KEY),
+            "shows the secret: {text}"
+        );
+    }
+}
+
 const GROUPS: usize = 200;
 const TERM: Duration = Duration::from_secs(10);
 

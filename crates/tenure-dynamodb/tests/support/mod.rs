@@ -39,8 +39,11 @@ pub fn options(endpoint: &str, table: &str) -> DynamoDbOptions {
         .unwrap()
         .region("local")
         .endpoint(endpoint)
-        .static_credentials("AKIDTENURETEST", "tenure-test-secret")
+        .static_credentials("AKIDTENURETEST", SECRET_KEY)
 }
+
+/// The secret key the tests' stores sign with; no message may show it.
+pub const SECRET_KEY: &str = "tenure-test-secret";
 
 /// A store on the shared table, creating it on first use.
 pub async fn store(endpoint: &str) -> DynamoDbStore {
