@@ -13,7 +13,7 @@ use etcd_client::{
 use tenure::concurrent::InFlight;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, Listed, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio::time::Instant;
 
@@ -449,6 +449,31 @@ impl LeaseStore for EtcdStore {
             }
         });
         Ok(Some(feed))
+    }
+
+    /// One linearizable range read of the keys under the store's prefix
+    /// and `prefix` (a key that is not a group name is skipped).
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let mut kv = self.client.kv_client();
+        let key = format!("{}{prefix}", self.options.prefix).into_bytes();
+        let resp = self
+            .bounded(
+                "list",
+                kv.get(key, Some(etcd_client::GetOptions::new().with_prefix())),
+            )
+            .await?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .filter_map(|found| {
+                let name = std::str::from_utf8(found.key())
+                    .ok()?
+                    .strip_prefix(self.options.prefix.as_str())?;
+                let group = GroupName::new(name).ok()?;
+                let record = self.versioned(&group, found);
+                Some(Listed { group, record })
+            })
+            .collect())
     }
 
     fn describe(&self) -> String {

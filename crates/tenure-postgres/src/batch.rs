@@ -19,7 +19,7 @@ use crate::{error, payload};
 /// Most groups in one statement: a batch larger than this (only a direct
 /// caller sends one; the engine's are smaller) becomes several statements,
 /// so none runs into `statement_timeout`.
-pub(crate) const MAX_ROWS: usize = 2048;
+pub(crate) const MAX_ROWS: usize = 4096;
 
 /// A version no earlier write can have had: the server's clock in
 /// microseconds, or one more than the row's version if that is higher.
@@ -33,6 +33,8 @@ const CLOCK_VERSION: &str = "(extract(epoch from clock_timestamp()) * 1000000)::
 pub(crate) struct Statements {
     pub(crate) read: Statement,
     pub(crate) write: Statement,
+    /// Every row whose group name starts with `$1` (for sharded sets).
+    pub(crate) list: Statement,
 }
 
 /// Prepares the statements for `table` (already quoted).
@@ -43,6 +45,11 @@ pub(crate) async fn prepare(
 ) -> Result<Statements, StoreError> {
     let read = format!(
         "SELECT group_name, version, record FROM {table} WHERE group_name = ANY($1::text[])"
+    );
+    // `left` and `char_length` count characters alike, and compare the
+    // prefix literally (no LIKE wildcards to escape).
+    let list = format!(
+        "SELECT group_name, version, record FROM {table} WHERE left(group_name, char_length($1::text)) = $1::text"
     );
     // Writes: an UPDATE for rows expected at a version, an INSERT for rows
     // expected absent; pg_notify runs once per row either wrote, so only a
@@ -88,6 +95,7 @@ pub(crate) async fn prepare(
     Ok(Statements {
         read: prepare(read).await?,
         write: prepare(write).await?,
+        list: prepare(list).await?,
     })
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, Listed, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -254,7 +254,7 @@ impl LeaseStore for PostgresStore {
         )
     }
 
-    /// One `SELECT … WHERE group_name = ANY($1)` per 2048 distinct groups.
+    /// One `SELECT … WHERE group_name = ANY($1)` per 4096 distinct groups.
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         let mut distinct: Vec<String> = groups.iter().map(|g| g.as_str().to_owned()).collect();
         distinct.sort_unstable();
@@ -274,7 +274,7 @@ impl LeaseStore for PostgresStore {
 
     /// One statement for a batch in which no group repeats; the n-th
     /// write of a group goes in the n-th of successive statements, and a
-    /// batch of more than 2048 groups is cut into statements of 2048 (see
+    /// batch of more than 4096 groups is cut into statements of 4096 (see
     /// [the crate docs](crate#many-groups)). If a statement fails, its
     /// requests and every later one fail with its error; earlier
     /// statements' outcomes stand.
@@ -345,6 +345,31 @@ impl LeaseStore for PostgresStore {
     /// out in a statement or two.
     fn batch_size_hint(&self) -> usize {
         batch::MAX_ROWS
+    }
+
+    /// One statement: every row whose group name starts with `prefix`
+    /// (compared literally, character for character).
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let prefix = prefix.to_owned();
+        let rows = self
+            .run("list", |c| {
+                Box::pin(async move { c.client.query(&c.statements.list, &[&prefix]).await })
+            })
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let get = |e| error::classify("list", self.target(), e);
+            let name: String = row.try_get(0).map_err(get)?;
+            let version: i64 = row.try_get(1).map_err(get)?;
+            let record: Vec<u8> = row.try_get(2).map_err(get)?;
+            // A name tenure would refuse was written by hand: skip it.
+            let Ok(group) = GroupName::new(name) else {
+                continue;
+            };
+            let record = decode(&group, version, &record);
+            out.push(Listed { group, record });
+        }
+        Ok(out)
     }
 
     fn describe(&self) -> String {

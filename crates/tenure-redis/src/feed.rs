@@ -237,8 +237,9 @@ async fn subscribed(
     }
 }
 
-/// `prefix` as a glob pattern matching every channel that starts with it.
-fn pattern(prefix: &str) -> String {
+/// `prefix` as a glob pattern matching every channel (or key) that starts
+/// with it.
+pub(crate) fn pattern(prefix: &str) -> String {
     let mut p = String::with_capacity(prefix.len() + 1);
     for c in prefix.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

@@ -55,7 +55,7 @@
 //!
 //! Electors built from clones of one [`RedisStore`] share one
 //! [`tenure::Engine`]: a batch of reads, or of compare-and-swaps, is one
-//! script call (per 2048 groups) on the store's one multiplexed
+//! script call (per 4096 groups) on the store's one multiplexed
 //! connection, which pipelines the engine's concurrent batches. Each
 //! compare-and-swap in a batch stands on its own (one group's conflict
 //! never undoes another's write), and two of one group apply in order.

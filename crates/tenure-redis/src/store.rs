@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, Metadata, RecordError, StoreError, StoreFeed, Version, Versioned, WallTime,
+    LeaseStore, Listed, Metadata, RecordError, StoreError, StoreFeed, Version, Versioned, WallTime,
 };
 use tokio::time::Instant;
 
@@ -32,7 +32,7 @@ const QUARANTINE_TERMS: u32 = 2;
 /// Most groups in one script call: a larger batch (only a direct caller
 /// sends one; the engine's are no larger) becomes several calls, so no
 /// script holds the server for long.
-const MAX_KEYS: usize = 2048;
+const MAX_KEYS: usize = 4096;
 
 /// A lease store in Redis. Clones share one connection.
 ///
@@ -501,12 +501,12 @@ impl LeaseStore for RedisStore {
         )
     }
 
-    /// One script call per 2048 groups, all read in one atomic step.
+    /// One script call per 4096 groups, all read in one atomic step.
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         chunked(groups, |piece| self.read_chunk(piece)).await
     }
 
-    /// One script call per 2048 requests, each compare-and-swap on its own
+    /// One script call per 4096 requests, each compare-and-swap on its own
     /// and in order (a later request for a group sees what an earlier one
     /// wrote), each applied write published with its record.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
@@ -576,6 +576,71 @@ impl LeaseStore for RedisStore {
     /// out in a call or two.
     fn batch_size_hint(&self) -> usize {
         MAX_KEYS
+    }
+
+    /// `SCAN … MATCH <prefix>*` (the prefix's glob characters escaped)
+    /// for the keys, then the usual read script for their records. SCAN
+    /// walks the whole keyspace, so a sharded set is best given a database
+    /// or a prefix of its own on a busy server.
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let store_prefix = self.options().prefix.clone();
+        let pattern = feed::pattern(&format!("{store_prefix}{prefix}"));
+        let mut names: Vec<String> = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let pattern = pattern.clone();
+            let (next, keys): (u64, Vec<Vec<u8>>) = self
+                .inner
+                .conn
+                .run("list", |mut c| async move {
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            for key in keys {
+                // The data-set marker is the bare prefix: not a group.
+                if let Some(name) = std::str::from_utf8(&key)
+                    .ok()
+                    .and_then(|k| k.strip_prefix(store_prefix.as_str()))
+                    .filter(|n| !n.is_empty())
+                {
+                    names.push(name.to_owned());
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        names.sort();
+        names.dedup();
+        let groups: Vec<GroupName> = names
+            .into_iter()
+            .filter_map(|n| GroupName::new(n).ok())
+            .collect();
+        let records = self.read_many(&groups).await?;
+        Ok(groups
+            .into_iter()
+            .zip(records)
+            .filter_map(|(group, record)| match record {
+                // Gone between SCAN and the read: not listed.
+                Ok(None) => None,
+                Ok(Some(v)) => Some(Listed {
+                    group,
+                    record: Ok(v),
+                }),
+                Err(e) => Some(Listed {
+                    group,
+                    record: Err(e),
+                }),
+            })
+            .collect())
     }
 
     fn describe(&self) -> String {

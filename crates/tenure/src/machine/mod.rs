@@ -1086,21 +1086,18 @@ impl Machine {
                     }
                     return;
                 }
-                if !ours && current.version > lead.version {
-                    // Another writer replaced the record after our last
-                    // write: our term is over, whatever a renewal in flight
-                    // might say. Ending it now is never unsafe.
-                    let (token, deadline) = (lead.token, lead.deadline);
-                    let by = current.record.holder_id().map(str::to_owned);
-                    self.end_term(token, EndReason::Superseded { by }, now.mono, deadline, out);
-                    self.state = State::Candidate;
-                    self.reported = None;
-                    self.next_read = if self.feed_live {
-                        NEVER
-                    } else {
-                        now.mono + self.timing.retry_interval
-                    };
-                    self.observe_from(now, Some(current), true, out);
+                if !ours && current.version > lead.version && !lead.verifying {
+                    // Another writer seems to have replaced the record after
+                    // our last write. A feed can be forged (a foreign
+                    // publisher on the channel), so read before ending the
+                    // term: the read is what a renewal's conflict would
+                    // have led to anyway.
+                    if let State::Leader(lead) = &mut self.state {
+                        lead.verifying = true;
+                        if self.op.is_none() {
+                            lead.next_renew = now.mono;
+                        }
+                    }
                 }
             }
             // A release verifies with reads of its own.

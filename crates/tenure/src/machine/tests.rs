@@ -1267,3 +1267,45 @@ fn a_release_after_a_failed_renewal_waits_for_the_ended_terms_work() {
         assert!(released(&a), "released once the work is gone: {a:?}");
     }
 }
+
+/// A record on the change feed that seems to supersede the leader is
+/// checked with a read first: a forged feed message must not end a term.
+#[test]
+fn a_feed_record_superseding_the_leader_is_verified_by_a_read() {
+    let (mut m, record) = leader("a");
+    let forged = held("mallory", 9, 7);
+    let a = m.step(at(100), Input::Observed { current: forged });
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::EndTerm { .. })),
+        "ended on an unverified feed record: {a:?}"
+    );
+    let op = read_op(&a);
+    // The store says the record is still ours: the term goes on.
+    let a = read(
+        &mut m,
+        at(101),
+        op,
+        Some(Versioned {
+            record,
+            version: Version(1),
+        }),
+    );
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::EndTerm { .. })),
+        "{a:?}"
+    );
+    assert_eq!(m.phase(), Phase::Leader { token: 1 });
+    // It renews at once after verifying; the renewal applies.
+    let (renew, _, _) = cas_op(&a);
+    cas(&mut m, at(102), renew, CasOutcome::Applied(Version(2)));
+    // A real takeover seen on the feed ends the term after the read.
+    let a = m.step(
+        at(200),
+        Input::Observed {
+            current: held("z", 2, 9),
+        },
+    );
+    let op = read_op(&a);
+    let a = read(&mut m, at(201), op, Some(held("z", 2, 9)));
+    assert!(matches!(a[0], Action::EndTerm { .. }), "{a:?}");
+}
