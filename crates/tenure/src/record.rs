@@ -126,7 +126,7 @@ pub struct Holder {
 /// let md = Metadata::address("10.0.0.7:8080").with("zone", "eu-west-1a");
 /// assert_eq!(md.get("address"), Some("10.0.0.7:8080"));
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Metadata(BTreeMap<String, String>);
 
@@ -215,7 +215,7 @@ impl fmt::Display for Version {
 }
 
 /// The lease of one group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LeaseRecord {
     /// The current holder, or `None` once released.
     pub holder: Option<Holder>,
@@ -331,7 +331,7 @@ impl LeaseRecord {
 }
 
 /// A record together with the store's version of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Versioned {
     /// The record.
     pub record: LeaseRecord,

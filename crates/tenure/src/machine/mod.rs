@@ -319,14 +319,14 @@ pub enum Action {
     Stopped,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 struct Observed {
     current: Option<Versioned>,
     /// When this node first saw `current`'s version (reply receipt).
     since: MonoTime,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 struct Lead {
     token: u64,
     version: Version,
@@ -338,7 +338,7 @@ struct Lead {
     verifying: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum After {
     Stand,
     Stop,
@@ -346,7 +346,7 @@ enum After {
 
 /// Clearing this node's holder from the record, retried until it is done,
 /// the record turns out not to be ours, or `until` passes.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 struct Release {
     then: After,
     /// Only a record with this node as holder and this token is ours to
@@ -367,7 +367,7 @@ struct Release {
     until: MonoTime,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 enum State {
     Candidate,
     Leader(Lead),
@@ -382,13 +382,13 @@ enum State {
     Stopped,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 enum OpKind {
     Read(ReadPurpose),
     Write(WritePurpose, LeaseRecord),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 struct Pending {
     id: OpId,
     kind: OpKind,
@@ -417,7 +417,12 @@ pub enum Phase {
 }
 
 /// The election state machine of one candidate.
+///
+/// With the `testkit` feature it is `Clone` and `Hash`, so a model checker
+/// (`tenure-model`) can keep whole machines in its states and tell states
+/// apart by their fingerprints.
 #[derive(Debug)]
+#[cfg_attr(feature = "testkit", derive(Clone))]
 pub struct Machine {
     timing: Timing,
     me: Holder,
@@ -473,6 +478,65 @@ fn carried_forward(metadata: &Metadata) -> Metadata {
 
 /// `next_read` when no poll is scheduled (the feed reports every write).
 const NEVER: MonoTime = MonoTime::from_nanos(u64::MAX);
+
+/// Every field that decides what the machine does next, so two machines
+/// that hash alike behave alike. The timing is left out (a model runs all
+/// its machines with one), and the random generator enters as its next
+/// output: a fingerprint of its position in the stream, since `StdRng`
+/// offers no `Hash`; with zero jitter it is never drawn from, so it is
+/// left out too.
+#[cfg(feature = "testkit")]
+impl std::hash::Hash for Machine {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        use rand::RngCore;
+        // Destructured, so that a new field cannot be forgotten here.
+        let Machine {
+            timing: _,
+            me,
+            metadata,
+            rng,
+            state,
+            op,
+            next_op,
+            observed,
+            last_held_term,
+            next_read,
+            reread,
+            hold_off_until,
+            ended,
+            last_pulse,
+            reported,
+            max_token,
+            own_write_failures,
+            feed_live,
+            predecessor,
+            metadata_dirty,
+            anchor_at_receive,
+        } = self;
+        me.hash(h);
+        metadata.hash(h);
+        if !self.timing.retry_jitter.is_zero() {
+            rng.clone().next_u64().hash(h);
+        }
+        state.hash(h);
+        op.hash(h);
+        next_op.hash(h);
+        observed.hash(h);
+        last_held_term.hash(h);
+        next_read.hash(h);
+        reread.hash(h);
+        hold_off_until.hash(h);
+        ended.hash(h);
+        last_pulse.hash(h);
+        reported.hash(h);
+        max_token.hash(h);
+        own_write_failures.hash(h);
+        feed_live.hash(h);
+        predecessor.hash(h);
+        metadata_dirty.hash(h);
+        anchor_at_receive.hash(h);
+    }
+}
 
 impl Machine {
     /// A candidate `me` with validated `timing`, publishing `metadata`.
@@ -721,6 +785,11 @@ impl Machine {
 
     fn poll_delay(&mut self) -> Duration {
         let jitter = u64::try_from(self.timing.retry_jitter.as_nanos()).unwrap_or(u64::MAX);
+        if jitter == 0 {
+            // Nothing to draw: the generator stays where it is, so machines
+            // without jitter differ only in what they did.
+            return self.timing.retry_interval;
+        }
         self.timing.retry_interval + Duration::from_nanos(self.rng.gen_range(0..=jitter))
     }
 

@@ -1,0 +1,165 @@
+//! Model checks small enough for CI (each a few seconds on 2 cores): the
+//! real machine, every schedule within the bounds, every property; and the
+//! two negative controls, which must find an overlap. The larger bounds are
+//! `cargo run --release -p tenure-model -- …` (docs/benchmarks.md, "Model
+//! checking").
+
+use std::time::Duration;
+
+use tenure_model::properties::names::*;
+use tenure_model::{
+    check, check_until_failure, FaultKind, Outcome, Params, Rate, ReleaseKind, Skew,
+};
+
+const THREADS: usize = 2;
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// Faults of one kind, at most `n` of them, during the first second.
+fn faults(kinds: &[FaultKind], n: u8) -> Params {
+    Params {
+        faults: n,
+        fault_kinds: kinds.to_vec(),
+        fault_end: secs(1.0),
+        ..Params::default()
+    }
+}
+
+fn holds(params: Params) -> Outcome {
+    let outcome = check(params, THREADS).expect("valid parameters");
+    println!("{outcome}");
+    assert!(outcome.failures.is_empty(), "{outcome}");
+    outcome
+}
+
+#[test]
+fn without_faults_one_node_leads_and_keeps_leading() {
+    // The default horizon: the heal bound, so liveness is judged.
+    let outcome = holds(Params::default());
+    assert!(outcome.unique_states > 100_000, "{outcome}");
+    assert!(
+        !outcome.reached.contains(&HANDOVER),
+        "no fault, no hand-over"
+    );
+}
+
+#[test]
+fn a_crashed_leader_is_succeeded_never_early() {
+    let outcome = holds(Params {
+        horizon: Some(secs(12.0)),
+        ..faults(&[FaultKind::Crash], 1)
+    });
+    assert!(outcome.reached.contains(&HANDOVER), "{outcome}");
+}
+
+#[test]
+fn lost_requests_and_replies_break_nothing() {
+    holds(Params {
+        horizon: Some(secs(8.0)),
+        ..faults(&[FaultKind::Lose], 1)
+    });
+}
+
+#[test]
+fn slow_requests_applying_late_break_nothing() {
+    holds(Params {
+        horizon: Some(secs(8.0)),
+        ..faults(&[FaultKind::Delay], 1)
+    });
+}
+
+#[test]
+fn a_paused_node_breaks_nothing() {
+    holds(Params {
+        horizon: Some(secs(12.0)),
+        ..faults(&[FaultKind::Pause], 1)
+    });
+}
+
+#[test]
+fn a_graceful_release_hands_over_within_the_bound() {
+    let outcome = holds(Params {
+        releases: 1,
+        release_kinds: vec![ReleaseKind::Shutdown],
+        horizon: Some(secs(10.0)),
+        ..Params::default()
+    });
+    assert!(outcome.reached.contains(&RELEASED), "{outcome}");
+    assert!(outcome.reached.contains(&HANDOVER), "{outcome}");
+}
+
+#[test]
+fn a_resignation_hands_over_within_the_bound() {
+    let outcome = holds(Params {
+        releases: 1,
+        release_kinds: vec![ReleaseKind::Resign],
+        horizon: Some(secs(10.0)),
+        ..Params::default()
+    });
+    assert!(outcome.reached.contains(&RELEASED), "{outcome}");
+}
+
+#[test]
+fn the_wall_clock_takeover_is_safe_within_half_the_skew() {
+    holds(Params {
+        skew: Some(Skew {
+            bound: secs(2.0),
+            offset: secs(1.0),
+        }),
+        horizon: Some(secs(12.0)),
+        ..faults(&[FaultKind::Crash], 1)
+    });
+}
+
+#[test]
+fn three_nodes_elect_one() {
+    holds(Params {
+        nodes: 3,
+        horizon: Some(secs(4.0)),
+        ..Params::default()
+    });
+}
+
+/// Negative control: clocks drifting at twice the configured bound let a
+/// challenger's wait end before the crashed leader's deadline.
+#[test]
+fn drift_beyond_the_bound_is_caught() {
+    let params = Params {
+        rates: vec![Rate::new(6, 8), Rate::new(10, 8)],
+        horizon: Some(secs(10.0)),
+        ..faults(&[FaultKind::Crash], 1)
+    };
+    let outcome = check_until_failure(params, THREADS).unwrap();
+    assert!(outcome.violated(ONE_VALID_TERM), "{outcome}");
+}
+
+/// Negative control: a deadline anchored at the reply's receipt outlasts a
+/// challenger's wait by the reply's delay.
+#[test]
+fn deadlines_anchored_at_the_receipt_are_caught() {
+    let params = Params {
+        anchor_at_receive: true,
+        horizon: Some(secs(10.0)),
+        ..faults(&[FaultKind::Crash], 1)
+    };
+    let outcome = check_until_failure(params, THREADS).unwrap();
+    assert!(outcome.violated(ONE_VALID_TERM), "{outcome}");
+}
+
+/// Negative control of the skew path: wall clocks further from true time
+/// than half the skew bound let the early takeover come too early.
+#[test]
+fn wall_clocks_beyond_half_the_skew_are_caught() {
+    let params = Params {
+        skew: Some(Skew {
+            bound: secs(2.0),
+            offset: secs(2.0),
+        }),
+        horizon: Some(secs(12.0)),
+        ..faults(&[FaultKind::Crash], 1)
+    };
+    let outcome = check_until_failure(params, THREADS).unwrap();
+    assert!(outcome.violated(ONE_VALID_TERM), "{outcome}");
+}
