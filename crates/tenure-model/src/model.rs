@@ -234,7 +234,8 @@ impl ElectionModel {
             .nodes
             .iter()
             .any(|n| n.process.as_ref().is_some_and(|p| p.paused));
-        if paused && s.now < self.fault_end {
+        // A pause ends with the faults: time stops there until it does.
+        if paused && s.now <= self.fault_end {
             add(Some(self.fault_end));
         }
         at
@@ -489,8 +490,9 @@ impl ElectionModel {
     }
 
     /// Housekeeping after every step: drop terms that can never be valid
-    /// again, note leadership after the faults, check the stop grace.
-    fn settle(&self, s: &mut State) {
+    /// again, note leadership after the faults, and, when time moved,
+    /// check the stop grace.
+    fn settle(&self, s: &mut State, time_moved: bool) {
         let now = s.now;
         let nodes = &s.nodes;
         s.ghost.terms.retain(|t| {
@@ -503,16 +505,19 @@ impl ElectionModel {
         // A running leader must have been told to stop by its deadline
         // minus the stop grace. Ticks are urgent, so its clock reads at
         // most one nanosecond past that instant (rounding of the real
-        // instant) before it is stepped there.
+        // instant) before it is stepped there. Judged when time moves: a
+        // node resuming from a pause past that instant is stepped (at
+        // once, since it is then due) before time moves on.
         let grace = self.timing.stop_grace;
-        let late = s.ghost.terms.iter().any(|t| {
-            let i = usize::from(t.node);
-            let node = &s.nodes[i];
-            t.open
-                && node.incarnation == t.incarnation
-                && Self::active(node).is_some()
-                && clock::mono(node, i, now) > t.deadline - grace + Duration::from_nanos(1)
-        });
+        let late = time_moved
+            && s.ghost.terms.iter().any(|t| {
+                let i = usize::from(t.node);
+                let node = &s.nodes[i];
+                t.open
+                    && node.incarnation == t.incarnation
+                    && Self::active(node).is_some()
+                    && clock::mono(node, i, now) > t.deadline - grace + Duration::from_nanos(1)
+            });
         if late {
             s.ghost.flaw(Flaw::LateStop);
         }
@@ -668,7 +673,9 @@ impl Model for ElectionModel {
                         actions.push(Step::Pause(b));
                     }
                     let leads = matches!(p.machine.get().phase(), Phase::Leader { .. });
-                    if leads && !p.paused && s.releases_used < self.params.releases {
+                    let may_release =
+                        s.now < self.fault_end && s.releases_used < self.params.releases;
+                    if leads && !p.paused && may_release {
                         let kinds = &self.params.release_kinds;
                         if kinds.contains(&ReleaseKind::Resign) {
                             actions.push(Step::Resign(b));
@@ -684,6 +691,7 @@ impl Model for ElectionModel {
 
     fn next_state(&self, last: &State, step: Step) -> Option<State> {
         let mut s = last.clone();
+        let time_moved = matches!(step, Step::Advance(_));
         match step {
             Step::Tick(b) => {
                 let i = usize::from(b);
@@ -797,7 +805,7 @@ impl Model for ElectionModel {
                 self.step(&mut s, usize::from(b), Input::Shutdown);
             }
         }
-        self.settle(&mut s);
+        self.settle(&mut s, time_moved);
         Some(s)
     }
 

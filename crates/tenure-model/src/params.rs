@@ -106,7 +106,8 @@ pub struct Params {
     /// Faults happen only before this real instant; from then on every
     /// message arrives within `L` and no node is paused.
     pub fault_end: Duration,
-    /// How many graceful releases the application may ask for.
+    /// How many graceful releases the application may ask for (before
+    /// `fault_end`, like the faults: the adversary's window).
     pub releases: u8,
     /// Which releases.
     pub release_kinds: Vec<ReleaseKind>,
