@@ -50,7 +50,7 @@ pub enum RedisStoreError {
     },
     /// The ACL user may not run a command or touch a key or channel tenure
     /// needs.
-    #[error("Redis at {target}: {who} lacks a permission tenure needs ({detail}); grant it with `ACL SETUSER <user> ~{prefix}* &{prefix}* +evalsha +eval +script|load +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish`")]
+    #[error("Redis at {target}: {who} lacks a permission tenure needs ({detail}); grant it with `ACL SETUSER <user> ~{prefix}* &{prefix}* +evalsha +eval +script|load +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish +scan`")]
     Permission {
         /// `host:port`.
         target: String,

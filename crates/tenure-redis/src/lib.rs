@@ -158,7 +158,7 @@
 //! [`describe`](tenure::LeaseStore::describe).
 //!
 //! An ACL user needs: `~{prefix}* &{prefix}* +evalsha +eval +script|load
-//! +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish`
+//! +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish +scan`
 //! (`+config|get` is optional: it lets [`RedisStore::connect`] check the
 //! eviction policy).
 #![deny(missing_docs)]

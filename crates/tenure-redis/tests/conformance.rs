@@ -84,7 +84,7 @@ async fn the_documented_acl_permissions_pass_the_suite() {
         .await
         .unwrap();
     let rules = format!(
-        "~{prefix}* &{prefix}* +evalsha +eval +script|load +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish"
+        "~{prefix}* &{prefix}* +evalsha +eval +script|load +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish +scan"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg(&user).arg("on").arg(">acl-pw");

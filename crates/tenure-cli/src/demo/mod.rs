@@ -283,6 +283,16 @@ impl Demo {
     }
 
     async fn take_down(&mut self, kind: Kind) -> Result<(), String> {
+        let (t, token, idx) = self.leader_just_renewed(kind).await?;
+        let (pid, at) = self.strike(kind, idx, token);
+        self.await_takeover(kind, token).await?;
+        self.restore(kind, t, idx, pid, at).await
+    }
+
+    /// Waits for a leader, then for its next renewal: struck right after
+    /// one, it cannot have renewed again unseen before a SIGKILL, and its
+    /// last deadline is exact. Returns its term's index, token and process.
+    async fn leader_just_renewed(&mut self, kind: Kind) -> Result<(usize, u64, usize), String> {
         let b = self.timing.bounds();
         if !self
             .wait_for(b.crash_failover + SLACK, |d| d.leader().is_some())
@@ -294,8 +304,6 @@ impl Demo {
             return Err("no leader to take down".into());
         };
         let idx = self.proc_of(t).ok_or("the leader's process is unknown")?;
-        // Strike right after a renewal: then the leader cannot have renewed
-        // again unseen before a SIGKILL, and its last deadline is exact.
         let seen = self.renewals[t];
         self.wait_for(
             self.timing.renew_interval * 2 + Duration::from_secs(1),
@@ -308,6 +316,13 @@ impl Demo {
                 kind.name()
             ));
         }
+        Ok((t, token, idx))
+    }
+
+    /// Signals the leader's process and records the take-down: in the
+    /// timeline, as a pending hand-over, and (for a crash) as the end of
+    /// its terms' work. Returns the pid and the instant.
+    fn strike(&mut self, kind: Kind, idx: usize, token: u64) -> (libc::pid_t, u64) {
         let (sig, name, what) = match kind {
             Kind::Graceful => (libc::SIGTERM, "SIGTERM", "graceful stop"),
             Kind::Crash => (libc::SIGKILL, "SIGKILL", "crash"),
@@ -342,6 +357,13 @@ impl Demo {
             to_token: None,
         });
         self.pending = Some(self.handovers.len() - 1);
+        (pid, at)
+    }
+
+    /// Waits for another candidate to take over within the bound the
+    /// configuration promises for this kind of take-down.
+    async fn await_takeover(&mut self, kind: Kind, token: u64) -> Result<(), String> {
+        let b = self.timing.bounds();
         let bound = match kind {
             Kind::Graceful => b.graceful_failover_polling,
             Kind::Crash | Kind::Pause => b.crash_failover,
@@ -351,11 +373,29 @@ impl Demo {
             .await;
         self.pending = None;
         if !took_over {
+            let what = match kind {
+                Kind::Graceful => "graceful stop",
+                Kind::Crash => "crash",
+                Kind::Pause => "pause",
+            };
             return Err(self.why_not(&format!(
                 "no candidate took over within {} of the {what}",
                 view::short(bound + SLACK)
             )));
         }
+        Ok(())
+    }
+
+    /// Brings the group back to full strength: a replacement for a stopped
+    /// or killed candidate; the paused one resumed after its pause.
+    async fn restore(
+        &mut self,
+        kind: Kind,
+        t: usize,
+        idx: usize,
+        pid: libc::pid_t,
+        at: u64,
+    ) -> Result<(), String> {
         match kind {
             Kind::Graceful | Kind::Crash => {
                 self.reap(idx).await;
