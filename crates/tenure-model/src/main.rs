@@ -71,6 +71,9 @@ struct Args {
     /// Checker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Also print the shortest path to each `sometimes` property reached.
+    #[arg(long)]
+    examples: bool,
 }
 
 fn main() -> ExitCode {
@@ -125,6 +128,11 @@ fn main() -> ExitCode {
         }
         Ok(outcome) => {
             print!("{outcome}");
+            if args.examples {
+                for (name, path) in &outcome.examples {
+                    println!("EXAMPLE: {name}\n{path}");
+                }
+            }
             if outcome.failures.is_empty() {
                 ExitCode::SUCCESS
             } else {

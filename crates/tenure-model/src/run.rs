@@ -34,6 +34,8 @@ pub struct Outcome {
     pub failures: Vec<(&'static str, String)>,
     /// `sometimes` properties reached.
     pub reached: Vec<&'static str>,
+    /// For each `sometimes` property reached, the shortest path to it.
+    pub examples: Vec<(&'static str, String)>,
     /// `sometimes` properties never reached.
     pub unreached: Vec<&'static str>,
 }
@@ -96,10 +98,14 @@ fn run(params: Params, threads: usize, until: HasDiscoveries) -> Result<Outcome,
     let discoveries = checker.discoveries();
     let mut failures = Vec::new();
     let mut reached = Vec::new();
+    let mut examples = Vec::new();
     let mut unreached = Vec::new();
     for p in &properties {
         match (p.expectation.clone(), discoveries.get(p.name)) {
-            (Expectation::Sometimes, Some(_)) => reached.push(p.name),
+            (Expectation::Sometimes, Some(path)) => {
+                reached.push(p.name);
+                examples.push((p.name, render(checker.model(), path)));
+            }
             (Expectation::Sometimes, None) => unreached.push(p.name),
             (_, Some(path)) => failures.push((p.name, render(checker.model(), path))),
             (_, None) => {}
@@ -115,6 +121,7 @@ fn run(params: Params, threads: usize, until: HasDiscoveries) -> Result<Outcome,
         elapsed,
         failures,
         reached,
+        examples,
         unreached,
     })
 }
