@@ -1,0 +1,230 @@
+//! The store-wide change feed ([`LeaseStore::watch`], what the engine
+//! listens to): ONE persistent recursive watch (`addWatch`, ZooKeeper 3.6
+//! and later) on the prefix node, for every group.
+//!
+//! A persistent watch stays armed after it fires, so no event is lost
+//! between an event and re-arming, and one watch covers every group node,
+//! including ones created later (a child watch plus a one-shot data watch
+//! per group would cost a watch per group and a re-arm per renewal).
+//! ZooKeeper's events carry no data: the feed reads the nodes that changed
+//! (those whose events arrived together in one `multiRead`) and reports
+//! [`Change::Written`] with the record and version, so followers need no
+//! read of their own.
+//!
+//! What a persistent watch does not do is catch up: after a reconnect the
+//! server does not report the changes it missed (ZOOKEEPER-4698), and the
+//! client library (zookeeper-client 0.11) does not even register the watch
+//! again on the new connection. So after every reconnect the feed arms the
+//! watch again itself and sends [`Change::Resync`] (every group reads
+//! once); after the session ends, it does the same on the new session.
+//!
+//! Nodes under the prefix that are no group of tenure's are skipped; a
+//! deleted node, or one whose data does not decode, is a
+//! [`Change::Hint`] (the engine reads the group and reports what it
+//! finds).
+//!
+//! [`LeaseStore::watch`]: tenure::LeaseStore::watch
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use tenure::{Change, GroupName, StoreFeed, StoreFeedSender};
+use zookeeper_client as zk;
+
+use crate::error::ZkStoreError;
+use crate::names;
+use crate::store::{ZkStore, READS_PER_REQUEST};
+use crate::watch::backoff;
+
+/// Room in the feed: a whole renewal round of a large engine. The feed
+/// waits while it is full (the client queues the events meanwhile).
+pub(crate) const CAPACITY: usize = 16_384;
+
+/// Arms the watch (waiting for the server to confirm it) and starts the
+/// task that forwards its events until the feed is dropped.
+pub(crate) async fn start(store: ZkStore) -> Result<StoreFeed, ZkStoreError> {
+    let watcher = arm(&store).await?;
+    let (tx, feed) = StoreFeed::channel(CAPACITY);
+    tokio::spawn(forward(store, watcher, tx));
+    Ok(feed)
+}
+
+async fn arm(store: &ZkStore) -> Result<zk::PersistentWatcher, ZkStoreError> {
+    let prefix = store.options().prefix().to_owned();
+    store
+        .request("watch", |c| async move {
+            c.watch(&prefix, zk::AddWatchMode::PersistentRecursive)
+                .await
+        })
+        .await
+        .map_err(|e| store.zk_error("watch", e))
+}
+
+/// Arms a new watch, retrying with back-off; `None` once the feed is
+/// dropped or ZooKeeper refuses for good (the feed then ends, and the
+/// engine polls).
+async fn rearm(store: &ZkStore, tx: &StoreFeedSender) -> Option<zk::PersistentWatcher> {
+    let mut failures = 0u32;
+    loop {
+        let armed = tokio::select! {
+            _ = tx.closed() => return None,
+            r = arm(store) => r,
+        };
+        match armed {
+            Ok(watcher) => return Some(watcher),
+            Err(e) if !e.is_transient() => {
+                tracing::warn!(error = %e, "ZooKeeper refused the watch of the prefix node; the engine polls");
+                return None;
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::debug!(error = %e, "ZooKeeper watch of the prefix node not armed; trying again");
+                tokio::select! {
+                    _ = tx.closed() => return None,
+                    _ = tokio::time::sleep(backoff(failures)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// The next event. The library panics when asked for an event after its
+/// session ended (it closes the channel); the feed never asks then, and
+/// should it happen anyway it is taken as the end of the session.
+async fn next_event(watcher: &mut zk::PersistentWatcher) -> zk::WatchedEvent {
+    match AssertUnwindSafe(watcher.changed()).catch_unwind().await {
+        Ok(event) => event,
+        Err(_) => zk::WatchedEvent::new_session(zk::SessionState::Closed),
+    }
+}
+
+/// The group an event's path names: a direct child of the prefix node
+/// whose name tenure gave it.
+fn group_of(prefix: &str, path: &str) -> Option<GroupName> {
+    let child = path.strip_prefix(prefix)?.strip_prefix('/')?;
+    if child.contains('/') {
+        return None;
+    }
+    names::decode(child)
+}
+
+/// Forwards events until the feed's reader is gone.
+async fn forward(store: ZkStore, mut watcher: zk::PersistentWatcher, tx: StoreFeedSender) {
+    let prefix = store.options().prefix().to_owned();
+    // Groups whose nodes changed, to read together, in order of arrival.
+    let mut changed: Vec<GroupName> = Vec::new();
+    let mut disconnected = false;
+    loop {
+        let event = if changed.is_empty() {
+            tokio::select! {
+                _ = tx.closed() => return,
+                e = next_event(&mut watcher) => e,
+            }
+        } else {
+            // Take what already arrived; read once nothing more is ready.
+            match next_event(&mut watcher).now_or_never() {
+                Some(e) if changed.len() < READS_PER_REQUEST => e,
+                ready => {
+                    if !report(&store, &mut changed, &tx).await {
+                        return;
+                    }
+                    match ready {
+                        Some(e) => e,
+                        None => continue,
+                    }
+                }
+            }
+        };
+        match event.event_type {
+            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged => {
+                if let Some(g) = group_of(&prefix, &event.path) {
+                    if !changed.contains(&g) {
+                        changed.push(g);
+                    }
+                }
+            }
+            zk::EventType::NodeDeleted => {
+                if let Some(group) = group_of(&prefix, &event.path) {
+                    changed.retain(|g| g != &group);
+                    if !tx.send(Change::Hint { group }).await {
+                        return;
+                    }
+                }
+            }
+            zk::EventType::NodeChildrenChanged => {}
+            zk::EventType::Session => {
+                let state = event.session_state;
+                if state.is_terminated() || state == zk::SessionState::Disconnected {
+                    // Reading now would only wait out the timeout; the
+                    // resync that follows the reconnect covers them.
+                    changed.clear();
+                } else if !report(&store, &mut changed, &tx).await {
+                    return;
+                }
+                if state.is_terminated() {
+                    // The watch died with its session: watch on a new one
+                    // (the first request opens it).
+                    tracing::info!(%state, "ZooKeeper session of the feed ended; watching on a new one");
+                } else if state == zk::SessionState::Disconnected {
+                    disconnected = true;
+                    continue;
+                } else if !disconnected {
+                    continue;
+                }
+                // Reconnected (or a new session): watch again, then have
+                // every group read once, in that order, so that no write
+                // falls between the reads and the watch.
+                disconnected = false;
+                let Some(fresh) = rearm(&store, &tx).await else {
+                    return;
+                };
+                // Replaced only now: dropping the old watcher first could
+                // unregister the path on the server.
+                watcher = fresh;
+                if !tx.send(Change::Resync).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads the groups that changed and reports each with its record (a
+/// group that cannot be read as a hint); `false` once the reader is gone.
+async fn report(store: &ZkStore, changed: &mut Vec<GroupName>, tx: &StoreFeedSender) -> bool {
+    if changed.is_empty() {
+        return true;
+    }
+    let groups = std::mem::take(changed);
+    let read = store.read_multi(&groups).await;
+    for (i, group) in groups.into_iter().enumerate() {
+        let change = match read.as_ref().map(|r| &r[i]) {
+            Ok(Ok(Some(current))) => Change::Written {
+                group,
+                current: current.clone(),
+            },
+            _ => Change::Hint { group },
+        };
+        if !tx.send(change).await {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_direct_children_named_by_tenure_are_groups() {
+        let g = |s: &str| GroupName::new(s).unwrap();
+        assert_eq!(group_of("/t", "/t/jobs"), Some(g("jobs")));
+        assert_eq!(group_of("/t", "/t/a%2Fb"), Some(g("a/b")));
+        assert_eq!(group_of("/t", "/t"), None);
+        assert_eq!(group_of("/t", "/tx/jobs"), None);
+        assert_eq!(group_of("/t", "/t/jobs/child"), None);
+        assert_eq!(group_of("/t", "/t/%61"), None);
+        assert_eq!(group_of("/t", "/other/jobs"), None);
+    }
+}
