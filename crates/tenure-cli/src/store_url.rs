@@ -67,6 +67,13 @@ pub const SCHEMES: &[Scheme] = &[
         open: |url| Box::pin(open_dynamodb(url)),
     },
     Scheme {
+        names: &["zk", "zookeeper"],
+        feature: "zookeeper",
+        built: cfg!(feature = "zookeeper"),
+        form: "zk://[USER:PASS@]HOST[:PORT][,HOST[:PORT]][/PREFIX]",
+        open: |url| Box::pin(open_zookeeper(url)),
+    },
+    Scheme {
         names: &["kafka"],
         feature: "kafka",
         built: cfg!(feature = "kafka"),
@@ -133,6 +140,16 @@ async fn open_dynamodb(url: &str) -> Opened {
     }
 }
 
+async fn open_zookeeper(url: &str) -> Opened {
+    #[cfg(feature = "zookeeper")]
+    return opened(tenure_zookeeper::ZkStore::connect(url).await);
+    #[cfg(not(feature = "zookeeper"))]
+    {
+        let _ = url;
+        not_built("zookeeper")
+    }
+}
+
 async fn open_kafka(url: &str) -> Opened {
     #[cfg(feature = "kafka")]
     return crate::kafka::leader_view(url).map_err(|e| open_error(&*e));
@@ -158,7 +175,7 @@ pub enum StoreUrl {
     Memory,
     /// A networked store, opened by its crate from the whole URL:
     /// `postgres://`, `redis://`, `rediss://`, `etcd://`, `etcds://`,
-    /// `dynamodb://`, `kafka://`.
+    /// `dynamodb://`, `zk://`, `kafka://`.
     Networked {
         /// The scheme, lower-cased.
         scheme: String,

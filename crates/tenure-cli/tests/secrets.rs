@@ -82,6 +82,12 @@ fn unreachable_stores_never_show_the_password() {
             "dynamodb://tbl?region=x&access_key_id=AKIDQz9&secret_access_key={PASSWORD}&bogus=1"
         ));
     }
+    if cfg!(feature = "zookeeper") {
+        urls.push(format!("zk://app:{PASSWORD}@127.0.0.1:1/tenure"));
+        urls.push(format!("zk://app:{PASSWORD}@127.0.0.1:1,127.0.0.1:2"));
+        urls.push(format!("zookeeper://app:{PASSWORD}@127.0.0.1:99999"));
+        urls.push(format!("zk://app:{PASSWORD}@127.0.0.1:1?bogus=1"));
+    }
     if cfg!(feature = "kafka") {
         urls.push(format!("kafka://app:{PASSWORD}@127.0.0.1:1/t"));
         urls.push(format!(
@@ -126,6 +132,22 @@ fn etcd_with_a_password_it_refuses_never_shows_it() {
     };
     let host = url.trim_start_matches("http://").trim_end_matches('/');
     every_command(&format!("etcd://app:{PASSWORD}@{host}"));
+}
+
+/// ZooKeeper's digest scheme accepts any user and password (they decide
+/// only which ACLs the session passes), so here the store works with the
+/// password: success output must not show it either.
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_with_a_digest_password_never_shows_it() {
+    let Some(url) = tenure::testkit::server_url("TENURE_TEST_ZOOKEEPER") else {
+        return;
+    };
+    let host = url.trim_start_matches("zk://").trim_end_matches('/');
+    every_command(&format!(
+        "zk://app:{PASSWORD}@{host}/tenure-cli-secrets-{:x}",
+        rand::random::<u64>()
+    ));
 }
 
 /// dynalite accepts any key, so here the secret is accepted and the store
