@@ -211,11 +211,20 @@ _start_zookeeper() {
   # tests open many).
   printf '%s\n' "tickTime=500" "minSessionTimeout=1000" "maxSessionTimeout=60000" \
     "dataDir=$dir/data" "clientPort=$ZK_PORT" "clientPortAddress=127.0.0.1" \
-    "maxClientCnxns=0" "admin.enableServer=false" >"$dir/zoo.cfg"
+    "maxClientCnxns=0" "admin.enableServer=false" "4lw.commands.whitelist=srvr" >"$dir/zoo.cfg"
   java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$ZK_CLASSPATH" \
     org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/server.log" 2>&1 &
   echo $! >"$TENURE_SERVERS_DIR/zookeeper.pid"
   _wait_port 127.0.0.1 "$ZK_PORT" 30 || { _log "zookeeper did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  # It opens its port before it serves; `srvr` names its version once it does.
+  local i
+  for ((i = 0; i < 300; i++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf srvr >&3 && timeout 2 cat <&3) 2>/dev/null |
+      grep -q "Zookeeper version"; then
+      break
+    fi
+    sleep 0.1
+  done
   export TENURE_TEST_ZOOKEEPER="zk://127.0.0.1:$ZK_PORT"
   _log "zookeeper on 127.0.0.1:$ZK_PORT (pid $(cat "$TENURE_SERVERS_DIR/zookeeper.pid"))"
 }

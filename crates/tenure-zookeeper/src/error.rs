@@ -96,8 +96,9 @@ pub enum ZkStoreError {
         /// What to do about it.
         fix: &'static str,
     },
-    /// Any other error ZooKeeper reported.
-    #[error("ZooKeeper at {target} failed {what}")]
+    /// ZooKeeper refused the request (nothing was applied) for a reason
+    /// other than those above: throttled, over a quota, malformed.
+    #[error("ZooKeeper at {target} refused {what}")]
     ZooKeeper {
         /// The hosts.
         target: String,
@@ -168,13 +169,18 @@ impl Ctx {
         }
     }
 
-    /// Classifies an error of the request `what`. Every error that does not
-    /// prove the request was refused (a lost connection, an ended session)
-    /// is one whose request may have been applied.
+    /// Classifies an error of the request `what`. Every error that is not
+    /// the server's answer to it (a lost, silent or garbled connection, an
+    /// ended session) is one whose request may have been applied.
     pub(crate) fn classify(&self, what: &'static str, e: zk::Error) -> ZkStoreError {
         let target = self.target.clone();
         match e {
-            zk::Error::ConnectionLoss => ZkStoreError::ConnectionLost { target, what },
+            // The connection broke, went silent, or garbled a reply: the
+            // request may have reached the server and been applied.
+            zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
+            | zk::Error::UnexpectedError(_)
+            | zk::Error::UnmarshalError { .. } => ZkStoreError::ConnectionLost { target, what },
             zk::Error::SessionExpired | zk::Error::SessionMoved | zk::Error::ClientClosed => {
                 ZkStoreError::SessionExpired { target, what }
             }

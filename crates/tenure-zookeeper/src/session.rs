@@ -84,10 +84,7 @@ async fn connect(options: &ZkOptions, ctx: &Ctx) -> Result<zk::Client, ZkStoreEr
         .with_session_timeout(options.session_timeout)
         // How long a silent connection is given before the client gives it
         // up and moves to another host (pings go out well within it).
-        .with_connection_timeout(options.timeout)
-        // Report an unreachable ensemble once every host was tried, rather
-        // than retrying for the whole session timeout.
-        .with_fail_eagerly();
+        .with_connection_timeout(options.timeout);
     if let (Some(user), Some(password)) = (&options.user, &options.password) {
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }

@@ -69,3 +69,116 @@ impl Raw {
 
 #[allow(unused_imports)]
 pub use tenure::testkit::scenarios::{elector, one_leader};
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tenure::testkit::{free_port, TempDir};
+
+/// Where Debian's ZooKeeper jar and a logging backend are (what
+/// `scripts/servers.sh` installs); `TENURE_ZOOKEEPER_CLASSPATH` overrides.
+fn classpath() -> String {
+    std::env::var("TENURE_ZOOKEEPER_CLASSPATH")
+        .unwrap_or_else(|_| "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar".into())
+}
+
+/// A private standalone ZooKeeper on a free port whose data directory
+/// survives restarts, killed by PID on drop. Sessions may be as short as
+/// 1 s (tickTime 500 ms).
+pub struct ZkServer {
+    pub port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl ZkServer {
+    pub fn start() -> ZkServer {
+        let dir = TempDir::new("zookeeper");
+        let port = free_port();
+        let cfg = format!(
+            "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=60000\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n",
+            dir.path().join("data").display()
+        );
+        std::fs::write(dir.path().join("zoo.cfg"), cfg).expect("zoo.cfg");
+        let mut s = ZkServer {
+            port,
+            dir,
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log");
+        let child = Command::new("java")
+            .args([
+                "-Xmx128m",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-cp",
+            ])
+            .arg(classpath())
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(self.dir.path().join("zoo.cfg"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("java is installed (scripts/servers.sh installs ZooKeeper)");
+        self.child = Some(child);
+        for _ in 0..600 {
+            if serving(self.port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("ZooKeeper on port {} did not start in 30 s", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("zk://127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// SIGKILL; the data directory stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for ZkServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether the ZooKeeper on `port` serves requests: it opens its port
+/// before it does, and answers `srvr` with its version only once it does.
+pub fn serving(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut out = String::new();
+    s.write_all(b"srvr").is_ok()
+        && s.read_to_string(&mut out).is_ok()
+        && out.contains("Zookeeper version")
+}
+
+/// A prefix node of its own for a test on the shared server.
+pub fn unique_prefix(label: &str) -> String {
+    format!("/tenure-{label}-{:x}", tenure::testkit::unique_suffix())
+}

@@ -1,0 +1,21 @@
+//! A leader cut off from ZooKeeper (by a proxy that goes silent) ends its
+//! term before the other candidate, still connected, is elected.
+
+mod common;
+
+use tenure::testkit::{scenarios, TcpProxy};
+use tenure_zookeeper::ZkStore;
+
+use common::ZkServer;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_leader_stops_before_the_other_is_elected() {
+    let server = ZkServer::start();
+    let proxy = TcpProxy::start(server.addr()).await.unwrap();
+    let direct = ZkStore::connect(&server.url()).await.unwrap();
+    let via_proxy = ZkStore::connect(&format!("zk://{}?timeout=1s", proxy.addr()))
+        .await
+        .unwrap();
+    let figures = scenarios::cut_off_leader_stops_first(via_proxy, direct, &proxy).await;
+    eprintln!("zookeeper cut-off: {figures:?}");
+}

@@ -1,0 +1,28 @@
+//! A thousand groups on clones of one ZooKeeper store handle are elected
+//! by one engine, and a second handle (another process, in effect)
+//! follows every renewal through the one persistent recursive watch,
+//! whose reports carry the records, reading nothing. Real time, generous
+//! bounds.
+
+mod common;
+
+use std::time::Duration;
+
+use tenure::testkit::{self, scenarios};
+use tenure_zookeeper::ZkStore;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {
+    let Some(server) = testkit::server_url("TENURE_TEST_ZOOKEEPER") else {
+        return;
+    };
+    let url = format!("{server}{}", common::unique_prefix("engine"));
+    let figures = scenarios::many_groups_followed_without_reads(
+        ZkStore::connect(&url).await.unwrap(),
+        ZkStore::connect(&url).await.unwrap(),
+        1000,
+        Duration::from_secs(6),
+    )
+    .await;
+    eprintln!("zookeeper, 1000 groups: {figures:?}");
+}
