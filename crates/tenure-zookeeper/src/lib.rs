@@ -1,7 +1,139 @@
 //! ZooKeeper lease store for [tenure]: leader election with fencing tokens
 //! on the ZooKeeper ensemble you already run (the store behind Curator).
 //!
-//! (docs to come)
+//! ```no_run
+//! use std::time::Duration;
+//! use tenure::Elector;
+//! use tenure_zookeeper::ZkStore;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = ZkStore::connect("zk://10.0.0.5:2181,10.0.0.6:2181,10.0.0.7:2181/services/leases").await?;
+//! let elector = Elector::builder(store, "nightly-billing")
+//!     .candidate_id("host-a")
+//!     .term(Duration::from_secs(10))
+//!     .start()?;
+//! let term = elector.wait_for_leadership().await?;
+//! println!("leading with fencing token {}", term.token());
+//! elector.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Node layout
+//!
+//! One persistent node per group, a child of the prefix node (the URL's
+//! path, `/tenure` by default): `/tenure/nightly-billing`, whose data is
+//! the encoded [`LeaseRecord`](tenure::LeaseRecord) (JSON). A group name
+//! becomes one node name: `/` (sharded sets use it), `%`, the names `.` and
+//! `..`, and the characters ZooKeeper refuses in a path (controls, the
+//! private use area, and everything beyond the Basic Multilingual Plane,
+//! which Java sees as surrogates) are %-escaped: group `set/members/a` is
+//! node `set%2Fmembers%2Fa`. The nodes carry no session (not ephemeral) and
+//! are never deleted: a release writes a record without a holder, so the
+//! fencing token survives. The prefix node (and any missing ancestor) is
+//! created on the first write.
+//!
+//! A record's version is the node's `mzxid`, the zxid of its last write.
+//! Zxids only rise (across writes, leader elections and restarts of an
+//! ensemble that keeps its data), so a version is never reused, not even by
+//! a node deleted and created again.
+//!
+//! # Operations
+//!
+//! * **read**: `getData`, served by the server the session is connected to
+//!   (sequentially consistent, not linearizable: a lagging follower may
+//!   answer with an older record). That can only delay a takeover, never
+//!   make it unsafe: every write is conditional, and ordered by the leader.
+//! * **compare-and-swap**: expecting no record, `create` (refused with
+//!   `NodeExists` if the node exists); expecting a version, `setData` with
+//!   the node's data version as of that `mzxid` (refused with `BadVersion`
+//!   if anything wrote since). Each handle remembers the data version of
+//!   the last `mzxid` it saw of each group (from reads, writes and the
+//!   feed), so a renewal is one request; a version it has not seen costs a
+//!   read first.
+//! * **changes** (what an [`Observer`](tenure::Observer) uses): a one-shot
+//!   data watch on the group's node, armed again after every event and on
+//!   every new session, and only then hinted.
+//! * **list** (sharded sets): the prefix node's children, filtered by
+//!   name, read with `multiRead`. It reads the names of every group under
+//!   the prefix node, so give each sharded set's store its own prefix node
+//!   when a store holds tens of thousands of groups (a `getChildren` reply
+//!   is bounded by the client's and server's `jute.maxbuffer`, 1 MiB by
+//!   default: some 30,000 names of 30 bytes).
+//!
+//! # Many groups
+//!
+//! Electors built from clones of one [`ZkStore`] share one session and one
+//! engine ([`LeaseStore::engine_slot`](tenure::LeaseStore::engine_slot)),
+//! which batches their operations:
+//!
+//! * **compare-and-swap of many groups**: one request per group, pipelined
+//!   on the session's connection (at most 256 in flight per handle);
+//!   ZooKeeper answers them in order. Not ZooKeeper's `multi`: it is
+//!   all-or-nothing, and one group's conflict must not undo another's
+//!   renewal. A group written twice in one batch is written in order.
+//! * **read of many groups**: `multiRead` requests of up to 128 nodes
+//!   (ZooKeeper 3.6+; each node answered on its own), in flight together.
+//!
+//! # Change feed
+//!
+//! [`LeaseStore::watch`](tenure::LeaseStore::watch) is ONE persistent
+//! recursive watch (`addWatch`, ZooKeeper 3.6 and later) on the prefix
+//! node, for every group: it stays armed after it fires, so nothing is lost
+//! between an event and re-arming, and one watch covers every group
+//! including ones created later. (A child watch plus a one-shot data watch
+//! per group would cost a watch per group and a re-arm request per
+//! renewal.) ZooKeeper's events carry no data, so the feed reads the nodes
+//! that changed, those whose events arrived together in one `multiRead`,
+//! and reports [`Change::Written`](tenure::Change::Written) with record
+//! and version: followers learn of each renewal without a read of their
+//! own.
+//!
+//! A persistent watch does not catch up after a reconnect (ZooKeeper does
+//! not replay what it missed, ZOOKEEPER-4698), and zookeeper-client 0.11
+//! does not even register it again on the new connection. So after every
+//! reconnect the feed arms the watch again and sends
+//! [`Change::Resync`](tenure::Change::Resync) (every group reads once);
+//! after the session ended, the same on a new session. Nodes under the
+//! prefix that are no group of tenure's are skipped; a deleted node or one
+//! whose data does not decode is a hint (the engine reads it and reports
+//! what it finds). On a server before 3.6, `watch()` returns `None` and
+//! the engine polls.
+//!
+//! # Connection loss and session expiry
+//!
+//! Within a session the client reconnects by itself, to any host of the
+//! ensemble, and one-shot watches survive. A request in flight when the
+//! connection broke (or went silent for longer than `timeout`) may have
+//! been applied: it fails as [`StoreError::Unavailable`](tenure::StoreError)
+//! saying so, and one that got no reply within `timeout` as
+//! [`StoreError::Timeout`](tenure::StoreError) — never as a conflict, and
+//! never as applied. The elector then reads to learn what happened. Only
+//! ZooKeeper's own refusals (`NodeExists`, `BadVersion`, `NoNode`) are
+//! conflicts.
+//!
+//! A session that ended (cut off for longer than `session_timeout`) never
+//! comes back: the store opens a new one on the next request, once for all
+//! its clones, and its feeds re-arm their watches on it. No lease depends
+//! on the session, so an expiry costs nothing but the resync.
+//!
+//! After a ZooKeeper restart on its data, nodes, zxids and sessions are
+//! still there. Restoring an old snapshot, or a new ensemble, brings zxids
+//! back down: stop every candidate for a term first.
+//!
+//! # Authentication and secrets
+//!
+//! `zk://user:password@host/prefix` authenticates the session with
+//! ZooKeeper's `digest` scheme, and every node tenure creates (the prefix
+//! node and the group nodes; missing ancestors are created open) gets the
+//! ACL `digest:user:…` with all permissions, so only that user can read or
+//! write them: run every candidate of a store as the same user. Another
+//! user, another password or none gets a
+//! [`ZkStoreError::NotAuthorized`] naming the fix (as a
+//! [`StoreError`](tenure::StoreError), `Misconfigured`). Digest passwords
+//! travel in clear text: use them on a trusted network. The password is
+//! parsed out of the URL by this crate and never appears in an error, a log
+//! line, `Debug` output or [`describe`](tenure::LeaseStore::describe).
 #![deny(missing_docs)]
 
 mod error;
