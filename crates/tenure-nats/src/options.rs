@@ -1,0 +1,364 @@
+//! Connection options, parsed from a `nats://` or `nats+tls://` URL.
+//!
+//! Parsed here, not by the client library, so that no error message, log
+//! line or `Debug` output can ever echo the password or token in the URL:
+//! the client gets the servers' addresses without them, and the
+//! credentials through its options.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::NatsStoreError;
+
+/// The bucket when the URL names none.
+pub const DEFAULT_BUCKET: &str = "tenure";
+
+/// The default bound on connecting and on each request.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The NATS client port.
+const DEFAULT_PORT: u16 = 4222;
+
+/// How the client proves who it is.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum Auth {
+    None,
+    UserPassword { user: String, password: String },
+    Token(String),
+}
+
+/// Where and how to reach NATS, and which key-value bucket holds the
+/// leases.
+///
+/// Built from a URL by [`NatsOptions::from_url`]:
+///
+/// ```text
+/// nats://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/BUCKET][?option=value&...]
+/// nats://TOKEN@HOST[:PORT]/BUCKET             (token authentication)
+/// nats+tls://...                              (TLS required)
+/// ```
+///
+/// The port defaults to 4222 and the bucket to `tenure`. User, password
+/// and token are percent-decoded (write `%40` for `@`), and may hold
+/// `/ ? # @ +` unescaped: the user info ends at the last `@`. Query
+/// options:
+///
+/// | option | meaning | default |
+/// |---|---|---|
+/// | `timeout` | bound on connecting and on each request (`500ms`, `5s`) | `5s` |
+/// | `ca` | PEM file of the CA that signed the server's certificate (TLS only; else the system's roots) | none |
+/// | `cert`, `key` | PEM files of a client certificate and its key, for mutual TLS | none |
+///
+/// ```
+/// use tenure_nats::NatsOptions;
+/// let o = NatsOptions::from_url("nats+tls://app:s3cret@10.0.0.5,10.0.0.6:4223/leases?ca=/etc/nats/ca.pem")?;
+/// assert_eq!(o.servers(), ["nats://10.0.0.5:4222", "nats://10.0.0.6:4223"]);
+/// assert_eq!(o.bucket(), "leases");
+/// assert!(!format!("{o:?}").contains("s3cret"));
+/// assert_eq!(o.describe(), "nats+tls://app@10.0.0.5:4222,10.0.0.6:4223/leases");
+/// # Ok::<(), tenure_nats::NatsStoreError>(())
+/// ```
+#[derive(Clone)]
+pub struct NatsOptions {
+    pub(crate) tls: bool,
+    pub(crate) hosts: Vec<String>,
+    pub(crate) auth: Auth,
+    pub(crate) bucket: String,
+    pub(crate) timeout: Duration,
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+impl fmt::Debug for NatsOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let auth = match &self.auth {
+            Auth::None => "none".to_owned(),
+            Auth::UserPassword { user, .. } => format!("user {user:?}, password <redacted>"),
+            Auth::Token(_) => "token <redacted>".to_owned(),
+        };
+        f.debug_struct("NatsOptions")
+            .field("tls", &self.tls)
+            .field("hosts", &self.hosts)
+            .field("auth", &auth)
+            .field("bucket", &self.bucket)
+            .field("timeout", &self.timeout)
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl NatsOptions {
+    /// Parses a `nats://` or `nats+tls://` URL (see the type's docs).
+    /// Errors name the part that is wrong, never the password or token.
+    pub fn from_url(url: &str) -> Result<Self, NatsStoreError> {
+        let bad = |reason: String| NatsStoreError::InvalidUrl { reason };
+        let (tls, rest) = if let Some(r) = url.strip_prefix("nats://") {
+            (false, r)
+        } else if let Some(r) = url.strip_prefix("nats+tls://") {
+            (true, r)
+        } else {
+            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
+            return Err(bad(format!(
+                "scheme {scheme:?} is not nats:// or nats+tls:// (TLS)"
+            )));
+        };
+        // The user info ends at the last '@', so that a password holding
+        // '/', '?', '#' or '@' unescaped still parses whole.
+        let (userinfo, rest) = tenure::url::split_userinfo(rest);
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (hosts, bucket) = match rest.split_once('/') {
+            Some((h, b)) => (h, b),
+            None => (rest, ""),
+        };
+        let bucket = if bucket.is_empty() {
+            DEFAULT_BUCKET.to_owned()
+        } else {
+            check_bucket(bucket).map_err(bad)?
+        };
+        let auth =
+            match userinfo {
+                None => Auth::None,
+                Some(info) => {
+                    let (user, password) =
+                        tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
+                    match password {
+                        // nats://TOKEN@host: a bare user info is a token.
+                        None if user.is_empty() => return Err(bad(
+                            "an empty token: write nats://TOKEN@host or nats://user:password@host"
+                                .into(),
+                        )),
+                        None => Auth::Token(user),
+                        Some(_) if user.is_empty() => {
+                            return Err(bad(
+                                "an empty user name: write nats://user:password@host:port".into(),
+                            ))
+                        }
+                        Some(password) => Auth::UserPassword { user, password },
+                    }
+                }
+            };
+        let mut list = Vec::new();
+        for host in hosts.split(',') {
+            let (h, port) = tenure::url::split_host_port(host, DEFAULT_PORT)
+                .map_err(|e| bad(format!("server {}: {e}", list.len() + 1)))?;
+            list.push(if h.contains(':') {
+                format!("[{h}]:{port}")
+            } else {
+                format!("{h}:{port}")
+            });
+        }
+        let mut options = NatsOptions {
+            tls,
+            hosts: list,
+            auth,
+            bucket,
+            timeout: DEFAULT_TIMEOUT,
+            ca: None,
+            cert: None,
+            key: None,
+        };
+        for pair in tenure::url::query_pairs(query.unwrap_or("")) {
+            let (name, value) = pair.map_err(bad)?;
+            match name.as_str() {
+                "timeout" => {
+                    options.timeout = tenure::url::parse_duration(&name, &value).map_err(bad)?
+                }
+                "ca" | "cert" | "key" if !tls => {
+                    return Err(bad(format!(
+                        "option {name} needs TLS: use nats+tls:// instead of nats://"
+                    )))
+                }
+                "ca" => options.ca = Some(value.into()),
+                "cert" => options.cert = Some(value.into()),
+                "key" => options.key = Some(value.into()),
+                other => {
+                    return Err(bad(format!(
+                        "unknown option {other:?}: the options are timeout, ca, cert, key"
+                    )))
+                }
+            }
+        }
+        if options.cert.is_some() != options.key.is_some() {
+            return Err(bad(
+                "cert and key go together: give both files for mutual TLS, or neither".into(),
+            ));
+        }
+        if options.timeout.is_zero() {
+            return Err(bad(
+                "timeout is zero: give a positive duration such as 5s".into()
+            ));
+        }
+        Ok(options)
+    }
+
+    /// Replaces the bound on connecting and on each request.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The key-value bucket that holds the leases.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The bound on connecting and on each request.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether the connection requires TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The user name, if any (the password and a token are never exposed).
+    pub fn user(&self) -> Option<&str> {
+        match &self.auth {
+            Auth::UserPassword { user, .. } => Some(user),
+            _ => None,
+        }
+    }
+
+    /// The servers as the client library takes them, without credentials.
+    pub fn servers(&self) -> Vec<String> {
+        self.hosts.iter().map(|h| format!("nats://{h}")).collect()
+    }
+
+    /// The servers joined by commas, for messages.
+    pub fn target(&self) -> String {
+        self.hosts.join(",")
+    }
+
+    /// Who the client is, for messages: `user "app"`, `a token` or
+    /// `no credentials`.
+    pub(crate) fn who(&self) -> String {
+        match &self.auth {
+            Auth::None => "no credentials".into(),
+            Auth::UserPassword { user, .. } => format!("user {user:?}"),
+            Auth::Token(_) => "a token".into(),
+        }
+    }
+
+    /// The URL without password or token: what
+    /// [`describe`](tenure::LeaseStore::describe) shows.
+    pub fn describe(&self) -> String {
+        let scheme = if self.tls { "nats+tls" } else { "nats" };
+        let user = match &self.auth {
+            Auth::None => String::new(),
+            Auth::UserPassword { user, .. } => format!("{user}@"),
+            Auth::Token(_) => "***@".into(),
+        };
+        format!("{scheme}://{user}{}/{}", self.target(), self.bucket)
+    }
+}
+
+/// A JetStream key-value bucket name: `A-Z a-z 0-9 - _`.
+fn check_bucket(bucket: &str) -> Result<String, String> {
+    if bucket.contains('/') {
+        return Err("a path of more than one part: write nats://host:port/BUCKET".into());
+    }
+    if !bucket
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(format!(
+            "bucket {bucket:?}: a bucket name holds only letters, digits, - and _"
+        ));
+    }
+    Ok(bucket.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_forms_users_write() {
+        let o = NatsOptions::from_url("nats://127.0.0.1:54222/leases").unwrap();
+        assert_eq!(o.servers(), ["nats://127.0.0.1:54222"]);
+        assert_eq!((o.bucket(), o.auth == Auth::None), ("leases", true));
+        let o = NatsOptions::from_url("nats://h").unwrap();
+        assert_eq!(
+            (o.servers(), o.bucket()),
+            (vec!["nats://h:4222".into()], "tenure")
+        );
+        let o = NatsOptions::from_url("nats://u:p%40ss@a:1,[::1]:2/?timeout=250ms").unwrap();
+        assert_eq!(o.servers(), ["nats://a:1", "nats://[::1]:2"]);
+        assert_eq!(o.bucket(), "tenure");
+        assert!(
+            o.auth
+                == Auth::UserPassword {
+                    user: "u".into(),
+                    password: "p@ss".into()
+                }
+        );
+        assert_eq!(o.timeout, Duration::from_millis(250));
+        let o = NatsOptions::from_url("nats://s3cr3t-token@h:1/b").unwrap();
+        assert!(o.auth == Auth::Token("s3cr3t-token".into()));
+        assert_eq!(o.describe(), "nats://***@h:1/b");
+        let o =
+            NatsOptions::from_url("nats+tls://h:1/b?ca=/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
+        assert!(o.tls && o.key.is_some() && o.ca.is_some());
+        assert!(NatsOptions::from_url("nats+tls://h").unwrap().ca.is_none());
+    }
+
+    #[test]
+    fn errors_name_the_part_and_never_the_secret() {
+        for (url, needle) in [
+            ("redis://h:1", "scheme"),
+            ("nats://u:pw-secret@h:0/b", "port"),
+            ("nats://u:pw-secret@h:1/a/b", "more than one part"),
+            ("nats://u:pw-secret@h:1/a.b", "bucket"),
+            ("nats://u:pw-secret@h:1/b?ca=/x", "nats+tls://"),
+            ("nats+tls://u:pw-secret@h:1?ca=/c&cert=/x", "cert and key"),
+            ("nats://u:pw-secret@h:1?bogus=1", "unknown option"),
+            ("nats://u:pw-secret@h:1?timeout=0s", "zero"),
+            ("nats://:pw-secret@h:1", "empty user"),
+            ("nats://", "no host"),
+            ("nats://h:1,:2", "server 2"),
+        ] {
+            let e = NatsOptions::from_url(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+            assert!(!e.contains("pw-secret"), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn passwords_and_tokens_with_url_delimiters_parse_whole_and_never_show() {
+        let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
+        let secret = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
+        let o = NatsOptions::from_url(&format!("nats://u:{secret}@h:1,g:2/b")).unwrap();
+        assert!(
+            o.auth
+                == Auth::UserPassword {
+                    user: "u".into(),
+                    password: secret.into()
+                }
+        );
+        assert_eq!((o.hosts.len(), o.bucket()), (2, "b"));
+        let t = NatsOptions::from_url(&format!("nats://{secret}@h:1/b")).unwrap();
+        assert!(t.auth == Auth::Token(secret.into()));
+        let e = NatsOptions::from_url(&format!("nats://u:{secret}@h:99999"))
+            .unwrap_err()
+            .to_string();
+        for shown in [
+            e,
+            format!("{o:?}"),
+            o.describe(),
+            format!("{t:?}"),
+            t.describe(),
+        ] {
+            for p in pieces {
+                assert!(!shown.contains(p), "{shown}");
+            }
+        }
+    }
+}

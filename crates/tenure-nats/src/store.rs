@@ -1,0 +1,648 @@
+//! [`NatsStore`]: the [`LeaseStore`] over a JetStream key-value bucket.
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::stream::{DiscardPolicy, LastRawMessageErrorKind, StorageType};
+use async_nats::jetstream::{self, context, ErrorCode};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use tenure::concurrent::InFlight;
+use tenure::{
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
+    LeaseStore, Listed, StoreError, StoreFeed, Version, Versioned,
+};
+
+use crate::error::{Ctx, NatsStoreError, Violations};
+use crate::options::{Auth, NatsOptions};
+use crate::{feed, keys};
+
+/// Most requests of a store handle's batches in flight at once on its one
+/// connection: JetStream answers them in a pipeline, so a renewal round of
+/// thousands of groups takes a few round trips, bounded whatever the
+/// number of groups.
+const IN_FLIGHT: usize = 256;
+
+/// The operations one batch call takes (see
+/// [`LeaseStore::batch_size_hint`]): single requests in flight together,
+/// so a large batch only queues behind [`IN_FLIGHT`].
+const BATCH_SIZE: usize = 2048;
+
+/// PING interval: a connection that stopped answering is dropped (and
+/// re-established) after two unanswered pings.
+const PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Longest pause between reconnection attempts: after a server restart
+/// the store is back within a second of the server.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// The header JetStream key-value marks deletions and purges with.
+const KV_OPERATION: &str = "KV-Operation";
+
+/// A lease store in a NATS JetStream key-value bucket. Clones share one
+/// connection, and the engine that runs every group elected through them.
+///
+/// See the [crate docs](crate) for the key layout.
+#[derive(Clone)]
+pub struct NatsStore {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) kv: kv::Store,
+    pub(crate) options: NatsOptions,
+    pub(crate) violations: Violations,
+    in_flight: InFlight,
+    engine: EngineSlot,
+}
+
+impl fmt::Debug for NatsStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the client: its options hold the password.
+        f.debug_struct("NatsStore")
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl Inner {
+    pub(crate) fn ctx(&self) -> Ctx<'_> {
+        ctx(&self.options, &self.violations)
+    }
+
+    /// The subject of a key in the bucket's stream.
+    pub(crate) fn subject(&self, key: &str) -> String {
+        format!("{}{key}", self.kv.prefix)
+    }
+}
+
+fn ctx<'a>(options: &'a NatsOptions, violations: &'a Violations) -> Ctx<'a> {
+    Ctx {
+        target: options.target(),
+        who: options.who(),
+        bucket: &options.bucket,
+        timeout: options.timeout,
+        violations,
+    }
+}
+
+/// Runs a request within `timeout`: its outcome, or `None` when it ran out.
+pub(crate) async fn within<T>(timeout: Duration, request: impl Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(timeout, request).await.ok()
+}
+
+/// Checks that the TLS files named in the URL can be read, so that a typo
+/// is reported as such rather than as a failed handshake.
+fn check_tls_files(options: &NatsOptions) -> Result<(), NatsStoreError> {
+    for (what, path) in [
+        ("ca", &options.ca),
+        ("cert", &options.cert),
+        ("key", &options.key),
+    ] {
+        if let Some(path) = path {
+            std::fs::metadata(path)
+                .and_then(|_| std::fs::File::open(path).map(drop))
+                .map_err(|source| NatsStoreError::TlsFile {
+                    what,
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+    }
+    Ok(())
+}
+
+fn connect_options(options: &NatsOptions, violations: &Violations) -> async_nats::ConnectOptions {
+    let violations = violations.clone();
+    let mut co = async_nats::ConnectOptions::new()
+        .name("tenure")
+        .connection_timeout(options.timeout)
+        .request_timeout(Some(options.timeout))
+        .ping_interval(PING_INTERVAL)
+        // Reconnect for ever, soon: a lease store is no use disconnected.
+        .max_reconnects(None)
+        .reconnect_delay_callback(|attempts| {
+            let exp = u32::try_from(attempts.min(16)).unwrap_or(16);
+            (Duration::from_millis(25) * 2u32.pow(exp) / 2).min(MAX_RECONNECT_DELAY)
+        })
+        .event_callback(move |event| {
+            let violations = violations.clone();
+            async move {
+                use async_nats::{Event, ServerError};
+                match event {
+                    Event::ServerError(ServerError::Other(text))
+                        if text.to_ascii_lowercase().contains("permissions violation") =>
+                    {
+                        tracing::warn!(error = %text, "NATS refused a request of tenure's");
+                        violations.record(text);
+                    }
+                    Event::ServerError(ServerError::AuthorizationViolation) => {
+                        tracing::warn!("NATS refused tenure's credentials on reconnecting");
+                        violations.record("authorization violation".into());
+                    }
+                    Event::Disconnected => tracing::info!("disconnected from NATS; reconnecting"),
+                    Event::Connected => tracing::info!("connected to NATS"),
+                    other => tracing::debug!(event = %other, "NATS client event"),
+                }
+            }
+        });
+    match &options.auth {
+        Auth::None => {}
+        Auth::UserPassword { user, password } => {
+            co = co.user_and_password(user.clone(), password.clone())
+        }
+        Auth::Token(token) => co = co.token(token.clone()),
+    }
+    if options.tls {
+        co = co.require_tls(true);
+        if let Some(ca) = &options.ca {
+            co = co.add_root_certificates(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&options.cert, &options.key) {
+            co = co.add_client_certificate(cert.clone(), key.clone());
+        }
+    }
+    co
+}
+
+/// What the bucket's stream settings would do to leases, if anything bad.
+fn unsafe_bucket(config: &jetstream::stream::Config) -> Option<String> {
+    if config.storage == StorageType::Memory {
+        return Some("keeps its data in memory, which a server restart wipes".into());
+    }
+    if !config.max_age.is_zero() {
+        return Some(format!(
+            "expires its entries after {:?} (max_age)",
+            config.max_age
+        ));
+    }
+    if config.discard == DiscardPolicy::Old && (config.max_bytes > 0 || config.max_messages > 0) {
+        return Some(
+            "drops its oldest entries when full (discard policy old with a size limit)".into(),
+        );
+    }
+    if config.mirror.is_some() {
+        return Some("mirrors another bucket, whose origin takes the writes".into());
+    }
+    None
+}
+
+impl NatsStore {
+    /// Connects to NATS at `url` (see [`NatsOptions`] for the form), opens
+    /// the key-value bucket, creating it (history 1, file storage) if it is
+    /// missing, and checks that it keeps its entries.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tenure_nats::NatsStoreError> {
+    /// let store = tenure_nats::NatsStore::connect("nats://127.0.0.1:4222/tenure").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<NatsStore, NatsStoreError> {
+        NatsStore::connect_with(NatsOptions::from_url(url)?).await
+    }
+
+    /// Connects with options already parsed (and perhaps adjusted).
+    pub async fn connect_with(options: NatsOptions) -> Result<NatsStore, NatsStoreError> {
+        check_tls_files(&options)?;
+        let violations = Violations::default();
+        let ctx = ctx(&options, &violations);
+        let servers: Vec<async_nats::ServerAddr> = options
+            .servers()
+            .iter()
+            .map(|s| {
+                s.parse().map_err(|_| NatsStoreError::InvalidUrl {
+                    reason: format!("server {s}: not a host and port the client accepts"),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let client = match within(
+            options.timeout,
+            connect_options(&options, &violations).connect(servers),
+        )
+        .await
+        {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => return Err(ctx.connect(e)),
+            None => return Err(ctx.timeout()),
+        };
+        let mut js = jetstream::new(client);
+        js.set_timeout(options.timeout);
+        let kv = open_bucket(&js, &options, &ctx).await?;
+        if let Some(problem) = unsafe_bucket(&kv.stream.cached_info().config) {
+            return Err(NatsStoreError::UnsafeBucket {
+                target: options.target(),
+                bucket: options.bucket.clone(),
+                problem,
+            });
+        }
+        Ok(NatsStore {
+            inner: Arc::new(Inner {
+                kv,
+                options,
+                violations,
+                in_flight: InFlight::new(IN_FLIGHT),
+                engine: EngineSlot::new(),
+            }),
+        })
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &NatsOptions {
+        &self.inner.options
+    }
+
+    /// The key of a group in the bucket (see the [crate docs](crate#key-layout)).
+    ///
+    /// ```
+    /// use tenure::GroupName;
+    /// use tenure_nats::NatsStore;
+    /// let group = GroupName::new("set/members/host a").unwrap();
+    /// assert_eq!(NatsStore::key_of(&group), "tenure.set.members.host=20a");
+    /// assert_eq!(NatsStore::group_of_key("tenure.set.members.host=20a"), Some(group));
+    /// ```
+    pub fn key_of(group: &GroupName) -> String {
+        keys::key_of(group)
+    }
+
+    /// The group a key of the bucket names, if it is one tenure writes.
+    pub fn group_of_key(key: &str) -> Option<GroupName> {
+        keys::group_of(key)
+    }
+
+    /// A stored message as the group's record and version: `None` for a
+    /// deletion or purge marker (the key has no record).
+    fn versioned(
+        group: &GroupName,
+        headers: Option<&async_nats::HeaderMap>,
+        payload: &[u8],
+        sequence: u64,
+    ) -> Result<Option<Versioned>, StoreError> {
+        if !is_put(headers) {
+            return Ok(None);
+        }
+        let record = LeaseRecord::decode(payload).map_err(|source| StoreError::Record {
+            group: group.clone(),
+            source,
+        })?;
+        Ok(Some(Versioned {
+            record,
+            version: Version(sequence),
+        }))
+    }
+
+    /// The last message of a key: its sequence and whether it is a record
+    /// (or a deletion marker); `None` if the key has none.
+    async fn last_message(
+        &self,
+        group: &GroupName,
+    ) -> Result<Option<async_nats::jetstream::message::StreamMessage>, StoreError> {
+        let inner = &self.inner;
+        let subject = inner.subject(&keys::key_of(group));
+        // The stream's own get (through its leader), not a direct get that
+        // a replica may answer from behind.
+        let got = within(
+            inner.options.timeout,
+            inner.kv.stream.get_last_raw_message_by_subject(&subject),
+        )
+        .await;
+        match got {
+            None => Err(inner.ctx().timeout().into()),
+            Some(Ok(message)) => Ok(Some(message)),
+            Some(Err(e)) => match e.kind() {
+                LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                _ => Err(inner.ctx().operation("read", e).into()),
+            },
+        }
+    }
+
+    /// `update` of the key with `expected` as its last sequence (0: the key
+    /// has no message at all): the new sequence, or `None` when the server
+    /// refused because the key's last sequence differs. A request that
+    /// got no answer is an error, never a refusal.
+    async fn update(
+        &self,
+        group: &GroupName,
+        bytes: Bytes,
+        expected: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let inner = &self.inner;
+        let key = keys::key_of(group);
+        let put = within(
+            inner.options.timeout,
+            inner.kv.update(&key, bytes, expected),
+        )
+        .await;
+        match put {
+            None => Err(inner.ctx().timeout().into()),
+            Some(Ok(sequence)) => Ok(Some(sequence)),
+            Some(Err(e)) => match e.kind() {
+                UpdateErrorKind::WrongLastRevision => Ok(None),
+                UpdateErrorKind::TimedOut => Err(inner.ctx().timeout().into()),
+                _ => Err(classify_publish(inner, e).into()),
+            },
+        }
+    }
+
+    async fn create(&self, group: &GroupName, bytes: Bytes) -> Result<CasOutcome, StoreError> {
+        if let Some(sequence) = self.update(group, bytes.clone(), 0).await? {
+            return Ok(CasOutcome::Applied(Version(sequence)));
+        }
+        // The key has a message. If it is a deletion marker (someone ran
+        // `nats kv del`), the group has no record and may be created: on
+        // the marker's sequence, so a write in between still conflicts.
+        match self.last_message(group).await? {
+            Some(marker) if !is_put(Some(&marker.headers)) => {
+                Ok(match self.update(group, bytes, marker.sequence).await? {
+                    Some(sequence) => CasOutcome::Applied(Version(sequence)),
+                    None => CasOutcome::Conflict,
+                })
+            }
+            _ => Ok(CasOutcome::Conflict),
+        }
+    }
+
+    /// Reads one group for a batch.
+    async fn read_one(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        match self.last_message(group).await? {
+            None => Ok(None),
+            Some(m) => Self::versioned(group, Some(&m.headers), &m.payload, m.sequence),
+        }
+    }
+}
+
+/// Whether a message is a record rather than a deletion or purge marker.
+fn is_put(headers: Option<&async_nats::HeaderMap>) -> bool {
+    match headers.and_then(|h| h.get(KV_OPERATION)) {
+        None => true,
+        Some(op) => matches!(Operation::from_str(op.as_str()), Ok(Operation::Put)),
+    }
+}
+
+/// An `update` that failed for another reason than a conflict or a
+/// timeout: a connection lost after sending (it may have applied), no
+/// JetStream to answer (it did not), or a refusal.
+fn classify_publish(inner: &Inner, e: kv::UpdateError) -> NatsStoreError {
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+    let ctx = inner.ctx();
+    let publish = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<PublishError>());
+    match publish.map(|p| p.kind()) {
+        Some(PublishErrorKind::TimedOut) => ctx.timeout(),
+        Some(PublishErrorKind::StreamNotFound) => ctx.unreachable(format!(
+            "no JetStream answered for bucket {:?}: the server is starting, has no JetStream, or the bucket was deleted",
+            inner.options.bucket
+        )),
+        Some(PublishErrorKind::BrokenPipe) => {
+            ctx.unreachable("the connection was lost before the write was acknowledged")
+        }
+        _ => ctx.operation("compare-and-swap", e),
+    }
+}
+
+/// The stream of a key-value bucket as `nats kv add BUCKET --history 1`
+/// makes it, with file storage. Created as a stream rather than through
+/// the client's bucket creation, which first reads the account's
+/// JetStream limits in a form servers before 2.10 do not send.
+fn bucket_stream(bucket: &str) -> jetstream::stream::Config {
+    jetstream::stream::Config {
+        name: format!("KV_{bucket}"),
+        description: Some("tenure leases: one key per group, never deleted".into()),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
+        storage: StorageType::File,
+        discard: DiscardPolicy::New,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        num_replicas: 1,
+        ..Default::default()
+    }
+}
+
+/// Opens the bucket, creating it if it does not exist.
+async fn open_bucket(
+    js: &context::Context,
+    options: &NatsOptions,
+    ctx: &Ctx<'_>,
+) -> Result<kv::Store, NatsStoreError> {
+    let bucket = options.bucket.as_str();
+    for _ in 0..3 {
+        match within(options.timeout, js.get_key_value(bucket)).await {
+            None => return Err(ctx.timeout()),
+            Some(Ok(kv)) => return Ok(kv),
+            Some(Err(e)) => match stream_error_code(&e) {
+                Lookup::NotFound => {}
+                Lookup::NoJetStream(detail) => {
+                    return Err(NatsStoreError::NoJetStream {
+                        target: ctx.target.clone(),
+                        detail,
+                    })
+                }
+                Lookup::Other => {
+                    if matches!(e.kind(), context::KeyValueErrorKind::InvalidStoreName) {
+                        return Err(NatsStoreError::UnsafeBucket {
+                            target: ctx.target.clone(),
+                            bucket: bucket.to_owned(),
+                            problem: "is a stream that is no key-value bucket".into(),
+                        });
+                    }
+                    return Err(ctx.operation("to open the bucket", e));
+                }
+            },
+        }
+        match within(options.timeout, js.create_stream(bucket_stream(bucket))).await {
+            None => return Err(ctx.timeout()),
+            Some(Ok(_)) => {
+                tracing::info!(
+                    bucket,
+                    "created the NATS key-value bucket for tenure's leases"
+                );
+                // Opened on the next turn, as any existing bucket.
+                continue;
+            }
+            // Created meanwhile by another process (with other settings):
+            // open what is there.
+            Some(Err(e)) if chain_has(&e, "already in use") => continue,
+            Some(Err(e)) => {
+                let detail = crate::error::chain(&e);
+                if detail.to_ascii_lowercase().contains("timed out") {
+                    return Err(ctx.timeout());
+                }
+                return Err(NatsStoreError::BucketCreate {
+                    target: ctx.target.clone(),
+                    bucket: bucket.to_owned(),
+                    detail,
+                });
+            }
+        }
+    }
+    Err(ctx.operation(
+        "to open the bucket",
+        std::io::Error::other("it was created and then deleted again while opening it"),
+    ))
+}
+
+fn chain_has(e: &dyn std::error::Error, needle: &str) -> bool {
+    crate::error::chain(e).contains(needle)
+}
+
+/// What looking up a bucket's stream found.
+enum Lookup {
+    NotFound,
+    NoJetStream(String),
+    Other,
+}
+
+fn stream_error_code(e: &context::KeyValueError) -> Lookup {
+    use context::{GetStreamError, GetStreamErrorKind, RequestError, RequestErrorKind};
+    let Some(get) = std::error::Error::source(e).and_then(|s| s.downcast_ref::<GetStreamError>())
+    else {
+        return Lookup::Other;
+    };
+    match get.kind() {
+        GetStreamErrorKind::JetStream(js) if js.error_code() == ErrorCode::STREAM_NOT_FOUND => {
+            Lookup::NotFound
+        }
+        GetStreamErrorKind::JetStream(js)
+            if js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
+                || js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
+        {
+            Lookup::NoJetStream(js.to_string())
+        }
+        GetStreamErrorKind::Request => {
+            let request = std::error::Error::source(get)
+                .and_then(|s| s.downcast_ref::<RequestError>())
+                .map(|r| r.kind());
+            if request == Some(RequestErrorKind::NoResponders) {
+                Lookup::NoJetStream("nothing answers the JetStream API".into())
+            } else {
+                Lookup::Other
+            }
+        }
+        _ => Lookup::Other,
+    }
+}
+
+#[async_trait]
+impl LeaseStore for NatsStore {
+    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        self.read_one(group).await
+    }
+
+    /// One request per group, in flight together on the one connection
+    /// (at most 256 at once per handle).
+    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        Ok(self
+            .inner
+            .in_flight
+            .read_chunks(groups, 1, |part| async move {
+                let mut out = Vec::with_capacity(part.len());
+                for g in part {
+                    out.push(self.read_one(g).await);
+                }
+                Ok(out)
+            })
+            .await)
+    }
+
+    /// One `update` per group, in flight together on the one connection
+    /// (at most 256 at once per handle); a group's writes one after
+    /// another, in the batch's order.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        Ok(self
+            .inner
+            .in_flight
+            .compare_and_swap_each(requests, |r| {
+                self.compare_and_swap(&r.group, r.expected, &r.record)
+            })
+            .await)
+    }
+
+    fn batch_size_hint(&self) -> usize {
+        BATCH_SIZE
+    }
+
+    /// The keys under the prefix's complete `/`-segments, as the stream
+    /// lists its subjects, then each group's record.
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let inner = &self.inner;
+        let filter = inner.subject(&keys::filter_for_prefix(prefix));
+        let subjects = async {
+            inner
+                .kv
+                .stream
+                .info_with_subjects(filter)
+                .await?
+                .try_collect::<Vec<(String, usize)>>()
+                .await
+        };
+        let subjects = match within(inner.options.timeout, subjects).await {
+            None => return Err(inner.ctx().timeout().into()),
+            Some(Err(e)) => return Err(inner.ctx().operation("to list keys", e).into()),
+            Some(Ok(s)) => s,
+        };
+        let groups: Vec<GroupName> = subjects
+            .iter()
+            .filter_map(|(subject, _)| subject.strip_prefix(inner.kv.prefix.as_str()))
+            .filter_map(keys::group_of)
+            .filter(|g| g.as_str().starts_with(prefix))
+            .collect();
+        let records = self.read_many(&groups).await?;
+        Ok(groups
+            .into_iter()
+            .zip(records)
+            .filter_map(|(group, record)| match record {
+                Ok(None) => None,
+                Ok(Some(v)) => Some(Listed {
+                    group,
+                    record: Ok(v),
+                }),
+                Err(e) => Some(Listed {
+                    group,
+                    record: Err(e),
+                }),
+            })
+            .collect())
+    }
+
+    /// One watch of every key tenure writes, its messages carrying the
+    /// records (see [the crate docs](crate#change-feed)).
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        Ok(Some(feed::store_wide(self.inner.clone()).await?))
+    }
+
+    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+        Ok(Some(feed::per_group(self.inner.clone(), group).await?))
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
+    }
+
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let bytes = Bytes::from(record.encode());
+        match expected {
+            None => self.create(group, bytes).await,
+            // Stream sequences start at 1: no record has version 0, and an
+            // update expecting 0 would create the key instead.
+            Some(Version(0)) => Ok(CasOutcome::Conflict),
+            Some(Version(v)) => Ok(match self.update(group, bytes, v).await? {
+                Some(sequence) => CasOutcome::Applied(Version(sequence)),
+                None => CasOutcome::Conflict,
+            }),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.inner.options.describe()
+    }
+}

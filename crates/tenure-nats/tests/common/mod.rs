@@ -1,0 +1,169 @@
+//! Helpers shared by the NATS store's tests: the shared server's URL, a
+//! private nats-server that a test may configure, kill and restart, raw
+//! access to a bucket, and the shared elector helpers.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use tenure::testkit::{free_port, unique_suffix, TempDir};
+
+/// A bucket name of a test's own, so runs never share state.
+pub fn fresh_bucket(label: &str) -> String {
+    format!("{label}-{:x}", unique_suffix())
+}
+
+/// The shared server's URL with a fresh bucket, or `None` (the test is
+/// skipped; under `CI=true` it fails instead).
+pub fn shared_url(label: &str) -> Option<String> {
+    let server = tenure::testkit::server_url("TENURE_TEST_NATS")?;
+    Some(format!(
+        "{}/{}",
+        server.trim_end_matches('/'),
+        fresh_bucket(label)
+    ))
+}
+
+/// The bucket of a store URL, and the URL without it.
+pub fn split_bucket(url: &str) -> (&str, &str) {
+    url.rsplit_once('/').expect("a URL with a bucket")
+}
+
+/// Raw access to a bucket, bypassing tenure (a foreign program, an
+/// operator with the `nats` command).
+pub async fn raw_bucket(server: &str, bucket: &str) -> kv::Store {
+    let client = async_nats::connect(server.trim_start_matches("nats://"))
+        .await
+        .expect("raw connect");
+    let js = jetstream::new(client);
+    js.get_key_value(bucket).await.expect("the bucket exists")
+}
+
+/// A private nats-server on a free port, with JetStream and file storage
+/// in a directory that survives restarts, killed by PID on drop. `config`
+/// is extra configuration-file text (authorization, TLS).
+pub struct NatsServer {
+    pub port: u16,
+    dir: TempDir,
+    config: String,
+    jetstream: bool,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    pub fn start() -> NatsServer {
+        NatsServer::with_config("")
+    }
+
+    pub fn with_config(config: &str) -> NatsServer {
+        NatsServer::build(config, true)
+    }
+
+    /// A server without JetStream.
+    pub fn without_jetstream() -> NatsServer {
+        NatsServer::build("", false)
+    }
+
+    fn build(config: &str, jetstream: bool) -> NatsServer {
+        let mut s = NatsServer {
+            port: free_port(),
+            dir: TempDir::new("nats"),
+            config: config.to_owned(),
+            jetstream,
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let store = self.dir.path().join("store");
+        let jetstream = if self.jetstream {
+            format!("jetstream {{ store_dir: {store:?} }}")
+        } else {
+            String::new()
+        };
+        let conf = self.dir.path().join("server.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "listen: \"127.0.0.1:{}\"\n{jetstream}\n{}\n",
+                self.port, self.config
+            ),
+        )
+        .expect("write the server configuration");
+        let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
+        let child = Command::new("nats-server")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("nats-server is installed (scripts/servers.sh installs it)");
+        self.child = Some(child);
+        wait_port(self.port);
+    }
+
+    pub fn url(&self, bucket: &str) -> String {
+        format!("nats://127.0.0.1:{}/{bucket}", self.port)
+    }
+
+    pub fn server(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL; the store directory stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port and store directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on the PID of a child this struct owns.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        self.kill();
+    }
+}
+
+pub fn wait_port(port: u16) {
+    for _ in 0..400 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("nothing listens on port {port} after 10 s");
+}
+
+#[allow(unused_imports)]
+pub use tenure::testkit::scenarios::{elector, one_leader};
