@@ -5,14 +5,15 @@
 //! a put becomes [`Change::Written`] with the record and the version a read
 //! would return, so a follower learns of a renewal without a read.
 //!
-//! A watch is an ordered consumer of the bucket's stream. When its
-//! connection drops or the server restarts, the client re-creates it from
-//! the last revision it delivered, so nothing is missed; when the watch
-//! reports trouble on the way (a missed heartbeat, a consumer that had to
-//! be re-created) or ends and is created anew here, the feed also sends
-//! [`Change::Resync`], and every group reads once: that covers a bucket
-//! whose revisions started over (deleted and created again), which
-//! resuming from a revision cannot.
+//! A watch is an ordered consumer of the bucket's stream, from the moment
+//! it is created. When the connection drops (the server restarted, the
+//! network failed), the watch reports trouble (a missed heartbeat) or it
+//! ends, the feed drops it, watches again as soon as the server answers
+//! (backing off from 50 ms to 2 s between attempts), and then sends
+//! [`Change::Resync`]: every group reads once, which covers whatever was
+//! written meanwhile. (The client would re-create the watch itself, but
+//! backs off for up to 10 s between attempts, and cannot tell a bucket
+//! whose revisions started over.)
 //!
 //! Keys in the bucket that tenure did not write are no reason to stop: a
 //! key that is no group's is skipped (no elector can be waiting on it), a
@@ -90,38 +91,45 @@ pub(crate) async fn store_wide(inner: Arc<Inner>) -> Result<StoreFeed, NatsStore
 }
 
 async fn forward(inner: Arc<Inner>, filter: String, mut watch: kv::Watch, tx: StoreFeedSender) {
-    // Whether the last change sent was a resync: a watch in trouble may
-    // report it many times, and one resync covers them all.
-    let mut resynced = false;
+    let mut disconnects = inner.disconnects.clone();
+    disconnects.borrow_and_update();
     loop {
-        let item = tokio::select! {
+        let restart = tokio::select! {
             _ = tx.closed() => return,
-            item = watch.next() => item,
-        };
-        let change = match item {
-            Some(Ok(entry)) => match change_of(&entry) {
-                Some(change) => change,
-                None => continue,
+            Ok(()) = disconnects.changed() => {
+                tracing::debug!("NATS connection lost; watching the bucket again once it is back, then every group reads once");
+                true
+            }
+            item = watch.next() => match item {
+                Some(Ok(entry)) => {
+                    if let Some(change) = change_of(&entry) {
+                        if !tx.send(change).await {
+                            return;
+                        }
+                    }
+                    false
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "NATS watch of the bucket in trouble; watching again, then every group reads once");
+                    true
+                }
+                None => {
+                    tracing::debug!("NATS watch of the bucket ended; watching again, then every group reads once");
+                    true
+                }
             },
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "NATS watch of the bucket in trouble; it resumes where it stopped, and every group reads once");
-                if resynced {
-                    continue;
-                }
-                Change::Resync
-            }
-            None => {
-                tracing::debug!("NATS watch of the bucket ended; watching again");
-                match recreate(&inner, &filter, tx.closed()).await {
-                    Some(w) => watch = w,
-                    None => return,
-                }
-                Change::Resync
-            }
         };
-        resynced = change == Change::Resync;
-        if !tx.send(change).await {
-            return;
+        if restart {
+            // A disconnection from here on restarts the new watch too.
+            disconnects.borrow_and_update();
+            match recreate(&inner, &filter, tx.closed()).await {
+                Some(w) => watch = w,
+                None => return,
+            }
+            // Watching again before the reads: no write falls between.
+            if !tx.send(Change::Resync).await {
+                return;
+            }
         }
     }
 }
@@ -157,6 +165,8 @@ pub(crate) async fn per_group(
     let (tx, feed) = ChangeFeed::channel();
     let key = keys::key_of(group);
     tokio::spawn(async move {
+        let mut disconnects = inner.disconnects.clone();
+        disconnects.borrow_and_update();
         let mut watch = match create(&inner, &key).await {
             Ok(w) => w,
             Err(e) => {
@@ -171,11 +181,13 @@ pub(crate) async fn per_group(
             if !hint(&tx) {
                 return;
             }
-            let item = tokio::select! {
+            let restart = tokio::select! {
                 _ = tx.closed() => return,
-                item = watch.next() => item,
+                Ok(()) = disconnects.changed() => true,
+                item = watch.next() => !matches!(item, Some(Ok(_))),
             };
-            if item.is_none() {
+            if restart {
+                disconnects.borrow_and_update();
                 match recreate(&inner, &key, tx.closed()).await {
                     Some(w) => watch = w,
                     None => return,

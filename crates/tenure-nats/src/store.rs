@@ -57,6 +57,8 @@ pub(crate) struct Inner {
     pub(crate) kv: kv::Store,
     pub(crate) options: NatsOptions,
     pub(crate) violations: Violations,
+    /// Counts the connection's losses: watches start again after each.
+    pub(crate) disconnects: tokio::sync::watch::Receiver<u64>,
     in_flight: InFlight,
     engine: EngineSlot,
 }
@@ -117,8 +119,13 @@ fn check_tls_files(options: &NatsOptions) -> Result<(), NatsStoreError> {
     Ok(())
 }
 
-fn connect_options(options: &NatsOptions, violations: &Violations) -> async_nats::ConnectOptions {
+fn connect_options(
+    options: &NatsOptions,
+    violations: &Violations,
+    disconnects: tokio::sync::watch::Sender<u64>,
+) -> async_nats::ConnectOptions {
     let violations = violations.clone();
+    let disconnects = Arc::new(disconnects);
     let mut co = async_nats::ConnectOptions::new()
         .name("tenure")
         .connection_timeout(options.timeout)
@@ -132,6 +139,7 @@ fn connect_options(options: &NatsOptions, violations: &Violations) -> async_nats
         })
         .event_callback(move |event| {
             let violations = violations.clone();
+            let disconnects = disconnects.clone();
             async move {
                 use async_nats::{Event, ServerError};
                 match event {
@@ -145,7 +153,10 @@ fn connect_options(options: &NatsOptions, violations: &Violations) -> async_nats
                         tracing::warn!("NATS refused tenure's credentials on reconnecting");
                         violations.record("authorization violation".into());
                     }
-                    Event::Disconnected => tracing::info!("disconnected from NATS; reconnecting"),
+                    Event::Disconnected => {
+                        tracing::info!("disconnected from NATS; reconnecting");
+                        disconnects.send_modify(|n| *n += 1);
+                    }
                     Event::Connected => tracing::info!("connected to NATS"),
                     other => tracing::debug!(event = %other, "NATS client event"),
                 }
@@ -210,6 +221,7 @@ impl NatsStore {
     pub async fn connect_with(options: NatsOptions) -> Result<NatsStore, NatsStoreError> {
         check_tls_files(&options)?;
         let violations = Violations::default();
+        let (disconnects_tx, disconnects) = tokio::sync::watch::channel(0);
         let ctx = ctx(&options, &violations);
         let servers: Vec<async_nats::ServerAddr> = options
             .servers()
@@ -222,7 +234,7 @@ impl NatsStore {
             .collect::<Result<_, _>>()?;
         let client = match within(
             options.timeout,
-            connect_options(&options, &violations).connect(servers),
+            connect_options(&options, &violations, disconnects_tx).connect(servers),
         )
         .await
         {
@@ -245,6 +257,7 @@ impl NatsStore {
                 kv,
                 options,
                 violations,
+                disconnects,
                 in_flight: InFlight::new(IN_FLIGHT),
                 engine: EngineSlot::new(),
             }),
