@@ -140,6 +140,34 @@ impl NatsServer {
         self.spawn();
     }
 
+    /// SIGSTOP, returning once every thread of the server has stopped
+    /// (delivery to a busy multi-threaded process is not instant).
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.pid());
+        for _ in 0..400 {
+            let stopped = std::fs::read_dir(&tasks)
+                .expect("the server's threads")
+                .filter_map(Result::ok)
+                .all(|t| {
+                    let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                    // The state follows the ")" that ends the command name.
+                    stat.rsplit_once(')')
+                        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+                });
+            if stopped {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("nats-server did not stop within 2 s of SIGSTOP");
+    }
+
+    /// SIGCONT.
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on the PID of a child this struct owns.
         unsafe {
