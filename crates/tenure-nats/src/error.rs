@@ -72,14 +72,14 @@ pub enum NatsStoreError {
         /// What the server answered.
         detail: String,
     },
-    /// The bucket exists but would lose leases.
-    #[error("the NATS key-value bucket {bucket:?} at {target} {problem}: leases would vanish and fencing tokens go back; name another bucket in the URL (tenure creates it) or create one with `nats kv add <bucket> --history 1 --storage file`")]
+    /// The bucket exists but cannot keep leases safely.
+    #[error("the NATS key-value bucket {bucket:?} at {target} {problem}; name another bucket in the URL (tenure creates it) or create one with `nats kv add <bucket> --history 1 --storage file`")]
     UnsafeBucket {
         /// The servers.
         target: String,
         /// The bucket.
         bucket: String,
-        /// What is wrong with it.
+        /// What is wrong with it, and what that would do.
         problem: String,
     },
     /// The bucket is missing and could not be created.

@@ -183,22 +183,27 @@ fn connect_options(
 
 /// What the bucket's stream settings would do to leases, if anything bad.
 fn unsafe_bucket(config: &jetstream::stream::Config) -> Option<String> {
+    const LOST: &str = "leases would vanish and fencing tokens go back";
     if config.storage == StorageType::Memory {
-        return Some("keeps its data in memory, which a server restart wipes".into());
+        return Some(format!(
+            "keeps its data in memory, which a server restart wipes: {LOST}"
+        ));
     }
     if !config.max_age.is_zero() {
         return Some(format!(
-            "expires its entries after {:?} (max_age)",
+            "expires its entries after {:?} (max_age): {LOST}",
             config.max_age
         ));
     }
     if config.discard == DiscardPolicy::Old && (config.max_bytes > 0 || config.max_messages > 0) {
-        return Some(
-            "drops its oldest entries when full (discard policy old with a size limit)".into(),
-        );
+        return Some(format!(
+            "drops its oldest entries when full (discard policy old with a size limit): {LOST}"
+        ));
     }
     if config.mirror.is_some() {
-        return Some("mirrors another bucket, whose origin takes the writes".into());
+        return Some(
+            "mirrors another bucket: writes go to its origin and reads lag behind them".into(),
+        );
     }
     None
 }
@@ -460,7 +465,7 @@ async fn open_bucket(
                         return Err(NatsStoreError::UnsafeBucket {
                             target: ctx.target.clone(),
                             bucket: bucket.to_owned(),
-                            problem: "is a stream that is no key-value bucket".into(),
+                            problem: "is a stream but no key-value bucket (it keeps no per-key history limit)".into(),
                         });
                     }
                     return Err(ctx.operation("to open the bucket", e));

@@ -1,0 +1,263 @@
+//! Misconfiguration gets a clear, typed error that names the fix, within a
+//! bounded time, and never shows the password or token: credentials,
+//! permissions, TLS, a server without JetStream, buckets that would lose
+//! leases. Each against a private nats-server configured for the case.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use tenure::testkit::{self, held_by, TlsFiles};
+use tenure::{CasOutcome, LeaseStore, StoreError};
+use tenure_nats::{NatsStore, NatsStoreError};
+
+use common::NatsServer;
+
+/// A password with every character that cuts a URL short.
+const SECRET: &str = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
+const PIECES: [&str; 6] = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
+
+fn assert_no_secret(what: &str, text: &str) {
+    for p in PIECES {
+        assert!(
+            !text.contains(p),
+            "{what} shows a piece of the secret: {text}"
+        );
+    }
+}
+
+/// Connecting fails within a bound, with the error returned.
+async fn refused(url: &str) -> NatsStoreError {
+    let started = Instant::now();
+    let err = NatsStore::connect(url).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{url}: took {:?}",
+        started.elapsed()
+    );
+    assert_no_secret("Display", &err.to_string());
+    assert_no_secret("Debug", &format!("{err:?}"));
+    eprintln!("{}\n  -> {err}", tenure::url::redact(url));
+    err
+}
+
+async fn works(store: &NatsStore) {
+    let group = testkit::unique_group("works");
+    assert!(store.read(&group).await.unwrap().is_none());
+    assert!(matches!(
+        store.compare_and_swap(&group, None, &held_by("a", 1)).await,
+        Ok(CasOutcome::Applied(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn user_and_password_errors_are_misconfigured_and_secret_free() {
+    let server = NatsServer::with_config(&format!(
+        r#"authorization {{ users = [ {{ user: "tenure", password: "{SECRET}" }} ] }}"#
+    ));
+    let url = |userinfo: &str| {
+        format!(
+            "nats://{userinfo}@127.0.0.1:{}/auth?timeout=2s",
+            server.port
+        )
+    };
+
+    let err = refused(&url("tenure:wrong-Qa1/Qb2?Qc3#Qd4@Qe5+Qf6")).await;
+    assert!(matches!(err, NatsStoreError::Credentials { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("nats://user:password@host:port"),
+        "{err}"
+    );
+    assert!(matches!(
+        StoreError::from(err),
+        StoreError::Misconfigured { .. }
+    ));
+
+    let err = refused(&format!("nats://127.0.0.1:{}/auth?timeout=2s", server.port)).await;
+    assert!(
+        matches!(err, NatsStoreError::AuthRequired { .. }),
+        "{err:?}"
+    );
+
+    // The password exactly as pasted, unescaped: the URL splits at the
+    // last '@'.
+    let store = NatsStore::connect(&url(&format!("tenure:{SECRET}")))
+        .await
+        .unwrap();
+    works(&store).await;
+    assert_no_secret("describe", &store.describe());
+    assert_no_secret("Debug", &format!("{store:?}"));
+    assert!(
+        store.describe().starts_with("nats://tenure@127.0.0.1:"),
+        "{}",
+        store.describe()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn token_authentication_works_and_a_wrong_token_is_named() {
+    let server = NatsServer::with_config(&format!(r#"authorization {{ token: "{SECRET}" }}"#));
+    let url = |token: &str| format!("nats://{token}@127.0.0.1:{}/tok?timeout=2s", server.port);
+    let err = refused(&url("wrong-Qa1-Qf6")).await;
+    assert!(matches!(err, NatsStoreError::Credentials { .. }), "{err:?}");
+    assert!(err.to_string().contains("token"), "{err}");
+    let store = NatsStore::connect(&url(SECRET)).await.unwrap();
+    works(&store).await;
+    assert_no_secret("describe", &store.describe());
+    assert_no_secret("Debug", &format!("{store:?}"));
+}
+
+/// A user who may use the JetStream API but not publish to the bucket's
+/// keys: connecting (which only reads the bucket) works, a write is
+/// refused by the server, and the store names the permission rather than
+/// reporting a bare timeout. A user who may not even ask JetStream is
+/// refused at connect, naming the permission.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_permissions_are_named() {
+    let server = NatsServer::with_config(
+        r#"authorization { users = [
+            { user: "admin", password: "admin-pw" },
+            { user: "reader", password: "reader-pw", permissions: {
+                publish: { allow: ["$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } },
+            { user: "nobody", password: "nobody-pw", permissions: {
+                publish: { deny: [">"] }, subscribe: { allow: ["_INBOX.>"] } } }
+        ] }"#,
+    );
+    let url = |user: &str| {
+        format!(
+            "nats://{user}:{user}-pw@127.0.0.1:{}/perm?timeout=1s",
+            server.port
+        )
+    };
+    NatsStore::connect(&url("admin")).await.unwrap();
+
+    let reader = NatsStore::connect(&url("reader")).await.unwrap();
+    let group = testkit::unique_group("perm");
+    let err = reader
+        .compare_and_swap(&group, None, &held_by("a", 1))
+        .await
+        .unwrap_err();
+    eprintln!("a refused write: {err}");
+    assert!(
+        matches!(&err, StoreError::Misconfigured { message, .. } if message.contains("$KV.perm.>")),
+        "{err}"
+    );
+
+    let err = refused(&url("nobody")).await;
+    assert!(matches!(err, NatsStoreError::Permission { .. }), "{err:?}");
+    assert!(err.to_string().contains("$JS.API.>"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_with_a_ca_of_the_tests_own() {
+    let tls = TlsFiles::make();
+    let server = NatsServer::with_config(&format!(
+        "tls {{ cert_file: {:?}, key_file: {:?} }}\nauthorization {{ users = [ {{ user: \"tenure\", password: \"{SECRET}\" }} ] }}",
+        tls.cert, tls.key
+    ));
+    let base = format!("127.0.0.1:{}/tls", server.port);
+    let ca = tls.ca.display().to_string();
+
+    let store = NatsStore::connect(&format!(
+        "nats+tls://tenure:{SECRET}@{base}?ca={ca}&timeout=2s"
+    ))
+    .await
+    .unwrap();
+    works(&store).await;
+    assert!(
+        store.describe().starts_with("nats+tls://tenure@"),
+        "{}",
+        store.describe()
+    );
+    assert_no_secret("describe", &store.describe());
+
+    // The system's roots do not know the test's CA.
+    let err = refused(&format!("nats+tls://tenure:{SECRET}@{base}?timeout=2s")).await;
+    assert!(matches!(err, NatsStoreError::Tls { .. }), "{err:?}");
+    assert!(err.to_string().contains("ca="), "{err}");
+
+    // A CA file that is not there.
+    let err = refused(&format!(
+        "nats+tls://tenure:{SECRET}@{base}?ca=/nonexistent/ca.pem&timeout=2s"
+    ))
+    .await;
+    assert!(
+        matches!(err, NatsStoreError::TlsFile { what: "ca", .. }),
+        "{err:?}"
+    );
+
+    // TLS asked of a plain-text server.
+    let plain = NatsServer::start();
+    let err = refused(&format!(
+        "nats+tls://127.0.0.1:{}/tls?ca={ca}&timeout=2s",
+        plain.port
+    ))
+    .await;
+    assert!(matches!(err, NatsStoreError::Tls { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_without_jetstream_is_named() {
+    let server = NatsServer::without_jetstream();
+    let err = refused(&format!("nats://127.0.0.1:{}/b?timeout=2s", server.port)).await;
+    assert!(matches!(err, NatsStoreError::NoJetStream { .. }), "{err:?}");
+    assert!(err.to_string().contains("-js"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_listening_is_unreachable_within_the_timeout() {
+    let port = testkit::free_port();
+    let err = refused(&format!("nats://127.0.0.1:{port}/b?timeout=1s")).await;
+    assert!(matches!(err, NatsStoreError::Unreachable { .. }), "{err:?}");
+    assert!(err.is_transient());
+}
+
+/// Buckets whose settings would lose leases (and send tokens back) are
+/// refused, naming the setting: memory storage, entries that expire.
+#[tokio::test(flavor = "multi_thread")]
+async fn buckets_that_would_lose_leases_are_refused() {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.addr().to_string())
+        .await
+        .unwrap();
+    let js = jetstream::new(client);
+    let bucket = |name: &str, edit: &dyn Fn(&mut stream::Config)| {
+        let mut config = stream::Config {
+            name: format!("KV_{name}"),
+            subjects: vec![format!("$KV.{name}.>")],
+            max_messages_per_subject: 1,
+            discard: stream::DiscardPolicy::New,
+            allow_rollup: true,
+            deny_delete: true,
+            ..Default::default()
+        };
+        edit(&mut config);
+        config
+    };
+    js.create_stream(bucket("mem", &|c| c.storage = stream::StorageType::Memory))
+        .await
+        .unwrap();
+    js.create_stream(bucket("ttl", &|c| c.max_age = Duration::from_secs(60)))
+        .await
+        .unwrap();
+    js.create_stream(bucket("notkv", &|c| c.max_messages_per_subject = -1))
+        .await
+        .unwrap();
+    for (name, needle) in [
+        ("mem", "memory"),
+        ("ttl", "max_age"),
+        ("notkv", "no key-value"),
+    ] {
+        let err = refused(&server.url(name)).await;
+        assert!(
+            matches!(err, NatsStoreError::UnsafeBucket { .. }),
+            "{name}: {err:?}"
+        );
+        assert!(err.to_string().contains(needle), "{name}: {err}");
+        assert!(err.to_string().contains("nats kv add"), "{name}: {err}");
+    }
+    // A bucket tenure made itself is fine, and so is opening it again.
+    NatsStore::connect(&server.url("fine")).await.unwrap();
+    NatsStore::connect(&server.url("fine")).await.unwrap();
+}
