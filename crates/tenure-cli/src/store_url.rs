@@ -74,6 +74,13 @@ pub const SCHEMES: &[Scheme] = &[
         open: |url| Box::pin(open_zookeeper(url)),
     },
     Scheme {
+        names: &["nats", "nats+tls"],
+        feature: "nats",
+        built: cfg!(feature = "nats"),
+        form: "nats[+tls]://[USER:PASS@]HOST[:PORT][,HOST[:PORT]]/BUCKET",
+        open: |url| Box::pin(open_nats(url)),
+    },
+    Scheme {
         names: &["kafka"],
         feature: "kafka",
         built: cfg!(feature = "kafka"),
@@ -150,6 +157,16 @@ async fn open_zookeeper(url: &str) -> Opened {
     }
 }
 
+async fn open_nats(url: &str) -> Opened {
+    #[cfg(feature = "nats")]
+    return opened(tenure_nats::NatsStore::connect(url).await);
+    #[cfg(not(feature = "nats"))]
+    {
+        let _ = url;
+        not_built("nats")
+    }
+}
+
 async fn open_kafka(url: &str) -> Opened {
     #[cfg(feature = "kafka")]
     return crate::kafka::leader_view(url).map_err(|e| open_error(&*e));
@@ -175,7 +192,7 @@ pub enum StoreUrl {
     Memory,
     /// A networked store, opened by its crate from the whole URL:
     /// `postgres://`, `redis://`, `rediss://`, `etcd://`, `etcds://`,
-    /// `dynamodb://`, `zk://`, `kafka://`.
+    /// `dynamodb://`, `zk://`, `nats://`, `nats+tls://`, `kafka://`.
     Networked {
         /// The scheme, lower-cased.
         scheme: String,
@@ -520,6 +537,7 @@ mod tests {
         );
         assert_eq!(redact("redis://tok3n@cache:6379"), "redis://***@cache:6379");
         assert_eq!(redact("etcd://node1:2379"), "etcd://node1:2379");
+        assert_eq!(redact("nats://t0ken@h:4222/b"), "nats://***@h:4222/b");
         assert_eq!(redact("user:pw@host"), "user:***@host");
         assert_eq!(
             redact("postgres://app:pa/ss@127.0.0.1:55432/postgres"),

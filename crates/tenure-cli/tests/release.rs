@@ -77,52 +77,6 @@ fn clears_the_lease_of_a_dead_holder_keeping_the_token() {
     assert!(stdout.contains("nothing to release"), "{stdout}");
 }
 
-/// Seconds since boot on `CLOCK_BOOTTIME`, as `/proc/uptime` shows it.
-fn uptime() -> f64 {
-    std::fs::read_to_string("/proc/uptime")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .expect("/proc/uptime")
-}
-
-/// A CMD that stamps `CLOCK_BOOTTIME` every 20 ms with its token while it
-/// runs, so tests compare what two leaders did rather than when they looked.
-fn stamping_child(s: &Scratch) -> std::path::PathBuf {
-    s.script(
-        "stamper.sh",
-        &format!(
-            r#"echo "$TENURE_ID $$ $TENURE_TOKEN" >> "{log}"
-while :; do
-  read up rest < /proc/uptime
-  echo "$TENURE_TOKEN $up" >> "{stamps}"
-  sleep 0.02
-done"#,
-            log = s.path("children.log").display(),
-            stamps = s.path("stamps.log").display()
-        ),
-    )
-}
-
-/// The first and last stamp of each token.
-fn stamp_spans(s: &Scratch) -> std::collections::BTreeMap<u64, (f64, f64)> {
-    let mut spans = std::collections::BTreeMap::new();
-    for line in std::fs::read_to_string(s.path("stamps.log"))
-        .unwrap_or_default()
-        .lines()
-    {
-        let Some((t, up)) = line.split_once(' ') else {
-            continue;
-        };
-        let (Ok(t), Ok(up)) = (t.parse::<u64>(), up.trim().parse::<f64>()) else {
-            continue;
-        };
-        let e = spans.entry(t).or_insert((up, up));
-        e.0 = e.0.min(up);
-        e.1 = e.1.max(up);
-    }
-    spans
-}
-
 /// `release --force` against two live candidates on `store`: the leader is
 /// superseded and stops, the other candidates wait the operator record out
 /// for a term, and the next leader's CMD starts only after the old one's

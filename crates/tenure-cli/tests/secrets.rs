@@ -88,6 +88,14 @@ fn unreachable_stores_never_show_the_password() {
         urls.push(format!("zookeeper://app:{PASSWORD}@127.0.0.1:99999"));
         urls.push(format!("zk://app:{PASSWORD}@127.0.0.1:1?bogus=1"));
     }
+    if cfg!(feature = "nats") {
+        urls.push(format!("nats://app:{PASSWORD}@127.0.0.1:1/b"));
+        urls.push(format!("nats://{PASSWORD}@127.0.0.1:1/b"));
+        urls.push(format!(
+            "nats+tls://app:{PASSWORD}@127.0.0.1:1/b?ca=/nonexistent"
+        ));
+        urls.push(format!("nats://app:{PASSWORD}@127.0.0.1:1/b?bogus=1"));
+    }
     if cfg!(feature = "kafka") {
         urls.push(format!("kafka://app:{PASSWORD}@127.0.0.1:1/t"));
         urls.push(format!(
@@ -162,6 +170,19 @@ fn dynamodb_with_a_secret_key_it_accepts_never_shows_it() {
     every_command(&format!(
         "dynamodb://{table}?endpoint={endpoint}&region=us-east-1&create=true&access_key_id=AKIDQz9&secret_access_key={PASSWORD}"
     ));
+}
+
+/// The shared nats-server has no authorization, so it accepts any user,
+/// password or token: success output must not show them either.
+#[cfg(feature = "nats")]
+#[test]
+fn nats_with_a_password_or_token_it_accepts_never_shows_it() {
+    let Some(url) = tenure::testkit::server_url("TENURE_TEST_NATS") else {
+        return;
+    };
+    let host = url.trim_start_matches("nats://").trim_end_matches('/');
+    every_command(&format!("nats://app:{PASSWORD}@{host}/tenure-secrets"));
+    every_command(&format!("nats://{PASSWORD}@{host}/tenure-secrets"));
 }
 
 /// A kafka:// URL takes credentials as parameters only, and refuses any

@@ -14,14 +14,6 @@ use common::*;
 /// liveness gets slack, never the safety comparisons.
 const SLACK: Duration = Duration::from_secs(5);
 
-/// Seconds since boot on `CLOCK_BOOTTIME`, as `/proc/uptime` shows it.
-fn uptime() -> f64 {
-    std::fs::read_to_string("/proc/uptime")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .expect("/proc/uptime")
-}
-
 /// Issue 10, item 13, exactly as measured there: two candidates on SQLite
 /// with a 2 s term; the leader's tenure process alone (not CMD) is
 /// SIGSTOPped for 6 s. The other takes over meanwhile; the old CMD must be
@@ -31,86 +23,7 @@ fn uptime() -> f64 {
 #[test]
 fn a_frozen_tenure_cannot_keep_cmd_past_its_deadline() {
     let s = Scratch::new("frozen");
-    let log = s.path("children.log");
-    let stamps = s.path("stamps.log");
-    let child = s.script(
-        "stamper.sh",
-        &format!(
-            r#"echo "$TENURE_ID $$ $TENURE_TOKEN" >> "{log}"
-while :; do
-  read up rest < /proc/uptime
-  echo "$TENURE_TOKEN $up" >> "{stamps}"
-  sleep 0.02
-done"#,
-            log = log.display(),
-            stamps = stamps.display()
-        ),
-    );
-    let a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    let b = Running::spawn(&mut run_cmd(&s, "b", &[], &child));
-    let mut groups = Groups::default();
-    let first = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().next()
-    })
-    .expect("a child started");
-    groups.add(first.pgid);
-    let (leader, leader_log) = if first.id == "a" {
-        (&a, s.path("a.log"))
-    } else {
-        (&b, s.path("b.log"))
-    };
-    // Let it renew a few times first.
-    std::thread::sleep(Duration::from_secs(1));
-
-    leader.signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_secs(6));
-    let resumed_at = uptime();
-    leader.signal(libc::SIGCONT);
-
-    let next = wait_for(SLACK, || child_lines(&log).into_iter().nth(1))
-        .expect("the other candidate took over while the leader was frozen");
-    groups.add(next.pgid);
-    assert_ne!(next.id, first.id);
-    assert!(next.token > first.token);
-    // Let the new CMD stamp a little more, then compare.
-    std::thread::sleep(Duration::from_millis(500));
-    let text = std::fs::read_to_string(&stamps).expect("stamps");
-    let of = |token: u64| -> Vec<f64> {
-        text.lines()
-            .filter_map(|l| {
-                let (t, up) = l.split_once(' ')?;
-                (t.parse::<u64>().ok()? == token).then(|| up.trim().parse().ok())?
-            })
-            .collect()
-    };
-    let (old, new) = (of(first.token), of(next.token));
-    assert!(!old.is_empty() && !new.is_empty(), "{text}");
-    let old_last = old.iter().copied().fold(f64::MIN, f64::max);
-    let new_first = new.iter().copied().fold(f64::MAX, f64::min);
-    eprintln!(
-        "frozen leader: old CMD's last stamp {old_last:.2} s, new CMD's first {new_first:.2} s \
-         (gap {:.0} ms), old tenure resumed at {resumed_at:.2} s",
-        (new_first - old_last) * 1000.0
-    );
-    assert!(
-        new_first < resumed_at,
-        "the new CMD started while the old tenure was still frozen (new at {new_first}, resumed at {resumed_at})"
-    );
-    assert!(
-        old_last < new_first,
-        "the old CMD (token {}) was still working at {old_last} s after the new one (token {}) started at {new_first} s",
-        first.token,
-        next.token
-    );
-    assert!(
-        group_members(first.pgid).is_empty(),
-        "the old CMD's group is gone"
-    );
-    let said = std::fs::read_to_string(&leader_log).unwrap_or_default();
-    assert!(
-        said.contains("tenure watchdog: the term's deadline passed"),
-        "the watchdog did it: {said}"
-    );
+    frozen_leader_is_replaced_on(&s, &s.store(), "g");
 }
 
 /// `TENURE_STORE` may carry a password: CMD does not inherit it, and the

@@ -262,6 +262,19 @@ pub fn run_on(
     extra: &[&str],
     child: &Path,
 ) -> Command {
+    run_with_term(scratch, store, group, id, "2s", extra, child)
+}
+
+/// `tenure run` like [`run_on`], with another term.
+pub fn run_with_term(
+    scratch: &Scratch,
+    store: &str,
+    group: &str,
+    id: &str,
+    term: &str,
+    extra: &[&str],
+    child: &Path,
+) -> Command {
     let mut cmd = tenure();
     cmd.args([
         "--log-format",
@@ -270,7 +283,7 @@ pub fn run_on(
         "--group",
         group,
         "--term",
-        "2s",
+        term,
     ])
     .args(["--store", store, "--id", id])
     .args(extra)
@@ -331,4 +344,121 @@ pub fn bounds() -> tenure::Bounds {
         .validate()
         .expect("valid")
         .bounds()
+}
+
+/// Seconds since boot on `CLOCK_BOOTTIME`, as `/proc/uptime` shows it.
+pub fn uptime() -> f64 {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .expect("/proc/uptime")
+}
+
+/// A CMD that stamps `CLOCK_BOOTTIME` every 20 ms with its token while it
+/// runs, so tests compare what two leaders did rather than when they looked.
+pub fn stamping_child(s: &Scratch) -> std::path::PathBuf {
+    s.script(
+        "stamper.sh",
+        &format!(
+            r#"echo "$TENURE_ID $$ $TENURE_TOKEN" >> "{log}"
+while :; do
+  read up rest < /proc/uptime
+  echo "$TENURE_TOKEN $up" >> "{stamps}"
+  sleep 0.02
+done"#,
+            log = s.path("children.log").display(),
+            stamps = s.path("stamps.log").display()
+        ),
+    )
+}
+
+/// The first and last stamp of each token.
+pub fn stamp_spans(s: &Scratch) -> std::collections::BTreeMap<u64, (f64, f64)> {
+    let mut spans = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(s.path("stamps.log"))
+        .unwrap_or_default()
+        .lines()
+    {
+        let Some((t, up)) = line.split_once(' ') else {
+            continue;
+        };
+        let (Ok(t), Ok(up)) = (t.parse::<u64>(), up.trim().parse::<f64>()) else {
+            continue;
+        };
+        let e = spans.entry(t).or_insert((up, up));
+        e.0 = e.0.min(up);
+        e.1 = e.1.max(up);
+    }
+    spans
+}
+
+/// Two `tenure run` candidates on `store` (2 s term); the leader's tenure
+/// process alone (not CMD) is SIGSTOPped for 6 s. The other takes over
+/// meanwhile; the old CMD must be dead before the new one starts, killed
+/// by the watchdog at the deadline. Both CMDs stamp `CLOCK_BOOTTIME` every
+/// 20 ms while they run, so the comparison is of what they did, not of
+/// when the test looked. Returns the takeover's gap between the CMDs.
+pub fn frozen_leader_is_replaced_on(s: &Scratch, store: &str, group: &str) -> Duration {
+    let log = s.path("children.log");
+    let child = stamping_child(s);
+    let a = Running::spawn(&mut run_on(s, store, group, "a", &[], &child));
+    let b = Running::spawn(&mut run_on(s, store, group, "b", &[], &child));
+    let mut groups = Groups::default();
+    let first = wait_for(bounds().crash_failover + Duration::from_secs(5), || {
+        child_lines(&log).into_iter().next()
+    })
+    .expect("a child started");
+    groups.add(first.pgid);
+    let (leader, leader_log) = if first.id == "a" {
+        (&a, s.path("a.log"))
+    } else {
+        (&b, s.path("b.log"))
+    };
+    // Let it renew a few times first.
+    std::thread::sleep(Duration::from_secs(1));
+
+    leader.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(6));
+    let resumed_at = uptime();
+    leader.signal(libc::SIGCONT);
+
+    let next = wait_for(Duration::from_secs(5), || {
+        child_lines(&log).into_iter().nth(1)
+    })
+    .expect("the other candidate took over while the leader was frozen");
+    groups.add(next.pgid);
+    assert_ne!(next.id, first.id);
+    assert!(next.token > first.token);
+    // Let the new CMD stamp a little more, then compare.
+    std::thread::sleep(Duration::from_millis(500));
+    let spans = stamp_spans(s);
+    let (Some(old), Some(new)) = (spans.get(&first.token), spans.get(&next.token)) else {
+        panic!("both CMDs stamped: {spans:?}");
+    };
+    let (old_last, new_first) = (old.1, new.0);
+    eprintln!(
+        "frozen leader: old CMD's last stamp {old_last:.2} s, new CMD's first {new_first:.2} s \
+         (gap {:.0} ms), old tenure resumed at {resumed_at:.2} s",
+        (new_first - old_last) * 1000.0
+    );
+    assert!(
+        new_first < resumed_at,
+        "the new CMD started while the old tenure was still frozen (new at {new_first}, resumed at {resumed_at})"
+    );
+    assert!(
+        old_last < new_first,
+        "the old CMD (token {}) was still working at {old_last} s after the new one (token {}) started at {new_first} s",
+        first.token,
+        next.token
+    );
+    assert!(
+        group_members(first.pgid).is_empty(),
+        "the old CMD's group is gone"
+    );
+    let said = std::fs::read_to_string(&leader_log).unwrap_or_default();
+    assert!(
+        said.contains("tenure watchdog: the term's deadline passed"),
+        "the watchdog did it: {said}"
+    );
+    Duration::from_secs_f64(new_first - old_last)
 }
