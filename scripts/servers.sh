@@ -50,6 +50,19 @@ _wait_port() { # host port seconds
   return 1
 }
 
+# Waits until nothing listens on the port (a server stopped a moment ago may
+# still hold it); fails naming the port and its holder after the timeout.
+_wait_port_free() { # port seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  _log "port $1 is still in use by: $(ss -ltnpH "sport = :$1" 2>/dev/null | head -1)"
+  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT)"
+  return 1
+}
+
 # The newest installed PostgreSQL's bin directory, if any.
 _installed_pg_bin() {
   local dir
@@ -266,7 +279,10 @@ servers_start() {
   servers_install || return 1
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
-  local s
+  local s port
+  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$DYNALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT"; do
+    _wait_port_free "$port" 15 || return 1
+  done
   for s in postgres redis etcd dynalite tansu zookeeper nats; do
     if ! "_start_$s"; then
       _log "$s failed to start; stopping the others"
