@@ -123,6 +123,14 @@
 //! over by an operator, who can follow the step above, whereas a Redis
 //! without persistence loses everything on a plain restart.
 //!
+//! # Fencing a table
+//!
+//! To make a PostgreSQL table refuse a leader whose term has ended, give
+//! its rows a `fence_token` column and write with
+//! `WHERE fence_token <= $token`, or install the trigger in [`fence`].
+//! `examples/fencing.rs` shows a stale leader refused both ways, and
+//! `docs/fencing.md` in the repository explains the recipes.
+//!
 //! # Connecting
 //!
 //! ```no_run
@@ -141,6 +149,7 @@
 
 mod batch;
 mod error;
+pub mod fence;
 mod listen;
 mod options;
 mod payload;

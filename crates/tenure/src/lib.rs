@@ -54,6 +54,21 @@
 //! * [`Clock`]: `CLOCK_BOOTTIME` in production ([`SystemClock`]), tokio's
 //!   (pausable) clock in tests ([`TokioClock`]).
 //!
+//! # Fencing
+//!
+//! A term's deadline stops a leader that is running; it cannot stop one
+//! that is paused (a GC pause, `SIGSTOP`, a frozen VM) and wakes after its
+//! term ended with a write still in flight. That write can reach the
+//! resource after the next leader's. So pass [`Term::token`] with every
+//! write, and let the resource refuse a token lower than the highest it has
+//! admitted, in the same atomic step as the write. The rule is
+//! [`fence::check`]; a refusal is a [`fence::StaleToken`]. Tested recipes
+//! for a PostgreSQL table (a `WHERE fence_token <= $token` guard or a
+//! trigger), Redis (a Lua script), etcd (a transaction on a fence key), an
+//! S3-style object store (a conditional write) and a local file (a lock and
+//! a token file) are in `docs/fencing.md` in the repository, each with an
+//! example that runs against the real server.
+//!
 //! # Features
 //!
 //! * `testkit`: the conformance suite every store runs, shared scenarios
@@ -68,6 +83,7 @@ pub mod coordinator;
 mod elector;
 pub mod engine;
 pub mod error;
+pub mod fence;
 mod health;
 mod link;
 pub mod machine;

@@ -87,6 +87,16 @@ impl Term {
 
     /// The fencing token: strictly greater than every earlier term's token
     /// in this group, unchanged by renewals.
+    ///
+    /// Send it with every write the work makes, and have the resource
+    /// refuse a token below the highest it has admitted ([`fence::check`],
+    /// atomically with the write): then a leader that was paused past its
+    /// deadline cannot overwrite its successor's work when it wakes. The
+    /// recipes for PostgreSQL, Redis, etcd, S3-style object stores and local
+    /// files are in `docs/fencing.md` in the repository (see the crate
+    /// docs' "Fencing" section).
+    ///
+    /// [`fence::check`]: crate::fence::check
     pub fn token(&self) -> u64 {
         self.inner.token
     }
