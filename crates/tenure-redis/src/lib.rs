@@ -148,6 +148,13 @@
 //!   `volatile-*` policy; [`RedisStore::connect`] refuses an `allkeys-*`
 //!   policy when it is allowed to read it.
 //!
+//! # Fencing what the leader writes to Redis
+//!
+//! [`fence::fenced_set`] writes keys only if a fence key has not admitted a
+//! higher token than the writer's, in one Lua script; `examples/fencing.rs`
+//! shows a leader whose term ended refused by it, and `docs/fencing.md` in
+//! the repository explains the recipe.
+//!
 //! # Errors and secrets
 //!
 //! Wrong credentials, missing ACL permissions, TLS failures, a read-only
@@ -166,6 +173,7 @@
 mod conn;
 mod error;
 mod feed;
+pub mod fence;
 mod options;
 mod script;
 mod store;
