@@ -100,6 +100,13 @@
 //! (`etcdctl snapshot restore`) rolls revisions back: stop every candidate
 //! for at least one term before doing that.
 //!
+//! # Fencing what the leader writes to etcd
+//!
+//! [`fence::fenced_txn`] applies writes in a transaction only if a fence
+//! key has not admitted a higher token than the writer's;
+//! `examples/fencing.rs` shows a leader whose term ended refused by it, and
+//! `docs/fencing.md` in the repository explains the recipe.
+//!
 //! # Errors and secrets
 //!
 //! Wrong credentials, authentication required, missing permissions, TLS
@@ -116,6 +123,7 @@
 
 mod error;
 mod feed;
+pub mod fence;
 mod options;
 mod store;
 mod watch;
