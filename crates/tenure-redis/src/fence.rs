@@ -9,7 +9,7 @@
 //! let client = redis::Client::open("redis://127.0.0.1:6379")?;
 //! let mut conn = client.get_multiplexed_async_connection().await?;
 //! // The hash tag {billing} keeps both keys in one slot on a Redis Cluster.
-//! match fence::fenced_set(&mut conn, "{billing}:fence", token, &[("{billing}:report", b"…")]).await? {
+//! match fence::fenced_set(&mut conn, "{billing}:fence", token, &[("{billing}:report", b"the report")]).await? {
 //!     Ok(()) => println!("written"),
 //!     Err(stale) => println!("refused: {stale}"), // a later term has written
 //! }
