@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tenure::url::{mask_key_id, strip_userinfo};
 use tenure::StoreError;
 
 /// The default time a store operation keeps retrying while DynamoDB
@@ -327,35 +328,6 @@ fn check_table_name(name: &str) -> Result<(), String> {
         Err(format!(
             "table name {name:?} breaks DynamoDB's rule: 3 to 255 characters of a-z, A-Z, 0-9, _ - ."
         ))
-    }
-}
-
-/// `***` and the last four characters, as `aws configure list` shows keys.
-fn mask_key_id(id: &str) -> String {
-    let tail: String = id
-        .chars()
-        .rev()
-        .take(4)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    if id.chars().count() > 4 {
-        format!("***{tail}")
-    } else {
-        "***".to_owned()
-    }
-}
-
-/// Drops `user:password@` from an endpoint URL, in case one was given.
-fn strip_userinfo(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://{host}{}", &rest[end..]),
-        None => url.to_owned(),
     }
 }
 

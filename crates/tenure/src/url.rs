@@ -216,6 +216,43 @@ pub fn is_secret_key(key: &str) -> bool {
     .any(|s| k.contains(s))
 }
 
+/// An access key id as it may be shown: `***` and its last four
+/// characters (as `aws configure list` shows keys), or only `***` for a
+/// key of four characters or fewer.
+///
+/// ```
+/// assert_eq!(tenure::url::mask_key_id("AKIDEXAMPLE"), "***MPLE");
+/// assert_eq!(tenure::url::mask_key_id("AKID"), "***");
+/// ```
+pub fn mask_key_id(id: &str) -> String {
+    let count = id.chars().count();
+    if count > 4 {
+        let tail: String = id.chars().skip(count - 4).collect();
+        format!("***{tail}")
+    } else {
+        "***".to_owned()
+    }
+}
+
+/// Drops `user:password@` from a URL (an endpoint option, say), in case
+/// one was given; the rest is kept as it is.
+///
+/// ```
+/// use tenure::url::strip_userinfo;
+/// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y"), "http://h:9000/x?y");
+/// assert_eq!(strip_userinfo("http://h:9000"), "http://h:9000");
+/// ```
+pub fn strip_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://{host}{}", &rest[end..]),
+        None => url.to_owned(),
+    }
+}
+
 /// The URL as it may be shown: the only form of a store URL that may be
 /// logged or appear in an error. Masked with `***`:
 ///
