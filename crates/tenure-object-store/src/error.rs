@@ -193,6 +193,16 @@ const REFUSED_KEY: &[&str] = &[
     "invalid_grant",
 ];
 
+/// Texts of a failure to obtain credentials (the instance metadata
+/// server, a token endpoint), which has nothing to do with the bucket.
+const CREDENTIAL_FETCH: &[&str] = &[
+    "token request",
+    "Error fetching token",
+    "Error getting credentials",
+    "169.254.169.254",
+    "169.254.170.2",
+];
+
 /// Classifies a failed request. `what` names the operation and object for
 /// the message ("read of tenure/nightly").
 pub(crate) fn classify(e: object_store::Error, what: &str, place: &Place) -> Failure {
@@ -204,11 +214,8 @@ pub(crate) fn classify(e: object_store::Error, what: &str, place: &Place) -> Fai
         E::Precondition { .. } | E::NotModified { .. } | E::AlreadyExists { .. } => {
             Failure::Conflict
         }
-        E::NotFound { .. } if MISSING_BUCKET.iter().any(|m| text.contains(m)) => {
-            Failure::Store(place.misconfigured(format!(
-                "the bucket of {store} does not exist ({what}: {code}): create it, or correct the \
-                 bucket name, region or endpoint; tenure never creates buckets"
-            )))
+        _ if MISSING_BUCKET.iter().any(|m| text.contains(m)) => {
+            Failure::Store(missing_bucket(code, what, place))
         }
         E::NotFound { .. } => Failure::Missing,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
@@ -228,6 +235,16 @@ pub(crate) fn classify(e: object_store::Error, what: &str, place: &Place) -> Fai
     }
 }
 
+/// The bucket (container) is not there.
+pub(crate) fn missing_bucket(code: &str, what: &str, place: &Place) -> StoreError {
+    place.misconfigured(format!(
+        "the bucket of {} does not exist ({what}: {}): create it, or correct the bucket \
+         name, region or endpoint; tenure never creates buckets",
+        place.describe,
+        if code.is_empty() { "not found" } else { code }
+    ))
+}
+
 /// Refused credentials or permissions, told apart by the server's code.
 fn refused(text: &str, code: &str, what: &str, place: &Place) -> StoreError {
     let store = &place.describe;
@@ -240,7 +257,7 @@ fn refused(text: &str, code: &str, what: &str, place: &Place) -> StoreError {
     if REFUSED_KEY.iter().any(|m| text.contains(m)) {
         return place.misconfigured(format!(
             "{store} refused the credentials ({what}: {}): check the access key id and the \
-             secret (access_key_id= / secret_access_key= in the URL, or AWS_ACCESS_KEY_ID / \
+             secret (the URL's access_key_id and secret_access_key, or AWS_ACCESS_KEY_ID and \
              AWS_SECRET_ACCESS_KEY), or the account key",
             if code.is_empty() { "unauthenticated" } else { code }
         ));
@@ -279,7 +296,16 @@ fn transient_or_not(
         }
         None => {}
     }
+    if CREDENTIAL_FETCH.iter().any(|m| text.contains(m)) {
+        return place.misconfigured(format!(
+            "{store}: no credentials could be obtained for the {what} ({}): give them in the URL \
+             or the environment (see the crate docs), or run where the instance, task or \
+             workload identity provides them",
+            excerpt(text, 200)
+        ));
+    }
     match status_in(text) {
+        Some(401 | 403) => refused(text, code, what, place),
         Some(s) if s >= 500 || s == 429 || s == 408 => place.unavailable(format!(
             "{store} answered the {what} with {s} {code}: it may or may not have been carried out"
         )),

@@ -17,7 +17,7 @@ use tenure::{
 };
 
 use crate::backend;
-use crate::error::{classify, BackendKind, Failure, Place};
+use crate::error::{classify, missing_bucket, BackendKind, Failure, Place};
 use crate::key::Layout;
 use crate::object::{self, MAX_OBJECT_BYTES};
 use crate::options::BucketOptions;
@@ -112,6 +112,15 @@ impl BucketStore {
     /// # let _ = store; Ok(()) }
     /// ```
     pub async fn with_options(options: BucketOptions) -> Result<Self, StoreError> {
+        let s = Self::open(options)?;
+        s.check_bucket().await?;
+        Ok(s)
+    }
+
+    /// Builds the client without sending anything (no bucket check): the
+    /// first request is the first lease operation. For servers whose
+    /// LIST misbehaves, or to connect before the bucket exists.
+    pub fn open(options: BucketOptions) -> Result<Self, StoreError> {
         options.check().map_err(|why| StoreError::Misconfigured {
             message: format!("object store {}: {why}", options.redacted_url()),
             source: None,
@@ -123,9 +132,7 @@ impl BucketStore {
             kind: options.kind,
         };
         let store = backend::build(&options, &place)?;
-        let s = Self::assemble(store, options.layout.clone(), place);
-        s.check_bucket().await?;
-        Ok(s)
+        Ok(Self::assemble(store, options.layout.clone(), place))
     }
 
     /// A store on an `object_store` client you configured yourself,
@@ -180,14 +187,9 @@ impl BucketStore {
             Some(Err(e)) => Err(match classify(e, "listing of the prefix", &i.place) {
                 Failure::Store(e) => e,
                 // A listing has no condition; a 404 is the bucket's.
-                Failure::Missing | Failure::Conflict => StoreError::Misconfigured {
-                    message: format!(
-                        "the bucket of {} does not exist: create it, or correct the bucket \
-                         name, region or endpoint; tenure never creates buckets",
-                        i.place.describe
-                    ),
-                    source: None,
-                },
+                Failure::Missing | Failure::Conflict => {
+                    missing_bucket("", "listing of the prefix", &i.place)
+                }
             }),
         }
     }
@@ -479,14 +481,7 @@ impl LeaseStore for BucketStore {
                 Err(e) => {
                     return Err(match classify(e, "listing of the prefix", &i.place) {
                         Failure::Store(e) => e,
-                        _ => StoreError::Misconfigured {
-                            message: format!(
-                                "the bucket of {} does not exist: create it, or correct the \
-                                 bucket name, region or endpoint",
-                                i.place.describe
-                            ),
-                            source: None,
-                        },
+                        _ => missing_bucket("", "listing of the prefix", &i.place),
                     })
                 }
             };
