@@ -81,6 +81,13 @@ pub const SCHEMES: &[Scheme] = &[
         open: |url| Box::pin(open_nats(url)),
     },
     Scheme {
+        names: &["s3", "gs", "az"],
+        feature: "object-store",
+        built: cfg!(feature = "object-store"),
+        form: "s3://BUCKET[/PREFIX]?region=..[&endpoint=..], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX]?account=..",
+        open: |url| Box::pin(open_object_store(url)),
+    },
+    Scheme {
         names: &["kafka"],
         feature: "kafka",
         built: cfg!(feature = "kafka"),
@@ -167,6 +174,16 @@ async fn open_nats(url: &str) -> Opened {
     }
 }
 
+async fn open_object_store(url: &str) -> Opened {
+    #[cfg(feature = "object-store")]
+    return opened(tenure_object_store::BucketStore::connect(url).await);
+    #[cfg(not(feature = "object-store"))]
+    {
+        let _ = url;
+        not_built("object-store")
+    }
+}
+
 async fn open_kafka(url: &str) -> Opened {
     #[cfg(feature = "kafka")]
     return crate::kafka::leader_view(url).map_err(|e| open_error(&*e));
@@ -192,7 +209,8 @@ pub enum StoreUrl {
     Memory,
     /// A networked store, opened by its crate from the whole URL:
     /// `postgres://`, `redis://`, `rediss://`, `etcd://`, `etcds://`,
-    /// `dynamodb://`, `zk://`, `nats://`, `nats+tls://`, `kafka://`.
+    /// `dynamodb://`, `zk://`, `nats://`, `nats+tls://`, `s3://`, `gs://`, `az://`,
+    /// `kafka://`.
     Networked {
         /// The scheme, lower-cased.
         scheme: String,
@@ -241,8 +259,8 @@ impl fmt::Display for UrlError {
             ),
             UrlError::UnknownScheme { scheme } => {
                 write!(f, "store URL scheme `{scheme}://` is not a tenure store: use sqlite://")?;
-                for s in SCHEMES {
-                    write!(f, ", {}://", s.names[0])?;
+                for name in SCHEMES.iter().flat_map(|s| s.names) {
+                    write!(f, ", {name}://")?;
                 }
                 Ok(())
             }

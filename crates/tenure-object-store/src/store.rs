@@ -423,7 +423,8 @@ impl LeaseStore for BucketStore {
                 },
             });
         };
-        self.put(group, PutMode::Update(seen.tag), record, next).await
+        self.put(group, PutMode::Update(seen.tag), record, next)
+            .await
     }
 
     /// GETs in flight together, at most 64 at once per handle.

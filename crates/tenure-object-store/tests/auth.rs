@@ -70,7 +70,11 @@ async fn signed_requests_pass_and_wrong_keys_are_refused_clearly() {
     let moto = PrivateMoto::start(&[("INITIAL_NO_AUTH_ACTION_COUNT", "4")]).await;
     let e = moto.endpoint();
     iam(&e, "Action=CreateUser&UserName=tenure&Version=2010-05-08").await;
-    let key = iam(&e, "Action=CreateAccessKey&UserName=tenure&Version=2010-05-08").await;
+    let key = iam(
+        &e,
+        "Action=CreateAccessKey&UserName=tenure&Version=2010-05-08",
+    )
+    .await;
     let (key_id, secret) = (
         between(&key, "<AccessKeyId>", "</AccessKeyId>").to_owned(),
         between(&key, "<SecretAccessKey>", "</SecretAccessKey>").to_owned(),
@@ -99,13 +103,19 @@ async fn signed_requests_pass_and_wrong_keys_are_refused_clearly() {
     let read = good.read(&g).await.expect("a signed read").unwrap();
     assert_eq!(read.version, v);
     assert!(matches!(
-        good.compare_and_swap(&g, Some(v), &held_by("a", 1)).await.unwrap(),
+        good.compare_and_swap(&g, Some(v), &held_by("a", 1))
+            .await
+            .unwrap(),
         CasOutcome::Applied(_)
     ));
 
     let wrong_secret = format!("{}x", &secret[..secret.len() - 1]);
     for (label, s, shown_secret) in [
-        ("a wrong secret", open(&e, &key_id, &wrong_secret), wrong_secret.as_str()),
+        (
+            "a wrong secret",
+            open(&e, &key_id, &wrong_secret),
+            wrong_secret.as_str(),
+        ),
         (
             "an unknown access key id",
             open(&e, "AKIDNOBODYKNOWS0000", &secret),
@@ -114,14 +124,25 @@ async fn signed_requests_pass_and_wrong_keys_are_refused_clearly() {
     ] {
         for err in [
             s.read(&g).await.unwrap_err(),
-            s.compare_and_swap(&g, None, &held_by("b", 2)).await.unwrap_err(),
+            s.compare_and_swap(&g, None, &held_by("b", 2))
+                .await
+                .unwrap_err(),
         ] {
-            assert!(matches!(err, StoreError::Misconfigured { .. }), "{label}: {err:?}");
+            assert!(
+                matches!(err, StoreError::Misconfigured { .. }),
+                "{label}: {err:?}"
+            );
             let text = format!("{err} / {err:?} / {s:?}");
             assert!(text.contains("refused the credentials"), "{label}: {text}");
-            assert!(!text.contains(shown_secret), "{label}: the secret leaked: {text}");
+            assert!(
+                !text.contains(shown_secret),
+                "{label}: the secret leaked: {text}"
+            );
         }
     }
     // Nothing was written by the refused handles.
-    assert_eq!(good.read(&g).await.unwrap().unwrap().record.holder_id(), Some("a"));
+    assert_eq!(
+        good.read(&g).await.unwrap().unwrap().record.holder_id(),
+        Some("a")
+    );
 }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, scenarios, TermLog, TcpProxy};
+use tenure::testkit::{self, scenarios, TcpProxy, TermLog};
 use tenure::Config;
 use tenure_object_store::BucketStore;
 

@@ -11,7 +11,7 @@ use tenure::{CasOutcome, LeaseStore, StoreError};
 use tenure_object_store::{BucketOptions, BucketStore};
 
 mod support;
-use support::{endpoint, options, store, unique_prefix, Fault, FaultProxy, BUCKET, SECRET};
+use support::{endpoint, options, store, unique_prefix, Fault, FaultProxy, BUCKET, ECHOED, SECRET};
 
 /// A store through the proxy, with a short request timeout.
 async fn through(proxy: &FaultProxy, prefix: &str, timeout: Duration) -> BucketStore {
@@ -21,7 +21,11 @@ async fn through(proxy: &FaultProxy, prefix: &str, timeout: Duration) -> BucketS
 }
 
 fn puts(proxy: &FaultProxy) -> usize {
-    proxy.requests().iter().filter(|r| r.starts_with("PUT ")).count()
+    proxy
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("PUT "))
+        .count()
 }
 
 /// The reply to a conditional put is lost: the store reports a timeout
@@ -38,7 +42,10 @@ async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
 
     // A create whose reply is lost.
     proxy.push("PUT", Fault::SwallowReply);
-    let e1 = s.compare_and_swap(&g, None, &held_by("a", 1)).await.unwrap_err();
+    let e1 = s
+        .compare_and_swap(&g, None, &held_by("a", 1))
+        .await
+        .unwrap_err();
     assert!(matches!(e1, StoreError::Timeout(_)), "{e1:?}");
     assert!(e1.is_transient());
     assert_eq!(puts(&proxy), 1, "sent once, never retried");
@@ -59,7 +66,9 @@ async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
     // The handle forgot what it saw: a write on the old version conflicts
     // (the store reads first), it does not send a stale If-Match blindly.
     assert_eq!(
-        s.compare_and_swap(&g, Some(now.version), &held_by("a", 3)).await.unwrap(),
+        s.compare_and_swap(&g, Some(now.version), &held_by("a", 3))
+            .await
+            .unwrap(),
         CasOutcome::Conflict
     );
 }
@@ -73,7 +82,10 @@ async fn server_errors_and_refused_conditions() {
     let proxy = FaultProxy::start(&e).await;
     let s = through(&proxy, &prefix, Duration::from_secs(5)).await;
     let g = testkit::unique_group("status");
-    let CasOutcome::Applied(v) = s.compare_and_swap(&g, None, &held_by("a", 1)).await.unwrap()
+    let CasOutcome::Applied(v) = s
+        .compare_and_swap(&g, None, &held_by("a", 1))
+        .await
+        .unwrap()
     else {
         panic!()
     };
@@ -85,19 +97,30 @@ async fn server_errors_and_refused_conditions() {
             .compare_and_swap(&g, Some(v), &held_by("a", 1))
             .await
             .unwrap_err();
-        assert!(matches!(err, StoreError::Unavailable { .. }), "{status}: {err:?}");
+        assert!(
+            matches!(err, StoreError::Unavailable { .. }),
+            "{status}: {err:?}"
+        );
         let text = err.to_string();
-        assert!(text.contains(&status.to_string()) && text.contains(code), "{text}");
+        assert!(
+            text.contains(&status.to_string()) && text.contains(code),
+            "{text}"
+        );
         assert!(text.contains("may or may not"), "{text}");
     }
     assert_eq!(puts(&proxy), sent + 2, "each sent once, never retried");
 
     // The record is untouched (the injected replies never reached moto).
     let v = s.read(&g).await.unwrap().unwrap().version;
-    for (status, code) in [(412, "PreconditionFailed"), (409, "ConditionalRequestConflict")] {
+    for (status, code) in [
+        (412, "PreconditionFailed"),
+        (409, "ConditionalRequestConflict"),
+    ] {
         proxy.push("PUT", Fault::Reply { status, code });
         assert_eq!(
-            s.compare_and_swap(&g, Some(v), &held_by("a", 1)).await.unwrap(),
+            s.compare_and_swap(&g, Some(v), &held_by("a", 1))
+                .await
+                .unwrap(),
             CasOutcome::Conflict,
             "{status}"
         );
@@ -105,7 +128,13 @@ async fn server_errors_and_refused_conditions() {
     assert_eq!(puts(&proxy), sent + 4, "never retried");
 
     // A 5xx on a read is transient too.
-    proxy.push("GET", Fault::Reply { status: 500, code: "InternalError" });
+    proxy.push(
+        "GET",
+        Fault::Reply {
+            status: 500,
+            code: "InternalError",
+        },
+    );
     let err = s.read(&g).await.unwrap_err();
     assert!(err.is_transient(), "{err:?}");
 }
@@ -120,10 +149,21 @@ async fn refusals_name_the_fix_and_never_the_secret() {
     let proxy = FaultProxy::start(&e).await;
     let s = through(&proxy, &prefix, Duration::from_secs(5)).await;
     let g = testkit::unique_group("refused");
-    let cases: [(&str, u16, &str, &str); 6] = [
-        ("PUT", 403, "SignatureDoesNotMatch", "refused the credentials"),
+    let cases: [(&str, u16, &str, &str); 7] = [
+        (
+            "PUT",
+            403,
+            "SignatureDoesNotMatch",
+            "refused the credentials",
+        ),
+        ("GET", 400, "InvalidToken", "refused the credentials"),
         ("GET", 403, "InvalidAccessKeyId", "refused the credentials"),
-        ("PUT", 403, "AccessDenied", "s3:GetObject, s3:PutObject and s3:ListBucket"),
+        (
+            "PUT",
+            403,
+            "AccessDenied",
+            "s3:GetObject, s3:PutObject and s3:ListBucket",
+        ),
         ("GET", 403, "RequestTimeTooSkewed", "clock"),
         ("GET", 404, "NoSuchBucket", "does not exist"),
         ("GET", 301, "PermanentRedirect", "region="),
@@ -131,14 +171,23 @@ async fn refusals_name_the_fix_and_never_the_secret() {
     for (method, status, code, says) in cases {
         proxy.push(method, Fault::Reply { status, code });
         let err = if method == "PUT" {
-            s.compare_and_swap(&g, None, &held_by("a", 1)).await.unwrap_err()
+            s.compare_and_swap(&g, None, &held_by("a", 1))
+                .await
+                .unwrap_err()
         } else {
             s.read(&g).await.unwrap_err()
         };
-        assert!(matches!(err, StoreError::Misconfigured { .. }), "{code}: {err:?}");
+        assert!(
+            matches!(err, StoreError::Misconfigured { .. }),
+            "{code}: {err:?}"
+        );
         let text = format!("{err} / {err:?}");
         assert!(text.contains(says), "{code}: {text}");
         assert!(!text.contains(SECRET), "{code}: the secret leaked: {text}");
+        assert!(
+            !text.contains(ECHOED),
+            "{code}: the server's echo shown: {text}"
+        );
         assert!(!text.contains("tenure-test-secret"), "{code}: {text}");
     }
     assert!(!format!("{s:?}").contains("tenure-test-secret"));
@@ -156,8 +205,12 @@ async fn connecting_to_a_missing_bucket_or_no_server_says_so() {
 
     let port = testkit::free_port();
     let err = BucketStore::with_options(
-        BucketOptions::from_url(&support::url(&format!("http://127.0.0.1:{port}"), BUCKET, "x"))
-            .unwrap(),
+        BucketOptions::from_url(&support::url(
+            &format!("http://127.0.0.1:{port}"),
+            BUCKET,
+            "x",
+        ))
+        .unwrap(),
     )
     .await
     .unwrap_err();

@@ -56,7 +56,11 @@ async fn a_restarted_moto_loses_the_bucket_and_no_token_goes_back_in_running_can
     moto.kill().await;
     let err = probe.read(&g).await.unwrap_err();
     assert!(err.is_transient(), "{err:?}");
-    assert!(err.to_string().contains(&format!("127.0.0.1:{}", moto.port)), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("127.0.0.1:{}", moto.port)),
+        "{err}"
+    );
     tokio::time::timeout(term * 2, first.ended())
         .await
         .expect("the leader's term ended while the store was down");
@@ -90,7 +94,11 @@ async fn a_restarted_moto_loses_the_bucket_and_no_token_goes_back_in_running_can
         "after the loss: token {} (before: {old_token})",
         next.token()
     );
-    assert!(next.token() > old_token, "a token went back: {} <= {old_token}", next.token());
+    assert!(
+        next.token() > old_token,
+        "a token went back: {} <= {old_token}",
+        next.token()
+    );
     a.shutdown().await;
     b.shutdown().await;
 

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, held_by, released, scenarios, TermLog, TcpProxy};
+use tenure::testkit::{self, held_by, released, scenarios, TcpProxy, TermLog};
 use tenure::{CasOutcome, Config, LeaseStore, RecordError, StoreError, Version};
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
@@ -32,11 +32,17 @@ async fn the_object_holds_the_record_and_its_version_counter() {
     let s = store(&e, &prefix).await;
     let g = testkit::unique_group("object");
     let before = tenure::WallTime::now().as_millis() * 1000;
-    let CasOutcome::Applied(v1) = s.compare_and_swap(&g, None, &held_by("a", 1)).await.unwrap()
+    let CasOutcome::Applied(v1) = s
+        .compare_and_swap(&g, None, &held_by("a", 1))
+        .await
+        .unwrap()
     else {
         panic!("acquire conflicted")
     };
-    assert!(v1.0 >= before, "the first version comes from the clock: {v1} < {before}");
+    assert!(
+        v1.0 >= before,
+        "the first version comes from the clock: {v1} < {before}"
+    );
     let o = raw_object(&s, &g).await.expect("the object");
     assert_eq!(o["store_version"], v1.0);
     assert_eq!(o["holder"]["id"], "a");
@@ -44,7 +50,10 @@ async fn the_object_holds_the_record_and_its_version_counter() {
     assert_eq!(o["v"], 1);
     assert_eq!(s.object_key(&g), format!("{prefix}/{g}"));
 
-    let CasOutcome::Applied(v2) = s.compare_and_swap(&g, Some(v1), &released(1)).await.unwrap()
+    let CasOutcome::Applied(v2) = s
+        .compare_and_swap(&g, Some(v1), &released(1))
+        .await
+        .unwrap()
     else {
         panic!("release conflicted")
     };
@@ -95,21 +104,30 @@ async fn a_version_read_elsewhere_is_checked_before_the_write() {
     let prefix = unique_prefix("elsewhere");
     let writer = store(&e, &prefix).await;
     let g = testkit::unique_group("elsewhere");
-    let CasOutcome::Applied(v) = writer.compare_and_swap(&g, None, &held_by("a", 1)).await.unwrap()
+    let CasOutcome::Applied(v) = writer
+        .compare_and_swap(&g, None, &held_by("a", 1))
+        .await
+        .unwrap()
     else {
         panic!()
     };
     let fresh = store(&e, &prefix).await;
     for wrong in [Version(v.0 - 1), Version(v.0 + 1), Version(1)] {
         assert_eq!(
-            fresh.compare_and_swap(&g, Some(wrong), &held_by("b", 2)).await.unwrap(),
+            fresh
+                .compare_and_swap(&g, Some(wrong), &held_by("b", 2))
+                .await
+                .unwrap(),
             CasOutcome::Conflict,
             "{wrong}"
         );
     }
     let fresh = store(&e, &prefix).await;
     assert!(matches!(
-        fresh.compare_and_swap(&g, Some(v), &held_by("b", 2)).await.unwrap(),
+        fresh
+            .compare_and_swap(&g, Some(v), &held_by("b", 2))
+            .await
+            .unwrap(),
         CasOutcome::Applied(_)
     ));
     assert_eq!(writer.read(&g).await.unwrap().unwrap().record.token, 2);
@@ -141,13 +159,17 @@ async fn hostile_objects_are_refused_and_never_listed_as_groups() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        s.compare_and_swap(&huge, None, &held_by("a", 1)).await.unwrap(),
+        s.compare_and_swap(&huge, None, &held_by("a", 1))
+            .await
+            .unwrap(),
         CasOutcome::Conflict,
         "never written over"
     );
 
     let ok = testkit::unique_group("ok");
-    s.compare_and_swap(&ok, None, &held_by("a", 1)).await.unwrap();
+    s.compare_and_swap(&ok, None, &held_by("a", 1))
+        .await
+        .unwrap();
     let dir = s.object_key(&ok).rsplit_once('/').unwrap().0.to_owned();
     put(format!("{dir}/nested/object"), b"{}".to_vec()).await;
     put(format!("{dir}/not%41canonical"), b"{}".to_vec()).await;
@@ -208,8 +230,13 @@ async fn a_graceful_stop_hands_over_within_one_poll() {
         .unwrap();
     let took = t0.elapsed();
     let poll = b.timing().bounds().graceful_failover_polling;
-    eprintln!("S3 (moto), hand-over after a graceful stop: {took:?} (one poll: {poll:?}; term {term:?})");
-    assert!(took < poll + Duration::from_secs(1), "{took:?}: not within one poll");
+    eprintln!(
+        "S3 (moto), hand-over after a graceful stop: {took:?} (one poll: {poll:?}; term {term:?})"
+    );
+    assert!(
+        took < poll + Duration::from_secs(1),
+        "{took:?}: not within one poll"
+    );
     assert!(took < term, "b did not wait out the term");
     assert_eq!(b_term.token(), a_term.token() + 1);
     log.check();
@@ -250,7 +277,10 @@ async fn a_crashed_leader_is_replaced_within_the_bound() {
     assert!(a_term.is_cancelled(), "a stopped before b started");
     assert_eq!(b_term.token(), a_term.token() + 1);
     assert!(took >= term / 2, "b did not wait for the term: {took:?}");
-    assert!(took < bound + Duration::from_secs(2), "{took:?} > {bound:?}");
+    assert!(
+        took < bound + Duration::from_secs(2),
+        "{took:?} > {bound:?}"
+    );
     log.check();
     b.shutdown().await;
     proxy.heal();

@@ -25,6 +25,10 @@ pub const BUCKET: &str = "tenure-test";
 /// What moto accepts (it checks no signature unless told to).
 pub const KEY_ID: &str = "AKIDTENURETEST";
 pub const SECRET: &str = "tenure-test-secret/+key";
+/// What the fault proxy's error replies echo as a server may (S3 puts a
+/// refused session token in its 400's body): a secret the store was never
+/// given, so only leaving the body out keeps it from a message.
+pub const ECHOED: &str = "Zq-token-echoed-by-the-server";
 
 /// The shared moto's endpoint, `http://127.0.0.1:PORT` (fails under
 /// CI=true when missing, else skips).
@@ -319,10 +323,10 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, st: Arc<ProxyState>)
         .unwrap_or("")
         .to_owned();
     let method = line.split(' ').next().unwrap_or("").to_owned();
-    st.requests
-        .lock()
-        .unwrap()
-        .push(line.rsplit_once(' ').map_or(line.clone(), |(a, _)| a.to_owned()));
+    st.requests.lock().unwrap().push(
+        line.rsplit_once(' ')
+            .map_or(line.clone(), |(a, _)| a.to_owned()),
+    );
     let fault = {
         let mut q = st.faults.lock().unwrap();
         let at = q.iter().position(|(m, _)| *m == method);
@@ -331,7 +335,7 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, st: Arc<ProxyState>)
     match fault {
         Some(Fault::Reply { status, code }) => {
             let body = format!(
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>injected by the test</Message></Error>"
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>injected by the test</Message><Token-0>{ECHOED}</Token-0></Error>"
             );
             let reply = format!(
                 "HTTP/1.1 {status} Injected\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
