@@ -17,7 +17,10 @@ const SLACK: Duration = Duration::from_secs(8);
 const SHARDS: usize = 16;
 
 /// A CMD that records its start and, first, whether the previous holder of
-/// its shard (or slot) still had a live process group.
+/// its shard (or slot) still had a live process group. Live, not zombie:
+/// the CMD of a SIGKILLed `tenure run` is reparented to PID 1, which may
+/// reap it a second or more after it died (`kill -0 -PGID` succeeds on a
+/// group of zombies; `group_members` skips them for the same reason).
 fn checking_child(s: &Scratch, key: &str) -> PathBuf {
     let log = s.path("starts.log");
     let dir = s.path("");
@@ -25,7 +28,14 @@ fn checking_child(s: &Scratch, key: &str) -> PathBuf {
         "child.sh",
         &format!(
             r#"f="{dir}/{key}-${key_var}.pgid"
-if [ -f "$f" ]; then old=$(cat "$f"); if kill -0 -"$old" 2>/dev/null; then echo "OVERLAP ${key_var} $old $$" >> "{log}"; fi; fi
+if [ -f "$f" ]; then
+  old=$(cat "$f")
+  for st in /proc/[0-9]*/stat; do
+    read -r line < "$st" 2>/dev/null || continue
+    set -- ${{line##*) }}
+    if [ "$1" != Z ] && [ "$3" = "$old" ]; then echo "OVERLAP ${key_var} $old $$" >> "{log}"; break; fi
+  done
+fi
 echo $$ > "$f"
 echo "start $TENURE_ID ${key_var} $TENURE_TOKEN $$" >> "{log}"
 sleep 1000 &
