@@ -118,6 +118,15 @@
 //! lexicographic order), then a GET of each group found, so sharded sets
 //! (`tenure run --shards`) work on a bucket.
 //!
+//! # Fencing what the leader writes to a bucket
+//!
+//! The same conditional writes fence the application's own objects: keep
+//! the writer's token in the object, read it with the ETag, refuse a lower
+//! token ([`tenure::fence::check`]), and put with `If-Match` on that ETag
+//! ([`BucketStore::object_store`] gives the client). `examples/fencing.rs`
+//! shows a leader whose term ended refused that way, and `docs/fencing.md`
+//! in the repository explains the recipe.
+//!
 //! # Connecting and credentials
 //!
 //! [`BucketStore::connect`] takes `s3://BUCKET[/PREFIX]?…`,
