@@ -1,4 +1,4 @@
-//! A PostgreSQL lease store for [tenure](tenure): one row per group,
+//! A PostgreSQL lease store for [tenure]: one row per group,
 //! compare-and-swap by a conditional `UPDATE … WHERE version = $n` (or
 //! `INSERT … ON CONFLICT DO NOTHING` for a group's first write), and instant
 //! hand-over through LISTEN/NOTIFY.
