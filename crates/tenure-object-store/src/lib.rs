@@ -112,7 +112,15 @@
 //! [`compare_and_swap_many`](tenure::LeaseStore::compare_and_swap_many)
 //! conditional PUTs, at most 64 at once per store handle (its clones share
 //! the bound), the writes to one group one after another in order; each
-//! stands on its own. [`list`](tenure::LeaseStore::list) is a LIST of the
+//! stands on its own. A batch carries 16 operations
+//! ([`batch_size_hint`](tenure::LeaseStore::batch_size_hint)), so the
+//! engine's four batches in flight fill those 64 and the rest wait in the
+//! engine's queue: on a server too slow for all groups at once, the
+//! operations that run out of time there fail alone, and the others get
+//! through. Each request is one HTTP round trip, so the store's capacity
+//! is the server's requests per second: per term, a group's leader
+//! makes about 3 writes and each waiting candidate about 3.3 reads.
+//! [`list`](tenure::LeaseStore::list) is a LIST of the
 //! prefix from the encoded group prefix on (S3's `start-after`, GCS's
 //! `startOffset`; the encoding preserves prefixes and the services list in
 //! lexicographic order), then a GET of each group found, so sharded sets

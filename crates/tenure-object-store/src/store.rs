@@ -26,9 +26,17 @@ use crate::options::BucketOptions;
 /// bound), so connections do not grow with the number of groups.
 const IN_FLIGHT: usize = 64;
 
-/// How many operations one batch call takes: a batch is single requests
-/// in flight together under [`IN_FLIGHT`], so a large one only queues.
-const BATCH_SIZE: usize = 2048;
+/// How many operations one batch call takes: a quarter of [`IN_FLIGHT`],
+/// so that the engine's four batches in flight (its default) fill the
+/// handle's requests in flight and no batch queues inside itself. A batch
+/// is single requests, so a larger one saves no round trip; and the
+/// engine gives up on a batch as a whole at its deadline, so a batch that
+/// queued inside itself behind a slow server (moto's few hundred requests
+/// a second) would time out whole, its finished requests with it, again
+/// and again: a thousand groups in one batch of reads were never elected.
+/// Small batches leave the queue to the engine, which times out only the
+/// operations still waiting, and the others get through.
+const BATCH_SIZE: usize = IN_FLIGHT / 4;
 
 /// A lease store in an object-storage bucket: one object per group,
 /// written with conditional puts. Cheap to clone; clones share one HTTP
