@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use async_trait::async_trait;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, Config, Elector, Faults, GroupName,
-    LeaseRecord, LeaseStore, StoreError, StoreFeed, Version, Versioned,
+    LeaseRecord, LeaseStore, LeaseView, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -135,27 +135,14 @@ struct Counting {
 }
 
 #[async_trait]
-impl LeaseStore for Counting {
+impl LeaseView for Counting {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         self.ops.fetch_add(1, Ordering::Relaxed);
         self.inner.read(group).await
     }
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        self.ops.fetch_add(1, Ordering::Relaxed);
-        self.inner.compare_and_swap(group, expected, record).await
-    }
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         self.ops.fetch_add(groups.len() as u64, Ordering::Relaxed);
         self.inner.read_many(groups).await
-    }
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        self.ops.fetch_add(requests.len() as u64, Ordering::Relaxed);
-        self.inner.compare_and_swap_many(requests).await
     }
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
         self.inner.changes(group).await
@@ -165,6 +152,23 @@ impl LeaseStore for Counting {
     }
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Counting {
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.compare_and_swap(group, expected, record).await
+    }
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        self.ops.fetch_add(requests.len() as u64, Ordering::Relaxed);
+        self.inner.compare_and_swap_many(requests).await
     }
 }
 

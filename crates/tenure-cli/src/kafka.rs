@@ -1,17 +1,15 @@
 //! `kafka://` in the commands. Leadership on Kafka follows the consumer
 //! group's assignment (`tenure-kafka`'s coordinator), so `run` stands
 //! through the coordinator, while `status` and `watch` read the leader's
-//! heartbeats through a read-only [`LeaseStore`] view of them.
+//! heartbeats through a [`LeaseView`] of them: reads only, for there is no
+//! lease to write.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::{
-    CasOutcome, GroupName, Holder, LeaseRecord, LeaseStore, StoreError, Version, Versioned,
-    WallTime,
-};
+use tenure::{GroupName, Holder, LeaseRecord, LeaseView, StoreError, Version, Versioned, WallTime};
 use tenure_kafka::{KafkaCoordinator, KafkaObserver};
 
 use tenure::url::redact;
@@ -51,6 +49,9 @@ fn sets_heartbeat_timeout(url: &str) -> bool {
     })
 }
 
+/// Why `release` cannot work on `kafka://`, and what does instead.
+pub const READ_ONLY: &str = "kafka:// leadership follows the consumer group's assignment: there is no lease to write; stop or restart the leader's process instead";
+
 /// The leader as its heartbeats show it, read through the lease-store seam.
 pub struct LeaderView {
     url: String,
@@ -61,7 +62,7 @@ pub struct LeaderView {
 /// Opens the view (nothing connects until the first read).
 pub fn leader_view(
     url: &str,
-) -> Result<std::sync::Arc<dyn LeaseStore>, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<std::sync::Arc<dyn LeaseView>, Box<dyn std::error::Error + Send + Sync>> {
     let config = KafkaCoordinator::from_url(url)?;
     Ok(std::sync::Arc::new(LeaderView {
         url: url.to_owned(),
@@ -90,7 +91,7 @@ impl LeaderView {
 }
 
 #[async_trait]
-impl LeaseStore for LeaderView {
+impl LeaseView for LeaderView {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         let (mut leader, fresh) = self.observer_leader(group)?;
         if fresh && leader.is_none() {
@@ -120,18 +121,6 @@ impl LeaseStore for LeaderView {
                 metadata: l.metadata,
             },
         }))
-    }
-
-    async fn compare_and_swap(
-        &self,
-        _group: &GroupName,
-        _expected: Option<Version>,
-        _record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        Err(StoreError::Misconfigured {
-            message: "kafka:// leadership follows the consumer group's assignment: there is no lease to write; stop or restart the leader's process instead".into(),
-            source: None,
-        })
     }
 
     fn describe(&self) -> String {

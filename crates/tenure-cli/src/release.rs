@@ -25,8 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use tenure::{
-    CasOutcome, Clock, GroupName, Holder, LeaseRecord, LeaseStore, Metadata, SystemClock,
-    Versioned, WallTime,
+    CasOutcome, Clock, GroupName, Holder, LeaseRecord, Metadata, SystemClock, Versioned, WallTime,
 };
 
 use crate::cli::ReleaseArgs;
@@ -42,6 +41,8 @@ const DRIFT: f64 = 0.01;
 pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
     let group = connect::group(&args.group)?;
     let conn = connect::open_shared(args.store.store.as_deref()).await?;
+    // Refuse a backend that cannot be written (kafka://) before reading.
+    conn.store()?;
     let Some(first) = read(&conn, &group).await? else {
         out::print(&format!(
             "nothing to release: group {group} has no lease record in {}",
@@ -94,7 +95,7 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
         metadata: Metadata::new(),
     };
     let outcome = conn
-        .store
+        .store()?
         .compare_and_swap(&group, Some(first.version), &released)
         .await
         .with_context(|| format!("cannot write group {group} to {}", conn.url))?;
@@ -145,7 +146,7 @@ async fn transfer(
             record.expires_at = WallTime::now() + record.term;
         }
         let outcome = conn
-            .store
+            .store()?
             .compare_and_swap(group, Some(current.version), &record)
             .await
             .with_context(|| format!("cannot write group {group} to {}", conn.url))?;
@@ -215,7 +216,7 @@ async fn force(conn: &Connected, group: &GroupName, first: &Versioned) -> anyhow
             metadata: Metadata::new().with("reason", "tenure release --force"),
         };
         let outcome = conn
-            .store
+            .store()?
             .compare_and_swap(group, Some(current.version), &operator)
             .await
             .with_context(|| format!("cannot write group {group} to {}", conn.url))?;
@@ -308,7 +309,8 @@ fn changed(group: &GroupName, first: &Versioned, now: Option<&Versioned>) -> any
 }
 
 async fn read(conn: &Connected, group: &GroupName) -> anyhow::Result<Option<Versioned>> {
-    LeaseStore::read(&conn.store, group)
+    conn.view()
+        .read(group)
         .await
         .with_context(|| format!("cannot read group {group} from {}", conn.url))
 }

@@ -167,7 +167,7 @@ impl Runner {
                 &self.args.group,
             ));
         }
-        Ok(Elector::builder(self.conn.store.clone(), &self.args.group))
+        Ok(Elector::builder(self.conn.store()?, &self.args.group))
     }
 
     async fn main(self) -> anyhow::Result<u8> {

@@ -137,7 +137,7 @@ pub async fn show(conn: &Connected, group: &GroupName, json: bool) -> anyhow::Re
 /// The decodable records under `prefix`, by the name after it; none if the
 /// store cannot list.
 async fn list(conn: &Connected, prefix: &str) -> anyhow::Result<Vec<(String, Versioned)>> {
-    let listed = match conn.store.list(prefix).await {
+    let listed = match conn.view().list(prefix).await {
         Ok(l) => l,
         Err(StoreError::Unsupported { .. }) => return Ok(Vec::new()),
         Err(e) => {

@@ -51,7 +51,7 @@ pub async fn run_shards(args: &RunArgs, setup: Setup, count: u32) -> anyhow::Res
         stop,
         id,
     } = setup;
-    let shards = Shards::builder(conn.store.clone(), &args.group)
+    let shards = Shards::builder(conn.store()?, &args.group)
         .member_id(id.clone())
         .shards(count as usize)
         .config(config.clone())
@@ -132,7 +132,7 @@ pub async fn run_slots(args: &RunArgs, setup: Setup, count: u32) -> anyhow::Resu
         term: config.term,
     };
     let stand = |slot: u32| {
-        Elector::builder(conn.store.clone(), format!("{}/slots/{slot}", args.group))
+        Elector::builder(conn.store()?, format!("{}/slots/{slot}", args.group))
             .candidate_id(id.clone())
             .config(config.clone())
             .metadata(metadata.clone())

@@ -35,7 +35,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<u8> {
     let group = connect::group(&args.group)?;
     let conn = connect::open_shared(args.store.store.as_deref()).await?;
     let record = conn
-        .store
+        .view()
         .read(&group)
         .await
         .with_context(|| format!("cannot read group {group} from {}", conn.url))?;

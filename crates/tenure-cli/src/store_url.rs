@@ -14,10 +14,48 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tenure::url::redact;
-use tenure::{LeaseStore, MemoryStore};
+use tenure::{LeaseStore, LeaseView, MemoryStore};
+
+/// What a store URL opens.
+#[derive(Clone)]
+pub enum Backend {
+    /// A lease store: it reads and writes lease records.
+    Store(Arc<dyn LeaseStore>),
+    /// Leadership decided by something else (Kafka's consumer group), seen
+    /// through reads only: `status` and `watch` work, `release` cannot.
+    ReadOnly {
+        /// The reads.
+        view: Arc<dyn LeaseView>,
+        /// Why nothing can be written, and what to do instead.
+        why: &'static str,
+    },
+}
+
+impl Backend {
+    /// The store, for commands that write; fails with the reason on a
+    /// read-only backend.
+    pub fn store(&self) -> Result<Arc<dyn LeaseStore>, OpenError> {
+        match self {
+            Backend::Store(s) => Ok(s.clone()),
+            Backend::ReadOnly { why, .. } => Err(OpenError {
+                message: (*why).to_owned(),
+            }),
+        }
+    }
+
+    /// The reads, for commands that only look.
+    pub fn view(&self) -> Arc<dyn LeaseView> {
+        match self {
+            // An `Arc<dyn LeaseStore>` is a view itself; wrapping it once
+            // more stands in for trait upcasting (Rust 1.86, above our MSRV).
+            Backend::Store(s) => Arc::new(s.clone()),
+            Backend::ReadOnly { view, .. } => view.clone(),
+        }
+    }
+}
 
 /// What opening a store yields.
-type Opened = Result<Arc<dyn LeaseStore>, OpenError>;
+type Opened = Result<Backend, OpenError>;
 
 /// Opens a store from its whole URL.
 type Opener = for<'a> fn(&'a str) -> Pin<Box<dyn Future<Output = Opened> + Send + 'a>>;
@@ -100,8 +138,9 @@ fn scheme_named(name: &str) -> Option<&'static Scheme> {
     SCHEMES.iter().find(|s| s.names.contains(&name))
 }
 
+#[allow(dead_code, reason = "unused when no networked lease store is built")]
 fn opened<S: LeaseStore, E: std::error::Error>(r: Result<S, E>) -> Opened {
-    r.map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+    r.map(|s| Backend::Store(Arc::new(s)))
         .map_err(|e| open_error(&e))
 }
 
@@ -186,7 +225,12 @@ async fn open_object_store(url: &str) -> Opened {
 
 async fn open_kafka(url: &str) -> Opened {
     #[cfg(feature = "kafka")]
-    return crate::kafka::leader_view(url).map_err(|e| open_error(&*e));
+    return crate::kafka::leader_view(url)
+        .map(|view| Backend::ReadOnly {
+            view,
+            why: crate::kafka::READ_ONLY,
+        })
+        .map_err(|e| open_error(&*e));
     #[cfg(not(feature = "kafka"))]
     {
         let _ = url;
@@ -361,8 +405,14 @@ impl StoreUrl {
         !matches!(self, StoreUrl::Memory)
     }
 
-    /// Opens the store. Runs inside a tokio runtime.
+    /// Opens the store for commands that write (fails on a read-only
+    /// backend, naming what to do instead). Runs inside a tokio runtime.
     pub async fn open(&self) -> Result<Arc<dyn LeaseStore>, OpenError> {
+        self.open_backend().await?.store()
+    }
+
+    /// Opens the store or read-only view. Runs inside a tokio runtime.
+    pub async fn open_backend(&self) -> Result<Backend, OpenError> {
         match self {
             StoreUrl::Sqlite { path } => {
                 if Some(path) == default_path().as_ref() {
@@ -383,9 +433,9 @@ impl StoreUrl {
                         .map_err(|e| OpenError {
                             message: error_chain(&e),
                         })?;
-                Ok(Arc::new(store))
+                Ok(Backend::Store(Arc::new(store)))
             }
-            StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
+            StoreUrl::Memory => Ok(Backend::Store(Arc::new(MemoryStore::new()))),
             StoreUrl::Networked { scheme, url } => open_networked(scheme, url).await,
         }
     }

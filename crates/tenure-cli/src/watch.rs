@@ -30,7 +30,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<u8> {
     // One direct read first, so the current state prints at once (and a
     // store that cannot be read fails here, not silently in the observer).
     let first = conn
-        .store
+        .view()
         .read(&group)
         .await
         .with_context(|| format!("cannot read group {group} from {}", conn.url))?;
@@ -38,7 +38,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<u8> {
     if !emit(&args, group.as_str(), shown.as_ref())? {
         return Ok(0);
     }
-    let observer = Observer::builder(conn.store.clone(), group.as_str())
+    let observer = Observer::builder(conn.view(), group.as_str())
         .poll_interval(args.poll)
         .start()
         .map_err(usage)?;

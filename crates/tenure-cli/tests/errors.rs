@@ -146,6 +146,27 @@ fn kafka_term_and_heartbeat_timeout_must_agree() {
     assert!(!err.contains("hunter2"), "a password leaked: {err}");
 }
 
+/// On kafka:// leadership follows the consumer group's assignment: there
+/// is no lease record to write, so `release` is refused at once (before
+/// any read), naming what to do instead, rather than failing at its write.
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_release_is_refused_as_there_is_no_lease_to_write() {
+    let store = "kafka://127.0.0.1:9/t?sasl.password=hunter2";
+    for extra in [&[][..], &["--force"], &["--to", "b"]] {
+        let mut args = vec!["release", "--group", "g", "--store", store];
+        args.extend_from_slice(extra);
+        let (code, err) = fails(&args);
+        assert_eq!(code, 2, "{err}");
+        one_line(&err);
+        assert!(
+            err.contains("no lease to write") && err.contains("stop or restart the leader"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "a password leaked: {err}");
+    }
+}
+
 #[test]
 fn help_has_examples_everywhere() {
     for cmd in ["run", "status", "watch", "release", "demo"] {

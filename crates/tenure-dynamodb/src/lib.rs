@@ -115,7 +115,7 @@
 //! ```
 //!
 //! Secret keys and session tokens never appear in logs, errors or
-//! [`describe()`](tenure::LeaseStore::describe); of an access key id only
+//! [`describe()`](tenure::LeaseView::describe); of an access key id only
 //! the last four characters are shown.
 //!
 //! # The table and its permissions

@@ -14,8 +14,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use tenure::concurrent::InFlight;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, EngineSlot, GroupName, LeaseRecord, LeaseStore, Listed,
-    StoreError, Version, Versioned,
+    BatchResult, CasOutcome, CasRequest, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
+    Listed, StoreError, Version, Versioned,
 };
 
 use crate::batch::{self, BatchGetError};
@@ -310,7 +310,7 @@ pub(crate) fn store_error(f: Failure, what: &str, target: &Target) -> StoreError
 }
 
 #[async_trait]
-impl LeaseStore for DynamoDbStore {
+impl LeaseView for DynamoDbStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         let i = &self.inner;
         let key = Self::key(group);
@@ -354,6 +354,60 @@ impl LeaseStore for DynamoDbStore {
             .await)
     }
 
+    /// A strongly consistent `Scan` of the table filtered on the group name
+    /// (`begins_with`), page by page. A scan reads the whole table, so its
+    /// cost grows with every group in it, not only the listed ones: a
+    /// sharded set on DynamoDB is best given a table of its own.
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let i = &self.inner;
+        let mut out = Vec::new();
+        let mut start: Option<std::collections::HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = i
+                .throttle
+                .run("list", || async {
+                    i.client
+                        .scan()
+                        .table_name(&i.target.table)
+                        .consistent_read(true)
+                        .filter_expression("begins_with(#g, :p)")
+                        .expression_attribute_names("#g", KEY)
+                        .expression_attribute_values(":p", AttributeValue::S(prefix.to_owned()))
+                        .set_exclusive_start_key(start.clone())
+                        .send()
+                        .await
+                        .map_err(|e| classify(e, &i.target, "list"))
+                })
+                .await
+                .map_err(|f| store_error(f, "list", &i.target))?;
+            for found in page.items() {
+                let Some(AttributeValue::S(name)) = found.get(KEY) else {
+                    continue;
+                };
+                // A key tenure would refuse was written by something else.
+                let Ok(group) = GroupName::new(name.as_str()) else {
+                    continue;
+                };
+                let record = item::decode(found).map_err(|source| StoreError::Record {
+                    group: group.clone(),
+                    source,
+                });
+                out.push(Listed { group, record });
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe.clone()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for DynamoDbStore {
     /// One conditional `UpdateItem` per request, never several groups in
     /// one `TransactWriteItems` (all-or-nothing: one group's conflict would
     /// undo the others' renewals). They go out together, at most 64 at
@@ -418,56 +472,5 @@ impl LeaseStore for DynamoDbStore {
             })
             .await
             .map_err(|f| store_error(f, "compare-and-swap", &i.target))
-    }
-
-    /// A strongly consistent `Scan` of the table filtered on the group name
-    /// (`begins_with`), page by page. A scan reads the whole table, so its
-    /// cost grows with every group in it, not only the listed ones: a
-    /// sharded set on DynamoDB is best given a table of its own.
-    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
-        let i = &self.inner;
-        let mut out = Vec::new();
-        let mut start: Option<std::collections::HashMap<String, AttributeValue>> = None;
-        loop {
-            let page = i
-                .throttle
-                .run("list", || async {
-                    i.client
-                        .scan()
-                        .table_name(&i.target.table)
-                        .consistent_read(true)
-                        .filter_expression("begins_with(#g, :p)")
-                        .expression_attribute_names("#g", KEY)
-                        .expression_attribute_values(":p", AttributeValue::S(prefix.to_owned()))
-                        .set_exclusive_start_key(start.clone())
-                        .send()
-                        .await
-                        .map_err(|e| classify(e, &i.target, "list"))
-                })
-                .await
-                .map_err(|f| store_error(f, "list", &i.target))?;
-            for found in page.items() {
-                let Some(AttributeValue::S(name)) = found.get(KEY) else {
-                    continue;
-                };
-                // A key tenure would refuse was written by something else.
-                let Ok(group) = GroupName::new(name.as_str()) else {
-                    continue;
-                };
-                let record = item::decode(found).map_err(|source| StoreError::Record {
-                    group: group.clone(),
-                    source,
-                });
-                out.push(Listed { group, record });
-            }
-            match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(out),
-            }
-        }
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe.clone()
     }
 }

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use tenure::testkit::{self, held_by, released, TermLog};
-use tenure::{CasOutcome, Config, Elector, LeaseStore, Role, StoreError};
+use tenure::{CasOutcome, Config, Elector, LeaseStore, LeaseView, Role, StoreError};
 use tenure_dynamodb::aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,

@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, CasRequest, Config, Elector, GroupName, LeaseStore, Role, StoreError};
+use tenure::{
+    CasOutcome, CasRequest, Config, Elector, GroupName, LeaseStore, LeaseView, Role, StoreError,
+};
 use tenure_dynamodb::DynamoDbStore;
 
 mod support;

@@ -77,7 +77,7 @@
 //!
 //! # Change feed
 //!
-//! [`LeaseStore::watch`](tenure::LeaseStore::watch) is ONE watch on the key
+//! [`LeaseView::watch`](tenure::LeaseView::watch) is ONE watch on the key
 //! prefix for all groups. Its events carry the key-value, so a follower
 //! learns each renewal (record and `mod_revision`) without reading. A
 //! broken watch resumes from the revision after the last it delivered, so
@@ -114,7 +114,7 @@
 //! fix; as [`StoreError`](tenure::StoreError)s the first four are
 //! `Misconfigured`. The password is parsed out of the URL by this crate and
 //! never appears in an error, a log line, `Debug` output or
-//! [`describe`](tenure::LeaseStore::describe).
+//! [`describe`](tenure::LeaseView::describe).
 //!
 //! With authentication enabled, the user needs a role with `readwrite` on
 //! the prefix: `etcdctl role grant-permission tenure --prefix=true

@@ -233,7 +233,7 @@ impl EtcdOptions {
     }
 
     /// The URL without the password, and the prefix: what
-    /// [`describe`](tenure::LeaseStore::describe) shows.
+    /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
         let scheme = if self.tls { "etcds" } else { "etcd" };
         let user = self

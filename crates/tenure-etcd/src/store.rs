@@ -13,7 +13,7 @@ use etcd_client::{
 use tenure::concurrent::InFlight;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, Listed, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio::time::Instant;
 
@@ -26,7 +26,7 @@ use crate::{feed, watch};
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 /// How long a change feed etcd refused stays off before
-/// [`LeaseStore::changes`] tries again (electors poll meanwhile).
+/// [`LeaseView::changes`] tries again (electors poll meanwhile).
 const FEED_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// Most requests of a store handle's batches in flight at once, as HTTP/2
@@ -354,7 +354,7 @@ pub(crate) fn version_of(mod_revision: i64) -> Option<Version> {
 }
 
 #[async_trait]
-impl LeaseStore for EtcdStore {
+impl LeaseView for EtcdStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         let mut kv = self.client.kv_client();
         // Linearizable by default: the read goes through the Raft leader.
@@ -374,51 +374,11 @@ impl LeaseStore for EtcdStore {
             .await)
     }
 
-    /// Up to 64 groups per request, as nested `Txn`s in one outer `Txn`
-    /// (each group's compare-and-swap applies or conflicts on its own: a
-    /// flat `Txn` of several groups would be all-or-nothing). Requests go
-    /// out concurrently as streams of the one HTTP/2 channel, at most 128
-    /// at once per handle. A group written twice in one batch goes in
-    /// successive requests, in the batch's order.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        Ok(self
-            .in_flight
-            .compare_and_swap_rounds(requests, WRITES_PER_TXN, |writes| self.cas_nested(writes))
-            .await)
-    }
-
-    /// A batch is single requests in flight together, bounded per handle,
-    /// so a large one only queues: let the engine's own limit decide.
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
-    }
-
     /// One watch on the key prefix for every group, its events carrying
     /// the records (see [the crate docs](crate#change-feed)).
     async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
         let feed = feed::start(self.client.clone(), self.options.clone()).await?;
         Ok(Some(feed))
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.engine)
-    }
-
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        let Some(txn) = self.cas_txn(group, expected, record) else {
-            return Ok(CasOutcome::Conflict);
-        };
-        let mut kv = self.client.kv_client();
-        let resp = self.bounded("compare-and-swap", kv.txn(txn)).await?;
-        if !resp.succeeded() {
-            return Ok(CasOutcome::Conflict);
-        }
-        Ok(CasOutcome::Applied(self.revision_of(&resp)?))
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
@@ -478,5 +438,48 @@ impl LeaseStore for EtcdStore {
 
     fn describe(&self) -> String {
         self.options.describe()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for EtcdStore {
+    /// Up to 64 groups per request, as nested `Txn`s in one outer `Txn`
+    /// (each group's compare-and-swap applies or conflicts on its own: a
+    /// flat `Txn` of several groups would be all-or-nothing). Requests go
+    /// out concurrently as streams of the one HTTP/2 channel, at most 128
+    /// at once per handle. A group written twice in one batch goes in
+    /// successive requests, in the batch's order.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        Ok(self
+            .in_flight
+            .compare_and_swap_rounds(requests, WRITES_PER_TXN, |writes| self.cas_nested(writes))
+            .await)
+    }
+
+    /// A batch is single requests in flight together, bounded per handle,
+    /// so a large one only queues: let the engine's own limit decide.
+    fn batch_size_hint(&self) -> usize {
+        BATCH_SIZE
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.engine)
+    }
+
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let Some(txn) = self.cas_txn(group, expected, record) else {
+            return Ok(CasOutcome::Conflict);
+        };
+        let mut kv = self.client.kv_client();
+        let resp = self.bounded("compare-and-swap", kv.txn(txn)).await?;
+        if !resp.succeeded() {
+            return Ok(CasOutcome::Conflict);
+        }
+        Ok(CasOutcome::Applied(self.revision_of(&resp)?))
     }
 }

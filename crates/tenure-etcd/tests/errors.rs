@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use tenure::{testkit, LeaseStore, StoreError};
+use tenure::{testkit, LeaseStore, LeaseView, StoreError};
 use tenure_etcd::{EtcdStore, EtcdStoreError};
 
 use common::EtcdServer;

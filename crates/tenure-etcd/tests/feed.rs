@@ -1,4 +1,4 @@
-//! The store-wide change feed (`LeaseStore::watch`): one watch on the key
+//! The store-wide change feed (`LeaseView::watch`): one watch on the key
 //! prefix whose events carry the records, which resumes after a broken
 //! stream without missing a write, resyncs when etcd no longer has the
 //! history, and shrugs off keys under the prefix that tenure did not write.
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::EtcdServer;
 use tenure::testkit::{self, held_by, TcpProxy};
-use tenure::{CasOutcome, Change, GroupName, LeaseStore, StoreFeed, Version};
+use tenure::{CasOutcome, Change, GroupName, LeaseStore, LeaseView, StoreFeed, Version};
 use tenure_etcd::EtcdStore;
 
 const WITHIN: Duration = Duration::from_secs(10);

@@ -69,7 +69,7 @@
 //!
 //! # Change feed
 //!
-//! [`LeaseStore::watch`](tenure::LeaseStore::watch) is ONE watch (an
+//! [`LeaseView::watch`](tenure::LeaseView::watch) is ONE watch (an
 //! ordered consumer) of `tenure.>`. Its messages carry the value and the
 //! revision, so a follower learns each renewal without reading. After a
 //! reconnect or a server restart the client resumes the watch from the
@@ -100,7 +100,7 @@
 //! [`StoreError`](tenure::StoreError)s the operator's problems are
 //! `Misconfigured`. The password or token is parsed out of the URL by this
 //! crate and never appears in an error, a log line, `Debug` output or
-//! [`describe`](tenure::LeaseStore::describe).
+//! [`describe`](tenure::LeaseView::describe).
 //!
 //! With authorization enabled, the user needs to publish to `$JS.API.>`
 //! and `$KV.<bucket>.>` and to subscribe to `_INBOX.>`.

@@ -248,7 +248,7 @@ impl NatsOptions {
     }
 
     /// The URL without password or token: what
-    /// [`describe`](tenure::LeaseStore::describe) shows.
+    /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
         let scheme = if self.tls { "nats+tls" } else { "nats" };
         let user = match &self.auth {

@@ -15,7 +15,7 @@ use futures_util::TryStreamExt;
 use tenure::concurrent::InFlight;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, Listed, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
 };
 
 use crate::error::{Ctx, NatsStoreError, Violations};
@@ -546,7 +546,7 @@ fn stream_error_code(e: &context::KeyValueError) -> Lookup {
 }
 
 #[async_trait]
-impl LeaseStore for NatsStore {
+impl LeaseView for NatsStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         self.read_one(group).await
     }
@@ -565,23 +565,6 @@ impl LeaseStore for NatsStore {
                 Ok(out)
             })
             .await)
-    }
-
-    /// One `update` per group, in flight together on the one connection
-    /// (at most 256 at once per handle); a group's writes one after
-    /// another, in the batch's order.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        Ok(self
-            .inner
-            .in_flight
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
-            .await)
-    }
-
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
     }
 
     /// The keys under the prefix's complete `/`-segments, as the stream
@@ -637,6 +620,30 @@ impl LeaseStore for NatsStore {
         Ok(Some(feed::per_group(self.inner.clone(), group).await?))
     }
 
+    fn describe(&self) -> String {
+        self.inner.options.describe()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for NatsStore {
+    /// One `update` per group, in flight together on the one connection
+    /// (at most 256 at once per handle); a group's writes one after
+    /// another, in the batch's order.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        Ok(self
+            .inner
+            .in_flight
+            .compare_and_swap_each(requests, |r| {
+                self.compare_and_swap(&r.group, r.expected, &r.record)
+            })
+            .await)
+    }
+
+    fn batch_size_hint(&self) -> usize {
+        BATCH_SIZE
+    }
+
     fn engine_slot(&self) -> Option<&EngineSlot> {
         Some(&self.inner.engine)
     }
@@ -658,9 +665,5 @@ impl LeaseStore for NatsStore {
                 None => CasOutcome::Conflict,
             }),
         }
-    }
-
-    fn describe(&self) -> String {
-        self.inner.options.describe()
     }
 }

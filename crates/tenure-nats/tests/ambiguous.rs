@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, LeaseStore, StoreError};
+use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_nats::NatsStore;
 
 use common::NatsServer;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
 use tenure::testkit::{self, held_by, TlsFiles};
-use tenure::{CasOutcome, LeaseStore, StoreError};
+use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_nats::{NatsStore, NatsStoreError};
 
 use common::NatsServer;

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, Change, GroupName, LeaseStore, StoreError};
+use tenure::{CasOutcome, Change, GroupName, LeaseStore, LeaseView, StoreError};
 use tenure_nats::NatsStore;
 
 async fn next_change(feed: &mut tenure::StoreFeed) -> Change {

@@ -144,7 +144,7 @@
 //! # let _ = elector; Ok(()) }
 //! ```
 //!
-//! Passwords never appear in logs, errors or [`PostgresStore::describe`](tenure::LeaseStore::describe).
+//! Passwords never appear in logs, errors or [`PostgresStore::describe`](tenure::LeaseView::describe).
 #![deny(missing_docs)]
 
 mod batch;

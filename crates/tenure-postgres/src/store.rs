@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, Listed, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -232,26 +232,9 @@ fn only<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
 }
 
 #[async_trait]
-impl LeaseStore for PostgresStore {
+impl LeaseView for PostgresStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         only(self.read_many(std::slice::from_ref(group)).await?)
-    }
-
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        let request = CasRequest {
-            group: group.clone(),
-            expected,
-            record: record.clone(),
-        };
-        only(
-            self.compare_and_swap_many(std::slice::from_ref(&request))
-                .await?,
-        )
     }
 
     /// One `SELECT … WHERE group_name = ANY($1)` per 4096 distinct groups.
@@ -270,6 +253,79 @@ impl LeaseStore for PostgresStore {
                 Some((version, bytes)) => decode(g, *version, bytes).map(Some),
             })
             .collect())
+    }
+
+    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+        listen::subscribe(
+            &self.inner.options,
+            self.inner.tls.clone(),
+            self.channel(),
+            group,
+        )
+        .await
+        .map(Some)
+    }
+
+    /// One `LISTEN` connection for the whole table; every write's
+    /// notification carries the group, its new version and its record (see
+    /// [the crate docs](crate#many-groups)).
+    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        listen::watch(&self.inner.options, self.inner.tls.clone(), self.channel())
+            .await
+            .map(Some)
+    }
+
+    /// One statement: every row whose group name starts with `prefix`
+    /// (compared literally, character for character).
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let prefix = prefix.to_owned();
+        let rows = self
+            .run("list", |c| {
+                Box::pin(async move { c.client.query(&c.statements.list, &[&prefix]).await })
+            })
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let get = |e| error::classify("list", self.target(), e);
+            let name: String = row.try_get(0).map_err(get)?;
+            let version: i64 = row.try_get(1).map_err(get)?;
+            let record: Vec<u8> = row.try_get(2).map_err(get)?;
+            // A name tenure would refuse was written by hand: skip it.
+            let Ok(group) = GroupName::new(name) else {
+                continue;
+            };
+            let record = decode(&group, version, &record);
+            out.push(Listed { group, record });
+        }
+        Ok(out)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} (table {})",
+            self.target(),
+            self.inner.options.table.name
+        )
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PostgresStore {
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let request = CasRequest {
+            group: group.clone(),
+            expected,
+            record: record.clone(),
+        };
+        only(
+            self.compare_and_swap_many(std::slice::from_ref(&request))
+                .await?,
+        )
     }
 
     /// One statement for a batch in which no group repeats; the n-th
@@ -317,26 +373,6 @@ impl LeaseStore for PostgresStore {
             .collect())
     }
 
-    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        listen::subscribe(
-            &self.inner.options,
-            self.inner.tls.clone(),
-            self.channel(),
-            group,
-        )
-        .await
-        .map(Some)
-    }
-
-    /// One `LISTEN` connection for the whole table; every write's
-    /// notification carries the group, its new version and its record (see
-    /// [the crate docs](crate#many-groups)).
-    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
-        listen::watch(&self.inner.options, self.inner.tls.clone(), self.channel())
-            .await
-            .map(Some)
-    }
-
     fn engine_slot(&self) -> Option<&EngineSlot> {
         Some(&self.inner.engine)
     }
@@ -345,38 +381,5 @@ impl LeaseStore for PostgresStore {
     /// out in a statement or two.
     fn batch_size_hint(&self) -> usize {
         batch::MAX_ROWS
-    }
-
-    /// One statement: every row whose group name starts with `prefix`
-    /// (compared literally, character for character).
-    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
-        let prefix = prefix.to_owned();
-        let rows = self
-            .run("list", |c| {
-                Box::pin(async move { c.client.query(&c.statements.list, &[&prefix]).await })
-            })
-            .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let get = |e| error::classify("list", self.target(), e);
-            let name: String = row.try_get(0).map_err(get)?;
-            let version: i64 = row.try_get(1).map_err(get)?;
-            let record: Vec<u8> = row.try_get(2).map_err(get)?;
-            // A name tenure would refuse was written by hand: skip it.
-            let Ok(group) = GroupName::new(name) else {
-                continue;
-            };
-            let record = decode(&group, version, &record);
-            out.push(Listed { group, record });
-        }
-        Ok(out)
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "{} (table {})",
-            self.target(),
-            self.inner.options.table.name
-        )
     }
 }

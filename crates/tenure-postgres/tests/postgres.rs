@@ -293,7 +293,7 @@ async fn a_least_privilege_user_with_a_hostile_password_passes_the_suite() {
     let store = PostgresStore::connect(&role_url)
         .await
         .expect("the documented grants suffice");
-    for shown in [format!("{store:?}"), tenure::LeaseStore::describe(&store)] {
+    for shown in [format!("{store:?}"), tenure::LeaseView::describe(&store)] {
         assert!(!shown.contains("Qb2") && !shown.contains("Qe5"), "{shown}");
     }
     let harness = PgHarness {
@@ -319,7 +319,7 @@ async fn a_user_without_grants_is_told_which_to_ask_for() {
     let group = testkit::unique_group("pg-nogrant");
     let e = match store {
         Err(e) => e,
-        Ok(s) => tenure::LeaseStore::read(&s, &group).await.unwrap_err(),
+        Ok(s) => tenure::LeaseView::read(&s, &group).await.unwrap_err(),
     };
     lp.drop_all().await;
     let text = e.to_string();
@@ -369,7 +369,7 @@ async fn a_row_lock_held_by_an_open_transaction_fails_fast() {
     assert!(e.to_string().contains("lock"), "{e}");
     assert!(took < Duration::from_secs(5), "failed after {took:?}");
     // Reads do not wait for row locks, and the store is still usable.
-    assert!(tenure::LeaseStore::read(&store, &group)
+    assert!(tenure::LeaseView::read(&store, &group)
         .await
         .unwrap()
         .is_some());
@@ -400,8 +400,8 @@ async fn a_half_open_connection_fails_fast_and_is_replaced() {
     );
     let store = PostgresStore::connect(&via_proxy).await.unwrap();
     let group = testkit::unique_group("pg-half-open");
-    tenure::LeaseStore::read(&store, &group).await.unwrap();
-    let mut feed = tenure::LeaseStore::changes(&store, &group)
+    tenure::LeaseView::read(&store, &group).await.unwrap();
+    let mut feed = tenure::LeaseView::changes(&store, &group)
         .await
         .unwrap()
         .expect("a feed");
@@ -410,7 +410,7 @@ async fn a_half_open_connection_fails_fast_and_is_replaced() {
     let started = std::time::Instant::now();
     let r = tokio::time::timeout(
         Duration::from_secs(20),
-        tenure::LeaseStore::read(&store, &group),
+        tenure::LeaseView::read(&store, &group),
     )
     .await
     .expect("the read returned instead of hanging on a silent connection");
@@ -427,7 +427,7 @@ async fn a_half_open_connection_fails_fast_and_is_replaced() {
     assert!(ended.is_ok(), "the feed on a silent connection ended");
 
     proxy.heal();
-    let r = tenure::LeaseStore::read(&store, &group).await;
+    let r = tenure::LeaseView::read(&store, &group).await;
     assert!(r.is_ok(), "a new connection after healing: {r:?}");
 }
 
@@ -453,7 +453,7 @@ async fn channels_are_normalised_and_short() {
             .await
             .unwrap();
         let group = testkit::unique_group("pg-channel");
-        let mut feed = tenure::LeaseStore::changes(&watcher, &group)
+        let mut feed = tenure::LeaseView::changes(&watcher, &group)
             .await
             .unwrap()
             .expect("a feed");
@@ -575,7 +575,7 @@ async fn an_abandoned_operation_does_not_hold_up_the_next() {
     let started = std::time::Instant::now();
     let read = tokio::time::timeout(
         Duration::from_secs(20),
-        tenure::LeaseStore::read(&store, &group),
+        tenure::LeaseView::read(&store, &group),
     )
     .await
     .expect("the read returned");
@@ -645,7 +645,7 @@ async fn the_feed_carries_records_and_hints_when_one_does_not_fit() {
     let Some(url) = url() else { return };
     let watcher = PostgresStore::connect(&url).await.unwrap();
     let writer = PostgresStore::connect(&url).await.unwrap();
-    let mut feed = tenure::LeaseStore::watch(&watcher)
+    let mut feed = tenure::LeaseView::watch(&watcher)
         .await
         .unwrap()
         .expect("a feed");
@@ -674,7 +674,7 @@ async fn the_feed_carries_records_and_hints_when_one_does_not_fit() {
             group: group.clone()
         }
     );
-    let read = tenure::LeaseStore::read(&writer, &group)
+    let read = tenure::LeaseView::read(&writer, &group)
         .await
         .unwrap()
         .unwrap();
@@ -689,7 +689,7 @@ async fn the_feed_carries_records_and_hints_when_one_does_not_fit() {
 async fn forged_and_garbage_notifications_never_pass_for_records() {
     let Some(url) = url() else { return };
     let watcher = PostgresStore::connect(&url).await.unwrap();
-    let mut feed = tenure::LeaseStore::watch(&watcher)
+    let mut feed = tenure::LeaseView::watch(&watcher)
         .await
         .unwrap()
         .expect("a feed");
@@ -766,7 +766,7 @@ async fn a_lost_listen_connection_reconnects_and_resyncs() {
     let watcher = PostgresStore::connect(&format!("{url}?application_name={app}"))
         .await
         .unwrap();
-    let mut feed = tenure::LeaseStore::watch(&watcher)
+    let mut feed = tenure::LeaseView::watch(&watcher)
         .await
         .unwrap()
         .expect("a feed");
@@ -889,9 +889,7 @@ async fn a_huge_batch_with_repeats_applies_in_order() {
             other => panic!("request {i}: {other:?}"),
         }
     }
-    let read = tenure::LeaseStore::read_many(&store, &groups)
-        .await
-        .unwrap();
+    let read = tenure::LeaseView::read_many(&store, &groups).await.unwrap();
     assert_eq!(read.len(), n);
     for (i, r) in read.into_iter().enumerate() {
         let v = r.unwrap().expect("written");
@@ -911,7 +909,7 @@ async fn a_new_subscription_hints_once() {
     let Some(url) = url() else { return };
     let store = PostgresStore::connect(&url).await.unwrap();
     let group = testkit::unique_group("pg-first-hint");
-    let mut feed = tenure::LeaseStore::changes(&store, &group)
+    let mut feed = tenure::LeaseView::changes(&store, &group)
         .await
         .unwrap()
         .expect("a feed");
@@ -930,8 +928,5 @@ async fn a_huge_timeout_still_connects() {
         .await
         .expect("connect with a huge timeout");
     let group = testkit::unique_group("pg-huge-timeout");
-    assert_eq!(
-        tenure::LeaseStore::read(&store, &group).await.unwrap(),
-        None
-    );
+    assert_eq!(tenure::LeaseView::read(&store, &group).await.unwrap(), None);
 }

@@ -60,7 +60,7 @@
 //! compare-and-swap in a batch stands on its own (one group's conflict
 //! never undoes another's write), and two of one group apply in order.
 //!
-//! [`LeaseStore::watch`](tenure::LeaseStore::watch) subscribes one RESP3
+//! [`LeaseView::watch`](tenure::LeaseView::watch) subscribes one RESP3
 //! connection to the pattern `<prefix>*` (glob characters in the prefix
 //! escaped): every group's writes, each carrying its record, so followers
 //! learn of renewals without a read. After that connection is lost the
@@ -78,7 +78,7 @@
 //!
 //! # Instant hand-over
 //!
-//! [`LeaseStore::changes`](tenure::LeaseStore::changes) subscribes to the
+//! [`LeaseView::changes`](tenure::LeaseView::changes) subscribes to the
 //! group's channel on a dedicated RESP3 connection. A waiting candidate
 //! re-reads as soon as the leader's release is published: one round trip,
 //! instead of a poll. The subscription is renewed after a disconnection,
@@ -162,7 +162,7 @@
 //! fix; as [`StoreError`](tenure::StoreError)s they are `Misconfigured`.
 //! The password is parsed out of the URL by this crate and never appears
 //! in an error, a log line, `Debug` output or
-//! [`describe`](tenure::LeaseStore::describe).
+//! [`describe`](tenure::LeaseView::describe).
 //!
 //! An ACL user needs: `~{prefix}* &{prefix}* +evalsha +eval +script|load
 //! +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish +scan`

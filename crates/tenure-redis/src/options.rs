@@ -242,7 +242,7 @@ impl RedisOptions {
     }
 
     /// The URL without the password, and the prefix: what
-    /// [`describe`](tenure::LeaseStore::describe) shows.
+    /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let user = self

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, Listed, Metadata, RecordError, StoreError, StoreFeed, Version, Versioned, WallTime,
+    LeaseStore, LeaseView, Listed, Metadata, RecordError, StoreError, StoreFeed, Version,
+    Versioned, WallTime,
 };
 use tokio::time::Instant;
 
@@ -21,7 +22,7 @@ use crate::options::RedisOptions;
 use crate::script::{self, CasReply, ReadReply, ADOPT, CAS, READ};
 
 /// How long a change feed the server refused stays off before
-/// [`LeaseStore::changes`] tries again (electors poll meanwhile).
+/// [`LeaseView::changes`] tries again (electors poll meanwhile).
 const FEED_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The quarantine after a loss of data is at least this many terms of the
@@ -479,38 +480,14 @@ where
 }
 
 #[async_trait]
-impl LeaseStore for RedisStore {
+impl LeaseView for RedisStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         only(self.read_many(std::slice::from_ref(group)).await?)
-    }
-
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        let request = CasRequest {
-            group: group.clone(),
-            expected,
-            record: record.clone(),
-        };
-        only(
-            self.compare_and_swap_many(std::slice::from_ref(&request))
-                .await?,
-        )
     }
 
     /// One script call per 4096 groups, all read in one atomic step.
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         chunked(groups, |piece| self.read_chunk(piece)).await
-    }
-
-    /// One script call per 4096 requests, each compare-and-swap on its own
-    /// and in order (a later request for a group sees what an earlier one
-    /// wrote), each applied write published with its record.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        chunked(requests, |piece| self.cas_chunk(piece)).await
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
@@ -566,16 +543,6 @@ impl LeaseStore for RedisStore {
             }
             Err(e) => Err(e.into()),
         }
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
-    /// One script call's worth: a renewal round of thousands of groups goes
-    /// out in a call or two.
-    fn batch_size_hint(&self) -> usize {
-        MAX_KEYS
     }
 
     /// `SCAN … MATCH <prefix>*` (the prefix's glob characters escaped)
@@ -645,5 +612,42 @@ impl LeaseStore for RedisStore {
 
     fn describe(&self) -> String {
         self.options().describe()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let request = CasRequest {
+            group: group.clone(),
+            expected,
+            record: record.clone(),
+        };
+        only(
+            self.compare_and_swap_many(std::slice::from_ref(&request))
+                .await?,
+        )
+    }
+
+    /// One script call per 4096 requests, each compare-and-swap on its own
+    /// and in order (a later request for a group sees what an earlier one
+    /// wrote), each applied write published with its record.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        chunked(requests, |piece| self.cas_chunk(piece)).await
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
+    }
+
+    /// One script call's worth: a renewal round of thousands of groups goes
+    /// out in a call or two.
+    fn batch_size_hint(&self) -> usize {
+        MAX_KEYS
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tenure::testkit::{self, scenarios};
 use tenure::{
-    CasOutcome, CasRequest, Change, GroupName, LeaseStore, StoreFeed, Version, Versioned,
+    CasOutcome, CasRequest, Change, GroupName, LeaseStore, LeaseView, StoreFeed, Version, Versioned,
 };
 use tenure_redis::RedisStore;
 

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use tenure::{testkit, LeaseStore, RecordError, StoreError};
+use tenure::{testkit, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_redis::{RedisStore, RedisStoreError};
 
 use common::RedisServer;

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::time::Instant;
-use tenure::{testkit, Clock, Elector, LeaseStore, MonoTime, StoreError, SystemClock, Version};
+use tenure::{
+    testkit, Clock, Elector, LeaseStore, LeaseView, MonoTime, StoreError, SystemClock, Version,
+};
 use tenure_redis::RedisStore;
 
 use common::RedisServer;

@@ -2,7 +2,7 @@
 //! file shared by the processes of one host.
 //!
 //! ```
-//! use tenure::{GroupName, LeaseStore};
+//! use tenure::{GroupName, LeaseView};
 //! use tenure_sqlite::SqliteStore;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -97,7 +97,7 @@
 //!
 //! Electors built from clones of one [`SqliteStore`] share one engine
 //! ([`tenure::Engine`]): its batches are one transaction each, a
-//! [`LeaseStore::read_many`] reads every group from one snapshot, and a
+//! [`LeaseView::read_many`] reads every group from one snapshot, and a
 //! [`LeaseStore::compare_and_swap_many`] checks and writes every group
 //! under one `BEGIN IMMEDIATE` lock and commits them with one fsync.
 //!
@@ -107,13 +107,13 @@
 //! data_version` changes whenever another connection commits to the file,
 //! and reading it costs one in-memory counter. So:
 //!
-//! * [`LeaseStore::watch`], the store-wide feed an engine uses: one
+//! * [`LeaseView::watch`], the store-wide feed an engine uses: one
 //!   connection polls `data_version` every 50 ms
 //!   ([`SqliteOptions::with_change_poll_interval`]); after a commit it scans
 //!   the groups' names and versions and reports each changed group with its
 //!   record, so followers learn of renewals without reading. One poller per
 //!   store handle, whatever the number of groups.
-//! * [`LeaseStore::changes`], a feed of one group (what an
+//! * [`LeaseView::changes`], a feed of one group (what an
 //!   [`Observer`](tenure::Observer) uses): the same poll, hinting when that
 //!   group's row version moved.
 //!
@@ -133,7 +133,7 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, LeaseView, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
 };
 
 mod error;
@@ -461,36 +461,11 @@ fn cas_row(
 }
 
 #[async_trait]
-impl LeaseStore for SqliteStore {
+impl LeaseView for SqliteStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         let g = group.clone();
         self.blocking(move |conn, inner| read_row(conn, inner, &g))
             .await
-    }
-
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        let g = group.clone();
-        let bytes = record.encode();
-        self.blocking(move |conn, inner| {
-            let err = |e| sqlite_err(inner, e);
-            // IMMEDIATE: the write lock is taken before the version is
-            // read, so no other connection can commit in between.
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(err)?;
-            let outcome = cas_row(&tx, inner, &g, expected, &bytes)?;
-            if let CasOutcome::Applied(_) = outcome {
-                tx.commit().map_err(err)?;
-            }
-            // Otherwise dropping the transaction rolls it back.
-            Ok(outcome)
-        })
-        .await
     }
 
     /// One read transaction: every group from one snapshot of the file.
@@ -499,35 +474,6 @@ impl LeaseStore for SqliteStore {
         self.blocking(move |conn, inner| {
             let tx = conn.transaction().map_err(|e| sqlite_err(inner, e))?;
             Ok(groups.iter().map(|g| read_row(&tx, inner, g)).collect())
-        })
-        .await
-    }
-
-    /// One `BEGIN IMMEDIATE` transaction for the whole batch: every
-    /// compare-and-swap is checked and written in order under the one write
-    /// lock, and all of them commit together (one fsync). A request whose
-    /// row is damaged fails alone.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        let requests: Vec<(GroupName, Option<Version>, Vec<u8>)> = requests
-            .iter()
-            .map(|r| (r.group.clone(), r.expected, r.record.encode()))
-            .collect();
-        self.blocking(move |conn, inner| {
-            let err = |e| sqlite_err(inner, e);
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(err)?;
-            let results: Vec<Result<CasOutcome, StoreError>> = requests
-                .iter()
-                .map(|(g, expected, bytes)| cas_row(&tx, inner, g, *expected, bytes))
-                .collect();
-            if results
-                .iter()
-                .any(|r| matches!(r, Ok(CasOutcome::Applied(_))))
-            {
-                tx.commit().map_err(err)?;
-            }
-            Ok(results)
         })
         .await
     }
@@ -591,16 +537,6 @@ impl LeaseStore for SqliteStore {
         Ok(Some(feed))
     }
 
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
-    /// A batch is one transaction of point lookups or writes: thousands
-    /// take milliseconds.
-    fn batch_size_hint(&self) -> usize {
-        4096
-    }
-
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
         let path = self.inner.path.clone();
         let options = self.inner.options.clone();
@@ -637,5 +573,72 @@ impl LeaseStore for SqliteStore {
 
     fn describe(&self) -> String {
         self.inner.describe.clone()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SqliteStore {
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let g = group.clone();
+        let bytes = record.encode();
+        self.blocking(move |conn, inner| {
+            let err = |e| sqlite_err(inner, e);
+            // IMMEDIATE: the write lock is taken before the version is
+            // read, so no other connection can commit in between.
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err)?;
+            let outcome = cas_row(&tx, inner, &g, expected, &bytes)?;
+            if let CasOutcome::Applied(_) = outcome {
+                tx.commit().map_err(err)?;
+            }
+            // Otherwise dropping the transaction rolls it back.
+            Ok(outcome)
+        })
+        .await
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction for the whole batch: every
+    /// compare-and-swap is checked and written in order under the one write
+    /// lock, and all of them commit together (one fsync). A request whose
+    /// row is damaged fails alone.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let requests: Vec<(GroupName, Option<Version>, Vec<u8>)> = requests
+            .iter()
+            .map(|r| (r.group.clone(), r.expected, r.record.encode()))
+            .collect();
+        self.blocking(move |conn, inner| {
+            let err = |e| sqlite_err(inner, e);
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err)?;
+            let results: Vec<Result<CasOutcome, StoreError>> = requests
+                .iter()
+                .map(|(g, expected, bytes)| cas_row(&tx, inner, g, *expected, bytes))
+                .collect();
+            if results
+                .iter()
+                .any(|r| matches!(r, Ok(CasOutcome::Applied(_))))
+            {
+                tx.commit().map_err(err)?;
+            }
+            Ok(results)
+        })
+        .await
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
+    }
+
+    /// A batch is one transaction of point lookups or writes: thousands
+    /// take milliseconds.
+    fn batch_size_hint(&self) -> usize {
+        4096
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::{raw, Scratch};
 use tenure::testkit::{held_by, unique_group};
-use tenure::{CasOutcome, LeaseStore, RecordError, StoreError};
+use tenure::{CasOutcome, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_sqlite::{SqliteError, SqliteOptions, SqliteStore, SCHEMA_VERSION};
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::Scratch;
 use tenure::testkit::{held_by, released, unique_group};
-use tenure::{CasOutcome, LeaseStore};
+use tenure::{CasOutcome, LeaseStore, LeaseView};
 use tenure_sqlite::SqliteStore;
 
 async fn next_hint(feed: &mut tenure::ChangeFeed, within: Duration) -> Option<Duration> {

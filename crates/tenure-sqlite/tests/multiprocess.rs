@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tenure::testkit::held_by;
-use tenure::{CasOutcome, GroupName, LeaseStore, Version};
+use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, Version};
 use tenure_sqlite::{SqliteOptions, SqliteStore};
 
 const RACERS: usize = 16;

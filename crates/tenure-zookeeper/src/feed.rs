@@ -1,4 +1,4 @@
-//! The store-wide change feed ([`LeaseStore::watch`], what the engine
+//! The store-wide change feed ([`LeaseView::watch`], what the engine
 //! listens to): ONE persistent recursive watch (`addWatch`, ZooKeeper 3.6
 //! and later) on the prefix node, for every group.
 //!
@@ -23,7 +23,7 @@
 //! [`Change::Hint`] (the engine reads the group and reports what it
 //! finds).
 //!
-//! [`LeaseStore::watch`]: tenure::LeaseStore::watch
+//! [`LeaseView::watch`]: tenure::LeaseView::watch
 
 use std::panic::AssertUnwindSafe;
 

@@ -77,7 +77,7 @@
 //!
 //! # Change feed
 //!
-//! [`LeaseStore::watch`](tenure::LeaseStore::watch) is ONE persistent
+//! [`LeaseView::watch`](tenure::LeaseView::watch) is ONE persistent
 //! recursive watch (`addWatch`, ZooKeeper 3.6 and later) on the prefix
 //! node, for every group: it stays armed after it fires, so nothing is lost
 //! between an event and re-arming, and one watch covers every group
@@ -133,7 +133,7 @@
 //! [`StoreError`](tenure::StoreError), `Misconfigured`). Digest passwords
 //! travel in clear text: use them on a trusted network. The password is
 //! parsed out of the URL by this crate and never appears in an error, a log
-//! line, `Debug` output or [`describe`](tenure::LeaseStore::describe).
+//! line, `Debug` output or [`describe`](tenure::LeaseView::describe).
 #![deny(missing_docs)]
 
 mod error;

@@ -228,7 +228,7 @@ impl ZkOptions {
     }
 
     /// The URL without the password: what
-    /// [`describe`](tenure::LeaseStore::describe) shows.
+    /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
         let user = self
             .user

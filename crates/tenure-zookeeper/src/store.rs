@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tenure::concurrent::InFlight;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, Listed, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
 };
 use zookeeper_client as zk;
 
@@ -415,23 +415,11 @@ pub(crate) enum Failed {
 pub(crate) use Failed::Refused;
 
 #[async_trait]
-impl LeaseStore for ZkStore {
+impl LeaseView for ZkStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         match self.get(group).await? {
             None => Ok(None),
             Some((data, stat)) => versioned(group, &data, &stat).map(Some),
-        }
-    }
-
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        match expected {
-            None => self.create(group, record).await,
-            Some(version) => self.replace(group, version, record).await,
         }
     }
 
@@ -442,24 +430,6 @@ impl LeaseStore for ZkStore {
             .in_flight
             .read_chunks(groups, READS_PER_REQUEST, |part| self.read_multi(part))
             .await)
-    }
-
-    /// One request per group, pipelined on the session's connection (at
-    /// most 256 in flight per handle); a group's writes one after another.
-    /// Not ZooKeeper's `multi`: it is all-or-nothing, and one group's
-    /// conflict must not undo another's renewal.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        Ok(self
-            .inner
-            .in_flight
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
-            .await)
-    }
-
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
     }
 
     /// The prefix node's children whose group names start with `prefix`,
@@ -521,11 +491,44 @@ impl LeaseStore for ZkStore {
         Ok(Some(watch::start(self.clone(), self.path(group))))
     }
 
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
     fn describe(&self) -> String {
         self.inner.options.describe()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for ZkStore {
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        match expected {
+            None => self.create(group, record).await,
+            Some(version) => self.replace(group, version, record).await,
+        }
+    }
+
+    /// One request per group, pipelined on the session's connection (at
+    /// most 256 in flight per handle); a group's writes one after another.
+    /// Not ZooKeeper's `multi`: it is all-or-nothing, and one group's
+    /// conflict must not undo another's renewal.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        Ok(self
+            .inner
+            .in_flight
+            .compare_and_swap_each(requests, |r| {
+                self.compare_and_swap(&r.group, r.expected, &r.record)
+            })
+            .await)
+    }
+
+    fn batch_size_hint(&self) -> usize {
+        BATCH_SIZE
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
     }
 }

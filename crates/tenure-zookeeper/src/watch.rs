@@ -1,4 +1,4 @@
-//! The per-group change feed ([`LeaseStore::changes`], what observers
+//! The per-group change feed ([`LeaseView::changes`], what observers
 //! use): a one-shot data watch on the group's node.
 //!
 //! ZooKeeper watches fire once, so the watch is armed again after every
@@ -9,7 +9,7 @@
 //! the session ends the watch is told so, and it is armed again on the new
 //! session (with a hint, since changes in between were not watched).
 //!
-//! [`LeaseStore::changes`]: tenure::LeaseStore::changes
+//! [`LeaseView::changes`]: tenure::LeaseView::changes
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use tenure::testkit::{self, held_by, released, TcpProxy};
-use tenure::{CasOutcome, GroupName, LeaseStore, StoreError, Version};
+use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError, Version};
 use tenure_zookeeper::ZkStore;
 
 use common::ZkServer;

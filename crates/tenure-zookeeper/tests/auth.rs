@@ -5,7 +5,7 @@
 mod common;
 
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, LeaseStore, StoreError};
+use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_zookeeper::{ZkStore, ZkStoreError};
 use zookeeper_client as zk;
 

@@ -1,4 +1,4 @@
-//! The store-wide change feed (`LeaseStore::watch`): one persistent
+//! The store-wide change feed (`LeaseView::watch`): one persistent
 //! recursive watch on the prefix node whose reports carry the records;
 //! it shrugs off nodes under the prefix that tenure did not write, comes
 //! back after the connection breaks (with a resync: ZooKeeper does not
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::ZkServer;
 use tenure::testkit::{self, held_by, TcpProxy};
-use tenure::{CasOutcome, Change, GroupName, LeaseStore, StoreFeed, Version};
+use tenure::{CasOutcome, Change, GroupName, LeaseStore, LeaseView, StoreFeed, Version};
 use tenure_zookeeper::ZkStore;
 use zookeeper_client as zk;
 

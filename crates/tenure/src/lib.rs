@@ -45,7 +45,8 @@
 //!   input); no I/O, no clock reads. The guarantees and the timing model are
 //!   argued in [`config`].
 //! * [`LeaseStore`]: read and compare-and-swap on the store's own version,
-//!   and an optional change feed. [`MemoryStore`] is in this crate; the
+//!   and an optional change feed; its read side alone is [`LeaseView`],
+//!   all an [`Observer`] needs. [`MemoryStore`] is in this crate; the
 //!   others (`tenure-sqlite`, `-postgres`, `-redis`, `-etcd`, `-dynamodb`)
 //!   are crates of their own.
 //! * [`Coordinator`]: the seam for backends that decide leadership
@@ -118,7 +119,7 @@ pub use shards::{
     Assignment, Member, ShardEvent, ShardEventStream, ShardHolding, Shards, ShardsBuilder,
 };
 pub use store::{
-    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, FeedRelay, LeaseStore, Listed,
-    StoreFeed, StoreFeedSender,
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, FeedRelay, LeaseStore, LeaseView,
+    Listed, StoreFeed, StoreFeedSender,
 };
 pub use term::{Term, TermGuard};

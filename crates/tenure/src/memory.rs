@@ -18,8 +18,8 @@ use crate::engine::EngineSlot;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
 use crate::store::{
-    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, Listed, StoreFeed,
-    StoreFeedSender,
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, LeaseView, Listed,
+    StoreFeed, StoreFeedSender,
 };
 
 #[derive(Default)]
@@ -77,7 +77,7 @@ const FEED_CAPACITY: usize = 4096;
 /// ```
 /// # tokio_test();
 /// # fn tokio_test() { tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use tenure::{LeaseStore, MemoryStore, GroupName};
+/// use tenure::{GroupName, LeaseView, MemoryStore};
 /// let store = MemoryStore::new();
 /// assert!(store.read(&GroupName::new("jobs").unwrap()).await.unwrap().is_none());
 /// # }) }
@@ -106,7 +106,7 @@ impl MemoryStore {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reads without awaiting: the same operation as [`LeaseStore::read`],
+    /// Reads without awaiting: the same operation as [`LeaseView::read`],
     /// for the deterministic simulation.
     pub fn read_now(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         read_row(&self.lock(), group)
@@ -174,7 +174,7 @@ fn cas_row(
 }
 
 #[async_trait]
-impl LeaseStore for MemoryStore {
+impl LeaseView for MemoryStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         self.read_now(group)
     }
@@ -183,14 +183,6 @@ impl LeaseStore for MemoryStore {
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         let reg = self.lock();
         Ok(groups.iter().map(|g| read_row(&reg, g)).collect())
-    }
-
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        let mut reg = self.lock();
-        Ok(requests
-            .iter()
-            .map(|r| Ok(cas_row(&mut reg, &r.group, r.expected, &r.record)))
-            .collect())
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
@@ -214,6 +206,31 @@ impl LeaseStore for MemoryStore {
         Ok(Some(feed))
     }
 
+    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+        let (tx, feed) = ChangeFeed::channel();
+        self.lock()
+            .watchers
+            .entry(group.clone())
+            .or_default()
+            .push(tx);
+        Ok(Some(feed))
+    }
+
+    fn describe(&self) -> String {
+        "memory://".into()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let mut reg = self.lock();
+        Ok(requests
+            .iter()
+            .map(|r| Ok(cas_row(&mut reg, &r.group, r.expected, &r.record)))
+            .collect())
+    }
+
     fn engine_slot(&self) -> Option<&EngineSlot> {
         Some(&self.engine)
     }
@@ -230,20 +247,6 @@ impl LeaseStore for MemoryStore {
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
         Ok(self.compare_and_swap_now(group, expected, record))
-    }
-
-    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        let (tx, feed) = ChangeFeed::channel();
-        self.lock()
-            .watchers
-            .entry(group.clone())
-            .or_default()
-            .push(tx);
-        Ok(Some(feed))
-    }
-
-    fn describe(&self) -> String {
-        "memory://".into()
     }
 }
 
@@ -358,38 +361,15 @@ impl<S: LeaseStore> FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
+impl<S: LeaseStore> LeaseView for FaultyStore<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         self.before().await?;
         self.inner.read(group).await
     }
 
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        let lose = self.before().await?;
-        let result = self.inner.compare_and_swap(group, expected, record).await;
-        if lose {
-            return Err(StoreError::Timeout(Duration::ZERO));
-        }
-        result
-    }
-
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         self.before().await?;
         self.inner.read_many(groups).await
-    }
-
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        let lose = self.before().await?;
-        let result = self.inner.compare_and_swap_many(requests).await;
-        if lose {
-            return Err(StoreError::Timeout(Duration::ZERO));
-        }
-        result
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
@@ -437,15 +417,41 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         Ok(Some(feed))
     }
 
+    fn describe(&self) -> String {
+        format!("{} (faulty view of {})", self.inner.describe(), self.node)
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        let lose = self.before().await?;
+        let result = self.inner.compare_and_swap(group, expected, record).await;
+        if lose {
+            return Err(StoreError::Timeout(Duration::ZERO));
+        }
+        result
+    }
+
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        let lose = self.before().await?;
+        let result = self.inner.compare_and_swap_many(requests).await;
+        if lose {
+            return Err(StoreError::Timeout(Duration::ZERO));
+        }
+        result
+    }
+
     fn engine_slot(&self) -> Option<&EngineSlot> {
         Some(&self.engine)
     }
 
     fn batch_size_hint(&self) -> usize {
         self.inner.batch_size_hint()
-    }
-
-    fn describe(&self) -> String {
-        format!("{} (faulty view of {})", self.inner.describe(), self.node)
     }
 }

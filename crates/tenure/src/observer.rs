@@ -10,7 +10,7 @@ use crate::clock::{Clock, MonoTime, SystemClock};
 use crate::error::{ConfigError, StoreError};
 use crate::record::{GroupName, Version};
 use crate::role::LeaderInfo;
-use crate::store::{ChangeFeed, LeaseStore};
+use crate::store::{ChangeFeed, LeaseView};
 
 /// Follows a group's leader and publishes it through a watch channel.
 ///
@@ -47,7 +47,7 @@ impl Drop for Observer {
 
 /// Configures an [`Observer`]; see [`Observer::builder`].
 pub struct ObserverBuilder {
-    store: Arc<dyn LeaseStore>,
+    store: Arc<dyn LeaseView>,
     group: Result<GroupName, ConfigError>,
     poll_interval: Duration,
     read_timeout: Duration,
@@ -122,8 +122,9 @@ impl ObserverBuilder {
 }
 
 impl Observer {
-    /// Starts configuring an observer of `group` on `store`.
-    pub fn builder(store: impl LeaseStore, group: impl AsRef<str>) -> ObserverBuilder {
+    /// Starts configuring an observer of `group` on `store`: any
+    /// [`LeaseStore`](crate::LeaseStore), or a read-only [`LeaseView`].
+    pub fn builder(store: impl LeaseView, group: impl AsRef<str>) -> ObserverBuilder {
         ObserverBuilder {
             store: Arc::new(store),
             group: GroupName::new(group.as_ref()),
@@ -157,7 +158,7 @@ impl Observer {
 
 /// What an observer watches, and how.
 struct Watched {
-    store: Arc<dyn LeaseStore>,
+    store: Arc<dyn LeaseView>,
     group: GroupName,
     poll: Duration,
     read_timeout: Duration,

@@ -1,5 +1,6 @@
-//! The seam every store implements: read, compare-and-swap, and an optional
-//! change feed. As small as vimeo's `RaceDecider`.
+//! The seam every store implements: [`LeaseView`] (read, the change feeds,
+//! list) and [`LeaseStore`] on top of it (compare-and-swap). As small as
+//! vimeo's `RaceDecider`; a read-only user needs only the view.
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -53,7 +54,7 @@ pub struct CasRequest {
     pub record: LeaseRecord,
 }
 
-/// What a store-wide change feed reports (see [`LeaseStore::watch`]).
+/// What a store-wide change feed reports (see [`LeaseView::watch`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     /// The group's record was written and is now this. A feed that carries
@@ -138,7 +139,7 @@ impl StoreFeedSender {
     }
 }
 
-/// One group found by [`LeaseStore::list`].
+/// One group found by [`LeaseView::list`].
 #[derive(Debug)]
 pub struct Listed {
     /// The group.
@@ -239,32 +240,25 @@ impl FeedRelay {
 /// Per-item results of a batch, or the failure of the batch as a whole.
 pub type BatchResult<T> = Result<Vec<Result<T, StoreError>>, StoreError>;
 
-/// A linearizable register of lease records, one per group.
+/// The read side of a store: what watching a group takes, without the
+/// power to write one.
 ///
-/// Implementations are thin adapters over the store's own atomic
-/// compare-and-swap. They never interpret the record beyond encoding it, and
-/// they never delete one: a release is a write of a record without a holder,
-/// so the fencing token survives.
+/// [`Observer`](crate::Observer) and other read-only users (the CLI's
+/// `status` and `watch`, a view of leadership decided elsewhere such as
+/// Kafka's heartbeats) need only this. Every [`LeaseStore`] is a
+/// `LeaseView`; a type that cannot write implements `LeaseView` alone
+/// rather than a compare-and-swap that always fails.
 ///
 /// Reading a record this build cannot decode must fail with
 /// [`StoreError::Record`]; since the elector only writes with a version it
 /// read, such a record is never overwritten.
 #[async_trait]
-pub trait LeaseStore: Send + Sync + 'static {
+pub trait LeaseView: Send + Sync + 'static {
     /// Reads the group's record and its version; `None` if the group has
     /// never been written (or the store lost it: the elector then still
     /// issues tokens above every token it has seen, but a store that can
     /// lose data should guard against it itself, as `tenure-redis` does).
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError>;
-
-    /// Writes `record` if the stored version is `expected` (`None`: only if
-    /// no record exists), atomically, in the store itself.
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError>;
 
     /// A feed of change hints for the group, if the store can notify.
     /// The default is `Ok(None)`: the elector polls. Should return promptly
@@ -292,34 +286,6 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(reads.collect().await)
     }
 
-    /// Performs many compare-and-swaps, each atomic on its own and
-    /// independent of the others (never all-or-nothing: one group's
-    /// conflict must not undo another's renewal). The result has one entry
-    /// per request, in order. A batch that fails as a whole may have
-    /// applied any subset of its requests, like a timed-out single write.
-    ///
-    /// The default writes one after another; stores override it with one
-    /// round trip where the store allows independent writes in one request.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        // Concurrently across groups, in order within a group: two writes
-        // to one group must apply one after the other, as listed.
-        let results = crate::concurrent::InFlight::new(DEFAULT_CONCURRENCY)
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
-            .await;
-        Ok(results)
-    }
-
-    /// How many operations one batch call should carry: the engine splits
-    /// larger batches. Stores with a native batch (one statement, one
-    /// script call) raise it; the default suits the default batch methods,
-    /// which run the single operations concurrently, [`DEFAULT_CONCURRENCY`]
-    /// at a time, so that a batch takes a few round trips, not hundreds.
-    fn batch_size_hint(&self) -> usize {
-        DEFAULT_CONCURRENCY * 4
-    }
-
     /// Lists every group whose name starts with `prefix` (byte for byte, no
     /// wildcards), with its record: what membership of a sharded set is read
     /// from (see [`Shards`](crate::Shards)). An entry whose record cannot be
@@ -342,6 +308,105 @@ pub trait LeaseStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// A short description for logs and status output, without secrets
+    /// (for example `sqlite:///var/lib/tenure.db`).
+    fn describe(&self) -> String;
+}
+
+/// A linearizable register of lease records, one per group: a
+/// [`LeaseView`] that can also write, by compare-and-swap.
+///
+/// Implementations are thin adapters over the store's own atomic
+/// compare-and-swap. They never interpret the record beyond encoding it, and
+/// they never delete one: a release is a write of a record without a holder,
+/// so the fencing token survives.
+///
+/// # Migrating a store written before the split
+///
+/// The read methods used to live in this trait too. A store of your own
+/// now implements two traits: move `read`, `describe` and whichever of
+/// `changes`, `read_many`, `list` and `watch` you override, unchanged, into
+/// an `impl LeaseView for YourStore` (with `#[async_trait]`), and keep
+/// `compare_and_swap` and the rest here. Code that calls `store.read(..)` on
+/// a concrete store imports [`LeaseView`] as well (`use tenure::{LeaseStore,
+/// LeaseView};`); generic code bound by `S: LeaseStore` and
+/// `Arc<dyn LeaseStore>` need no change, and `Elector::builder(store, ..)`
+/// takes the same stores as before.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use tenure::{
+///     CasOutcome, GroupName, LeaseRecord, LeaseStore, LeaseView, MemoryStore, StoreError,
+///     Version, Versioned,
+/// };
+///
+/// /// A store that forwards to another, as a store of your own would
+/// /// forward to its database.
+/// struct Wrapped(MemoryStore);
+///
+/// #[async_trait]
+/// impl LeaseView for Wrapped {
+///     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+///         self.0.read(group).await
+///     }
+///     fn describe(&self) -> String {
+///         "wrapped memory".into()
+///     }
+/// }
+///
+/// #[async_trait]
+/// impl LeaseStore for Wrapped {
+///     async fn compare_and_swap(
+///         &self,
+///         group: &GroupName,
+///         expected: Option<Version>,
+///         record: &LeaseRecord,
+///     ) -> Result<CasOutcome, StoreError> {
+///         self.0.compare_and_swap(group, expected, record).await
+///     }
+/// }
+/// # let _ = tenure::Elector::builder(Wrapped(MemoryStore::new()), "g");
+/// ```
+#[async_trait]
+pub trait LeaseStore: LeaseView {
+    /// Writes `record` if the stored version is `expected` (`None`: only if
+    /// no record exists), atomically, in the store itself.
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError>;
+
+    /// Performs many compare-and-swaps, each atomic on its own and
+    /// independent of the others (never all-or-nothing: one group's
+    /// conflict must not undo another's renewal). The result has one entry
+    /// per request, in order. A batch that fails as a whole may have
+    /// applied any subset of its requests, like a timed-out single write.
+    ///
+    /// The default writes one after another; stores override it with one
+    /// round trip where the store allows independent writes in one request.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        // Concurrently across groups, in order within a group: two writes
+        // to one group must apply one after the other, as listed.
+        let results = crate::concurrent::InFlight::new(DEFAULT_CONCURRENCY)
+            .compare_and_swap_each(requests, |r| {
+                self.compare_and_swap(&r.group, r.expected, &r.record)
+            })
+            .await;
+        Ok(results)
+    }
+
+    /// How many operations one batch call (of reads or of writes) should
+    /// carry: the engine splits larger batches. Stores with a native batch
+    /// (one statement, one script call) raise it; the default suits the
+    /// default batch methods, which run the single operations concurrently,
+    /// [`DEFAULT_CONCURRENCY`] at a time, so that a batch takes a few round
+    /// trips, not hundreds.
+    fn batch_size_hint(&self) -> usize {
+        DEFAULT_CONCURRENCY * 4
+    }
+
     /// The slot through which electors built from clones of this store
     /// handle find and share one engine. Stores return a slot kept in the
     /// state their clones share; the default (`None`) gives every elector
@@ -349,86 +414,60 @@ pub trait LeaseStore: Send + Sync + 'static {
     fn engine_slot(&self) -> Option<&EngineSlot> {
         None
     }
-
-    /// A short description for logs and status output, without secrets
-    /// (for example `sqlite:///var/lib/tenure.db`).
-    fn describe(&self) -> String;
 }
 
-#[async_trait]
-impl<S: LeaseStore + ?Sized> LeaseStore for std::sync::Arc<S> {
-    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        (**self).read(group).await
-    }
-    fn batch_size_hint(&self) -> usize {
-        (**self).batch_size_hint()
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
-        (**self).list(prefix).await
-    }
-    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        (**self).read_many(groups).await
-    }
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        (**self).compare_and_swap_many(requests).await
-    }
-    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
-        (**self).watch().await
-    }
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        (**self).engine_slot()
-    }
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        (**self).compare_and_swap(group, expected, record).await
-    }
-    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        (**self).changes(group).await
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
+/// Forwards every method of both traits to the store behind a pointer, so
+/// `Arc<dyn LeaseStore>`, `Box<S>` and the like are stores (and views)
+/// themselves.
+macro_rules! forward_through_pointer {
+    ($($pointer:ident)::+) => {
+        #[async_trait]
+        impl<S: LeaseView + ?Sized> LeaseView for $($pointer)::+<S> {
+            async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+                (**self).read(group).await
+            }
+            async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+                (**self).changes(group).await
+            }
+            async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+                (**self).read_many(groups).await
+            }
+            async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+                (**self).list(prefix).await
+            }
+            async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+                (**self).watch().await
+            }
+            fn describe(&self) -> String {
+                (**self).describe()
+            }
+        }
+
+        #[async_trait]
+        impl<S: LeaseStore + ?Sized> LeaseStore for $($pointer)::+<S> {
+            async fn compare_and_swap(
+                &self,
+                group: &GroupName,
+                expected: Option<Version>,
+                record: &LeaseRecord,
+            ) -> Result<CasOutcome, StoreError> {
+                (**self).compare_and_swap(group, expected, record).await
+            }
+            async fn compare_and_swap_many(
+                &self,
+                requests: &[CasRequest],
+            ) -> BatchResult<CasOutcome> {
+                (**self).compare_and_swap_many(requests).await
+            }
+            fn batch_size_hint(&self) -> usize {
+                (**self).batch_size_hint()
+            }
+            fn engine_slot(&self) -> Option<&EngineSlot> {
+                (**self).engine_slot()
+            }
+        }
+    };
 }
 
-#[async_trait]
-impl<S: LeaseStore + ?Sized> LeaseStore for Box<S> {
-    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        (**self).read(group).await
-    }
-    fn batch_size_hint(&self) -> usize {
-        (**self).batch_size_hint()
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
-        (**self).list(prefix).await
-    }
-    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        (**self).read_many(groups).await
-    }
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        (**self).compare_and_swap_many(requests).await
-    }
-    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
-        (**self).watch().await
-    }
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        (**self).engine_slot()
-    }
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        (**self).compare_and_swap(group, expected, record).await
-    }
-    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        (**self).changes(group).await
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-}
+forward_through_pointer!(std::sync::Arc);
+forward_through_pointer!(Box);

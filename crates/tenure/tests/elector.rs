@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure::{
-    Clock, Config, ElectorError, EndReason, Event, Faults, GroupName, LeaseStore, MemoryStore,
-    Metadata, Observer, Role, TokioClock,
+    Clock, Config, ElectorError, EndReason, Event, Faults, GroupName, LeaseStore, LeaseView,
+    MemoryStore, Metadata, Observer, Role, TokioClock,
 };
 use tokio::time::Instant;
 
@@ -454,6 +454,44 @@ async fn observer_follows_leaders_and_sees_a_crashed_one_lapse() {
     b.shutdown().await;
     faults.heal("a");
     a.shutdown().await;
+}
+
+/// A view that can only read: what the CLI's `kafka://` view and other
+/// read-only sources are. An observer needs nothing more, and the type
+/// need not pretend to write.
+struct ReadOnly(MemoryStore);
+
+#[async_trait::async_trait]
+impl LeaseView for ReadOnly {
+    async fn read(
+        &self,
+        group: &GroupName,
+    ) -> Result<Option<tenure::Versioned>, tenure::StoreError> {
+        self.0.read(group).await
+    }
+    fn describe(&self) -> String {
+        "read-only view of memory://".into()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_observer_needs_only_a_read_only_view() {
+    let store = MemoryStore::new();
+    let a = start(store.clone(), "a");
+    a.wait_for_leadership().await.unwrap();
+    // Without a change feed the view is polled.
+    let mut obs = Observer::builder(ReadOnly(store.clone()), "jobs")
+        .poll_interval(Duration::from_millis(200))
+        .clock(Arc::new(TokioClock::new()))
+        .start()
+        .unwrap();
+    assert_eq!(obs.wait_for_leader().await.unwrap().candidate, "a");
+    a.shutdown().await;
+    obs.watch().wait_for(Option::is_none).await.unwrap();
+    let b = start(store.clone(), "b");
+    let leader = obs.wait_for_leader().await.unwrap();
+    assert_eq!((leader.candidate.as_str(), leader.token), ("b", 2));
+    b.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]

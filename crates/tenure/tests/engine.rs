@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure::{
-    Clock, Config, Elector, Engine, EngineOptions, Faults, LeaseStore, MemoryStore, Role,
-    TokioClock,
+    Clock, Config, Elector, Engine, EngineOptions, Faults, LeaseStore, LeaseView, MemoryStore,
+    Role, TokioClock,
 };
 
 const TERM: Duration = Duration::from_secs(10);

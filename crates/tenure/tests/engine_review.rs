@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::{
-    CasOutcome, Clock, Config, Elector, EngineSlot, GroupName, LeaseRecord, LeaseStore,
+    CasOutcome, Clock, Config, Elector, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
     MemoryStore, StoreError, TokioClock, Version, Versioned,
 };
 
@@ -21,11 +21,18 @@ struct OneByOne {
 }
 
 #[async_trait]
-impl LeaseStore for OneByOne {
+impl LeaseView for OneByOne {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         tokio::time::sleep(self.rtt).await;
         self.inner.read(group).await
     }
+    fn describe(&self) -> String {
+        "one-by-one://".into()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for OneByOne {
     async fn compare_and_swap(
         &self,
         group: &GroupName,
@@ -37,9 +44,6 @@ impl LeaseStore for OneByOne {
     }
     fn engine_slot(&self) -> Option<&EngineSlot> {
         self.slot.as_deref()
-    }
-    fn describe(&self) -> String {
-        "one-by-one://".into()
     }
 }
 

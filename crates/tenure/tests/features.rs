@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tenure::{
     Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health, Holder,
-    LeaseRecord, LeaseStore, MemoryStore, Metadata, Observer, Periodic, Role, TokioClock,
+    LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role,
+    TokioClock,
 };
 
 const TERM: Duration = Duration::from_secs(10);

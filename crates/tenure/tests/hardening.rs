@@ -11,8 +11,8 @@ use tenure::clock::Sleep;
 use tenure::{CasOutcome, ChangeFeed, Version};
 use tenure::{
     Clock, Config, Coordinator, Elector, ElectorError, EndReason, Event, Fault, Faults, GroupName,
-    Holder, LeaseRecord, LeaseStore, MemoryStore, Metadata, MonoTime, Now, Observer, Role, Session,
-    StoreError, TokioClock, Versioned, WallTime,
+    Holder, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, MonoTime, Now, Observer,
+    Role, Session, StoreError, TokioClock, Versioned, WallTime,
 };
 
 const TERM: Duration = Duration::from_secs(10);
@@ -45,10 +45,20 @@ fn held_by(id: &str, token: u64, now: Now) -> LeaseRecord {
 struct HangingFeed(MemoryStore);
 
 #[async_trait]
-impl LeaseStore for HangingFeed {
+impl LeaseView for HangingFeed {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         self.0.read(group).await
     }
+    async fn changes(&self, _group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
+        std::future::pending().await
+    }
+    fn describe(&self) -> String {
+        "hanging-feed://".into()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for HangingFeed {
     async fn compare_and_swap(
         &self,
         group: &GroupName,
@@ -56,12 +66,6 @@ impl LeaseStore for HangingFeed {
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
         self.0.compare_and_swap(group, expected, record).await
-    }
-    async fn changes(&self, _group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        std::future::pending().await
-    }
-    fn describe(&self) -> String {
-        "hanging-feed://".into()
     }
 }
 

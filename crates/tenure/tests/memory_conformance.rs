@@ -39,17 +39,24 @@ async fn conformance() {
 /// and race cases, by name.
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_catches_a_broken_store() {
-    use tenure::{CasOutcome, LeaseRecord, LeaseStore, StoreError, Version, Versioned};
+    use tenure::{CasOutcome, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned};
 
     /// Writes whatever it is given: a last-writer-wins "store".
     #[derive(Clone)]
     struct Blind(MemoryStore);
 
     #[async_trait]
-    impl LeaseStore for Blind {
+    impl LeaseView for Blind {
         async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
             self.0.read(group).await
         }
+        fn describe(&self) -> String {
+            "blind://".into()
+        }
+    }
+
+    #[async_trait]
+    impl LeaseStore for Blind {
         async fn compare_and_swap(
             &self,
             group: &GroupName,
@@ -58,9 +65,6 @@ async fn conformance_catches_a_broken_store() {
         ) -> Result<CasOutcome, StoreError> {
             let current = self.0.read(group).await.ok().flatten().map(|v| v.version);
             self.0.compare_and_swap(group, current, record).await
-        }
-        fn describe(&self) -> String {
-            "blind://".into()
         }
     }
 
@@ -105,17 +109,24 @@ async fn conformance_catches_a_broken_store() {
 /// cases instead of skipping them (a skip counts as a pass).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_promised_feed_that_is_missing_fails() {
-    use tenure::{CasOutcome, LeaseRecord, LeaseStore, StoreError, Version, Versioned};
+    use tenure::{CasOutcome, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned};
 
     /// The memory store with its feeds taken away.
     #[derive(Clone)]
     struct Deaf(MemoryStore);
 
     #[async_trait]
-    impl LeaseStore for Deaf {
+    impl LeaseView for Deaf {
         async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
             self.0.read(group).await
         }
+        fn describe(&self) -> String {
+            "deaf://".into()
+        }
+    }
+
+    #[async_trait]
+    impl LeaseStore for Deaf {
         async fn compare_and_swap(
             &self,
             group: &GroupName,
@@ -123,9 +134,6 @@ async fn a_promised_feed_that_is_missing_fails() {
             record: &LeaseRecord,
         ) -> Result<CasOutcome, StoreError> {
             self.0.compare_and_swap(group, expected, record).await
-        }
-        fn describe(&self) -> String {
-            "deaf://".into()
         }
     }
 

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use tenure::clock::Sleep;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, Listed, MonoTime, Now, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, LeaseView, Listed, MonoTime, Now, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio::time::Instant;
 
@@ -150,27 +150,13 @@ impl<S: LeaseStore> PausedStore<S> {
 }
 
 #[async_trait]
-impl<S: LeaseStore> LeaseStore for PausedStore<S> {
+impl<S: LeaseStore> LeaseView for PausedStore<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         self.gated(self.inner.read(group)).await
     }
 
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        self.gated(self.inner.compare_and_swap(group, expected, record))
-            .await
-    }
-
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         self.gated(self.inner.read_many(groups)).await
-    }
-
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        self.gated(self.inner.compare_and_swap_many(requests)).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
@@ -212,12 +198,29 @@ impl<S: LeaseStore> LeaseStore for PausedStore<S> {
         Ok(Some(feed))
     }
 
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        self.inner.engine_slot()
-    }
-
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore> LeaseStore for PausedStore<S> {
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        self.gated(self.inner.compare_and_swap(group, expected, record))
+            .await
+    }
+
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        self.gated(self.inner.compare_and_swap_many(requests)).await
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        self.inner.engine_slot()
     }
 }
 

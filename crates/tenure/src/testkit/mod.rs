@@ -113,9 +113,9 @@ pub trait Harness: Send + Sync {
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Feeds {
-    /// [`LeaseStore::changes`] returns a feed.
+    /// [`LeaseView::changes`] returns a feed.
     pub per_group: bool,
-    /// [`LeaseStore::watch`](crate::LeaseStore::watch) returns a feed.
+    /// [`LeaseView::watch`](crate::LeaseView::watch) returns a feed.
     pub store_wide: bool,
 }
 
@@ -125,7 +125,7 @@ impl Feeds {
         per_group: false,
         store_wide: false,
     };
-    /// A feed per group ([`LeaseStore::changes`]).
+    /// A feed per group ([`LeaseView::changes`]).
     pub const PER_GROUP: Feeds = Feeds {
         per_group: true,
         store_wide: false,
@@ -164,7 +164,7 @@ pub async fn check_conformance<H: Harness>(harness: &H) -> ConformanceReport {
 /// The results of one run of the suite.
 #[derive(Clone, Debug)]
 pub struct ConformanceReport {
-    /// The store as it describes itself ([`LeaseStore::describe`]).
+    /// The store as it describes itself ([`LeaseView::describe`]).
     pub store: String,
     /// The random prefix of every group name this run used.
     pub run_id: String,

@@ -1,4 +1,4 @@
-//! The batch operations the engine relies on ([`LeaseStore::read_many`],
+//! The batch operations the engine relies on ([`LeaseView::read_many`],
 //! [`LeaseStore::compare_and_swap_many`]): every store must pass these,
 //! whether it overrides the defaults or not.
 
@@ -8,7 +8,7 @@ use super::{
 };
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
-use crate::store::{CasOutcome, CasRequest, LeaseStore};
+use crate::store::{CasOutcome, CasRequest, LeaseStore, LeaseView};
 
 /// Groups per batch in the large-batch case: more than one request of most
 /// stores' natural batch size, fewer than any sane limit.

@@ -24,7 +24,7 @@ use crate::record::{
     GroupName, Holder, LeaseRecord, Metadata, Version, Versioned, MAX_GROUP_BYTES,
     MAX_METADATA_BYTES,
 };
-use crate::store::{CasOutcome, LeaseStore};
+use crate::store::{CasOutcome, LeaseStore, LeaseView};
 
 /// How a case that did not fail ended.
 pub(super) enum Verdict {
