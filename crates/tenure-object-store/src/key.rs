@@ -15,7 +15,7 @@
 //!   prefix of the name's encoding, and every encoded name starting
 //!   with it comes from a name starting with that prefix. A
 //!   listing of `{prefix}/{encoded p}` is exactly the groups starting
-//!   with `p`, which is what [`LeaseStore::list`](tenure::LeaseStore::list)
+//!   with `p`, which is what [`LeaseView::list`](tenure::LeaseView::list)
 //!   needs;
 //! * **canonical**: only the encoding of a name decodes to it, so a
 //!   foreign object whose key merely decodes (`a%41`) is not taken for a

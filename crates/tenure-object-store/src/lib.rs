@@ -94,8 +94,8 @@
 //!
 //! Buckets do not notify (S3 event notifications go to queues, not to
 //! clients, and arrive late), so waiting candidates poll:
-//! [`watch`](tenure::LeaseStore::watch) and
-//! [`changes`](tenure::LeaseStore::changes) return `None`. A leader that
+//! [`watch`](tenure::LeaseView::watch) and
+//! [`changes`](tenure::LeaseView::changes) return `None`. A leader that
 //! stops gracefully releases the lease, and a waiting candidate takes it
 //! over at its **next poll**: within `term / 4` plus up to `term / 10` of
 //! jitter (3.5 s at the default 10 s term, [`tenure::Bounds`]'
@@ -108,7 +108,7 @@
 //! # Many groups
 //!
 //! Buckets have no multi-object operation, so a batch is single requests
-//! in flight together: [`read_many`](tenure::LeaseStore::read_many) GETs,
+//! in flight together: [`read_many`](tenure::LeaseView::read_many) GETs,
 //! [`compare_and_swap_many`](tenure::LeaseStore::compare_and_swap_many)
 //! conditional PUTs, at most 64 at once per store handle (its clones share
 //! the bound), the writes to one group one after another in order; each
@@ -120,7 +120,7 @@
 //! through. Each request is one HTTP round trip, so the store's capacity
 //! is the server's requests per second: per term, a group's leader
 //! makes about 3 writes and each waiting candidate about 3.3 reads.
-//! [`list`](tenure::LeaseStore::list) is a LIST of the
+//! [`list`](tenure::LeaseView::list) is a LIST of the
 //! prefix from the encoded group prefix on (S3's `start-after`, GCS's
 //! `startOffset`; the encoding preserves prefixes and the services list in
 //! lexicographic order), then a GET of each group found, so sharded sets
@@ -147,7 +147,7 @@
 //! `GOOGLE_SERVICE_ACCOUNT` / `GOOGLE_APPLICATION_CREDENTIALS` and the
 //! metadata server; for Azure `AZURE_STORAGE_*`, service principals,
 //! workload and managed identity. Secrets never appear in logs, errors,
-//! `Debug` output or [`describe`](tenure::LeaseStore::describe).
+//! `Debug` output or [`describe`](tenure::LeaseView::describe).
 //!
 //! On S3 the credentials need `s3:GetObject`, `s3:PutObject` and
 //! `s3:ListBucket` (without `ListBucket`, S3 answers a GET of a missing
@@ -221,7 +221,7 @@
 //! * **running candidates** notice an object that vanished or went back
 //!   and keep their own guard: a candidate that saw a held record waits it
 //!   out as if it were still there, and issues tokens above every token it
-//!   has seen (see [`tenure::LeaseStore::read`]);
+//!   has seen (see [`tenure::LeaseView::read`]);
 //! * **a process started after the loss** knows nothing of the old tokens
 //!   and starts again at token 1. A version is still never reused (first
 //!   versions come from the clock), so no stale write can land, but a

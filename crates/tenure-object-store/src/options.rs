@@ -348,7 +348,7 @@ impl BucketOptions {
     }
 
     /// The options as a URL without secrets: the only form that appears
-    /// in logs, errors and [`describe`](tenure::LeaseStore::describe).
+    /// in logs, errors and [`describe`](tenure::LeaseView::describe).
     pub fn redacted_url(&self) -> String {
         let mut params = Vec::new();
         if let Some(r) = &self.region {

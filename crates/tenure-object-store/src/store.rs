@@ -12,8 +12,8 @@ use object_store::{
 };
 use tenure::concurrent::InFlight;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, EngineSlot, GroupName, LeaseRecord, LeaseStore, Listed,
-    RecordError, StoreError, Version, Versioned, WallTime,
+    BatchResult, CasOutcome, CasRequest, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
+    Listed, RecordError, StoreError, Version, Versioned, WallTime,
 };
 
 use crate::backend;
@@ -348,7 +348,7 @@ impl BucketStore {
 }
 
 #[async_trait]
-impl LeaseStore for BucketStore {
+impl LeaseView for BucketStore {
     /// One strongly consistent GET (S3, GCS and Azure Blob Storage all
     /// read their latest write).
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
@@ -379,62 +379,6 @@ impl LeaseStore for BucketStore {
         }
     }
 
-    /// A PUT with `If-None-Match: *` (GCS: `x-goog-if-generation-match:
-    /// 0`) to create, with `If-Match: <ETag>` (GCS: the generation) of
-    /// the object that held version `expected` to replace. The ETag is the
-    /// one this handle saw with that version; if it saw another, it reads
-    /// first (one more round trip) and writes only if the object still
-    /// holds `expected`.
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        // Never write an object that reads back as corrupt.
-        record.check().map_err(|e| StoreError::Misconfigured {
-            message: format!("refusing to write an invalid lease record for group {group}: {e}"),
-            source: None,
-        })?;
-        let Some(Version(expected)) = expected else {
-            let first = object::first_version(WallTime::now());
-            return self.put(group, PutMode::Create, record, first).await;
-        };
-        let seen = match self.recall(group) {
-            Some(s) if s.version == expected => s,
-            _ => match self.fetch(group).await? {
-                Fetched::Found {
-                    decoded: Ok((_, Version(v))),
-                    tag,
-                } if v == expected => Seen { version: v, tag },
-                // Missing, another version, or undecodable: never ours to
-                // replace.
-                _ => return Ok(CasOutcome::Conflict),
-            },
-        };
-        if seen.tag.e_tag.is_none() && seen.tag.version.is_none() {
-            return Err(StoreError::Misconfigured {
-                message: format!(
-                    "{} returned neither an ETag nor an object version for {}: conditional \
-                     writes are impossible on it",
-                    self.inner.place.describe,
-                    self.object_key(group)
-                ),
-                source: None,
-            });
-        }
-        let Some(next) = expected.checked_add(1) else {
-            return Err(StoreError::Record {
-                group: group.clone(),
-                source: RecordError::Corrupt {
-                    detail: "the version counter is at its maximum and cannot rise".into(),
-                },
-            });
-        };
-        self.put(group, PutMode::Update(seen.tag), record, next)
-            .await
-    }
-
     /// GETs in flight together, at most 64 at once per handle.
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         Ok(self
@@ -448,26 +392,6 @@ impl LeaseStore for BucketStore {
                 Ok(out)
             })
             .await)
-    }
-
-    /// Conditional PUTs in flight together, at most 64 at once per
-    /// handle; the writes of one group one after another, in order.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        Ok(self
-            .inner
-            .in_flight
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
-            .await)
-    }
-
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
     }
 
     /// A LIST of the keys from the prefix's encoding on (`start-after`,
@@ -528,6 +452,85 @@ impl LeaseStore for BucketStore {
 
     fn describe(&self) -> String {
         self.inner.place.describe.clone()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for BucketStore {
+    /// A PUT with `If-None-Match: *` (GCS: `x-goog-if-generation-match:
+    /// 0`) to create, with `If-Match: <ETag>` (GCS: the generation) of
+    /// the object that held version `expected` to replace. The ETag is the
+    /// one this handle saw with that version; if it saw another, it reads
+    /// first (one more round trip) and writes only if the object still
+    /// holds `expected`.
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<Version>,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        // Never write an object that reads back as corrupt.
+        record.check().map_err(|e| StoreError::Misconfigured {
+            message: format!("refusing to write an invalid lease record for group {group}: {e}"),
+            source: None,
+        })?;
+        let Some(Version(expected)) = expected else {
+            let first = object::first_version(WallTime::now());
+            return self.put(group, PutMode::Create, record, first).await;
+        };
+        let seen = match self.recall(group) {
+            Some(s) if s.version == expected => s,
+            _ => match self.fetch(group).await? {
+                Fetched::Found {
+                    decoded: Ok((_, Version(v))),
+                    tag,
+                } if v == expected => Seen { version: v, tag },
+                // Missing, another version, or undecodable: never ours to
+                // replace.
+                _ => return Ok(CasOutcome::Conflict),
+            },
+        };
+        if seen.tag.e_tag.is_none() && seen.tag.version.is_none() {
+            return Err(StoreError::Misconfigured {
+                message: format!(
+                    "{} returned neither an ETag nor an object version for {}: conditional \
+                     writes are impossible on it",
+                    self.inner.place.describe,
+                    self.object_key(group)
+                ),
+                source: None,
+            });
+        }
+        let Some(next) = expected.checked_add(1) else {
+            return Err(StoreError::Record {
+                group: group.clone(),
+                source: RecordError::Corrupt {
+                    detail: "the version counter is at its maximum and cannot rise".into(),
+                },
+            });
+        };
+        self.put(group, PutMode::Update(seen.tag), record, next)
+            .await
+    }
+
+    /// Conditional PUTs in flight together, at most 64 at once per
+    /// handle; the writes of one group one after another, in order.
+    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        Ok(self
+            .inner
+            .in_flight
+            .compare_and_swap_each(requests, |r| {
+                self.compare_and_swap(&r.group, r.expected, &r.record)
+            })
+            .await)
+    }
+
+    fn batch_size_hint(&self) -> usize {
+        BATCH_SIZE
+    }
+
+    fn engine_slot(&self) -> Option<&EngineSlot> {
+        Some(&self.inner.engine)
     }
 }
 

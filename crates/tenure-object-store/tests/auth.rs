@@ -11,7 +11,7 @@
 //! conditional PUT.
 
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, LeaseStore, StoreError};
+use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_object_store::{BucketOptions, BucketStore};
 
 mod support;

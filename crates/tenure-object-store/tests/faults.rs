@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, LeaseStore, StoreError};
+use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_object_store::{BucketOptions, BucketStore};
 
 mod support;

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use tenure::testkit::{self, held_by, released, scenarios, TcpProxy, TermLog};
-use tenure::{CasOutcome, Config, LeaseStore, RecordError, StoreError, Version};
+use tenure::{CasOutcome, Config, LeaseStore, LeaseView, RecordError, StoreError, Version};
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
 
