@@ -903,9 +903,15 @@ impl Machine {
 
     /// When to wake for a takeover: the monotonic rule, or earlier, the
     /// first whole millisecond after the wall-clock expiry plus the skew
-    /// bound, as the wall clock advances with the monotonic one.
+    /// bound, as the wall clock advances with the monotonic one; `now` once
+    /// the wall clock is past it. (A wake "one millisecond on" from there
+    /// would recede each time it is asked for, so a caller that asks again
+    /// before ticking would never take over by the wall clock.)
     fn takeover_wake(&self, now: Now) -> Option<MonoTime> {
         let rule = self.free_at()?;
+        if self.wall_expired(now) {
+            return Some(now.mono);
+        }
         let wall = self
             .wall_candidate()
             .zip(self.timing.max_clock_skew)

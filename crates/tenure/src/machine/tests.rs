@@ -472,6 +472,40 @@ fn early_takeover_by_wall_clock_only_with_a_skew_bound() {
     }
 }
 
+/// Found by the model checker (`tenure-model`, the wall-clock takeover with
+/// a crashed leader): once the wall clock had passed the record's expiry
+/// plus the skew bound, `next_wake` answered "one millisecond from now"
+/// each time it was asked, so the instant it had named receded as it came.
+/// The elector ticks at the instant it scheduled and took over anyway, but
+/// a driver that asks again before ticking never took over by the wall
+/// clock (only at its next poll, a second or more later). A wake-up whose
+/// instant has come stays due until a tick acts on it.
+#[test]
+fn a_wall_clock_takeover_instant_stays_due_once_it_has_come() {
+    let mut c = Config::new(Duration::from_millis(T));
+    c.retry_jitter = Some(Duration::ZERO);
+    c.max_clock_skew = Some(Duration::from_millis(500));
+    let mut m = machine("b", c.validate().unwrap());
+    let stale = held("a", 4, 9); // wall expiry 9 s, plus the skew: 9.5 s
+    let a = m.step(at(8_400), Input::Tick);
+    let a = read(&mut m, at(8_400), read_op(&a), Some(stale));
+    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
+    let wake = m.next_wake(at(8_400)).unwrap();
+    assert_eq!(wake, at(9_501).mono);
+    // Asked again at that instant, or later, before any tick: still due.
+    for later in [9_501, 9_502, 9_750] {
+        let due = m.next_wake(at(later)).unwrap();
+        assert!(
+            due <= at(later).mono,
+            "asked at {later} ms: wake at {due:?}"
+        );
+    }
+    // And a tick there takes over.
+    let a = m.step(at(9_750), Input::Tick);
+    let (_, expected, _) = cas_op(&a);
+    assert_eq!(expected, Some(Version(9)));
+}
+
 #[test]
 fn a_longer_term_in_the_record_is_respected() {
     let mut m = machine("b", timing());
