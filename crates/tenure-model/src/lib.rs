@@ -3,7 +3,7 @@
 //!
 //! [`tenure-sim`](../tenure_sim/index.html) samples schedules; this crate
 //! explores *every* schedule of a small cluster within bounds, and either
-//! finds no violation or returns the shortest path to one. The model is the
+//! finds no violation or returns a path to one. The model is the
 //! real [`tenure::machine::Machine`] (2 or 3 of them), not a restatement:
 //! each node is a machine with a drifting clock and the driver the elector
 //! puts around it (operation deadlines, discarded late replies), over one

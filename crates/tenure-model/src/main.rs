@@ -71,7 +71,8 @@ struct Args {
     /// Checker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Also print the shortest path to each `sometimes` property reached.
+    /// Also print a path to each `sometimes` property reached (the last
+    /// one the search found, often a long one; see `run::Outcome`).
     #[arg(long)]
     examples: bool,
 }

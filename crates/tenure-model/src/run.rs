@@ -34,7 +34,16 @@ pub struct Outcome {
     pub failures: Vec<(&'static str, String)>,
     /// `sometimes` properties reached.
     pub reached: Vec<&'static str>,
-    /// For each `sometimes` property reached, the shortest path to it.
+    /// For each `sometimes` property reached, a path to it.
+    ///
+    /// The paths here and in `failures` are the *last* ones the
+    /// breadth-first search found, not the first: stateright replaces a
+    /// property's discovery each time another state has it. After
+    /// [`check`], which explores everything, they are often among the
+    /// longest; [`check_until_failure`] stops at the end of the block of
+    /// states (1,500 per thread) in which the first violation turned up,
+    /// so on one thread its path is at most a step longer than the
+    /// shortest.
     pub examples: Vec<(&'static str, String)>,
     /// `sometimes` properties never reached.
     pub unreached: Vec<&'static str>,
