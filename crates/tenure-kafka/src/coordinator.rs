@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use crate::config::KafkaConfig;
 use crate::error::KafkaBackendError;
 use crate::leader::LeaderView;
-use crate::neli::{self, Decision, Neli};
+use crate::neli::{self, Decision, Neli, Pacing};
 use crate::reader::Reader;
 use crate::status::{KafkaStatus, State};
 use crate::worker::{GroupContext, Identity, ProducerCtx, Report, Request, Worker};
@@ -129,14 +129,6 @@ impl Coordinator for KafkaCoordinator {
     }
 }
 
-/// How long a candidate that gives up its assignment (resigning, or unable
-/// to lead on it) stays out of the group: a session timeout, so that the
-/// rebalance its leaving caused has given partition 0 to someone else
-/// before its own join starts the next one.
-fn rejoin_delay(config: &KafkaConfig) -> Duration {
-    config.session_timeout()
-}
-
 /// Whether the run goes on.
 enum Flow {
     Continue,
@@ -161,11 +153,8 @@ struct Run {
     view: LeaderView,
     reported: Option<(String, u64, u64, tenure::Metadata)>,
     incarnation: u64,
-    liveness: Option<Duration>,
-    poll_in_flight: bool,
-    next_poll: MonoTime,
-    pulse_at_poll: MonoTime,
-    rejoin_at: Option<MonoTime>,
+    /// When to poll the client thread and to join the group again.
+    pacing: Pacing,
 }
 
 impl Run {
@@ -190,7 +179,14 @@ impl Run {
                     liveness,
                 ),
                 view: LeaderView::new(group_id),
-                next_poll: session.clock().now().mono,
+                // A candidate that gives its assignment up stays out of the
+                // group for a session timeout (see `Pacing`).
+                pacing: Pacing::new(
+                    session.clock().now().mono,
+                    config.min_poll_interval,
+                    config.session_timeout(),
+                    liveness.is_some(),
+                ),
                 session,
                 config,
                 status,
@@ -199,10 +195,6 @@ impl Run {
                 reports: c.reports,
                 reported: None,
                 incarnation,
-                liveness,
-                poll_in_flight: false,
-                pulse_at_poll: MonoTime::from_nanos(0),
-                rejoin_at: None,
             }),
             Err(e) => Err((e, session)),
         }
@@ -307,14 +299,10 @@ impl Run {
         loop {
             let clock = self.session.clock().clone();
             let now = clock.now().mono;
-            let wake = [
-                self.neli.next_wake(),
-                self.rejoin_at,
-                self.view.next_lapse(),
-            ]
-            .into_iter()
-            .flatten()
-            .fold(now + self.config.min_poll_interval, MonoTime::min);
+            let wake = [self.neli.next_wake(), self.view.next_lapse()]
+                .into_iter()
+                .flatten()
+                .fold(self.pacing.next_wake(now), MonoTime::min);
             let flow = tokio::select! {
                 biased;
                 report = self.reports.recv() => match report {
@@ -353,18 +341,16 @@ impl Run {
     }
 
     fn silence(&self, now: MonoTime) -> Duration {
-        match self.liveness {
-            Some(_) => now.saturating_since(self.session.last_pulse()),
-            None => Duration::ZERO,
-        }
+        self.pacing.silence(now, self.session.last_pulse())
     }
 
     /// Timers: the fence, liveness, letting go, the known leader's lapse,
     /// the next poll, the rejoin.
     async fn tick(&mut self) -> Flow {
         let now = self.now();
-        let silence = self.silence(now);
-        let starved = self.liveness.is_some() && self.session.last_pulse() <= self.pulse_at_poll;
+        let pulse = self.session.last_pulse();
+        let silence = self.pacing.silence(now, pulse);
+        let starved = self.pacing.starved(pulse);
         for d in self.neli.tick(now, silence, starved) {
             if let Flow::Stop = self.apply(d).await {
                 return Flow::Stop;
@@ -373,28 +359,16 @@ impl Run {
         if self.view.tick(now) {
             self.report_leader();
         }
-        if self.rejoin_at.is_some_and(|t| now >= t) {
-            self.rejoin_at = None;
+        if self.pacing.rejoin(now) {
             tracing::debug!(group = %self.session.group(), "joining the group again");
             let _ = self.requests.send(Request::Join);
         }
-        if self.poll_in_flight || now < self.next_poll {
-            return Flow::Continue;
-        }
-        self.next_poll = now + self.config.min_poll_interval;
-        if self.liveness.is_some() {
-            // goneli polls only from Pulse: no pulse since the last poll,
-            // no poll, and librdkafka's max.poll.interval.ms takes its
-            // course.
-            let last = self.session.last_pulse();
-            if last <= self.pulse_at_poll {
-                return Flow::Continue;
+        if self.pacing.poll(now, pulse) {
+            let plan = self.neli.plan();
+            if self.requests.send(Request::Poll { plan }).is_err() {
+                // The thread is gone; its Closed report ends the run.
+                self.pacing.polled();
             }
-            self.pulse_at_poll = last;
-        }
-        let plan = self.neli.plan();
-        if self.requests.send(Request::Poll { plan }).is_ok() {
-            self.poll_in_flight = true;
         }
         Flow::Continue
     }
@@ -453,7 +427,7 @@ impl Run {
                 decisions
             }
             Report::Polled { error, gap } => {
-                self.poll_in_flight = false;
+                self.pacing.polled();
                 self.status.polled();
                 self.session.store_health("poll", error);
                 if gap {
@@ -535,14 +509,14 @@ impl Run {
     /// leaves the group (one rebalance hands partition 0 to another
     /// candidate) and joins again after one session timeout.
     async fn give_up(&mut self, reason: EndReason) {
-        if !self.neli.is_assigned() || self.rejoin_at.is_some() {
+        if !self.pacing.may_leave(self.neli.is_assigned()) {
             return;
         }
         self.neli.stand_down();
         self.drain(reason).await;
         tracing::info!(group = %self.session.group(), "leaving the group");
         let _ = self.requests.send(Request::Leave);
-        self.rejoin_at = Some(self.now() + rejoin_delay(&self.config));
+        self.pacing.left(self.now());
     }
 
     async fn resign(&mut self) {

@@ -3,7 +3,9 @@
 //! candidate's whole life), what this candidate sent, and time come in;
 //! elected / renewed / term ended / rejoin / tokens went back go out. No
 //! I/O and no clock reads, so every rule is unit-tested with explicit
-//! times.
+//! times. [`Pacing`] decides the async shell's own timers the same way:
+//! when to poll the client thread (polls held back by the liveness
+//! coupling are *starved*), and when to join the group again.
 //!
 //! `H` is the heartbeat timeout, `grace` = H/5, and a term lasts at most
 //! `H + grace` after the send of the last own heartbeat that came back.
@@ -616,6 +618,119 @@ impl Neli {
 
     fn is_live(&self, silence: Duration) -> bool {
         self.liveness.is_none_or(|l| silence < l)
+    }
+}
+
+/// When the shell polls the client thread and when it joins the group
+/// again: the timers of the async shell, decided here with explicit times.
+///
+/// * **Polls** are at least `min_poll_interval` apart and never overlap
+///   (the next waits for the report of the last).
+/// * **Liveness coupling** (goneli's): with a liveness timeout, a poll
+///   happens only if the application pulsed since the last one; without
+///   pulses librdkafka's `max.poll.interval.ms` takes its course. Polls
+///   held back so are *starved*: a fence then is the coupling taking
+///   effect ([`Neli::tick`] reports it as liveness lost).
+/// * **Rejoin**: a candidate that gave its assignment up stays out of the
+///   group for the rejoin delay (a session timeout, so that the rebalance
+///   its leaving caused has given partition 0 to someone else before its
+///   own join starts the next one), and gives up at most once meanwhile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pacing {
+    min_poll_interval: Duration,
+    rejoin_delay: Duration,
+    /// Whether polls wait for pulses (a liveness timeout is set).
+    coupled: bool,
+    poll_in_flight: bool,
+    next_poll: MonoTime,
+    /// The application's last pulse as of the last poll.
+    pulse_at_poll: MonoTime,
+    rejoin_at: Option<MonoTime>,
+}
+
+impl Pacing {
+    /// Pacing that may poll from `now` on.
+    pub(crate) fn new(
+        now: MonoTime,
+        min_poll_interval: Duration,
+        rejoin_delay: Duration,
+        coupled: bool,
+    ) -> Self {
+        Pacing {
+            min_poll_interval,
+            rejoin_delay,
+            coupled,
+            poll_in_flight: false,
+            next_poll: now,
+            pulse_at_poll: MonoTime::from_nanos(0),
+            rejoin_at: None,
+        }
+    }
+
+    /// How long the application has not pulsed, as the liveness rules
+    /// count it (always zero without coupling).
+    pub(crate) fn silence(&self, now: MonoTime, last_pulse: MonoTime) -> Duration {
+        if self.coupled {
+            now.saturating_since(last_pulse)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Whether polls are held back because the application has not pulsed
+    /// since the last one.
+    pub(crate) fn starved(&self, last_pulse: MonoTime) -> bool {
+        self.coupled && last_pulse <= self.pulse_at_poll
+    }
+
+    /// Whether to poll the client thread now; if so the poll counts as in
+    /// flight until [`polled`](Pacing::polled).
+    pub(crate) fn poll(&mut self, now: MonoTime, last_pulse: MonoTime) -> bool {
+        if self.poll_in_flight || now < self.next_poll {
+            return false;
+        }
+        self.next_poll = now + self.min_poll_interval;
+        if self.coupled {
+            if last_pulse <= self.pulse_at_poll {
+                return false;
+            }
+            self.pulse_at_poll = last_pulse;
+        }
+        self.poll_in_flight = true;
+        true
+    }
+
+    /// The poll in flight was answered (or never reached the thread).
+    pub(crate) fn polled(&mut self) {
+        self.poll_in_flight = false;
+    }
+
+    /// Whether to give the assignment up: only while partition 0 is held
+    /// (`assigned`), and not again before the rejoin of the last time.
+    pub(crate) fn may_leave(&self, assigned: bool) -> bool {
+        assigned && self.rejoin_at.is_none()
+    }
+
+    /// The candidate left the group at `now`: it joins again after the
+    /// rejoin delay.
+    pub(crate) fn left(&mut self, now: MonoTime) {
+        self.rejoin_at = Some(now + self.rejoin_delay);
+    }
+
+    /// Whether to join the group again now (once per leave).
+    pub(crate) fn rejoin(&mut self, now: MonoTime) -> bool {
+        let due = self.rejoin_at.is_some_and(|t| now >= t);
+        if due {
+            self.rejoin_at = None;
+        }
+        due
+    }
+
+    /// When the shell must look again at the latest: the next poll
+    /// interval from `now`, or the rejoin if sooner.
+    pub(crate) fn next_wake(&self, now: MonoTime) -> MonoTime {
+        let poll = now + self.min_poll_interval;
+        self.rejoin_at.map_or(poll, |t| t.min(poll))
     }
 }
 
@@ -1324,5 +1439,81 @@ mod tests {
         assert_eq!(n.plan(), None);
         let hb = send(&mut n, 2, at(10_100), 1);
         assert!(n.record(1, &hb, at(10_110), LIVE).is_empty());
+    }
+
+    mod pacing {
+        use super::*;
+
+        const MIN_POLL: Duration = Duration::from_millis(100);
+        const REJOIN: Duration = Duration::from_secs(15);
+
+        fn pacing(coupled: bool) -> Pacing {
+            Pacing::new(at(0), MIN_POLL, REJOIN, coupled)
+        }
+
+        #[test]
+        fn polls_are_a_minimum_interval_apart_and_never_overlap() {
+            let mut p = pacing(false);
+            let pulse = at(0);
+            assert!(p.poll(at(0), pulse), "the first poll is due at once");
+            assert!(!p.poll(at(500), pulse), "not while one is in flight");
+            p.polled();
+            assert!(p.poll(at(500), pulse), "the interval had passed");
+            p.polled();
+            assert!(!p.poll(at(599), pulse));
+            assert!(p.poll(at(600), pulse));
+        }
+
+        #[test]
+        fn without_coupling_pulses_do_not_matter() {
+            let mut p = pacing(false);
+            let never = MonoTime::from_nanos(0);
+            assert!(!p.starved(never));
+            assert_eq!(p.silence(at(60_000), never), Duration::ZERO);
+            for i in 0..5 {
+                assert!(p.poll(at(i * 100), never));
+                p.polled();
+            }
+        }
+
+        #[test]
+        fn with_coupling_a_poll_needs_a_pulse_since_the_last_one() {
+            let mut p = pacing(true);
+            assert!(p.poll(at(0), at(0)));
+            p.polled();
+            assert!(p.starved(at(0)), "no pulse since that poll");
+            assert!(!p.poll(at(100), at(0)));
+            // The interval restarts even for a poll held back.
+            assert!(!p.poll(at(150), at(120)));
+            assert!(!p.starved(at(120)));
+            assert!(p.poll(at(200), at(120)));
+            p.polled();
+            assert!(p.starved(at(120)));
+            assert_eq!(p.silence(at(1_120), at(120)), Duration::from_secs(1));
+        }
+
+        #[test]
+        fn a_poll_that_never_reached_the_thread_does_not_block_the_next() {
+            let mut p = pacing(false);
+            assert!(p.poll(at(0), at(0)));
+            p.polled();
+            assert!(p.poll(at(100), at(0)));
+        }
+
+        #[test]
+        fn a_candidate_that_left_rejoins_once_after_the_delay_and_leaves_once_meanwhile() {
+            let mut p = pacing(false);
+            assert!(!p.may_leave(false), "nothing to give up");
+            assert!(p.may_leave(true));
+            p.left(at(1_000));
+            assert!(!p.may_leave(true), "not twice before the rejoin");
+            assert_eq!(p.next_wake(at(1_000)), at(1_100), "the next poll first");
+            assert_eq!(p.next_wake(at(15_950)), at(16_000), "then the rejoin");
+            assert!(!p.rejoin(at(15_999)));
+            assert!(p.rejoin(at(16_000)));
+            assert!(!p.rejoin(at(16_001)), "once");
+            assert!(p.may_leave(true));
+            assert_eq!(p.next_wake(at(16_000)), at(16_100));
+        }
     }
 }
