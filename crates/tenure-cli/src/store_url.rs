@@ -23,6 +23,10 @@ pub enum Backend {
     Store(Arc<dyn LeaseStore>),
     /// Leadership decided by something else (Kafka's consumer group), seen
     /// through reads only: `status` and `watch` work, `release` cannot.
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "only kafka:// opens a read-only backend")
+    )]
     ReadOnly {
         /// The reads.
         view: Arc<dyn LeaseView>,

@@ -70,7 +70,6 @@ fn crash_takeover_on(store: &str, label: &str) {
 /// SIGTERM of the leader's `tenure run`: it stops CMD's group, releases
 /// and exits 0, and the other candidate takes over through the store's
 /// change feed: with a 60 s term (polls every 15 s and more) within 2 s.
-#[cfg_attr(not(any(feature = "nats", feature = "zookeeper")), allow(dead_code))]
 fn graceful_handover_on(store: &str, label: &str) -> Duration {
     graceful_handover_within(
         store,
@@ -86,7 +85,10 @@ fn graceful_handover_on(store: &str, label: &str) -> Duration {
 /// plus up to 0.8 s of jitter (`graceful_failover_polling`), while
 /// waiting out the term would take 8 s: the hand-over comes within one
 /// poll, plus the leader's exit and the round trips (1.5 s).
-#[cfg_attr(not(feature = "object-store"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "dynamodb", feature = "object-store")),
+    allow(dead_code, reason = "only the polling stores use it")
+)]
 fn graceful_handover_by_polling_on(store: &str, label: &str) -> Duration {
     let term = Duration::from_secs(8);
     let poll = tenure::Config::new(term)
@@ -106,10 +108,6 @@ fn graceful_handover_by_polling_on(store: &str, label: &str) -> Duration {
 /// Two `tenure run` candidates with `term`; SIGTERM to the leader, and
 /// the other's CMD must start within `within` of the signal, with the
 /// next token.
-#[cfg_attr(
-    not(any(feature = "nats", feature = "zookeeper", feature = "object-store")),
-    allow(dead_code)
-)]
 fn graceful_handover_within(
     store: &str,
     label: &str,
@@ -151,48 +149,153 @@ fn graceful_handover_within(
     took
 }
 
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_sigkill_of_the_leader() {
-    let Some(url) = tenure::testkit::server_url("TENURE_TEST_POSTGRES") else {
-        return;
+/// The three scenarios every lease store passes, as a module per store:
+/// SIGKILL, SIGSTOP and SIGTERM of the leader's `tenure run`. `$url`
+/// gives a URL of the test's own (a fresh prefix, table or bucket where
+/// the store has one), or `None` when the server is missing outside CI;
+/// `$graceful` is how a SIGTERM hands over: through the change feed or
+/// within one poll.
+macro_rules! lease_store_scenarios {
+    ($feature:literal, $store:ident, $url:expr, $graceful:ident) => {
+        #[cfg(feature = $feature)]
+        mod $store {
+            use super::*;
+
+            fn url(label: &str) -> Option<String> {
+                #[allow(clippy::redundant_closure_call, reason = "the macro takes a closure")]
+                ($url)(label)
+            }
+
+            #[test]
+            fn sigkill_of_the_leader() {
+                let Some(url) = url("kill") else {
+                    return;
+                };
+                crash_takeover_on(&url, stringify!($store));
+            }
+
+            #[test]
+            fn sigstop_of_the_leader() {
+                let Some(url) = url("stop") else {
+                    return;
+                };
+                let s = Scratch::new(concat!(stringify!($store), "-frozen"));
+                let group = format!(
+                    concat!("cli-", stringify!($store), "-frozen-{:x}"),
+                    rand::random::<u64>()
+                );
+                frozen_leader_is_replaced_on(&s, &url, &group);
+            }
+
+            #[test]
+            fn sigterm_hands_over() {
+                let Some(url) = url("term") else {
+                    return;
+                };
+                $graceful(&url, concat!(stringify!($store), "-graceful"));
+            }
+        }
     };
-    crash_takeover_on(&url, "postgres");
 }
 
-#[cfg(feature = "redis")]
-#[test]
-fn redis_sigkill_of_the_leader() {
-    let Some(url) = tenure::testkit::server_url("TENURE_TEST_REDIS") else {
-        return;
-    };
-    let url = format!("{url}?prefix=tenure-cli-{:x}:", rand::random::<u64>());
-    crash_takeover_on(&url, "redis");
+/// A suffix that keeps one test's groups, keys or objects apart from every
+/// other run's on a shared server.
+fn unique(label: &str) -> String {
+    format!("tenure-cli-{label}-{:x}", rand::random::<u64>())
 }
 
-#[cfg(feature = "etcd")]
-#[test]
-fn etcd_sigkill_of_the_leader() {
-    let Some(url) = tenure::testkit::server_url("TENURE_TEST_ETCD") else {
-        return;
-    };
-    let endpoint = url.trim_start_matches("http://");
-    crash_takeover_on(&format!("etcd://{endpoint}"), "etcd");
-}
+lease_store_scenarios!(
+    "postgres",
+    postgres,
+    |_: &str| tenure::testkit::server_url("TENURE_TEST_POSTGRES"),
+    graceful_handover_on
+);
 
-#[cfg(feature = "dynamodb")]
-#[test]
-fn dynamodb_sigkill_of_the_leader() {
-    let Some(endpoint) = tenure::testkit::server_url("TENURE_TEST_DYNAMODB") else {
-        return;
-    };
-    // dynalite accepts any credentials.
-    let url = format!(
-        "dynamodb://tenure-cli-{:x}?region=us-east-1&endpoint={endpoint}&create=true&access_key_id=test&secret_access_key=test",
-        rand::random::<u32>()
-    );
-    crash_takeover_on(&url, "dynamodb");
-}
+lease_store_scenarios!(
+    "redis",
+    redis,
+    |label: &str| {
+        let server = tenure::testkit::server_url("TENURE_TEST_REDIS")?;
+        let url = format!("{server}?prefix={}:", unique(label));
+        // A prefix without its data-set marker looks like a Redis that lost
+        // its data, and its first election would wait out a quarantine of
+        // two terms (2 min with the graceful scenario's 60 s term): this
+        // prefix is known to be new.
+        tokio::runtime::Runtime::new()
+            .expect("runtime")
+            .block_on(async {
+                let store = tenure_redis::RedisStore::connect(&url).await?;
+                store.adopt_empty().await
+            })
+            .expect("mark the test's prefix as new");
+        Some(url)
+    },
+    graceful_handover_on
+);
+
+lease_store_scenarios!(
+    "etcd",
+    etcd,
+    |label: &str| {
+        let server = tenure::testkit::server_url("TENURE_TEST_ETCD")?;
+        let endpoint = server.trim_start_matches("http://");
+        Some(format!("etcd://{endpoint}?prefix={}/", unique(label)))
+    },
+    graceful_handover_on
+);
+
+lease_store_scenarios!(
+    "dynamodb",
+    dynamodb,
+    |label: &str| {
+        let endpoint = tenure::testkit::server_url("TENURE_TEST_DYNAMODB")?;
+        // dynalite accepts any credentials.
+        Some(format!(
+            "dynamodb://{}?region=us-east-1&endpoint={endpoint}&create=true&access_key_id=test&secret_access_key=test",
+            unique(label)
+        ))
+    },
+    graceful_handover_by_polling_on
+);
+
+lease_store_scenarios!(
+    "zookeeper",
+    zookeeper,
+    |label: &str| {
+        let server = tenure::testkit::server_url("TENURE_TEST_ZOOKEEPER")?;
+        Some(format!(
+            "{}/{}",
+            server.trim_end_matches('/'),
+            unique(label)
+        ))
+    },
+    graceful_handover_on
+);
+
+lease_store_scenarios!(
+    "nats",
+    nats,
+    |_: &str| {
+        let server = tenure::testkit::server_url("TENURE_TEST_NATS")?;
+        Some(format!("{}/tenure-cli", server.trim_end_matches('/')))
+    },
+    graceful_handover_on
+);
+
+// moto checks no signature; the keys are there because the client signs
+// every request. `scripts/servers.sh` creates the bucket.
+lease_store_scenarios!(
+    "object-store",
+    s3,
+    |label: &str| {
+        let endpoint = tenure::testkit::server_url("TENURE_TEST_S3")?;
+        Some(format!(
+            "s3://tenure-test/{}?region=us-east-1&endpoint={endpoint}&access_key_id=AKIDTENURECLI&secret_access_key=test",
+            unique(label)
+        ))
+    },
+    graceful_handover_by_polling_on
+);
 
 /// On Kafka, leadership follows the consumer group: a SIGKILLed leader is
 /// replaced after the session timeout (3 × the heartbeat timeout, which
@@ -251,120 +354,4 @@ fn kafka_run_status_and_sigkill_of_the_leader() {
         "--term 2s was not applied: {:?}",
         killed.elapsed()
     );
-}
-
-/// The shared nats-server with a bucket of the command's tests.
-#[cfg(feature = "nats")]
-fn nats_url() -> Option<String> {
-    let server = tenure::testkit::server_url("TENURE_TEST_NATS")?;
-    Some(format!("{}/tenure-cli", server.trim_end_matches('/')))
-}
-
-#[cfg(feature = "nats")]
-#[test]
-fn nats_sigkill_of_the_leader() {
-    let Some(url) = nats_url() else {
-        return;
-    };
-    crash_takeover_on(&url, "nats");
-}
-
-#[cfg(feature = "nats")]
-#[test]
-fn nats_sigstop_of_the_leader() {
-    let Some(url) = nats_url() else {
-        return;
-    };
-    let s = Scratch::new("nats-frozen");
-    let group = format!("cli-nats-frozen-{:x}", rand::random::<u64>());
-    frozen_leader_is_replaced_on(&s, &url, &group);
-}
-
-#[cfg(feature = "nats")]
-#[test]
-fn nats_graceful_stop_hands_over_through_the_watch() {
-    let Some(url) = nats_url() else {
-        return;
-    };
-    graceful_handover_on(&url, "nats-graceful");
-}
-
-#[cfg(feature = "zookeeper")]
-fn zookeeper_url(label: &str) -> Option<String> {
-    let url = tenure::testkit::server_url("TENURE_TEST_ZOOKEEPER")?;
-    Some(format!(
-        "{}/tenure-cli-{label}-{:x}",
-        url.trim_end_matches('/'),
-        rand::random::<u64>()
-    ))
-}
-
-#[cfg(feature = "zookeeper")]
-#[test]
-fn zookeeper_sigkill_of_the_leader() {
-    let Some(url) = zookeeper_url("kill") else {
-        return;
-    };
-    crash_takeover_on(&url, "zookeeper");
-}
-
-#[cfg(feature = "zookeeper")]
-#[test]
-fn zookeeper_sigstop_of_the_leader() {
-    let Some(url) = zookeeper_url("stop") else {
-        return;
-    };
-    let s = Scratch::new("zookeeper-frozen");
-    let group = format!("cli-zookeeper-frozen-{:x}", rand::random::<u64>());
-    frozen_leader_is_replaced_on(&s, &url, &group);
-}
-
-#[cfg(feature = "zookeeper")]
-#[test]
-fn zookeeper_graceful_stop_hands_over_through_the_watch() {
-    let Some(url) = zookeeper_url("term") else {
-        return;
-    };
-    graceful_handover_on(&url, "zookeeper-graceful");
-}
-
-/// An `s3://` URL on the shared moto's bucket (`scripts/servers.sh`
-/// creates it), under a prefix of the test's own. moto checks no
-/// signature; the keys are there because the client signs every request.
-#[cfg(feature = "object-store")]
-fn s3_url(label: &str) -> Option<String> {
-    let endpoint = tenure::testkit::server_url("TENURE_TEST_S3")?;
-    Some(format!(
-        "s3://tenure-test/cli-{label}-{:x}?region=us-east-1&endpoint={endpoint}&access_key_id=AKIDTENURECLI&secret_access_key=test",
-        rand::random::<u64>()
-    ))
-}
-
-#[cfg(feature = "object-store")]
-#[test]
-fn s3_sigkill_of_the_leader() {
-    let Some(url) = s3_url("kill") else {
-        return;
-    };
-    crash_takeover_on(&url, "s3");
-}
-
-#[cfg(feature = "object-store")]
-#[test]
-fn s3_sigstop_of_the_leader() {
-    let Some(url) = s3_url("stop") else {
-        return;
-    };
-    let s = Scratch::new("s3-frozen");
-    let group = format!("cli-s3-frozen-{:x}", rand::random::<u64>());
-    frozen_leader_is_replaced_on(&s, &url, &group);
-}
-
-#[cfg(feature = "object-store")]
-#[test]
-fn s3_graceful_stop_hands_over_within_one_poll() {
-    let Some(url) = s3_url("term") else {
-        return;
-    };
-    graceful_handover_by_polling_on(&url, "s3-graceful");
 }
