@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use tenure::error::error_chain;
 use tenure::url::redact;
 use tenure::{LeaseStore, LeaseView, MemoryStore};
 
@@ -431,12 +432,11 @@ impl StoreUrl {
                         })?;
                     }
                 }
-                let store =
-                    tenure_sqlite::SqliteStore::open(path)
-                        .await
-                        .map_err(|e| OpenError {
-                            message: error_chain(&e),
-                        })?;
+                let store = tenure_sqlite::SqliteStore::connect(path)
+                    .await
+                    .map_err(|e| OpenError {
+                        message: error_chain(&e),
+                    })?;
                 Ok(Backend::Store(Arc::new(store)))
             }
             StoreUrl::Memory => Ok(Backend::Store(Arc::new(MemoryStore::new()))),
@@ -530,21 +530,6 @@ pub fn long_help() -> String {
          Default when neither --store nor TENURE_STORE is given: {default}",
         forms.join(", ")
     )
-}
-
-/// An error and its causes on one line, for one-line error output.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out.replace('\n', " ")
 }
 
 #[cfg(test)]

@@ -240,7 +240,7 @@ fn hostile_holder_ids_and_metadata_are_escaped_in_text_output() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         use tenure::LeaseStore;
-        let store = tenure_sqlite::SqliteStore::open(s.dir.join("tenure.db"))
+        let store = tenure_sqlite::SqliteStore::connect(s.dir.join("tenure.db"))
             .await
             .expect("open");
         let group = tenure::GroupName::new("g").expect("group");

@@ -5,7 +5,21 @@
 use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::http::Response;
+use tenure::error::find_cause;
 use tenure::StoreError;
+
+/// Why the DynamoDB store could not connect: a malformed URL or table
+/// name ([`InvalidUrl`](tenure::error::ConnectError::InvalidUrl)), an
+/// unusable CA file (`ca=`), or what connecting met, worded as the
+/// operations word it (credentials refused, the table missing or with
+/// another key schema, DynamoDB unreachable), naming the table, the region
+/// or endpoint (never a secret) and the fix.
+///
+/// [`DynamoDbStore::connect`](crate::DynamoDbStore::connect) and
+/// [`DynamoDbOptions::from_url`](crate::DynamoDbOptions::from_url) return
+/// it; the [`LeaseStore`](tenure::LeaseStore) operations return
+/// [`StoreError`]s.
+pub type DynamoDbStoreError = tenure::error::ConnectError;
 
 /// Where requests go, for messages: the table and the region or endpoint,
 /// never credentials.
@@ -90,7 +104,7 @@ where
     let status = err.raw_response().map(|r| r.status().as_u16());
     let detail = DisplayErrorContext(&err).to_string();
     let mut kind = kind_of(&err, code.as_deref(), &message, status, &detail);
-    if !matches!(err, SdkError::ServiceError(_)) && caused_by::<CredentialsError>(&err) {
+    if !matches!(err, SdkError::ServiceError(_)) && find_cause::<CredentialsError>(&err).is_some() {
         // The SDK resolves credentials while sending, so a chain with
         // nothing to offer shows up as a dispatch failure.
         kind = Kind::NoCredentials;
@@ -155,7 +169,7 @@ where
         Kind::Tls => Failure::Other(StoreError::misconfigured(
             format!(
                 "TLS with DynamoDB {place} failed ({detail}): check that the endpoint URL names the server's \
-                 certificate, or trust a private CA with ca_file= in the store URL"
+                 certificate, or trust a private CA with ca= in the store URL"
             ),
             err,
         )),
@@ -171,18 +185,6 @@ where
             err,
         )),
     }
-}
-
-/// Whether `T` is somewhere in the error's chain of sources.
-fn caused_by<T: std::error::Error + 'static>(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(err);
-    while let Some(e) = next {
-        if e.is::<T>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
 }
 
 /// The classes [`classify`] distinguishes.

@@ -95,7 +95,7 @@
 //! Region, credentials and endpoint come through the standard AWS chain
 //! (environment, profile, SSO, web identity, container and instance roles),
 //! or from the URL ([`DynamoDbOptions`]). TLS is rustls with ring, never
-//! OpenSSL, trusting the platform's roots and, with `ca_file=`, a private
+//! OpenSSL, trusting the platform's roots and, with `ca=`, a private
 //! CA. A connection gets 3 s, a request 10 s; an elector gives up on an
 //! operation sooner, at its own deadline.
 //!
@@ -248,6 +248,7 @@ mod store;
 mod table;
 mod tls;
 
+pub use error::DynamoDbStoreError;
 pub use options::{DynamoDbOptions, DEFAULT_THROTTLE_BUDGET};
 pub use store::DynamoDbStore;
 

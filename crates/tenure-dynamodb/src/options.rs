@@ -6,8 +6,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::DynamoDbStoreError;
 use tenure::url::{mask_key_id, strip_userinfo};
-use tenure::StoreError;
 
 /// The default time a store operation keeps retrying while DynamoDB
 /// throttles it. An [`Elector`](tenure::Elector) cancels an operation at its
@@ -31,7 +31,7 @@ pub const DEFAULT_THROTTLE_BUDGET: Duration = Duration::from_secs(5);
 /// | `create` | `true`: create the table (on-demand billing) if it is missing | `false`: a missing table is an error |
 /// | `access_key_id`, `secret_access_key`, `session_token` | static credentials, for local servers and tests | the standard chain: environment, profile, SSO, web identity, container and instance roles |
 /// | `throttle_budget` | how long one operation retries while throttled, e.g. `2s` | [`DEFAULT_THROTTLE_BUDGET`] |
-/// | `ca_file` | a PEM file of CA certificates to trust besides the platform's (a private `https` endpoint) | the platform's roots |
+/// | `ca` (formerly `ca_file`, still accepted) | a PEM file of CA certificates to trust besides the platform's (a private `https` endpoint) | the platform's roots |
 ///
 /// Values may be percent-encoded. Unknown parameters are an error, so a
 /// typo does not silently fall back to a default.
@@ -43,7 +43,7 @@ pub const DEFAULT_THROTTLE_BUDGET: Duration = Duration::from_secs(5);
 /// )?;
 /// assert_eq!(o.table(), "leases");
 /// assert!(!o.redacted_url().contains("s3cr3t"));
-/// # Ok::<(), tenure::StoreError>(())
+/// # Ok::<(), tenure_dynamodb::DynamoDbStoreError>(())
 /// ```
 ///
 /// The secret key and session token never appear in [`Debug`],
@@ -59,7 +59,8 @@ pub struct DynamoDbOptions {
     pub(crate) credentials: Option<StaticKeys>,
     pub(crate) create_if_missing: bool,
     pub(crate) throttle_budget: Duration,
-    pub(crate) ca_file: Option<PathBuf>,
+    /// The CA file, and the option that named it (`ca` or `ca_file`).
+    pub(crate) ca: Option<(&'static str, PathBuf)>,
 }
 
 /// Static credentials. Kept apart so that nothing formats the secret by
@@ -92,7 +93,7 @@ impl fmt::Debug for DynamoDbOptions {
 impl DynamoDbOptions {
     /// Options for `table`, with everything else from the standard AWS
     /// chain. Fails if the name breaks DynamoDB's naming rules.
-    pub fn new(table: impl Into<String>) -> Result<Self, StoreError> {
+    pub fn new(table: impl Into<String>) -> Result<Self, DynamoDbStoreError> {
         let table = table.into();
         check_table_name(&table).map_err(|why| bad(&format!("dynamodb://{table}"), &why))?;
         Ok(DynamoDbOptions {
@@ -103,12 +104,12 @@ impl DynamoDbOptions {
             credentials: None,
             create_if_missing: false,
             throttle_budget: DEFAULT_THROTTLE_BUDGET,
-            ca_file: None,
+            ca: None,
         })
     }
 
     /// Parses `dynamodb://TABLE?param=value&…`; see the table above.
-    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+    pub fn from_url(url: &str) -> Result<Self, DynamoDbStoreError> {
         // Until parsed, nothing of the URL may be echoed: it can hold a
         // secret key. Errors show a redaction of the raw text instead.
         let shown = tenure::url::redact(url);
@@ -151,7 +152,8 @@ impl DynamoDbOptions {
                     o.throttle_budget =
                         tenure::url::parse_duration(k, &v).map_err(|why| bad(&shown, &why))?
                 }
-                "ca_file" => o.ca_file = Some(PathBuf::from(nonempty(v)?)),
+                "ca" => o.ca = Some(("ca", PathBuf::from(nonempty(v)?))),
+                "ca_file" => o.ca = Some(("ca_file", PathBuf::from(nonempty(v)?))),
                 "access_key_id" => key_id = Some(nonempty(v)?),
                 "secret_access_key" => secret = Some(nonempty(v)?),
                 "session_token" => token = Some(nonempty(v)?),
@@ -160,7 +162,7 @@ impl DynamoDbOptions {
                         &shown,
                         &format!(
                             "unknown parameter {k:?}: use region, endpoint, profile, create, \
-                             throttle_budget, ca_file, access_key_id, secret_access_key, session_token"
+                             throttle_budget, ca, access_key_id, secret_access_key, session_token"
                         ),
                     ))
                 }
@@ -240,9 +242,18 @@ impl DynamoDbOptions {
 
     /// Trusts the CA certificates in this PEM file, besides the platform's
     /// roots, for an `https` endpoint with a private CA.
-    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca_file = Some(path.into());
+    pub fn ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca = Some(("ca", path.into()));
         self
+    }
+
+    /// The same as [`ca`](DynamoDbOptions::ca).
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed to ca, the name every tenure store uses"
+    )]
+    pub fn ca_file(self, path: impl Into<PathBuf>) -> Self {
+        self.ca(path)
     }
 
     /// The table name.
@@ -272,8 +283,8 @@ impl DynamoDbOptions {
                 humantime::format_duration(self.throttle_budget)
             ));
         }
-        if let Some(c) = &self.ca_file {
-            params.push(format!("ca_file={}", c.display()));
+        if let Some((option, c)) = &self.ca {
+            params.push(format!("{option}={}", c.display()));
         }
         if let Some(k) = &self.credentials {
             params.push(format!("access_key_id={}", mask_key_id(&k.access_key_id)));
@@ -309,10 +320,11 @@ impl DynamoDbOptions {
     }
 }
 
-fn bad(shown: &str, why: &str) -> StoreError {
-    StoreError::Misconfigured {
-        message: format!("bad DynamoDB store URL {shown}: {why}"),
-        source: None,
+fn bad(shown: &str, why: &str) -> DynamoDbStoreError {
+    DynamoDbStoreError::InvalidUrl {
+        store: "DynamoDB store",
+        url: shown.to_owned(),
+        reason: why.to_owned(),
     }
 }
 
@@ -360,6 +372,15 @@ mod tests {
         assert_eq!(o.region, None);
         assert!(!o.create_if_missing);
         assert_eq!(o.throttle_budget, DEFAULT_THROTTLE_BUDGET);
+        // `ca`, and its former name `ca_file`, shown as given.
+        for option in ["ca", "ca_file"] {
+            let o =
+                DynamoDbOptions::from_url(&format!("dynamodb://tbl?{option}=/etc/ca.pem")).unwrap();
+            assert_eq!(o.ca, Some((option, PathBuf::from("/etc/ca.pem"))));
+            assert!(o
+                .redacted_url()
+                .ends_with(&format!("?{option}=/etc/ca.pem")));
+        }
     }
 
     #[test]
@@ -423,7 +444,7 @@ mod tests {
         ] {
             let e = DynamoDbOptions::from_url(url).unwrap_err();
             assert!(
-                matches!(e, StoreError::Misconfigured { .. }),
+                matches!(e, DynamoDbStoreError::InvalidUrl { .. }),
                 "{url}: {e:?}"
             );
             let text = e.to_string();

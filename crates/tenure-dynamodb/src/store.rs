@@ -19,7 +19,7 @@ use tenure::{
 };
 
 use crate::batch::{self, BatchGetError};
-use crate::error::{self, classify, Failure, Target};
+use crate::error::{self, classify, DynamoDbStoreError, Failure, Target};
 use crate::item::{self, KEY};
 use crate::options::{DynamoDbOptions, DEFAULT_THROTTLE_BUDGET};
 use crate::retry::Throttle;
@@ -79,16 +79,22 @@ impl DynamoDbStore {
     /// (or creates it with `create=true`), and fails with a message naming
     /// the fix if it is missing, has another key schema, or the credentials
     /// are refused.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        Self::with_options(DynamoDbOptions::from_url(url)?).await
+    pub async fn connect(url: &str) -> Result<Self, DynamoDbStoreError> {
+        Self::connect_with(DynamoDbOptions::from_url(url)?).await
+    }
+
+    /// Connects with options built in code.
+    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
+    pub async fn with_options(options: DynamoDbOptions) -> Result<Self, DynamoDbStoreError> {
+        Self::connect_with(options).await
     }
 
     /// Connects with options built in code.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), tenure::StoreError> {
+    /// # async fn demo() -> Result<(), tenure_dynamodb::DynamoDbStoreError> {
     /// use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
-    /// let store = DynamoDbStore::with_options(
+    /// let store = DynamoDbStore::connect_with(
     ///     DynamoDbOptions::new("tenure_leases")?
     ///         .region("local")
     ///         .endpoint("http://127.0.0.1:8000")
@@ -98,11 +104,14 @@ impl DynamoDbStore {
     /// .await?;
     /// # let _ = store; Ok(()) }
     /// ```
-    pub async fn with_options(options: DynamoDbOptions) -> Result<Self, StoreError> {
-        options.check().map_err(|why| StoreError::Misconfigured {
-            message: format!("DynamoDB store {}: {why}", options.redacted_url()),
-            source: None,
-        })?;
+    pub async fn connect_with(options: DynamoDbOptions) -> Result<Self, DynamoDbStoreError> {
+        options
+            .check()
+            .map_err(|why| DynamoDbStoreError::InvalidUrl {
+                store: "DynamoDB store",
+                url: options.redacted_url(),
+                reason: why,
+            })?;
         let client = build_client(&options).await?;
         let region = client.config().region().map(|r| r.to_string());
         let target = Target::new(
@@ -132,7 +141,10 @@ impl DynamoDbStore {
     /// The client's own retries should stay off or minimal: the store
     /// retries throttling itself and must see every other failure (see the
     /// crate docs).
-    pub fn from_client(client: Client, table: impl Into<String>) -> Result<Self, StoreError> {
+    pub fn from_client(
+        client: Client,
+        table: impl Into<String>,
+    ) -> Result<Self, DynamoDbStoreError> {
         let options = DynamoDbOptions::new(table)?;
         let region = client.config().region().map(|r| r.to_string());
         let target = Target::new(&options.table, region.as_deref(), None);
@@ -247,8 +259,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An SDK client on rustls (ring), with the SDK's retries off.
-async fn build_client(options: &DynamoDbOptions) -> Result<Client, StoreError> {
-    let http = tls::http_client(options.ca_file.as_deref())?;
+async fn build_client(options: &DynamoDbOptions) -> Result<Client, DynamoDbStoreError> {
+    let http = tls::http_client(options.ca.as_ref().map(|(o, p)| (*o, p.as_path())))?;
     // Retries off: see retry.rs. Throttling is retried by the store; a lost
     // reply to a conditional write must reach the elector as an error, not
     // be resent and come back as a spurious conflict.
@@ -283,13 +295,13 @@ async fn build_client(options: &DynamoDbOptions) -> Result<Client, StoreError> {
     }
     let config = loader.load().await;
     if config.region().is_none() {
-        return Err(StoreError::Misconfigured {
-            message: format!(
-                "no AWS region for the DynamoDB store {}: add region= to the store URL, or set AWS_REGION \
-                 (or a region in the AWS profile)",
-                options.redacted_url()
-            ),
-            source: None,
+        return Err(DynamoDbStoreError::InvalidUrl {
+            store: "DynamoDB store",
+            url: options.redacted_url(),
+            reason:
+                "no AWS region: add region= to the store URL, or set AWS_REGION (or a region in \
+                     the AWS profile)"
+                    .into(),
         });
     }
     Ok(Client::new(&config))

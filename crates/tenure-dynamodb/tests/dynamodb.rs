@@ -13,7 +13,7 @@ use tenure_dynamodb::aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use tenure_dynamodb::aws_sdk_dynamodb::Client;
-use tenure_dynamodb::DynamoDbStore;
+use tenure_dynamodb::{DynamoDbStore, DynamoDbStoreError};
 
 mod support;
 use support::{
@@ -214,7 +214,7 @@ async fn elector_steals_after_expiry() {
     let term = Duration::from_secs(3);
     let upstream: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
     let proxy = tenure::testkit::TcpProxy::start(upstream).await.unwrap();
-    let via_proxy = tenure_dynamodb::DynamoDbStore::with_options(options(
+    let via_proxy = tenure_dynamodb::DynamoDbStore::connect_with(options(
         &format!("http://{}", proxy.addr()),
         TABLE,
     ))
@@ -437,10 +437,16 @@ async fn raw_client(url: &str) -> Client {
 async fn a_missing_table_is_a_clear_error_and_create_makes_it() {
     let Some(url) = endpoint() else { return };
     let table = unique_table("missing");
-    let e = DynamoDbStore::with_options(options(&url, &table))
+    let e = DynamoDbStore::connect_with(options(&url, &table))
         .await
         .unwrap_err();
-    assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
+        ),
+        "{e:?}"
+    );
     let text = e.to_string();
     assert!(
         text.contains(&format!("table {table} does not exist")),
@@ -579,11 +585,14 @@ async fn a_table_with_another_key_schema_is_refused_naming_it() {
         let table = unique_table(label);
         create_table(&client, &table, &keys).await;
         for create in [false, true] {
-            let e = DynamoDbStore::with_options(options(&url, &table).create_if_missing(create))
+            let e = DynamoDbStore::connect_with(options(&url, &table).create_if_missing(create))
                 .await
                 .unwrap_err();
             assert!(
-                matches!(e, StoreError::Misconfigured { .. }),
+                matches!(
+                    e,
+                    DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
+                ),
                 "{label}: {e:?}"
             );
             let text = e.to_string();
@@ -625,7 +634,7 @@ async fn throttled_requests_are_retried_and_counted() {
     let proxy = FaultProxy::start(&url).await;
     let recorder = Counters::default();
     let _guard = metrics::set_default_local_recorder(&recorder);
-    let s = DynamoDbStore::with_options(options(&proxy.endpoint(), TABLE))
+    let s = DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE))
         .await
         .unwrap();
     let g = testkit::unique_group("throttled");
@@ -652,7 +661,7 @@ async fn throttled_requests_are_retried_and_counted() {
 
     // Throttled for longer than the budget: a transient error naming the
     // fix, and the write was never applied.
-    let tight = DynamoDbStore::with_options(
+    let tight = DynamoDbStore::connect_with(
         options(&proxy.endpoint(), TABLE).throttle_budget(Duration::from_millis(300)),
     )
     .await
@@ -691,7 +700,7 @@ async fn throttling_never_makes_two_leaders() {
     let term = Duration::from_secs(2);
     let mut electors = Vec::new();
     for id in ["a", "b", "c"] {
-        let s = DynamoDbStore::with_options(options(&proxy.endpoint(), TABLE))
+        let s = DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE))
             .await
             .unwrap();
         electors.push(elector(s, &g, id, term));
@@ -739,7 +748,7 @@ async fn refused_permissions_and_credentials_name_the_fix() {
     let Some(url) = endpoint() else { return };
     store(&url).await;
     let proxy = FaultProxy::start(&url).await;
-    let s = DynamoDbStore::with_options(options(&proxy.endpoint(), TABLE))
+    let s = DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE))
         .await
         .unwrap();
     let g = testkit::unique_group("denied");
@@ -769,7 +778,7 @@ async fn refused_permissions_and_credentials_name_the_fix() {
     // Connecting without DescribeTable permission still works: the check
     // is skipped, the lease operations do not need it.
     proxy.push(Some("DescribeTable"), Reply::access_denied());
-    let s2 = DynamoDbStore::with_options(options(&proxy.endpoint(), TABLE))
+    let s2 = DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE))
         .await
         .unwrap();
     assert!(s2.read(&g).await.unwrap().is_none());
@@ -785,7 +794,7 @@ async fn a_restarted_server_is_transient_and_the_lease_survives() {
         return;
     }
     let mut server = PrivateDynalite::start(true).await;
-    let s = DynamoDbStore::with_options(options(&server.endpoint(), TABLE).create_if_missing(true))
+    let s = DynamoDbStore::connect_with(options(&server.endpoint(), TABLE).create_if_missing(true))
         .await
         .unwrap();
     let g = testkit::unique_group("restart");
@@ -821,29 +830,48 @@ async fn a_restarted_server_is_transient_and_the_lease_survives() {
 }
 
 /// HTTPS to a server whose certificate comes from a private CA: refused
-/// (rustls does not know the CA) with a message naming `ca_file`, and
-/// accepted once the CA is given.
+/// (rustls does not know the CA) with a message naming `ca=`, and
+/// accepted once the CA is given (as `ca`, or by its former name
+/// `ca_file`).
 #[tokio::test(flavor = "multi_thread")]
-async fn https_with_a_private_ca_needs_ca_file() {
+async fn https_with_a_private_ca_needs_ca() {
     if endpoint().is_none() {
         return;
     }
     let server = PrivateDynalite::start_tls(TlsFiles::make()).await;
-    let e = DynamoDbStore::with_options(options(&server.endpoint(), TABLE).create_if_missing(true))
+    let e = DynamoDbStore::connect_with(options(&server.endpoint(), TABLE).create_if_missing(true))
         .await
         .unwrap_err();
-    assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
-    let text = e.to_string();
-    assert!(text.contains("TLS") && text.contains("ca_file"), "{text}");
-    let ca = server.tls().unwrap().ca.display().to_string();
-    let url = format!(
-        "dynamodb://{TABLE}?region=local&endpoint={}&ca_file={ca}&access_key_id=AKIDTENURETEST&secret_access_key=x&create=true",
-        server.endpoint()
+    assert!(
+        matches!(
+            e,
+            DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
+        ),
+        "{e:?}"
     );
-    let s = DynamoDbStore::connect(&url)
-        .await
-        .expect("trusted with ca_file");
-    assert!(s.describe().contains("ca_file="), "{}", s.describe());
+    let text = e.to_string();
+    assert!(text.contains("TLS") && text.contains("ca="), "{text}");
+    let ca = server.tls().unwrap().ca.display().to_string();
+    for option in ["ca_file", "ca"] {
+        let url = format!(
+            "dynamodb://{TABLE}?region=local&endpoint={}&{option}={ca}&access_key_id=AKIDTENURETEST&secret_access_key=x&create=true",
+            server.endpoint()
+        );
+        let s = DynamoDbStore::connect(&url)
+            .await
+            .expect("trusted with the CA");
+        assert!(
+            s.describe().contains(&format!("{option}=")),
+            "{}",
+            s.describe()
+        );
+    }
+    let s = DynamoDbStore::connect(&format!(
+        "dynamodb://{TABLE}?region=local&endpoint={}&ca={ca}&access_key_id=AKIDTENURETEST&secret_access_key=x",
+        server.endpoint()
+    ))
+    .await
+    .expect("trusted with ca");
     let g = testkit::unique_group("tls");
     assert!(matches!(
         s.compare_and_swap(&g, None, &held_by("a", 1))
@@ -885,7 +913,7 @@ async fn no_region_or_credentials_in_the_chain_are_clear_errors() {
     let e = DynamoDbStore::connect(&format!("dynamodb://{TABLE}?endpoint={url}"))
         .await
         .unwrap_err();
-    assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
+    assert!(matches!(e, DynamoDbStoreError::InvalidUrl { .. }), "{e:?}");
     assert!(
         e.to_string().contains("no AWS region") && e.to_string().contains("AWS_REGION"),
         "{e}"
@@ -894,7 +922,13 @@ async fn no_region_or_credentials_in_the_chain_are_clear_errors() {
     let e = DynamoDbStore::connect(&format!("dynamodb://{TABLE}?endpoint={url}&region=local"))
         .await
         .unwrap_err();
-    assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
+        ),
+        "{e:?}"
+    );
     let text = e.to_string();
     assert!(
         text.contains("no usable AWS credentials") && text.contains("AWS_ACCESS_KEY_ID"),
@@ -910,7 +944,7 @@ async fn an_unreachable_endpoint_is_transient_and_named() {
         .local_addr()
         .unwrap()
         .port();
-    let e = DynamoDbStore::with_options(options(&format!("http://127.0.0.1:{port}"), TABLE))
+    let e = DynamoDbStore::connect_with(options(&format!("http://127.0.0.1:{port}"), TABLE))
         .await
         .unwrap_err();
     assert!(e.is_transient(), "{e:?}");

@@ -36,7 +36,7 @@ async fn written(s: &DynamoDbStore, label: &str, n: usize) -> Vec<GroupName> {
 }
 
 async fn through(proxy: &FaultProxy, budget: Duration) -> DynamoDbStore {
-    DynamoDbStore::with_options(options(&proxy.endpoint(), TABLE).throttle_budget(budget))
+    DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE).throttle_budget(budget))
         .await
         .unwrap()
 }

@@ -2,9 +2,9 @@
 //! and the fix, and their mapping onto [`StoreError`]. No message carries a
 //! password: only the endpoints and the user name appear.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+use tenure::error::{error_chain, BackendError, BoxError};
 use tenure::StoreError;
 use tonic::Code;
 
@@ -24,17 +24,10 @@ pub enum EtcdStoreError {
         /// What is wrong, without the password.
         reason: String,
     },
-    /// A TLS file named in the URL cannot be read.
-    #[error("cannot read the TLS {what} file {path:?} given in the etcd URL: check the path and that this user may read it")]
-    TlsFile {
-        /// Which file (`ca`, `cert` or `key`).
-        what: &'static str,
-        /// The path as given.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A TLS file named in the URL (`ca`, `cert`, `key`) cannot be read,
+    /// or does not hold what its option names.
+    #[error("{0} (named in the etcd URL)")]
+    TlsFile(#[from] tenure::tls::PemError),
     /// etcd refused the user name or password.
     #[error("etcd at {target} refused the credentials of user {user:?}: check the user name and password in the URL (etcd://user:password@host:port, %-escape special characters) and that the user exists (`etcdctl user get {user}`)")]
     Credentials {
@@ -110,20 +103,23 @@ impl EtcdStoreError {
     }
 }
 
+impl BackendError for EtcdStoreError {
+    fn is_transient(&self) -> bool {
+        EtcdStoreError::is_transient(self)
+    }
+
+    fn into_source(self) -> Option<BoxError> {
+        match self {
+            EtcdStoreError::Etcd { source, .. } => Some(Box::new(source)),
+            EtcdStoreError::TlsFile(e) => e.into_source(),
+            _ => None,
+        }
+    }
+}
+
 impl From<EtcdStoreError> for StoreError {
     fn from(e: EtcdStoreError) -> Self {
-        let transient = e.is_transient();
-        let message = e.to_string();
-        let source: Option<tenure::error::BoxError> = match e {
-            EtcdStoreError::Etcd { source, .. } => Some(Box::new(source)),
-            EtcdStoreError::TlsFile { source, .. } => Some(Box::new(source)),
-            _ => None,
-        };
-        if transient {
-            StoreError::Unavailable { message, source }
-        } else {
-            StoreError::Misconfigured { message, source }
-        }
+        StoreError::from_backend(e)
     }
 }
 
@@ -134,19 +130,6 @@ pub(crate) struct Ctx<'a> {
     pub(crate) prefix: &'a str,
     pub(crate) tls: bool,
     pub(crate) timeout: Duration,
-}
-
-/// The whole chain of an error, for matching on transport details that
-/// tonic and hyper only expose as text.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 impl Ctx<'_> {
@@ -160,7 +143,7 @@ impl Ctx<'_> {
     /// Classifies an error from `etcd-client`.
     pub(crate) fn classify(&self, what: &'static str, e: etcd_client::Error) -> EtcdStoreError {
         let target = self.target.clone();
-        let text = chain(&e);
+        let text = error_chain(&e);
         let lower = text.to_ascii_lowercase();
         let who = match self.user {
             Some(u) => format!("user {u:?}"),

@@ -11,6 +11,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse, TxnResponse,
 };
 use tenure::concurrent::InFlight;
+use tenure::tls::{read_pem, Expected};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
@@ -85,19 +86,19 @@ fn tls(options: &EtcdOptions) -> Result<Option<TlsOptions>, EtcdStoreError> {
     if !options.tls {
         return Ok(None);
     }
-    let read = |what: &'static str, path: &std::path::PathBuf| {
-        std::fs::read(path).map_err(|source| EtcdStoreError::TlsFile {
-            what,
-            path: path.clone(),
-            source,
-        })
-    };
     let mut tls = TlsOptions::new();
     if let Some(ca) = &options.ca {
-        tls = tls.ca_certificate(Certificate::from_pem(read("ca", ca)?));
+        tls = tls.ca_certificate(Certificate::from_pem(read_pem(
+            "ca",
+            ca,
+            Expected::Certificates,
+        )?));
     }
     if let (Some(cert), Some(key)) = (&options.cert, &options.key) {
-        tls = tls.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
+        tls = tls.identity(Identity::from_pem(
+            read_pem("cert", cert, Expected::Certificates)?,
+            read_pem("key", key, Expected::PrivateKey)?,
+        ));
     }
     Ok(Some(tls))
 }

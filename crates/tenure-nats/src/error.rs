@@ -2,12 +2,11 @@
 //! and the fix, and their mapping onto [`StoreError`]. No message carries a
 //! password or token: only the servers, the user name and the bucket.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::ErrorCode;
-use tenure::error::BoxError;
+use tenure::error::{error_chain, find_cause, BackendError, BoxError};
 use tenure::StoreError;
 
 /// A failure of the NATS store.
@@ -27,17 +26,10 @@ pub enum NatsStoreError {
         /// What is wrong, without the password or token.
         reason: String,
     },
-    /// A TLS file named in the URL cannot be read.
-    #[error("cannot read the TLS {what} file {path:?} given in the NATS URL: check the path and that this user may read it")]
-    TlsFile {
-        /// Which file (`ca`, `cert` or `key`).
-        what: &'static str,
-        /// The path as given.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A TLS file named in the URL (`ca`, `cert`, `key`) cannot be read,
+    /// or does not hold what its option names.
+    #[error("{0} (named in the NATS URL)")]
+    TlsFile(#[from] tenure::tls::PemError),
     /// The server refused the credentials given.
     #[error("NATS at {target} refused the credentials ({who}): check the user name and password (nats://user:password@host:port) or the token (nats://TOKEN@host:port) in the URL, %-escaping special characters")]
     Credentials {
@@ -143,23 +135,30 @@ impl NatsStoreError {
     }
 }
 
+impl BackendError for NatsStoreError {
+    fn is_transient(&self) -> bool {
+        NatsStoreError::is_transient(self)
+    }
+
+    fn timed_out(&self) -> Option<Duration> {
+        match self {
+            NatsStoreError::Timeout { after, .. } => Some(*after),
+            _ => None,
+        }
+    }
+
+    fn into_source(self) -> Option<BoxError> {
+        match self {
+            NatsStoreError::Nats { source, .. } => source,
+            NatsStoreError::TlsFile(e) => e.into_source(),
+            _ => None,
+        }
+    }
+}
+
 impl From<NatsStoreError> for StoreError {
     fn from(e: NatsStoreError) -> Self {
-        if let NatsStoreError::Timeout { after, .. } = e {
-            return StoreError::Timeout(after);
-        }
-        let transient = e.is_transient();
-        let message = e.to_string();
-        let source: Option<BoxError> = match e {
-            NatsStoreError::Nats { source, .. } => source,
-            NatsStoreError::TlsFile { source, .. } => Some(Box::new(source)),
-            _ => None,
-        };
-        if transient {
-            StoreError::Unavailable { message, source }
-        } else {
-            StoreError::Misconfigured { message, source }
-        }
+        StoreError::from_backend(e)
     }
 }
 
@@ -193,32 +192,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) violations: &'a Violations,
 }
 
-/// The whole chain of an error, for messages and for matching on details
-/// the client only exposes as text.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !s.ends_with(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        source = cause.source();
-    }
-    s
-}
-
 /// The JetStream API error somewhere in an error's chain, if any.
 fn jetstream_code(e: &(dyn std::error::Error + 'static)) -> Option<(ErrorCode, String)> {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = next {
-        if let Some(js) = err.downcast_ref::<async_nats::jetstream::Error>() {
-            return Some((js.error_code(), js.to_string()));
-        }
-        next = err.source();
-    }
-    None
+    find_cause::<async_nats::jetstream::Error>(e).map(|js| (js.error_code(), js.to_string()))
 }
 
 impl Ctx<'_> {
@@ -254,7 +230,7 @@ impl Ctx<'_> {
     pub(crate) fn connect(&self, e: async_nats::ConnectError) -> NatsStoreError {
         use async_nats::ConnectErrorKind as K;
         let target = self.target.clone();
-        let detail = chain(&e);
+        let detail = error_chain(&e);
         match e.kind() {
             K::AuthorizationViolation | K::Authentication if self.who == "no credentials" => {
                 NatsStoreError::AuthRequired { target }
@@ -296,7 +272,7 @@ impl Ctx<'_> {
         what: &'static str,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> NatsStoreError {
-        let detail = chain(&e);
+        let detail = error_chain(&e);
         let lower = detail.to_ascii_lowercase();
         if let Some((code, text)) = jetstream_code(&e) {
             if code == ErrorCode::JETSTREAM_NOT_ENABLED

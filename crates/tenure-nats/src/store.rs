@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use tenure::concurrent::InFlight;
+use tenure::tls::{read_pem, Expected};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
@@ -98,22 +99,17 @@ pub(crate) async fn within<T>(timeout: Duration, request: impl Future<Output = T
     tokio::time::timeout(timeout, request).await.ok()
 }
 
-/// Checks that the TLS files named in the URL can be read, so that a typo
-/// is reported as such rather than as a failed handshake.
+/// Checks that the TLS files named in the URL can be read and hold what
+/// their options say, so that a typo is reported as such rather than as a
+/// failed handshake (the client reads them again itself).
 fn check_tls_files(options: &NatsOptions) -> Result<(), NatsStoreError> {
-    for (what, path) in [
-        ("ca", &options.ca),
-        ("cert", &options.cert),
-        ("key", &options.key),
+    for (option, path, expected) in [
+        ("ca", &options.ca, Expected::Certificates),
+        ("cert", &options.cert, Expected::Certificates),
+        ("key", &options.key, Expected::PrivateKey),
     ] {
         if let Some(path) = path {
-            std::fs::metadata(path)
-                .and_then(|_| std::fs::File::open(path).map(drop))
-                .map_err(|source| NatsStoreError::TlsFile {
-                    what,
-                    path: path.clone(),
-                    source,
-                })?;
+            read_pem(option, path, expected)?;
         }
     }
     Ok(())
@@ -486,7 +482,7 @@ async fn open_bucket(
             // open what is there.
             Some(Err(e)) if chain_has(&e, "already in use") => continue,
             Some(Err(e)) => {
-                let detail = crate::error::chain(&e);
+                let detail = tenure::error::error_chain(&e);
                 if detail.to_ascii_lowercase().contains("timed out") {
                     return Err(ctx.timeout());
                 }
@@ -505,7 +501,7 @@ async fn open_bucket(
 }
 
 fn chain_has(e: &dyn std::error::Error, needle: &str) -> bool {
-    crate::error::chain(e).contains(needle)
+    tenure::error::error_chain(e).contains(needle)
 }
 
 /// What looking up a bucket's stream found.

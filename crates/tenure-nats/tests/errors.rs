@@ -183,7 +183,10 @@ async fn tls_with_a_ca_of_the_tests_own() {
     ))
     .await;
     assert!(
-        matches!(err, NatsStoreError::TlsFile { what: "ca", .. }),
+        matches!(
+            err,
+            NatsStoreError::TlsFile(tenure::tls::PemError::Unreadable { option: "ca", .. })
+        ),
         "{err:?}"
     );
 

@@ -9,9 +9,10 @@ use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
 use object_store::{
     Certificate, ClientOptions, ObjectStore, RetryConfig, StaticCredentialProvider,
 };
+use tenure::tls::{read_pem, Expected};
 use tenure::StoreError;
 
-use crate::error::{BackendKind, Place};
+use crate::error::{BackendKind, BucketStoreError, Place};
 use crate::options::BucketOptions;
 
 /// Azurite's documented development account and key.
@@ -33,7 +34,7 @@ fn no_retries() -> RetryConfig {
     }
 }
 
-fn client_options(o: &BucketOptions) -> Result<ClientOptions, StoreError> {
+fn client_options(o: &BucketOptions) -> Result<ClientOptions, BucketStoreError> {
     let mut c = ClientOptions::new()
         .with_timeout(o.timeout)
         .with_connect_timeout(o.connect_timeout)
@@ -43,33 +44,18 @@ fn client_options(o: &BucketOptions) -> Result<ClientOptions, StoreError> {
                 .is_some_and(|e| e.starts_with("http://"))
                 || o.emulator,
         );
-    if let Some(path) = &o.ca_file {
-        let pem = std::fs::read(path).map_err(|e| StoreError::Misconfigured {
-            message: format!(
-                "object store {}: cannot read ca_file {}: {e}",
-                o.redacted_url(),
-                path.display()
-            ),
-            source: None,
-        })?;
-        let certs = Certificate::from_pem_bundle(&pem).map_err(|e| StoreError::Misconfigured {
-            message: format!(
-                "object store {}: ca_file {} holds no usable PEM certificate: {e}",
-                o.redacted_url(),
-                path.display()
-            ),
-            source: None,
-        })?;
-        if certs.is_empty() {
-            return Err(StoreError::Misconfigured {
-                message: format!(
-                    "object store {}: ca_file {} holds no PEM certificate",
+    if let Some((option, path)) = &o.ca {
+        let pem = read_pem(option, path, Expected::Certificates)?;
+        let certs = Certificate::from_pem_bundle(&pem).map_err(|e| {
+            StoreError::misconfigured(
+                format!(
+                    "object store {}: the {option} file {} holds a certificate the HTTP client cannot use",
                     o.redacted_url(),
                     path.display()
                 ),
-                source: None,
-            });
-        }
+                e,
+            )
+        })?;
         for cert in certs {
             c = c.with_root_certificate(cert);
         }
@@ -78,7 +64,10 @@ fn client_options(o: &BucketOptions) -> Result<ClientOptions, StoreError> {
 }
 
 /// The client for the options' bucket. Nothing is sent yet.
-pub(crate) fn build(o: &BucketOptions, place: &Place) -> Result<Arc<dyn ObjectStore>, StoreError> {
+pub(crate) fn build(
+    o: &BucketOptions,
+    place: &Place,
+) -> Result<Arc<dyn ObjectStore>, BucketStoreError> {
     let client = client_options(o)?;
     let failed = |e: object_store::Error| StoreError::Misconfigured {
         // Builder errors name missing settings and malformed values;

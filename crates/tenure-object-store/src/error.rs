@@ -8,10 +8,10 @@
 //! transport failure (timeout, refused connection) from its
 //! [`HttpError`](object_store::client::HttpError) source.
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use object_store::client::{HttpError, HttpErrorKind};
+use tenure::error::{error_chain, find_cause};
 use tenure::StoreError;
 
 /// What a request's failure means.
@@ -25,6 +25,18 @@ pub(crate) enum Failure {
     /// Anything else.
     Store(StoreError),
 }
+
+/// Why the object store could not connect: a malformed URL, bucket name
+/// or prefix ([`InvalidUrl`](tenure::error::ConnectError::InvalidUrl)), an
+/// unusable CA file (`ca=`), or what connecting met, worded as the
+/// operations word it (the bucket missing, credentials refused, the server
+/// unreachable), naming the bucket (never a secret) and the fix.
+///
+/// [`BucketStore::connect`](crate::BucketStore::connect) and
+/// [`BucketOptions::from_url`](crate::BucketOptions::from_url) return it;
+/// the [`LeaseStore`](tenure::LeaseStore) operations return
+/// [`StoreError`]s.
+pub type BucketStoreError = tenure::error::ConnectError;
 
 /// Where requests go, for messages: the store as it describes itself, and
 /// the secrets that must never appear in one.
@@ -143,29 +155,7 @@ fn status_in(text: &str) -> Option<u16> {
 
 /// The transport failure under an error, if it is one.
 fn transport(e: &object_store::Error) -> Option<HttpErrorKind> {
-    let mut source = e.source();
-    while let Some(s) = source {
-        if let Some(h) = s.downcast_ref::<HttpError>() {
-            return Some(h.kind());
-        }
-        source = s.source();
-    }
-    None
-}
-
-/// The whole error text, causes included, on one line.
-fn text_of(e: &object_store::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let t = s.to_string();
-        if !out.contains(&t) {
-            out.push_str(": ");
-            out.push_str(&t);
-        }
-        source = s.source();
-    }
-    out.replace('\n', " ")
+    find_cause::<HttpError>(e).map(HttpError::kind)
 }
 
 /// At most `n` characters of a server's words.
@@ -207,7 +197,7 @@ const CREDENTIAL_FETCH: &[&str] = &[
 /// the message ("read of tenure/nightly").
 pub(crate) fn classify(e: object_store::Error, what: &str, place: &Place) -> Failure {
     use object_store::Error as E;
-    let text = text_of(&e);
+    let text = error_chain(&e);
     let code = server_code(&text).unwrap_or("");
     let store = &place.describe;
     match e {

@@ -242,7 +242,7 @@ mod object;
 mod options;
 mod store;
 
-pub use error::BackendKind;
+pub use error::{BackendKind, BucketStoreError};
 pub use options::{BucketOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TIMEOUT};
 pub use store::BucketStore;
 

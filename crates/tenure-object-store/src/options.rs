@@ -6,8 +6,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::BucketStoreError;
 use tenure::url::{is_secret_key, mask_key_id, redact};
-use tenure::StoreError;
 
 use crate::error::BackendKind;
 use crate::key::Layout;
@@ -48,9 +48,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// | `anonymous` | gs, az | `true`: unsigned requests (emulators) | `false` |
 /// | `account`, `access_key` | az | the storage account and its key | `AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`, then service principal, workload and managed identity |
 /// | `emulator` | az | `true`: Azurite's well-known account and key, path-style `endpoint` (default `http://127.0.0.1:10000`) | `false` |
-/// | `timeout` | all | one request's limit, e.g. `2s`; a request that runs out is reported as a [`StoreError::Timeout`] (its outcome unknown) | [`DEFAULT_TIMEOUT`] |
+/// | `timeout` | all | one request's limit, e.g. `2s`; a request that runs out is reported as a [`StoreError::Timeout`](tenure::StoreError::Timeout) (its outcome unknown) | [`DEFAULT_TIMEOUT`] |
 /// | `connect_timeout` | all | the TCP and TLS connection's limit | [`DEFAULT_CONNECT_TIMEOUT`] |
-/// | `ca_file` | all | a PEM file of CA certificates to trust besides the platform's (a private `https` endpoint) | the platform's roots |
+/// | `ca` (formerly `ca_file`, still accepted) | all | a PEM file of CA certificates to trust besides the platform's (a private `https` endpoint) | the platform's roots |
 ///
 /// Values may be percent-encoded (a `+` is a plus, not a space). Unknown
 /// parameters, and parameters of another scheme, are errors, so a typo
@@ -67,7 +67,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 ///     o.redacted_url(),
 ///     "s3://my-bucket/leases/prod?region=eu-west-1&access_key_id=***1234&secret_access_key=***"
 /// );
-/// # Ok::<(), tenure::StoreError>(())
+/// # Ok::<(), tenure_object_store::BucketStoreError>(())
 /// ```
 ///
 /// Secret keys, session tokens and account keys never appear in
@@ -81,7 +81,8 @@ pub struct BucketOptions {
     pub(crate) endpoint: Option<String>,
     pub(crate) timeout: Duration,
     pub(crate) connect_timeout: Duration,
-    pub(crate) ca_file: Option<PathBuf>,
+    /// The CA file, and the option that named it (`ca` or `ca_file`).
+    pub(crate) ca: Option<(&'static str, PathBuf)>,
     pub(crate) anonymous: bool,
     // S3
     pub(crate) region: Option<String>,
@@ -124,21 +125,21 @@ impl fmt::Debug for BucketOptions {
 impl BucketOptions {
     /// Options for an S3 bucket (or an S3-compatible server's), with
     /// everything else from the environment.
-    pub fn s3(bucket: impl Into<String>) -> Result<Self, StoreError> {
+    pub fn s3(bucket: impl Into<String>) -> Result<Self, BucketStoreError> {
         Self::new(BackendKind::S3, bucket.into())
     }
 
     /// Options for a Google Cloud Storage bucket.
-    pub fn gcs(bucket: impl Into<String>) -> Result<Self, StoreError> {
+    pub fn gcs(bucket: impl Into<String>) -> Result<Self, BucketStoreError> {
         Self::new(BackendKind::Gcs, bucket.into())
     }
 
     /// Options for an Azure Blob Storage container.
-    pub fn azure(container: impl Into<String>) -> Result<Self, StoreError> {
+    pub fn azure(container: impl Into<String>) -> Result<Self, BucketStoreError> {
         Self::new(BackendKind::Azure, container.into())
     }
 
-    fn new(kind: BackendKind, bucket: String) -> Result<Self, StoreError> {
+    fn new(kind: BackendKind, bucket: String) -> Result<Self, BucketStoreError> {
         let shown = format!("{}://{bucket}", scheme(kind));
         check_bucket_name(&bucket).map_err(|why| bad(&shown, why))?;
         let layout = Layout::new(DEFAULT_PREFIX).map_err(|why| bad(&shown, why))?;
@@ -149,7 +150,7 @@ impl BucketOptions {
             endpoint: None,
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            ca_file: None,
+            ca: None,
             anonymous: false,
             region: None,
             keys: None,
@@ -162,7 +163,7 @@ impl BucketOptions {
     }
 
     /// Parses an `s3://`, `gs://` or `az://` URL; see the table above.
-    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+    pub fn from_url(url: &str) -> Result<Self, BucketStoreError> {
         // Until parsed, nothing of the URL may be echoed: it can hold a
         // secret key. Errors show a redaction of the raw text instead.
         let shown = tenure::url::redact(url);
@@ -208,7 +209,7 @@ impl BucketOptions {
             if v.is_empty() {
                 return Err(bad(&shown, &format!("parameter {k} is empty")));
             }
-            let only = |allowed: &[BackendKind]| -> Result<(), StoreError> {
+            let only = |allowed: &[BackendKind]| -> Result<(), BucketStoreError> {
                 if allowed.contains(&kind) {
                     Ok(())
                 } else {
@@ -226,7 +227,8 @@ impl BucketOptions {
                 "endpoint" => o.endpoint = Some(v),
                 "timeout" => o.timeout = duration(&v)?,
                 "connect_timeout" => o.connect_timeout = duration(&v)?,
-                "ca_file" => o.ca_file = Some(PathBuf::from(v)),
+                "ca" => o.ca = Some(("ca", PathBuf::from(v))),
+                "ca_file" => o.ca = Some(("ca_file", PathBuf::from(v))),
                 "region" => {
                     only(&[S3])?;
                     o.region = Some(v)
@@ -292,7 +294,7 @@ impl BucketOptions {
 
     /// Keeps the lease objects under this prefix instead of
     /// [`DEFAULT_PREFIX`].
-    pub fn prefix_path(mut self, prefix: &str) -> Result<Self, StoreError> {
+    pub fn prefix_path(mut self, prefix: &str) -> Result<Self, BucketStoreError> {
         self.layout = Layout::new(prefix).map_err(|why| bad(&self.redacted_url(), why))?;
         Ok(self)
     }
@@ -332,9 +334,18 @@ impl BucketOptions {
     }
 
     /// Trusts the CA certificates in this PEM file besides the platform's.
-    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca_file = Some(path.into());
+    pub fn ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca = Some(("ca", path.into()));
         self
+    }
+
+    /// The same as [`ca`](BucketOptions::ca).
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed to ca, the name every tenure store uses"
+    )]
+    pub fn ca_file(self, path: impl Into<PathBuf>) -> Self {
+        self.ca(path)
     }
 
     /// The bucket (or container).
@@ -386,8 +397,8 @@ impl BucketOptions {
                 humantime::format_duration(self.connect_timeout)
             ));
         }
-        if let Some(c) = &self.ca_file {
-            params.push(format!("ca_file={}", c.display()));
+        if let Some((option, c)) = &self.ca {
+            params.push(format!("{option}={}", c.display()));
         }
         if let Some(k) = &self.keys {
             params.push(format!("access_key_id={}", mask_key_id(&k.access_key_id)));
@@ -491,16 +502,17 @@ pub(crate) fn scheme(kind: BackendKind) -> &'static str {
 
 fn parameters(kind: BackendKind) -> &'static str {
     match kind {
-        BackendKind::S3 => "s3:// takes region, endpoint, access_key_id, secret_access_key, session_token, virtual_hosted, timeout, connect_timeout, ca_file",
-        BackendKind::Gcs => "gs:// takes endpoint, service_account, anonymous, timeout, connect_timeout, ca_file",
-        BackendKind::Azure => "az:// takes account, access_key, endpoint, emulator, anonymous, timeout, connect_timeout, ca_file",
+        BackendKind::S3 => "s3:// takes region, endpoint, access_key_id, secret_access_key, session_token, virtual_hosted, timeout, connect_timeout, ca",
+        BackendKind::Gcs => "gs:// takes endpoint, service_account, anonymous, timeout, connect_timeout, ca",
+        BackendKind::Azure => "az:// takes account, access_key, endpoint, emulator, anonymous, timeout, connect_timeout, ca",
     }
 }
 
-fn bad(shown: &str, why: &str) -> StoreError {
-    StoreError::Misconfigured {
-        message: format!("bad object store URL {shown}: {why}"),
-        source: None,
+fn bad(shown: &str, why: &str) -> BucketStoreError {
+    BucketStoreError::InvalidUrl {
+        store: "object store",
+        url: shown.to_owned(),
+        reason: why.to_owned(),
     }
 }
 
@@ -524,7 +536,7 @@ mod tests {
     #[test]
     fn parses_every_parameter() {
         let o = BucketOptions::from_url(
-            "s3://b-1.x/a/b/?region=eu-west-1&endpoint=http://127.0.0.1:9000&access_key_id=AKIDEXAMPLE&secret_access_key=a%2Fb+c&session_token=tok3n-value&timeout=2s&connect_timeout=500ms&ca_file=/ca.pem&virtual_hosted=true",
+            "s3://b-1.x/a/b/?region=eu-west-1&endpoint=http://127.0.0.1:9000&access_key_id=AKIDEXAMPLE&secret_access_key=a%2Fb+c&session_token=tok3n-value&timeout=2s&connect_timeout=500ms&ca=/ca.pem&virtual_hosted=true",
         )
         .unwrap();
         assert_eq!(o.kind, BackendKind::S3);
@@ -536,6 +548,11 @@ mod tests {
         assert_eq!(o.timeout, Duration::from_secs(2));
         assert_eq!(o.connect_timeout, Duration::from_millis(500));
         assert!(o.virtual_hosted);
+        assert_eq!(o.ca, Some(("ca", "/ca.pem".into())));
+        // The former name of `ca` is still read, and shown as given.
+        let f = BucketOptions::from_url("s3://bkt?ca_file=/old.pem").unwrap();
+        assert_eq!(f.ca, Some(("ca_file", "/old.pem".into())));
+        assert!(f.redacted_url().contains("ca_file=/old.pem"));
         let g = BucketOptions::from_url(
             "gs://bkt?service_account=/k.json&anonymous=true&endpoint=http://127.0.0.1:4443",
         )

@@ -17,7 +17,7 @@ use tenure::{
 };
 
 use crate::backend;
-use crate::error::{classify, missing_bucket, BackendKind, Failure, Place};
+use crate::error::{classify, missing_bucket, BackendKind, BucketStoreError, Failure, Place};
 use crate::key::Layout;
 use crate::object::{self, MAX_OBJECT_BYTES};
 use crate::options::BucketOptions;
@@ -100,16 +100,22 @@ impl BucketStore {
     /// (see [`BucketOptions`]) and checks, with one LIST of the prefix,
     /// that the bucket exists and the credentials are accepted; fails with
     /// a message naming the fix otherwise.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        Self::with_options(BucketOptions::from_url(url)?).await
+    pub async fn connect(url: &str) -> Result<Self, BucketStoreError> {
+        Self::connect_with(BucketOptions::from_url(url)?).await
+    }
+
+    /// Connects with options built in code.
+    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
+    pub async fn with_options(options: BucketOptions) -> Result<Self, BucketStoreError> {
+        Self::connect_with(options).await
     }
 
     /// Connects with options built in code.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), tenure::StoreError> {
+    /// # async fn demo() -> Result<(), tenure_object_store::BucketStoreError> {
     /// use tenure_object_store::{BucketOptions, BucketStore};
-    /// let store = BucketStore::with_options(
+    /// let store = BucketStore::connect_with(
     ///     BucketOptions::s3("leases")?
     ///         .prefix_path("prod/tenure")?
     ///         .region("us-east-1")
@@ -119,7 +125,7 @@ impl BucketStore {
     /// .await?;
     /// # let _ = store; Ok(()) }
     /// ```
-    pub async fn with_options(options: BucketOptions) -> Result<Self, StoreError> {
+    pub async fn connect_with(options: BucketOptions) -> Result<Self, BucketStoreError> {
         let s = Self::open(options)?;
         s.check_bucket().await?;
         Ok(s)
@@ -128,11 +134,14 @@ impl BucketStore {
     /// Builds the client without sending anything (no bucket check): the
     /// first request is the first lease operation. For servers whose
     /// LIST misbehaves, or to connect before the bucket exists.
-    pub fn open(options: BucketOptions) -> Result<Self, StoreError> {
-        options.check().map_err(|why| StoreError::Misconfigured {
-            message: format!("object store {}: {why}", options.redacted_url()),
-            source: None,
-        })?;
+    pub fn open(options: BucketOptions) -> Result<Self, BucketStoreError> {
+        options
+            .check()
+            .map_err(|why| BucketStoreError::InvalidUrl {
+                store: "object store",
+                url: options.redacted_url(),
+                reason: why,
+            })?;
         let place = Place {
             describe: options.redacted_url(),
             secrets: options.secrets(),
@@ -157,10 +166,11 @@ impl BucketStore {
         store: Arc<dyn ObjectStore>,
         kind: BackendKind,
         prefix: &str,
-    ) -> Result<Self, StoreError> {
-        let layout = Layout::new(prefix).map_err(|why| StoreError::Misconfigured {
-            message: format!("object store {store}: {why}"),
-            source: None,
+    ) -> Result<Self, BucketStoreError> {
+        let layout = Layout::new(prefix).map_err(|why| BucketStoreError::InvalidUrl {
+            store: "object store",
+            url: store.to_string(),
+            reason: why.to_owned(),
         })?;
         let place = Place {
             describe: format!("{store}/{}", layout.prefix()),

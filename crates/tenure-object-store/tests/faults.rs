@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use tenure::testkit::{self, held_by};
 use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
-use tenure_object_store::{BucketOptions, BucketStore};
+use tenure_object_store::{BucketOptions, BucketStore, BucketStoreError};
 
 mod support;
 use support::{endpoint, options, store, unique_prefix, Fault, FaultProxy, BUCKET, ECHOED, SECRET};
 
 /// A store through the proxy, with a short request timeout.
 async fn through(proxy: &FaultProxy, prefix: &str, timeout: Duration) -> BucketStore {
-    BucketStore::with_options(options(&proxy.endpoint(), BUCKET, prefix).timeout(timeout))
+    BucketStore::connect_with(options(&proxy.endpoint(), BUCKET, prefix).timeout(timeout))
         .await
         .expect("connect through the proxy")
 }
@@ -197,14 +197,20 @@ async fn refusals_name_the_fix_and_never_the_secret() {
 #[tokio::test(flavor = "multi_thread")]
 async fn connecting_to_a_missing_bucket_or_no_server_says_so() {
     let Some(e) = endpoint() else { return };
-    let err = BucketStore::with_options(options(&e, "tenure-no-such-bucket", "x"))
+    let err = BucketStore::connect_with(options(&e, "tenure-no-such-bucket", "x"))
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Misconfigured { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            BucketStoreError::Store(StoreError::Misconfigured { .. })
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("does not exist"), "{err}");
 
     let port = testkit::free_port();
-    let err = BucketStore::with_options(
+    let err = BucketStore::connect_with(
         BucketOptions::from_url(&support::url(
             &format!("http://127.0.0.1:{port}"),
             BUCKET,

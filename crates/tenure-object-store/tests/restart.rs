@@ -22,7 +22,7 @@ use support::{create_bucket, endpoint, options, PrivateMoto};
 const BUCKET: &str = "tenure-restart";
 
 async fn store(moto: &PrivateMoto) -> BucketStore {
-    BucketStore::with_options(
+    BucketStore::connect_with(
         options(&moto.endpoint(), BUCKET, "leases").timeout(Duration::from_secs(2)),
     )
     .await

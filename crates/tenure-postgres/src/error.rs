@@ -4,6 +4,19 @@
 use tenure::StoreError;
 use tokio_postgres::error::SqlState;
 
+/// Why the PostgreSQL store could not connect: a malformed URL
+/// ([`InvalidUrl`](tenure::error::ConnectError::InvalidUrl)), an unusable
+/// CA file (`ca=`, or libpq's `sslrootcert=`), or what connecting met,
+/// worded as the operations word it (credentials, the database, the
+/// grants, the lease table's layout, TLS, the server unreachable), naming
+/// the server (never the password) and the fix.
+///
+/// [`PostgresStore::connect`](crate::PostgresStore::connect) and
+/// [`PostgresOptions::from_url`](crate::PostgresOptions::from_url) return
+/// it; the [`LeaseStore`](tenure::LeaseStore) operations return
+/// [`StoreError`]s.
+pub type PostgresStoreError = tenure::error::ConnectError;
+
 pub(crate) fn classify(what: &str, target: &str, e: tokio_postgres::Error) -> StoreError {
     if let Some(db) = e.as_db_error() {
         let code = db.code().clone();
@@ -59,7 +72,7 @@ pub(crate) fn classify(what: &str, target: &str, e: tokio_postgres::Error) -> St
     let lower = text.to_lowercase();
     if lower.contains("tls") || lower.contains("ssl") || lower.contains("certificate") {
         return StoreError::misconfigured(
-            format!("PostgreSQL at {target}: TLS failed ({text}): check sslmode and sslrootcert in the store URL"),
+            format!("PostgreSQL at {target}: TLS failed ({text}): check sslmode and ca (libpq's sslrootcert) in the store URL"),
             e,
         );
     }

@@ -137,7 +137,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use tenure_postgres::PostgresStore;
 //! let store = PostgresStore::connect(
-//!     "postgres://app:secret@db.internal:5432/app?sslmode=require&sslrootcert=/etc/ssl/db-ca.pem",
+//!     "postgres://app:secret@db.internal:5432/app?sslmode=require&ca=/etc/ssl/db-ca.pem",
 //! )
 //! .await?;
 //! let elector = tenure::Elector::builder(store, "nightly-billing").start()?;
@@ -159,5 +159,6 @@ mod session;
 mod store;
 mod tls;
 
+pub use error::PostgresStoreError;
 pub use options::{PostgresOptions, DEFAULT_TIMEOUT};
 pub use store::PostgresStore;

@@ -4,8 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tenure::StoreError;
-
+use crate::error::PostgresStoreError;
 use crate::pool::{DEFAULT_POOL, MAX_POOL};
 
 /// The default bound on connecting and on each statement.
@@ -24,7 +23,7 @@ const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_secs(3600);
 /// | parameter | meaning | default |
 /// |---|---|---|
 /// | `table` | the lease table, optionally schema-qualified | `tenure_leases` |
-/// | `sslrootcert` | a PEM file of CA certificates to trust instead of the public web roots | web roots |
+/// | `ca` (or libpq's `sslrootcert`) | a PEM file of CA certificates to trust instead of the public web roots | web roots |
 /// | `timeout` | bound on connecting and on waiting for each reply; the server gets `lock_timeout` = ½ and `statement_timeout` = ¾ of it (`500ms`, `5s`) | `5s` |
 /// | `pool` | most connections for operations (1 to 64), opened as needed; the change feed has one more | `4` |
 ///
@@ -43,13 +42,14 @@ const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_secs(3600);
 /// let o = PostgresOptions::from_url("postgres://app:pa/ss?w#rd@db.internal:5432/app?table=ops.leases")?;
 /// assert_eq!(o.table(), "ops.leases");
 /// assert_eq!(o.redacted_url(), "postgres://app:***@db.internal:5432/app?table=ops.leases");
-/// # Ok::<(), tenure::StoreError>(())
+/// # Ok::<(), tenure_postgres::PostgresStoreError>(())
 /// ```
 #[derive(Clone)]
 pub struct PostgresOptions {
     pub(crate) config: tokio_postgres::Config,
     pub(crate) table: Table,
-    pub(crate) root_cert: Option<PathBuf>,
+    /// The CA file, and the option that named it (`ca` or `sslrootcert`).
+    pub(crate) ca: Option<(&'static str, PathBuf)>,
     pub(crate) timeout: Duration,
     pub(crate) pool: usize,
     redacted: String,
@@ -77,11 +77,12 @@ impl fmt::Debug for PostgresOptions {
 
 impl PostgresOptions {
     /// Parses a `postgres://` or `postgresql://` URL.
-    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+    pub fn from_url(url: &str) -> Result<Self, PostgresStoreError> {
         let redacted = tenure::url::redact(url);
-        let bad = |why: String| StoreError::Misconfigured {
-            message: format!("bad PostgreSQL URL {redacted}: {why}"),
-            source: None,
+        let bad = |why: String| PostgresStoreError::InvalidUrl {
+            store: "PostgreSQL",
+            url: redacted.clone(),
+            reason: why,
         };
         let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| {
             s.eq_ignore_ascii_case("postgres") || s.eq_ignore_ascii_case("postgresql")
@@ -104,7 +105,7 @@ impl PostgresOptions {
             None => (rest, ""),
         };
         let mut table = "tenure_leases".to_owned();
-        let mut root_cert = None;
+        let mut ca = None;
         let mut timeout = DEFAULT_TIMEOUT;
         let mut pool = DEFAULT_POOL;
         let mut passthrough = Vec::new();
@@ -120,7 +121,8 @@ impl PostgresOptions {
             };
             match k {
                 "table" => table = decoded()?,
-                "sslrootcert" => root_cert = Some(PathBuf::from(decoded()?)),
+                "ca" => ca = Some(("ca", PathBuf::from(decoded()?))),
+                "sslrootcert" => ca = Some(("sslrootcert", PathBuf::from(decoded()?))),
                 "timeout" => timeout = tenure::url::parse_duration(k, &decoded()?).map_err(bad)?,
                 "pool" => {
                     pool = decoded()?
@@ -183,7 +185,7 @@ impl PostgresOptions {
         Ok(PostgresOptions {
             config,
             table: Table::parse(&table).map_err(bad)?,
-            root_cert,
+            ca,
             timeout,
             pool,
             redacted,
@@ -250,7 +252,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o.table.quoted, "\"ops\".\"tenure\"");
-        assert_eq!(o.root_cert, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(o.ca, Some(("sslrootcert", PathBuf::from("/ca.pem"))));
+        // `ca` is the name every tenure store uses; libpq's is an alias.
+        let o = PostgresOptions::from_url("postgres://db/x?ca=/etc/ca%20dir/ca.pem").unwrap();
+        assert_eq!(o.ca, Some(("ca", PathBuf::from("/etc/ca dir/ca.pem"))));
         assert_eq!(
             o.config.get_ssl_mode(),
             tokio_postgres::config::SslMode::Require

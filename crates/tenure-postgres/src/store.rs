@@ -12,6 +12,7 @@ use tenure::{
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::batch::{self, WriteArgs};
+use crate::error::PostgresStoreError;
 use crate::options::PostgresOptions;
 use crate::pool::{Conn, Op, Pool};
 use crate::{error, listen, schema, session, tls};
@@ -58,13 +59,19 @@ impl PostgresStore {
     /// table if it is missing. Fails with a message naming the fix for wrong
     /// credentials, a missing database, a TLS problem, or a table without
     /// tenure's layout.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        Self::with_options(PostgresOptions::from_url(url)?).await
+    pub async fn connect(url: &str) -> Result<Self, PostgresStoreError> {
+        Self::connect_with(PostgresOptions::from_url(url)?).await
     }
 
     /// Connects with parsed options.
-    pub async fn with_options(options: PostgresOptions) -> Result<Self, StoreError> {
-        let tls = tls::connector(options.root_cert.as_deref())?;
+    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
+    pub async fn with_options(options: PostgresOptions) -> Result<Self, PostgresStoreError> {
+        Self::connect_with(options).await
+    }
+
+    /// Connects with parsed options; see [`connect`](PostgresStore::connect).
+    pub async fn connect_with(options: PostgresOptions) -> Result<Self, PostgresStoreError> {
+        let tls = tls::connector(options.ca.as_ref().map(|(o, p)| (*o, p.as_path())))?;
         let pool = Pool::new(options.pool);
         let store = PostgresStore {
             inner: Arc::new(Inner {

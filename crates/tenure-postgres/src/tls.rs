@@ -1,36 +1,39 @@
 //! TLS for `sslmode=prefer|require`, with rustls: the public web roots, or
-//! the CA certificates in `sslrootcert`.
+//! the CA certificates in `ca` (libpq's `sslrootcert`).
 
 use std::path::Path;
 use std::sync::Arc;
 
+use tenure::tls::{read_pem, Expected};
 use tenure::StoreError;
+
+use crate::error::PostgresStoreError;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-pub(crate) fn connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnect, StoreError> {
+pub(crate) fn connector(
+    ca: Option<(&'static str, &Path)>,
+) -> Result<MakeRustlsConnect, PostgresStoreError> {
     let mut roots = rustls::RootCertStore::empty();
-    match root_cert {
+    match ca {
         None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        Some(path) => {
-            let misconfigured = |why: String| StoreError::Misconfigured {
-                message: format!("sslrootcert {}: {why}", path.display()),
-                source: None,
-            };
-            let pem =
-                std::fs::read(path).map_err(|e| misconfigured(format!("cannot read it ({e})")))?;
-            let mut found = 0;
+        Some((option, path)) => {
+            let pem = read_pem(option, path, Expected::Certificates)?;
             for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-                let cert =
-                    cert.map_err(|e| misconfigured(format!("not a PEM certificate file ({e})")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| misconfigured(format!("unusable certificate ({e})")))?;
-                found += 1;
-            }
-            if found == 0 {
-                return Err(misconfigured(
-                    "no certificate in it: give a PEM file of CA certificates".into(),
-                ));
+                let cert = cert.map_err(|e| {
+                    StoreError::misconfigured(
+                        format!("the {option} file {} is not PEM", path.display()),
+                        e,
+                    )
+                })?;
+                roots.add(cert).map_err(|e| {
+                    StoreError::misconfigured(
+                        format!(
+                            "the {option} file {} holds an unusable certificate",
+                            path.display()
+                        ),
+                        e,
+                    )
+                })?;
             }
         }
     }

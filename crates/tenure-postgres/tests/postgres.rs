@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tenure::testkit::scenarios::elector;
 use tenure::testkit::{self, scenarios, Feeds, Harness, TcpProxy, TermLog};
 use tenure::{GroupName, StoreError};
-use tenure_postgres::PostgresStore;
+use tenure_postgres::{PostgresStore, PostgresStoreError};
 
 mod private_server;
 use private_server::PrivatePostgres;
@@ -113,7 +113,13 @@ async fn wrong_credentials_missing_database_and_tls_are_clear_errors() {
     let wrong = url.replace(":tenure-test@", ":not-the-password@");
     let e = PostgresStore::connect(&wrong).await.unwrap_err();
     let text = e.to_string();
-    assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            PostgresStoreError::Store(StoreError::Misconfigured { .. })
+        ),
+        "{e:?}"
+    );
     assert!(text.contains("authentication failed"), "{text}");
     assert!(!text.contains("not-the-password"), "secret leaked: {text}");
 
@@ -129,7 +135,13 @@ async fn wrong_credentials_missing_database_and_tls_are_clear_errors() {
 
     let tls = format!("{url}?sslmode=require");
     let e = PostgresStore::connect(&tls).await.unwrap_err();
-    assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            PostgresStoreError::Store(StoreError::Misconfigured { .. })
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("sslmode"), "{e}");
 
     let text = PostgresStore::connect("postgres://u:pw@127.0.0.1:1/db")
@@ -318,7 +330,7 @@ async fn a_user_without_grants_is_told_which_to_ask_for() {
     let store = PostgresStore::connect(&lp.url(&server_addr(&url))).await;
     let group = testkit::unique_group("pg-nogrant");
     let e = match store {
-        Err(e) => e,
+        Err(e) => StoreError::from(e),
         Ok(s) => tenure::LeaseView::read(&s, &group).await.unwrap_err(),
     };
     lp.drop_all().await;

@@ -2,9 +2,9 @@
 //! the fix, and their mapping onto [`StoreError`]. No message carries a
 //! password: only `host:port` and the ACL user name appear.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+use tenure::error::{BackendError, BoxError};
 use tenure::StoreError;
 
 /// A failure of the Redis store.
@@ -23,17 +23,10 @@ pub enum RedisStoreError {
         /// What is wrong, without the password.
         reason: String,
     },
-    /// A TLS file named in the URL cannot be read.
-    #[error("cannot read the TLS {what} file {path:?} given in the Redis URL: check the path and that this user may read it")]
-    TlsFile {
-        /// Which file (`ca`, `cert` or `key`).
-        what: &'static str,
-        /// The path as given.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A TLS file named in the URL (`ca`, `cert`, `key`) cannot be read,
+    /// or does not hold what its option names.
+    #[error("{0} (named in the Redis URL)")]
+    TlsFile(#[from] tenure::tls::PemError),
     /// Redis refused the user name or password.
     #[error("Redis at {target} refused the credentials of {who}: check the user name and password in the URL (redis://user:password@host, %-escape special characters) and that the ACL user exists and is enabled (`ACL SETUSER <user> on`)")]
     Credentials {
@@ -159,24 +152,27 @@ impl RedisStoreError {
     }
 }
 
-impl From<RedisStoreError> for StoreError {
-    fn from(e: RedisStoreError) -> Self {
-        let transient = e.is_transient();
-        let message = e.to_string();
-        let source: Option<tenure::error::BoxError> = match e {
+impl BackendError for RedisStoreError {
+    fn is_transient(&self) -> bool {
+        RedisStoreError::is_transient(self)
+    }
+
+    fn into_source(self) -> Option<BoxError> {
+        match self {
             RedisStoreError::Redis { source, .. } => Some(Box::new(source)),
             RedisStoreError::Unreachable {
                 source: Some(source),
                 ..
             } => Some(Box::new(source)),
-            RedisStoreError::TlsFile { source, .. } => Some(Box::new(source)),
+            RedisStoreError::TlsFile(e) => e.into_source(),
             _ => None,
-        };
-        if transient {
-            StoreError::Unavailable { message, source }
-        } else {
-            StoreError::Misconfigured { message, source }
         }
+    }
+}
+
+impl From<RedisStoreError> for StoreError {
+    fn from(e: RedisStoreError) -> Self {
+        StoreError::from_backend(e)
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
+use tenure::tls::{read_pem, Expected};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, Metadata, RecordError, StoreError, StoreFeed, Version,
@@ -97,18 +98,15 @@ fn client(
             reason: format!("the connection settings were refused: {}", e.category()),
         });
     }
-    let read = |what: &'static str, path: &std::path::PathBuf| {
-        std::fs::read(path).map_err(|source| RedisStoreError::TlsFile {
-            what,
-            path: path.clone(),
-            source,
-        })
-    };
-    let root_cert = options.ca.as_ref().map(|p| read("ca", p)).transpose()?;
+    let root_cert = options
+        .ca
+        .as_ref()
+        .map(|p| read_pem("ca", p, Expected::Certificates))
+        .transpose()?;
     let client_tls = match (&options.cert, &options.key) {
         (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read("cert", cert)?,
-            client_key: read("key", key)?,
+            client_cert: read_pem("cert", cert, Expected::Certificates)?,
+            client_key: read_pem("key", key, Expected::PrivateKey)?,
         }),
         _ => None,
     };

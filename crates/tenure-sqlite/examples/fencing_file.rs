@@ -150,11 +150,11 @@ pub async fn run(parent: &Path) -> Result<(), Error> {
     // Two candidates, as two processes on this host would be, each with its
     // own handle on the lease file.
     let leases = root.join("leases.db");
-    let a = Elector::builder(SqliteStore::open(&leases).await?, "reports")
+    let a = Elector::builder(SqliteStore::connect(&leases).await?, "reports")
         .candidate_id("a")
         .start()?;
     let term_a = a.wait_for_leadership().await?;
-    let b = Elector::builder(SqliteStore::open(&leases).await?, "reports")
+    let b = Elector::builder(SqliteStore::connect(&leases).await?, "reports")
         .candidate_id("b")
         .start()?;
     println!("A leads with token {}", term_a.token());

@@ -5,18 +5,19 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::ErrorCode;
+use tenure::error::{BackendError, BoxError};
 use tenure::StoreError;
 
 /// A failure of the SQLite store.
 ///
-/// [`SqliteStore::open`](crate::SqliteStore::open) returns it directly; the
+/// [`SqliteStore::connect`](crate::SqliteStore::connect) returns it directly; the
 /// [`LeaseStore`](tenure::LeaseStore) operations return it converted into a
-/// [`StoreError`] (see [`From<SqliteError> for StoreError`](#impl-From<SqliteError>-for-StoreError)).
+/// [`StoreError`] (see [`From<SqliteStoreError> for StoreError`](#impl-From<SqliteStoreError>-for-StoreError)).
 /// Messages leave out the SQLite error itself; it is the
 /// [`source`](std::error::Error::source).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SqliteError {
+pub enum SqliteStoreError {
     /// The path names no file that several processes can share.
     #[error("{path:?} cannot hold a tenure lease database: {reason}; give the path of a file on a local disk, such as /var/lib/tenure/leases.db")]
     InvalidPath {
@@ -120,7 +121,7 @@ pub enum SqliteError {
     },
 }
 
-impl SqliteError {
+impl SqliteStoreError {
     /// Classifies a SQLite error that happened on `path`.
     pub(crate) fn from_sqlite(path: &Path, busy_timeout: Duration, e: rusqlite::Error) -> Self {
         let path = path.to_path_buf();
@@ -129,29 +130,29 @@ impl SqliteError {
             _ => (None, None),
         };
         match code {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => SqliteError::Locked {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => SqliteStoreError::Locked {
                 path,
                 waited: busy_timeout,
                 source: e,
             },
-            Some(ErrorCode::NotADatabase) => SqliteError::NotADatabase { path, source: e },
-            Some(ErrorCode::DatabaseCorrupt) => SqliteError::Corrupt { path, source: e },
-            Some(ErrorCode::ReadOnly) => SqliteError::ReadOnly { path, source: e },
+            Some(ErrorCode::NotADatabase) => SqliteStoreError::NotADatabase { path, source: e },
+            Some(ErrorCode::DatabaseCorrupt) => SqliteStoreError::Corrupt { path, source: e },
+            Some(ErrorCode::ReadOnly) => SqliteStoreError::ReadOnly { path, source: e },
             Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
-                SqliteError::CannotOpen { path, source: e }
+                SqliteStoreError::CannotOpen { path, source: e }
             }
             Some(
                 ErrorCode::SystemIoFailure
                 | ErrorCode::DiskFull
                 | ErrorCode::FileLockingProtocolFailed
                 | ErrorCode::NoLargeFileSupport,
-            ) => SqliteError::Io { path, source: e },
+            ) => SqliteStoreError::Io { path, source: e },
             _ => match message {
                 // A table or column dropped or renamed behind tenure's back.
                 Some(m) if m.contains("no such table") || m.contains("no such column") => {
-                    SqliteError::Schema { path, detail: m }
+                    SqliteStoreError::Schema { path, detail: m }
                 }
-                _ => SqliteError::Sqlite { path, source: e },
+                _ => SqliteStoreError::Sqlite { path, source: e },
             },
         }
     }
@@ -159,17 +160,17 @@ impl SqliteError {
     /// The database file the error is about.
     pub fn path(&self) -> &Path {
         match self {
-            SqliteError::InvalidPath { path, .. }
-            | SqliteError::CannotOpen { path, .. }
-            | SqliteError::ReadOnly { path, .. }
-            | SqliteError::NotADatabase { path, .. }
-            | SqliteError::Corrupt { path, .. }
-            | SqliteError::NewerSchema { path, .. }
-            | SqliteError::Schema { path, .. }
-            | SqliteError::Locked { path, .. }
-            | SqliteError::Io { path, .. }
-            | SqliteError::Sqlite { path, .. }
-            | SqliteError::Worker { path, .. } => path,
+            SqliteStoreError::InvalidPath { path, .. }
+            | SqliteStoreError::CannotOpen { path, .. }
+            | SqliteStoreError::ReadOnly { path, .. }
+            | SqliteStoreError::NotADatabase { path, .. }
+            | SqliteStoreError::Corrupt { path, .. }
+            | SqliteStoreError::NewerSchema { path, .. }
+            | SqliteStoreError::Schema { path, .. }
+            | SqliteStoreError::Locked { path, .. }
+            | SqliteStoreError::Io { path, .. }
+            | SqliteStoreError::Sqlite { path, .. }
+            | SqliteStoreError::Worker { path, .. } => path,
         }
     }
 
@@ -177,10 +178,10 @@ impl SqliteError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            SqliteError::Locked { .. }
-                | SqliteError::Io { .. }
-                | SqliteError::Sqlite { .. }
-                | SqliteError::Worker { .. }
+            SqliteStoreError::Locked { .. }
+                | SqliteStoreError::Io { .. }
+                | SqliteStoreError::Sqlite { .. }
+                | SqliteStoreError::Worker { .. }
         )
     }
 }
@@ -188,29 +189,37 @@ impl SqliteError {
 /// Transient failures (a lock held too long, I/O, a failed worker, an
 /// unclassified SQLite error) become [`StoreError::Unavailable`], which the
 /// elector retries; everything an operator must fix becomes
-/// [`StoreError::Misconfigured`]. The message is the [`SqliteError`]'s and
+/// [`StoreError::Misconfigured`]. The message is the [`SqliteStoreError`]'s and
 /// the source is the SQLite error underneath.
-impl From<SqliteError> for StoreError {
-    fn from(e: SqliteError) -> Self {
-        let message = e.to_string();
-        let transient = e.is_transient();
-        let source: Option<tenure::error::BoxError> = match e {
-            SqliteError::CannotOpen { source, .. }
-            | SqliteError::ReadOnly { source, .. }
-            | SqliteError::NotADatabase { source, .. }
-            | SqliteError::Corrupt { source, .. }
-            | SqliteError::Locked { source, .. }
-            | SqliteError::Io { source, .. }
-            | SqliteError::Sqlite { source, .. } => Some(Box::new(source)),
-            SqliteError::InvalidPath { .. }
-            | SqliteError::NewerSchema { .. }
-            | SqliteError::Schema { .. }
-            | SqliteError::Worker { .. } => None,
-        };
-        if transient {
-            StoreError::Unavailable { message, source }
-        } else {
-            StoreError::Misconfigured { message, source }
+impl BackendError for SqliteStoreError {
+    fn is_transient(&self) -> bool {
+        SqliteStoreError::is_transient(self)
+    }
+
+    fn into_source(self) -> Option<BoxError> {
+        match self {
+            SqliteStoreError::CannotOpen { source, .. }
+            | SqliteStoreError::ReadOnly { source, .. }
+            | SqliteStoreError::NotADatabase { source, .. }
+            | SqliteStoreError::Corrupt { source, .. }
+            | SqliteStoreError::Locked { source, .. }
+            | SqliteStoreError::Io { source, .. }
+            | SqliteStoreError::Sqlite { source, .. } => Some(Box::new(source)),
+            SqliteStoreError::InvalidPath { .. }
+            | SqliteStoreError::NewerSchema { .. }
+            | SqliteStoreError::Schema { .. }
+            | SqliteStoreError::Worker { .. } => None,
         }
     }
 }
+
+impl From<SqliteStoreError> for StoreError {
+    fn from(e: SqliteStoreError) -> Self {
+        StoreError::from_backend(e)
+    }
+}
+
+/// The name this error had before the store crates agreed on
+/// `{Backend}StoreError`.
+#[deprecated(since = "0.1.0", note = "renamed to SqliteStoreError")]
+pub type SqliteError = SqliteStoreError;

@@ -14,8 +14,9 @@ use tenure::{Change, GroupName, StoreFeedSender};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
-use crate::error::SqliteError;
-use crate::{decode_row, SqliteOptions};
+use crate::error::SqliteStoreError;
+use crate::store::decode_row;
+use crate::SqliteOptions;
 
 /// What the watcher last saw: the file's data version, and the group's row
 /// version (`None`: no row).
@@ -99,7 +100,7 @@ pub(crate) async fn watch(
                 seen = now;
             }
             Err(e) => {
-                let e = SqliteError::from_sqlite(&path, busy_timeout, e);
+                let e = SqliteStoreError::from_sqlite(&path, busy_timeout, e);
                 tracing::warn!(
                     path = %path.display(),
                     group,
@@ -214,7 +215,7 @@ pub(crate) async fn watch_all(
                 }
             }
             Err(e) => {
-                let e = SqliteError::from_sqlite(&path, options.busy_timeout(), e);
+                let e = SqliteStoreError::from_sqlite(&path, options.busy_timeout(), e);
                 tracing::warn!(
                     path = %path.display(),
                     error = %e,

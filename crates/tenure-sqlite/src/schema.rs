@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use crate::error::SqliteError;
+use crate::error::SqliteStoreError;
 use crate::SqliteOptions;
 
 /// The schema version this build creates and reads.
@@ -33,8 +33,11 @@ END;
 ";
 
 /// Opens one connection and sets it up: busy timeout, WAL, full sync.
-pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, SqliteError> {
-    let err = |e| SqliteError::from_sqlite(path, options.busy_timeout, e);
+pub(crate) fn connect(
+    path: &Path,
+    options: &SqliteOptions,
+) -> Result<Connection, SqliteStoreError> {
+    let err = |e| SqliteStoreError::from_sqlite(path, options.busy_timeout, e);
     // No SQLITE_OPEN_URI: the path is a file name, never a `file:` URI, so
     // what `describe()` shows is exactly the file in use.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -56,7 +59,11 @@ pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection
 /// for a writer. Changing the journal mode needs a moment of exclusive
 /// access and SQLite does not always run the busy handler for it, so a busy
 /// reply is retried here, within the busy timeout.
-fn set_wal(conn: &Connection, path: &Path, options: &SqliteOptions) -> Result<(), SqliteError> {
+fn set_wal(
+    conn: &Connection,
+    path: &Path,
+    options: &SqliteOptions,
+) -> Result<(), SqliteStoreError> {
     let deadline = Instant::now() + options.busy_timeout;
     loop {
         let result = conn
@@ -77,7 +84,7 @@ fn set_wal(conn: &Connection, path: &Path, options: &SqliteOptions) -> Result<()
             Err(e) if is_busy(&e) && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(e) => return Err(SqliteError::from_sqlite(path, options.busy_timeout, e)),
+            Err(e) => return Err(SqliteStoreError::from_sqlite(path, options.busy_timeout, e)),
         }
     }
 }
@@ -96,8 +103,8 @@ pub(crate) fn ensure_schema(
     conn: &mut Connection,
     path: &Path,
     options: &SqliteOptions,
-) -> Result<(), SqliteError> {
-    let err = |e| SqliteError::from_sqlite(path, options.busy_timeout, e);
+) -> Result<(), SqliteStoreError> {
+    let err = |e| SqliteStoreError::from_sqlite(path, options.busy_timeout, e);
     // The common case, a file already set up, needs no write lock.
     match schema_version(conn).map_err(err)? {
         Found::Absent => {}
@@ -122,7 +129,7 @@ pub(crate) fn ensure_schema(
         .map_err(err)?
         > 0;
     if leases_exists {
-        return Err(SqliteError::Schema {
+        return Err(SqliteStoreError::Schema {
             path: path.to_path_buf(),
             detail: "table tenure_leases exists but tenure_schema does not".into(),
         });
@@ -170,24 +177,24 @@ fn schema_version(conn: &Connection) -> Result<Found, rusqlite::Error> {
     })
 }
 
-fn check_version(path: &Path, found: Found) -> Result<(), SqliteError> {
+fn check_version(path: &Path, found: Found) -> Result<(), SqliteStoreError> {
     match found {
         Found::Version(SCHEMA_VERSION) => Ok(()),
-        Found::Version(v) if v > SCHEMA_VERSION => Err(SqliteError::NewerSchema {
+        Found::Version(v) if v > SCHEMA_VERSION => Err(SqliteStoreError::NewerSchema {
             path: path.to_path_buf(),
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Found::Version(v) => Err(SqliteError::Schema {
+        Found::Version(v) => Err(SqliteStoreError::Schema {
             path: path.to_path_buf(),
             detail: format!("unknown schema version {v}"),
         }),
-        Found::NoVersion => Err(SqliteError::Schema {
+        Found::NoVersion => Err(SqliteStoreError::Schema {
             path: path.to_path_buf(),
             detail: "tenure_schema holds no version row".into(),
         }),
         // ensure_schema creates the tables instead of asking.
-        Found::Absent => Err(SqliteError::Schema {
+        Found::Absent => Err(SqliteStoreError::Schema {
             path: path.to_path_buf(),
             detail: "no tenure_schema table".into(),
         }),

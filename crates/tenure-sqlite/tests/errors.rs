@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::{raw, Scratch};
 use tenure::testkit::{held_by, unique_group};
 use tenure::{CasOutcome, LeaseStore, LeaseView, RecordError, StoreError};
-use tenure_sqlite::{SqliteError, SqliteOptions, SqliteStore, SCHEMA_VERSION};
+use tenure_sqlite::{SqliteOptions, SqliteStore, SqliteStoreError, SCHEMA_VERSION};
 
 #[tokio::test]
 async fn a_file_that_is_not_a_database_is_refused() {
@@ -16,8 +16,11 @@ async fn a_file_that_is_not_a_database_is_refused() {
     let path = scratch.path("notes.txt");
     let garbage: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 13) as u8).collect();
     std::fs::write(&path, &garbage).unwrap();
-    let err = SqliteStore::open(&path).await.unwrap_err();
-    assert!(matches!(err, SqliteError::NotADatabase { .. }), "{err:?}");
+    let err = SqliteStore::connect(&path).await.unwrap_err();
+    assert!(
+        matches!(err, SqliteStoreError::NotADatabase { .. }),
+        "{err:?}"
+    );
     let msg = err.to_string();
     assert!(msg.contains(&path.display().to_string()), "{msg}");
     assert!(
@@ -41,7 +44,7 @@ async fn a_corrupt_database_is_refused() {
     let scratch = Scratch::new("corrupt");
     let path = scratch.path("leases.db");
     {
-        let store = SqliteStore::open(&path).await.unwrap();
+        let store = SqliteStore::connect(&path).await.unwrap();
         for i in 0..200 {
             let g = unique_group(&format!("g{i}"));
             store
@@ -66,7 +69,7 @@ async fn a_corrupt_database_is_refused() {
     std::fs::write(&path, &bytes).unwrap();
     let _ = std::fs::remove_file(format!("{}-shm", path.display()));
 
-    let err = match SqliteStore::open(&path).await {
+    let err = match SqliteStore::connect(&path).await {
         Err(e) => e,
         Ok(store) => {
             // SQLite may only notice when it reads a damaged page.
@@ -77,7 +80,7 @@ async fn a_corrupt_database_is_refused() {
     assert!(
         matches!(
             err,
-            SqliteError::Corrupt { .. } | SqliteError::NotADatabase { .. }
+            SqliteStoreError::Corrupt { .. } | SqliteStoreError::NotADatabase { .. }
         ),
         "{err:?}"
     );
@@ -90,16 +93,16 @@ async fn a_corrupt_database_is_refused() {
 async fn a_newer_schema_is_refused() {
     let scratch = Scratch::new("newer-schema");
     let path = scratch.path("leases.db");
-    drop(SqliteStore::open(&path).await.unwrap());
+    drop(SqliteStore::connect(&path).await.unwrap());
     raw(&path)
         .execute(
             "UPDATE tenure_schema SET version = ?1",
             [SCHEMA_VERSION + 1],
         )
         .unwrap();
-    let err = SqliteStore::open(&path).await.unwrap_err();
+    let err = SqliteStore::connect(&path).await.unwrap_err();
     match &err {
-        SqliteError::NewerSchema {
+        SqliteStoreError::NewerSchema {
             found, supported, ..
         } => {
             assert_eq!(*found, SCHEMA_VERSION + 1);
@@ -122,15 +125,15 @@ async fn foreign_tables_and_broken_schema_rows_are_refused() {
     raw(&path)
         .execute_batch("CREATE TABLE tenure_leases (id INTEGER PRIMARY KEY, owner TEXT);")
         .unwrap();
-    let err = SqliteStore::open(&path).await.unwrap_err();
-    assert!(matches!(err, SqliteError::Schema { .. }), "{err:?}");
+    let err = SqliteStore::connect(&path).await.unwrap_err();
+    assert!(matches!(err, SqliteStoreError::Schema { .. }), "{err:?}");
 
     // A schema table without its version row.
     let path = scratch.path("no-row.db");
-    drop(SqliteStore::open(&path).await.unwrap());
+    drop(SqliteStore::connect(&path).await.unwrap());
     raw(&path).execute("DELETE FROM tenure_schema", []).unwrap();
-    let err = SqliteStore::open(&path).await.unwrap_err();
-    assert!(matches!(err, SqliteError::Schema { .. }), "{err:?}");
+    let err = SqliteStore::connect(&path).await.unwrap_err();
+    assert!(matches!(err, SqliteStoreError::Schema { .. }), "{err:?}");
     assert!(err.to_string().contains("no version row"), "{err}");
 }
 
@@ -138,7 +141,7 @@ async fn foreign_tables_and_broken_schema_rows_are_refused() {
 async fn a_dropped_table_is_a_misconfiguration() {
     let scratch = Scratch::new("dropped");
     let path = scratch.path("leases.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = SqliteStore::connect(&path).await.unwrap();
     raw(&path)
         .execute_batch("DROP TABLE tenure_leases;")
         .unwrap();
@@ -155,22 +158,34 @@ async fn a_dropped_table_is_a_misconfiguration() {
 
 #[tokio::test]
 async fn bad_paths_are_refused() {
-    let err = SqliteStore::open("").await.unwrap_err();
-    assert!(matches!(err, SqliteError::InvalidPath { .. }), "{err:?}");
-    let err = SqliteStore::open(":memory:").await.unwrap_err();
-    assert!(matches!(err, SqliteError::InvalidPath { .. }), "{err:?}");
+    let err = SqliteStore::connect("").await.unwrap_err();
+    assert!(
+        matches!(err, SqliteStoreError::InvalidPath { .. }),
+        "{err:?}"
+    );
+    let err = SqliteStore::connect(":memory:").await.unwrap_err();
+    assert!(
+        matches!(err, SqliteStoreError::InvalidPath { .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("no other candidate"), "{err}");
 
     let scratch = Scratch::new("bad-paths");
     let missing = scratch.path("no/such/dir/leases.db");
-    let err = SqliteStore::open(&missing).await.unwrap_err();
-    assert!(matches!(err, SqliteError::CannotOpen { .. }), "{err:?}");
+    let err = SqliteStore::connect(&missing).await.unwrap_err();
+    assert!(
+        matches!(err, SqliteStoreError::CannotOpen { .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("directory exists"), "{err}");
 
     // A directory where the file should be.
-    let err = SqliteStore::open(&scratch.dir).await.unwrap_err();
+    let err = SqliteStore::connect(&scratch.dir).await.unwrap_err();
     assert!(
-        matches!(err, SqliteError::CannotOpen { .. } | SqliteError::Io { .. }),
+        matches!(
+            err,
+            SqliteStoreError::CannotOpen { .. } | SqliteStoreError::Io { .. }
+        ),
         "{err:?}"
     );
 }
@@ -181,7 +196,7 @@ async fn bad_paths_are_refused() {
 async fn hand_edited_rows_are_typed_errors() {
     let scratch = Scratch::new("hand-edited");
     let path = scratch.path("leases.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = SqliteStore::connect(&path).await.unwrap();
 
     let g = unique_group("text");
     let text = String::from_utf8(held_by("a", 4).encode()).unwrap();
@@ -255,7 +270,7 @@ async fn a_locked_database_is_retried_then_reported() {
     let scratch = Scratch::new("locked");
     let path = scratch.path("leases.db");
     let options = SqliteOptions::default().with_busy_timeout(Duration::from_millis(300));
-    let store = SqliteStore::open_with(&path, options).await.unwrap();
+    let store = SqliteStore::connect_with(&path, options).await.unwrap();
     let g = unique_group("g");
     let CasOutcome::Applied(v1) = store
         .compare_and_swap(&g, None, &held_by("a", 1))
@@ -329,7 +344,7 @@ async fn a_locked_database_is_retried_then_reported() {
 async fn a_hand_edit_changes_the_version() {
     let scratch = Scratch::new("hand-edit");
     let path = scratch.path("leases.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = SqliteStore::connect(&path).await.unwrap();
     let g = unique_group("g");
     let CasOutcome::Applied(v1) = store
         .compare_and_swap(&g, None, &held_by("a", 1))

@@ -24,8 +24,8 @@ async fn next_hint(feed: &mut tenure::ChangeFeed, within: Duration) -> Option<Du
 async fn a_write_on_another_handle_wakes_the_watcher() {
     let scratch = Scratch::new("feed");
     let path = scratch.path("leases.db");
-    let watcher = SqliteStore::open(&path).await.unwrap();
-    let writer = SqliteStore::open(&path).await.unwrap();
+    let watcher = SqliteStore::connect(&path).await.unwrap();
+    let writer = SqliteStore::connect(&path).await.unwrap();
     let g = unique_group("watched");
     let other = unique_group("other");
 
@@ -89,7 +89,9 @@ async fn a_write_on_another_handle_wakes_the_watcher() {
 #[tokio::test(flavor = "current_thread")]
 async fn dropping_the_feed_ends_its_poller() {
     let scratch = Scratch::new("feed-drop");
-    let store = SqliteStore::open(scratch.path("leases.db")).await.unwrap();
+    let store = SqliteStore::connect(scratch.path("leases.db"))
+        .await
+        .unwrap();
     let g = unique_group("g");
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();

@@ -51,7 +51,7 @@ async fn race_child() {
     // busy with other tests: the default busy timeout (1 s) measures the
     // machine, not the store. What is tested is who wins, not how fast.
     let options = SqliteOptions::default().with_busy_timeout(RACER_BUSY_TIMEOUT);
-    let store = SqliteStore::open_with(dir.join("leases.db"), options)
+    let store = SqliteStore::connect_with(dir.join("leases.db"), options)
         .await
         .unwrap();
     let outcome = store
@@ -156,7 +156,7 @@ async fn race(
     assert_eq!(conflicts, RACERS - 1);
 
     // The file agrees with the winner.
-    let store = SqliteStore::open(dir.join("leases.db")).await.unwrap();
+    let store = SqliteStore::connect(dir.join("leases.db")).await.unwrap();
     let got = store.read(group).await.unwrap().unwrap();
     let (winner, version) = applied.pop().unwrap();
     assert_eq!(
@@ -191,7 +191,7 @@ async fn sixteen_processes_race() {
     let dir = scratch.path("takeover");
     std::fs::create_dir_all(&dir).unwrap();
     let group = tenure::testkit::unique_group("multi-process");
-    let store = SqliteStore::open(dir.join("leases.db")).await.unwrap();
+    let store = SqliteStore::connect(dir.join("leases.db")).await.unwrap();
     let CasOutcome::Applied(v) = store
         .compare_and_swap(&group, None, &held_by("first", 1))
         .await

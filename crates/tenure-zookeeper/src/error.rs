@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tenure::error::{BackendError, BoxError};
 use tenure::StoreError;
 use zookeeper_client as zk;
 
@@ -124,22 +125,29 @@ impl ZkStoreError {
     }
 }
 
-impl From<ZkStoreError> for StoreError {
-    fn from(e: ZkStoreError) -> Self {
-        if let ZkStoreError::Timeout { after, .. } = e {
-            return StoreError::Timeout(after);
+impl BackendError for ZkStoreError {
+    fn is_transient(&self) -> bool {
+        ZkStoreError::is_transient(self)
+    }
+
+    fn timed_out(&self) -> Option<Duration> {
+        match self {
+            ZkStoreError::Timeout { after, .. } => Some(*after),
+            _ => None,
         }
-        let transient = e.is_transient();
-        let message = e.to_string();
-        let source: Option<tenure::error::BoxError> = match e {
+    }
+
+    fn into_source(self) -> Option<BoxError> {
+        match self {
             ZkStoreError::ZooKeeper { source, .. } => Some(Box::new(source)),
             _ => None,
-        };
-        if transient {
-            StoreError::Unavailable { message, source }
-        } else {
-            StoreError::Misconfigured { message, source }
         }
+    }
+}
+
+impl From<ZkStoreError> for StoreError {
+    fn from(e: ZkStoreError) -> Self {
+        StoreError::from_backend(e)
     }
 }
 

@@ -275,7 +275,7 @@ pub(crate) struct Shared {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let store = MemoryStore::new(); // or tenure_sqlite::SqliteStore::open("tenure.db").await?
+/// let store = MemoryStore::new(); // or tenure_sqlite::SqliteStore::connect("tenure.db").await?
 /// let elector = Elector::builder(store, "nightly-billing")
 ///     .candidate_id("host-a")
 ///     .term(Duration::from_secs(10))

@@ -138,6 +138,184 @@ pub enum StoreError {
     },
 }
 
+/// What a store crate's own error type tells tenure, so that one shared
+/// constructor, [`StoreError::from_backend`], turns any of them into a
+/// [`StoreError`] and each crate's `From<…> for StoreError` is one line.
+///
+/// ```
+/// use tenure::error::{BackendError, BoxError};
+/// use tenure::StoreError;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// enum MyStoreError {
+///     #[error("my store at {0} refused the password: check it in the URL")]
+///     Credentials(String),
+///     #[error("my store at {target} is unreachable")]
+///     Unreachable { target: String, #[source] source: std::io::Error },
+/// }
+///
+/// impl BackendError for MyStoreError {
+///     fn is_transient(&self) -> bool {
+///         matches!(self, MyStoreError::Unreachable { .. })
+///     }
+///     fn into_source(self) -> Option<BoxError> {
+///         match self {
+///             MyStoreError::Unreachable { source, .. } => Some(Box::new(source)),
+///             MyStoreError::Credentials(_) => None,
+///         }
+///     }
+/// }
+///
+/// impl From<MyStoreError> for StoreError {
+///     fn from(e: MyStoreError) -> Self {
+///         StoreError::from_backend(e)
+///     }
+/// }
+///
+/// let e = StoreError::from(MyStoreError::Credentials("db:1".into()));
+/// assert!(matches!(e, StoreError::Misconfigured { .. }));
+/// assert!(e.to_string().contains("refused the password"));
+/// ```
+pub trait BackendError: std::error::Error + Send + Sync + Sized + 'static {
+    /// Whether retrying may succeed (the server is unreachable, busy or
+    /// slow) rather than an operator having to fix something first.
+    fn is_transient(&self) -> bool;
+
+    /// The bound a request outlasted, when the error is one: reported as
+    /// [`StoreError::Timeout`] (the outcome is unknown).
+    fn timed_out(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The cause, kept as the [`StoreError`]'s source (the error's own
+    /// message becomes the `StoreError`'s message, so the cause is what
+    /// lies beneath it, not the error itself).
+    fn into_source(self) -> Option<BoxError>;
+
+    /// The [`StoreError`] this error carries whole, if it is one: a crate
+    /// whose `connect` runs the same code as its operations keeps their
+    /// `StoreError` in a variant of its own error, and gets it back
+    /// unchanged. The default carries none.
+    fn into_store_error(self) -> Result<StoreError, Self> {
+        Err(self)
+    }
+}
+
+/// The first error of type `T` in `e`'s chain of sources, `e` itself
+/// included: for telling failures apart by a cause that a client wraps.
+///
+/// ```
+/// let io = std::io::Error::other("refused");
+/// let e = tenure::StoreError::unavailable("cannot connect", io);
+/// let found = tenure::error::find_cause::<std::io::Error>(&e);
+/// assert_eq!(found.map(|io| io.to_string()), Some("refused".into()));
+/// ```
+pub fn find_cause<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(found) = err.downcast_ref::<T>() {
+            return Some(found);
+        }
+        next = err.source();
+    }
+    None
+}
+
+/// Why a store could not connect, for the store crates whose operations
+/// report [`StoreError`]s directly (PostgreSQL, DynamoDB, object stores):
+/// their URL is wrong, a TLS file is, or connecting met what an operation
+/// would report. Those crates name it after themselves
+/// (`PostgresStoreError`, `DynamoDbStoreError`, `BucketStoreError`), as
+/// every store crate names its error `{Backend}StoreError`; crates with
+/// failures of their own (Redis, etcd, …) have enums of their own.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL, an option or a name in it is malformed.
+    #[error("bad {store} URL {url}: {reason}")]
+    InvalidUrl {
+        /// Which store's URL (`PostgreSQL`, `DynamoDB store`, …).
+        store: &'static str,
+        /// The URL, without secrets.
+        url: String,
+        /// What is wrong and how to write it instead.
+        reason: String,
+    },
+    /// A TLS file the URL names (`ca=`) cannot be read or does not hold
+    /// what its option says.
+    #[error(transparent)]
+    TlsFile(#[from] crate::tls::PemError),
+    /// Connecting failed as an operation would (credentials refused, the
+    /// database or table missing or wrong, the server unreachable, a
+    /// timeout): the message names the fix.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ConnectError {
+    /// Whether retrying later may succeed without an operator's help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ConnectError::Store(e) => e.is_transient(),
+            ConnectError::InvalidUrl { .. } | ConnectError::TlsFile(_) => false,
+        }
+    }
+}
+
+impl BackendError for ConnectError {
+    fn is_transient(&self) -> bool {
+        ConnectError::is_transient(self)
+    }
+
+    fn into_source(self) -> Option<BoxError> {
+        match self {
+            ConnectError::TlsFile(e) => e.into_source(),
+            ConnectError::InvalidUrl { .. } | ConnectError::Store(_) => None,
+        }
+    }
+
+    fn into_store_error(self) -> Result<StoreError, Self> {
+        match self {
+            ConnectError::Store(e) => Ok(e),
+            other => Err(other),
+        }
+    }
+}
+
+impl From<ConnectError> for StoreError {
+    fn from(e: ConnectError) -> Self {
+        StoreError::from_backend(e)
+    }
+}
+
+/// An error and its causes on one line (each cause once: a message that
+/// already contains its cause's text is not repeated), for one-line error
+/// output and for matching on details that clients only expose as text.
+///
+/// ```
+/// let io = std::io::Error::other("connection refused");
+/// let e = tenure::StoreError::unavailable("cannot reach db:5432", io);
+/// assert_eq!(
+///     tenure::error::error_chain(&e),
+///     "the store is unavailable: cannot reach db:5432: connection refused"
+/// );
+/// ```
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out.replace('\n', " ")
+}
+
 /// So that work returning `std::io::Error` can use
 /// [`Elector::run_while_leader`](crate::Elector::run_while_leader), which
 /// ends with the elector's error when it stops for good.
@@ -161,6 +339,28 @@ impl StoreError {
         StoreError::Misconfigured {
             message: message.into(),
             source: Some(source.into()),
+        }
+    }
+
+    /// A store crate's own error as a `StoreError`: a timeout stays a
+    /// timeout, a transient error is [`Unavailable`](StoreError::Unavailable),
+    /// anything else [`Misconfigured`](StoreError::Misconfigured), with the
+    /// error's message and its cause (see [`BackendError`]).
+    pub fn from_backend<E: BackendError>(e: E) -> StoreError {
+        let e = match e.into_store_error() {
+            Ok(carried) => return carried,
+            Err(e) => e,
+        };
+        if let Some(after) = e.timed_out() {
+            return StoreError::Timeout(after);
+        }
+        let transient = e.is_transient();
+        let message = e.to_string();
+        let source = e.into_source();
+        if transient {
+            StoreError::Unavailable { message, source }
+        } else {
+            StoreError::Misconfigured { message, source }
         }
     }
 

@@ -100,6 +100,7 @@ pub mod store;
 mod term;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod tls;
 pub mod url;
 
 pub use clock::{Clock, MonoTime, Now, SystemClock, TokioClock, WallTime};

@@ -47,7 +47,7 @@ pub const SECRET_KEY: &str = "tenure-test-secret";
 
 /// A store on the shared table, creating it on first use.
 pub async fn store(endpoint: &str) -> DynamoDbStore {
-    DynamoDbStore::with_options(options(endpoint, TABLE).create_if_missing(true))
+    DynamoDbStore::connect_with(options(endpoint, TABLE).create_if_missing(true))
         .await
         .expect("connect to dynalite")
 }
@@ -161,7 +161,7 @@ impl Harness for DynamoHarness {
     async fn store(&self) -> DynamoDbStore {
         // A client of its own per handle: its own connections, so racers
         // race for real.
-        DynamoDbStore::with_options(options(&self.endpoint, TABLE))
+        DynamoDbStore::connect_with(options(&self.endpoint, TABLE))
             .await
             .expect("connect")
     }

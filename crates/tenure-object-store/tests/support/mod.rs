@@ -57,7 +57,7 @@ pub fn options(endpoint: &str, bucket: &str, prefix: &str) -> BucketOptions {
 /// A handle on the shared moto's bucket (created if missing).
 pub async fn store(endpoint: &str, prefix: &str) -> BucketStore {
     create_bucket(endpoint, BUCKET).await;
-    BucketStore::with_options(options(endpoint, BUCKET, prefix))
+    BucketStore::connect_with(options(endpoint, BUCKET, prefix))
         .await
         .expect("connect to moto")
 }

@@ -51,7 +51,7 @@ pub fn raw(path: &Path) -> rusqlite::Connection {
     conn
 }
 
-/// Every `store()` is a new `SqliteStore::open`, so a new connection.
+/// Every `store()` is a new `SqliteStore::connect`, so a new connection.
 pub struct SqliteHarness {
     pub path: PathBuf,
 }
@@ -61,7 +61,7 @@ impl Harness for SqliteHarness {
     type Store = SqliteStore;
 
     async fn store(&self) -> SqliteStore {
-        SqliteStore::open(&self.path).await.unwrap()
+        SqliteStore::connect(&self.path).await.unwrap()
     }
 
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {

@@ -136,7 +136,7 @@ pub(super) async fn drive_machine<S: LeaseStore>(
                     ..
                 } => {
                     let result = store.compare_and_swap(g, expected, &record).await;
-                    cas.push((expected, result.as_ref().map(|o| *o).map_err(chain)));
+                    cas.push((expected, result.as_ref().map(|o| *o).map_err(|e| chain(e))));
                     inputs.push_back(Input::CasDone { op, result });
                 }
                 _ => {}

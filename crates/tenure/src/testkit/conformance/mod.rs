@@ -4,7 +4,6 @@
 //! store they may not have written.
 
 use std::collections::{HashSet, VecDeque};
-use std::error::Error as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,7 +17,7 @@ use super::{
 };
 use crate::clock::{MonoTime, Now, WallTime};
 use crate::config::Config;
-use crate::error::{RecordError, StoreError};
+use crate::error::{error_chain as chain, RecordError, StoreError};
 use crate::machine::{Action, Input, Machine};
 use crate::record::{
     GroupName, Holder, LeaseRecord, Metadata, Version, Versioned, MAX_GROUP_BYTES,
@@ -69,19 +68,6 @@ impl Run {
         GroupName::new(format!("{}-{label}", self.id))
             .map_err(|e| format!("test bug: group name for {label:?}: {e}"))
     }
-}
-
-/// An error with its whole source chain, since the useful part of a store
-/// error is often its cause.
-fn chain(e: &StoreError) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 trait Ctx<T> {
