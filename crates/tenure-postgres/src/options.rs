@@ -254,8 +254,8 @@ mod tests {
         assert_eq!(o.table.quoted, "\"ops\".\"tenure\"");
         assert_eq!(o.ca, Some(("sslrootcert", PathBuf::from("/ca.pem"))));
         // `ca` is the name every tenure store uses; libpq's is an alias.
-        let o = PostgresOptions::from_url("postgres://db/x?ca=/etc/ca%20dir/ca.pem").unwrap();
-        assert_eq!(o.ca, Some(("ca", PathBuf::from("/etc/ca dir/ca.pem"))));
+        let c = PostgresOptions::from_url("postgres://db/x?ca=/etc/ca%20dir/ca.pem").unwrap();
+        assert_eq!(c.ca, Some(("ca", PathBuf::from("/etc/ca dir/ca.pem"))));
         assert_eq!(
             o.config.get_ssl_mode(),
             tokio_postgres::config::SslMode::Require
