@@ -18,7 +18,7 @@
 //! etcd compares values as bytes, so the fence key holds the token as 20
 //! zero-padded digits ([`fence_value`]), whose byte order is the numeric
 //! order of every `u64`. Let only this function (or writers using
-//! [`fence_value`]) write the fence key. `examples/fencing.rs` runs a stale
+//! [`fence_value`]) write the fence key. `examples/fencing_etcd.rs` runs a stale
 //! leader against it; `docs/fencing.md` in the repository has the other
 //! recipes.
 

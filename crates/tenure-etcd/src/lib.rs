@@ -104,7 +104,7 @@
 //!
 //! [`fence::fenced_txn`] applies writes in a transaction only if a fence
 //! key has not admitted a higher token than the writer's;
-//! `examples/fencing.rs` shows a leader whose term ended refused by it, and
+//! `examples/fencing_etcd.rs` shows a leader whose term ended refused by it, and
 //! `docs/fencing.md` in the repository explains the recipe.
 //!
 //! # Errors and secrets

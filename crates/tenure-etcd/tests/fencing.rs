@@ -8,8 +8,8 @@ use tenure::fence::StaleToken;
 use tenure::testkit;
 use tenure_etcd::{fence, EtcdOptions};
 
-#[allow(dead_code)] // its main() is for `cargo run --example fencing`
-#[path = "../examples/fencing.rs"]
+#[allow(dead_code)] // its main() is for `cargo run --example fencing_etcd`
+#[path = "../examples/fencing_etcd.rs"]
 mod example;
 
 async fn connect() -> Option<Client> {
@@ -20,7 +20,7 @@ async fn connect() -> Option<Client> {
     Some(Client::connect(endpoints, None).await.expect("connect"))
 }
 
-/// The example as `cargo run --example fencing` runs it: A's late write
+/// The example as `cargo run --example fencing_etcd` runs it: A's late write
 /// with token n after B wrote with n+1 is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_refuses_the_leader_whose_term_ended() {

@@ -37,6 +37,15 @@
 //! message in the bucket's stream. Sequences only ever rise and survive
 //! restarts (file storage), so a version is never reused.
 //!
+//! **Never delete or purge a group's key, purge the stream, or delete and
+//! recreate the bucket by hand** while candidates run: a deletion marker
+//! reads as "never written", so the next term's token starts again at 1
+//! and two leaders could overlap until the old one's next renewal; a
+//! recreated bucket starts its sequences again. To clear a group, use
+//! `tenure release --force` (which keeps the token). Treat permission to
+//! publish to, or to answer requests on, the bucket's subjects
+//! (`$KV.<bucket>.>`) as permission to write leases.
+//!
 //! # Operations
 //!
 //! * **read**: the stream's last message on the key, through the stream's

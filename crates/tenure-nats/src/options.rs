@@ -101,7 +101,17 @@ impl NatsOptions {
         } else if let Some(r) = url.strip_prefix("nats+tls://") {
             (true, r)
         } else {
-            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
+            // Named only when it looks like a scheme: in `app:pw://x@h` (no
+            // scheme, a password holding "://") it would be the secret.
+            let scheme = url
+                .split_once("://")
+                .map(|(s, _)| s)
+                .filter(|s| {
+                    s.starts_with(|c: char| c.is_ascii_alphabetic())
+                        && s.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+                })
+                .unwrap_or("(none)");
             return Err(bad(format!(
                 "scheme {scheme:?} is not nats:// or nats+tls:// (TLS)"
             )));
@@ -312,6 +322,8 @@ mod tests {
 
     #[test]
     fn errors_name_the_part_and_never_the_secret() {
+        let e = NatsOptions::from_url("app:PWSECRET://x@h/b").unwrap_err();
+        assert!(!e.to_string().contains("PWSECRET"), "{e}");
         for (url, needle) in [
             ("redis://h:1", "scheme"),
             ("nats://u:pw-secret@h:0/b", "port"),

@@ -131,7 +131,7 @@
 //! The same conditional writes fence the application's own objects: keep
 //! the writer's token in the object, read it with the ETag, refuse a lower
 //! token ([`tenure::fence::check`]), and put with `If-Match` on that ETag
-//! ([`BucketStore::object_store`] gives the client). `examples/fencing.rs`
+//! ([`BucketStore::object_store`] gives the client). `examples/fencing_s3.rs`
 //! shows a leader whose term ended refused that way, and `docs/fencing.md`
 //! in the repository explains the recipe.
 //!

@@ -9,11 +9,11 @@ use std::time::Duration;
 use tenure::fence::StaleToken;
 use tenure_object_store::object_store::path::Path;
 
-#[allow(dead_code)] // its main() is for `cargo run --example fencing`
-#[path = "../examples/fencing.rs"]
+#[allow(dead_code)] // its main() is for `cargo run --example fencing_s3`
+#[path = "../examples/fencing_s3.rs"]
 mod example;
 
-/// The example as `cargo run --example fencing` runs it: A's late write
+/// The example as `cargo run --example fencing_s3` runs it: A's late write
 /// with token n after B wrote with n+1 is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_refuses_the_leader_whose_term_ended() {

@@ -18,7 +18,7 @@
 //! `DELETE` carries no token at all (delete through the `WHERE` recipe, or
 //! mark rows deleted with an `UPDATE`). `docs/fencing.md` in the repository
 //! has both recipes, a fence row guarding a whole transaction, and why the
-//! checks hold under concurrent writers; `examples/fencing.rs` runs them.
+//! checks hold under concurrent writers; `examples/fencing_postgres.rs` runs them.
 //!
 //! ```no_run
 //! use tenure_postgres::fence;

@@ -128,7 +128,7 @@
 //! To make a PostgreSQL table refuse a leader whose term has ended, give
 //! its rows a `fence_token` column and write with
 //! `WHERE fence_token <= $token`, or install the trigger in [`fence`].
-//! `examples/fencing.rs` shows a stale leader refused both ways, and
+//! `examples/fencing_postgres.rs` shows a stale leader refused both ways, and
 //! `docs/fencing.md` in the repository explains the recipes.
 //!
 //! # Connecting

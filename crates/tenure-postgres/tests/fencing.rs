@@ -8,8 +8,8 @@ use tenure::testkit;
 use tenure_postgres::fence;
 use tokio_postgres::{Client, NoTls};
 
-#[allow(dead_code)] // its main() is for `cargo run --example fencing`
-#[path = "../examples/fencing.rs"]
+#[allow(dead_code)] // its main() is for `cargo run --example fencing_postgres`
+#[path = "../examples/fencing_postgres.rs"]
 mod example;
 
 fn url() -> Option<String> {
@@ -22,7 +22,7 @@ async fn connect(url: &str) -> Client {
     client
 }
 
-/// The example as `cargo run --example fencing` runs it: A's late write
+/// The example as `cargo run --example fencing_postgres` runs it: A's late write
 /// with token n after B wrote with n+1 is refused by both recipes.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_refuses_the_leader_whose_term_ended() {

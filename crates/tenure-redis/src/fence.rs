@@ -20,7 +20,7 @@
 //! their own: copy [`FENCED_SET_LUA`] and change its last loop. The fence
 //! is only as durable as Redis: a restart that loses or rolls back the fence
 //! key lets an older token in again (see the crate docs on data loss).
-//! `examples/fencing.rs` runs a stale leader against it; `docs/fencing.md`
+//! `examples/fencing_redis.rs` runs a stale leader against it; `docs/fencing.md`
 //! in the repository has the other recipes.
 
 use std::sync::LazyLock;

@@ -151,7 +151,7 @@
 //! # Fencing what the leader writes to Redis
 //!
 //! [`fence::fenced_set`] writes keys only if a fence key has not admitted a
-//! higher token than the writer's, in one Lua script; `examples/fencing.rs`
+//! higher token than the writer's, in one Lua script; `examples/fencing_redis.rs`
 //! shows a leader whose term ended refused by it, and `docs/fencing.md` in
 //! the repository explains the recipe.
 //!

@@ -8,8 +8,8 @@ use tenure::fence::StaleToken;
 use tenure::testkit;
 use tenure_redis::fence;
 
-#[allow(dead_code)] // its main() is for `cargo run --example fencing`
-#[path = "../examples/fencing.rs"]
+#[allow(dead_code)] // its main() is for `cargo run --example fencing_redis`
+#[path = "../examples/fencing_redis.rs"]
 mod example;
 
 async fn connect() -> Option<redis::aio::MultiplexedConnection> {
@@ -31,7 +31,7 @@ fn keys() -> (String, String) {
     )
 }
 
-/// The example as `cargo run --example fencing` runs it: A's late write
+/// The example as `cargo run --example fencing_redis` runs it: A's late write
 /// with token n after B wrote with n+1 is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_refuses_the_leader_whose_term_ended() {

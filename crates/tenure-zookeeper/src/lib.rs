@@ -35,8 +35,17 @@
 //!
 //! A record's version is the node's `mzxid`, the zxid of its last write.
 //! Zxids only rise (across writes, leader elections and restarts of an
-//! ensemble that keeps its data), so a version is never reused, not even by
-//! a node deleted and created again.
+//! ensemble that keeps its data), so a version is never reused.
+//!
+//! **Never delete a group's node by hand** (`delete`/`deleteall` in
+//! zkCli) while candidates run. ZooKeeper can condition a write only on
+//! the node's `dataVersion`, which a recreated node starts again at 0, so
+//! a handle that remembers the old node may still replace the new one, and
+//! a deleted node reads as "never written", so the next term's token
+//! starts again at 1: two leaders could overlap until the old one's next
+//! renewal. To clear a group, use `tenure release --force` (which keeps
+//! the token). Detecting such deletions (the prefix node's `cversion`
+//! against its `numChildren`) is not done yet.
 //!
 //! # Operations
 //!

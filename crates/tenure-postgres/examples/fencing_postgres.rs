@@ -11,7 +11,7 @@
 //! * `fenced_trigger`: a plain `UPDATE`, refused by the trigger from
 //!   `tenure_postgres::fence::TRIGGER_FUNCTION_SQL`.
 //!
-//! Run: `cargo run -p tenure-postgres --example fencing -- postgres://USER:PASSWORD@HOST/DB`
+//! Run: `cargo run -p tenure-postgres --example fencing_postgres -- postgres://USER:PASSWORD@HOST/DB`
 //! (or set `TENURE_TEST_POSTGRES`). `tests/fencing.rs` runs this same code
 //! against the test server. The recipes are explained in `docs/fencing.md`.
 

@@ -9,7 +9,7 @@
 //! `SIGSTOP`) with a second write in flight, its term ends, and B takes
 //! term n+1 and writes. A's late write with token n is refused.
 //!
-//! Run: `cargo run -p tenure-object-store --example fencing -- 's3://BUCKET/PREFIX?region=…'`,
+//! Run: `cargo run -p tenure-object-store --example fencing_s3 -- 's3://BUCKET/PREFIX?region=…'`,
 //! or with `TENURE_TEST_S3` set to an S3 emulator's endpoint (the bucket
 //! `tenure-test`, any keys: what `scripts/servers.sh` starts).
 //! `tests/fencing.rs` runs this same code against moto. The recipe is
