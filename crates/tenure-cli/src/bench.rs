@@ -46,7 +46,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
             print!("{}", crate::shard_bench::table(&bench));
         }
         // A shard worked by two members at once is a broken guarantee.
-        return Ok(if bench.overlaps() == 0 { 0 } else { 1 });
+        return Ok(u8::from(bench.overlaps() != 0));
     }
     if !args.groups.is_empty() {
         if args.groups.contains(&0) {
@@ -359,11 +359,7 @@ impl Etcdctl {
     }
 
     fn signal(&self, signal: i32) {
-        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
-            // SAFETY: kill(2) on the pid of a child we spawned and have not
-            // yet reaped, so the pid cannot have been reused.
-            unsafe { libc::kill(pid, signal) };
-        }
+        crate::child::signal_tokio_child(&self.child, signal);
     }
 }
 

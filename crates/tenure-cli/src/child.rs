@@ -29,6 +29,16 @@
 //!
 //! CMD never sees the store URL: `TENURE_STORE` (which may carry a
 //! password) is removed from its environment.
+//!
+//! This module (with [`crate::watchdog`]) is where the command's unsafe code
+//! lives: std has no call for process groups' signals, subreaping, the
+//! parent-death signal or `waitid`, so they are libc calls here, each with
+//! why it is sound; the rest of the command signals and spawns through the
+//! helpers below.
+#![allow(
+    unsafe_code,
+    reason = "the process-group, signal and reaping system calls std does not offer"
+)]
 
 use std::ffi::OsString;
 use std::io;
@@ -133,12 +143,7 @@ impl Supervised {
             // Covers error paths that drop the handle; the group is handled
             // by `Drop` below.
             .kill_on_drop(true);
-        let parent = std::process::id();
-        // SAFETY: the closure runs between fork and exec and calls only
-        // async-signal-safe functions (prctl, getppid); it allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || die_with_parent(parent));
-        }
+        dies_with_us(&mut cmd);
         let child = cmd.spawn()?;
         let pgid = child
             .id()
@@ -196,11 +201,13 @@ impl Supervised {
             // SAFETY: an all-zero siginfo_t is a valid value; waitid writes
             // into it, and WNOWAIT only peeks, so nothing is reaped here.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `info` is a valid out-pointer; P_PGID takes the group
+            // id as an integer.
             let rc = unsafe {
                 libc::waitid(
                     libc::P_PGID,
                     self.pgid as libc::id_t,
-                    &mut info,
+                    &raw mut info,
                     libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
                 )
             };
@@ -212,7 +219,7 @@ impl Supervised {
             }
             let mut status = 0;
             // SAFETY: reaps exactly the exited orphan just peeked at.
-            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            unsafe { libc::waitpid(pid, &raw mut status, libc::WNOHANG) };
         }
     }
 
@@ -348,6 +355,35 @@ pub fn die_with_parent(parent: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Has `cmd`'s process die with this one (and not start at all if this one
+/// is already gone), for the candidate and member processes the demo and
+/// the benchmarks start.
+pub fn dies_with_us(cmd: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and calls only
+    // async-signal-safe functions (prctl, getppid); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || die_with_parent(parent));
+    }
+}
+
+/// Sends `sig` to one process of ours, `pid`: a child we spawned and have
+/// not reaped, so its pid cannot have been reused. Ids that would reach
+/// more than one process (0, -1, a group) are refused.
+pub fn signal_child(pid: libc::pid_t, sig: libc::c_int) {
+    if pid > 1 {
+        // SAFETY: kill takes plain integers.
+        let _ = unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// [`signal_child`] for a tokio child, if it has not been reaped.
+pub fn signal_tokio_child(child: &Child, sig: libc::c_int) {
+    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
+        signal_child(pid, sig);
+    }
+}
+
 /// Sends `sig` to every process of group `pgid`.
 pub fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
     // kill(-1) would signal every process we may signal, and kill(0) our
@@ -379,7 +415,7 @@ fn reap_group(pgid: libc::pid_t) {
     loop {
         let mut status = 0;
         // SAFETY: waitpid writes only to `status`.
-        let rc = unsafe { libc::waitpid(-pgid, &mut status, libc::WNOHANG) };
+        let rc = unsafe { libc::waitpid(-pgid, &raw mut status, libc::WNOHANG) };
         if rc <= 0 {
             return;
         }

@@ -104,7 +104,7 @@ impl LeaseView for LeaderView {
             if let Some(w) = watch.as_mut() {
                 let _ =
                     tokio::time::timeout(self.heartbeat_timeout, w.wait_for(Option::is_some)).await;
-                leader = w.borrow().clone();
+                leader.clone_from(&w.borrow());
             }
         }
         Ok(leader.map(|l| Versioned {

@@ -3,8 +3,6 @@
 //! This file only wires things up: parse the command line, set up logging
 //! and the runtime, run the command, turn its result into an exit code.
 
-#![deny(missing_docs)]
-
 mod bench;
 mod child;
 mod cli;

@@ -321,22 +321,7 @@ fn kill_margin(timing: &Timing) -> Duration {
 /// The default candidate id: host name and pid, stable across the stints of
 /// this process (the library's default adds a random suffix per elector).
 fn default_id() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its whole length; gethostname writes
-    // at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let host = if rc == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end])
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(200)
-            .collect()
-    } else {
-        String::new()
-    };
-    let host = if host.is_empty() { "host".into() } else { host };
-    format!("{host}-{}", std::process::id())
+    format!("{}-{}", tenure::host_name(), std::process::id())
 }
 
 /// Logs who leads when it changes; the library logs this candidate's own

@@ -269,11 +269,12 @@ fn is_leader_cost(elector: &Elector) -> f64 {
 }
 
 /// This process's CPU time (user + system).
+#[allow(unsafe_code, reason = "std has no call for a process's CPU time")]
 fn cpu_time() -> Duration {
     // SAFETY: getrusage writes only into the zeroed struct we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: RUSAGE_SELF is valid and `usage` is a valid out-pointer.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut usage) };
     if rc != 0 {
         return Duration::ZERO;
     }
@@ -285,6 +286,7 @@ fn cpu_time() -> Duration {
 }
 
 /// This process's resident memory, from `/proc/self/statm`.
+#[allow(unsafe_code, reason = "std has no call for the page size")]
 fn rss_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()

@@ -130,8 +130,7 @@ pub fn term_env(
     let deadline = term.wall_deadline();
     let deadline_ms = deadline
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
+        .map_or(0, |d| d.as_millis());
     vec![
         ("TENURE_GROUP".into(), group.to_owned()),
         ("TENURE_ID".into(), id.to_owned()),

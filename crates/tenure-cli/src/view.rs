@@ -123,8 +123,7 @@ pub fn rfc3339(t: SystemTime) -> String {
     }
     let ms = t
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
+        .map_or(0, |d| d.as_millis());
     format!("unix-ms:{ms}")
 }
 

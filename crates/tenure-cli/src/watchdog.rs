@@ -1,5 +1,9 @@
 //! The watchdog next to each CMD, both sides of it: [`Watchdog`] is what
 //! `tenure run` holds, [`main`] is the hidden `tenure watchdog` process.
+#![allow(
+    unsafe_code,
+    reason = "signal dispositions and poll(2) on stdin with a timeout, which std does not offer"
+)]
 //!
 //! The watchdog enforces two things whatever state `tenure run` is in
 //! (killed, frozen by SIGSTOP, wedged, starved of CPU):
@@ -221,7 +225,7 @@ fn read_some(wait: Option<Duration>) -> Read {
         revents: 0,
     };
     // SAFETY: one valid pollfd, and its count.
-    let rc = unsafe { libc::poll(&mut fds, 1, timeout_ms) };
+    let rc = unsafe { libc::poll(&raw mut fds, 1, timeout_ms) };
     if rc == 0 {
         return Read::Timeout;
     }

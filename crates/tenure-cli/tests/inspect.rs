@@ -306,9 +306,7 @@ fn hostile_holder_ids_and_metadata_are_escaped_in_text_output() {
 
 /// Open descriptors of process `pid`.
 fn fds_of(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
 /// A flood of connections that never send a request: the leader keeps its

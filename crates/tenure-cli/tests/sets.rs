@@ -227,7 +227,7 @@ fn four_processes_share_sixteen_shards_on(s: &Scratch, store: &str, group: &str)
             );
         }
     }
-    for (_, m) in members.iter() {
+    for m in members.values() {
         m.signal(libc::SIGTERM);
     }
 }

@@ -61,8 +61,7 @@ sleep 1000"#,
     let watchdog = wait_for(SLACK, || {
         children_of(a.pid()).into_iter().find(|&p| {
             std::fs::read(format!("/proc/{p}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains("watchdog"))
-                .unwrap_or(false)
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("watchdog"))
         })
     })
     .expect("the watchdog runs");
@@ -120,6 +119,7 @@ fn once_never_runs_cmd_twice_after_a_lost_term() {
 /// Needs root, to run tenure as another user: under CI=true a non-root run
 /// fails rather than skipping.
 #[test]
+#[allow(unsafe_code, reason = "std has no call for the effective user id")]
 fn a_member_tenure_may_not_signal_does_not_hang_the_stop() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

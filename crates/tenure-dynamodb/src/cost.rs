@@ -49,7 +49,7 @@ impl Cost {
         let hour = 3600.0;
         let poll_min = timing.retry_interval.as_secs_f64();
         let poll_max = poll_min + timing.retry_jitter.as_secs_f64();
-        let poll_mean = (poll_min + poll_max) / 2.0;
+        let poll_mean = f64::midpoint(poll_min, poll_max);
         Cost {
             label: format!("tenure, term {}", humantime::format_duration(timing.term)),
             leader_writes_per_hour: hour / timing.renew_interval.as_secs_f64(),

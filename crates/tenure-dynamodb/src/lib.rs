@@ -236,7 +236,6 @@
 //!     .await;
 //! # Ok(()) }
 //! ```
-#![deny(missing_docs)]
 
 mod batch;
 pub mod cost;

@@ -189,8 +189,10 @@ pub(crate) fn check_schema(table: &TableDescription, target: &Target) -> Result<
             .attribute_definitions()
             .iter()
             .find(|d| d.attribute_name() == name)
-            .map(|d| d.attribute_type().as_str().to_owned())
-            .unwrap_or_else(|| "?".to_owned())
+            .map_or_else(
+                || "?".to_owned(),
+                |d| d.attribute_type().as_str().to_owned(),
+            )
     };
     let ok = match keys {
         [only] => {

@@ -613,7 +613,7 @@ mod tests {
         })
         .contains("'/'"));
         assert!(err(KafkaConfig {
-            leader_topic: Some("".into()),
+            leader_topic: Some(String::new()),
             ..KafkaConfig::default()
         })
         .contains("empty"));

@@ -71,8 +71,7 @@ impl KafkaStatus {
         self.inner
             .fatal
             .lock()
-            .map(|f| f.clone())
-            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+            .map_or_else(|poisoned| poisoned.into_inner().clone(), |f| f.clone())
     }
 
     /// How many times the consumer was polled: network I/O happens at most

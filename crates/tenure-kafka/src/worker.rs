@@ -571,6 +571,10 @@ impl Worker {
 }
 
 /// The consumer group's generation, as librdkafka knows it.
+#[allow(
+    unsafe_code,
+    reason = "rust-rdkafka has no safe call for the group's generation; librdkafka's C API does"
+)]
 fn group_generation(consumer: &BaseConsumer<GroupContext>) -> Option<i32> {
     let rk = consumer.client().native_ptr();
     // SAFETY: `rk` is the consumer's live client handle; the metadata

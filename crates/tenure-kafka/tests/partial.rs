@@ -100,7 +100,7 @@ async fn a_leader_cut_off_from_the_group_coordinator_only_never_overlaps_its_suc
         "coord-cut",
         |p, id| p.cut_group(id),
         Duration::from_secs(4),
-        Some(session - H),
+        Some(session.checked_sub(H).unwrap()),
     )
     .await;
 }
@@ -170,7 +170,7 @@ async fn a_leader_paused_past_its_session_never_overlaps_its_successor_when_it_w
     kids[paused].signal(libc::SIGCONT);
     // Let the woken one act on what it believes, then stop both.
     tokio::time::sleep(session).await;
-    for kid in kids.iter_mut() {
+    for kid in &mut kids {
         kid.stop().await;
     }
     let spans: Vec<(String, Span)> = kids

@@ -24,7 +24,6 @@
 //! assert!(outcome.unique_states > 10);
 //! # Ok::<(), tenure_model::ParamsError>(())
 //! ```
-#![deny(missing_docs)]
 
 pub mod clock;
 pub mod model;

@@ -233,7 +233,6 @@
 //! Never edit a lease object by hand without raising `store_version`: a
 //! write that keeps it would let a candidate that read the old contents
 //! take the new ones for unchanged.
-#![deny(missing_docs)]
 
 mod backend;
 mod error;

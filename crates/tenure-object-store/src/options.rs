@@ -222,7 +222,7 @@ impl BucketOptions {
             let flag = |v: &str| tenure::url::parse_bool(k, v).map_err(|why| bad(&shown, &why));
             let duration =
                 |v: &str| tenure::url::parse_duration(k, v).map_err(|why| bad(&shown, &why));
-            use BackendKind::*;
+            use BackendKind::{Azure, Gcs, S3};
             match k {
                 "endpoint" => o.endpoint = Some(v),
                 "timeout" => o.timeout = duration(&v)?,

@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn large_rounds_are_cut_into_statements() {
-        let rs: Vec<CasRequest> = (0..MAX_ROWS * 2 + 1)
+        let rs: Vec<CasRequest> = (0..=MAX_ROWS * 2)
             .map(|i| req(&format!("g{i:05}")))
             .collect();
         let st = rounds(&rs, |_| false);

@@ -54,7 +54,7 @@ pub const STALE_TOKEN_SQLSTATE: &str = "TF001";
 /// The row lock the `UPDATE` holds while the trigger runs makes the check
 /// and the write one step: a concurrent writer of the same row waits, and
 /// its trigger then sees the row as this write left it.
-pub const TRIGGER_FUNCTION_SQL: &str = r#"
+pub const TRIGGER_FUNCTION_SQL: &str = r"
 CREATE OR REPLACE FUNCTION tenure_refuse_stale_fence_token() RETURNS trigger
 LANGUAGE plpgsql AS $tenure_fence$
 BEGIN
@@ -67,7 +67,7 @@ BEGIN
     RETURN NEW;
 END
 $tenure_fence$;
-"#;
+";
 
 /// The refusal in a statement's error, if the trigger from
 /// [`TRIGGER_FUNCTION_SQL`] raised it; `None` for any other error.

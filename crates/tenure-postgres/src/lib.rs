@@ -145,7 +145,6 @@
 //! ```
 //!
 //! Passwords never appear in logs, errors or [`PostgresStore::describe`](tenure::LeaseView::describe).
-#![deny(missing_docs)]
 
 mod batch;
 mod error;

@@ -39,7 +39,7 @@ use tenure::fence::StaleToken;
 /// Tokens are compared as decimal strings (length first, then digit by
 /// digit), not as Lua numbers: those are doubles and would take 2^53 + 1
 /// for 2^53, while tenure's tokens are `u64`.
-pub const FENCED_SET_LUA: &str = r#"
+pub const FENCED_SET_LUA: &str = r"
 local token = ARGV[1]
 local function is_token(s)
   return string.len(s) <= 20 and string.match(s, '^[1-9][0-9]*$') ~= nil
@@ -65,7 +65,7 @@ for i = 2, #KEYS do
   redis.call('SET', KEYS[i], ARGV[i])
 end
 return {1, token}
-"#;
+";
 
 static FENCED_SET: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FENCED_SET_LUA));
 

@@ -168,7 +168,6 @@
 //! +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish +scan`
 //! (`+config|get` is optional: it lets [`RedisStore::connect`] check the
 //! eviction policy).
-#![deny(missing_docs)]
 
 mod conn;
 mod error;

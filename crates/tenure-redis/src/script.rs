@@ -32,7 +32,7 @@ use redis::Value;
 /// pass between two losses).
 pub(crate) static CAS: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
-        r#"
+        r"
 local marker = KEYS[1]
 local mt = redis.call('TYPE', marker)['ok']
 local t = redis.call('TIME')
@@ -89,7 +89,7 @@ for i = 2, #KEYS do
   out[i - 1] = cas(KEYS[i], ARGV[3 * i - 5], ARGV[3 * i - 4], ARGV[3 * i - 3])
 end
 return out
-"#,
+",
     )
 });
 
@@ -99,7 +99,7 @@ return out
 /// a marker) or `{"wrongtype", which, type}`.
 pub(crate) static READ: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
-        r#"
+        r"
 local marker = KEYS[1]
 local mt = redis.call('TYPE', marker)['ok']
 local m = false
@@ -122,7 +122,7 @@ for i = 2, #KEYS do
   end
 end
 return out
-"#,
+",
     )
 });
 
@@ -130,13 +130,13 @@ return out
 /// did, 0 if a marker existed, or `{"wrongtype", "marker", type}`.
 pub(crate) static ADOPT: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
-        r#"
+        r"
 local mt = redis.call('TYPE', KEYS[1])['ok']
 if mt == 'hash' then return 0 end
 if mt ~= 'none' then return {'wrongtype', 'marker', mt} end
 redis.call('HSET', KEYS[1], 'floor', '0', 'since_ms', '0')
 return 1
-"#,
+",
     )
 });
 

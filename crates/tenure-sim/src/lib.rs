@@ -51,7 +51,6 @@
 //! assert!(a.violations.is_empty(), "{}", params.replay_command(7));
 //! # Ok::<(), tenure_sim::SimError>(())
 //! ```
-#![deny(missing_docs)]
 
 mod checker;
 pub mod clock;

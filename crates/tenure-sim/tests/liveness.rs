@@ -40,7 +40,7 @@ fn crash_failover_stays_within_the_bound() {
     // saw the record change, which is at most one renewal interval (2 s / 3)
     // plus a round trip before the crash.
     let timing = params.timing(None, None).unwrap();
-    let floor = timing.term - timing.renew_interval;
+    let floor = timing.term.checked_sub(timing.renew_interval).unwrap();
     assert!(max > floor, "max gap {max:?} below {floor:?}");
     // And the library's own figure plus our round trips is what we check.
     let derived = LivenessBounds::new(&timing, params.latency, timing.op_timeout.mul_f64(1.5));

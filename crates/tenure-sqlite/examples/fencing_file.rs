@@ -94,6 +94,7 @@ impl FencedDir {
 }
 
 /// An exclusive `flock` on `path`, released when the file is closed.
+#[allow(unsafe_code, reason = "std has no stable call for flock(2)")]
 fn lock(path: &Path) -> io::Result<File> {
     let file = File::options()
         .create(true)

@@ -82,11 +82,8 @@ pub(crate) async fn watch(
             (conn, r)
         })
         .await;
-        let (back, result) = match polled {
-            Ok(pair) => pair,
-            // The runtime is shutting down.
-            Err(_) => return,
-        };
+        // An error: the runtime is shutting down.
+        let Ok((back, result)) = polled else { return };
         conn = back;
         match result {
             Ok(now) => {
@@ -199,10 +196,9 @@ pub(crate) async fn watch_all(
             (conn, known, r)
         })
         .await;
-        let (back, k, result) = match polled {
-            Ok(triple) => triple,
-            // The runtime is shutting down.
-            Err(_) => return,
+        // An error: the runtime is shutting down.
+        let Ok((back, k, result)) = polled else {
+            return;
         };
         conn = back;
         known = k;

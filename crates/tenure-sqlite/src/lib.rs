@@ -121,7 +121,6 @@
 //! rather than one retry interval. A poller ends when its feed is dropped.
 //!
 //! [tenure]: https://docs.rs/tenure
-#![deny(missing_docs)]
 
 mod error;
 mod feed;

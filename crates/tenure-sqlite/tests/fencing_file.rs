@@ -9,7 +9,10 @@ use std::time::Duration;
 use tenure::fence::StaleToken;
 use tenure::testkit::TempDir;
 
-#[allow(dead_code)] // its main() is for `cargo run --example fencing_file`
+#[allow(
+    dead_code,
+    reason = "its main() is for `cargo run --example fencing_file`"
+)]
 #[path = "../examples/fencing_file.rs"]
 mod example;
 use example::FencedDir;
@@ -84,6 +87,7 @@ fn a_token_file_holding_something_else_is_an_error_and_nothing_is_written() {
 /// compared or written. The kernel's lock table says when the writer is
 /// waiting; no sleep guesses.
 #[test]
+#[allow(unsafe_code, reason = "std has no stable call for flock(2)")]
 fn a_writer_waits_while_another_holds_the_lock() {
     let dir = TempDir::new("fenced-dir");
     let lock_path = dir.path().join("fence.lock");

@@ -26,9 +26,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let elector = elector.clone();
         tokio::spawn(async move {
             let mut request = [0u8; 1024];
-            let n = match socket.read(&mut request).await {
-                Ok(n) => n,
-                Err(_) => return,
+            let Ok(n) = socket.read(&mut request).await else {
+                return;
             };
             let head = String::from_utf8_lossy(&request[..n]);
             let path = head.split_whitespace().nth(1).unwrap_or("/");

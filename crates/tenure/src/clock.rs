@@ -84,8 +84,7 @@ impl From<SystemTime> for WallTime {
     fn from(t: SystemTime) -> Self {
         let millis = t
             .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         WallTime(millis)
     }
 }
@@ -156,6 +155,10 @@ impl SystemClock {
     pub const SLICE: Duration = Duration::from_millis(100);
 
     #[inline]
+    #[allow(
+        unsafe_code,
+        reason = "CLOCK_BOOTTIME has no safe binding in std (Instant reads CLOCK_MONOTONIC, which stops in suspend)"
+    )]
     pub(crate) fn mono_now() -> MonoTime {
         #[cfg(target_os = "linux")]
         const CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
@@ -167,7 +170,7 @@ impl SystemClock {
         };
         // SAFETY: `ts` is a valid, writable timespec and CLOCK is a clock id
         // every supported kernel provides; clock_gettime only writes to `ts`.
-        let rc = unsafe { libc::clock_gettime(CLOCK, &mut ts) };
+        let rc = unsafe { libc::clock_gettime(CLOCK, &raw mut ts) };
         if rc != 0 {
             // Not reachable on supported platforms; fall back to the std
             // monotonic clock rather than panicking.

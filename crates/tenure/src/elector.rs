@@ -214,26 +214,40 @@ impl ElectorBuilder {
     }
 }
 
-pub(crate) fn default_candidate_id() -> String {
+/// This host's name as default candidate ids start with it: control
+/// characters left out, at most 200 characters (an id may have 255), and
+/// `host` when the system has none.
+///
+/// ```
+/// let host = tenure::host_name();
+/// assert!(!host.is_empty() && host.chars().count() <= 200);
+/// ```
+#[allow(unsafe_code, reason = "std has no stable call for the host name")]
+pub fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its full length; gethostname writes at
     // most that many bytes and we stop at the first NUL.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let host = if rc == 0 {
+    let host: String = if rc == 0 {
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end]).into_owned()
+        String::from_utf8_lossy(&buf[..end])
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect()
     } else {
         String::new()
     };
-    // Keep within the id limit even for absurd host names.
-    let host: String = host.chars().filter(|c| !c.is_control()).take(200).collect();
-    let host = if host.is_empty() {
+    if host.is_empty() {
         "host".to_owned()
     } else {
         host
-    };
+    }
+}
+
+pub(crate) fn default_candidate_id() -> String {
     let suffix: u16 = rand::random();
-    format!("{host}-{}-{suffix:04x}", std::process::id())
+    format!("{}-{}-{suffix:04x}", host_name(), std::process::id())
 }
 
 pub(crate) struct PulseState {

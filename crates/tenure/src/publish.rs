@@ -191,14 +191,14 @@ impl Publisher {
             }
             Some((kind, message)) => {
                 self.meter.store_error(op);
-                if self.store_error.as_deref() != Some(kind.as_str()) {
+                if self.store_error.as_deref() == Some(kind.as_str()) {
+                    tracing::debug!(group = %self.group, op, error = %message, "store operation failed again");
+                } else {
                     tracing::warn!(group = %self.group, op, error = %message, "store operation failed");
                     self.store_error = Some(kind);
                     self.events.send(Event::StoreHealth {
                         message: Some(message),
                     });
-                } else {
-                    tracing::debug!(group = %self.group, op, error = %message, "store operation failed again");
                 }
             }
         }

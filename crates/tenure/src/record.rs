@@ -183,9 +183,7 @@ impl Metadata {
 
     /// The encoded size, checked against [`MAX_METADATA_BYTES`].
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let len = serde_json::to_vec(&self.0)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
+        let len = serde_json::to_vec(&self.0).map_or(usize::MAX, |v| v.len());
         if len > MAX_METADATA_BYTES {
             return Err(ConfigError::MetadataTooLarge {
                 len,

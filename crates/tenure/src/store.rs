@@ -118,7 +118,10 @@ impl StoreFeedSender {
     /// Sends a change if there is room: `Ok(false)` when the feed is full
     /// (the change is dropped: follow up with a [`Change::Resync`]),
     /// `Err(())` once the reader is gone.
-    #[allow(clippy::result_unit_err)]
+    #[allow(
+        clippy::result_unit_err,
+        reason = "the only failure is \"the reader is gone\", which carries nothing"
+    )]
     pub fn try_send(&self, change: Change) -> Result<bool, ()> {
         match self.tx.try_send(change) {
             Ok(()) => Ok(true),

@@ -558,7 +558,7 @@ async fn no_ousted_event_for_a_candidate_that_never_led() {
     );
     assert!(matches!(
         seen.first(),
-        Some(Event::LeaderChanged { .. }) | Some(Event::Elected { .. })
+        Some(Event::LeaderChanged { .. } | Event::Elected { .. })
     ));
 }
 

@@ -94,12 +94,8 @@ impl Pool {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true);
-        let parent = std::process::id();
-        // SAFETY: only async-signal-safe calls between fork and exec; the
-        // candidates die with the bench.
-        unsafe {
-            cmd.pre_exec(move || crate::child::die_with_parent(parent));
-        }
+        // The candidates die with the bench.
+        crate::child::dies_with_us(&mut cmd);
         let mut child = cmd.spawn().context("cannot start a candidate process")?;
         let stdout = child.stdout.take().context("no stdout pipe")?;
         let tx = self.tx.clone();
@@ -179,10 +175,7 @@ impl Pool {
             .remove(&leader)
             .context("the leader vanished")?;
         let t0 = now();
-        if let Some(pid) = old.child.id().and_then(|p| i32::try_from(p).ok()) {
-            // SAFETY: kill(2) on a child not yet reaped: its pid is ours.
-            unsafe { libc::kill(pid, signal) };
-        }
+        crate::child::signal_tokio_child(&old.child, signal);
         let start = Instant::now();
         let took = loop {
             if let Some((_, at)) = self
@@ -204,10 +197,7 @@ impl Pool {
 
     async fn stop(mut self) {
         for c in self.candidates.values() {
-            if let Some(pid) = c.child.id().and_then(|p| i32::try_from(p).ok()) {
-                // SAFETY: as in take_down.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
-            }
+            crate::child::signal_tokio_child(&c.child, libc::SIGTERM);
         }
         for (_, mut c) in self.candidates.drain() {
             let _ = tokio::time::timeout(PATIENCE, c.child.wait()).await;

@@ -123,7 +123,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
             dir.display()
         ));
     }
-    Ok(if summary.ok { 0 } else { 1 })
+    Ok(u8::from(!summary.ok))
 }
 
 /// A fresh directory under the system's temporary directory.
@@ -203,12 +203,8 @@ impl Demo {
             .stdout(Stdio::piped())
             .stderr(self.log.try_clone()?)
             .kill_on_drop(true);
-        let parent = std::process::id();
-        // SAFETY: as for `tenure run`'s child: only async-signal-safe calls
-        // between fork and exec. If the demo dies, its candidates die too.
-        unsafe {
-            cmd.pre_exec(move || child::die_with_parent(parent));
-        }
+        // If the demo dies, its candidates die too.
+        child::dies_with_us(&mut cmd);
         let mut child = cmd.spawn().context("cannot start a candidate process")?;
         let pid = child
             .id()
@@ -333,7 +329,7 @@ impl Demo {
         signal(pid, sig);
         match kind {
             Kind::Crash => {
-                for term in self.terms.iter_mut() {
+                for term in &mut self.terms {
                     if term.candidate == self.procs[idx].id && term.ended_at.is_none() {
                         term.killed_at = Some(at);
                     }
@@ -463,7 +459,7 @@ impl Demo {
         let at = now();
         for p in self.procs.iter_mut().filter(|p| !(p.eof || p.exited)) {
             signal(p.pid, libc::SIGKILL);
-            for term in self.terms.iter_mut() {
+            for term in &mut self.terms {
                 if term.candidate == p.id && term.ended_at.is_none() {
                     term.killed_at = Some(at);
                 }
@@ -639,9 +635,5 @@ impl Demo {
 
 /// Sends a signal to one candidate process.
 fn signal(pid: libc::pid_t, sig: libc::c_int) {
-    if pid > 1 {
-        // SAFETY: kill takes plain integers; the pid is a child of ours
-        // that we have not reaped, so it cannot have been reused.
-        let _ = unsafe { libc::kill(pid, sig) };
-    }
+    child::signal_child(pid, sig);
 }

@@ -314,12 +314,8 @@ impl Run<'_> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
-        let parent = std::process::id();
-        // SAFETY: only async-signal-safe calls between fork and exec (as for
-        // the demo's candidates): if the bench dies, its members die too.
-        unsafe {
-            cmd.pre_exec(move || child::die_with_parent(parent));
-        }
+        // If the bench dies, its members die too.
+        child::dies_with_us(&mut cmd);
         let mut child = cmd.spawn().context("cannot start a member process")?;
         let pid = child
             .id()
@@ -392,9 +388,7 @@ impl Run<'_> {
     fn signal(&self, id: &str, sig: libc::c_int) -> u64 {
         let t0 = now();
         if let Some(p) = self.procs.get(id) {
-            // SAFETY: kill(2) on the pid of a child we spawned and have not
-            // yet reaped, so the pid cannot have been reused.
-            unsafe { libc::kill(p.pid, sig) };
+            child::signal_child(p.pid, sig);
         }
         t0
     }

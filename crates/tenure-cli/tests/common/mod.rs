@@ -2,7 +2,7 @@
 //! `tenure` binary, and guards that kill everything a test started, even
 //! when it fails half-way.
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -81,9 +81,7 @@ impl Running {
 
     /// Sends `sig` to this process only.
     pub fn signal(&self, sig: i32) {
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
+        let _ = tenure::testkit::signal(self.pid(), sig);
     }
 
     /// Waits for exit, up to `timeout`.
@@ -104,10 +102,9 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            unsafe {
-                libc::kill(-self.pid(), libc::SIGKILL);
-                libc::kill(self.pid(), libc::SIGKILL);
-            }
+            // Its group (it leads one), then itself.
+            let _ = tenure::testkit::signal(-self.pid(), libc::SIGKILL);
+            let _ = tenure::testkit::signal(self.pid(), libc::SIGKILL);
         }
         let _ = self.child.wait();
     }
@@ -130,9 +127,7 @@ impl Drop for Groups {
     fn drop(&mut self) {
         for &g in &self.0 {
             if g > 1 {
-                unsafe {
-                    libc::kill(-g, libc::SIGKILL);
-                }
+                let _ = tenure::testkit::signal(-g, libc::SIGKILL);
             }
         }
     }

@@ -2,7 +2,7 @@
 //! conformance harness, an HTTP proxy that answers with DynamoDB's own error
 //! replies, and private dynalite servers that a test may kill.
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;

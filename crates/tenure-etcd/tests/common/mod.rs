@@ -1,6 +1,6 @@
 //! Helpers shared by the etcd store's tests: a private etcd that a
 //! test may kill and restart, and the shared elector helpers.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -127,5 +127,5 @@ pub fn wait_port(port: u16) {
     panic!("nothing listens on port {port} after 5 s");
 }
 
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "not every test binary uses them")]
 pub use tenure::testkit::scenarios::{elector, one_leader};

@@ -192,7 +192,7 @@ async fn connection(
                     if let Some(h) = &h {
                         s.group |= GROUP_APIS.contains(&h.api);
                         if s.client.is_none() {
-                            s.client = h.client.clone();
+                            s.client.clone_from(&h.client);
                         }
                     }
                     s.clone()

@@ -1,6 +1,6 @@
 //! Helpers for the tests against a real Kafka-protocol broker (tansu) and
 //! librdkafka's mock cluster: brokers, names, recorders, child candidates.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a different part")]
 
 pub mod kproxy;
 
@@ -116,9 +116,10 @@ impl Recorder {
 pub async fn eventually<F: FnMut() -> bool>(limit: Duration, what: &str, mut cond: F) {
     let start = Instant::now();
     while !cond() {
-        if start.elapsed() > limit {
-            panic!("timed out after {limit:?} waiting for {what}");
-        }
+        assert!(
+            start.elapsed() <= limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -254,8 +255,7 @@ impl Tansu {
 
     pub fn signal(&self, sig: i32) {
         let pid = self.child.id().unwrap() as i32;
-        // SAFETY: plain kill(2) on our own child.
-        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        tenure::testkit::signal(pid, sig).expect("kill");
     }
 }
 
@@ -293,10 +293,7 @@ impl Drop for Tansu {
     fn drop(&mut self) {
         // A stopped process cannot act on SIGKILL until continued.
         if let Some(pid) = self.child.id() {
-            // SAFETY: plain kill(2) on our own child.
-            unsafe {
-                libc::kill(pid as i32, libc::SIGCONT);
-            }
+            let _ = tenure::testkit::signal(pid as i32, libc::SIGCONT);
         }
     }
 }
@@ -379,8 +376,7 @@ impl ChildCandidate {
 
     pub fn signal(&self, sig: i32) {
         let pid = self.child.id().unwrap() as i32;
-        // SAFETY: plain kill(2) on our own child.
-        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        tenure::testkit::signal(pid, sig).expect("kill");
     }
 }
 

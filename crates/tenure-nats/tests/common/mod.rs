@@ -1,7 +1,7 @@
 //! Helpers shared by the NATS store's tests: the shared server's URL, a
 //! private nats-server that a test may configure, kill and restart, raw
 //! access to a bucket, and the shared elector helpers.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -169,10 +169,7 @@ impl NatsServer {
     }
 
     pub fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on the PID of a child this struct owns.
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
+        let _ = tenure::testkit::signal(self.pid(), sig);
     }
 }
 
@@ -193,5 +190,5 @@ pub fn wait_port(port: u16) {
     panic!("nothing listens on port {port} after 10 s");
 }
 
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "not every test binary uses them")]
 pub use tenure::testkit::scenarios::{elector, one_leader};

@@ -2,7 +2,7 @@
 //! starts moto and exports `TENURE_TEST_S3`), the conformance harness,
 //! a private moto a test may kill, and an HTTP proxy that injects faults.
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

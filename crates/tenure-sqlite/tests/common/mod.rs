@@ -1,6 +1,6 @@
 //! Shared by the integration tests: scratch directories and the
 //! conformance harness.
-#![allow(dead_code)] // each test binary uses a different part
+#![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

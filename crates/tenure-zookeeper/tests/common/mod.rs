@@ -1,7 +1,7 @@
 //! Helpers shared by the ZooKeeper store's tests: a raw client that writes
 //! nodes as a foreign program would, a private ZooKeeper that a test may
 //! kill and restart, and the shared elector helpers.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses a different part")]
 
 use tenure::GroupName;
 use zookeeper_client as zk;
@@ -67,7 +67,7 @@ impl Raw {
     }
 }
 
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "not every test binary uses them")]
 pub use tenure::testkit::scenarios::{elector, one_leader};
 
 use std::net::SocketAddr;

@@ -63,7 +63,7 @@ mod term_log;
 mod tls;
 pub use proxy::TcpProxy;
 pub use servers::server_url;
-pub use support::{free_port, unique_suffix, TempDir};
+pub use support::{free_port, signal, unique_suffix, TempDir};
 pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
 pub use tls::TlsFiles;
 
@@ -145,9 +145,7 @@ impl Feeds {
 /// race on several threads. It prints one line per case to stderr.
 pub async fn run_conformance<H: Harness>(harness: &H) {
     let report = check_conformance(harness).await;
-    if !report.passed() {
-        panic!("{report}");
-    }
+    assert!(report.passed(), "{report}");
     // Each case already printed its line; the summary is the first line.
     if let Some(summary) = report.to_string().lines().next() {
         eprintln!("{summary}");

@@ -18,9 +18,7 @@ pub fn server_url(var: &str) -> Option<String> {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
             let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            if ci {
-                panic!("{var} is not set but CI=true: the real server this test needs is missing; run the tests through scripts/test.sh, which starts it (scripts/servers.sh)");
-            }
+            assert!(!ci, "{var} is not set but CI=true: the real server this test needs is missing; run the tests through scripts/test.sh, which starts it (scripts/servers.sh)");
             eprintln!("skipped: {var} is not set; start the servers with `bash scripts/servers.sh start` and export its env file");
             None
         }

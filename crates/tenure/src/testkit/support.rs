@@ -11,6 +11,23 @@ pub fn free_port() -> u16 {
         .expect("a free port on 127.0.0.1")
 }
 
+/// Sends `sig` to process `pid` (a server or command a test started), or,
+/// for a negative `pid`, to every process of group `-pid`; std can only
+/// SIGKILL a child. Ids that would reach every process (-1) or the test's
+/// own group (0) are refused with `EINVAL`.
+#[allow(unsafe_code, reason = "std has no call to send a signal")]
+pub fn signal(pid: i32, sig: i32) -> std::io::Result<()> {
+    if pid == 0 || pid == -1 {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: kill takes plain integers and touches no memory of ours.
+    if unsafe { libc::kill(pid, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// A random suffix for names that must not collide between test runs.
 pub fn unique_suffix() -> u64 {
     rand::random()

@@ -31,7 +31,7 @@ pub(super) async fn list_by_prefix<H: Harness>(h: &H, run: &Run) -> CaseResult {
         let v = applied(
             s.compare_and_swap(g, None, &record)
                 .await
-                .ctx(&format!("writing {}", g))?,
+                .ctx(&format!("writing {g}"))?,
             "a write to list",
         )?;
         written.insert(g.to_string(), (v, record));
