@@ -8,7 +8,10 @@ use tenure::fence::StaleToken;
 use tenure::testkit;
 use tenure_etcd::{fence, EtcdOptions};
 
-#[allow(dead_code, reason = "its main() is for `cargo run --example fencing_etcd`")]
+#[allow(
+    dead_code,
+    reason = "its main() is for `cargo run --example fencing_etcd`"
+)]
 #[path = "../examples/fencing_etcd.rs"]
 mod example;
 

@@ -9,7 +9,10 @@ use std::time::Duration;
 use tenure::fence::StaleToken;
 use tenure_object_store::object_store::path::Path;
 
-#[allow(dead_code, reason = "its main() is for `cargo run --example fencing_s3`")]
+#[allow(
+    dead_code,
+    reason = "its main() is for `cargo run --example fencing_s3`"
+)]
 #[path = "../examples/fencing_s3.rs"]
 mod example;
 

@@ -8,7 +8,10 @@ use tenure::testkit;
 use tenure_postgres::fence;
 use tokio_postgres::{Client, NoTls};
 
-#[allow(dead_code, reason = "its main() is for `cargo run --example fencing_postgres`")]
+#[allow(
+    dead_code,
+    reason = "its main() is for `cargo run --example fencing_postgres`"
+)]
 #[path = "../examples/fencing_postgres.rs"]
 mod example;
 

@@ -8,7 +8,10 @@ use tenure::fence::StaleToken;
 use tenure::testkit;
 use tenure_redis::fence;
 
-#[allow(dead_code, reason = "its main() is for `cargo run --example fencing_redis`")]
+#[allow(
+    dead_code,
+    reason = "its main() is for `cargo run --example fencing_redis`"
+)]
 #[path = "../examples/fencing_redis.rs"]
 mod example;
 
