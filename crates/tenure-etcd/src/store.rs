@@ -87,14 +87,14 @@ fn tls(options: &EtcdOptions) -> Result<Option<TlsOptions>, EtcdStoreError> {
         return Ok(None);
     }
     let mut tls = TlsOptions::new();
-    if let Some(ca) = &options.ca {
+    if let Some(ca) = &options.tls_files.ca {
         tls = tls.ca_certificate(Certificate::from_pem(read_pem(
             "ca",
             ca,
             Expected::Certificates,
         )?));
     }
-    if let (Some(cert), Some(key)) = (&options.cert, &options.key) {
+    if let (Some(cert), Some(key)) = (&options.tls_files.cert, &options.tls_files.key) {
         tls = tls.identity(Identity::from_pem(
             read_pem("cert", cert, Expected::Certificates)?,
             read_pem("key", key, Expected::PrivateKey)?,

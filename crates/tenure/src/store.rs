@@ -151,6 +151,62 @@ pub struct Listed {
     pub record: Result<Versioned, StoreError>,
 }
 
+impl Listed {
+    /// What [`LeaseView::list`] returns for the groups a store found and
+    /// their records, read afterwards in one batch (in the same order): a
+    /// group whose record is gone by then (deleted between the listing and
+    /// the read) is left out; one that cannot be read keeps its error.
+    pub fn from_reads(
+        groups: Vec<GroupName>,
+        records: Vec<Result<Option<Versioned>, StoreError>>,
+    ) -> Vec<Listed> {
+        groups
+            .into_iter()
+            .zip(records)
+            .filter_map(|(group, record)| record.transpose().map(|record| Listed { group, record }))
+            .collect()
+    }
+}
+
+/// A single read as a batch of one, for a store whose native read is the
+/// batch (one statement, one script call): the batch's only entry, or an
+/// unavailable store if it answered with none.
+pub async fn read_as_batch<S: LeaseView + ?Sized>(
+    store: &S,
+    group: &GroupName,
+) -> Result<Option<Versioned>, StoreError> {
+    only_entry(store.read_many(std::slice::from_ref(group)).await?)
+}
+
+/// A single compare-and-swap as a batch of one, for a store whose native
+/// write is the batch; see [`read_as_batch`].
+pub async fn compare_and_swap_as_batch<S: LeaseStore + ?Sized>(
+    store: &S,
+    group: &GroupName,
+    expected: Option<Version>,
+    record: &LeaseRecord,
+) -> Result<CasOutcome, StoreError> {
+    let request = CasRequest {
+        group: group.clone(),
+        expected,
+        record: record.clone(),
+    };
+    only_entry(
+        store
+            .compare_and_swap_many(std::slice::from_ref(&request))
+            .await?,
+    )
+}
+
+fn only_entry<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
+    batch.into_iter().next().unwrap_or_else(|| {
+        Err(StoreError::Unavailable {
+            message: "the store answered a batch of one with no entry".into(),
+            source: None,
+        })
+    })
+}
+
 /// How many single operations the default batch methods run at once.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 

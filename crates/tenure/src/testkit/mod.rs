@@ -63,7 +63,7 @@ mod term_log;
 mod tls;
 pub use proxy::TcpProxy;
 pub use servers::server_url;
-pub use support::{free_port, signal, unique_suffix, TempDir};
+pub use support::{free_port, signal, unique_suffix, wait_for_port, ServerProcess, TempDir};
 pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
 pub use tls::TlsFiles;
 

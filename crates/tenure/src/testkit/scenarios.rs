@@ -308,3 +308,61 @@ pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
     stop(leaders).await;
     figures
 }
+
+/// The store's server stopped for longer than a term, then restarted on
+/// its data, under `a` and `b` (on stores whose operations time out within
+/// a second or so): the leader steps down by its deadline while the server
+/// is away, and once it is back exactly one of them leads, with a token
+/// above the old one (the data survived), and stays the only leader for
+/// three seconds. `server(false)` stops the server, `server(true)` starts
+/// it again; `name` names it in the messages. Returns the new leader's
+/// index. Check the electors' [`TermLog`](super::TermLog) afterwards.
+pub async fn one_leader_across_a_restart(
+    a: &Elector,
+    b: &Elector,
+    name: &str,
+    mut server: impl FnMut(bool),
+) -> usize {
+    let both = [a, b];
+    let first = one_leader(&both, Duration::from_secs(5)).await;
+    let old_term = both[first].current_term().expect("a leader's term");
+    let old_deadline = old_term.deadline();
+
+    let t_kill = Instant::now();
+    server(false);
+    tokio::time::timeout(Duration::from_secs(4), old_term.ended())
+        .await
+        .unwrap_or_else(|_| panic!("the leader steps down while {name} is away"));
+    let ended = Instant::now();
+    assert!(
+        ended <= old_deadline + Duration::from_millis(50),
+        "ended {:?} after its deadline",
+        ended - old_deadline
+    );
+    eprintln!(
+        "{name} down: the leader stepped down {:?} after the kill",
+        ended - t_kill
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server(true);
+    let t_up = Instant::now();
+
+    let next = one_leader(&both, Duration::from_secs(20)).await;
+    let new_term = both[next].current_term().expect("a leader's term");
+    eprintln!(
+        "{name} restart: {} elected {:?} after the server was back, token {} (before: {})",
+        both[next].candidate_id(),
+        t_up.elapsed(),
+        new_term.token(),
+        old_term.token()
+    );
+    assert!(
+        new_term.token() > old_term.token(),
+        "the data survived, so tokens continue"
+    );
+    for _ in 0..30 {
+        assert_eq!(one_leader(&both, Duration::from_secs(2)).await, next);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    next
+}
