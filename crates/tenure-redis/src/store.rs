@@ -3,18 +3,17 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
 use tenure::tls::{read_pem, Expected};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, Metadata, RecordError, StoreError, StoreFeed, Version,
     Versioned, WallTime,
 };
-use tokio::time::Instant;
 
 use crate::conn::Conn;
 use crate::error::RedisStoreError;
@@ -49,7 +48,7 @@ struct Inner {
     conn: Conn,
     /// A RESP3 client for change feeds (pushes need RESP3).
     feed_client: redis::Client,
-    feed_off_until: Mutex<Option<Instant>>,
+    feeds_off: FeedsOff,
     publish_warned: AtomicBool,
     /// The engine that electors on clones of this handle share.
     engine: EngineSlot,
@@ -149,7 +148,7 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 conn,
                 feed_client,
-                feed_off_until: Mutex::new(None),
+                feeds_off: FeedsOff::default(),
                 publish_warned: AtomicBool::new(false),
                 engine: EngineSlot::new(),
             }),
@@ -480,17 +479,8 @@ impl LeaseView for RedisStore {
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        {
-            let mut off = self
-                .inner
-                .feed_off_until
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            match *off {
-                Some(until) if Instant::now() < until => return Ok(None),
-                Some(_) => *off = None,
-                None => {}
-            }
+        if self.inner.feeds_off.now() {
+            return Ok(None);
         }
         let (tx, feed) = ChangeFeed::channel();
         let store = self.clone();
@@ -504,11 +494,7 @@ impl LeaseView for RedisStore {
                     error = %e,
                     "Redis refused the change feed; candidates poll instead of taking over at once"
                 );
-                *store
-                    .inner
-                    .feed_off_until
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + FEED_RETRY_AFTER);
+                store.inner.feeds_off.for_a_while(FEED_RETRY_AFTER);
             }
         });
         Ok(Some(feed))

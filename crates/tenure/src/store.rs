@@ -296,6 +296,51 @@ impl FeedRelay {
     }
 }
 
+/// A store's per-group change feeds, turned off for a while after the
+/// server refused one (an ACL without the permission it needs), so that
+/// electors poll meanwhile instead of asking again for a feed that cannot
+/// work. Clones share the state.
+#[derive(Clone, Debug, Default)]
+pub struct FeedsOff(std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+
+impl FeedsOff {
+    /// Whether feeds are off now.
+    pub fn now(&self) -> bool {
+        let mut off = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match *off {
+            Some(until) if tokio::time::Instant::now() < until => true,
+            Some(_) => {
+                *off = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Turns feeds off for `retry_after` from now.
+    pub fn for_a_while(&self, retry_after: std::time::Duration) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(tokio::time::Instant::now() + retry_after);
+    }
+}
+
+/// How long a store's listener pauses before it watches again after
+/// `failures` failed attempts in a row: 50 ms, doubling, at most 2 s (a
+/// feed that stays down leaves the electors polling meanwhile).
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(tenure::store::feed_backoff(1), Duration::from_millis(50));
+/// assert_eq!(tenure::store::feed_backoff(3), Duration::from_millis(200));
+/// assert_eq!(tenure::store::feed_backoff(u32::MAX), Duration::from_secs(2));
+/// ```
+pub fn feed_backoff(failures: u32) -> std::time::Duration {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(50);
+    const MOST: std::time::Duration = std::time::Duration::from_secs(2);
+    let exp = failures.saturating_sub(1).min(16);
+    (FIRST * 2u32.pow(exp)).min(MOST)
+}
+
 /// Per-item results of a batch, or the failure of the batch as a whole.
 pub type BatchResult<T> = Result<Vec<Result<T, StoreError>>, StoreError>;
 

@@ -110,3 +110,13 @@ impl EtcdServer {
 
 #[allow(unused_imports, reason = "not every test binary uses them")]
 pub use tenure::testkit::scenarios::{elector, one_leader};
+
+impl tenure::testkit::scenarios::Restart for EtcdServer {
+    fn kill(&mut self) {
+        EtcdServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        EtcdServer::restart(self);
+    }
+}

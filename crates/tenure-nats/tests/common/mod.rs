@@ -176,3 +176,13 @@ impl Drop for NatsServer {
 
 #[allow(unused_imports, reason = "not every test binary uses them")]
 pub use tenure::testkit::scenarios::{elector, one_leader};
+
+impl tenure::testkit::scenarios::Restart for NatsServer {
+    fn kill(&mut self) {
+        NatsServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        NatsServer::restart(self);
+    }
+}

@@ -173,3 +173,13 @@ pub fn serving(port: u16) -> bool {
 pub fn unique_prefix(label: &str) -> String {
     format!("/tenure-{label}-{:x}", tenure::testkit::unique_suffix())
 }
+
+impl tenure::testkit::scenarios::Restart for ZkServer {
+    fn kill(&mut self) {
+        ZkServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        ZkServer::restart(self);
+    }
+}
