@@ -41,7 +41,7 @@ struct Watching {
 enum Refusal {
     /// The revision to resume from is gone: watch from now, and resync.
     Compacted,
-    /// Anything else.
+    /// Any other failure: the feed is retried after a pause.
     Failed(EtcdStoreError),
 }
 

@@ -154,7 +154,7 @@ pub struct CrashGap {
     pub at: SimTime,
     /// The crashed leader.
     pub node: usize,
-    /// Its token.
+    /// The crashed leader's token, to tell its term from the next.
     pub token: u64,
     /// Time from the crash to the next election, if one came.
     pub gap: Option<Duration>,
@@ -168,7 +168,7 @@ pub struct CrashGap {
 /// Everything one seed's run found.
 #[derive(Clone, Debug)]
 pub struct SimReport {
-    /// The seed.
+    /// The seed that replays the run.
     pub seed: u64,
     /// How many candidates ran.
     pub nodes: usize,

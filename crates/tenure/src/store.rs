@@ -60,14 +60,14 @@ pub enum Change {
     /// The group's record was written and is now this. A feed that carries
     /// records spares every follower a read per renewal.
     Written {
-        /// The group.
+        /// The group written.
         group: GroupName,
         /// The record as written, with its new version.
         current: Versioned,
     },
     /// Something about the group changed; read it to learn what.
     Hint {
-        /// The group.
+        /// The group that may have changed.
         group: GroupName,
     },
     /// The feed may have missed changes (it reconnected, or fell behind):
@@ -145,7 +145,7 @@ impl StoreFeedSender {
 /// One group found by [`LeaseView::list`].
 #[derive(Debug)]
 pub struct Listed {
-    /// The group.
+    /// The group found under the prefix.
     pub group: GroupName,
     /// Its record, or why it cannot be used.
     pub record: Result<Versioned, StoreError>,

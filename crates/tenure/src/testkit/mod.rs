@@ -209,7 +209,7 @@ impl fmt::Display for ConformanceReport {
 pub struct CaseReport {
     /// The case's name, such as `concurrent_acquire`.
     pub name: &'static str,
-    /// What happened.
+    /// Whether the case passed, failed (and why) or did not apply to the store.
     pub outcome: CaseOutcome,
     /// How long the case ran.
     pub elapsed: Duration,
