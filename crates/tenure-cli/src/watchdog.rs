@@ -207,7 +207,7 @@ enum Read {
     Timeout,
     /// End of file, or the pipe failed.
     Closed,
-    /// Bytes read from tenure (deadline updates or its goodbye).
+    /// Some bytes.
     Data(Vec<u8>),
 }
 

@@ -443,7 +443,21 @@ impl LeaseView for BucketStore {
             }
         }
         let read = self.read_many(&groups).await?;
-        Ok(Listed::from_reads(groups, read))
+        Ok(groups
+            .into_iter()
+            .zip(read)
+            .filter_map(|(group, r)| match r {
+                Ok(None) => None,
+                Ok(Some(v)) => Some(Listed {
+                    group,
+                    record: Ok(v),
+                }),
+                Err(e) => Some(Listed {
+                    group,
+                    record: Err(e),
+                }),
+            })
+            .collect())
     }
 
     fn describe(&self) -> String {

@@ -110,7 +110,7 @@ impl Session {
         }
     }
 
-    /// The group this session stands for.
+    /// The group.
     pub fn group(&self) -> &GroupName {
         &self.publisher.group
     }

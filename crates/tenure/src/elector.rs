@@ -345,7 +345,7 @@ impl Elector {
         }
     }
 
-    /// The group this elector stands for.
+    /// The group.
     pub fn group(&self) -> &GroupName {
         &self.shared.group
     }

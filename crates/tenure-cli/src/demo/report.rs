@@ -15,9 +15,9 @@ pub enum Report {
     Started {
         /// Its candidate id.
         id: String,
-        /// Its pid, to take it down.
+        /// Its pid.
         pid: u32,
-        /// When it started standing.
+        /// When.
         at: u64,
     },
     /// It leads: the term's work starts now.

@@ -46,7 +46,7 @@ impl Kind {
 pub struct TermLog {
     /// The fencing token.
     pub token: u64,
-    /// Who led.
+    /// The candidate.
     pub candidate: String,
     /// When the candidate learned it leads.
     pub elected_at: u64,
@@ -63,7 +63,7 @@ pub struct TermLog {
 /// One take-down and what followed.
 #[derive(Debug, Clone)]
 pub struct HandOver {
-    /// How the leader was taken down (the row's kind of hand-over).
+    /// How.
     pub kind: Kind,
     /// The leader's token.
     pub from_token: u64,
@@ -80,7 +80,7 @@ pub struct HandOver {
 pub struct Interval {
     /// The fencing token.
     pub token: u64,
-    /// Who led.
+    /// The candidate.
     pub candidate: String,
     /// Start, nanoseconds on the shared clock.
     #[serde(skip)]
@@ -116,11 +116,11 @@ pub struct Row {
     pub kind: Kind,
     /// The old leader.
     pub from: String,
-    /// The old leader's token.
+    /// Its token.
     pub from_token: u64,
     /// The new leader.
     pub to: String,
-    /// The new leader's token, above the old one.
+    /// Its token.
     pub to_token: u64,
     /// From the old term's end to the new term's start.
     pub leaderless_ms: f64,
@@ -138,7 +138,7 @@ pub struct Row {
 /// The promised bounds, in milliseconds.
 #[derive(Debug, Clone, Serialize)]
 pub struct BoundsJson {
-    /// The configured term, the scale of every bound.
+    /// Term.
     pub term_ms: f64,
     /// A leader's validity per renewal.
     pub leader_validity_ms: f64,

@@ -12,14 +12,14 @@ use serde::{Deserialize, Serialize};
 pub enum MemberReport {
     /// The member joined the set (`Shards::start` returned).
     Started {
-        /// Its pid, to take it down.
+        /// Its pid.
         pid: u32,
-        /// When it joined.
+        /// When.
         at: u64,
     },
     /// It holds the shard: the term's work starts now.
     Acquired {
-        /// The shard it began to work.
+        /// The shard.
         shard: String,
         /// The term's fencing token.
         token: u64,
@@ -30,7 +30,7 @@ pub enum MemberReport {
     /// reported before the term's guard is dropped, hence before any
     /// release.
     Ended {
-        /// The shard it stopped working.
+        /// The shard.
         shard: String,
         /// The term's fencing token.
         token: u64,
@@ -41,12 +41,12 @@ pub enum MemberReport {
     Members {
         /// Their ids, sorted.
         ids: Vec<String>,
-        /// When the view changed.
+        /// When.
         at: u64,
     },
     /// The member left gracefully: `Shards::shutdown` returned.
     Left {
-        /// When it left.
+        /// When.
         at: u64,
     },
 }

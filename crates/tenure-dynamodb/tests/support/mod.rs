@@ -581,7 +581,13 @@ fn npm_dir() -> String {
     std::env::var("TENURE_NPM_DIR").unwrap_or_else(|_| "/var/tmp/tenure-npm".into())
 }
 
-use tenure::testkit::free_port;
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 fn dynalite_bin() -> String {
     format!("{}/node_modules/.bin/dynalite", npm_dir())

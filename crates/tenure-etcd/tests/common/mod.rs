@@ -3,10 +3,10 @@
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tenure::testkit::{free_port, wait_for_port, ServerProcess, TempDir};
+use tenure::testkit::{free_port, TempDir};
 
 /// A private etcd on free ports whose data directory survives restarts,
 /// killed by PID on drop.
@@ -14,7 +14,7 @@ pub struct EtcdServer {
     pub port: u16,
     peer: u16,
     dir: TempDir,
-    child: ServerProcess,
+    child: Option<Child>,
 }
 
 impl EtcdServer {
@@ -23,7 +23,7 @@ impl EtcdServer {
             port: free_port(),
             peer: free_port(),
             dir: TempDir::new("etcd"),
-            child: ServerProcess::default(),
+            child: None,
         };
         s.spawn();
         s
@@ -51,8 +51,8 @@ impl EtcdServer {
             .arg(format!("t={peer}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        self.child.start(&mut cmd).expect("etcd is installed");
-        wait_for_port(self.port, Duration::from_secs(5));
+        self.child = Some(cmd.spawn().expect("etcd is installed"));
+        wait_port(self.port);
         // Serving only once it elected itself: wait for a read to work.
         for _ in 0..100 {
             if self.ctl(&["get", "probe"]).0 {
@@ -73,7 +73,10 @@ impl EtcdServer {
 
     /// SIGKILL; the data directory stays.
     pub fn kill(&mut self) {
-        self.child.kill();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// Starts again on the same ports and data.
@@ -108,15 +111,21 @@ impl EtcdServer {
     }
 }
 
-#[allow(unused_imports, reason = "not every test binary uses them")]
-pub use tenure::testkit::scenarios::{elector, one_leader};
-
-impl tenure::testkit::scenarios::Restart for EtcdServer {
-    fn kill(&mut self) {
-        EtcdServer::kill(self);
-    }
-
-    fn restart(&mut self) {
-        EtcdServer::restart(self);
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
+
+pub fn wait_port(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("nothing listens on port {port} after 5 s");
+}
+
+#[allow(unused_imports, reason = "not every test binary uses them")]
+pub use tenure::testkit::scenarios::{elector, one_leader};
