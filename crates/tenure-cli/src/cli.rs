@@ -282,7 +282,7 @@ impl RunArgs {
 /// `tenure demo-candidate` (internal).
 #[derive(Debug, Args)]
 pub struct DemoCandidateArgs {
-    /// The group.
+    /// The group to stand for (every candidate of the group uses the same name).
     #[arg(long)]
     pub group: String,
     /// The store URL.

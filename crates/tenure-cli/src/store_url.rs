@@ -29,7 +29,7 @@ pub enum Backend {
         allow(dead_code, reason = "only kafka:// opens a read-only backend")
     )]
     ReadOnly {
-        /// The reads.
+        /// What `status` and `watch` read from.
         view: Arc<dyn LeaseView>,
         /// Why nothing can be written, and what to do instead.
         why: &'static str,
@@ -278,12 +278,12 @@ pub enum UrlError {
     },
     /// A scheme no tenure store uses.
     UnknownScheme {
-        /// The scheme.
+        /// The scheme as given, lower-cased.
         scheme: String,
     },
     /// A scheme whose store is not built into this binary.
     NotBuiltIn {
-        /// The scheme.
+        /// The scheme as given, lower-cased.
         scheme: String,
         /// The cargo feature that builds it.
         feature: &'static str,

@@ -207,7 +207,7 @@ enum Read {
     Timeout,
     /// End of file, or the pipe failed.
     Closed,
-    /// Some bytes.
+    /// Bytes read from tenure (deadline updates or its goodbye).
     Data(Vec<u8>),
 }
 

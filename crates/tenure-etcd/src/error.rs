@@ -31,7 +31,7 @@ pub enum EtcdStoreError {
     /// etcd refused the user name or password.
     #[error("etcd at {target} refused the credentials of user {user:?}: check the user name and password in the URL (etcd://user:password@host:port, %-escape special characters) and that the user exists (`etcdctl user get {user}`)")]
     Credentials {
-        /// The endpoints.
+        /// The endpoints as the URL names them, for the message (no password).
         target: String,
         /// The user name.
         user: String,
@@ -39,13 +39,13 @@ pub enum EtcdStoreError {
     /// etcd has authentication enabled and no user was given.
     #[error("etcd at {target} has authentication enabled: put a user in the URL as etcd://user:password@host:port")]
     AuthRequired {
-        /// The endpoints.
+        /// The endpoints as the URL names them, for the message (no password).
         target: String,
     },
     /// The user may not read or write tenure's keys.
     #[error("etcd at {target}: {who} may not use the keys under {prefix:?} ({detail}); grant a role read-write on them: `etcdctl role grant-permission <role> --prefix=true readwrite {prefix}` and `etcdctl user grant-role <user> <role>`")]
     Permission {
-        /// The endpoints.
+        /// The endpoints as the URL names them, for the message (no password).
         target: String,
         /// `user "name"` or `an anonymous client`.
         who: String,
@@ -57,7 +57,7 @@ pub enum EtcdStoreError {
     /// The TLS handshake failed, or TLS was expected and not spoken.
     #[error("TLS with etcd at {target} failed ({detail}): if the server does not serve TLS on this port use etcd:// instead of etcds://; if it does, check that ca= names the CA that signed its certificate and that the host name matches it")]
     Tls {
-        /// The endpoints.
+        /// The endpoints as the URL names them, for the message (no password).
         target: String,
         /// What failed.
         detail: String,
@@ -65,7 +65,7 @@ pub enum EtcdStoreError {
     /// The endpoints could not be reached, or the connection broke.
     #[error("etcd at {target} is unreachable ({detail}); if the server serves TLS, use etcds://")]
     Unreachable {
-        /// The endpoints.
+        /// The endpoints as the URL names them, for the message (no password).
         target: String,
         /// What failed.
         detail: String,
@@ -73,7 +73,7 @@ pub enum EtcdStoreError {
     /// No answer in time.
     #[error("etcd at {target} did not answer within {after:?}")]
     Timeout {
-        /// The endpoints.
+        /// The endpoints as the URL names them, for the message (no password).
         target: String,
         /// The bound that ran out.
         after: Duration,
@@ -81,7 +81,7 @@ pub enum EtcdStoreError {
     /// Any other error etcd reported.
     #[error("etcd at {target} failed {what}")]
     Etcd {
-        /// The endpoints.
+        /// The endpoints as the URL names them, for the message (no password).
         target: String,
         /// Which operation.
         what: &'static str,

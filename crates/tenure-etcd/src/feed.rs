@@ -25,7 +25,7 @@ use tenure::{Change, GroupName, LeaseRecord, StoreFeed, StoreFeedSender, Version
 use crate::error::EtcdStoreError;
 use crate::options::EtcdOptions;
 use crate::store::{ctx, version_of};
-use crate::watch::{backoff, cancelled};
+use crate::watch::cancelled;
 
 /// Room in the feed: a whole renewal round of a large engine. The watch
 /// waits (and etcd buffers) while it is full; nothing is dropped.
@@ -41,7 +41,7 @@ struct Watching {
 enum Refusal {
     /// The revision to resume from is gone: watch from now, and resync.
     Compacted,
-    /// Anything else.
+    /// Any other failure: the feed is retried after a pause.
     Failed(EtcdStoreError),
 }
 
@@ -165,7 +165,7 @@ async fn forward(
             failures = failures.saturating_add(1);
             tokio::select! {
                 _ = tx.closed() => return,
-                _ = tokio::time::sleep(backoff(failures)) => {}
+                _ = tokio::time::sleep(tenure::store::feed_backoff(failures)) => {}
             }
             match create(&client, &options, resume).await {
                 Ok(w) => {

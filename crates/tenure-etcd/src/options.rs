@@ -4,8 +4,9 @@
 //! line or `Debug` output can ever echo the password in the URL.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
+
+use tenure::tls::TlsPaths;
 
 use crate::error::EtcdStoreError;
 
@@ -51,9 +52,7 @@ pub struct EtcdOptions {
     pub(crate) password: Option<String>,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
-    pub(crate) ca: Option<PathBuf>,
-    pub(crate) cert: Option<PathBuf>,
-    pub(crate) key: Option<PathBuf>,
+    pub(crate) tls_files: TlsPaths,
 }
 
 impl fmt::Debug for EtcdOptions {
@@ -65,9 +64,7 @@ impl fmt::Debug for EtcdOptions {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
-            .field("ca", &self.ca)
-            .field("cert", &self.cert)
-            .field("key", &self.key)
+            .field("tls_files", &self.tls_files)
             .finish()
     }
 }
@@ -139,25 +136,22 @@ impl EtcdOptions {
             password,
             prefix: DEFAULT_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
-            ca: None,
-            cert: None,
-            key: None,
+            tls_files: TlsPaths::default(),
         };
         for pair in tenure::url::query_pairs(query.unwrap_or("")) {
             let (name, value) = pair.map_err(bad)?;
+            if options
+                .tls_files
+                .take(&name, &value, tls, "etcds:// instead of etcd://")
+                .map_err(bad)?
+            {
+                continue;
+            }
             match name.as_str() {
                 "prefix" => options = options.with_prefix(value),
                 "timeout" => {
-                    options.timeout = tenure::url::parse_duration(&name, &value).map_err(bad)?
+                    options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
                 }
-                "ca" | "cert" | "key" if !tls => {
-                    return Err(bad(format!(
-                        "option {name} needs TLS: use etcds:// instead of etcd://"
-                    )))
-                }
-                "ca" => options.ca = Some(value.into()),
-                "cert" => options.cert = Some(value.into()),
-                "key" => options.key = Some(value.into()),
                 other => {
                     return Err(bad(format!(
                         "unknown option {other:?}: the options are prefix, timeout, ca, cert, key"
@@ -165,20 +159,11 @@ impl EtcdOptions {
                 }
             }
         }
-        if options.cert.is_some() != options.key.is_some() {
-            return Err(bad(
-                "cert and key go together: give both files for mutual TLS, or neither".into(),
-            ));
-        }
-        if tls && options.ca.is_none() {
+        options.tls_files.check().map_err(bad)?;
+        if tls && options.tls_files.ca.is_none() {
             return Err(bad(
                 "TLS needs the CA that signed the etcd servers' certificates: add ?ca=/path/to/ca.pem"
                     .into(),
-            ));
-        }
-        if options.timeout.is_zero() {
-            return Err(bad(
-                "timeout is zero: give a positive duration such as 5s".into()
             ));
         }
         Ok(options)
@@ -297,7 +282,7 @@ mod tests {
         assert_eq!(o.prefix, "x/");
         assert_eq!(o.timeout, Duration::from_millis(250));
         let o = EtcdOptions::from_url("etcds://h:2379?ca=/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
-        assert!(o.tls && o.key.is_some());
+        assert!(o.tls && o.tls_files.key.is_some());
     }
 
     #[test]

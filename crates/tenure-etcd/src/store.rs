@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,10 +13,9 @@ use etcd_client::{
 use tenure::concurrent::InFlight;
 use tenure::tls::{read_pem, Expected};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
 };
-use tokio::time::Instant;
 
 use crate::error::{Ctx, EtcdStoreError};
 use crate::options::EtcdOptions;
@@ -58,7 +57,7 @@ const BATCH_SIZE: usize = 2048;
 pub struct EtcdStore {
     client: Client,
     options: Arc<EtcdOptions>,
-    feed_off_until: Arc<Mutex<Option<Instant>>>,
+    feeds_off: FeedsOff,
     in_flight: InFlight,
     engine: Arc<EngineSlot>,
 }
@@ -87,14 +86,14 @@ fn tls(options: &EtcdOptions) -> Result<Option<TlsOptions>, EtcdStoreError> {
         return Ok(None);
     }
     let mut tls = TlsOptions::new();
-    if let Some(ca) = &options.ca {
+    if let Some(ca) = &options.tls_files.ca {
         tls = tls.ca_certificate(Certificate::from_pem(read_pem(
             "ca",
             ca,
             Expected::Certificates,
         )?));
     }
-    if let (Some(cert), Some(key)) = (&options.cert, &options.key) {
+    if let (Some(cert), Some(key)) = (&options.tls_files.cert, &options.tls_files.key) {
         tls = tls.identity(Identity::from_pem(
             read_pem("cert", cert, Expected::Certificates)?,
             read_pem("key", key, Expected::PrivateKey)?,
@@ -145,7 +144,7 @@ impl EtcdStore {
         let store = EtcdStore {
             client,
             options: Arc::new(options),
-            feed_off_until: Arc::new(Mutex::new(None)),
+            feeds_off: FeedsOff::default(),
             in_flight: InFlight::new(IN_FLIGHT),
             engine: Arc::new(EngineSlot::new()),
         };
@@ -383,21 +382,13 @@ impl LeaseView for EtcdStore {
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        {
-            let mut off = self
-                .feed_off_until
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            match *off {
-                Some(until) if Instant::now() < until => return Ok(None),
-                Some(_) => *off = None,
-                None => {}
-            }
+        if self.feeds_off.now() {
+            return Ok(None);
         }
         let (tx, feed) = ChangeFeed::channel();
         let client = self.client.clone();
         let options = self.options.clone();
-        let off = self.feed_off_until.clone();
+        let off = self.feeds_off.clone();
         let key = self.key(group);
         tokio::spawn(async move {
             if let watch::Ended::Refused(e) = watch::run(client, options, key, tx).await {
@@ -405,8 +396,7 @@ impl LeaseView for EtcdStore {
                     error = %e,
                     "etcd refused the watch; candidates poll instead of taking over at once"
                 );
-                *off.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(Instant::now() + FEED_RETRY_AFTER);
+                off.for_a_while(FEED_RETRY_AFTER);
             }
         });
         Ok(Some(feed))

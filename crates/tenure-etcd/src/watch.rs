@@ -6,22 +6,10 @@
 //! happened while the watch was down. A broken stream is re-created with
 //! back-off; HTTP/2 keep-alive pings find a silent connection.
 
-use std::time::Duration;
-
 use tokio::sync::mpsc;
 
 use crate::error::{Ctx, EtcdStoreError};
 use crate::options::EtcdOptions;
-
-/// First pause after a failed watch; doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest pause between attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-pub(crate) fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    (FIRST_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF)
-}
 
 /// Why the feed stopped for good.
 pub(crate) enum Ended {
@@ -61,7 +49,7 @@ pub(crate) async fn run(
         }
         tokio::select! {
             _ = tx.closed() => return Ended::Dropped,
-            _ = tokio::time::sleep(backoff(failures)) => {}
+            _ = tokio::time::sleep(tenure::store::feed_backoff(failures)) => {}
         }
     }
 }
@@ -120,17 +108,5 @@ pub(crate) fn cancelled(ctx: &Ctx<'_>, reason: &str) -> EtcdStoreError {
             target: ctx.target.clone(),
             detail: format!("etcd cancelled the watch: {reason}"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        assert_eq!(backoff(1), Duration::from_millis(50));
-        assert_eq!(backoff(3), Duration::from_millis(200));
-        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
     }
 }

@@ -35,7 +35,7 @@ pub enum KafkaBackendError {
     /// The leader topic could not be created or has the wrong shape.
     #[error("leader topic {topic:?}: {detail}")]
     Topic {
-        /// The topic.
+        /// The leader topic, which the fix names.
         topic: String,
         /// What went wrong and how to fix it.
         detail: String,
@@ -52,7 +52,7 @@ pub enum KafkaBackendError {
     /// restart below ones already handed out, so the candidate stopped.
     #[error("the offsets of leader topic {topic:?} went back: the next fencing token would be {next}, after {highest} may have been handed out; the topic was deleted and recreated, or lost data, so this candidate stopped. Give the group a new leader topic (or group name) and restart the candidates; keep the topic at replication 3 with min.insync.replicas=2 so it cannot happen again")]
     TopicRecreated {
-        /// The topic.
+        /// The leader topic, which the fix names.
         topic: String,
         /// The highest token that may have been handed out.
         highest: u64,

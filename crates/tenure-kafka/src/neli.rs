@@ -106,7 +106,7 @@ pub(crate) enum Decision {
     },
     /// The term ends now; its work must be gone by `work_deadline`.
     End {
-        /// Why.
+        /// What ended it, for the elector's event (fenced, superseded, liveness lost, …).
         reason: EndReason,
         /// When the work must be gone.
         work_deadline: MonoTime,

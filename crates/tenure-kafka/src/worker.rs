@@ -122,7 +122,7 @@ pub(crate) enum Report {
     },
     /// librdkafka reported a fatal error: the clients cannot continue.
     Fatal {
-        /// The error.
+        /// librdkafka's message, secrets scrubbed.
         detail: String,
     },
     /// The clients are closed and the thread is ending.

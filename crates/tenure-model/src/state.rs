@@ -146,7 +146,7 @@ pub struct Msg {
     pub node: u8,
     /// Its incarnation then.
     pub incarnation: u64,
-    /// The operation.
+    /// The operation it answers or asks, to match reply and request.
     pub op: OpId,
     /// The real instant by which it arrives, unless lost.
     pub due: u64,
@@ -176,7 +176,7 @@ pub enum Body {
     Read,
     /// Compare-and-swap.
     Cas {
-        /// Why.
+        /// What the machine means by the write (acquire, renew, release), for traces.
         purpose: WritePurpose,
         /// The version the store must have.
         expected: Option<Version>,

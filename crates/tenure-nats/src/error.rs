@@ -33,7 +33,7 @@ pub enum NatsStoreError {
     /// The server refused the credentials given.
     #[error("NATS at {target} refused the credentials ({who}): check the user name and password (nats://user:password@host:port) or the token (nats://TOKEN@host:port) in the URL, %-escaping special characters")]
     Credentials {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
         /// `user "name"` or `a token`.
         who: String,
@@ -41,17 +41,17 @@ pub enum NatsStoreError {
     /// The server requires authentication and the URL gave none.
     #[error("NATS at {target} requires authentication: put a user in the URL as nats://user:password@host:port, or a token as nats://TOKEN@host:port")]
     AuthRequired {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
     },
     /// The user may not use the bucket or the JetStream API.
     #[error("NATS at {target}: {who} may not use the key-value bucket {bucket:?} ({detail}); allow it to publish to $JS.API.> and $KV.{bucket}.> and to subscribe to _INBOX.> in the server's authorization settings")]
     Permission {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
         /// `user "name"`, `a token` or `no credentials`.
         who: String,
-        /// The bucket.
+        /// The key-value bucket, which the fix names.
         bucket: String,
         /// The server's message.
         detail: String,
@@ -59,7 +59,7 @@ pub enum NatsStoreError {
     /// JetStream does not answer: the server runs without it.
     #[error("NATS at {target} has no JetStream ({detail}): start nats-server with JetStream enabled (-js, or a jetstream {{}} block in its configuration)")]
     NoJetStream {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
         /// What the server answered.
         detail: String,
@@ -67,9 +67,9 @@ pub enum NatsStoreError {
     /// The bucket exists but cannot keep leases safely.
     #[error("the NATS key-value bucket {bucket:?} at {target} {problem}; name another bucket in the URL (tenure creates it) or create one with `nats kv add <bucket> --history 1 --storage file`")]
     UnsafeBucket {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
-        /// The bucket.
+        /// The key-value bucket, which the fix names.
         bucket: String,
         /// What is wrong with it, and what that would do.
         problem: String,
@@ -77,9 +77,9 @@ pub enum NatsStoreError {
     /// The bucket is missing and could not be created.
     #[error("the NATS key-value bucket {bucket:?} at {target} does not exist and could not be created ({detail}): create it with `nats kv add {bucket} --history 1 --storage file`, or allow this user to create streams")]
     BucketCreate {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
-        /// The bucket.
+        /// The key-value bucket, which the fix names.
         bucket: String,
         /// What the server answered.
         detail: String,
@@ -87,7 +87,7 @@ pub enum NatsStoreError {
     /// The TLS handshake failed, or TLS was expected and not spoken.
     #[error("TLS with NATS at {target} failed ({detail}): if the server serves TLS, use nats+tls:// with ?ca= naming the CA that signed its certificate (and a host name or IP address the certificate names); if it does not, use nats://")]
     Tls {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
         /// What failed.
         detail: String,
@@ -95,7 +95,7 @@ pub enum NatsStoreError {
     /// The servers could not be reached, or the connection broke.
     #[error("NATS at {target} is unreachable ({detail})")]
     Unreachable {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
         /// What failed.
         detail: String,
@@ -103,7 +103,7 @@ pub enum NatsStoreError {
     /// No answer in time: a write may or may not have been applied.
     #[error("NATS at {target} did not answer within {after:?}")]
     Timeout {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
         /// The bound that ran out.
         after: Duration,
@@ -111,7 +111,7 @@ pub enum NatsStoreError {
     /// Any other error the client or the server reported.
     #[error("NATS at {target} failed {what}: {detail}")]
     Nats {
-        /// The servers.
+        /// The servers as the URL names them, for the message (no credentials).
         target: String,
         /// Which operation.
         what: &'static str,

@@ -21,7 +21,6 @@
 //! elector reads the group and reports what it finds).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, Operation};
 use futures_util::StreamExt;
@@ -38,16 +37,6 @@ use crate::store::{within, Inner};
 /// waits while it is full (the server holds back through flow control);
 /// nothing is dropped.
 const CAPACITY: usize = 16_384;
-
-/// First pause after a failed watch; doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest pause between attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    (FIRST_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF)
-}
 
 /// Watches the keys `filter` matches (relative to the bucket), from now.
 async fn create(inner: &Inner, filter: &str) -> Result<kv::Watch, NatsStoreError> {
@@ -71,7 +60,7 @@ async fn recreate(
         failures = failures.saturating_add(1);
         tokio::select! {
             _ = &mut closed => return None,
-            _ = tokio::time::sleep(backoff(failures)) => {}
+            _ = tokio::time::sleep(tenure::store::feed_backoff(failures)) => {}
         }
         match create(inner, filter).await {
             Ok(watch) => return Some(watch),
@@ -203,16 +192,4 @@ pub(crate) async fn per_group(
 /// gone.
 fn hint(tx: &mpsc::Sender<()>) -> bool {
     !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        assert_eq!(backoff(1), Duration::from_millis(50));
-        assert_eq!(backoff(3), Duration::from_millis(200));
-        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
-    }
 }

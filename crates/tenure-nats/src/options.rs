@@ -6,8 +6,9 @@
 //! credentials through its options.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
+
+use tenure::tls::TlsPaths;
 
 use crate::error::NatsStoreError;
 
@@ -66,9 +67,7 @@ pub struct NatsOptions {
     pub(crate) auth: Auth,
     pub(crate) bucket: String,
     pub(crate) timeout: Duration,
-    pub(crate) ca: Option<PathBuf>,
-    pub(crate) cert: Option<PathBuf>,
-    pub(crate) key: Option<PathBuf>,
+    pub(crate) tls_files: TlsPaths,
 }
 
 impl fmt::Debug for NatsOptions {
@@ -84,9 +83,7 @@ impl fmt::Debug for NatsOptions {
             .field("auth", &auth)
             .field("bucket", &self.bucket)
             .field("timeout", &self.timeout)
-            .field("ca", &self.ca)
-            .field("cert", &self.cert)
-            .field("key", &self.key)
+            .field("tls_files", &self.tls_files)
             .finish()
     }
 }
@@ -170,24 +167,21 @@ impl NatsOptions {
             auth,
             bucket,
             timeout: DEFAULT_TIMEOUT,
-            ca: None,
-            cert: None,
-            key: None,
+            tls_files: TlsPaths::default(),
         };
         for pair in tenure::url::query_pairs(query.unwrap_or("")) {
             let (name, value) = pair.map_err(bad)?;
+            if options
+                .tls_files
+                .take(&name, &value, tls, "nats+tls:// instead of nats://")
+                .map_err(bad)?
+            {
+                continue;
+            }
             match name.as_str() {
                 "timeout" => {
-                    options.timeout = tenure::url::parse_duration(&name, &value).map_err(bad)?
+                    options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
                 }
-                "ca" | "cert" | "key" if !tls => {
-                    return Err(bad(format!(
-                        "option {name} needs TLS: use nats+tls:// instead of nats://"
-                    )))
-                }
-                "ca" => options.ca = Some(value.into()),
-                "cert" => options.cert = Some(value.into()),
-                "key" => options.key = Some(value.into()),
                 other => {
                     return Err(bad(format!(
                         "unknown option {other:?}: the options are timeout, ca, cert, key"
@@ -195,16 +189,7 @@ impl NatsOptions {
                 }
             }
         }
-        if options.cert.is_some() != options.key.is_some() {
-            return Err(bad(
-                "cert and key go together: give both files for mutual TLS, or neither".into(),
-            ));
-        }
-        if options.timeout.is_zero() {
-            return Err(bad(
-                "timeout is zero: give a positive duration such as 5s".into()
-            ));
-        }
+        options.tls_files.check().map_err(bad)?;
         Ok(options)
     }
 
@@ -316,8 +301,12 @@ mod tests {
         assert_eq!(o.describe(), "nats://***@h:1/b");
         let o =
             NatsOptions::from_url("nats+tls://h:1/b?ca=/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
-        assert!(o.tls && o.key.is_some() && o.ca.is_some());
-        assert!(NatsOptions::from_url("nats+tls://h").unwrap().ca.is_none());
+        assert!(o.tls && o.tls_files.key.is_some() && o.tls_files.ca.is_some());
+        assert!(NatsOptions::from_url("nats+tls://h")
+            .unwrap()
+            .tls_files
+            .ca
+            .is_none());
     }
 
     #[test]

@@ -104,9 +104,9 @@ pub(crate) async fn within<T>(timeout: Duration, request: impl Future<Output = T
 /// failed handshake (the client reads them again itself).
 fn check_tls_files(options: &NatsOptions) -> Result<(), NatsStoreError> {
     for (option, path, expected) in [
-        ("ca", &options.ca, Expected::Certificates),
-        ("cert", &options.cert, Expected::Certificates),
-        ("key", &options.key, Expected::PrivateKey),
+        ("ca", &options.tls_files.ca, Expected::Certificates),
+        ("cert", &options.tls_files.cert, Expected::Certificates),
+        ("key", &options.tls_files.key, Expected::PrivateKey),
     ] {
         if let Some(path) = path {
             read_pem(option, path, expected)?;
@@ -167,10 +167,10 @@ fn connect_options(
     }
     if options.tls {
         co = co.require_tls(true);
-        if let Some(ca) = &options.ca {
+        if let Some(ca) = &options.tls_files.ca {
             co = co.add_root_certificates(ca.clone());
         }
-        if let (Some(cert), Some(key)) = (&options.cert, &options.key) {
+        if let (Some(cert), Some(key)) = (&options.tls_files.cert, &options.tls_files.key) {
             co = co.add_client_certificate(cert.clone(), key.clone());
         }
     }
@@ -589,21 +589,7 @@ impl LeaseView for NatsStore {
             .filter(|g| g.as_str().starts_with(prefix))
             .collect();
         let records = self.read_many(&groups).await?;
-        Ok(groups
-            .into_iter()
-            .zip(records)
-            .filter_map(|(group, record)| match record {
-                Ok(None) => None,
-                Ok(Some(v)) => Some(Listed {
-                    group,
-                    record: Ok(v),
-                }),
-                Err(e) => Some(Listed {
-                    group,
-                    record: Err(e),
-                }),
-            })
-            .collect())
+        Ok(Listed::from_reads(groups, records))
     }
 
     /// One watch of every key tenure writes, its messages carrying the

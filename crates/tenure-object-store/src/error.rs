@@ -22,7 +22,7 @@ pub(crate) enum Failure {
     Conflict,
     /// No object under that key (the bucket exists).
     Missing,
-    /// Anything else.
+    /// Any other failure, worded for the operator.
     Store(StoreError),
 }
 

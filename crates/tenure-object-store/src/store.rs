@@ -443,21 +443,7 @@ impl LeaseView for BucketStore {
             }
         }
         let read = self.read_many(&groups).await?;
-        Ok(groups
-            .into_iter()
-            .zip(read)
-            .filter_map(|(group, r)| match r {
-                Ok(None) => None,
-                Ok(Some(v)) => Some(Listed {
-                    group,
-                    record: Ok(v),
-                }),
-                Err(e) => Some(Listed {
-                    group,
-                    record: Err(e),
-                }),
-            })
-            .collect())
+        Ok(Listed::from_reads(groups, read))
     }
 
     fn describe(&self) -> String {

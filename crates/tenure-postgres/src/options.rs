@@ -123,7 +123,7 @@ impl PostgresOptions {
                 "table" => table = decoded()?,
                 "ca" => ca = Some(("ca", PathBuf::from(decoded()?))),
                 "sslrootcert" => ca = Some(("sslrootcert", PathBuf::from(decoded()?))),
-                "timeout" => timeout = tenure::url::parse_duration(k, &decoded()?).map_err(bad)?,
+                "timeout" => timeout = tenure::url::parse_timeout(k, &decoded()?).map_err(bad)?,
                 "pool" => {
                     pool = decoded()?
                         .parse()
@@ -140,11 +140,6 @@ impl PostgresOptions {
                     passthrough.push(pair);
                 }
             }
-        }
-        if timeout.is_zero() {
-            return Err(bad(
-                "timeout is zero: give a positive duration such as 5s".into()
-            ));
         }
         let libpq = if passthrough.is_empty() {
             format!("{scheme}://{base}")

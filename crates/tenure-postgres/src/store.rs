@@ -228,20 +228,10 @@ fn decode(group: &GroupName, version: i64, bytes: &[u8]) -> Result<Versioned, St
     })
 }
 
-/// The only entry of a batch of one.
-fn only<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
-    batch.into_iter().next().unwrap_or_else(|| {
-        Err(StoreError::unavailable(
-            "an empty reply",
-            std::io::Error::other("no result"),
-        ))
-    })
-}
-
 #[async_trait]
 impl LeaseView for PostgresStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        only(self.read_many(std::slice::from_ref(group)).await?)
+        tenure::store::read_as_batch(self, group).await
     }
 
     /// One `SELECT … WHERE group_name = ANY($1)` per 4096 distinct groups.
@@ -324,15 +314,7 @@ impl LeaseStore for PostgresStore {
         expected: Option<Version>,
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
-        let request = CasRequest {
-            group: group.clone(),
-            expected,
-            record: record.clone(),
-        };
-        only(
-            self.compare_and_swap_many(std::slice::from_ref(&request))
-                .await?,
-        )
+        tenure::store::compare_and_swap_as_batch(self, group, expected, record).await
     }
 
     /// One statement for a batch in which no group repeats; the n-th

@@ -79,7 +79,7 @@ pub enum RedisStoreError {
     /// A key tenure owns holds another Redis type.
     #[error("the Redis key {key:?} holds a {found}, but tenure keeps a hash there: another program uses this key; choose another key prefix (?prefix=...) or remove the key by hand")]
     WrongType {
-        /// The key.
+        /// The key of the other program, which the fix names.
         key: String,
         /// The Redis type found.
         found: String,

@@ -4,8 +4,9 @@
 //! message, log line or `Debug` output can ever echo the password in it.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
+
+use tenure::tls::TlsPaths;
 
 use crate::error::RedisStoreError;
 
@@ -55,9 +56,7 @@ pub struct RedisOptions {
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) quarantine: Option<Duration>,
-    pub(crate) ca: Option<PathBuf>,
-    pub(crate) cert: Option<PathBuf>,
-    pub(crate) key: Option<PathBuf>,
+    pub(crate) tls_files: TlsPaths,
 }
 
 impl fmt::Debug for RedisOptions {
@@ -72,9 +71,7 @@ impl fmt::Debug for RedisOptions {
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("quarantine", &self.quarantine)
-            .field("ca", &self.ca)
-            .field("cert", &self.cert)
-            .field("key", &self.key)
+            .field("tls_files", &self.tls_files)
             .finish()
     }
 }
@@ -143,24 +140,21 @@ impl RedisOptions {
             prefix: DEFAULT_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
             quarantine: None,
-            ca: None,
-            cert: None,
-            key: None,
+            tls_files: TlsPaths::default(),
         };
         for pair in tenure::url::query_pairs(query.unwrap_or("")) {
             let (name, value) = pair.map_err(bad)?;
+            if options
+                .tls_files
+                .take(&name, &value, tls, "rediss:// instead of redis://")
+                .map_err(bad)?
+            {
+                continue;
+            }
             match name.as_str() {
                 "prefix" => options = options.with_prefix(value)?,
-                "timeout" => options.timeout = tenure::url::parse_duration(&name, &value).map_err(bad)?,
+                "timeout" => options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?,
                 "quarantine" => options.quarantine = Some(tenure::url::parse_duration(&name, &value).map_err(bad)?),
-                "ca" | "cert" | "key" if !tls => {
-                    return Err(bad(format!(
-                        "option {name} needs TLS: use rediss:// instead of redis://"
-                    )))
-                }
-                "ca" => options.ca = Some(value.into()),
-                "cert" => options.cert = Some(value.into()),
-                "key" => options.key = Some(value.into()),
                 other => {
                     return Err(bad(format!(
                         "unknown option {other:?}: the options are prefix, timeout, quarantine, ca, cert, key"
@@ -168,16 +162,7 @@ impl RedisOptions {
                 }
             }
         }
-        if options.cert.is_some() != options.key.is_some() {
-            return Err(bad(
-                "cert and key go together: give both files for mutual TLS, or neither".into(),
-            ));
-        }
-        if options.timeout.is_zero() {
-            return Err(bad(
-                "timeout is zero: give a positive duration such as 5s".into()
-            ));
-        }
+        options.tls_files.check().map_err(bad)?;
         Ok(options)
     }
 

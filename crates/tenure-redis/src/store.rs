@@ -3,18 +3,17 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
 use tenure::tls::{read_pem, Expected};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, Metadata, RecordError, StoreError, StoreFeed, Version,
     Versioned, WallTime,
 };
-use tokio::time::Instant;
 
 use crate::conn::Conn;
 use crate::error::RedisStoreError;
@@ -49,7 +48,7 @@ struct Inner {
     conn: Conn,
     /// A RESP3 client for change feeds (pushes need RESP3).
     feed_client: redis::Client,
-    feed_off_until: Mutex<Option<Instant>>,
+    feeds_off: FeedsOff,
     publish_warned: AtomicBool,
     /// The engine that electors on clones of this handle share.
     engine: EngineSlot,
@@ -93,17 +92,18 @@ fn client(
             protocol,
         },
     };
-    if options.ca.is_none() && options.cert.is_none() {
+    if options.tls_files.ca.is_none() && options.tls_files.cert.is_none() {
         return redis::Client::open(info).map_err(|e| RedisStoreError::InvalidUrl {
             reason: format!("the connection settings were refused: {}", e.category()),
         });
     }
     let root_cert = options
+        .tls_files
         .ca
         .as_ref()
         .map(|p| read_pem("ca", p, Expected::Certificates))
         .transpose()?;
-    let client_tls = match (&options.cert, &options.key) {
+    let client_tls = match (&options.tls_files.cert, &options.tls_files.key) {
         (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
             client_cert: read_pem("cert", cert, Expected::Certificates)?,
             client_key: read_pem("key", key, Expected::PrivateKey)?,
@@ -148,7 +148,7 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 conn,
                 feed_client,
-                feed_off_until: Mutex::new(None),
+                feeds_off: FeedsOff::default(),
                 publish_warned: AtomicBool::new(false),
                 engine: EngineSlot::new(),
             }),
@@ -440,16 +440,6 @@ impl RedisStore {
     }
 }
 
-/// The only entry of a batch of one.
-fn only<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
-    batch.into_iter().next().unwrap_or_else(|| {
-        Err(StoreError::Unavailable {
-            message: "Redis answered a batch of one with no entry".into(),
-            source: None,
-        })
-    })
-}
-
 /// Runs `chunk` on each piece of `items` in order. A piece that fails as a
 /// whole fails the batch if it was the first, else its entries and every
 /// later one fail with its error (earlier pieces' outcomes stand).
@@ -480,7 +470,7 @@ where
 #[async_trait]
 impl LeaseView for RedisStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        only(self.read_many(std::slice::from_ref(group)).await?)
+        tenure::store::read_as_batch(self, group).await
     }
 
     /// One script call per 4096 groups, all read in one atomic step.
@@ -489,17 +479,8 @@ impl LeaseView for RedisStore {
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        {
-            let mut off = self
-                .inner
-                .feed_off_until
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            match *off {
-                Some(until) if Instant::now() < until => return Ok(None),
-                Some(_) => *off = None,
-                None => {}
-            }
+        if self.inner.feeds_off.now() {
+            return Ok(None);
         }
         let (tx, feed) = ChangeFeed::channel();
         let store = self.clone();
@@ -513,11 +494,7 @@ impl LeaseView for RedisStore {
                     error = %e,
                     "Redis refused the change feed; candidates poll instead of taking over at once"
                 );
-                *store
-                    .inner
-                    .feed_off_until
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + FEED_RETRY_AFTER);
+                store.inner.feeds_off.for_a_while(FEED_RETRY_AFTER);
             }
         });
         Ok(Some(feed))
@@ -590,22 +567,7 @@ impl LeaseView for RedisStore {
             .filter_map(|n| GroupName::new(n).ok())
             .collect();
         let records = self.read_many(&groups).await?;
-        Ok(groups
-            .into_iter()
-            .zip(records)
-            .filter_map(|(group, record)| match record {
-                // Gone between SCAN and the read: not listed.
-                Ok(None) => None,
-                Ok(Some(v)) => Some(Listed {
-                    group,
-                    record: Ok(v),
-                }),
-                Err(e) => Some(Listed {
-                    group,
-                    record: Err(e),
-                }),
-            })
-            .collect())
+        Ok(Listed::from_reads(groups, records))
     }
 
     fn describe(&self) -> String {
@@ -621,15 +583,7 @@ impl LeaseStore for RedisStore {
         expected: Option<Version>,
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
-        let request = CasRequest {
-            group: group.clone(),
-            expected,
-            record: record.clone(),
-        };
-        only(
-            self.compare_and_swap_many(std::slice::from_ref(&request))
-                .await?,
-        )
+        tenure::store::compare_and_swap_as_batch(self, group, expected, record).await
     }
 
     /// One script call per 4096 requests, each compare-and-swap on its own

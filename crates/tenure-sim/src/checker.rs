@@ -210,14 +210,8 @@ impl Checker {
         tokens: Vec<u64>,
         detail: String,
     ) {
-        self.violations.push(Violation {
-            seed: self.seed,
-            kind,
-            at,
-            nodes,
-            tokens,
-            detail,
-        });
+        self.violations
+            .push(Violation::new(self.seed, kind, at, nodes, tokens, detail));
     }
 
     pub(crate) fn note(&mut self, what: &'static str) {

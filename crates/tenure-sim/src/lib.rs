@@ -67,7 +67,7 @@ mod world;
 pub use checker::LivenessBounds;
 pub use clock::{NodeClock, SimTime};
 pub use faults::{FaultCounts, FaultKind, FaultRates};
-pub use params::{Liveness, Notify, SimError, SimParams, SkewBound};
+pub use params::{Liveness, Notify, Shared, SimError, SimParams, SkewBound};
 pub use report::{CrashGap, SimReport, Summary, Violation, ViolationKind};
 
 /// Runs one seed to the end and reports what the checker found.

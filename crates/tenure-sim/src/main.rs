@@ -21,8 +21,8 @@ use clap::Parser;
 use tenure_sim::elector::{self, ElectorFaultRates, ElectorParams, ElectorReport, ElectorSummary};
 use tenure_sim::shards::{self, ShardFaultRates, ShardParams, ShardReport, ShardSummary};
 use tenure_sim::{
-    run_seed, FaultRates, Liveness, Notify, SimError, SimParams, SimReport, SkewBound, Summary,
-    Violation,
+    run_seed, FaultRates, Liveness, Notify, Shared, SimError, SimParams, SimReport, SkewBound,
+    Summary, Violation,
 };
 
 /// Deterministic simulation of tenure elections with an invariant checker.
@@ -150,6 +150,39 @@ fn parse_notify(s: &str) -> Result<Notify, String> {
     }
 }
 
+/// Sets what every tier shares from the command line. The skew bound and
+/// liveness timeout scale with the term unless given: the defaults are a
+/// fifth of a 2 s term and one term.
+fn apply_shared(args: &Args, mut s: Shared) -> Shared {
+    if let Some(ms) = args.term_ms {
+        s.term = Duration::from_millis(ms);
+        s.skew = SkewBound::Random(s.term / 5);
+        s.liveness = s.liveness.map(|_| Liveness::Random(s.term));
+    }
+    if let Some(d) = args.drift {
+        s.drift = d;
+    }
+    s.actual_drift = args.actual_drift;
+    if let Some(k) = args.skew {
+        s.skew = k;
+    }
+    s.actual_wall_offset = args.actual_wall_offset_ms.map(Duration::from_millis);
+    if let Some(n) = args.notify {
+        s.notify = n;
+    }
+    if let (Some(l), Some(_)) = (args.liveness, s.liveness) {
+        s.liveness = Some(l);
+    }
+    if let Some(secs) = args.fault_secs {
+        s.fault_phase = Duration::from_secs(secs);
+    }
+    if let Some(ms) = args.latency_ms {
+        s.latency = Duration::from_millis(ms);
+    }
+    s.trace = args.trace && args.seed.is_some();
+    s
+}
+
 fn elector_params(args: &Args) -> ElectorParams {
     let mut p = ElectorParams::default();
     if let Some(n) = &args.nodes {
@@ -158,35 +191,10 @@ fn elector_params(args: &Args) -> ElectorParams {
     if let Some(g) = &args.groups {
         p.groups = g.clone();
     }
-    if let Some(ms) = args.term_ms {
-        p.term = Duration::from_millis(ms);
-        p.skew = SkewBound::Random(p.term / 5);
-        p.liveness = Liveness::Random(p.term);
-    }
-    if let Some(d) = args.drift {
-        p.drift = d;
-    }
-    p.actual_drift = args.actual_drift;
-    if let Some(s) = args.skew {
-        p.skew = s;
-    }
-    p.actual_wall_offset = args.actual_wall_offset_ms.map(Duration::from_millis);
-    if let Some(n) = args.notify {
-        p.notify = n;
-    }
-    if let Some(l) = args.liveness {
-        p.liveness = l;
-    }
-    if let Some(s) = args.fault_secs {
-        p.fault_phase = Duration::from_secs(s);
-    }
-    if let Some(ms) = args.latency_ms {
-        p.latency = Duration::from_millis(ms);
-    }
+    p.set_shared(apply_shared(args, p.shared()));
     if args.no_faults {
         p.faults = ElectorFaultRates::none();
     }
-    p.trace = args.trace && args.seed.is_some();
     p
 }
 
@@ -202,31 +210,10 @@ fn shard_params(args: &Args) -> ShardParams {
     if let Some(s) = &args.shard_count {
         p.shards = s.clone();
     }
-    if let Some(ms) = args.term_ms {
-        p.term = Duration::from_millis(ms);
-        p.skew = SkewBound::Random(p.term / 5);
-    }
-    if let Some(d) = args.drift {
-        p.drift = d;
-    }
-    p.actual_drift = args.actual_drift;
-    if let Some(s) = args.skew {
-        p.skew = s;
-    }
-    p.actual_wall_offset = args.actual_wall_offset_ms.map(Duration::from_millis);
-    if let Some(n) = args.notify {
-        p.notify = n;
-    }
-    if let Some(s) = args.fault_secs {
-        p.fault_phase = Duration::from_secs(s);
-    }
-    if let Some(ms) = args.latency_ms {
-        p.latency = Duration::from_millis(ms);
-    }
+    p.set_shared(apply_shared(args, p.shared()));
     if args.no_faults {
         p.faults = ShardFaultRates::none();
     }
-    p.trace = args.trace && args.seed.is_some();
     p
 }
 
@@ -235,41 +222,14 @@ fn params(args: &Args) -> SimParams {
     if let Some(n) = &args.nodes {
         p.nodes = n.clone();
     }
-    if let Some(ms) = args.term_ms {
-        // The skew bound and liveness timeout scale with the term unless
-        // given: the defaults are a fifth of a 2 s term and one term.
-        p.term = Duration::from_millis(ms);
-        p.skew = SkewBound::Random(p.term / 5);
-        p.liveness = Liveness::Random(p.term);
-    }
-    if let Some(d) = args.drift {
-        p.drift = d;
-    }
-    p.actual_drift = args.actual_drift;
-    p.actual_wall_offset = args.actual_wall_offset_ms.map(Duration::from_millis);
+    p.set_shared(apply_shared(args, p.shared()));
     p.anchor_at_receive = args.anchor_at_receive;
-    if let Some(s) = args.skew {
-        p.skew = s;
-    }
-    if let Some(n) = args.notify {
-        p.notify = n;
-    }
-    if let Some(l) = args.liveness {
-        p.liveness = l;
-    }
-    if let Some(s) = args.fault_secs {
-        p.fault_phase = Duration::from_secs(s);
-    }
-    if let Some(ms) = args.latency_ms {
-        p.latency = Duration::from_millis(ms);
-    }
     if args.crash_only {
         p.faults = FaultRates::crash_only();
     }
     if args.no_faults {
         p.faults = FaultRates::none();
     }
-    p.trace = args.trace && args.seed.is_some();
     p
 }
 

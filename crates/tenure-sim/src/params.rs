@@ -46,6 +46,265 @@ pub enum Notify {
     Random,
 }
 
+impl SkewBound {
+    /// The bound a seed may configure (whether it does is drawn per seed
+    /// for [`SkewBound::Random`]).
+    pub fn limit(self) -> Option<Duration> {
+        match self {
+            SkewBound::Off => None,
+            SkewBound::On(d) | SkewBound::Random(d) => Some(d),
+        }
+    }
+
+    /// The bound this seed configures: for [`SkewBound::Random`], half of
+    /// the seeds, drawn from `rng`.
+    pub fn draw(self, rng: &mut impl rand::Rng) -> Option<Duration> {
+        match self {
+            SkewBound::Off => None,
+            SkewBound::On(d) => Some(d),
+            SkewBound::Random(d) => rng.gen_bool(0.5).then_some(d),
+        }
+    }
+
+    /// Its command-line form (`off`, `on:MS`, `random:MS`).
+    pub fn flag(self) -> String {
+        match self {
+            SkewBound::Off => "off".into(),
+            SkewBound::On(d) => format!("on:{}", d.as_millis()),
+            SkewBound::Random(d) => format!("random:{}", d.as_millis()),
+        }
+    }
+}
+
+impl Liveness {
+    /// The timeout a seed may configure (whether it does is drawn per seed
+    /// for [`Liveness::Random`]).
+    pub fn limit(self) -> Option<Duration> {
+        self.as_skew().limit()
+    }
+
+    /// The timeout this seed configures: for [`Liveness::Random`], half of
+    /// the seeds, drawn from `rng`.
+    pub fn draw(self, rng: &mut impl rand::Rng) -> Option<Duration> {
+        self.as_skew().draw(rng)
+    }
+
+    /// Its command-line form (`off`, `on:MS`, `random:MS`).
+    pub fn flag(self) -> String {
+        self.as_skew().flag()
+    }
+
+    /// The same choice, spelt like a skew bound (the two have one form).
+    fn as_skew(self) -> SkewBound {
+        match self {
+            Liveness::Off => SkewBound::Off,
+            Liveness::On(d) => SkewBound::On(d),
+            Liveness::Random(d) => SkewBound::Random(d),
+        }
+    }
+}
+
+impl Notify {
+    /// Whether this seed (or candidate) is notified: for [`Notify::Random`],
+    /// half of the time, drawn from `rng`.
+    pub fn draw(self, rng: &mut impl rand::Rng) -> bool {
+        match self {
+            Notify::Off => false,
+            Notify::On => true,
+            Notify::Random => rng.gen_bool(0.5),
+        }
+    }
+
+    /// Its command-line form.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Notify::Off => "off",
+            Notify::On => "on",
+            Notify::Random => "random",
+        }
+    }
+}
+
+/// The settings every tier has (machines, electors, sharded sets), so that
+/// their checks, their command-line flags and their replay commands are
+/// written once. Each tier's parameters lend theirs with `shared()` and take
+/// them back with `set_shared()`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shared {
+    /// The configured term; every other timing setting derives from it.
+    pub term: Duration,
+    /// The configured drift bound ρ.
+    pub drift: f64,
+    /// How far clocks actually drift, if not within the bound (a negative
+    /// control).
+    pub actual_drift: Option<f64>,
+    /// The wall-clock skew bound.
+    pub skew: SkewBound,
+    /// How far wall clocks actually stray, if not within half the skew
+    /// bound (a negative control).
+    pub actual_wall_offset: Option<Duration>,
+    /// Change notifications.
+    pub notify: Notify,
+    /// Application liveness pulses; `None` for a tier without them (sharded
+    /// sets).
+    pub liveness: Option<Liveness>,
+    /// How long faults are injected.
+    pub fault_phase: Duration,
+    /// Upper bound of the ordinary store latency.
+    pub latency: Duration,
+    /// Keep a human-readable trace in the report.
+    pub trace: bool,
+}
+
+impl Shared {
+    /// Checks what the election configuration does not: the negative
+    /// controls' ranges, a latency from `min_latency` to well inside the
+    /// operation timeout, and a fault phase of at least 8 terms.
+    pub(crate) fn check(&self, min_latency: Duration) -> Result<(), SimError> {
+        if let Some(a) = self.actual_drift {
+            if !(a.is_finite() && (0.0..0.9).contains(&a)) {
+                return Err(SimError::Params(format!(
+                    "actual drift {a} is outside [0, 0.9)"
+                )));
+            }
+        }
+        if let Some(w) = self.actual_wall_offset {
+            if w > Duration::from_secs(3600) {
+                return Err(SimError::Params(format!(
+                    "actual wall-clock offset {w:?} is over an hour"
+                )));
+            }
+        }
+        if self.latency < min_latency || self.latency * 4 >= self.term / 4 {
+            return Err(SimError::Params(format!(
+                "latency bound {:?} must be at least {min_latency:?} and a round trip well inside the operation timeout (term / 4)",
+                self.latency
+            )));
+        }
+        if self.fault_phase < self.term * 8 {
+            return Err(SimError::Params(format!(
+                "fault phase {:?} is shorter than 8 terms: faults need room to heal before the tail",
+                self.fault_phase
+            )));
+        }
+        self.timing(self.skew.limit(), self.liveness.and_then(Liveness::limit))
+            .map(|_| ())
+    }
+
+    /// The election configuration with this skew bound and liveness
+    /// timeout.
+    pub fn config(&self, skew: Option<Duration>, liveness: Option<Duration>) -> Config {
+        let mut config = Config::new(self.term);
+        config.drift = self.drift;
+        config.max_clock_skew = skew;
+        config.liveness_timeout = liveness;
+        config
+    }
+
+    /// The validated timing with this skew bound and liveness timeout.
+    pub fn timing(
+        &self,
+        skew: Option<Duration>,
+        liveness: Option<Duration>,
+    ) -> Result<Timing, SimError> {
+        Ok(self.config(skew, liveness).validate()?)
+    }
+
+    /// The command-line flags that set these settings where they differ
+    /// from `default`'s, for a replay command.
+    pub(crate) fn flags(&self, default: &Shared) -> String {
+        let mut cmd = String::new();
+        if self.term != default.term {
+            cmd += &format!(" --term-ms {}", self.term.as_millis());
+        }
+        if self.drift.to_bits() != default.drift.to_bits() {
+            cmd += &format!(" --drift {}", self.drift);
+        }
+        if let Some(a) = self.actual_drift {
+            cmd += &format!(" --actual-drift {a}");
+        }
+        if self.skew != default.skew {
+            cmd += &format!(" --skew {}", self.skew.flag());
+        }
+        if let Some(w) = self.actual_wall_offset {
+            cmd += &format!(" --actual-wall-offset-ms {}", w.as_millis());
+        }
+        if self.notify != default.notify {
+            cmd += &format!(" --notify {}", self.notify.flag());
+        }
+        if let Some(l) = self.liveness.filter(|l| Some(*l) != default.liveness) {
+            cmd += &format!(" --liveness {}", l.flag());
+        }
+        if self.fault_phase != default.fault_phase {
+            cmd += &format!(" --fault-secs {}", self.fault_phase.as_secs());
+        }
+        if self.latency != default.latency {
+            cmd += &format!(" --latency-ms {}", self.latency.as_millis());
+        }
+        cmd
+    }
+}
+
+/// Implements `shared` and `set_shared` for a tier's parameters, whose
+/// fields of the same names hold the settings every tier has (and, where
+/// the tier has one, its liveness setting in the field named).
+macro_rules! shared_settings {
+    ($tier:ty $(, $liveness:ident)?) => {
+        impl $tier {
+            /// The settings every tier has.
+            pub fn shared(&self) -> $crate::params::Shared {
+                $crate::params::Shared {
+                    term: self.term,
+                    drift: self.drift,
+                    actual_drift: self.actual_drift,
+                    skew: self.skew,
+                    actual_wall_offset: self.actual_wall_offset,
+                    notify: self.notify,
+                    liveness: None $(.or(Some(self.$liveness)))?,
+                    fault_phase: self.fault_phase,
+                    latency: self.latency,
+                    trace: self.trace,
+                }
+            }
+
+            /// Takes the settings every tier has.
+            pub fn set_shared(&mut self, s: $crate::params::Shared) {
+                self.term = s.term;
+                self.drift = s.drift;
+                self.actual_drift = s.actual_drift;
+                self.skew = s.skew;
+                self.actual_wall_offset = s.actual_wall_offset;
+                self.notify = s.notify;
+                $(if let Some(l) = s.liveness {
+                    self.$liveness = l;
+                })?
+                self.fault_phase = s.fault_phase;
+                self.latency = s.latency;
+                self.trace = s.trace;
+            }
+        }
+    };
+}
+pub(crate) use shared_settings;
+
+shared_settings!(SimParams, liveness);
+
+/// Checks that a count range is non-empty and within `min..=max`.
+pub(crate) fn check_range(
+    what: &str,
+    range: &RangeInclusive<usize>,
+    min: usize,
+    max: usize,
+) -> Result<(), SimError> {
+    let (lo, hi) = (*range.start(), *range.end());
+    if lo < min || hi > max || lo > hi {
+        return Err(SimError::Params(format!(
+            "{what} range {lo}..={hi}: give a non-empty range within {min}..={max}"
+        )));
+    }
+    Ok(())
+}
+
 /// The parameters of a simulation; [`SimParams::default`] is what the test
 /// suite and the binary run unless told otherwise.
 #[derive(Clone, Debug, PartialEq)]
@@ -128,48 +387,9 @@ pub enum SimError {
 impl SimParams {
     /// Checks the parameters that the election configuration does not.
     pub fn check(&self) -> Result<(), SimError> {
-        let (lo, hi) = (*self.nodes.start(), *self.nodes.end());
-        if lo < 2 || hi > 20 || lo > hi {
-            return Err(SimError::Params(format!(
-                "node count range {lo}..={hi}: give a non-empty range within 2..=20"
-            )));
-        }
-        if let Some(a) = self.actual_drift {
-            if !(a.is_finite() && (0.0..0.9).contains(&a)) {
-                return Err(SimError::Params(format!(
-                    "actual drift {a} is outside [0, 0.9)"
-                )));
-            }
-        }
-        if let Some(w) = self.actual_wall_offset {
-            if w > Duration::from_secs(3600) {
-                return Err(SimError::Params(format!(
-                    "actual wall-clock offset {w:?} is over an hour"
-                )));
-            }
-        }
-        if self.latency.is_zero() || self.latency * 4 >= self.term / 4 {
-            return Err(SimError::Params(format!(
-                "latency bound {:?} must be positive and a round trip well inside the operation timeout (term / 4)",
-                self.latency
-            )));
-        }
-        if self.fault_phase < self.term * 8 {
-            return Err(SimError::Params(format!(
-                "fault phase {:?} is shorter than 8 terms: faults need room to heal before the tail",
-                self.fault_phase
-            )));
-        }
+        check_range("node count", &self.nodes, 2, 20)?;
         self.faults.check()?;
-        let skew = match self.skew {
-            SkewBound::Off => None,
-            SkewBound::On(d) | SkewBound::Random(d) => Some(d),
-        };
-        let liveness = match self.liveness {
-            Liveness::Off => None,
-            Liveness::On(d) | Liveness::Random(d) => Some(d),
-        };
-        self.timing(skew, liveness).map(|_| ())
+        self.shared().check(Duration::from_nanos(1))
     }
 
     /// The validated timing of the election with this skew bound and
@@ -179,11 +399,7 @@ impl SimParams {
         skew: Option<Duration>,
         liveness: Option<Duration>,
     ) -> Result<Timing, SimError> {
-        let mut config = Config::new(self.term);
-        config.drift = self.drift;
-        config.max_clock_skew = skew;
-        config.liveness_timeout = liveness;
-        Ok(config.validate()?)
+        self.shared().timing(skew, liveness)
     }
 
     /// How far clocks really drift.
@@ -198,47 +414,9 @@ impl SimParams {
         if self.nodes != d.nodes {
             cmd += &format!(" --nodes {}..{}", self.nodes.start(), self.nodes.end());
         }
-        if self.term != d.term {
-            cmd += &format!(" --term-ms {}", self.term.as_millis());
-        }
-        if self.drift != d.drift {
-            cmd += &format!(" --drift {}", self.drift);
-        }
-        if let Some(a) = self.actual_drift {
-            cmd += &format!(" --actual-drift {a}");
-        }
-        if self.skew != d.skew {
-            cmd += &match self.skew {
-                SkewBound::Off => " --skew off".to_string(),
-                SkewBound::On(s) => format!(" --skew on:{}", s.as_millis()),
-                SkewBound::Random(s) => format!(" --skew random:{}", s.as_millis()),
-            };
-        }
-        if let Some(w) = self.actual_wall_offset {
-            cmd += &format!(" --actual-wall-offset-ms {}", w.as_millis());
-        }
+        cmd += &self.shared().flags(&d.shared());
         if self.anchor_at_receive {
             cmd += " --anchor-at-receive";
-        }
-        if self.notify != d.notify {
-            cmd += match self.notify {
-                Notify::Off => " --notify off",
-                Notify::On => " --notify on",
-                Notify::Random => " --notify random",
-            };
-        }
-        if self.liveness != d.liveness {
-            cmd += &match self.liveness {
-                Liveness::Off => " --liveness off".to_string(),
-                Liveness::On(s) => format!(" --liveness on:{}", s.as_millis()),
-                Liveness::Random(s) => format!(" --liveness random:{}", s.as_millis()),
-            };
-        }
-        if self.fault_phase != d.fault_phase {
-            cmd += &format!(" --fault-secs {}", self.fault_phase.as_secs());
-        }
-        if self.latency != d.latency {
-            cmd += &format!(" --latency-ms {}", self.latency.as_millis());
         }
         if self.faults == FaultRates::crash_only() {
             cmd += " --crash-only";

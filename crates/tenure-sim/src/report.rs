@@ -4,6 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use tenure::testkit::{TermLog, TermProblem, TermSpan};
+use tokio::time::Instant;
+
 use crate::clock::SimTime;
 use crate::faults::{FaultCounts, FaultKind};
 
@@ -66,6 +69,73 @@ pub struct Violation {
     pub detail: String,
 }
 
+impl Violation {
+    /// A violation found in run `seed`.
+    pub(crate) fn new(
+        seed: u64,
+        kind: ViolationKind,
+        at: SimTime,
+        nodes: Vec<usize>,
+        tokens: Vec<u64>,
+        detail: String,
+    ) -> Self {
+        Violation {
+            seed,
+            kind,
+            at,
+            nodes,
+            tokens,
+            detail,
+        }
+    }
+}
+
+/// The violations a term log of the elector or sharded tier shows (two
+/// terms at once, tokens out of order), each naming `place` (`group g0`,
+/// `shard 3`) and `what` the log records. `node` tells a span's candidate
+/// by number; `sim_time` turns the tier's tokio instants into simulated
+/// time.
+pub(crate) fn term_violations(
+    seed: u64,
+    log: &TermLog,
+    place: &str,
+    what: &str,
+    node: impl Fn(&TermSpan) -> usize,
+    sim_time: impl Fn(Instant) -> SimTime,
+) -> Vec<Violation> {
+    log.problems()
+        .into_iter()
+        .map(|p| {
+            let (kind, a, b) = match &p {
+                TermProblem::Overlap { first, second } => (ViolationKind::Overlap, first, second),
+                TermProblem::TokenOrder { earlier, later } => {
+                    (ViolationKind::TokenOrder, earlier, later)
+                }
+            };
+            let end = |span: &TermSpan| {
+                span.ended
+                    .map_or("still running".into(), |e| format!("to {}", sim_time(e)))
+            };
+            Violation::new(
+                seed,
+                kind,
+                sim_time(b.elected),
+                vec![node(a), node(b)],
+                vec![a.token, b.token],
+                format!(
+                    "{place}: {what}: {p}: {} from {} {}, {} from {} {}",
+                    a.candidate,
+                    sim_time(a.elected),
+                    end(a),
+                    b.candidate,
+                    sim_time(b.elected),
+                    end(b)
+                ),
+            )
+        })
+        .collect()
+}
+
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -84,7 +154,7 @@ pub struct CrashGap {
     pub at: SimTime,
     /// The crashed leader.
     pub node: usize,
-    /// Its token.
+    /// The crashed leader's token, to tell its term from the next.
     pub token: u64,
     /// Time from the crash to the next election, if one came.
     pub gap: Option<Duration>,
@@ -98,7 +168,7 @@ pub struct CrashGap {
 /// Everything one seed's run found.
 #[derive(Clone, Debug)]
 pub struct SimReport {
-    /// The seed.
+    /// The seed that replays the run.
     pub seed: u64,
     /// How many candidates ran.
     pub nodes: usize,

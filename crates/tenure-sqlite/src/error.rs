@@ -47,7 +47,7 @@ pub enum SqliteStoreError {
     /// The file exists but is not a SQLite database.
     #[error("{path} is not a SQLite database (or it is encrypted): point tenure at another path, or move this file away and tenure will create a fresh database there", path = .path.display())]
     NotADatabase {
-        /// The file.
+        /// The file that is not a database, which the fix names.
         path: PathBuf,
         /// The SQLite error.
         #[source]

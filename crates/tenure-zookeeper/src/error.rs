@@ -31,7 +31,7 @@ pub enum ZkStoreError {
     /// No session could be established with any host.
     #[error("ZooKeeper at {target} is unreachable ({detail}): check the hosts and ports in the URL and that the ensemble is up")]
     Unreachable {
-        /// The hosts.
+        /// The hosts as the URL names them, for the message (no password).
         target: String,
         /// What failed.
         detail: String,
@@ -40,7 +40,7 @@ pub enum ZkStoreError {
     /// applied.
     #[error("ZooKeeper at {target} did not answer {what} within {after:?}; it may or may not have been applied")]
     Timeout {
-        /// The hosts.
+        /// The hosts as the URL names them, for the message (no password).
         target: String,
         /// Which operation.
         what: &'static str,
@@ -52,7 +52,7 @@ pub enum ZkStoreError {
     /// the session.
     #[error("the connection to ZooKeeper at {target} was lost before the reply to {what} came; it may or may not have been applied")]
     ConnectionLost {
-        /// The hosts.
+        /// The hosts as the URL names them, for the message (no password).
         target: String,
         /// Which operation.
         what: &'static str,
@@ -62,7 +62,7 @@ pub enum ZkStoreError {
     /// may not have been applied.
     #[error("the ZooKeeper session with {target} ended during {what}; a new session is being opened, and the request may or may not have been applied")]
     SessionExpired {
-        /// The hosts.
+        /// The hosts as the URL names them, for the message (no password).
         target: String,
         /// Which operation.
         what: &'static str,
@@ -70,7 +70,7 @@ pub enum ZkStoreError {
     /// The node's ACL does not let this session do what tenure needs.
     #[error("ZooKeeper at {target}: {who} may not {what} under {prefix} (NoAuth); use the user that created the nodes (zk://user:password@...), or grant this one: `setAcl {prefix} digest:<user>:<hash>:crwda` on the prefix node and on each group node under it")]
     NotAuthorized {
-        /// The hosts.
+        /// The hosts as the URL names them, for the message (no password).
         target: String,
         /// `user "name"` or `an unauthenticated client`.
         who: String,
@@ -82,7 +82,7 @@ pub enum ZkStoreError {
     /// The server refused the session's authentication.
     #[error("ZooKeeper at {target} refused the authentication of {who}: check the user and password in the URL (zk://user:password@host, %-escape special characters) and the server's authProvider settings")]
     AuthFailed {
-        /// The hosts.
+        /// The hosts as the URL names them, for the message (no password).
         target: String,
         /// `user "name"` or `an unauthenticated client`.
         who: String,
@@ -90,7 +90,7 @@ pub enum ZkStoreError {
     /// The server does not offer an operation tenure uses.
     #[error("ZooKeeper at {target} does not support {what}: {fix}")]
     Unsupported {
-        /// The hosts.
+        /// The hosts as the URL names them, for the message (no password).
         target: String,
         /// Which operation.
         what: &'static str,
@@ -101,7 +101,7 @@ pub enum ZkStoreError {
     /// other than those above: throttled, over a quota, malformed.
     #[error("ZooKeeper at {target} refused {what}")]
     ZooKeeper {
-        /// The hosts.
+        /// The hosts as the URL names them, for the message (no password).
         target: String,
         /// Which operation.
         what: &'static str,

@@ -34,7 +34,6 @@ use zookeeper_client as zk;
 use crate::error::ZkStoreError;
 use crate::names;
 use crate::store::{ZkStore, READS_PER_REQUEST};
-use crate::watch::backoff;
 
 /// Room in the feed: a whole renewal round of a large engine. The feed
 /// waits while it is full (the client queues the events meanwhile).
@@ -81,7 +80,7 @@ async fn rearm(store: &ZkStore, tx: &StoreFeedSender) -> Option<zk::PersistentWa
                 tracing::debug!(error = %e, "ZooKeeper watch of the prefix node not armed; trying again");
                 tokio::select! {
                     _ = tx.closed() => return None,
-                    _ = tokio::time::sleep(backoff(failures)) => {}
+                    _ = tokio::time::sleep(tenure::store::feed_backoff(failures)) => {}
                 }
             }
         }

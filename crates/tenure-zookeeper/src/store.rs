@@ -450,22 +450,7 @@ impl LeaseView for ZkStore {
             .filter(|g| g.as_str().starts_with(prefix))
             .collect();
         let records = self.read_many(&groups).await?;
-        Ok(groups
-            .into_iter()
-            .zip(records)
-            .filter_map(|(group, record)| match record {
-                // Deleted between the listing and the read.
-                Ok(None) => None,
-                Ok(Some(v)) => Some(Listed {
-                    group,
-                    record: Ok(v),
-                }),
-                Err(e) => Some(Listed {
-                    group,
-                    record: Err(e),
-                }),
-            })
-            .collect())
+        Ok(Listed::from_reads(groups, records))
     }
 
     /// One persistent recursive watch on the prefix node for every group

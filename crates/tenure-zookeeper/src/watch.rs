@@ -11,24 +11,11 @@
 //!
 //! [`LeaseView::changes`]: tenure::LeaseView::changes
 
-use std::time::Duration;
-
 use tenure::ChangeFeed;
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
 use crate::store::ZkStore;
-
-/// First pause after a failed attempt; doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest pause between attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// The pause after `failures` failed attempts in a row.
-pub(crate) fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    (FIRST_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF)
-}
 
 /// A feed of hints for the node at `path`, kept by a task that ends when
 /// the feed is dropped.
@@ -67,7 +54,7 @@ async fn run(store: ZkStore, path: String, tx: mpsc::Sender<()>) {
                 tracing::debug!(error = %e, "ZooKeeper watch not armed; trying again");
                 tokio::select! {
                     _ = tx.closed() => return,
-                    _ = tokio::time::sleep(backoff(failures)) => {}
+                    _ = tokio::time::sleep(tenure::store::feed_backoff(failures)) => {}
                 }
                 continue;
             }
@@ -85,17 +72,5 @@ async fn run(store: ZkStore, path: String, tx: mpsc::Sender<()>) {
         if event.event_type == zk::EventType::Session {
             tracing::debug!(state = %event.session_state, "ZooKeeper session ended under a watch; arming it again");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        assert_eq!(backoff(1), Duration::from_millis(50));
-        assert_eq!(backoff(3), Duration::from_millis(200));
-        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
     }
 }

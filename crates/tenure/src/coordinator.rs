@@ -110,7 +110,7 @@ impl Session {
         }
     }
 
-    /// The group.
+    /// The group this session stands for.
     pub fn group(&self) -> &GroupName {
         &self.publisher.group
     }

@@ -345,7 +345,7 @@ impl Elector {
         }
     }
 
-    /// The group.
+    /// The group this elector stands for.
     pub fn group(&self) -> &GroupName {
         &self.shared.group
     }

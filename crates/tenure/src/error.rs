@@ -13,23 +13,23 @@ pub enum ConfigError {
     /// A name was empty.
     #[error("the {what} is empty: give a non-empty name")]
     EmptyName {
-        /// Which name.
+        /// What the name names (`group name`, `candidate id`, …), for the message.
         what: &'static str,
     },
     /// A name was too long.
     #[error("the {what} is {len} bytes long: at most {max} bytes of UTF-8 are allowed")]
     NameTooLong {
-        /// Which name.
+        /// What the name names, for the message.
         what: &'static str,
         /// Its length in bytes.
         len: usize,
-        /// The limit.
+        /// The most bytes such a name may have.
         max: usize,
     },
     /// A name held a control character.
     #[error("the {what} contains a control character: use printable text")]
     ControlCharacter {
-        /// Which name.
+        /// What the name names, for the message.
         what: &'static str,
     },
     /// Published metadata was too large.
@@ -37,13 +37,13 @@ pub enum ConfigError {
     MetadataTooLarge {
         /// Encoded size.
         len: usize,
-        /// The limit.
+        /// The most bytes a record may carry as metadata.
         max: usize,
     },
     /// Published metadata used a key tenure keeps for itself.
     #[error("the metadata key {key:?} starts with \"tenure.\", which tenure keeps for itself: choose another key")]
     ReservedMetadataKey {
-        /// The key.
+        /// The key used, for the message (the values are not shown).
         key: String,
     },
     /// The timing settings contradict each other or the safety rules.
@@ -120,7 +120,7 @@ pub enum StoreError {
         "{store} does not support {what}: use a store that does (see the README's store table)"
     )]
     Unsupported {
-        /// The operation.
+        /// The operation the feature needs (listing groups by prefix, …).
         what: &'static str,
         /// The store, as it describes itself (no secrets).
         store: String,

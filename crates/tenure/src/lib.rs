@@ -119,7 +119,7 @@ pub use shards::{
     Assignment, Member, ShardEvent, ShardEventStream, ShardHolding, Shards, ShardsBuilder,
 };
 pub use store::{
-    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, FeedRelay, LeaseStore, LeaseView,
-    Listed, StoreFeed, StoreFeedSender,
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, FeedRelay, FeedsOff, LeaseStore,
+    LeaseView, Listed, StoreFeed, StoreFeedSender,
 };
 pub use term::{Term, TermGuard};

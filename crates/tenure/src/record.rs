@@ -331,7 +331,7 @@ impl LeaseRecord {
 /// A record together with the store's version of it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Versioned {
-    /// The record.
+    /// The record as read (or as written, by a feed that carries it).
     pub record: LeaseRecord,
     /// The store's version, to pass back to compare-and-swap.
     pub version: Version,

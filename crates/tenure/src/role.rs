@@ -108,7 +108,7 @@ pub enum Event {
     /// [`Elector::wait_for_leadership`](crate::Elector::wait_for_leadership)
     /// returns [`ElectorError::Failed`](crate::ElectorError::Failed) from now on.
     Failed {
-        /// Why.
+        /// What makes leading impossible (a token at its maximum, one gone back, …).
         fault: Fault,
     },
 }

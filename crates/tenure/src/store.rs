@@ -60,14 +60,14 @@ pub enum Change {
     /// The group's record was written and is now this. A feed that carries
     /// records spares every follower a read per renewal.
     Written {
-        /// The group.
+        /// The group written.
         group: GroupName,
         /// The record as written, with its new version.
         current: Versioned,
     },
     /// Something about the group changed; read it to learn what.
     Hint {
-        /// The group.
+        /// The group that may have changed.
         group: GroupName,
     },
     /// The feed may have missed changes (it reconnected, or fell behind):
@@ -145,10 +145,66 @@ impl StoreFeedSender {
 /// One group found by [`LeaseView::list`].
 #[derive(Debug)]
 pub struct Listed {
-    /// The group.
+    /// The group found under the prefix.
     pub group: GroupName,
     /// Its record, or why it cannot be used.
     pub record: Result<Versioned, StoreError>,
+}
+
+impl Listed {
+    /// What [`LeaseView::list`] returns for the groups a store found and
+    /// their records, read afterwards in one batch (in the same order): a
+    /// group whose record is gone by then (deleted between the listing and
+    /// the read) is left out; one that cannot be read keeps its error.
+    pub fn from_reads(
+        groups: Vec<GroupName>,
+        records: Vec<Result<Option<Versioned>, StoreError>>,
+    ) -> Vec<Listed> {
+        groups
+            .into_iter()
+            .zip(records)
+            .filter_map(|(group, record)| record.transpose().map(|record| Listed { group, record }))
+            .collect()
+    }
+}
+
+/// A single read as a batch of one, for a store whose native read is the
+/// batch (one statement, one script call): the batch's only entry, or an
+/// unavailable store if it answered with none.
+pub async fn read_as_batch<S: LeaseView + ?Sized>(
+    store: &S,
+    group: &GroupName,
+) -> Result<Option<Versioned>, StoreError> {
+    only_entry(store.read_many(std::slice::from_ref(group)).await?)
+}
+
+/// A single compare-and-swap as a batch of one, for a store whose native
+/// write is the batch; see [`read_as_batch`].
+pub async fn compare_and_swap_as_batch<S: LeaseStore + ?Sized>(
+    store: &S,
+    group: &GroupName,
+    expected: Option<Version>,
+    record: &LeaseRecord,
+) -> Result<CasOutcome, StoreError> {
+    let request = CasRequest {
+        group: group.clone(),
+        expected,
+        record: record.clone(),
+    };
+    only_entry(
+        store
+            .compare_and_swap_many(std::slice::from_ref(&request))
+            .await?,
+    )
+}
+
+fn only_entry<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
+    batch.into_iter().next().unwrap_or_else(|| {
+        Err(StoreError::Unavailable {
+            message: "the store answered a batch of one with no entry".into(),
+            source: None,
+        })
+    })
 }
 
 /// How many single operations the default batch methods run at once.
@@ -238,6 +294,51 @@ impl FeedRelay {
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+}
+
+/// A store's per-group change feeds, turned off for a while after the
+/// server refused one (an ACL without the permission it needs), so that
+/// electors poll meanwhile instead of asking again for a feed that cannot
+/// work. Clones share the state.
+#[derive(Clone, Debug, Default)]
+pub struct FeedsOff(std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+
+impl FeedsOff {
+    /// Whether feeds are off now.
+    pub fn now(&self) -> bool {
+        let mut off = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match *off {
+            Some(until) if tokio::time::Instant::now() < until => true,
+            Some(_) => {
+                *off = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Turns feeds off for `retry_after` from now.
+    pub fn for_a_while(&self, retry_after: std::time::Duration) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(tokio::time::Instant::now() + retry_after);
+    }
+}
+
+/// How long a store's listener pauses before it watches again after
+/// `failures` failed attempts in a row: 50 ms, doubling, at most 2 s (a
+/// feed that stays down leaves the electors polling meanwhile).
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(tenure::store::feed_backoff(1), Duration::from_millis(50));
+/// assert_eq!(tenure::store::feed_backoff(3), Duration::from_millis(200));
+/// assert_eq!(tenure::store::feed_backoff(u32::MAX), Duration::from_secs(2));
+/// ```
+pub fn feed_backoff(failures: u32) -> std::time::Duration {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(50);
+    const MOST: std::time::Duration = std::time::Duration::from_secs(2);
+    let exp = failures.saturating_sub(1).min(16);
+    (FIRST * 2u32.pow(exp)).min(MOST)
 }
 
 /// Per-item results of a batch, or the failure of the batch as a whole.

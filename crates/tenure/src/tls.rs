@@ -7,6 +7,63 @@ use std::path::{Path, PathBuf};
 
 use rustls_pki_types::pem::{self, PemObject, SectionKind};
 
+/// The TLS files a store URL names: `ca` (the CA that signed the servers'
+/// certificates), and `cert` with `key` for a client certificate. Every
+/// store with TLS options takes them under these names.
+///
+/// ```
+/// use tenure::tls::TlsPaths;
+/// let mut files = TlsPaths::default();
+/// assert_eq!(files.take("ca", "/etc/ca.pem", true, "rediss://"), Ok(true));
+/// assert_eq!(files.take("prefix", "x", true, "rediss://"), Ok(false));
+/// assert!(files.take("key", "/k.pem", false, "rediss://").unwrap_err().contains("rediss://"));
+/// assert!(files.take("cert", "/c.pem", true, "rediss://").is_ok());
+/// assert!(files.check().unwrap_err().contains("cert and key go together"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsPaths {
+    /// The CA certificates to trust.
+    pub ca: Option<PathBuf>,
+    /// The client certificate chain.
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    pub key: Option<PathBuf>,
+}
+
+impl TlsPaths {
+    /// Takes URL option `name` if it names a TLS file: `Ok(true)` when
+    /// taken, `Ok(false)` when it is another option, and an error naming
+    /// `tls_scheme` (the scheme that uses TLS) when the URL does not.
+    pub fn take(
+        &mut self,
+        name: &str,
+        value: &str,
+        tls: bool,
+        tls_scheme: &str,
+    ) -> Result<bool, String> {
+        let slot = match name {
+            "ca" => &mut self.ca,
+            "cert" => &mut self.cert,
+            "key" => &mut self.key,
+            _ => return Ok(false),
+        };
+        if !tls {
+            return Err(format!("option {name} needs TLS: use {tls_scheme}"));
+        }
+        *slot = Some(PathBuf::from(value));
+        Ok(true)
+    }
+
+    /// Checks that `cert` and `key` come together.
+    pub fn check(&self) -> Result<(), String> {
+        if self.cert.is_some() == self.key.is_some() {
+            Ok(())
+        } else {
+            Err("cert and key go together: give both files for mutual TLS, or neither".into())
+        }
+    }
+}
+
 /// What a PEM file must hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expected {

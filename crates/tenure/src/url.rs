@@ -181,6 +181,24 @@ pub fn parse_duration(name: &str, value: &str) -> Result<Duration, String> {
         .map_err(|_| format!("option {name}: {value:?} is not a duration such as 500ms or 5s"))
 }
 
+/// Parses the option `name`'s value as a store's timeout: a duration, as
+/// [`parse_duration`] reads it, that is not zero.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(tenure::url::parse_timeout("timeout", "2s"), Ok(Duration::from_secs(2)));
+/// assert!(tenure::url::parse_timeout("timeout", "0s").unwrap_err().contains("positive"));
+/// ```
+pub fn parse_timeout(name: &str, value: &str) -> Result<Duration, String> {
+    let d = parse_duration(name, value)?;
+    if d.is_zero() {
+        return Err(format!(
+            "{name} is zero: give a positive duration such as 5s"
+        ));
+    }
+    Ok(d)
+}
+
 /// Parses the option `name`'s value as a boolean: `true`/`false`,
 /// `1`/`0`, `yes`/`no`, `on`/`off`.
 ///

@@ -15,9 +15,9 @@ pub enum Report {
     Started {
         /// Its candidate id.
         id: String,
-        /// Its pid.
+        /// Its pid, to take it down.
         pid: u32,
-        /// When.
+        /// When it started standing.
         at: u64,
     },
     /// It leads: the term's work starts now.

@@ -46,7 +46,7 @@ impl Kind {
 pub struct TermLog {
     /// The fencing token.
     pub token: u64,
-    /// The candidate.
+    /// Who led.
     pub candidate: String,
     /// When the candidate learned it leads.
     pub elected_at: u64,
@@ -63,7 +63,7 @@ pub struct TermLog {
 /// One take-down and what followed.
 #[derive(Debug, Clone)]
 pub struct HandOver {
-    /// How.
+    /// How the leader was taken down (the row's kind of hand-over).
     pub kind: Kind,
     /// The leader's token.
     pub from_token: u64,
@@ -80,7 +80,7 @@ pub struct HandOver {
 pub struct Interval {
     /// The fencing token.
     pub token: u64,
-    /// The candidate.
+    /// Who led.
     pub candidate: String,
     /// Start, nanoseconds on the shared clock.
     #[serde(skip)]
@@ -116,11 +116,11 @@ pub struct Row {
     pub kind: Kind,
     /// The old leader.
     pub from: String,
-    /// Its token.
+    /// The old leader's token.
     pub from_token: u64,
     /// The new leader.
     pub to: String,
-    /// Its token.
+    /// The new leader's token, above the old one.
     pub to_token: u64,
     /// From the old term's end to the new term's start.
     pub leaderless_ms: f64,
@@ -138,7 +138,7 @@ pub struct Row {
 /// The promised bounds, in milliseconds.
 #[derive(Debug, Clone, Serialize)]
 pub struct BoundsJson {
-    /// Term.
+    /// The configured term, the scale of every bound.
     pub term_ms: f64,
     /// A leader's validity per renewal.
     pub leader_validity_ms: f64,

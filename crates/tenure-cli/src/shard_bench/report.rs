@@ -12,14 +12,14 @@ use serde::{Deserialize, Serialize};
 pub enum MemberReport {
     /// The member joined the set (`Shards::start` returned).
     Started {
-        /// Its pid.
+        /// Its pid, to take it down.
         pid: u32,
-        /// When.
+        /// When it joined.
         at: u64,
     },
     /// It holds the shard: the term's work starts now.
     Acquired {
-        /// The shard.
+        /// The shard it began to work.
         shard: String,
         /// The term's fencing token.
         token: u64,
@@ -30,7 +30,7 @@ pub enum MemberReport {
     /// reported before the term's guard is dropped, hence before any
     /// release.
     Ended {
-        /// The shard.
+        /// The shard it stopped working.
         shard: String,
         /// The term's fencing token.
         token: u64,
@@ -41,12 +41,12 @@ pub enum MemberReport {
     Members {
         /// Their ids, sorted.
         ids: Vec<String>,
-        /// When.
+        /// When the view changed.
         at: u64,
     },
     /// The member left gracefully: `Shards::shutdown` returned.
     Left {
-        /// When.
+        /// When it left.
         at: u64,
     },
 }

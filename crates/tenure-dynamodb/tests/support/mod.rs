@@ -581,13 +581,7 @@ fn npm_dir() -> String {
     std::env::var("TENURE_NPM_DIR").unwrap_or_else(|_| "/var/tmp/tenure-npm".into())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use tenure::testkit::free_port;
 
 fn dynalite_bin() -> String {
     format!("{}/node_modules/.bin/dynalite", npm_dir())

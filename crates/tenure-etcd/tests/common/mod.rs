@@ -3,10 +3,10 @@
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tenure::testkit::{free_port, TempDir};
+use tenure::testkit::{free_port, wait_for_port, ServerProcess, TempDir};
 
 /// A private etcd on free ports whose data directory survives restarts,
 /// killed by PID on drop.
@@ -14,7 +14,7 @@ pub struct EtcdServer {
     pub port: u16,
     peer: u16,
     dir: TempDir,
-    child: Option<Child>,
+    child: ServerProcess,
 }
 
 impl EtcdServer {
@@ -23,7 +23,7 @@ impl EtcdServer {
             port: free_port(),
             peer: free_port(),
             dir: TempDir::new("etcd"),
-            child: None,
+            child: ServerProcess::default(),
         };
         s.spawn();
         s
@@ -51,8 +51,8 @@ impl EtcdServer {
             .arg(format!("t={peer}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        self.child = Some(cmd.spawn().expect("etcd is installed"));
-        wait_port(self.port);
+        self.child.start(&mut cmd).expect("etcd is installed");
+        wait_for_port(self.port, Duration::from_secs(5));
         // Serving only once it elected itself: wait for a read to work.
         for _ in 0..100 {
             if self.ctl(&["get", "probe"]).0 {
@@ -73,10 +73,7 @@ impl EtcdServer {
 
     /// SIGKILL; the data directory stays.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.kill();
     }
 
     /// Starts again on the same ports and data.
@@ -111,21 +108,15 @@ impl EtcdServer {
     }
 }
 
-impl Drop for EtcdServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub fn wait_port(port: u16) {
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("nothing listens on port {port} after 5 s");
-}
-
 #[allow(unused_imports, reason = "not every test binary uses them")]
 pub use tenure::testkit::scenarios::{elector, one_leader};
+
+impl tenure::testkit::scenarios::Restart for EtcdServer {
+    fn kill(&mut self) {
+        EtcdServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        EtcdServer::restart(self);
+    }
+}

@@ -4,7 +4,6 @@
 
 pub mod kproxy;
 
-use std::net::TcpListener;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -259,13 +258,7 @@ impl Tansu {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use tenure::testkit::free_port;
 
 async fn spawn_tansu(bin: &str, listen: &str, advertised: &str) -> Child {
     let child = Command::new(bin)

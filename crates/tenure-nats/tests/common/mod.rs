@@ -4,11 +4,11 @@
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
-use tenure::testkit::{free_port, unique_suffix, TempDir};
+use tenure::testkit::{free_port, unique_suffix, wait_for_port, ServerProcess, TempDir};
 
 /// A bucket name of a test's own, so runs never share state.
 pub fn fresh_bucket(label: &str) -> String {
@@ -49,7 +49,7 @@ pub struct NatsServer {
     dir: TempDir,
     config: String,
     jetstream: bool,
-    child: Option<Child>,
+    child: ServerProcess,
 }
 
 impl NatsServer {
@@ -72,7 +72,7 @@ impl NatsServer {
             dir: TempDir::new("nats"),
             config: config.to_owned(),
             jetstream,
-            child: None,
+            child: ServerProcess::default(),
         };
         s.spawn();
         s
@@ -95,15 +95,12 @@ impl NatsServer {
         )
         .expect("write the server configuration");
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
-        let child = Command::new("nats-server")
-            .arg("-c")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
+        let mut cmd = Command::new("nats-server");
+        cmd.arg("-c").arg(&conf).stdout(Stdio::null()).stderr(log);
+        self.child
+            .start(&mut cmd)
             .expect("nats-server is installed (scripts/servers.sh installs it)");
-        self.child = Some(child);
-        wait_port(self.port);
+        wait_for_port(self.port, Duration::from_secs(10));
     }
 
     pub fn url(&self, bucket: &str) -> String {
@@ -119,7 +116,7 @@ impl NatsServer {
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().map_or(0, |c| c.id() as i32)
+        self.child.pid().unwrap_or(0)
     }
 
     pub fn log(&self) -> String {
@@ -128,10 +125,7 @@ impl NatsServer {
 
     /// SIGKILL; the store directory stays.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.kill();
     }
 
     /// Starts again on the same port and store directory.
@@ -180,15 +174,15 @@ impl Drop for NatsServer {
     }
 }
 
-pub fn wait_port(port: u16) {
-    for _ in 0..400 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("nothing listens on port {port} after 10 s");
-}
-
 #[allow(unused_imports, reason = "not every test binary uses them")]
 pub use tenure::testkit::scenarios::{elector, one_leader};
+
+impl tenure::testkit::scenarios::Restart for NatsServer {
+    fn kill(&mut self) {
+        NatsServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        NatsServer::restart(self);
+    }
+}

@@ -3,10 +3,10 @@
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tenure::testkit::{free_port, TempDir};
+use tenure::testkit::{free_port, wait_for_port, ServerProcess, TempDir};
 
 /// A private redis-server on a free port, without persistence (so a
 /// restart loses every key, as the shared test server would), killed by
@@ -15,7 +15,7 @@ pub struct RedisServer {
     pub port: u16,
     dir: TempDir,
     extra: Vec<String>,
-    child: Option<Child>,
+    child: ServerProcess,
 }
 
 impl RedisServer {
@@ -24,7 +24,7 @@ impl RedisServer {
             port: free_port(),
             dir: TempDir::new("server"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
-            child: None,
+            child: ServerProcess::default(),
         };
         s.spawn();
         s
@@ -39,8 +39,10 @@ impl RedisServer {
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        self.child = Some(cmd.spawn().expect("redis-server is installed"));
-        wait_port(self.port);
+        self.child
+            .start(&mut cmd)
+            .expect("redis-server is installed");
+        wait_for_port(self.port, Duration::from_secs(5));
     }
 
     pub fn url(&self) -> String {
@@ -53,10 +55,7 @@ impl RedisServer {
 
     /// SIGKILL: the data (in memory only) is gone.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.kill();
     }
 
     /// Starts again on the same port, empty.
@@ -75,22 +74,6 @@ impl RedisServer {
             .expect("redis-cli is installed");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub fn wait_port(port: u16) {
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("nothing listens on port {port} after 5 s");
 }
 
 #[allow(unused_imports, reason = "not every test binary uses them")]

@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::testkit::{TermLog, TermProblem, TermSpan};
+use tenure::testkit::{TermLog, TermSpan};
 use tenure::{Config, Elector, Faults, MemoryStore, Timing};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -59,8 +59,8 @@ use tokio::time::Instant;
 use crate::checker::LivenessBounds;
 use crate::clock::{NodeClock, SimTime};
 use crate::faults::{between, FaultCounts};
-use crate::params::{Liveness, Notify, SimError, SkewBound};
-use crate::report::{Violation, ViolationKind};
+use crate::params::SimError;
+use crate::report::{term_violations, Violation, ViolationKind};
 use crate::scheduler::Queue;
 use crate::trace::Trace;
 
@@ -141,14 +141,8 @@ impl Findings {
         tokens: Vec<u64>,
         detail: String,
     ) {
-        self.violations.push(Violation {
-            seed: self.seed,
-            kind,
-            at,
-            nodes,
-            tokens,
-            detail,
-        });
+        self.violations
+            .push(Violation::new(self.seed, kind, at, nodes, tokens, detail));
     }
 }
 
@@ -234,16 +228,8 @@ impl Cluster {
         let mut rng = StdRng::seed_from_u64(seed);
         let n = rng.gen_range(params.nodes.clone());
         let groups = rng.gen_range(params.groups.clone());
-        let skew = match params.skew {
-            SkewBound::Off => None,
-            SkewBound::On(d) => Some(d),
-            SkewBound::Random(d) => rng.gen_bool(0.5).then_some(d),
-        };
-        let liveness = match params.liveness {
-            Liveness::Off => None,
-            Liveness::On(d) => Some(d),
-            Liveness::Random(d) => rng.gen_bool(0.5).then_some(d),
-        };
+        let skew = params.skew.draw(&mut rng);
+        let liveness = params.liveness.draw(&mut rng);
         let config = params.config(skew, liveness);
         let timing = params.timing(skew, liveness)?;
         // Slow windows make operations take up to 1.5 operation timeouts.
@@ -260,11 +246,7 @@ impl Cluster {
                     skew,
                     params.actual_wall_offset,
                 );
-                let notify = match params.notify {
-                    Notify::Off => false,
-                    Notify::On => true,
-                    Notify::Random => rng.gen_bool(0.5),
-                };
+                let notify = params.notify.draw(&mut rng);
                 Slot {
                     name: format!("node-{i}"),
                     clock: Arc::new(SimClock::new(origin, model, i, findings.clone())),
@@ -472,41 +454,8 @@ impl Cluster {
                 .and_then(|i| i.parse().ok())
                 .unwrap_or(usize::MAX)
         };
-        log.problems()
-            .into_iter()
-            .map(|p| {
-                let (kind, a, b) = match &p {
-                    TermProblem::Overlap { first, second } => {
-                        (ViolationKind::Overlap, first, second)
-                    }
-                    TermProblem::TokenOrder { earlier, later } => {
-                        (ViolationKind::TokenOrder, earlier, later)
-                    }
-                };
-                let end = |s: &TermSpan| {
-                    s.ended.map_or("still running".into(), |e| {
-                        format!("to {}", self.sim_time(e))
-                    })
-                };
-                Violation {
-                    seed: self.seed,
-                    kind,
-                    at: self.sim_time(b.elected),
-                    nodes: vec![node(a), node(b)],
-                    tokens: vec![a.token, b.token],
-                    detail: format!(
-                        "group {}: {what}: {p}: {} from {} {}, {} from {} {}",
-                        group_name(g),
-                        a.candidate,
-                        self.sim_time(a.elected),
-                        end(a),
-                        b.candidate,
-                        self.sim_time(b.elected),
-                        end(b)
-                    ),
-                }
-            })
-            .collect()
+        let place = format!("group {}", group_name(g));
+        term_violations(self.seed, log, &place, what, node, |t| self.sim_time(t))
     }
 
     fn report(self) -> ElectorReport {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tenure::{Config, Timing};
 
-use crate::params::{Liveness, Notify, SimError, SkewBound};
+use crate::params::{check_range, shared_settings, Liveness, Notify, SimError, SkewBound};
 
 /// How often each fault strikes in the elector tier: mean intervals of
 /// exponential distributions over the whole cluster; `None` turns a kind
@@ -145,48 +145,13 @@ impl Default for ElectorParams {
     }
 }
 
+shared_settings!(ElectorParams, liveness);
+
 impl ElectorParams {
     /// Checks the parameters that the election configuration does not.
     pub fn check(&self) -> Result<(), SimError> {
-        let (lo, hi) = (*self.nodes.start(), *self.nodes.end());
-        if lo < 2 || hi > 20 || lo > hi {
-            return Err(SimError::Params(format!(
-                "node count range {lo}..={hi}: give a non-empty range within 2..=20"
-            )));
-        }
-        let (lo, hi) = (*self.groups.start(), *self.groups.end());
-        if lo < 1 || hi > 16 || lo > hi {
-            return Err(SimError::Params(format!(
-                "group count range {lo}..={hi}: give a non-empty range within 1..=16"
-            )));
-        }
-        if let Some(a) = self.actual_drift {
-            if !(a.is_finite() && (0.0..0.9).contains(&a)) {
-                return Err(SimError::Params(format!(
-                    "actual drift {a} is outside [0, 0.9)"
-                )));
-            }
-        }
-        if self
-            .actual_wall_offset
-            .is_some_and(|w| w > Duration::from_secs(3600))
-        {
-            return Err(SimError::Params(
-                "actual wall-clock offset is over an hour".into(),
-            ));
-        }
-        if self.latency < Duration::from_millis(1) || self.latency * 4 >= self.term / 4 {
-            return Err(SimError::Params(format!(
-                "latency bound {:?} must be at least 1 ms and well inside the operation timeout (term / 4)",
-                self.latency
-            )));
-        }
-        if self.fault_phase < self.term * 8 {
-            return Err(SimError::Params(format!(
-                "fault phase {:?} is shorter than 8 terms: faults need room to heal before the tail",
-                self.fault_phase
-            )));
-        }
+        check_range("node count", &self.nodes, 2, 20)?;
+        check_range("group count", &self.groups, 1, 16)?;
         for (kind, every) in self.faults.kinds() {
             if every.is_some_and(|d| d < Duration::from_millis(100)) {
                 return Err(SimError::Params(format!(
@@ -194,24 +159,12 @@ impl ElectorParams {
                 )));
             }
         }
-        let skew = match self.skew {
-            SkewBound::Off => None,
-            SkewBound::On(d) | SkewBound::Random(d) => Some(d),
-        };
-        let liveness = match self.liveness {
-            Liveness::Off => None,
-            Liveness::On(d) | Liveness::Random(d) => Some(d),
-        };
-        self.timing(skew, liveness).map(|_| ())
+        self.shared().check(Duration::from_millis(1))
     }
 
     /// The election configuration with this skew bound and liveness timeout.
     pub fn config(&self, skew: Option<Duration>, liveness: Option<Duration>) -> Config {
-        let mut config = Config::new(self.term);
-        config.drift = self.drift;
-        config.max_clock_skew = skew;
-        config.liveness_timeout = liveness;
-        config
+        self.shared().config(skew, liveness)
     }
 
     /// The validated timing with this skew bound and liveness timeout.
@@ -220,7 +173,7 @@ impl ElectorParams {
         skew: Option<Duration>,
         liveness: Option<Duration>,
     ) -> Result<Timing, SimError> {
-        Ok(self.config(skew, liveness).validate()?)
+        self.shared().timing(skew, liveness)
     }
 
     /// How far clocks really drift.
@@ -239,45 +192,7 @@ impl ElectorParams {
         if self.groups != d.groups {
             cmd += &format!(" --groups {}..{}", self.groups.start(), self.groups.end());
         }
-        if self.term != d.term {
-            cmd += &format!(" --term-ms {}", self.term.as_millis());
-        }
-        if self.drift != d.drift {
-            cmd += &format!(" --drift {}", self.drift);
-        }
-        if let Some(a) = self.actual_drift {
-            cmd += &format!(" --actual-drift {a}");
-        }
-        if self.skew != d.skew {
-            cmd += &match self.skew {
-                SkewBound::Off => " --skew off".to_string(),
-                SkewBound::On(s) => format!(" --skew on:{}", s.as_millis()),
-                SkewBound::Random(s) => format!(" --skew random:{}", s.as_millis()),
-            };
-        }
-        if let Some(w) = self.actual_wall_offset {
-            cmd += &format!(" --actual-wall-offset-ms {}", w.as_millis());
-        }
-        if self.notify != d.notify {
-            cmd += match self.notify {
-                Notify::Off => " --notify off",
-                Notify::On => " --notify on",
-                Notify::Random => " --notify random",
-            };
-        }
-        if self.liveness != d.liveness {
-            cmd += &match self.liveness {
-                Liveness::Off => " --liveness off".to_string(),
-                Liveness::On(s) => format!(" --liveness on:{}", s.as_millis()),
-                Liveness::Random(s) => format!(" --liveness random:{}", s.as_millis()),
-            };
-        }
-        if self.fault_phase != d.fault_phase {
-            cmd += &format!(" --fault-secs {}", self.fault_phase.as_secs());
-        }
-        if self.latency != d.latency {
-            cmd += &format!(" --latency-ms {}", self.latency.as_millis());
-        }
+        cmd += &self.shared().flags(&d.shared());
         if self.faults == ElectorFaultRates::none() {
             cmd += " --no-faults";
         } else if self.faults != d.faults {

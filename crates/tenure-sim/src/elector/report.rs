@@ -10,7 +10,7 @@ use crate::report::Violation;
 /// Everything one seed's elector-tier run found.
 #[derive(Clone, Debug)]
 pub struct ElectorReport {
-    /// The seed.
+    /// The seed that replays the run.
     pub seed: u64,
     /// How many candidates ran.
     pub nodes: usize,

@@ -348,11 +348,7 @@ impl Set {
             self.skew,
             self.params.actual_wall_offset,
         );
-        let notify = match self.params.notify {
-            Notify::Off => false,
-            Notify::On => true,
-            Notify::Random => self.rng.gen_bool(0.5),
-        };
+        let notify = self.params.notify.draw(&mut self.rng);
         self.slots.push(Slot {
             name: format!("m{i}"),
             clock: Arc::new(SimClock::new(self.origin, model, i, self.findings.clone())),

@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::testkit::{TermLog, TermProblem, TermSpan};
+use tenure::testkit::{TermLog, TermSpan};
 use tenure::{Config, Faults, MemoryStore, Shards, Timing};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -55,8 +55,8 @@ use crate::elector::clock::SimClock;
 use crate::elector::windows::Windows;
 use crate::elector::{lock, Findings};
 use crate::faults::{between, FaultCounts, FaultKind};
-use crate::params::{Notify, SimError, SkewBound};
-use crate::report::{Violation, ViolationKind};
+use crate::params::SimError;
+use crate::report::{term_violations, Violation, ViolationKind};
 use crate::scheduler::Queue;
 use crate::trace::Trace;
 
@@ -205,11 +205,7 @@ impl Set {
         let mut rng = StdRng::seed_from_u64(seed);
         let members = rng.gen_range(params.members.clone());
         let shards = rng.gen_range(params.shards.clone());
-        let skew = match params.skew {
-            SkewBound::Off => None,
-            SkewBound::On(d) => Some(d),
-            SkewBound::Random(d) => rng.gen_bool(0.5).then_some(d),
-        };
+        let skew = params.skew.draw(&mut rng);
         let config = params.config(skew);
         let timing = params.timing(skew)?;
         let slow = timing.op_timeout.mul_f64(1.5);
@@ -602,40 +598,8 @@ impl Set {
                 .and_then(|i| i.parse().ok())
                 .unwrap_or(usize::MAX)
         };
-        log.problems()
-            .into_iter()
-            .map(|p| {
-                let (kind, a, b) = match &p {
-                    TermProblem::Overlap { first, second } => {
-                        (ViolationKind::Overlap, first, second)
-                    }
-                    TermProblem::TokenOrder { earlier, later } => {
-                        (ViolationKind::TokenOrder, earlier, later)
-                    }
-                };
-                let end = |span: &TermSpan| {
-                    span.ended.map_or("still running".into(), |e| {
-                        format!("to {}", self.sim_time(e))
-                    })
-                };
-                Violation {
-                    seed: self.seed,
-                    kind,
-                    at: self.sim_time(b.elected),
-                    nodes: vec![node(a), node(b)],
-                    tokens: vec![a.token, b.token],
-                    detail: format!(
-                        "shard {s}: {what}: {p}: {} from {} {}, {} from {} {}",
-                        a.candidate,
-                        self.sim_time(a.elected),
-                        end(a),
-                        b.candidate,
-                        self.sim_time(b.elected),
-                        end(b)
-                    ),
-                }
-            })
-            .collect()
+        let place = format!("shard {s}");
+        term_violations(self.seed, log, &place, what, node, |t| self.sim_time(t))
     }
 
     fn report(self) -> ShardReport {

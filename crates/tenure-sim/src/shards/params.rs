@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tenure::{Config, Timing};
 
-use crate::params::{Notify, SimError, SkewBound};
+use crate::params::{check_range, shared_settings, Notify, SimError, SkewBound};
 
 /// How often each membership change and fault strikes in the sharded tier:
 /// mean intervals of exponential distributions over the whole set; `None`
@@ -126,54 +126,20 @@ impl Default for ShardParams {
     }
 }
 
+shared_settings!(ShardParams);
+
 impl ShardParams {
     /// Checks the parameters that the lease configuration does not.
     pub fn check(&self) -> Result<(), SimError> {
-        let (lo, hi) = (*self.members.start(), *self.members.end());
-        if lo < 2 || hi > 12 || lo > hi {
+        check_range("member count", &self.members, 2, 12)?;
+        let most = *self.members.end();
+        if self.max_members < most || self.max_members > 16 {
             return Err(SimError::Params(format!(
-                "member count range {lo}..={hi}: give a non-empty range within 2..=12"
-            )));
-        }
-        if self.max_members < hi || self.max_members > 16 {
-            return Err(SimError::Params(format!(
-                "at most {} members at once: give a cap from {hi} (the most that start) to 16",
+                "at most {} members at once: give a cap from {most} (the most that start) to 16",
                 self.max_members
             )));
         }
-        let (lo, hi) = (*self.shards.start(), *self.shards.end());
-        if lo < 1 || hi > 64 || lo > hi {
-            return Err(SimError::Params(format!(
-                "shard count range {lo}..={hi}: give a non-empty range within 1..=64"
-            )));
-        }
-        if let Some(a) = self.actual_drift {
-            if !(a.is_finite() && (0.0..0.9).contains(&a)) {
-                return Err(SimError::Params(format!(
-                    "actual drift {a} is outside [0, 0.9)"
-                )));
-            }
-        }
-        if self
-            .actual_wall_offset
-            .is_some_and(|w| w > Duration::from_secs(3600))
-        {
-            return Err(SimError::Params(
-                "actual wall-clock offset is over an hour".into(),
-            ));
-        }
-        if self.latency < Duration::from_millis(1) || self.latency * 4 >= self.term / 4 {
-            return Err(SimError::Params(format!(
-                "latency bound {:?} must be at least 1 ms and well inside the operation timeout (term / 4)",
-                self.latency
-            )));
-        }
-        if self.fault_phase < self.term * 8 {
-            return Err(SimError::Params(format!(
-                "fault phase {:?} is shorter than 8 terms: faults need room to heal before the tail",
-                self.fault_phase
-            )));
-        }
+        check_range("shard count", &self.shards, 1, 64)?;
         let f = &self.faults;
         for every in [
             f.join_every,
@@ -194,24 +160,17 @@ impl ShardParams {
                 )));
             }
         }
-        let skew = match self.skew {
-            SkewBound::Off => None,
-            SkewBound::On(d) | SkewBound::Random(d) => Some(d),
-        };
-        self.timing(skew).map(|_| ())
+        self.shared().check(Duration::from_millis(1))
     }
 
     /// The lease configuration with this skew bound.
     pub fn config(&self, skew: Option<Duration>) -> Config {
-        let mut config = Config::new(self.term);
-        config.drift = self.drift;
-        config.max_clock_skew = skew;
-        config
+        self.shared().config(skew, None)
     }
 
     /// The validated timing with this skew bound.
     pub fn timing(&self, skew: Option<Duration>) -> Result<Timing, SimError> {
-        Ok(self.config(skew).validate()?)
+        self.shared().timing(skew, None)
     }
 
     /// How far clocks really drift.
@@ -237,38 +196,7 @@ impl ShardParams {
                 self.shards.end()
             );
         }
-        if self.term != d.term {
-            cmd += &format!(" --term-ms {}", self.term.as_millis());
-        }
-        if self.drift != d.drift {
-            cmd += &format!(" --drift {}", self.drift);
-        }
-        if let Some(a) = self.actual_drift {
-            cmd += &format!(" --actual-drift {a}");
-        }
-        if self.skew != d.skew {
-            cmd += &match self.skew {
-                SkewBound::Off => " --skew off".to_string(),
-                SkewBound::On(s) => format!(" --skew on:{}", s.as_millis()),
-                SkewBound::Random(s) => format!(" --skew random:{}", s.as_millis()),
-            };
-        }
-        if let Some(w) = self.actual_wall_offset {
-            cmd += &format!(" --actual-wall-offset-ms {}", w.as_millis());
-        }
-        if self.notify != d.notify {
-            cmd += match self.notify {
-                Notify::Off => " --notify off",
-                Notify::On => " --notify on",
-                Notify::Random => " --notify random",
-            };
-        }
-        if self.fault_phase != d.fault_phase {
-            cmd += &format!(" --fault-secs {}", self.fault_phase.as_secs());
-        }
-        if self.latency != d.latency {
-            cmd += &format!(" --latency-ms {}", self.latency.as_millis());
-        }
+        cmd += &self.shared().flags(&d.shared());
         if self.faults == ShardFaultRates::none() {
             cmd += " --no-faults";
         } else if self.faults != d.faults {

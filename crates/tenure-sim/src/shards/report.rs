@@ -58,7 +58,7 @@ pub struct Settling {
 /// Everything one seed's sharded-tier run found.
 #[derive(Clone, Debug)]
 pub struct ShardReport {
-    /// The seed.
+    /// The seed that replays the run.
     pub seed: u64,
     /// Member ids that ran.
     pub members: usize,

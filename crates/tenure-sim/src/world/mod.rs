@@ -42,7 +42,7 @@ use tenure::{
 use crate::checker::{Checker, LivenessBounds};
 use crate::clock::{NodeClock, SimTime};
 use crate::faults::{self, between, FaultCounts, FaultKind, OpFate, Planned};
-use crate::params::{Liveness, Notify, SimError, SimParams, SkewBound};
+use crate::params::{SimError, SimParams};
 use crate::report::SimReport;
 use crate::scheduler::Queue;
 use crate::spin::{Spin, Wake};
@@ -234,21 +234,9 @@ impl World {
         params.check()?;
         let mut rng = StdRng::seed_from_u64(seed);
         let n = rng.gen_range(params.nodes.clone());
-        let skew = match params.skew {
-            SkewBound::Off => None,
-            SkewBound::On(d) => Some(d),
-            SkewBound::Random(d) => rng.gen_bool(0.5).then_some(d),
-        };
-        let notify = match params.notify {
-            Notify::Off => false,
-            Notify::On => true,
-            Notify::Random => rng.gen_bool(0.5),
-        };
-        let liveness = match params.liveness {
-            Liveness::Off => None,
-            Liveness::On(d) => Some(d),
-            Liveness::Random(d) => rng.gen_bool(0.5).then_some(d),
-        };
+        let skew = params.skew.draw(&mut rng);
+        let notify = params.notify.draw(&mut rng);
+        let liveness = params.liveness.draw(&mut rng);
         let timing = params.timing(skew, liveness)?;
         let group = GroupName::new("sim")?;
         // Slow requests and replies take up to 1.5 operation timeouts, so

@@ -71,10 +71,10 @@ impl Raw {
 pub use tenure::testkit::scenarios::{elector, one_leader};
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tenure::testkit::{free_port, TempDir};
+use tenure::testkit::{free_port, ServerProcess, TempDir};
 
 /// Where Debian's ZooKeeper jar and a logging backend are (what
 /// `scripts/servers.sh` installs); `TENURE_ZOOKEEPER_CLASSPATH` overrides.
@@ -89,7 +89,7 @@ fn classpath() -> String {
 pub struct ZkServer {
     pub port: u16,
     dir: TempDir,
-    child: Option<Child>,
+    child: ServerProcess,
 }
 
 impl ZkServer {
@@ -104,7 +104,7 @@ impl ZkServer {
         let mut s = ZkServer {
             port,
             dir,
-            child: None,
+            child: ServerProcess::default(),
         };
         s.spawn();
         s
@@ -112,20 +112,20 @@ impl ZkServer {
 
     fn spawn(&mut self) {
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log");
-        let child = Command::new("java")
-            .args([
-                "-Xmx128m",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                "-cp",
-            ])
-            .arg(classpath())
-            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-            .arg(self.dir.path().join("zoo.cfg"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
+        let mut cmd = Command::new("java");
+        cmd.args([
+            "-Xmx128m",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+        ])
+        .arg(classpath())
+        .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+        .arg(self.dir.path().join("zoo.cfg"))
+        .stdout(Stdio::null())
+        .stderr(log);
+        self.child
+            .start(&mut cmd)
             .expect("java is installed (scripts/servers.sh installs ZooKeeper)");
-        self.child = Some(child);
         for _ in 0..600 {
             if serving(self.port) {
                 return;
@@ -145,22 +145,13 @@ impl ZkServer {
 
     /// SIGKILL; the data directory stays.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.kill();
     }
 
     /// Starts again on the same port and data.
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
-    }
-}
-
-impl Drop for ZkServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -181,4 +172,14 @@ pub fn serving(port: u16) -> bool {
 /// A prefix node of its own for a test on the shared server.
 pub fn unique_prefix(label: &str) -> String {
     format!("/tenure-{label}-{:x}", tenure::testkit::unique_suffix())
+}
+
+impl tenure::testkit::scenarios::Restart for ZkServer {
+    fn kill(&mut self) {
+        ZkServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        ZkServer::restart(self);
+    }
 }

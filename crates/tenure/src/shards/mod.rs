@@ -292,14 +292,14 @@ impl std::fmt::Debug for Shards {
 pub enum ShardEvent {
     /// This member now holds the shard, with this term's token.
     Acquired {
-        /// The shard.
+        /// The shard now held, the name the builder was given.
         shard: String,
         /// The term's fencing token.
         token: u64,
     },
     /// This member's term on the shard ended.
     Released {
-        /// The shard.
+        /// The shard no longer held.
         shard: String,
         /// The ended term's token.
         token: u64,
@@ -325,7 +325,7 @@ pub struct Assignment {
 /// One shard's state in an [`Assignment`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShardHolding {
-    /// The shard.
+    /// The shard, the name the builder was given.
     pub shard: String,
     /// The member holding it, if any.
     pub holder: Option<String>,

@@ -63,7 +63,7 @@ mod term_log;
 mod tls;
 pub use proxy::TcpProxy;
 pub use servers::server_url;
-pub use support::{free_port, signal, unique_suffix, TempDir};
+pub use support::{free_port, signal, unique_suffix, wait_for_port, ServerProcess, TempDir};
 pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
 pub use tls::TlsFiles;
 
@@ -209,7 +209,7 @@ impl fmt::Display for ConformanceReport {
 pub struct CaseReport {
     /// The case's name, such as `concurrent_acquire`.
     pub name: &'static str,
-    /// What happened.
+    /// Whether the case passed, failed (and why) or did not apply to the store.
     pub outcome: CaseOutcome,
     /// How long the case ran.
     pub elapsed: Duration,

@@ -28,6 +28,52 @@ pub fn signal(pid: i32, sig: i32) -> std::io::Result<()> {
     }
 }
 
+/// A server process a test started itself (to kill, freeze or restart it):
+/// SIGKILLed and reaped when stopped, replaced or dropped.
+#[derive(Debug, Default)]
+pub struct ServerProcess(Option<std::process::Child>);
+
+impl ServerProcess {
+    /// Runs `cmd` as the server, stopping the one before if any.
+    pub fn start(&mut self, cmd: &mut std::process::Command) -> std::io::Result<()> {
+        self.kill();
+        self.0 = Some(cmd.spawn()?);
+        Ok(())
+    }
+
+    /// SIGKILL, then reaps it; nothing if it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<i32> {
+        self.0.as_ref().and_then(|c| i32::try_from(c.id()).ok())
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until something accepts connections on `127.0.0.1:port`; panics
+/// after `within`.
+pub fn wait_for_port(port: u16, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("nothing listens on port {port} after {within:?}");
+}
+
 /// A random suffix for names that must not collide between test runs.
 pub fn unique_suffix() -> u64 {
     rand::random()
