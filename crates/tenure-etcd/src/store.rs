@@ -266,16 +266,12 @@ impl EtcdStore {
             .bounded("compare-and-swap", kv.txn(Txn::new().and_then(nested)))
             .await?;
         let answers = resp.op_responses();
-        if answers.len() != sent {
-            return Err(StoreError::Unavailable {
-                message: format!(
-                    "etcd at {} answered {sent} nested compare-and-swaps with {} results",
-                    self.options.target(),
-                    answers.len()
-                ),
-                source: None,
-            });
-        }
+        tenure::store::check_batch_answer(
+            &format!("etcd at {}", self.options.target()),
+            "a batch of nested compare-and-swaps",
+            sent,
+            answers.len(),
+        )?;
         // Every nested write that applied has the outer Txn's revision.
         let revision = self.revision_of(&resp);
         let mut answers = answers.into_iter();
@@ -313,17 +309,12 @@ impl EtcdStore {
             .bounded("read", kv.txn(Txn::new().and_then(gets)))
             .await?;
         let answers = resp.op_responses();
-        if answers.len() != groups.len() {
-            return Err(StoreError::Unavailable {
-                message: format!(
-                    "etcd at {} answered a read of {} keys with {} results",
-                    self.options.target(),
-                    groups.len(),
-                    answers.len()
-                ),
-                source: None,
-            });
-        }
+        tenure::store::check_batch_answer(
+            &format!("etcd at {}", self.options.target()),
+            "a read of keys",
+            groups.len(),
+            answers.len(),
+        )?;
         Ok(groups
             .iter()
             .zip(answers)

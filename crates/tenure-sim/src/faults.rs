@@ -274,29 +274,42 @@ pub(crate) fn plan(
     term: Duration,
     pulses: bool,
 ) -> Vec<(SimTime, Planned)> {
-    let mut out = Vec::new();
-    for (kind, every) in [
+    let kinds = [
         (Planned::Crash, rates.crash_every),
         (Planned::Pause, rates.pause_every),
         (Planned::Partition, rates.partition_every),
         (Planned::Resign, rates.resign_every),
         (Planned::Shutdown, rates.shutdown_every),
         (Planned::Stall, rates.stall_every),
-    ] {
-        let Some(every) = every else { continue };
-        if kind == Planned::Stall && !pulses {
-            continue;
-        }
-        // Give the cluster half a term to elect its first leader.
-        let start = SimTime::from_duration(term / 2);
-        let end = fault_end.before(heal_time(kind, term));
+    ]
+    .into_iter()
+    .filter(|&(kind, _)| kind != Planned::Stall || pulses)
+    .filter_map(|(kind, every)| Some((kind, every?)));
+    // Give the cluster half a term to elect its first leader.
+    let start = SimTime::from_duration(term / 2);
+    schedule(rng, kinds, start, fault_end, |kind| heal_time(kind, term))
+}
+
+/// The instants each kind of fault strikes, a Poisson process per kind
+/// with mean interval `every`, from `start` until the kind's `heal_time`
+/// before `fault_end`; sorted by time with a stable sort, so that equal
+/// instants keep the order of `kinds` and runs stay deterministic.
+pub(crate) fn schedule<K: Copy>(
+    rng: &mut impl Rng,
+    kinds: impl IntoIterator<Item = (K, Duration)>,
+    start: SimTime,
+    fault_end: SimTime,
+    heal_time: impl Fn(K) -> Duration,
+) -> Vec<(SimTime, K)> {
+    let mut out = Vec::new();
+    for (kind, every) in kinds {
+        let end = fault_end.before(heal_time(kind));
         out.extend(
             arrivals(rng, every, start, end)
                 .into_iter()
                 .map(|t| (t, kind)),
         );
     }
-    // Stable sort: equal instants keep the kind order above, deterministically.
     out.sort_by_key(|(t, _)| *t);
     out
 }

@@ -338,25 +338,47 @@ fn gap_line(f: &mut fmt::Formatter<'_>, what: &str, gaps: &[(Duration, Duration)
     }
 }
 
+/// One line of a summary: a label in a column of 40, then the value.
+pub(crate) fn row(
+    f: &mut fmt::Formatter<'_>,
+    label: &str,
+    value: impl fmt::Display,
+) -> fmt::Result {
+    writeln!(f, "{label:<40} {value}")
+}
+
+/// The summary line of the simulated time, in hours and seconds.
+pub(crate) fn simulated_time(f: &mut fmt::Formatter<'_>, time: Duration) -> fmt::Result {
+    let secs = time.as_secs_f64();
+    row(
+        f,
+        "simulated time",
+        format!("{:.1} h ({secs:.0} s)", secs / 3600.0),
+    )
+}
+
+/// A heading, then one indented line per reason and its count.
+pub(crate) fn by_reason(
+    f: &mut fmt::Formatter<'_>,
+    heading: &str,
+    counts: &BTreeMap<&'static str, u64>,
+) -> fmt::Result {
+    writeln!(f, "{heading}")?;
+    for (k, v) in counts {
+        writeln!(f, "  {k:<38} {v}")?;
+    }
+    Ok(())
+}
+
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hours = self.sim_time.as_secs_f64() / 3600.0;
-        writeln!(f, "{:<40} {}", "seeds run", self.seeds)?;
-        writeln!(
-            f,
-            "{:<40} {:.1} h ({:.0} s)",
-            "simulated time",
-            hours,
-            self.sim_time.as_secs_f64()
-        )?;
-        writeln!(f, "{:<40} {}", "events processed", self.events)?;
-        writeln!(f, "{:<40} {}", "elections", self.elections)?;
-        writeln!(f, "{:<40} {}", "hand-overs (new leader)", self.handovers)?;
-        writeln!(f, "{:<40} {}", "renewals", self.renewals)?;
-        writeln!(f, "terms ended, by reason")?;
-        for (k, v) in &self.end_reasons {
-            writeln!(f, "  {k:<38} {v}")?;
-        }
+        row(f, "seeds run", self.seeds)?;
+        simulated_time(f, self.sim_time)?;
+        row(f, "events processed", self.events)?;
+        row(f, "elections", self.elections)?;
+        row(f, "hand-overs (new leader)", self.handovers)?;
+        row(f, "renewals", self.renewals)?;
+        by_reason(f, "terms ended, by reason", &self.end_reasons)?;
         writeln!(f, "faults injected ({} in all)", self.faults.total())?;
         for k in FaultKind::ALL {
             writeln!(f, "  {:<38} {}", k.label(), self.faults[k])?;

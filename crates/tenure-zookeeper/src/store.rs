@@ -366,17 +366,12 @@ impl ZkStore {
             }
             Err(e) => return Err(self.store_error("read", e)),
         };
-        if answers.len() != groups.len() {
-            return Err(StoreError::Unavailable {
-                message: format!(
-                    "ZooKeeper at {} answered a read of {} nodes with {} results",
-                    self.inner.ctx.target,
-                    groups.len(),
-                    answers.len()
-                ),
-                source: None,
-            });
-        }
+        tenure::store::check_batch_answer(
+            &format!("ZooKeeper at {}", self.inner.ctx.target),
+            "a read of nodes",
+            groups.len(),
+            answers.len(),
+        )?;
         Ok(groups
             .iter()
             .zip(answers)

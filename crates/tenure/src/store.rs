@@ -198,6 +198,24 @@ pub async fn compare_and_swap_as_batch<S: LeaseStore + ?Sized>(
     )
 }
 
+/// Checks that a store answered a batch of `asked` operations with as many
+/// results: a server that answers with more or fewer is not one the
+/// results can be matched to (`server` names it, `what` the batch).
+pub fn check_batch_answer(
+    server: &str,
+    what: &str,
+    asked: usize,
+    answered: usize,
+) -> Result<(), StoreError> {
+    if asked == answered {
+        return Ok(());
+    }
+    Err(StoreError::Unavailable {
+        message: format!("{server} answered {what} of {asked} with {answered} results"),
+        source: None,
+    })
+}
+
 fn only_entry<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
     batch.into_iter().next().unwrap_or_else(|| {
         Err(StoreError::Unavailable {

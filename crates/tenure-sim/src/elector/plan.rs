@@ -6,7 +6,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::clock::SimTime;
-use crate::faults::{arrivals, FaultKind};
+use crate::faults::FaultKind;
 
 use super::params::ElectorFaultRates;
 
@@ -86,22 +86,12 @@ pub(crate) fn plan(
     term: Duration,
     pulses: bool,
 ) -> Vec<(SimTime, Planned)> {
-    let mut out = Vec::new();
-    for (kind, every) in rates.kinds() {
-        let Some(every) = every else { continue };
-        if kind == Planned::Stall && !pulses {
-            continue;
-        }
-        // Give the cluster half a term to elect its first leader.
-        let start = SimTime::from_duration(term / 2);
-        let end = fault_end.before(kind.heal_time(term));
-        out.extend(
-            arrivals(rng, every, start, end)
-                .into_iter()
-                .map(|t| (t, kind)),
-        );
-    }
-    // Stable sort: equal instants keep the kind order above, deterministically.
-    out.sort_by_key(|(t, _)| *t);
-    out
+    let kinds = rates
+        .kinds()
+        .into_iter()
+        .filter(|&(kind, _)| kind != Planned::Stall || pulses)
+        .filter_map(|(kind, every)| Some((kind, every?)));
+    // Give the cluster half a term to elect its first leader.
+    let start = SimTime::from_duration(term / 2);
+    crate::faults::schedule(rng, kinds, start, fault_end, |kind| kind.heal_time(term))
 }

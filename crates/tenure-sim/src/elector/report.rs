@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::faults::{FaultCounts, FaultKind};
-use crate::report::Violation;
+use crate::report::{by_reason, row, simulated_time, Violation};
 
 /// Everything one seed's elector-tier run found.
 #[derive(Clone, Debug)]
@@ -145,25 +145,15 @@ pub(crate) fn gap_line(
 
 impl fmt::Display for ElectorSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hours = self.sim_time.as_secs_f64() / 3600.0;
-        writeln!(f, "{:<40} {}", "seeds run (elector tier)", self.seeds)?;
-        writeln!(f, "{:<40} {}", "groups checked", self.groups)?;
-        writeln!(
-            f,
-            "{:<40} {:.1} h ({:.0} s)",
-            "simulated time",
-            hours,
-            self.sim_time.as_secs_f64()
-        )?;
-        writeln!(f, "{:<40} {}", "processes started", self.incarnations)?;
-        writeln!(f, "{:<40} {}", "elections", self.elections)?;
-        writeln!(f, "{:<40} {}", "terms whose work ran", self.terms)?;
-        writeln!(f, "{:<40} {}", "hand-overs (new leader)", self.handovers)?;
-        writeln!(f, "terms ended, by reason")?;
-        for (k, v) in &self.end_reasons {
-            writeln!(f, "  {k:<38} {v}")?;
-        }
-        writeln!(f, "{:<40} {}", "store alarms", self.store_alarms)?;
+        row(f, "seeds run (elector tier)", self.seeds)?;
+        row(f, "groups checked", self.groups)?;
+        simulated_time(f, self.sim_time)?;
+        row(f, "processes started", self.incarnations)?;
+        row(f, "elections", self.elections)?;
+        row(f, "terms whose work ran", self.terms)?;
+        row(f, "hand-overs (new leader)", self.handovers)?;
+        by_reason(f, "terms ended, by reason", &self.end_reasons)?;
+        row(f, "store alarms", self.store_alarms)?;
         writeln!(f, "faults injected ({} in all)", self.faults.total())?;
         for k in FaultKind::ALL {
             if self.faults[k] > 0 {

@@ -7,7 +7,7 @@ use rand::Rng;
 
 use crate::clock::SimTime;
 use crate::elector::plan::Planned as Window;
-use crate::faults::{arrivals, between};
+use crate::faults::between;
 
 use super::params::ShardFaultRates;
 
@@ -69,19 +69,10 @@ pub(crate) fn plan(
             rates.lost_replies_every,
         ),
     ];
-    let mut out = Vec::new();
-    for (kind, every) in kinds {
-        let Some(every) = every else { continue };
-        // Give the set a term to settle first.
-        let start = SimTime::from_duration(term);
-        let end = fault_end.before(kind.heal_time(term));
-        out.extend(
-            arrivals(rng, every, start, end)
-                .into_iter()
-                .map(|t| (t, kind)),
-        );
-    }
-    // Stable sort: equal instants keep the kind order above.
-    out.sort_by_key(|(t, _)| *t);
-    out
+    let kinds = kinds
+        .into_iter()
+        .filter_map(|(kind, every)| Some((kind, every?)));
+    // Give the set a term to settle first.
+    let start = SimTime::from_duration(term);
+    crate::faults::schedule(rng, kinds, start, fault_end, |kind| kind.heal_time(term))
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::elector::report::gap_line;
 use crate::faults::{FaultCounts, FaultKind};
-use crate::report::Violation;
+use crate::report::{by_reason, row, simulated_time, Violation};
 
 /// A change of the tail after which the set must settle.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -166,26 +166,16 @@ impl ShardSummary {
 
 impl fmt::Display for ShardSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hours = self.sim_time.as_secs_f64() / 3600.0;
-        writeln!(f, "{:<40} {}", "seeds run (sharded tier)", self.seeds)?;
-        writeln!(f, "{:<40} {}", "shards checked", self.shards)?;
-        writeln!(f, "{:<40} {}", "member ids", self.members)?;
-        writeln!(
-            f,
-            "{:<40} {:.1} h ({:.0} s)",
-            "simulated time",
-            hours,
-            self.sim_time.as_secs_f64()
-        )?;
-        writeln!(f, "{:<40} {}", "processes started", self.incarnations)?;
-        writeln!(f, "{:<40} {}", "new members joined", self.joins)?;
-        writeln!(f, "{:<40} {}", "shard terms acquired", self.acquisitions)?;
-        writeln!(f, "{:<40} {}", "terms worked", self.terms)?;
-        writeln!(f, "{:<40} {}", "member-list changes seen", self.views)?;
-        writeln!(f, "shard terms ended, by reason")?;
-        for (k, v) in &self.releases {
-            writeln!(f, "  {k:<38} {v}")?;
-        }
+        row(f, "seeds run (sharded tier)", self.seeds)?;
+        row(f, "shards checked", self.shards)?;
+        row(f, "member ids", self.members)?;
+        simulated_time(f, self.sim_time)?;
+        row(f, "processes started", self.incarnations)?;
+        row(f, "new members joined", self.joins)?;
+        row(f, "shard terms acquired", self.acquisitions)?;
+        row(f, "terms worked", self.terms)?;
+        row(f, "member-list changes seen", self.views)?;
+        by_reason(f, "shard terms ended, by reason", &self.releases)?;
         writeln!(f, "faults injected ({} in all)", self.faults.total())?;
         for k in FaultKind::ALL {
             if self.faults[k] > 0 {
