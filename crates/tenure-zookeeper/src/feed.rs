@@ -23,27 +23,44 @@
 //! [`Change::Hint`] (the engine reads the group and reports what it
 //! finds).
 //!
+//! The client library queues a watch's events without bound, so the feed
+//! never waits for its reader: it keeps taking events, and relays them
+//! through a [`FeedRelay`]. When the feed is full, a change is dropped and
+//! one [`Change::Resync`] is owed instead (sent as soon as there is room),
+//! and the nodes that change meanwhile are not even read: a slow reader
+//! costs a resync, never memory.
+//!
 //! [`LeaseView::watch`]: tenure::LeaseView::watch
 
 use std::panic::AssertUnwindSafe;
+use std::time::Duration;
 
 use futures_util::FutureExt;
-use tenure::{Change, GroupName, StoreFeed, StoreFeedSender};
+use tenure::{Change, FeedRelay, GroupName, StoreFeed, StoreFeedSender};
 use zookeeper_client as zk;
 
 use crate::error::ZkStoreError;
 use crate::names;
 use crate::store::{ZkStore, READS_PER_REQUEST};
 
-/// Room in the feed: a whole renewal round of a large engine. The feed
-/// waits while it is full (the client queues the events meanwhile).
+/// Room in the feed: a whole renewal round of a large engine. When it is
+/// full, changes are dropped for a resync (see the module docs).
 pub(crate) const CAPACITY: usize = 16_384;
+
+/// How often a resync owed is offered again while the feed stays full
+/// and no event comes to carry it.
+const RESYNC_RETRY: Duration = Duration::from_millis(20);
 
 /// Arms the watch (waiting for the server to confirm it) and starts the
 /// task that forwards its events until the feed is dropped.
 pub(crate) async fn start(store: ZkStore) -> Result<StoreFeed, ZkStoreError> {
+    start_with_capacity(store, CAPACITY).await
+}
+
+/// [`start`] with room for `capacity` changes.
+async fn start_with_capacity(store: ZkStore, capacity: usize) -> Result<StoreFeed, ZkStoreError> {
     let watcher = arm(&store).await?;
-    let (tx, feed) = StoreFeed::channel(CAPACITY);
+    let (tx, feed) = StoreFeed::channel(capacity);
     tokio::spawn(forward(store, watcher, tx));
     Ok(feed)
 }
@@ -110,6 +127,7 @@ fn group_of(prefix: &str, path: &str) -> Option<GroupName> {
 /// Forwards events until the feed's reader is gone.
 async fn forward(store: ZkStore, mut watcher: zk::PersistentWatcher, tx: StoreFeedSender) {
     let prefix = store.options().prefix().to_owned();
+    let mut relay = FeedRelay::new(tx.clone());
     // Groups whose nodes changed, to read together, in order of arrival.
     let mut changed: Vec<GroupName> = Vec::new();
     let mut disconnected = false;
@@ -118,13 +136,19 @@ async fn forward(store: ZkStore, mut watcher: zk::PersistentWatcher, tx: StoreFe
             tokio::select! {
                 _ = tx.closed() => return,
                 e = next_event(&mut watcher) => e,
+                _ = tokio::time::sleep(RESYNC_RETRY), if relay.owes_resync() => {
+                    if !relay.settle() {
+                        return;
+                    }
+                    continue;
+                }
             }
         } else {
             // Take what already arrived; read once nothing more is ready.
             match next_event(&mut watcher).now_or_never() {
                 Some(e) if changed.len() < READS_PER_REQUEST => e,
                 ready => {
-                    if !report(&store, &mut changed, &tx).await {
+                    if !report(&store, &mut changed, &mut relay).await {
                         return;
                     }
                     match ready {
@@ -145,7 +169,7 @@ async fn forward(store: ZkStore, mut watcher: zk::PersistentWatcher, tx: StoreFe
             zk::EventType::NodeDeleted => {
                 if let Some(group) = group_of(&prefix, &event.path) {
                     changed.retain(|g| g != &group);
-                    if !tx.send(Change::Hint { group }).await {
+                    if !relay.send(Change::Hint { group }) {
                         return;
                     }
                 }
@@ -157,7 +181,7 @@ async fn forward(store: ZkStore, mut watcher: zk::PersistentWatcher, tx: StoreFe
                     // Reading now would only wait out the timeout; the
                     // resync that follows the reconnect covers them.
                     changed.clear();
-                } else if !report(&store, &mut changed, &tx).await {
+                } else if !report(&store, &mut changed, &mut relay).await {
                     return;
                 }
                 if state.is_terminated() {
@@ -180,7 +204,7 @@ async fn forward(store: ZkStore, mut watcher: zk::PersistentWatcher, tx: StoreFe
                 // Replaced only now: dropping the old watcher first could
                 // unregister the path on the server.
                 watcher = fresh;
-                if !tx.send(Change::Resync).await {
+                if !relay.missed() {
                     return;
                 }
             }
@@ -190,11 +214,15 @@ async fn forward(store: ZkStore, mut watcher: zk::PersistentWatcher, tx: StoreFe
 
 /// Reads the groups that changed and reports each with its record (a
 /// group that cannot be read as a hint); `false` once the reader is gone.
-async fn report(store: &ZkStore, changed: &mut Vec<GroupName>, tx: &StoreFeedSender) -> bool {
+/// While a resync is owed they are not read: it covers them.
+async fn report(store: &ZkStore, changed: &mut Vec<GroupName>, relay: &mut FeedRelay) -> bool {
     if changed.is_empty() {
         return true;
     }
     let groups = std::mem::take(changed);
+    if relay.owes_resync() {
+        return relay.settle();
+    }
     let read = store.read_multi(&groups).await;
     for (i, group) in groups.into_iter().enumerate() {
         let change = match read.as_ref().map(|r| &r[i]) {
@@ -204,7 +232,7 @@ async fn report(store: &ZkStore, changed: &mut Vec<GroupName>, tx: &StoreFeedSen
             },
             _ => Change::Hint { group },
         };
-        if !tx.send(change).await {
+        if !relay.send(change) {
             return false;
         }
     }
@@ -214,6 +242,44 @@ async fn report(store: &ZkStore, changed: &mut Vec<GroupName>, tx: &StoreFeedSen
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tenure::testkit::{held_by, server_url, unique_suffix};
+    use tenure::LeaseStore;
+
+    /// A reader that does not keep up costs a resync, not memory: with
+    /// room for two changes, rounds of ten writes overflow the feed, and
+    /// the changes that found it full come back as one `Resync` (when the
+    /// feed waited for its reader instead, every change was delivered in
+    /// the end, queued meanwhile without bound, and no resync came).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_feed_its_reader_does_not_keep_up_with_owes_a_resync() {
+        let Some(server) = server_url("TENURE_TEST_ZOOKEEPER") else {
+            return;
+        };
+        let prefix = format!("/tenure-feed-full-{:x}", unique_suffix());
+        let store = ZkStore::connect(&format!("{server}{prefix}"))
+            .await
+            .unwrap();
+        let mut feed = start_with_capacity(store.clone(), 2).await.unwrap();
+        let mut delivered = 0;
+        for round in 0..20 {
+            for i in 0..10 {
+                let g = GroupName::new(format!("g{round}-{i}")).unwrap();
+                store
+                    .compare_and_swap(&g, None, &held_by("a", 1))
+                    .await
+                    .unwrap();
+            }
+            // Generous time for the events to reach the feed's task.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            while let Some(change) = feed.try_next() {
+                if change == Change::Resync {
+                    return;
+                }
+                delivered += 1;
+            }
+        }
+        panic!("200 writes through a feed with room for 2 gave no resync ({delivered} changes delivered)");
+    }
 
     #[test]
     fn only_direct_children_named_by_tenure_are_groups() {

@@ -109,6 +109,12 @@
 //! what it finds). On a server before 3.6, `watch()` returns `None` and
 //! the engine polls.
 //!
+//! The client queues a watch's events without bound, so the feed never
+//! waits for its reader: it relays changes through a
+//! [`FeedRelay`](tenure::FeedRelay), and when the feed is full (16,384
+//! changes) it drops them for one [`Change::Resync`](tenure::Change::Resync)
+//! sent once there is room. A slow reader costs a resync, never memory.
+//!
 //! # Connection loss and session expiry
 //!
 //! Within a session the client reconnects by itself, to any host of the
