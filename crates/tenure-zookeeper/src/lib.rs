@@ -29,23 +29,52 @@
 //! private use area, and everything beyond the Basic Multilingual Plane,
 //! which Java sees as surrogates) are %-escaped: group `set/members/a` is
 //! node `set%2Fmembers%2Fa`. The nodes carry no session (not ephemeral) and
-//! are never deleted: a release writes a record without a holder, so the
-//! fencing token survives. The prefix node (and any missing ancestor) is
-//! created on the first write.
+//! tenure never deletes them: a release writes a record without a holder,
+//! so the fencing token survives. Each group node has one empty child, its
+//! **guard**, named after the node's `czxid` (`czxid-4294967301`), made by
+//! the first write over the node. The prefix node (and any missing
+//! ancestor) is created on the first write.
 //!
 //! A record's version is the node's `mzxid`, the zxid of its last write.
 //! Zxids only rise (across writes, leader elections and restarts of an
 //! ensemble that keeps its data), so a version is never reused.
 //!
-//! **Never delete a group's node by hand** (`delete`/`deleteall` in
-//! zkCli) while candidates run. ZooKeeper can condition a write only on
-//! the node's `dataVersion`, which a recreated node starts again at 0, so
-//! a handle that remembers the old node may still replace the new one, and
-//! a deleted node reads as "never written", so the next term's token
-//! starts again at 1: two leaders could overlap until the old one's next
-//! renewal. To clear a group, use `tenure release --force` (which keeps
-//! the token). Detecting such deletions (the prefix node's `cversion`
-//! against its `numChildren`) is not done yet.
+//! # A node deleted by hand
+//!
+//! To clear a group, use `tenure release --force` (which keeps the
+//! token). A group node deleted anyway (`deleteall` in zkCli: the guard
+//! makes a plain `delete` fail), and perhaps created again, by hand or by
+//! a candidate, cannot break the lease:
+//!
+//! * **No stale write applies.** ZooKeeper conditions a write only on the
+//!   node's `dataVersion`, which a node created again starts again at 0,
+//!   so a handle that remembers data version 5 of the old node could
+//!   replace the new one once it got there too. So every write is one
+//!   `multi` that also checks that the guard of the incarnation the
+//!   version was read from exists (`czxid` is never reused): a node
+//!   created again has no such guard, and the write is a conflict. The
+//!   guard is made by the first write that finds none (a new node, one
+//!   written by an older tenure or by hand), in one round trip with a read
+//!   of the node, and deleted at once if the node turns out to be another
+//!   incarnation by then.
+//! * **Tokens never go back.** Once a child of the prefix node was ever
+//!   deleted (its `cversion`, raised by each child created or deleted,
+//!   exceeds its `numChildren`), a missing group reads as a record released
+//!   at the token floor, the prefix node's `pzxid` (the zxid of the last
+//!   child created or deleted), and its version is that zxid. The next term
+//!   gets a token above every token the deleted node held, since a token,
+//!   rising by one per term, never exceeds the zxid of the write that
+//!   stored it. Every group missing under that prefix node reads so (the
+//!   prefix node cannot tell which child went), so their tokens start at
+//!   the floor rather than at 1.
+//!
+//! What remains: an old leader keeps leading until its next renewal
+//! conflicts (at most one renewal interval), while a candidate that finds
+//! the node gone is elected at once; and a read that saw "never written" or
+//! a floor just before a deletion may still create the node with a token
+//! from before it (one round trip's window). Deleting the prefix node
+//! itself (`deleteall /tenure`) erases the mark too: stop every candidate
+//! for a term first, as for restoring an old snapshot.
 //!
 //! # Operations
 //!
@@ -54,12 +83,14 @@
 //!   answer with an older record). That can only delay a takeover, never
 //!   make it unsafe: every write is conditional, and ordered by the leader.
 //! * **compare-and-swap**: expecting no record, `create` (refused with
-//!   `NodeExists` if the node exists); expecting a version, `setData` with
-//!   the node's data version as of that `mzxid` (refused with `BadVersion`
-//!   if anything wrote since). Each handle remembers the data version of
-//!   the last `mzxid` it saw of each group (from reads, writes and the
-//!   feed), so a renewal is one request; a version it has not seen costs a
-//!   read first.
+//!   `NodeExists` if the node exists); expecting a version, one `multi` of
+//!   `check` (the guard of the node's incarnation exists) and `setData`
+//!   with the node's data version as of that `mzxid` (refused with
+//!   `BadVersion` if anything wrote since, `NoNode` if the node was
+//!   created again); expecting a token floor, `create`. Each handle
+//!   remembers the data version and `czxid` of the last `mzxid` it saw of
+//!   each group (from reads, writes and the feed), so a renewal is one
+//!   request; a version it has not seen costs a read first.
 //! * **changes** (what an [`Observer`](tenure::Observer) uses): a one-shot
 //!   data watch on the group's node, armed again after every event and on
 //!   every new session, and only then hinted.
@@ -152,6 +183,7 @@
 
 mod error;
 mod feed;
+mod incarnation;
 mod names;
 mod options;
 mod session;

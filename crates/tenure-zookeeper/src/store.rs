@@ -14,6 +14,7 @@ use tenure::{
 use zookeeper_client as zk;
 
 use crate::error::{Ctx, ZkStoreError};
+use crate::incarnation::{guard_name, released_at, token_floor};
 use crate::options::ZkOptions;
 use crate::session::Session;
 use crate::{feed, names, watch};
@@ -31,21 +32,48 @@ pub(crate) const READS_PER_REQUEST: usize = 128;
 /// [`LeaseStore::batch_size_hint`]): the engine's default batch.
 const BATCH_SIZE: usize = 2048;
 
-/// A group node's data version, as of the write whose zxid is the version
-/// tenure was given: what a conditional `setData` needs.
+/// What a handle last saw of a group.
 #[derive(Clone, Copy, Debug)]
-struct Seen {
-    mzxid: i64,
-    data_version: i32,
+enum Seen {
+    /// The node as of the write whose zxid (`mzxid`) is the version tenure
+    /// was given: its data version then (what a conditional `setData`
+    /// needs) and its incarnation (`czxid`, which names its guard).
+    Node {
+        mzxid: i64,
+        data_version: i32,
+        czxid: i64,
+    },
+    /// No node, under a prefix node that lost children: the group reads as
+    /// released at a token floor (see [`crate::incarnation`]), so a create
+    /// expecting no record conflicts.
+    Floor,
+}
+
+/// What a group's node holds now.
+enum Found {
+    Node(Vec<u8>, zk::Stat),
+    /// No node, and this token floor (see [`Seen::Floor`]).
+    Floor(u64),
+    /// No node, and no child of the prefix node was ever deleted: never
+    /// written.
+    Nothing,
+}
+
+/// What a compare-and-swap expecting a version writes over.
+enum Target {
+    /// The node, at this data version and incarnation.
+    Node { data_version: i32, czxid: i64 },
+    /// No node: the version is the token floor it reads as.
+    Floor,
 }
 
 pub(crate) struct Inner {
     pub(crate) session: Session,
     pub(crate) options: ZkOptions,
     pub(crate) ctx: Ctx,
-    /// The last `(mzxid, dataVersion)` seen of each group, so that a
-    /// compare-and-swap on a version read (or written, or reported by the
-    /// feed) through this handle needs no read first.
+    /// The last `(mzxid, dataVersion, czxid)` seen of each group, so that
+    /// a compare-and-swap on a version read (or written, or reported by
+    /// the feed) through this handle needs no read first.
     seen: Mutex<HashMap<GroupName, Seen>>,
     in_flight: InFlight,
     engine: EngineSlot,
@@ -87,7 +115,8 @@ pub(crate) fn versioned(
 
 /// The version tenure gives a node: the zxid of its last write, which
 /// ZooKeeper never reuses (it rises across writes, leader elections and
-/// restarts, and a node deleted and created again gets a higher one).
+/// restarts, and a node deleted and created again gets a higher one; a
+/// token floor, the version of a missing node, is a zxid too).
 fn version_of(stat: &zk::Stat) -> Version {
     Version(u64::try_from(stat.mzxid).unwrap_or(0))
 }
@@ -186,31 +215,37 @@ impl ZkStore {
         self.zk_error(what, e).into()
     }
 
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<GroupName, Seen>> {
+        self.inner.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn remember(&self, group: &GroupName, stat: &zk::Stat) {
-        self.inner
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                group.clone(),
-                Seen {
-                    mzxid: stat.mzxid,
-                    data_version: stat.version,
-                },
-            );
+        self.seen().insert(
+            group.clone(),
+            Seen::Node {
+                mzxid: stat.mzxid,
+                data_version: stat.version,
+                czxid: stat.czxid,
+            },
+        );
+    }
+
+    /// Notes that the group has no node, and reads as released at `floor`
+    /// (or as never written, without one).
+    fn remember_missing(&self, group: &GroupName, floor: Option<u64>) {
+        let mut seen = self.seen();
+        match floor {
+            Some(_) => seen.insert(group.clone(), Seen::Floor),
+            None => seen.remove(group),
+        };
     }
 
     fn recall(&self, group: &GroupName) -> Option<Seen> {
-        self.inner
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(group)
-            .copied()
+        self.seen().get(group).copied()
     }
 
-    /// Reads one node: `None` if it does not exist.
-    async fn get(&self, group: &GroupName) -> Result<Option<(Vec<u8>, zk::Stat)>, StoreError> {
+    /// Reads one node, and the prefix node's token floor if it is missing.
+    async fn look(&self, group: &GroupName) -> Result<Found, StoreError> {
         let path = self.path(group);
         match self
             .request("read", |c| async move { c.get_data(&path).await })
@@ -218,36 +253,80 @@ impl ZkStore {
         {
             Ok((data, stat)) => {
                 self.remember(group, &stat);
-                Ok(Some((data, stat)))
+                Ok(Found::Node(data, stat))
             }
-            Err(Refused(zk::Error::NoNode)) => Ok(None),
+            Err(Refused(zk::Error::NoNode)) => {
+                // Read after the node: a deletion of it shows in this.
+                let floor = self.floor().await?;
+                self.remember_missing(group, floor);
+                Ok(floor.map_or(Found::Nothing, Found::Floor))
+            }
             Err(e) => Err(self.store_error("read", e)),
         }
     }
 
-    /// The data version the node had at the write `version`: what
-    /// `setData` must be given. `None`: the node is not at that version
-    /// (any more), so a compare-and-swap expecting it conflicts.
-    async fn data_version_at(
+    /// The token floor of a missing group (see [`crate::incarnation`]):
+    /// `None` while no child of the prefix node was ever deleted.
+    async fn floor(&self) -> Result<Option<u64>, StoreError> {
+        let prefix = self.inner.options.prefix.clone();
+        match self
+            .request("read", |c| async move { c.check_stat(&prefix).await })
+            .await
+        {
+            Ok(stat) => Ok(stat.as_ref().and_then(token_floor)),
+            Err(e) => Err(self.store_error("read", e)),
+        }
+    }
+
+    /// What a compare-and-swap expecting `version` writes over; `None`:
+    /// the group is not at that version (any more), so it conflicts.
+    async fn target(
         &self,
         group: &GroupName,
         version: Version,
-    ) -> Result<Option<i32>, StoreError> {
-        if let Some(seen) = self.recall(group) {
-            if u64::try_from(seen.mzxid).ok() == Some(version.0) {
-                return Ok(Some(seen.data_version));
+    ) -> Result<Option<Target>, StoreError> {
+        if let Some(Seen::Node {
+            mzxid,
+            data_version,
+            czxid,
+        }) = self.recall(group)
+        {
+            if u64::try_from(mzxid).ok() == Some(version.0) {
+                return Ok(Some(Target::Node {
+                    data_version,
+                    czxid,
+                }));
             }
         }
         // A version this handle has not seen (another handle's, or one the
-        // feed has since moved past): ask the node.
-        Ok(match self.get(group).await? {
-            Some((_, stat)) if version_of(&stat) == version => Some(stat.version),
+        // feed has since moved past), or a token floor (rare, and read
+        // again so that the floor is the latest): ask the node.
+        Ok(match self.look(group).await? {
+            Found::Node(_, stat) if version_of(&stat) == version => Some(Target::Node {
+                data_version: stat.version,
+                czxid: stat.czxid,
+            }),
+            Found::Floor(floor) if floor == version.0 => Some(Target::Floor),
             _ => None,
         })
     }
 
-    /// Creates the group's node (expecting none).
+    /// Creates the group's node expecting no record: a conflict if this
+    /// handle last read the group as released at a token floor (the
+    /// prefix node is not read again for it: one round trip per create).
     async fn create(
+        &self,
+        group: &GroupName,
+        record: &LeaseRecord,
+    ) -> Result<CasOutcome, StoreError> {
+        if matches!(self.recall(group), Some(Seen::Floor)) {
+            return Ok(CasOutcome::Conflict);
+        }
+        self.create_node(group, record).await
+    }
+
+    /// Creates the group's node; a conflict if it exists.
+    async fn create_node(
         &self,
         group: &GroupName,
         record: &LeaseRecord,
@@ -302,15 +381,21 @@ impl ZkStore {
         result.map_err(|e| self.store_error("create the prefix node", e))
     }
 
-    /// Overwrites the group's node if it is still at `version`.
+    /// Overwrites the group's node if it is still at `version` (creates
+    /// it if `version` is the token floor of a missing node).
     async fn replace(
         &self,
         group: &GroupName,
         version: Version,
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
-        let Some(expected) = self.data_version_at(group, version).await? else {
-            return Ok(CasOutcome::Conflict);
+        let (expected, czxid) = match self.target(group, version).await? {
+            None => return Ok(CasOutcome::Conflict),
+            Some(Target::Floor) => return self.create_node(group, record).await,
+            Some(Target::Node {
+                data_version,
+                czxid,
+            }) => (data_version, czxid),
         };
         if expected < 0 {
             // -1 would make setData unconditional; ZooKeeper's counter only
@@ -324,37 +409,132 @@ impl ZkStore {
             });
         }
         let path = self.path(group);
+        let guard = format!("{path}/{}", guard_name(czxid));
         let data = record.encode();
-        match self
-            .request("compare-and-swap", |c| async move {
-                c.set_data(&path, &data, Some(expected)).await
+        let mut guarded = false;
+        loop {
+            let (path, guard, data) = (path.clone(), guard.clone(), data.clone());
+            let answer = self
+                .request("compare-and-swap", |c| async move {
+                    let mut write = c.new_multi_writer();
+                    write.add_check_version(&guard, -1)?;
+                    write.add_set_data(&path, &data, Some(expected))?;
+                    match write.commit().await {
+                        Ok(results) => Ok(Ok(results)),
+                        Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                            Ok(Err((index, source)))
+                        }
+                        Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+                    }
+                })
+                .await;
+            match answer {
+                Ok(Ok(results)) => {
+                    let stat = results.into_iter().find_map(|r| match r {
+                        zk::MultiWriteResult::SetData { stat } => Some(stat),
+                        _ => None,
+                    });
+                    let Some(stat) = stat else {
+                        return Err(StoreError::Unavailable {
+                            message: format!(
+                                "ZooKeeper at {} answered a write of group {group} without the written node's stat",
+                                self.inner.ctx.target
+                            ),
+                            source: None,
+                        });
+                    };
+                    self.remember(group, &stat);
+                    return Ok(CasOutcome::Applied(version_of(&stat)));
+                }
+                // No guard for the incarnation the version belongs to: the
+                // node was created again since (or is gone), or it never
+                // got one. Make it if the node is still that incarnation.
+                Ok(Err((0, zk::Error::NoNode))) if !guarded => {
+                    if !self.guard(group, czxid).await? {
+                        return Ok(CasOutcome::Conflict);
+                    }
+                    guarded = true;
+                }
+                // ZooKeeper refused it (another write came first, or the
+                // node is gone): nothing was written.
+                Ok(Err((_, zk::Error::BadVersion | zk::Error::NoNode))) => {
+                    return Ok(CasOutcome::Conflict)
+                }
+                Ok(Err((_, e))) => return Err(self.store_error("compare-and-swap", Refused(e))),
+                Err(e) => return Err(self.store_error("compare-and-swap", e)),
+            }
+        }
+    }
+
+    /// Gives the group's node its guard, if the node is still the
+    /// incarnation `czxid` (see [`crate::incarnation`]); `false` if it is
+    /// not (created again since, or gone).
+    async fn guard(&self, group: &GroupName, czxid: i64) -> Result<bool, StoreError> {
+        let path = self.path(group);
+        let guard = format!("{path}/{}", guard_name(czxid));
+        let acls = self.acls();
+        let (created, node) = {
+            let (path, guard) = (path.clone(), guard.clone());
+            self.request("compare-and-swap", |c| async move {
+                let options = zk::CreateMode::Persistent.with_acls(acls);
+                // Sent together and answered in order: the node as it is
+                // just after the guard was made.
+                let created = c.create(&guard, &[], &options);
+                let node = c.check_stat(&path);
+                let (created, node) = futures_util::join!(created, node);
+                Ok((created.map(|_| ()), node))
             })
             .await
-        {
-            Ok(stat) => {
-                self.remember(group, &stat);
-                Ok(CasOutcome::Applied(version_of(&stat)))
+            .map_err(|e| self.store_error("compare-and-swap", e))?
+        };
+        match created {
+            Ok(()) | Err(zk::Error::NodeExists) => {}
+            // The node is gone.
+            Err(zk::Error::NoNode) => return Ok(false),
+            Err(e) => return Err(self.store_error("compare-and-swap", Refused(e))),
+        }
+        match node {
+            Ok(Some(stat)) if stat.czxid == czxid => Ok(true),
+            not_ours => {
+                // The node was created again before the guard was made:
+                // that guard, under the wrong incarnation, must go at once.
+                let target = guard.clone();
+                let deleted = self
+                    .request("compare-and-swap", |c| async move {
+                        c.delete(&target, None).await
+                    })
+                    .await;
+                if let Err(e) = deleted {
+                    if !matches!(e, Refused(zk::Error::NoNode)) {
+                        let e = self.zk_error("compare-and-swap", e);
+                        tracing::warn!(node = %path, guard = %guard, error = %e, "a guard made for an older incarnation of the node could not be deleted; delete it by hand");
+                    }
+                }
+                match not_ours {
+                    Ok(_) => Ok(false),
+                    Err(e) => Err(self.store_error("compare-and-swap", Refused(e))),
+                }
             }
-            // ZooKeeper refused it (another write came first, or the node
-            // is gone): nothing was written.
-            Err(Refused(zk::Error::BadVersion | zk::Error::NoNode)) => Ok(CasOutcome::Conflict),
-            Err(e) => Err(self.store_error("compare-and-swap", e)),
         }
     }
 
     /// One `multiRead` of many nodes (each answered on its own).
     pub(crate) async fn read_multi(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
         let paths: Vec<String> = groups.iter().map(|g| self.path(g)).collect();
+        let prefix = self.inner.options.prefix.clone();
         let answers = self
             .request("read", |c| async move {
                 let mut reader = c.new_multi_reader();
                 for p in &paths {
                     reader.add_get_data(p)?;
                 }
+                // Last, so that a node deleted before its read shows here:
+                // the token floor of the missing ones.
+                reader.add_get_data(&prefix)?;
                 reader.commit().await
             })
             .await;
-        let answers = match answers {
+        let mut answers = match answers {
             Ok(a) => a,
             // A server before 3.6: one request per group.
             Err(Refused(zk::Error::Unimplemented)) => {
@@ -369,9 +549,19 @@ impl ZkStore {
         tenure::store::check_batch_answer(
             &format!("ZooKeeper at {}", self.inner.ctx.target),
             "a read of nodes",
-            groups.len(),
+            groups.len() + 1,
             answers.len(),
         )?;
+        let floor = match answers.pop() {
+            Some(zk::MultiReadResult::Data { stat, .. }) => Ok(token_floor(&stat)),
+            Some(zk::MultiReadResult::Error {
+                err: zk::Error::NoNode,
+            }) => Ok(None),
+            Some(zk::MultiReadResult::Error { err }) => Err(err),
+            _ => Err(zk::Error::UnexpectedError(
+                "another operation's result for the prefix node".into(),
+            )),
+        };
         Ok(groups
             .iter()
             .zip(answers)
@@ -382,7 +572,13 @@ impl ZkStore {
                 }
                 zk::MultiReadResult::Error {
                     err: zk::Error::NoNode,
-                } => Ok(None),
+                } => match &floor {
+                    Ok(floor) => {
+                        self.remember_missing(group, *floor);
+                        Ok(floor.map(released_at))
+                    }
+                    Err(e) => Err(self.store_error("read", Refused(e.clone()))),
+                },
                 zk::MultiReadResult::Error { err } => {
                     Err(self.store_error("read", Refused(err)))
                 }
@@ -412,9 +608,10 @@ pub(crate) use Failed::Refused;
 #[async_trait]
 impl LeaseView for ZkStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        match self.get(group).await? {
-            None => Ok(None),
-            Some((data, stat)) => versioned(group, &data, &stat).map(Some),
+        match self.look(group).await? {
+            Found::Nothing => Ok(None),
+            Found::Floor(floor) => Ok(Some(released_at(floor))),
+            Found::Node(data, stat) => versioned(group, &data, &stat).map(Some),
         }
     }
 

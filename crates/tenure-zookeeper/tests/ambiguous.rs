@@ -56,6 +56,9 @@ async fn a_write_whose_reply_is_lost_is_reported_as_unknown() {
         testkit::unique_group("replaced"),
     );
     let v1 = applied(&via, &old, None, "a").await;
+    // Renewed once: the first write over a node gives it its guard (one
+    // more request, which would be the one whose reply is lost).
+    let v1 = applied(&via, &old, Some(v1), "a").await;
 
     proxy.drop_replies();
     ambiguous(

@@ -58,6 +58,19 @@ impl Raw {
         }
     }
 
+    /// Deletes the group's node and its children, as zkCli's `deleteall`.
+    pub async fn delete_all(&self, group: &GroupName) {
+        let path = self.path(group);
+        let children = self.client.list_children(&path).await.expect("children");
+        for child in children {
+            self.client
+                .delete(&format!("{path}/{child}"), None)
+                .await
+                .expect("delete a child");
+        }
+        self.client.delete(&path, None).await.expect("delete");
+    }
+
     pub async fn get(&self, group: &GroupName) -> Option<Vec<u8>> {
         match self.client.get_data(&self.path(group)).await {
             Ok((data, _)) => Some(data),

@@ -1,0 +1,191 @@
+//! A group node deleted by hand and created again (by hand, or by tenure):
+//! a compare-and-swap meant for the old node never applies to the new
+//! one, and the next term's token is above every token of the old node.
+
+mod common;
+
+use std::time::Duration;
+
+use tenure::testkit::{self, held_by, scenarios};
+use tenure::{CasOutcome, GroupName, LeaseRecord, LeaseStore, LeaseView, Version};
+use tenure_zookeeper::ZkStore;
+use zookeeper_client as zk;
+
+async fn applied(
+    store: &ZkStore,
+    g: &GroupName,
+    expected: Option<Version>,
+    rec: &LeaseRecord,
+) -> Version {
+    match store.compare_and_swap(g, expected, rec).await {
+        Ok(CasOutcome::Applied(v)) => v,
+        other => panic!("writing {g}: {other:?}"),
+    }
+}
+
+async fn setup(label: &str) -> Option<(ZkStore, common::Raw, String, GroupName)> {
+    let server = testkit::server_url("TENURE_TEST_ZOOKEEPER")?;
+    let prefix = common::unique_prefix(label);
+    let url = format!("{server}{prefix}");
+    let store = ZkStore::connect(&url).await.unwrap();
+    let raw = common::Raw::connect(&server, &prefix).await;
+    Some((store, raw, url, GroupName::new("jobs").unwrap()))
+}
+
+/// The old leader's handle remembers the node at data version 2. The node
+/// is deleted and created again by hand, and written up to data version 2
+/// again: the old handle's renewal (a `setData` at data version 2 would
+/// apply) must conflict, and leave the new node's record alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_write_never_applies_to_a_node_created_again() {
+    let Some((old, raw, _, g)) = setup("recreated").await else {
+        return;
+    };
+    let mut v = applied(&old, &g, None, &held_by("a", 3)).await;
+    for _ in 0..2 {
+        v = applied(&old, &g, Some(v), &held_by("a", 3)).await;
+    }
+
+    raw.delete_all(&g).await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let path = raw.path(&g);
+    let intruder = held_by("b", 9).encode();
+    raw.client.create(&path, &intruder, &open).await.unwrap();
+    for _ in 0..2 {
+        raw.client.set_data(&path, &intruder, None).await.unwrap();
+    }
+    let (_, stat) = raw.client.get_data(&path).await.unwrap();
+    assert_eq!(stat.version, 2, "the new node is at the old data version");
+
+    assert_eq!(
+        old.compare_and_swap(&g, Some(v), &held_by("a", 3))
+            .await
+            .unwrap(),
+        CasOutcome::Conflict,
+        "a renewal of the deleted node applied to the new one"
+    );
+    let now = old.read(&g).await.unwrap().expect("the new node");
+    assert_eq!(now.record.holder_id(), Some("b"));
+    // The new node is written through tenure as usual.
+    let w = applied(&old, &g, Some(now.version), &held_by("c", 10)).await;
+    assert!(w > now.version);
+    assert_eq!(
+        old.compare_and_swap(&g, Some(now.version), &held_by("a", 3))
+            .await
+            .unwrap(),
+        CasOutcome::Conflict
+    );
+}
+
+/// The same with the node created again by tenure (a candidate that finds
+/// it gone): the old handle's renewal conflicts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_write_never_applies_to_a_node_tenure_created_again() {
+    let Some((old, raw, url, g)) = setup("recreated-by-tenure").await else {
+        return;
+    };
+    let mut v = applied(&old, &g, None, &held_by("a", 3)).await;
+    for _ in 0..2 {
+        v = applied(&old, &g, Some(v), &held_by("a", 3)).await;
+    }
+    raw.delete_all(&g).await;
+
+    let other = ZkStore::connect(&url).await.unwrap();
+    let gone = other.read(&g).await.unwrap().expect("a released record");
+    let token = gone.record.token + 1;
+    let mut w = applied(&other, &g, Some(gone.version), &held_by("b", token)).await;
+    for _ in 0..2 {
+        w = applied(&other, &g, Some(w), &held_by("b", token)).await;
+    }
+    assert_eq!(
+        old.compare_and_swap(&g, Some(v), &held_by("a", 3))
+            .await
+            .unwrap(),
+        CasOutcome::Conflict,
+        "a renewal of the deleted node applied to the new one"
+    );
+    let now = other.read(&g).await.unwrap().expect("the new node");
+    assert_eq!((now.version, now.record.holder_id()), (w, Some("b")));
+}
+
+/// After the node holding token 5 was deleted, the group reads (alone, in
+/// a batch) as released at a token above 5, never as "never written"
+/// (whose next token would be 1); a write with that version creates the
+/// node, once; a create expecting no record conflicts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_node_reads_as_released_above_its_tokens() {
+    let Some((store, raw, url, g)) = setup("token-floor").await else {
+        return;
+    };
+    let v = applied(&store, &g, None, &held_by("a", 5)).await;
+    applied(&store, &g, Some(v), &held_by("a", 5)).await;
+    raw.delete_all(&g).await;
+
+    let fresh = ZkStore::connect(&url).await.unwrap();
+    let gone = fresh
+        .read(&g)
+        .await
+        .unwrap()
+        .expect("a deleted node reads as released, not as never written");
+    assert_eq!(gone.record.holder, None);
+    assert!(gone.record.token > 5, "token floor {}", gone.record.token);
+    let batch = fresh.read_many(std::slice::from_ref(&g)).await.unwrap();
+    assert_eq!(
+        batch.into_iter().next().unwrap().unwrap(),
+        Some(gone.clone())
+    );
+    assert_eq!(
+        fresh
+            .compare_and_swap(&g, None, &held_by("b", 1))
+            .await
+            .unwrap(),
+        CasOutcome::Conflict,
+        "expecting no record where a released one reads"
+    );
+
+    let next = held_by("b", gone.record.token + 1);
+    let w = applied(&fresh, &g, Some(gone.version), &next).await;
+    assert_eq!(
+        store
+            .compare_and_swap(&g, Some(gone.version), &held_by("c", gone.record.token + 1))
+            .await
+            .unwrap(),
+        CasOutcome::Conflict,
+        "the floor's version was used"
+    );
+    let now = store.read(&g).await.unwrap().unwrap();
+    assert_eq!((now.version, &now.record), (w, &next));
+
+    // A group never written under the same prefix node reads at the floor
+    // too: the prefix node cannot tell which child was deleted.
+    let other = GroupName::new("never").unwrap();
+    let floor = fresh.read(&other).await.unwrap().expect("released");
+    assert!(floor.record.token > 5);
+}
+
+/// End to end: the term after a deletion gets a higher token than the
+/// term before it (not 1 again).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_term_after_a_deletion_gets_a_higher_token() {
+    let Some((store, raw, url, g)) = setup("elector").await else {
+        return;
+    };
+    let (term, within) = (Duration::from_secs(2), Duration::from_secs(15));
+    let a = scenarios::elector(store, &g, "a", term);
+    let before = tokio::time::timeout(within, a.wait_for_leadership())
+        .await
+        .expect("a leads")
+        .unwrap()
+        .token();
+    a.shutdown().await;
+    raw.delete_all(&g).await;
+
+    let b = scenarios::elector(ZkStore::connect(&url).await.unwrap(), &g, "b", term);
+    let after = tokio::time::timeout(within, b.wait_for_leadership())
+        .await
+        .expect("b leads")
+        .unwrap()
+        .token();
+    assert!(after > before, "token {after} after {before}");
+    b.shutdown().await;
+}
