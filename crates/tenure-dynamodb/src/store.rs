@@ -14,8 +14,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use tenure::concurrent::InFlight;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
-    Listed, StoreError, Version, Versioned,
+    BatchResult, CasOutcome, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed,
+    StoreError, Version, Versioned,
 };
 
 use crate::batch::{self, BatchGetError};
@@ -416,25 +416,18 @@ impl LeaseView for DynamoDbStore {
     fn describe(&self) -> String {
         self.inner.describe.clone()
     }
+
+    /// A batch of writes is one conditional `UpdateItem` per request,
+    /// never several groups in one `TransactWriteItems` (all-or-nothing:
+    /// one group's conflict would undo the others' renewals). They go out
+    /// together, at most 64 at once per handle.
+    fn in_flight(&self) -> Option<&InFlight> {
+        Some(&self.inner.in_flight)
+    }
 }
 
 #[async_trait]
 impl LeaseStore for DynamoDbStore {
-    /// One conditional `UpdateItem` per request, never several groups in
-    /// one `TransactWriteItems` (all-or-nothing: one group's conflict would
-    /// undo the others' renewals). They go out together, at most 64 at
-    /// once per handle; writes to one group go one after another, in the
-    /// batch's order.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        Ok(self
-            .inner
-            .in_flight
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
-            .await)
-    }
-
     /// A batch is single requests in flight together, bounded per handle,
     /// so a large one only queues: let the engine's own limit decide.
     fn batch_size_hint(&self) -> usize {

@@ -15,8 +15,8 @@ use futures_util::TryStreamExt;
 use tenure::concurrent::InFlight;
 use tenure::tls::{read_pem, Expected};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
+    CasOutcome, ChangeFeed, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed,
+    StoreError, StoreFeed, Version, Versioned,
 };
 
 use crate::error::{Ctx, NatsStoreError, Violations};
@@ -547,20 +547,11 @@ impl LeaseView for NatsStore {
         self.read_one(group).await
     }
 
-    /// One request per group, in flight together on the one connection
-    /// (at most 256 at once per handle).
-    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        Ok(self
-            .inner
-            .in_flight
-            .read_chunks(groups, 1, |part| async move {
-                let mut out = Vec::with_capacity(part.len());
-                for g in part {
-                    out.push(self.read_one(g).await);
-                }
-                Ok(out)
-            })
-            .await)
+    /// Batches are one request per group (a `get`, an `update`), in
+    /// flight together on the one connection (at most 256 at once per
+    /// handle).
+    fn in_flight(&self) -> Option<&InFlight> {
+        Some(&self.inner.in_flight)
     }
 
     /// The keys under the prefix's complete `/`-segments, as the stream
@@ -609,19 +600,6 @@ impl LeaseView for NatsStore {
 
 #[async_trait]
 impl LeaseStore for NatsStore {
-    /// One `update` per group, in flight together on the one connection
-    /// (at most 256 at once per handle); a group's writes one after
-    /// another, in the batch's order.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        Ok(self
-            .inner
-            .in_flight
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
-            .await)
-    }
-
     fn batch_size_hint(&self) -> usize {
         BATCH_SIZE
     }

@@ -15,18 +15,16 @@
 //! `tests/fencing.rs` runs this same code against moto. The recipe is
 //! explained in `docs/fencing.md`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 use tenure::fence::{self, StaleToken};
-use tenure::Elector;
+use tenure::testkit::{unique_suffix, HandOver};
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{
     self, ObjectStore, ObjectStoreExt, PutMode, UpdateVersion,
 };
 use tenure_object_store::BucketStore;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = tenure::testkit::StoryError;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -131,10 +129,8 @@ pub async fn fenced_put(
 /// Runs the story on the bucket of the store URL `url`; fails if the stale
 /// write is admitted, or anything else goes differently.
 pub async fn run(url: &str) -> Result<(), Error> {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let run_id = format!("{}-{nanos}", std::process::id());
+    // Distinct per run, so runs against a shared server never meet.
+    let run_id = format!("{:x}", unique_suffix());
 
     // Two candidates, as two processes would be, each with its own store.
     let group = format!("fencing-example-{run_id}");
@@ -142,60 +138,25 @@ pub async fn run(url: &str) -> Result<(), Error> {
     // The report lives in the same bucket, beside the leases.
     let bucket = store_a.object_store().clone();
     let report = Path::from(format!("fencing-example-data/{run_id}/report.json"));
-    let a = Elector::builder(store_a, &group)
-        .candidate_id("a")
-        .start()?;
-    let term_a = a.wait_for_leadership().await?;
-    let b = Elector::builder(BucketStore::connect(url).await?, &group)
-        .candidate_id("b")
-        .start()?;
-    println!("A leads with token {}", term_a.token());
-    fenced_put(bucket.as_ref(), &report, term_a.token(), "by A")
-        .await?
-        .map_err(|e| format!("A's write on time was refused: {e}"))?;
-    println!("A wrote with token {}", term_a.token());
-
-    // A stalls here with its next write in flight. Its term ends: in this
-    // example it steps down, so that B need not wait out a whole term; to
-    // the bucket, a pause past the deadline looks the same.
-    a.shutdown().await;
-    let term_b = b.wait_for_leadership().await?;
-    if term_b.token() <= term_a.token() {
-        return Err(format!(
-            "B's token {} is not above A's {}",
-            term_b.token(),
-            term_a.token()
-        )
-        .into());
-    }
-    println!("B leads with token {}", term_b.token());
-    fenced_put(bucket.as_ref(), &report, term_b.token(), "by B")
-        .await?
-        .map_err(|e| format!("B's write was refused: {e}"))?;
-    println!("B wrote with token {}", term_b.token());
-
+    let story = HandOver::start(store_a, &group).await?;
+    let mut story = story.and_b(BucketStore::connect(url).await?)?;
+    let written = fenced_put(bucket.as_ref(), &report, story.token_a(), "by A").await?;
+    story.a_wrote("", written)?;
+    let token_b = story.a_stalls().await?;
+    let written = fenced_put(bucket.as_ref(), &report, token_b, "by B").await?;
+    story.b_wrote("", written)?;
     // A wakes up and its write arrives.
-    match fenced_put(bucket.as_ref(), &report, term_a.token(), "by A, late").await? {
-        Err(stale) if stale.highest == term_b.token() => {
-            println!("A's late write refused: {stale}")
-        }
-        other => {
-            return Err(format!(
-                "A's late write with token {} was not refused: {other:?}",
-                term_a.token()
-            )
-            .into())
-        }
-    }
+    let late = fenced_put(bucket.as_ref(), &report, story.token_a(), "by A, late").await?;
+    story.a_late_write_refused("", late)?;
     let stored: Report = serde_json::from_slice(&bucket.get(&report).await?.bytes().await?)?;
-    if stored.body != "by B" || stored.fence_token != term_b.token() {
+    if stored.body != "by B" || stored.fence_token != token_b {
         return Err(format!(
             "the report holds {:?} with token {}, not B's write",
             stored.body, stored.fence_token
         )
         .into());
     }
-    b.shutdown().await;
+    story.finish().await;
     bucket.delete(&report).await?;
     Ok(())
 }

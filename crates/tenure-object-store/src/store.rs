@@ -12,8 +12,8 @@ use object_store::{
 };
 use tenure::concurrent::InFlight;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
-    Listed, RecordError, StoreError, Version, Versioned, WallTime,
+    CasOutcome, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed, RecordError,
+    StoreError, Version, Versioned, WallTime,
 };
 
 use crate::backend;
@@ -389,19 +389,10 @@ impl LeaseView for BucketStore {
         }
     }
 
-    /// GETs in flight together, at most 64 at once per handle.
-    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        Ok(self
-            .inner
-            .in_flight
-            .read_chunks(groups, 1, |part| async move {
-                let mut out = Vec::with_capacity(part.len());
-                for g in part {
-                    out.push(self.read(g).await);
-                }
-                Ok(out)
-            })
-            .await)
+    /// Batches are GETs and conditional PUTs in flight together, at most
+    /// 64 at once per handle.
+    fn in_flight(&self) -> Option<&InFlight> {
+        Some(&self.inner.in_flight)
     }
 
     /// A LIST of the keys from the prefix's encoding on (`start-after`,
@@ -507,18 +498,6 @@ impl LeaseStore for BucketStore {
         };
         self.put(group, PutMode::Update(seen.tag), record, next)
             .await
-    }
-
-    /// Conditional PUTs in flight together, at most 64 at once per
-    /// handle; the writes of one group one after another, in order.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        Ok(self
-            .inner
-            .in_flight
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
-            .await)
     }
 
     fn batch_size_hint(&self) -> usize {

@@ -15,22 +15,19 @@
 //! (or set `TENURE_TEST_POSTGRES`). `tests/fencing.rs` runs this same code
 //! against the test server. The recipes are explained in `docs/fencing.md`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use tenure::fence::StaleToken;
-use tenure::Elector;
+use tenure::testkit::{unique_suffix, url_argument, HandOver};
 use tenure_postgres::{fence, PostgresStore};
 use tokio_postgres::{Client, NoTls};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = tenure::testkit::StoryError;
+
+/// The two recipes `write` applies, in the order of its answers.
+const RECIPES: [&str; 2] = ["WHERE", "trigger"];
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let url = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("TENURE_TEST_POSTGRES").ok())
-        .ok_or("give a PostgreSQL URL as the first argument or in TENURE_TEST_POSTGRES")?;
-    run(&url).await
+    run(&url_argument("TENURE_TEST_POSTGRES", "a PostgreSQL URL")?).await
 }
 
 /// The two fenced tables; each row carries the token of its last writer.
@@ -136,7 +133,8 @@ pub async fn run(url: &str) -> Result<(), Error> {
         fence::TRIGGER_FUNCTION_SQL
     ))
     .await?;
-    let run_id = unique_id();
+    // Distinct per run, so runs against a shared server never meet.
+    let run_id = format!("{:x}", unique_suffix());
     let report = format!("report-{run_id}");
     for table in ["fenced_where", "fenced_trigger"] {
         db.execute(
@@ -148,61 +146,21 @@ pub async fn run(url: &str) -> Result<(), Error> {
 
     // Two candidates, as two processes would be, each with its own store.
     let group = format!("fencing-example-{run_id}");
-    let a = Elector::builder(PostgresStore::connect(url).await?, &group)
-        .candidate_id("a")
-        .start()?;
-    let term_a = a.wait_for_leadership().await?;
-    let b = Elector::builder(PostgresStore::connect(url).await?, &group)
-        .candidate_id("b")
-        .start()?;
-    println!("A leads with token {}", term_a.token());
-    for (recipe, outcome) in ["WHERE", "trigger"]
-        .iter()
-        .zip(write(&db, &report, "by A", term_a.token()).await?)
-    {
-        outcome.map_err(|e| format!("A's write on time was refused ({recipe}): {e}"))?;
+    let story = HandOver::start(PostgresStore::connect(url).await?, &group).await?;
+    let mut story = story.and_b(PostgresStore::connect(url).await?)?;
+    let written = write(&db, &report, "by A", story.token_a()).await?;
+    for (recipe, outcome) in RECIPES.into_iter().zip(written) {
+        story.a_wrote(recipe, outcome)?;
     }
-    println!("A wrote with token {}", term_a.token());
-
-    // A stalls here with its next write in flight. Its term ends: in this
-    // example it steps down, so that B need not wait out a whole term; to
-    // the table, a pause past the deadline looks the same.
-    a.shutdown().await;
-    let term_b = b.wait_for_leadership().await?;
-    if term_b.token() <= term_a.token() {
-        return Err(format!(
-            "B's token {} is not above A's {}",
-            term_b.token(),
-            term_a.token()
-        )
-        .into());
+    let token_b = story.a_stalls().await?;
+    let written = write(&db, &report, "by B", token_b).await?;
+    for (recipe, outcome) in RECIPES.into_iter().zip(written) {
+        story.b_wrote(recipe, outcome)?;
     }
-    println!("B leads with token {}", term_b.token());
-    for (recipe, outcome) in ["WHERE", "trigger"]
-        .iter()
-        .zip(write(&db, &report, "by B", term_b.token()).await?)
-    {
-        outcome.map_err(|e| format!("B's write was refused ({recipe}): {e}"))?;
-    }
-    println!("B wrote with token {}", term_b.token());
-
     // A wakes up and its write arrives.
-    for (recipe, outcome) in ["WHERE", "trigger"]
-        .iter()
-        .zip(write(&db, &report, "by A, late", term_a.token()).await?)
-    {
-        match outcome {
-            Err(stale) if stale.highest == term_b.token() => {
-                println!("A's late write refused ({recipe}): {stale}")
-            }
-            other => {
-                return Err(format!(
-                    "A's late write with token {} was not refused ({recipe}): {other:?}",
-                    term_a.token()
-                )
-                .into())
-            }
-        }
+    let late = write(&db, &report, "by A, late", story.token_a()).await?;
+    for (recipe, outcome) in RECIPES.into_iter().zip(late) {
+        story.a_late_write_refused(recipe, outcome)?;
     }
     for table in ["fenced_where", "fenced_trigger"] {
         let body: String = db
@@ -216,18 +174,10 @@ pub async fn run(url: &str) -> Result<(), Error> {
             return Err(format!("{table} holds {body:?}, not B's write").into());
         }
     }
-    b.shutdown().await;
+    story.finish().await;
     for table in ["fenced_where", "fenced_trigger"] {
         db.execute(&format!("DELETE FROM {table} WHERE name = $1"), &[&report])
             .await?;
     }
     Ok(())
-}
-
-/// Distinct per run, so runs against a shared server never meet.
-fn unique_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{}-{nanos}", std::process::id())
 }

@@ -11,21 +11,15 @@
 //! (or set `TENURE_TEST_REDIS`). `tests/fencing.rs` runs this same code
 //! against the test server. The recipe is explained in `docs/fencing.md`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use redis::AsyncCommands;
-use tenure::Elector;
+use tenure::testkit::{unique_suffix, url_argument, HandOver};
 use tenure_redis::{fence, RedisStore};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = tenure::testkit::StoryError;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let url = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("TENURE_TEST_REDIS").ok())
-        .ok_or("give a Redis URL as the first argument or in TENURE_TEST_REDIS")?;
-    run(&url).await
+    run(&url_argument("TENURE_TEST_REDIS", "a Redis URL")?).await
 }
 
 /// Runs the story against the server at `url`; fails if the stale write is
@@ -34,7 +28,8 @@ pub async fn run(url: &str) -> Result<(), Error> {
     let mut conn = redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?;
-    let run_id = unique_id();
+    // Distinct per run, so runs against a shared server never meet.
+    let run_id = format!("{:x}", unique_suffix());
     // The hash tag keeps both keys in one slot on a Redis Cluster.
     let fence_key = format!("fencing-example:{{{run_id}}}:fence");
     let report = format!("fencing-example:{{{run_id}}}:report");
@@ -47,57 +42,18 @@ pub async fn run(url: &str) -> Result<(), Error> {
     let store_url = format!("{url}{separator}prefix=fencing-example-{run_id}:");
     let store_a = RedisStore::connect(&store_url).await?;
     store_a.adopt_empty().await?;
-    let group = "reports";
-    let a = Elector::builder(store_a, group).candidate_id("a").start()?;
-    let term_a = a.wait_for_leadership().await?;
-    let b = Elector::builder(RedisStore::connect(&store_url).await?, group)
-        .candidate_id("b")
-        .start()?;
-    println!("A leads with token {}", term_a.token());
-    fence::fenced_set(&mut conn, &fence_key, term_a.token(), &[(&report, b"by A")])
-        .await?
-        .map_err(|e| format!("A's write on time was refused: {e}"))?;
-    println!("A wrote with token {}", term_a.token());
-
-    // A stalls here with its next write in flight. Its term ends: in this
-    // example it steps down, so that B need not wait out a whole term; to
-    // Redis, a pause past the deadline looks the same.
-    a.shutdown().await;
-    let term_b = b.wait_for_leadership().await?;
-    if term_b.token() <= term_a.token() {
-        return Err(format!(
-            "B's token {} is not above A's {}",
-            term_b.token(),
-            term_a.token()
-        )
-        .into());
-    }
-    println!("B leads with token {}", term_b.token());
-    fence::fenced_set(&mut conn, &fence_key, term_b.token(), &[(&report, b"by B")])
-        .await?
-        .map_err(|e| format!("B's write was refused: {e}"))?;
-    println!("B wrote with token {}", term_b.token());
-
+    let story = HandOver::start(store_a, "reports").await?;
+    let mut story = story.and_b(RedisStore::connect(&store_url).await?)?;
+    let token_a = story.token_a();
+    let written = fence::fenced_set(&mut conn, &fence_key, token_a, &[(&report, b"by A")]).await?;
+    story.a_wrote("", written)?;
+    let token_b = story.a_stalls().await?;
+    let written = fence::fenced_set(&mut conn, &fence_key, token_b, &[(&report, b"by B")]).await?;
+    story.b_wrote("", written)?;
     // A wakes up and its write arrives.
-    match fence::fenced_set(
-        &mut conn,
-        &fence_key,
-        term_a.token(),
-        &[(&report, b"by A, late")],
-    )
-    .await?
-    {
-        Err(stale) if stale.highest == term_b.token() => {
-            println!("A's late write refused: {stale}")
-        }
-        other => {
-            return Err(format!(
-                "A's late write with token {} was not refused: {other:?}",
-                term_a.token()
-            )
-            .into())
-        }
-    }
+    let body = b"by A, late";
+    let late = fence::fenced_set(&mut conn, &fence_key, token_a, &[(&report, body)]).await?;
+    story.a_late_write_refused("", late)?;
     let body: Vec<u8> = conn.get(&report).await?;
     if body != b"by B" {
         return Err(format!(
@@ -106,15 +62,7 @@ pub async fn run(url: &str) -> Result<(), Error> {
         )
         .into());
     }
-    b.shutdown().await;
+    story.finish().await;
     let _: () = conn.del(&[&fence_key, &report]).await?;
     Ok(())
-}
-
-/// Distinct per run, so runs against a shared server never meet.
-fn unique_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{}-{nanos}", std::process::id())
 }

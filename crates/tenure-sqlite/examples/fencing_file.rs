@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tenure::fence::{self, StaleToken};
-use tenure::Elector;
+use tenure::testkit::HandOver;
 use tenure_sqlite::SqliteStore;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = tenure::testkit::StoryError;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -151,56 +151,19 @@ pub async fn run(parent: &Path) -> Result<(), Error> {
     // Two candidates, as two processes on this host would be, each with its
     // own handle on the lease file.
     let leases = root.join("leases.db");
-    let a = Elector::builder(SqliteStore::connect(&leases).await?, "reports")
-        .candidate_id("a")
-        .start()?;
-    let term_a = a.wait_for_leadership().await?;
-    let b = Elector::builder(SqliteStore::connect(&leases).await?, "reports")
-        .candidate_id("b")
-        .start()?;
-    println!("A leads with token {}", term_a.token());
-    write(&reports, term_a.token(), "by A")
-        .await?
-        .map_err(|e| format!("A's write on time was refused: {e}"))?;
-    println!("A wrote with token {}", term_a.token());
-
-    // A stalls here with its next write in flight. Its term ends: in this
-    // example it steps down, so that B need not wait out a whole term; to
-    // the files, a pause past the deadline looks the same.
-    a.shutdown().await;
-    let term_b = b.wait_for_leadership().await?;
-    if term_b.token() <= term_a.token() {
-        return Err(format!(
-            "B's token {} is not above A's {}",
-            term_b.token(),
-            term_a.token()
-        )
-        .into());
-    }
-    println!("B leads with token {}", term_b.token());
-    write(&reports, term_b.token(), "by B")
-        .await?
-        .map_err(|e| format!("B's write was refused: {e}"))?;
-    println!("B wrote with token {}", term_b.token());
-
+    let story = HandOver::start(SqliteStore::connect(&leases).await?, "reports").await?;
+    let mut story = story.and_b(SqliteStore::connect(&leases).await?)?;
+    story.a_wrote("", write(&reports, story.token_a(), "by A").await?)?;
+    let token_b = story.a_stalls().await?;
+    story.b_wrote("", write(&reports, token_b, "by B").await?)?;
     // A wakes up and its write arrives.
-    match write(&reports, term_a.token(), "by A, late").await? {
-        Err(stale) if stale.highest == term_b.token() => {
-            println!("A's late write refused: {stale}")
-        }
-        other => {
-            return Err(format!(
-                "A's late write with token {} was not refused: {other:?}",
-                term_a.token()
-            )
-            .into())
-        }
-    }
+    let late = write(&reports, story.token_a(), "by A, late").await?;
+    story.a_late_write_refused("", late)?;
     let body = std::fs::read_to_string(data.join("report"))?;
     if body != "by B" {
         return Err(format!("the report holds {body:?}, not B's write").into());
     }
-    b.shutdown().await;
+    story.finish().await;
     std::fs::remove_dir_all(&root)?;
     Ok(())
 }

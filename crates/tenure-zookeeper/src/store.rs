@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tenure::concurrent::InFlight;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
+    BatchResult, CasOutcome, ChangeFeed, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
+    Listed, StoreError, StoreFeed, Version, Versioned,
 };
 use zookeeper_client as zk;
 
@@ -624,6 +624,14 @@ impl LeaseView for ZkStore {
             .await)
     }
 
+    /// A batch of writes is one request per group, pipelined on the
+    /// session's connection (at most 256 in flight per handle). Not
+    /// ZooKeeper's `multi`: it is all-or-nothing, and one group's conflict
+    /// must not undo another's renewal.
+    fn in_flight(&self) -> Option<&InFlight> {
+        Some(&self.inner.in_flight)
+    }
+
     /// The prefix node's children whose group names start with `prefix`,
     /// read in `multiRead` requests.
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
@@ -685,20 +693,6 @@ impl LeaseStore for ZkStore {
             None => self.create(group, record).await,
             Some(version) => self.replace(group, version, record).await,
         }
-    }
-
-    /// One request per group, pipelined on the session's connection (at
-    /// most 256 in flight per handle); a group's writes one after another.
-    /// Not ZooKeeper's `multi`: it is all-or-nothing, and one group's
-    /// conflict must not undo another's renewal.
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        Ok(self
-            .inner
-            .in_flight
-            .compare_and_swap_each(requests, |r| {
-                self.compare_and_swap(&r.group, r.expected, &r.record)
-            })
-            .await)
     }
 
     fn batch_size_hint(&self) -> usize {

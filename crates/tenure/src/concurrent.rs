@@ -184,6 +184,26 @@ impl InFlight {
             .collect()
     }
 
+    /// Reads each of `groups` with `one`, a request of its own, all
+    /// concurrently under the bound. One result per group, in order.
+    pub async fn read_each<'a, F, Fut>(
+        &self,
+        groups: &'a [GroupName],
+        one: F,
+    ) -> Vec<Result<Option<Versioned>, StoreError>>
+    where
+        F: Fn(&'a GroupName) -> Fut + Sync,
+        Fut: Future<Output = Result<Option<Versioned>, StoreError>> + Send,
+    {
+        let one = &one;
+        let running: FuturesUnordered<_> = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| async move { vec![(i, self.run(one(g)).await)] })
+            .collect();
+        place(groups.len(), running).await
+    }
+
     /// Reads `groups` as chunks of at most `chunk` groups, one request
     /// each (`read` answers a chunk with one result per group, in order),
     /// all chunks concurrently under the bound. A chunk that fails as a

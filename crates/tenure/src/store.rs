@@ -3,9 +3,9 @@
 //! vimeo's `RaceDecider`; a read-only user needs only the view.
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
+use crate::concurrent::InFlight;
 use crate::engine::EngineSlot;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
@@ -395,17 +395,32 @@ pub trait LeaseView: Send + Sync + 'static {
     /// order; an entry fails alone (a corrupt record) or the whole batch
     /// fails (the store is unreachable).
     ///
-    /// The default reads one group after another; stores override it with
-    /// one round trip (one statement, one script call, a pipeline).
+    /// The default sends one read per group, in flight together under
+    /// [`in_flight`](LeaseView::in_flight) (one after another, a batch of a
+    /// few hundred would outlast the operation timeout); stores override it
+    /// with fewer round trips (one statement, one script call, a pipeline).
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        // Concurrently, a bounded number at a time: one after another, a
-        // batch of a few hundred would outlast the operation timeout.
-        let mut reads = Vec::with_capacity(groups.len());
-        for g in groups {
-            reads.push(self.read(g));
-        }
-        let reads = futures_util::stream::iter(reads).buffered(DEFAULT_CONCURRENCY);
-        Ok(reads.collect().await)
+        let fresh;
+        let limit = match self.in_flight() {
+            Some(shared) => shared,
+            None => {
+                fresh = InFlight::new(DEFAULT_CONCURRENCY);
+                &fresh
+            }
+        };
+        Ok(limit.read_each(groups, |g| self.read(g)).await)
+    }
+
+    /// The bound on requests in flight at once that this handle's clones
+    /// share, for a store whose batches are single requests sent together
+    /// (each request atomic on its own, as every batch must be): the
+    /// default [`read_many`](LeaseView::read_many) and
+    /// [`compare_and_swap_many`](LeaseStore::compare_and_swap_many) send
+    /// through it, so that every batch of every elector on the handle
+    /// stays within one bound. The default (`None`) bounds each batch on
+    /// its own, [`DEFAULT_CONCURRENCY`] at a time.
+    fn in_flight(&self) -> Option<&InFlight> {
+        None
     }
 
     /// Lists every group whose name starts with `prefix` (byte for byte, no
@@ -506,12 +521,21 @@ pub trait LeaseStore: LeaseView {
     /// per request, in order. A batch that fails as a whole may have
     /// applied any subset of its requests, like a timed-out single write.
     ///
-    /// The default writes one after another; stores override it with one
-    /// round trip where the store allows independent writes in one request.
+    /// The default sends one compare-and-swap per request, different
+    /// groups in flight together under [`in_flight`](LeaseView::in_flight)
+    /// and one group's writes one after the other, as listed; stores
+    /// override it with fewer round trips where the store allows
+    /// independent writes in one request.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        // Concurrently across groups, in order within a group: two writes
-        // to one group must apply one after the other, as listed.
-        let results = crate::concurrent::InFlight::new(DEFAULT_CONCURRENCY)
+        let fresh;
+        let limit = match self.in_flight() {
+            Some(shared) => shared,
+            None => {
+                fresh = InFlight::new(DEFAULT_CONCURRENCY);
+                &fresh
+            }
+        };
+        let results = limit
             .compare_and_swap_each(requests, |r| {
                 self.compare_and_swap(&r.group, r.expected, &r.record)
             })
@@ -562,6 +586,9 @@ macro_rules! forward_through_pointer {
             }
             fn describe(&self) -> String {
                 (**self).describe()
+            }
+            fn in_flight(&self) -> Option<&InFlight> {
+                (**self).in_flight()
             }
         }
 

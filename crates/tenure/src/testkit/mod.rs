@@ -55,12 +55,14 @@ use crate::record::{GroupName, Holder, LeaseRecord, Metadata};
 use crate::store::LeaseStore;
 
 mod conformance;
+mod hand_over;
 mod proxy;
 pub mod scenarios;
 mod servers;
 mod support;
 mod term_log;
 mod tls;
+pub use hand_over::{url_argument, HandOver, StoryError};
 pub use proxy::TcpProxy;
 pub use servers::server_url;
 pub use support::{free_port, signal, unique_suffix, wait_for_port, ServerProcess, TempDir};
