@@ -3,8 +3,8 @@
 //! Parsed here, not by the client library, so that no error message, log
 //! line or `Debug` output can ever echo the password in the URL.
 
-use std::fmt;
 use std::time::Duration;
+use tenure::secret::Secret;
 
 use tenure::tls::TlsPaths;
 
@@ -44,29 +44,15 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// assert_eq!(o.describe(), "etcds://app@10.0.0.5:2379,10.0.0.6:2379 (prefix \"tenure/\")");
 /// # Ok::<(), tenure_etcd::EtcdStoreError>(())
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct EtcdOptions {
     pub(crate) tls: bool,
     pub(crate) hosts: Vec<String>,
     pub(crate) user: Option<String>,
-    pub(crate) password: Option<String>,
+    pub(crate) password: Option<Secret>,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) tls_files: TlsPaths,
-}
-
-impl fmt::Debug for EtcdOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdOptions")
-            .field("tls", &self.tls)
-            .field("hosts", &self.hosts)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("tls_files", &self.tls_files)
-            .finish()
-    }
 }
 
 impl EtcdOptions {
@@ -133,7 +119,7 @@ impl EtcdOptions {
             tls,
             hosts: list,
             user,
-            password,
+            password: password.map(Secret::from),
             prefix: DEFAULT_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
             tls_files: TlsPaths::default(),
@@ -276,7 +262,7 @@ mod tests {
             EtcdOptions::from_url("etcd://u:p%40ss@a:1,[::1]:2/?prefix=x/&timeout=250ms").unwrap();
         assert_eq!(o.endpoints(), ["http://a:1", "http://[::1]:2"]);
         assert_eq!(
-            (o.user.as_deref(), o.password.as_deref()),
+            (o.user.as_deref(), o.password.as_ref().map(Secret::expose)),
             (Some("u"), Some("p@ss"))
         );
         assert_eq!(o.prefix, "x/");
@@ -312,7 +298,11 @@ mod tests {
         let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
         let o = EtcdOptions::from_url(&"etcd://u:{P}@h:1,g:2?prefix=x".replace("{P}", password))
             .unwrap();
-        assert_eq!(o.password.as_deref(), Some(password), "+ stays a plus");
+        assert_eq!(
+            o.password.as_ref().map(Secret::expose),
+            Some(password),
+            "+ stays a plus"
+        );
         assert_eq!((o.hosts.len(), o.prefix.as_str()), (2, "x"));
         let e = EtcdOptions::from_url(&"etcd://u:{P}@h".replace("{P}", password))
             .unwrap_err()

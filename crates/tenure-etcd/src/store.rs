@@ -125,7 +125,7 @@ impl EtcdStore {
             // Simple tokens expire (and die with a restart): log in again.
             .with_auto_token_refresh(true);
         if let (Some(user), Some(password)) = (&options.user, &options.password) {
-            co = co.with_user(user.clone(), password.clone());
+            co = co.with_user(user.clone(), password.expose());
         }
         if let Some(tls) = tls(&options)? {
             co = co.with_tls(tls);

@@ -3,8 +3,8 @@
 //! The URL is parsed here rather than by the `redis` crate so that no error
 //! message, log line or `Debug` output can ever echo the password in it.
 
-use std::fmt;
 use std::time::Duration;
+use tenure::secret::Secret;
 
 use tenure::tls::TlsPaths;
 
@@ -45,35 +45,18 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// assert_eq!(o.describe(), "redis://app@10.0.0.5:6380/2 (prefix \"billing:\")");
 /// # Ok::<(), tenure_redis::RedisStoreError>(())
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct RedisOptions {
     pub(crate) tls: bool,
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) db: i64,
     pub(crate) user: Option<String>,
-    pub(crate) password: Option<String>,
+    pub(crate) password: Option<Secret>,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) quarantine: Option<Duration>,
     pub(crate) tls_files: TlsPaths,
-}
-
-impl fmt::Debug for RedisOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisOptions")
-            .field("tls", &self.tls)
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("db", &self.db)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("quarantine", &self.quarantine)
-            .field("tls_files", &self.tls_files)
-            .finish()
-    }
 }
 
 impl RedisOptions {
@@ -136,7 +119,7 @@ impl RedisOptions {
             port,
             db,
             user,
-            password,
+            password: password.map(Secret::from),
             prefix: DEFAULT_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
             quarantine: None,
@@ -261,7 +244,7 @@ mod tests {
                 .unwrap();
         assert_eq!((o.port, o.db, o.tls), (6379, 3, true));
         assert_eq!(o.user.as_deref(), Some("u"));
-        assert_eq!(o.password.as_deref(), Some("p@ss"));
+        assert_eq!(o.password.as_ref().map(Secret::expose), Some("p@ss"));
         assert_eq!(o.prefix, "x:");
         assert_eq!(o.timeout, Duration::from_millis(250));
         assert_eq!(o.quarantine, Some(Duration::from_secs(60)));
@@ -271,7 +254,7 @@ mod tests {
         assert_eq!(o.target(), "[::1]:7000");
         // An unescaped '@' in the password still parses.
         let o = RedisOptions::from_url("redis://u:a@b@h:1").unwrap();
-        assert_eq!(o.password.as_deref(), Some("a@b"));
+        assert_eq!(o.password.as_ref().map(Secret::expose), Some("a@b"));
     }
 
     #[test]
@@ -300,7 +283,11 @@ mod tests {
         let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
         let o = RedisOptions::from_url(&"redis://u:{P}@h:1/2?prefix=x".replace("{P}", password))
             .unwrap();
-        assert_eq!(o.password.as_deref(), Some(password), "+ stays a plus");
+        assert_eq!(
+            o.password.as_ref().map(Secret::expose),
+            Some(password),
+            "+ stays a plus"
+        );
         assert_eq!((o.port, o.db, o.prefix.as_str()), (1, 2, "x"));
         let e = RedisOptions::from_url(&"redis://u:{P}@h:99999".replace("{P}", password))
             .unwrap_err()

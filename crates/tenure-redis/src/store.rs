@@ -88,7 +88,7 @@ fn client(
         redis: RedisConnectionInfo {
             db: options.db,
             username: options.user.clone(),
-            password: options.password.clone(),
+            password: options.password.as_ref().map(|p| p.expose().to_owned()),
             protocol,
         },
     };

@@ -3,8 +3,8 @@
 //! Parsed here, not by the client library, so that no error message, log
 //! line or `Debug` output can ever echo the password in the URL.
 
-use std::fmt;
 use std::time::Duration;
+use tenure::secret::Secret;
 
 use crate::error::ZkStoreError;
 use crate::names;
@@ -53,27 +53,14 @@ pub const DEFAULT_PORT: u16 = 2181;
 /// assert_eq!(o.describe(), "zk://app@10.0.0.5:2181,10.0.0.6:2182/services/leases");
 /// # Ok::<(), tenure_zookeeper::ZkStoreError>(())
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ZkOptions {
     pub(crate) hosts: Vec<String>,
     pub(crate) user: Option<String>,
-    pub(crate) password: Option<String>,
+    pub(crate) password: Option<Secret>,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) session_timeout: Duration,
-}
-
-impl fmt::Debug for ZkOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkOptions")
-            .field("hosts", &self.hosts)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("session_timeout", &self.session_timeout)
-            .finish()
-    }
 }
 
 impl ZkOptions {
@@ -141,7 +128,7 @@ impl ZkOptions {
         let mut options = ZkOptions {
             hosts: list,
             user,
-            password,
+            password: password.map(Secret::from),
             prefix,
             timeout: DEFAULT_TIMEOUT,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
@@ -295,7 +282,7 @@ mod tests {
         .unwrap();
         assert_eq!(o.connect_string(), "a:2181,b:2182,[::1]:3");
         assert_eq!(
-            (o.user.as_deref(), o.password.as_deref()),
+            (o.user.as_deref(), o.password.as_ref().map(Secret::expose)),
             (Some("u"), Some("p@ss"))
         );
         assert_eq!(o.prefix(), "/x/y z");
@@ -339,7 +326,11 @@ mod tests {
         let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
         let o = ZkOptions::from_url(&"zk://u:{P}@h:1,g:2/p?timeout=2s".replace("{P}", password))
             .unwrap();
-        assert_eq!(o.password.as_deref(), Some(password), "+ stays a plus");
+        assert_eq!(
+            o.password.as_ref().map(Secret::expose),
+            Some(password),
+            "+ stays a plus"
+        );
         assert_eq!((o.hosts.len(), o.prefix()), (2, "/p"));
         let e = ZkOptions::from_url(&"zk://u:{P}@h:0".replace("{P}", password))
             .unwrap_err()

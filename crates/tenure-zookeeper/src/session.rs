@@ -86,7 +86,8 @@ async fn connect(options: &ZkOptions, ctx: &Ctx) -> Result<zk::Client, ZkStoreEr
         // up and moves to another host (pings go out well within it).
         .with_connection_timeout(options.timeout);
     if let (Some(user), Some(password)) = (&options.user, &options.password) {
-        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        connector =
+            connector.with_auth("digest", format!("{user}:{}", password.expose()).as_bytes());
     }
     match tokio::time::timeout(
         options.timeout,

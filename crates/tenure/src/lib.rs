@@ -94,6 +94,7 @@ mod periodic;
 mod publish;
 pub mod record;
 mod role;
+pub mod secret;
 pub mod shards;
 pub mod store;
 mod term;

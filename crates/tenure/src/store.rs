@@ -400,14 +400,7 @@ pub trait LeaseView: Send + Sync + 'static {
     /// few hundred would outlast the operation timeout); stores override it
     /// with fewer round trips (one statement, one script call, a pipeline).
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        let fresh;
-        let limit = match self.in_flight() {
-            Some(shared) => shared,
-            None => {
-                fresh = InFlight::new(DEFAULT_CONCURRENCY);
-                &fresh
-            }
-        };
+        let limit = self.in_flight().cloned().unwrap_or_else(default_in_flight);
         Ok(limit.read_each(groups, |g| self.read(g)).await)
     }
 
@@ -527,14 +520,7 @@ pub trait LeaseStore: LeaseView {
     /// override it with fewer round trips where the store allows
     /// independent writes in one request.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        let fresh;
-        let limit = match self.in_flight() {
-            Some(shared) => shared,
-            None => {
-                fresh = InFlight::new(DEFAULT_CONCURRENCY);
-                &fresh
-            }
-        };
+        let limit = self.in_flight().cloned().unwrap_or_else(default_in_flight);
         let results = limit
             .compare_and_swap_each(requests, |r| {
                 self.compare_and_swap(&r.group, r.expected, &r.record)
@@ -560,6 +546,11 @@ pub trait LeaseStore: LeaseView {
     fn engine_slot(&self) -> Option<&EngineSlot> {
         None
     }
+}
+
+/// The bound of a batch on a store that shares none between batches.
+fn default_in_flight() -> InFlight {
+    InFlight::new(DEFAULT_CONCURRENCY)
 }
 
 /// Forwards every method of both traits to the store behind a pointer, so
