@@ -1,6 +1,9 @@
-//! The two statements every operation runs, single or batched: a read of
-//! many groups by `= ANY($1)`, and a compare-and-swap of many groups in one
-//! statement over `unnest`ed arrays, which notifies for every row it wrote.
+//! The statements the operations run: a read of many groups by
+//! `= ANY($1)`, a compare-and-swap of many groups in one statement over
+//! `unnest`ed arrays, which notifies for every row it wrote, and the same
+//! compare-and-swap of one group as a plain `UPDATE … WHERE version = $2`
+//! or `INSERT … ON CONFLICT DO NOTHING` (a single write, an elector's
+//! usual one, skips building and joining arrays).
 //!
 //! `UPDATE … FROM` with two source rows for one target row is undefined in
 //! PostgreSQL (either may win), so one statement never holds two writes of
@@ -33,6 +36,14 @@ const CLOCK_VERSION: &str = "(extract(epoch from clock_timestamp()) * 1000000)::
 pub(crate) struct Statements {
     pub(crate) read: Statement,
     pub(crate) write: Statement,
+    /// One group's write expected at a version: `$1` group, `$2` expected
+    /// version, `$3` record, `$4` payload head, `$5` payload record, `$6`
+    /// channel; returns the new version if it applied.
+    pub(crate) update_one: Statement,
+    /// One group's write expected absent: `$1` group, `$2` record, `$3`
+    /// payload head, `$4` payload record, `$5` channel; returns the
+    /// version if it applied.
+    pub(crate) insert_one: Statement,
     /// Every row whose group name starts with `$1` (for sharded sets).
     pub(crate) list: Statement,
 }
@@ -86,6 +97,28 @@ pub(crate) async fn prepare(
         room = payload::VERSION_ROOM,
         limit = payload::LIMIT,
     );
+    // The same for one group, without arrays: the same UPDATE and INSERT,
+    // and the same notification.
+    let update_one = format!(
+        "WITH w AS (
+            UPDATE {table}
+            SET version = GREATEST(version + 1, {CLOCK_VERSION}), record = $3::bytea, updated_at = now()
+            WHERE group_name = $1::text AND version = $2::int8
+            RETURNING version
+        )
+        SELECT w.version FROM w CROSS JOIN LATERAL (SELECT {notify}) AS n",
+        notify = notify_one("$6", "$4", "$5"),
+    );
+    let insert_one = format!(
+        "WITH w AS (
+            INSERT INTO {table} (group_name, version, record)
+            VALUES ($1::text, {CLOCK_VERSION}, $2::bytea)
+            ON CONFLICT (group_name) DO NOTHING
+            RETURNING version
+        )
+        SELECT w.version FROM w CROSS JOIN LATERAL (SELECT {notify}) AS n",
+        notify = notify_one("$5", "$3", "$4"),
+    );
     let prepare = |sql: String| async move {
         client
             .prepare(&sql)
@@ -95,8 +128,26 @@ pub(crate) async fn prepare(
     Ok(Statements {
         read: prepare(read).await?,
         write: prepare(write).await?,
+        update_one: prepare(update_one).await?,
+        insert_one: prepare(insert_one).await?,
         list: prepare(list).await?,
     })
+}
+
+/// The `pg_notify` of a single write whose new version is `w.version`,
+/// with the channel, payload head and payload record in the parameters
+/// named: the batch statement's payload, for one row.
+fn notify_one(channel: &str, head: &str, rec: &str) -> String {
+    format!(
+        "pg_notify({channel}::text,
+            CASE WHEN {rec}::text IS NOT NULL
+                  AND octet_length({head}::text) + octet_length({rec}::text) + {room} < {limit}
+                THEN {head}::text || w.version || ':' || {rec}::text
+                ELSE {head}::text
+            END)",
+        room = payload::VERSION_ROOM,
+        limit = payload::LIMIT,
+    )
 }
 
 /// The statements a batch of writes runs, in order: each a list of indexes

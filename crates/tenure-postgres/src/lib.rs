@@ -46,7 +46,9 @@
 //!   `INSERT … ON CONFLICT DO NOTHING` for those expected absent, each row
 //!   checked on its own (one group's conflict never undoes another's
 //!   write) and notified as it is written. Two writes of one group in one
-//!   batch run as successive statements, in order;
+//!   batch run as successive statements, in order. A single
+//!   compare-and-swap, or a batch of one (a lone group's renewal), is the
+//!   same `UPDATE` or `INSERT` on one row, without the arrays;
 //! * batches run side by side on a small pool of connections (`?pool=`, 4
 //!   by default, opened as needed), so connections do not grow with the
 //!   number of groups;

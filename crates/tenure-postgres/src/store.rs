@@ -15,7 +15,7 @@ use crate::batch::{self, WriteArgs};
 use crate::error::PostgresStoreError;
 use crate::options::PostgresOptions;
 use crate::pool::{Conn, Op, Pool};
-use crate::{error, listen, schema, session, tls};
+use crate::{error, listen, payload, schema, session, tls};
 
 /// A lease store on a PostgreSQL table. Cheap to clone; clones share a
 /// small pool of connections (`?pool=`, 4 by default), each re-established
@@ -308,22 +308,77 @@ impl LeaseView for PostgresStore {
 
 #[async_trait]
 impl LeaseStore for PostgresStore {
+    /// One plain statement: `UPDATE … WHERE group_name = $1 AND version =
+    /// $2` (or `INSERT … ON CONFLICT DO NOTHING` expecting no row) with the
+    /// batch statement's version rule and notification, without its arrays.
     async fn compare_and_swap(
         &self,
         group: &GroupName,
         expected: Option<Version>,
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
-        tenure::store::compare_and_swap_as_batch(self, group, expected, record).await
+        let encoded = record.encode();
+        let (head, rec) = (payload::head(group), payload::record(&encoded));
+        let name = group.as_str().to_owned();
+        let channel = self.channel();
+        let expected = match expected {
+            None => None,
+            // A version beyond an i64 was never issued here: nothing to write.
+            Some(v) => match i64::try_from(v.0) {
+                Ok(v) => Some(v),
+                Err(_) => return Ok(CasOutcome::Conflict),
+            },
+        };
+        let row = self
+            .run("compare-and-swap", |c| {
+                Box::pin(async move {
+                    match expected {
+                        Some(v) => {
+                            c.client
+                                .query_opt(
+                                    &c.statements.update_one,
+                                    &[&name, &v, &encoded, &head, &rec, &channel],
+                                )
+                                .await
+                        }
+                        None => {
+                            c.client
+                                .query_opt(
+                                    &c.statements.insert_one,
+                                    &[&name, &encoded, &head, &rec, &channel],
+                                )
+                                .await
+                        }
+                    }
+                })
+            })
+            .await?;
+        match row {
+            None => Ok(CasOutcome::Conflict),
+            Some(row) => {
+                let version: i64 = row
+                    .try_get(0)
+                    .map_err(|e| error::classify("compare-and-swap", self.target(), e))?;
+                Ok(CasOutcome::Applied(version_of(version)))
+            }
+        }
     }
 
-    /// One statement for a batch in which no group repeats; the n-th
+    /// One statement for a batch in which no group repeats (a batch of
+    /// one is [`compare_and_swap`](LeaseStore::compare_and_swap)); the n-th
     /// write of a group goes in the n-th of successive statements, and a
     /// batch of more than 4096 groups is cut into statements of 4096 (see
     /// [the crate docs](crate#many-groups)). If a statement fails, its
     /// requests and every later one fail with its error; earlier
     /// statements' outcomes stand.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
+        // A batch of one (a lone group's renewal) needs no arrays.
+        if let [one] = requests {
+            let outcome = self
+                .compare_and_swap(&one.group, one.expected, &one.record)
+                .await?;
+            return Ok(vec![Ok(outcome)]);
+        }
         // A version beyond an i64 was never issued here: nothing to write.
         let unmatchable = |i: usize| {
             requests[i]

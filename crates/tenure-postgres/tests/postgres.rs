@@ -942,3 +942,79 @@ async fn a_huge_timeout_still_connects() {
     let group = testkit::unique_group("pg-huge-timeout");
     assert_eq!(tenure::LeaseView::read(&store, &group).await.unwrap(), None);
 }
+
+/// A single compare-and-swap (its own plain statement) and the same write
+/// in a batch (the `unnest` statement; a filler that cannot apply keeps
+/// the batch from being one) answer alike: creates, stale versions,
+/// current versions, versions no row can have.
+#[tokio::test(flavor = "multi_thread")]
+async fn single_writes_and_batches_of_one_agree() {
+    use tenure::{CasOutcome, CasRequest, LeaseStore, Version};
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let group = testkit::unique_group("pg-single");
+    let rec = testkit::held_by("a", 1);
+    let filler = CasRequest {
+        group: testkit::unique_group("pg-single-filler"),
+        expected: Some(Version(1)),
+        record: rec.clone(),
+    };
+    let batch = |expected: Option<Version>| {
+        let store = store.clone();
+        let requests = [
+            CasRequest {
+                group: group.clone(),
+                expected,
+                record: rec.clone(),
+            },
+            filler.clone(),
+        ];
+        async move {
+            let mut out = store.compare_and_swap_many(&requests).await.unwrap();
+            assert_eq!(out.len(), 2);
+            assert_eq!(out.pop().unwrap().unwrap(), CasOutcome::Conflict);
+            out.pop().unwrap().unwrap()
+        }
+    };
+    let single = |expected: Option<Version>| store.compare_and_swap(&group, expected, &rec);
+
+    let v1 = applied(single(None).await);
+    assert_eq!(single(None).await.unwrap(), CasOutcome::Conflict);
+    assert_eq!(batch(None).await, CasOutcome::Conflict);
+    let v2 = applied(single(Some(v1)).await);
+    assert!(v2 > v1);
+    assert_eq!(single(Some(v1)).await.unwrap(), CasOutcome::Conflict);
+    assert_eq!(batch(Some(v1)).await, CasOutcome::Conflict);
+    let CasOutcome::Applied(v3) = batch(Some(v2)).await else {
+        panic!("a batch of one at the current version conflicted");
+    };
+    assert!(v3 > v2);
+    for beyond in [Version(u64::MAX), Version(i64::MAX as u64 + 1)] {
+        assert_eq!(single(Some(beyond)).await.unwrap(), CasOutcome::Conflict);
+        assert_eq!(batch(Some(beyond)).await, CasOutcome::Conflict);
+    }
+    let v4 = applied(single(Some(v3)).await);
+    let read = tenure::LeaseView::read(&store, &group)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((read.version, read.record), (v4, rec.clone()));
+    let fresh = testkit::unique_group("pg-single-batch");
+    let requests = [
+        CasRequest {
+            group: fresh.clone(),
+            expected: None,
+            record: rec.clone(),
+        },
+        filler.clone(),
+    ];
+    let created = store.compare_and_swap_many(&requests).await.unwrap();
+    assert!(matches!(
+        created[..],
+        [Ok(CasOutcome::Applied(_)), Ok(CasOutcome::Conflict)]
+    ));
+    assert_eq!(
+        store.compare_and_swap(&fresh, None, &rec).await.unwrap(),
+        CasOutcome::Conflict
+    );
+}
