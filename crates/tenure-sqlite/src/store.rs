@@ -287,6 +287,32 @@ fn cas_row(
     Ok(CasOutcome::Applied(to_version(next)))
 }
 
+impl SqliteStore {
+    /// A connection of its own for a feed, opened off the async threads,
+    /// and what `first` reads on it. Its own, because `data_version` only
+    /// moves for commits by connections other than the one asking, and a
+    /// feed's connection never writes.
+    async fn watching_connection<T: Send + 'static>(
+        &self,
+        first: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<(Connection, T), StoreError> {
+        let (path, options) = (self.inner.path.clone(), self.inner.options.clone());
+        let p = path.clone();
+        let opened = tokio::task::spawn_blocking(move || {
+            let conn = schema::connect(&p, &options)?;
+            let seen = first(&conn)
+                .map_err(|e| SqliteStoreError::from_sqlite(&p, options.busy_timeout, e))?;
+            Ok::<_, SqliteStoreError>((conn, seen))
+        })
+        .await
+        .map_err(|e| SqliteStoreError::Worker {
+            path,
+            detail: e.to_string(),
+        })?;
+        Ok(opened?)
+    }
+}
+
 #[async_trait]
 impl LeaseView for SqliteStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
@@ -343,48 +369,20 @@ impl LeaseView for SqliteStore {
     /// reports every group's writes with their records (see
     /// [the crate docs](crate#change-feed)).
     async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
+        let (conn, known) = self.watching_connection(feed::snapshot).await?;
         let (path, options) = (self.inner.path.clone(), self.inner.options.clone());
-        let (p, o) = (path.clone(), options.clone());
-        let started = tokio::task::spawn_blocking(move || {
-            let conn = schema::connect(&p, &o)?;
-            let known = feed::snapshot(&conn)
-                .map_err(|e| SqliteStoreError::from_sqlite(&p, o.busy_timeout, e))?;
-            Ok::<_, SqliteStoreError>((conn, known))
-        })
-        .await
-        .map_err(|e| {
-            StoreError::from(SqliteStoreError::Worker {
-                path: path.clone(),
-                detail: e.to_string(),
-            })
-        })?;
-        let (conn, known) = started?;
         let (tx, feed) = StoreFeed::channel(feed::CAPACITY);
         tokio::spawn(feed::watch_all(conn, path, known, options, tx));
         Ok(Some(feed))
     }
 
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        let path = self.inner.path.clone();
-        let options = self.inner.options.clone();
         let g = group.as_str().to_owned();
-        let (p, o, gg) = (path.clone(), options.clone(), g.clone());
-        // Its own connection: data_version only moves for commits by
-        // connections other than the one asking, and this one never writes.
-        let started = tokio::task::spawn_blocking(move || {
-            let conn = schema::connect(&p, &o)?;
-            let seen = feed::look(&conn, &gg, None)
-                .map_err(|e| SqliteStoreError::from_sqlite(&p, o.busy_timeout, e))?;
-            Ok::<_, SqliteStoreError>((conn, seen))
-        })
-        .await
-        .map_err(|e| {
-            StoreError::from(SqliteStoreError::Worker {
-                path: path.clone(),
-                detail: e.to_string(),
-            })
-        })?;
-        let (conn, seen) = started?;
+        let gg = g.clone();
+        let (conn, seen) = self
+            .watching_connection(move |conn| feed::look(conn, &gg, None))
+            .await?;
+        let (path, options) = (self.inner.path.clone(), self.inner.options.clone());
         let (tx, feed) = ChangeFeed::channel();
         tokio::spawn(feed::watch(
             conn,
