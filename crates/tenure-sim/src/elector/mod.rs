@@ -64,6 +64,7 @@ use crate::report::{term_violations, Violation, ViolationKind};
 use crate::scheduler::Queue;
 use crate::trace::Trace;
 
+pub(crate) mod behaviour;
 pub(crate) mod clock;
 mod node;
 mod params;

@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use tenure::testkit::{SpanGuard, TermLog};
 use tenure::{Elector, Event, Metadata, Role, Term};
 
+use super::behaviour::Behaviour;
 use super::clock::TIMER_RESOLUTION;
 use super::*;
 
@@ -22,19 +23,6 @@ impl From<tenure::ElectorError> for WorkFailed {
     fn from(_: tenure::ElectorError) -> Self {
         WorkFailed
     }
-}
-
-/// How one term's work behaves, drawn when it starts.
-#[derive(Clone, Copy, Debug)]
-enum Behaviour {
-    /// Stops when told, after lingering this long.
-    Cooperative { linger: Duration },
-    /// Ignores the cancellation; it is dropped when the term ends.
-    Stubborn,
-    /// Returns `Ok` after this long, unless told to stop first.
-    Quits { after: Duration, linger: Duration },
-    /// Returns an error after this long, unless told to stop first.
-    Fails { after: Duration, linger: Duration },
 }
 
 /// What a candidate's work in one group needs.
@@ -131,48 +119,15 @@ impl WorkCtx {
     }
 
     fn draw(&self) -> Behaviour {
-        let mut rng = lock(&self.rng);
-        let term = self.term;
-        let linger = if rng.gen_bool(0.3) {
-            Duration::ZERO
-        } else {
-            between(&mut *rng, Duration::ZERO, term / 2)
-        };
-        let after = between(&mut *rng, Duration::ZERO, term * 3);
-        let before_tail = self.clock.real_now().after(after) < self.fault_end;
-        match rng.gen_range(0..10) {
-            0 => Behaviour::Stubborn,
-            1 if before_tail => Behaviour::Quits { after, linger },
-            2 if before_tail => Behaviour::Fails { after, linger },
-            _ => Behaviour::Cooperative { linger },
-        }
+        let now = self.clock.real_now();
+        Behaviour::draw(&mut lock(&self.rng), self.term, now, self.fault_end)
     }
 }
 
 async fn work(ctx: WorkCtx, term: Term) -> Result<(), WorkFailed> {
     let behaviour = ctx.draw();
     let _span = ctx.begin(&term, behaviour);
-    let stop = |linger| async move {
-        tokio::time::sleep(linger).await;
-        Ok(())
-    };
-    match behaviour {
-        Behaviour::Cooperative { linger } => {
-            term.cancelled().await;
-            stop(linger).await
-        }
-        Behaviour::Stubborn => std::future::pending().await,
-        Behaviour::Quits { after, linger } => tokio::select! {
-            biased;
-            _ = term.cancelled() => stop(linger).await,
-            _ = tokio::time::sleep(after) => Ok(()),
-        },
-        Behaviour::Fails { after, linger } => tokio::select! {
-            biased;
-            _ = term.cancelled() => stop(linger).await,
-            _ = tokio::time::sleep(after) => Err(WorkFailed),
-        },
-    }
+    behaviour.act(&term, tokio::time::sleep, WorkFailed).await
 }
 
 /// The application: runs the work of every term until the elector stops,

@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use tenure::testkit::{SpanGuard, TermLog};
 use tenure::{Clock, Faults, Metadata, ShardEvent, Shards, Term};
 
+use crate::elector::behaviour::Behaviour;
 use crate::elector::clock::TIMER_RESOLUTION;
 use crate::elector::plan::Planned as Window;
 use crate::elector::windows::Windows;
@@ -33,22 +34,6 @@ impl From<tenure::ElectorError> for WorkFailed {
     fn from(e: tenure::ElectorError) -> Self {
         WorkFailed::Fatal(e)
     }
-}
-
-/// How one term's work behaves, drawn when it starts.
-#[derive(Clone, Copy, Debug)]
-enum Behaviour {
-    /// Stops when told, after lingering this long.
-    Cooperative { linger: Duration },
-    /// Ignores the cancellation; it is dropped when the term ends.
-    Stubborn,
-    /// Returns `Ok` after this long (the shard's term is resigned), unless
-    /// told to stop first.
-    Quits { after: Duration, linger: Duration },
-    /// Returns an error after this long (every shard's work of the member
-    /// is dropped and `run_per_shard` is called again), unless told to
-    /// stop first.
-    Fails { after: Duration, linger: Duration },
 }
 
 /// What a member process's work needs.
@@ -201,21 +186,8 @@ impl WorkCtx {
     }
 
     fn draw(&self) -> Behaviour {
-        let mut rng = lock(&self.rng);
-        let term = self.term;
-        let linger = if rng.gen_bool(0.3) {
-            Duration::ZERO
-        } else {
-            between(&mut *rng, Duration::ZERO, term / 2)
-        };
-        let after = between(&mut *rng, Duration::ZERO, term * 3);
-        let before_tail = self.clock.inner.real_now().after(after) < self.fault_end;
-        match rng.gen_range(0..10) {
-            0 => Behaviour::Stubborn,
-            1 if before_tail => Behaviour::Quits { after, linger },
-            2 if before_tail => Behaviour::Fails { after, linger },
-            _ => Behaviour::Cooperative { linger },
-        }
+        let now = self.clock.inner.real_now();
+        Behaviour::draw(&mut lock(&self.rng), self.term, now, self.fault_end)
     }
 
     /// Sleeps `d` on the member's clock (so not while it is frozen).
@@ -242,30 +214,9 @@ async fn work(ctx: WorkCtx, shard: String, term: Term) -> Result<(), WorkFailed>
     };
     let behaviour = ctx.draw();
     let _span = ctx.begin(s, &term, behaviour);
-    let stop = |linger| {
-        let ctx = ctx.clone();
-        async move {
-            ctx.sleep(linger).await;
-            Ok(())
-        }
-    };
-    match behaviour {
-        Behaviour::Cooperative { linger } => {
-            term.cancelled().await;
-            stop(linger).await
-        }
-        Behaviour::Stubborn => std::future::pending().await,
-        Behaviour::Quits { after, linger } => tokio::select! {
-            biased;
-            _ = term.cancelled() => stop(linger).await,
-            _ = ctx.sleep(after) => Ok(()),
-        },
-        Behaviour::Fails { after, linger } => tokio::select! {
-            biased;
-            _ = term.cancelled() => stop(linger).await,
-            _ = ctx.sleep(after) => Err(WorkFailed::Drawn),
-        },
-    }
+    behaviour
+        .act(&term, |d| ctx.sleep(d), WorkFailed::Drawn)
+        .await
 }
 
 /// The application: runs the work of every shard the member holds until it
