@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tenure::{Config, Timing};
 
+use crate::clock::NodeClock;
 use crate::faults::FaultRates;
 
 /// Whether a seed configures [`tenure::Config::max_clock_skew`] (which turns
@@ -189,6 +190,24 @@ impl Shared {
         }
         self.timing(self.skew.limit(), self.liveness.and_then(Liveness::limit))
             .map(|_| ())
+    }
+
+    /// How far clocks really drift.
+    pub fn effective_drift(&self) -> f64 {
+        self.actual_drift.unwrap_or(self.drift)
+    }
+
+    /// Draws one node's clock from `rng`: its rate within the drift bound
+    /// (or the actual drift), its wall clock within half the seed's `skew`
+    /// bound (or the actual wall-clock offset).
+    pub(crate) fn draw_clock(&self, rng: &mut impl rand::Rng, skew: Option<Duration>) -> NodeClock {
+        NodeClock::random(
+            rng,
+            self.effective_drift(),
+            self.drift,
+            skew,
+            self.actual_wall_offset,
+        )
     }
 
     /// The election configuration with this skew bound and liveness
@@ -404,7 +423,7 @@ impl SimParams {
 
     /// How far clocks really drift.
     pub fn effective_drift(&self) -> f64 {
-        self.actual_drift.unwrap_or(self.drift)
+        self.shared().effective_drift()
     }
 
     /// The command that replays `seed` with these parameters, with a trace.

@@ -52,12 +52,12 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::testkit::{TermLog, TermSpan};
-use tenure::{Config, Elector, Faults, MemoryStore, Timing};
+use tenure::{Config, Elector, MemoryStore, Timing};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::checker::LivenessBounds;
-use crate::clock::{NodeClock, SimTime};
+use crate::clock::SimTime;
 use crate::faults::{between, FaultCounts};
 use crate::params::SimError;
 use crate::report::{term_violations, Violation, ViolationKind};
@@ -77,7 +77,7 @@ pub use report::{ElectorReport, ElectorSummary};
 
 use clock::SimClock;
 use plan::Planned;
-use windows::Windows;
+use windows::StoreView;
 
 /// The name of the `g`-th group.
 fn group_name(g: usize) -> String {
@@ -100,12 +100,20 @@ fn group_name(g: usize) -> String {
 /// ```
 pub fn run_seed(seed: u64, params: &ElectorParams) -> Result<ElectorReport, SimError> {
     params.check()?;
+    run_paused(async { Ok(Cluster::new(seed, params)?.run().await) })
+}
+
+/// Runs `run` to the end on a new single-threaded tokio runtime whose clock
+/// starts paused, as the elector and sharded tiers run.
+pub(crate) fn run_paused<T>(
+    run: impl std::future::Future<Output = Result<T, SimError>>,
+) -> Result<T, SimError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .map_err(SimError::Runtime)?;
-    runtime.block_on(async { Ok(Cluster::new(seed, params)?.run().await) })
+    runtime.block_on(run)
 }
 
 /// What the candidates' tasks find while the run goes on.
@@ -145,6 +153,14 @@ impl Findings {
         self.violations
             .push(Violation::new(self.seed, kind, at, nodes, tokens, detail));
     }
+
+    /// Takes what the run found for its report: the violations and the
+    /// trace.
+    pub(crate) fn take(&mut self) -> (Vec<Violation>, Trace) {
+        let violations = std::mem::take(&mut self.violations);
+        let trace = std::mem::replace(&mut self.trace, Trace::new(false));
+        (violations, trace)
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -156,12 +172,8 @@ struct Incarnation {
     life: u32,
     /// One elector per group, on clones of one store handle.
     electors: Vec<Elector>,
-    /// This process's view of the store.
-    faults: Faults,
-    /// Its ordinary latency.
-    latency: Duration,
-    /// Its windows of store trouble.
-    windows: Windows,
+    /// This process's view of the store, with its windows of trouble.
+    view: StoreView,
     /// Its application's tasks: stopped at once by a crash.
     tasks: Vec<JoinHandle<()>>,
 }
@@ -240,13 +252,7 @@ impl Cluster {
         let findings = Arc::new(Mutex::new(Findings::new(seed, params.trace)));
         let nodes = (0..n)
             .map(|i| {
-                let model = NodeClock::random(
-                    &mut rng,
-                    params.effective_drift(),
-                    params.drift,
-                    skew,
-                    params.actual_wall_offset,
-                );
+                let model = params.shared().draw_clock(&mut rng, skew);
                 let notify = params.notify.draw(&mut rng);
                 Slot {
                     name: format!("node-{i}"),
@@ -460,7 +466,7 @@ impl Cluster {
     }
 
     fn report(self) -> ElectorReport {
-        let mut violations = std::mem::take(&mut lock(&self.findings).violations);
+        let (mut violations, trace) = lock(&self.findings).take();
         let mut terms = 0;
         let mut handovers = 0;
         let mut closest: Option<Duration> = None;
@@ -499,8 +505,7 @@ impl Cluster {
             })
         });
         let crash_gaps = crash_gaps.collect();
-        let mut f = lock(&self.findings);
-        let trace = std::mem::replace(&mut f.trace, Trace::new(false));
+        let f = lock(&self.findings);
         ElectorReport {
             seed: self.seed,
             nodes: self.nodes.len(),

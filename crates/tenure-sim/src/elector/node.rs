@@ -213,16 +213,13 @@ impl Cluster {
         if self.nodes[n].current.is_some() {
             return;
         }
-        let max_ms = u64::try_from(self.params.latency.as_millis()).unwrap_or(u64::MAX);
-        let latency = Duration::from_millis(self.rng.gen_range(1..=max_ms));
+        let view = StoreView::new(&mut self.rng, self.params.latency, self.nodes[n].notify);
+        let latency = view.latency;
         let work_seed: u64 = self.rng.gen();
         let slot = &mut self.nodes[n];
         slot.life += 1;
         let life = slot.life;
-        let faults = Faults::new();
-        faults.set_latency(latency);
-        faults.set_no_notifications(!slot.notify);
-        let store = faults.wrap(self.store.clone(), slot.name.clone());
+        let store = view.faults.wrap(self.store.clone(), slot.name.clone());
         let mut electors = Vec::new();
         for g in 0..self.work.len() {
             let started = Elector::builder(store.clone(), group_name(g))
@@ -281,9 +278,7 @@ impl Cluster {
         slot.current = Some(Incarnation {
             life,
             electors,
-            faults,
-            latency,
-            windows: Windows::default(),
+            view,
             tasks,
         });
         self.event(Some(n), "start", &[u64::from(life)], || {
@@ -382,7 +377,7 @@ impl Cluster {
         let Some(inc) = slot.current.as_mut() else {
             return;
         };
-        if !inc.windows.open(&inc.faults, &slot.name, kind, until, slow) {
+        if !inc.view.open(&slot.name, kind, until, slow) {
             return;
         }
         let life = inc.life;
@@ -405,10 +400,7 @@ impl Cluster {
         let Some(inc) = slot.current.as_mut().filter(|inc| inc.life == life) else {
             return;
         };
-        if inc
-            .windows
-            .close(&inc.faults, &slot.name, kind, t, inc.latency)
-        {
+        if inc.view.close(&slot.name, kind, t) {
             self.event(Some(n), "heal", &[kind as u64], || format!("{kind:?} ends"));
         }
     }
@@ -434,7 +426,7 @@ impl Cluster {
         let Some(inc) = slot.current.take() else {
             return;
         };
-        inc.faults.partition(&slot.name);
+        inc.view.faults.partition(&slot.name);
         for task in &inc.tasks {
             task.abort();
         }

@@ -1,9 +1,10 @@
-//! Windows of store trouble on one process's view of the store
-//! ([`Faults`]): a partition, slow operations, failing operations, lost
-//! replies. Shared by the elector and sharded tiers.
+//! One process's view of the store ([`Faults`]), with its ordinary latency
+//! and its windows of store trouble: a partition, slow operations, failing
+//! operations, lost replies. Shared by the elector and sharded tiers.
 
 use std::time::Duration;
 
+use rand::Rng;
 use tenure::Faults;
 
 use crate::clock::SimTime;
@@ -18,19 +19,37 @@ const KINDS: [Planned; 4] = [
     Planned::LostReplies,
 ];
 
-/// Until when each kind of window lasts on one process's view of the store.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Windows {
+/// One process's view of the store, and until when each kind of window
+/// lasts on it.
+pub(crate) struct StoreView {
+    /// The view: the store as this process sees it.
+    pub(crate) faults: Faults,
+    /// Its ordinary latency, restored when a slow window closes.
+    pub(crate) latency: Duration,
     until: [SimTime; 4],
 }
 
-impl Windows {
-    /// Opens (or extends) a window of `kind` until `until` on `faults`, the
-    /// view of the process named `name`; `slow` is a slow operation's
-    /// latency. Returns `false` if `kind` is not a window.
+impl StoreView {
+    /// A new process's view, with an ordinary latency drawn from `rng`
+    /// (1 ms up to `max`), sending change notifications if `notify`.
+    pub(crate) fn new(rng: &mut impl Rng, max: Duration, notify: bool) -> StoreView {
+        let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+        let latency = Duration::from_millis(rng.gen_range(1..=max_ms));
+        let faults = Faults::new();
+        faults.set_latency(latency);
+        faults.set_no_notifications(!notify);
+        StoreView {
+            faults,
+            latency,
+            until: [SimTime::default(); 4],
+        }
+    }
+
+    /// Opens (or extends) a window of `kind` until `until` on the view of
+    /// the process named `name`; `slow` is a slow operation's latency.
+    /// Returns `false` if `kind` is not a window.
     pub(crate) fn open(
         &mut self,
-        faults: &Faults,
         name: &str,
         kind: Planned,
         until: SimTime,
@@ -40,6 +59,7 @@ impl Windows {
             return false;
         };
         self.until[i] = self.until[i].max(until);
+        let faults = &self.faults;
         match kind {
             Planned::Partition => faults.partition(name),
             Planned::Slow => faults.set_latency(slow),
@@ -52,24 +72,18 @@ impl Windows {
 
     /// Closes the window of `kind` if it has run its course by `now` (a
     /// later window of the same kind may have extended it), restoring the
-    /// ordinary `latency`. Returns whether it closed.
-    pub(crate) fn close(
-        &mut self,
-        faults: &Faults,
-        name: &str,
-        kind: Planned,
-        now: SimTime,
-        latency: Duration,
-    ) -> bool {
+    /// ordinary latency. Returns whether it closed.
+    pub(crate) fn close(&mut self, name: &str, kind: Planned, now: SimTime) -> bool {
         let Some(i) = KINDS.iter().position(|&k| k == kind) else {
             return false;
         };
         if now < self.until[i] {
             return false;
         }
+        let faults = &self.faults;
         match kind {
             Planned::Partition => faults.heal(name),
-            Planned::Slow => faults.set_latency(latency),
+            Planned::Slow => faults.set_latency(self.latency),
             Planned::Failing => faults.set_failing(false),
             Planned::LostReplies => faults.set_lose_replies(false),
             _ => {}

@@ -10,12 +10,12 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::testkit::{SpanGuard, TermLog};
-use tenure::{Clock, Faults, Metadata, ShardEvent, Shards, Term};
+use tenure::{Clock, Metadata, ShardEvent, Shards, Term};
 
 use crate::elector::behaviour::Behaviour;
 use crate::elector::clock::TIMER_RESOLUTION;
 use crate::elector::plan::Planned as Window;
-use crate::elector::windows::Windows;
+use crate::elector::windows::StoreView;
 
 use super::pause::{PausedClock, PausedStore};
 use super::*;
@@ -292,13 +292,7 @@ impl Set {
     /// A new member slot (an id never used before), with its own clock.
     pub(super) fn add_slot(&mut self) -> usize {
         let i = self.slots.len();
-        let model = NodeClock::random(
-            &mut self.rng,
-            self.params.effective_drift(),
-            self.params.drift,
-            self.skew,
-            self.params.actual_wall_offset,
-        );
+        let model = self.params.shared().draw_clock(&mut self.rng, self.skew);
         let notify = self.params.notify.draw(&mut self.rng);
         self.slots.push(Slot {
             name: format!("m{i}"),
@@ -316,18 +310,15 @@ impl Set {
         if self.slots[n].current.is_some() {
             return;
         }
-        let max_ms = u64::try_from(self.params.latency.as_millis()).unwrap_or(u64::MAX);
-        let latency = Duration::from_millis(self.rng.gen_range(1..=max_ms));
+        let view = StoreView::new(&mut self.rng, self.params.latency, self.slots[n].notify);
+        let latency = view.latency;
         let work_seed: u64 = self.rng.gen();
         let slot = &mut self.slots[n];
         slot.life += 1;
         let life = slot.life;
-        let faults = Faults::new();
-        faults.set_latency(latency);
-        faults.set_no_notifications(!slot.notify);
         let pause = Pause::new(self.origin);
         let store = PausedStore::new(
-            faults.wrap(self.store.clone(), slot.name.clone()),
+            view.faults.wrap(self.store.clone(), slot.name.clone()),
             pause.clone(),
         );
         let clock = Arc::new(PausedClock {
@@ -380,10 +371,8 @@ impl Set {
         slot.current = Some(Incarnation {
             life,
             shards,
-            faults,
+            view,
             pause,
-            latency,
-            windows: Windows::default(),
             tasks,
         });
         self.event(Some(n), "start", &[u64::from(life)], || {
@@ -470,7 +459,7 @@ impl Set {
         let Some(inc) = slot.current.as_mut() else {
             return;
         };
-        if !inc.windows.open(&inc.faults, &slot.name, kind, until, slow) {
+        if !inc.view.open(&slot.name, kind, until, slow) {
             return;
         }
         let life = inc.life;
@@ -493,10 +482,7 @@ impl Set {
         let Some(inc) = slot.current.as_mut().filter(|inc| inc.life == life) else {
             return;
         };
-        if inc
-            .windows
-            .close(&inc.faults, &slot.name, kind, t, inc.latency)
-        {
+        if inc.view.close(&slot.name, kind, t) {
             self.event(Some(n), "heal", &[kind as u64], || format!("{kind:?} ends"));
         }
     }
@@ -509,7 +495,7 @@ impl Set {
         let Some(inc) = slot.current.take() else {
             return;
         };
-        inc.faults.partition(&slot.name);
+        inc.view.faults.partition(&slot.name);
         for task in &inc.tasks {
             task.abort();
         }

@@ -46,19 +46,18 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::testkit::{TermLog, TermSpan};
-use tenure::{Config, Faults, MemoryStore, Shards, Timing};
+use tenure::{Config, MemoryStore, Shards, Timing};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::clock::{NodeClock, SimTime};
+use crate::clock::SimTime;
 use crate::elector::clock::SimClock;
-use crate::elector::windows::Windows;
-use crate::elector::{lock, Findings};
+use crate::elector::windows::StoreView;
+use crate::elector::{lock, run_paused, Findings};
 use crate::faults::{between, FaultCounts, FaultKind};
 use crate::params::SimError;
 use crate::report::{term_violations, Violation, ViolationKind};
 use crate::scheduler::Queue;
-use crate::trace::Trace;
 
 mod bounds;
 mod member;
@@ -93,25 +92,17 @@ const SET: &str = "sim";
 /// ```
 pub fn run_seed(seed: u64, params: &ShardParams) -> Result<ShardReport, SimError> {
     params.check()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .map_err(SimError::Runtime)?;
-    runtime.block_on(async { Ok(Set::new(seed, params)?.run().await) })
+    run_paused(async { Ok(Set::new(seed, params)?.run().await) })
 }
 
 /// One process of a member.
 struct Incarnation {
     life: u32,
     shards: Shards,
-    /// This process's view of the store.
-    faults: Faults,
+    /// This process's view of the store, with its windows of trouble.
+    view: StoreView,
     /// Whether the process is frozen.
     pause: Pause,
-    /// Its ordinary latency.
-    latency: Duration,
-    windows: Windows,
     /// Its application's tasks: stopped at once by a crash.
     tasks: Vec<JoinHandle<()>>,
 }
@@ -603,7 +594,7 @@ impl Set {
     }
 
     fn report(self) -> ShardReport {
-        let mut violations = std::mem::take(&mut lock(&self.findings).violations);
+        let (mut violations, trace) = lock(&self.findings).take();
         let mut terms = 0;
         for s in 0..self.work.len() {
             violations.extend(self.term_problems(s, &self.work[s], "work of two terms"));
@@ -611,8 +602,7 @@ impl Set {
             terms += self.terms[s].spans().len() as u64;
         }
         violations.sort_by_key(|v| v.at);
-        let mut f = lock(&self.findings);
-        let trace = std::mem::replace(&mut f.trace, Trace::new(false));
+        let f = lock(&self.findings);
         ShardReport {
             seed: self.seed,
             members: self.slots.len(),

@@ -175,7 +175,7 @@ impl ShardParams {
 
     /// How far clocks really drift.
     pub fn effective_drift(&self) -> f64 {
-        self.actual_drift.unwrap_or(self.drift)
+        self.shared().effective_drift()
     }
 
     /// The command that runs `seed` again with these parameters.

@@ -244,15 +244,7 @@ impl World {
         let slow = timing.op_timeout.mul_f64(1.5);
         let bounds = LivenessBounds::new(&timing, params.latency, slow);
         let clocks: Vec<NodeClock> = (0..n)
-            .map(|_| {
-                NodeClock::random(
-                    &mut rng,
-                    params.effective_drift(),
-                    params.drift,
-                    skew,
-                    params.actual_wall_offset,
-                )
-            })
+            .map(|_| params.shared().draw_clock(&mut rng, skew))
             .collect();
         let fault_end = SimTime::from_duration(params.fault_phase);
         let term = timing.term;
