@@ -308,6 +308,32 @@ pub(crate) use shared_settings;
 
 shared_settings!(SimParams, liveness);
 
+/// A count range's flag in a replay command, ` --name A..B`, if the range
+/// differs from the `default` one.
+pub(crate) fn range_flag(
+    name: &str,
+    range: &RangeInclusive<usize>,
+    default: &RangeInclusive<usize>,
+) -> String {
+    if range == default {
+        return String::new();
+    }
+    format!(" --{name} {}..{}", range.start(), range.end())
+}
+
+/// The fault rates' part of a replay command: ` --no-faults` if they are
+/// `none`, nothing if they are the `default`, and otherwise a note that
+/// the run replays only with `how` (the tier's `run_seed` and parameters).
+pub(crate) fn faults_flag<F: PartialEq>(faults: &F, none: &F, default: &F, how: &str) -> String {
+    if faults == none {
+        " --no-faults".into()
+    } else if faults != default {
+        format!(" (custom fault rates: replay with {how})")
+    } else {
+        String::new()
+    }
+}
+
 /// Checks that a count range is non-empty and within `min..=max`.
 pub(crate) fn check_range(
     what: &str,
@@ -430,19 +456,16 @@ impl SimParams {
     pub fn replay_command(&self, seed: u64) -> String {
         let mut cmd = format!("cargo run -p tenure-sim --release -- --seed {seed} --trace");
         let d = SimParams::default();
-        if self.nodes != d.nodes {
-            cmd += &format!(" --nodes {}..{}", self.nodes.start(), self.nodes.end());
-        }
+        cmd += &range_flag("nodes", &self.nodes, &d.nodes);
         cmd += &self.shared().flags(&d.shared());
         if self.anchor_at_receive {
             cmd += " --anchor-at-receive";
         }
         if self.faults == FaultRates::crash_only() {
             cmd += " --crash-only";
-        } else if self.faults == FaultRates::none() {
-            cmd += " --no-faults";
-        } else if self.faults != d.faults {
-            cmd += " (custom fault rates: replay with run_seed and the same SimParams)";
+        } else {
+            let how = "run_seed and the same SimParams";
+            cmd += &faults_flag(&self.faults, &FaultRates::none(), &d.faults, how);
         }
         cmd
     }

@@ -287,17 +287,9 @@ impl Summary {
         if let Some(g) = r.heal_gap {
             self.heal_gaps.push((g, r.heal_bound));
         }
-        if let Some(c) = r.closest_handover {
-            if self.closest_handover.is_none_or(|(best, _)| c < best) {
-                self.closest_handover = Some((c, r.seed));
-            }
-        }
-        for (k, v) in &r.notes {
-            *self.notes.entry(k).or_insert(0) += v;
-        }
-        for (k, v) in &r.end_reasons {
-            *self.end_reasons.entry(k).or_insert(0) += v;
-        }
+        keep_closest(&mut self.closest_handover, r.closest_handover, r.seed);
+        add_counts(&mut self.notes, &r.notes);
+        add_counts(&mut self.end_reasons, &r.end_reasons);
         if r.skew_bound.is_some() {
             self.skew_seeds += 1;
             if r.early_takeovers > 0 {
@@ -357,6 +349,57 @@ pub(crate) fn simulated_time(f: &mut fmt::Formatter<'_>, time: Duration) -> fmt:
     )
 }
 
+/// The summary's last line: how many violations, and of which kinds.
+pub(crate) fn violations_line(f: &mut fmt::Formatter<'_>, violations: &[Violation]) -> fmt::Result {
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    for v in violations {
+        *by_kind.entry(v.kind.to_string()).or_insert(0) += 1;
+    }
+    write!(f, "{:<40} {}", "violations", violations.len())?;
+    for (k, n) in by_kind {
+        write!(f, "  [{k}: {n}]")?;
+    }
+    writeln!(f)
+}
+
+/// The faults injected: a heading with their total, then one indented line
+/// per kind, named by `label`: every kind, or with `injected_only` those
+/// injected at least once.
+pub(crate) fn fault_lines(
+    f: &mut fmt::Formatter<'_>,
+    faults: &FaultCounts,
+    injected_only: bool,
+    label: impl Fn(FaultKind) -> &'static str,
+) -> fmt::Result {
+    writeln!(f, "faults injected ({} in all)", faults.total())?;
+    for k in FaultKind::ALL {
+        if !injected_only || faults[k] > 0 {
+            writeln!(f, "  {:<38} {}", label(k), faults[k])?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds one run's counts, by reason or kind, to the totals.
+pub(crate) fn add_counts(
+    totals: &mut BTreeMap<&'static str, u64>,
+    run: &BTreeMap<&'static str, u64>,
+) {
+    for (k, v) in run {
+        *totals.entry(k).or_insert(0) += v;
+    }
+}
+
+/// Keeps the closest hand-over over many runs, and its seed: `run`'s, from
+/// seed `seed`, if it is closer.
+pub(crate) fn keep_closest(best: &mut Option<(Duration, u64)>, run: Option<Duration>, seed: u64) {
+    if let Some(c) = run {
+        if best.is_none_or(|(b, _)| c < b) {
+            *best = Some((c, seed));
+        }
+    }
+}
+
 /// A heading, then one indented line per reason and its count.
 pub(crate) fn by_reason(
     f: &mut fmt::Formatter<'_>,
@@ -379,10 +422,7 @@ impl fmt::Display for Summary {
         row(f, "hand-overs (new leader)", self.handovers)?;
         row(f, "renewals", self.renewals)?;
         by_reason(f, "terms ended, by reason", &self.end_reasons)?;
-        writeln!(f, "faults injected ({} in all)", self.faults.total())?;
-        for k in FaultKind::ALL {
-            writeln!(f, "  {:<38} {}", k.label(), self.faults[k])?;
-        }
+        fault_lines(f, &self.faults, false, FaultKind::label)?;
         writeln!(f, "leaderless gaps")?;
         gap_line(f, "after an undisturbed leader crash", &self.clean_gaps)?;
         let mut all = self.all_gaps.clone();
@@ -428,14 +468,6 @@ impl fmt::Display for Summary {
                 writeln!(f, "  {k:<70} {v}")?;
             }
         }
-        let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
-        for v in &self.violations {
-            *by_kind.entry(v.kind.to_string()).or_insert(0) += 1;
-        }
-        write!(f, "{:<40} {}", "violations", self.violations.len())?;
-        for (k, n) in by_kind {
-            write!(f, "  [{k}: {n}]")?;
-        }
-        writeln!(f)
+        violations_line(f, &self.violations)
     }
 }

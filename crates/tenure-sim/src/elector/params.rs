@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tenure::{Config, Timing};
 
-use crate::params::{check_range, shared_settings, Liveness, Notify, SimError, SkewBound};
+use crate::params::{
+    check_range, faults_flag, range_flag, shared_settings, Liveness, Notify, SimError, SkewBound,
+};
 
 /// How often each fault strikes in the elector tier: mean intervals of
 /// exponential distributions over the whole cluster; `None` turns a kind
@@ -186,19 +188,11 @@ impl ElectorParams {
         let mut cmd =
             format!("cargo run -p tenure-sim --release -- --elector --seed {seed} --trace");
         let d = ElectorParams::default();
-        if self.nodes != d.nodes {
-            cmd += &format!(" --nodes {}..{}", self.nodes.start(), self.nodes.end());
-        }
-        if self.groups != d.groups {
-            cmd += &format!(" --groups {}..{}", self.groups.start(), self.groups.end());
-        }
+        cmd += &range_flag("nodes", &self.nodes, &d.nodes);
+        cmd += &range_flag("groups", &self.groups, &d.groups);
         cmd += &self.shared().flags(&d.shared());
-        if self.faults == ElectorFaultRates::none() {
-            cmd += " --no-faults";
-        } else if self.faults != d.faults {
-            cmd +=
-                " (custom fault rates: replay with elector::run_seed and the same ElectorParams)";
-        }
+        let how = "elector::run_seed and the same ElectorParams";
+        cmd += &faults_flag(&self.faults, &ElectorFaultRates::none(), &d.faults, how);
         cmd
     }
 }

@@ -5,7 +5,10 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::faults::{FaultCounts, FaultKind};
-use crate::report::{by_reason, row, simulated_time, Violation};
+use crate::report::{
+    add_counts, by_reason, fault_lines, keep_closest, row, simulated_time, violations_line,
+    Violation,
+};
 
 /// Everything one seed's elector-tier run found.
 #[derive(Clone, Debug)]
@@ -103,20 +106,14 @@ impl ElectorSummary {
         self.elections += r.elections;
         self.handovers += r.handovers;
         self.incarnations += r.incarnations;
-        for (k, v) in &r.end_reasons {
-            *self.end_reasons.entry(k).or_insert(0) += v;
-        }
+        add_counts(&mut self.end_reasons, &r.end_reasons);
         self.store_alarms += r.store_alarms;
         self.faults.add(&r.faults);
         self.heal_gaps
             .extend(r.heal_gaps.iter().map(|&g| (g, r.heal_bound)));
         self.crash_gaps
             .extend(r.crash_gaps.iter().map(|&g| (g, r.crash_bound)));
-        if let Some(c) = r.closest_handover {
-            if self.closest_handover.is_none_or(|(best, _)| c < best) {
-                self.closest_handover = Some((c, r.seed));
-            }
-        }
+        keep_closest(&mut self.closest_handover, r.closest_handover, r.seed);
         self.violations.extend(r.violations.iter().cloned());
     }
 }
@@ -154,12 +151,7 @@ impl fmt::Display for ElectorSummary {
         row(f, "hand-overs (new leader)", self.handovers)?;
         by_reason(f, "terms ended, by reason", &self.end_reasons)?;
         row(f, "store alarms", self.store_alarms)?;
-        writeln!(f, "faults injected ({} in all)", self.faults.total())?;
-        for k in FaultKind::ALL {
-            if self.faults[k] > 0 {
-                writeln!(f, "  {:<38} {}", k.label(), self.faults[k])?;
-            }
-        }
+        fault_lines(f, &self.faults, true, FaultKind::label)?;
         writeln!(f, "leaderless gaps")?;
         gap_line(f, "after the tail's leader crashed", &self.crash_gaps)?;
         gap_line(f, "after every fault healed", &self.heal_gaps)?;
@@ -170,14 +162,6 @@ impl fmt::Display for ElectorSummary {
                 "closest hand-over"
             )?;
         }
-        let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
-        for v in &self.violations {
-            *by_kind.entry(v.kind.to_string()).or_insert(0) += 1;
-        }
-        write!(f, "{:<40} {}", "violations", self.violations.len())?;
-        for (k, n) in by_kind {
-            write!(f, "  [{k}: {n}]")?;
-        }
-        writeln!(f)
+        violations_line(f, &self.violations)
     }
 }

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tenure::{Config, Timing};
 
-use crate::params::{check_range, shared_settings, Notify, SimError, SkewBound};
+use crate::params::{
+    check_range, faults_flag, range_flag, shared_settings, Notify, SimError, SkewBound,
+};
 
 /// How often each membership change and fault strikes in the sharded tier:
 /// mean intervals of exponential distributions over the whole set; `None`
@@ -183,25 +185,14 @@ impl ShardParams {
         let mut cmd =
             format!("cargo run -p tenure-sim --release -- --shards --seed {seed} --trace");
         let d = ShardParams::default();
-        if self.members != d.members {
-            cmd += &format!(" --nodes {}..{}", self.members.start(), self.members.end());
-        }
+        cmd += &range_flag("nodes", &self.members, &d.members);
         if self.max_members != d.max_members {
             cmd += &format!(" --max-members {}", self.max_members);
         }
-        if self.shards != d.shards {
-            cmd += &format!(
-                " --shard-count {}..{}",
-                self.shards.start(),
-                self.shards.end()
-            );
-        }
+        cmd += &range_flag("shard-count", &self.shards, &d.shards);
         cmd += &self.shared().flags(&d.shared());
-        if self.faults == ShardFaultRates::none() {
-            cmd += " --no-faults";
-        } else if self.faults != d.faults {
-            cmd += " (custom fault rates: replay with shards::run_seed and the same ShardParams)";
-        }
+        let how = "shards::run_seed and the same ShardParams";
+        cmd += &faults_flag(&self.faults, &ShardFaultRates::none(), &d.faults, how);
         cmd
     }
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::elector::report::gap_line;
 use crate::faults::{FaultCounts, FaultKind};
-use crate::report::{by_reason, row, simulated_time, Violation};
+use crate::report::{
+    add_counts, by_reason, fault_lines, row, simulated_time, violations_line, Violation,
+};
 
 /// A change of the tail after which the set must settle.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -144,9 +146,7 @@ impl ShardSummary {
         self.joins += r.joins;
         self.terms += r.terms;
         self.acquisitions += r.acquisitions;
-        for (k, v) in &r.releases {
-            *self.releases.entry(k).or_insert(0) += v;
-        }
+        add_counts(&mut self.releases, &r.releases);
         self.views += r.views;
         self.faults.add(&r.faults);
         for s in &r.settlings {
@@ -176,17 +176,11 @@ impl fmt::Display for ShardSummary {
         row(f, "terms worked", self.terms)?;
         row(f, "member-list changes seen", self.views)?;
         by_reason(f, "shard terms ended, by reason", &self.releases)?;
-        writeln!(f, "faults injected ({} in all)", self.faults.total())?;
-        for k in FaultKind::ALL {
-            if self.faults[k] > 0 {
-                let label = if k == FaultKind::Shutdown {
-                    "graceful leave"
-                } else {
-                    k.label()
-                };
-                writeln!(f, "  {label:<38} {}", self.faults[k])?;
-            }
-        }
+        // A member's graceful leave is counted as a shutdown.
+        fault_lines(f, &self.faults, true, |k| match k {
+            FaultKind::Shutdown => "graceful leave",
+            _ => k.label(),
+        })?;
         writeln!(f, "settled after (every shard held, balanced)")?;
         for phase in Phase::ALL {
             let gaps = self.gaps.get(&phase).map_or(&[][..], Vec::as_slice);
@@ -199,14 +193,6 @@ impl fmt::Display for ShardSummary {
         for (phase, (moved, minimum)) in &self.moves {
             writeln!(f, "  {:<38} {moved} ({minimum})", format!("by the {phase}"))?;
         }
-        let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
-        for v in &self.violations {
-            *by_kind.entry(v.kind.to_string()).or_insert(0) += 1;
-        }
-        write!(f, "{:<40} {}", "violations", self.violations.len())?;
-        for (k, n) in by_kind {
-            write!(f, "  [{k}: {n}]")?;
-        }
-        writeln!(f)
+        violations_line(f, &self.violations)
     }
 }
