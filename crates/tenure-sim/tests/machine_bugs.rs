@@ -4,15 +4,11 @@
 
 use std::time::Duration;
 
-use tenure::machine::{Action, Input, Machine};
-use tenure::{Config, Holder, LeaseRecord, Metadata, MonoTime, Now, Version, Versioned, WallTime};
+use tenure::machine::{Action, Input};
+use tenure::{Config, Holder, LeaseRecord, Metadata, Version, Versioned, WallTime};
 
-fn at(ms: u64) -> Now {
-    Now {
-        mono: MonoTime::from_nanos(ms * 1_000_000),
-        wall: WallTime::from_millis(1_700_000_000_000 + ms),
-    }
-}
+mod schedule;
+use schedule::{at, candidate_a};
 
 fn held_by_b() -> Versioned {
     Versioned {
@@ -54,20 +50,12 @@ fn a_silent_candidate_does_not_busy_wait_on_an_expired_record() {
     let mut config = Config::new(Duration::from_secs(2));
     config.liveness_timeout = Some(Duration::from_secs(2));
     let timing = config.validate().unwrap();
-    let me = Holder {
-        id: "a".into(),
-        incarnation: 1,
-    };
-    let mut m = Machine::new(timing, me, Metadata::new(), 1, at(0));
+    let (mut m, op) = candidate_a(timing);
     // Reads b's record at 10 ms: takeover allowed from 10 + 2020 ms.
-    let read = m.step(at(0), Input::Tick);
-    let Some(Action::Read { op, .. }) = read.first() else {
-        panic!("{read:?}")
-    };
     m.step(
         at(10),
         Input::ReadDone {
-            op: *op,
+            op,
             result: Ok(Some(held_by_b())),
         },
     );

@@ -5,15 +5,11 @@
 
 use std::time::Duration;
 
-use tenure::machine::{Action, Input, Machine, OpId};
-use tenure::{CasOutcome, Config, Holder, Metadata, MonoTime, Now, Version, WallTime};
+use tenure::machine::{Action, Input, OpId};
+use tenure::{CasOutcome, Config, Version};
 
-fn at(ms: u64) -> Now {
-    Now {
-        mono: MonoTime::from_nanos(ms * 1_000_000),
-        wall: WallTime::from_millis(1_700_000_000_000 + ms),
-    }
-}
+mod schedule;
+use schedule::{at, candidate_a};
 
 fn cas_op(actions: &[Action]) -> OpId {
     match actions.iter().find(|a| matches!(a, Action::Cas { .. })) {
@@ -31,19 +27,11 @@ fn cas_op(actions: &[Action]) -> OpId {
 #[test]
 fn a_lapsed_term_is_revived_by_a_renewal_processed_after_a_pause() {
     let timing = Config::new(Duration::from_secs(2)).validate().unwrap();
-    let me = Holder {
-        id: "a".into(),
-        incarnation: 1,
-    };
-    let mut m = Machine::new(timing, me, Metadata::new(), 1, at(0));
-    let read = m.step(at(0), Input::Tick);
-    let Some(Action::Read { op, .. }) = read.first() else {
-        panic!("{read:?}")
-    };
+    let (mut m, op) = candidate_a(timing);
     let acquire = m.step(
         at(10),
         Input::ReadDone {
-            op: *op,
+            op,
             result: Ok(None),
         },
     );

@@ -82,52 +82,14 @@ fn every_tier_s_replay_command_names_every_non_default_parameter() {
         faults: FaultRates::none(),
         ..SimParams::default()
     };
-    assert_eq!(
-        machines.replay_command(5),
-        "cargo run -p tenure-sim --release -- --seed 5 --trace --nodes 4..9 --term-ms 1500 \
-         --drift 0.02 --actual-drift 0.3 --skew on:300 --actual-wall-offset-ms 400 --notify off \
-         --liveness on:3000 --fault-secs 40 --latency-ms 15 --anchor-at-receive --no-faults"
-    );
-    let custom = SimParams {
-        faults: FaultRates {
-            crash_every: None,
-            ..FaultRates::default()
-        },
-        ..SimParams::default()
-    };
-    assert_eq!(
-        custom.replay_command(6),
-        "cargo run -p tenure-sim --release -- --seed 6 --trace \
-         (custom fault rates: replay with run_seed and the same SimParams)"
-    );
-
     let electors = ElectorParams {
         nodes: 3..=4,
         groups: 2..=2,
         skew: SkewBound::Off,
         liveness: Liveness::Off,
-        notify: Notify::Random,
         faults: ElectorFaultRates::none(),
         ..ElectorParams::default()
     };
-    assert_eq!(
-        electors.replay_command(8),
-        "cargo run -p tenure-sim --release -- --elector --seed 8 --trace --nodes 3..4 \
-         --groups 2..2 --skew off --liveness off --no-faults"
-    );
-    let custom = ElectorParams {
-        faults: ElectorFaultRates {
-            storms: false,
-            ..ElectorFaultRates::default()
-        },
-        ..ElectorParams::default()
-    };
-    assert_eq!(
-        custom.replay_command(9),
-        "cargo run -p tenure-sim --release -- --elector --seed 9 --trace \
-         (custom fault rates: replay with elector::run_seed and the same ElectorParams)"
-    );
-
     let shards = ShardParams {
         members: 3..=6,
         max_members: 10,
@@ -137,21 +99,49 @@ fn every_tier_s_replay_command_names_every_non_default_parameter() {
         faults: ShardFaultRates::none(),
         ..ShardParams::default()
     };
-    assert_eq!(
-        shards.replay_command(10),
-        "cargo run -p tenure-sim --release -- --shards --seed 10 --trace --nodes 3..6 \
-         --max-members 10 --shard-count 8..12 --term-ms 1000 --notify on --no-faults"
-    );
-    let custom = ShardParams {
-        faults: ShardFaultRates {
-            join_every: None,
-            ..ShardFaultRates::default()
-        },
-        ..ShardParams::default()
-    };
-    assert_eq!(
-        custom.replay_command(11),
-        "cargo run -p tenure-sim --release -- --shards --seed 11 --trace \
-         (custom fault rates: replay with shards::run_seed and the same ShardParams)"
-    );
+    // Fault rates that no flag sets.
+    let mut custom_machines = SimParams::default();
+    custom_machines.faults.crash_every = None;
+    let mut custom_electors = ElectorParams::default();
+    custom_electors.faults.storms = false;
+    let mut custom_shards = ShardParams::default();
+    custom_shards.faults.join_every = None;
+    let cases = [
+        (
+            machines.replay_command(5),
+            "--seed 5 --trace --nodes 4..9 --term-ms 1500 --drift 0.02 --actual-drift 0.3 \
+             --skew on:300 --actual-wall-offset-ms 400 --notify off --liveness on:3000 \
+             --fault-secs 40 --latency-ms 15 --anchor-at-receive --no-faults",
+        ),
+        (
+            custom_machines.replay_command(6),
+            "--seed 6 --trace (custom fault rates: replay with run_seed and the same SimParams)",
+        ),
+        (
+            electors.replay_command(8),
+            "--elector --seed 8 --trace --nodes 3..4 --groups 2..2 --skew off --liveness off \
+             --no-faults",
+        ),
+        (
+            custom_electors.replay_command(9),
+            "--elector --seed 9 --trace \
+             (custom fault rates: replay with elector::run_seed and the same ElectorParams)",
+        ),
+        (
+            shards.replay_command(10),
+            "--shards --seed 10 --trace --nodes 3..6 --max-members 10 --shard-count 8..12 \
+             --term-ms 1000 --notify on --no-faults",
+        ),
+        (
+            custom_shards.replay_command(11),
+            "--shards --seed 11 --trace \
+             (custom fault rates: replay with shards::run_seed and the same ShardParams)",
+        ),
+    ];
+    for (command, flags) in cases {
+        assert_eq!(
+            command,
+            format!("cargo run -p tenure-sim --release -- {flags}")
+        );
+    }
 }
