@@ -524,8 +524,8 @@ pub fn long_help() -> String {
     let forms: Vec<&str> = SCHEMES.iter().map(|s| s.form).collect();
     format!(
         "The store URL: sqlite://PATH, {} (networked stores need their cargo feature; postgres and redis are built by default). \
-         Passwords in URLs are never printed, and may hold / ? # @ + as they are (an @ after the host, or in a kafka:// \
-         URL, is written %40). Pass a URL with a password in TENURE_STORE rather than --store: other users can read \
+         Passwords in URLs are never printed; they may hold @ and + as they are, but write / ? # as %2F %3F %23, and an @ \
+         after the host (or anywhere in a kafka:// URL) is written %40: a URL with a raw one there is refused, not guessed at. Pass a URL with a password in TENURE_STORE rather than --store: other users can read \
          command lines (ps), and tenure run does not hand TENURE_STORE on to CMD.\n\n\
          Default when neither --store nor TENURE_STORE is given: {default}",
         forms.join(", ")

@@ -31,7 +31,7 @@ pub enum NatsStoreError {
     #[error("{0} (named in the NATS URL)")]
     TlsFile(#[from] tenure::tls::PemError),
     /// The server refused the credentials given.
-    #[error("NATS at {target} refused the credentials ({who}): check the user name and password (nats://user:password@host:port) or the token (nats://TOKEN@host:port) in the URL, %-escaping special characters")]
+    #[error("NATS at {target} refused the credentials ({who}): check the user name and password (nats://user:password@host:port) or the token (nats://TOKEN@host:port) in the URL, %-escaping special characters (a token holding ':' writes it %3A, or it reads as user:password)")]
     Credentials {
         /// The servers as the URL names them, for the message (no credentials).
         target: String,
@@ -162,23 +162,67 @@ impl From<NatsStoreError> for StoreError {
     }
 }
 
-/// The last permissions violation the server reported on this connection
-/// (it reports them apart from the request, which then goes unanswered),
-/// so that a request that timed out because of one says so.
+/// The permissions violations the server reported on this connection
+/// lately (it reports them apart from the request, which then goes
+/// unanswered), so that a request that timed out because of one says so.
+///
+/// A violation explains a timeout only if it names the request's own
+/// subject (or is a refused subscription, which every request's reply
+/// needs): the engine runs many groups' requests on one connection, and a
+/// refusal of one group's key says nothing about another request that
+/// timed out because the server stopped answering. That one must stay a
+/// [`StoreError::Timeout`] (it may have been applied).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Violations(Arc<Mutex<Option<(Instant, String)>>>);
+pub(crate) struct Violations(Arc<Mutex<Vec<(Instant, String)>>>);
+
+/// How many recent violations are kept to match timeouts against.
+const VIOLATIONS_KEPT: usize = 64;
 
 impl Violations {
     pub(crate) fn record(&self, text: String) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), text));
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() == VIOLATIONS_KEPT {
+            kept.remove(0);
+        }
+        kept.push((Instant::now(), text));
     }
 
-    /// A violation reported within `within`, if any.
-    fn recent(&self, within: Duration) -> Option<String> {
-        let last = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match &*last {
-            Some((at, text)) if at.elapsed() <= within => Some(text.clone()),
-            _ => None,
+    /// The latest violation reported within `within` that concerns a
+    /// request on `subject` (see [`Concerning`]), if any.
+    fn recent(&self, within: Duration, subject: &Concerning<'_>) -> Option<String> {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter()
+            .rev()
+            .take_while(|(at, _)| at.elapsed() <= within)
+            .find(|(_, text)| subject.matches(text))
+            .map(|(_, text)| text.clone())
+    }
+}
+
+/// Which violations may explain a request's timeout.
+#[derive(Clone, Copy)]
+pub(crate) enum Concerning<'a> {
+    /// Any: the connection is new and private to this call (connecting,
+    /// opening the bucket), so nothing else could have caused one.
+    Any,
+    /// Violations naming exactly this subject.
+    Subject(&'a str),
+    /// Violations naming a subject that starts with this.
+    SubjectPrefix(&'a str),
+}
+
+impl Concerning<'_> {
+    fn matches(&self, text: &str) -> bool {
+        // The server quotes the subject: `Permissions Violation for
+        // Publish to "$KV.b.tenure.g"`. A refused subscription (the
+        // replies' inbox) leaves every request unanswered.
+        if text.to_ascii_lowercase().contains("subscription") {
+            return true;
+        }
+        match self {
+            Concerning::Any => true,
+            Concerning::Subject(s) => text.contains(&format!("\"{s}\"")),
+            Concerning::SubjectPrefix(p) => text.contains(&format!("\"{p}")),
         }
     }
 }
@@ -198,10 +242,11 @@ fn jetstream_code(e: &(dyn std::error::Error + 'static)) -> Option<(ErrorCode, S
 }
 
 impl Ctx<'_> {
-    /// No answer in time; a permissions violation reported meanwhile is
-    /// the likelier reason, and says what to fix.
-    pub(crate) fn timeout(&self) -> NatsStoreError {
-        if let Some(detail) = self.violations.recent(self.timeout * 2) {
+    /// No answer in time to a request on `subject`; a permissions
+    /// violation concerning it reported meanwhile is the likelier reason,
+    /// and says what to fix.
+    pub(crate) fn timeout(&self, subject: Concerning<'_>) -> NatsStoreError {
+        if let Some(detail) = self.violations.recent(self.timeout * 2, &subject) {
             return self.permission(detail);
         }
         NatsStoreError::Timeout {
@@ -240,7 +285,7 @@ impl Ctx<'_> {
                 who: self.who.clone(),
             },
             K::Tls => NatsStoreError::Tls { target, detail },
-            K::TimedOut => self.timeout(),
+            K::TimedOut => self.timeout(Concerning::Any),
             K::ServerParse => NatsStoreError::Nats {
                 target,
                 what: "to parse the server addresses",
@@ -270,6 +315,7 @@ impl Ctx<'_> {
     pub(crate) fn operation(
         &self,
         what: &'static str,
+        subject: Concerning<'_>,
         e: impl std::error::Error + Send + Sync + 'static,
     ) -> NatsStoreError {
         let detail = error_chain(&e);
@@ -288,7 +334,7 @@ impl Ctx<'_> {
             return self.permission(detail);
         }
         if lower.contains("timed out") || lower.contains("timeout") {
-            return self.timeout();
+            return self.timeout(subject);
         }
         NatsStoreError::Nats {
             target: self.target.clone(),

@@ -15,22 +15,31 @@
 //! backs off for up to 10 s between attempts, and cannot tell a bucket
 //! whose revisions started over.)
 //!
+//! The watch is the same ordered consumer the client's key-value watch
+//! makes, read here as raw messages so that their headers are classified
+//! exactly as a read classifies them (see [`marker`](crate::marker)); the
+//! client's watch reads an unknown `KV-Operation` as a put.
+//!
 //! Keys in the bucket that tenure did not write are no reason to stop: a
 //! key that is no group's is skipped (no elector can be waiting on it), a
-//! value that does not decode and a deletion become [`Change::Hint`]s (the
-//! elector reads the group and reports what it finds).
+//! value that does not decode and a marker (a deletion, a purge, an
+//! unknown operation) become [`Change::Hint`]s: the elector reads the
+//! group and reports what the read finds (for a marker, an error naming
+//! the key and the fix; never "no record").
 
 use std::sync::Arc;
 
-use async_nats::jetstream::kv::{self, Operation};
+use async_nats::jetstream::consumer::{push, DeliverPolicy, ReplayPolicy};
+use async_nats::jetstream::Message;
 use futures_util::StreamExt;
 use tenure::{
     Change, ChangeFeed, GroupName, LeaseRecord, StoreFeed, StoreFeedSender, Version, Versioned,
 };
 use tokio::sync::mpsc;
 
-use crate::error::NatsStoreError;
+use crate::error::{Concerning, NatsStoreError};
 use crate::keys;
+use crate::marker::{self, Kind};
 use crate::store::{within, Inner};
 
 /// Room in the feed: a whole renewal round of a large engine. The watch
@@ -38,12 +47,37 @@ use crate::store::{within, Inner};
 /// nothing is dropped.
 const CAPACITY: usize = 16_384;
 
-/// Watches the keys `filter` matches (relative to the bucket), from now.
-async fn create(inner: &Inner, filter: &str) -> Result<kv::Watch, NatsStoreError> {
-    match within(inner.options.timeout, inner.kv.watch(filter)).await {
-        None => Err(inner.ctx().timeout()),
-        Some(Ok(watch)) => Ok(watch),
-        Some(Err(e)) => Err(inner.ctx().operation("to watch the bucket", e)),
+/// A watch: the messages of an ordered consumer of the bucket's stream.
+type Watch = push::Ordered;
+
+/// Watches the keys `filter` matches (relative to the bucket), from now:
+/// an ordered consumer of new messages, as the client's key-value watch
+/// creates it.
+async fn create(inner: &Inner, filter: &str) -> Result<Watch, NatsStoreError> {
+    let api = inner.api_subject("CONSUMER.CREATE");
+    let api = || Concerning::SubjectPrefix(&api);
+    let watch = async {
+        let consumer = inner
+            .kv
+            .stream
+            .create_consumer(push::OrderedConfig {
+                deliver_subject: inner.client.new_inbox(),
+                description: Some("tenure watch".into()),
+                filter_subject: inner.subject(filter),
+                replay_policy: ReplayPolicy::Instant,
+                deliver_policy: DeliverPolicy::New,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| inner.ctx().operation("to watch the bucket", api(), e))?;
+        consumer
+            .messages()
+            .await
+            .map_err(|e| inner.ctx().operation("to watch the bucket", api(), e))
+    };
+    match within(inner.options.timeout, watch).await {
+        None => Err(inner.ctx().timeout(api())),
+        Some(result) => result,
     }
 }
 
@@ -53,7 +87,7 @@ async fn recreate(
     inner: &Inner,
     filter: &str,
     closed: impl std::future::Future<Output = ()>,
-) -> Option<kv::Watch> {
+) -> Option<Watch> {
     tokio::pin!(closed);
     let mut failures = 0u32;
     loop {
@@ -79,7 +113,7 @@ pub(crate) async fn store_wide(inner: Arc<Inner>) -> Result<StoreFeed, NatsStore
     Ok(feed)
 }
 
-async fn forward(inner: Arc<Inner>, filter: String, mut watch: kv::Watch, tx: StoreFeedSender) {
+async fn forward(inner: Arc<Inner>, filter: String, mut watch: Watch, tx: StoreFeedSender) {
     let mut disconnects = inner.disconnects.clone();
     disconnects.borrow_and_update();
     loop {
@@ -90,8 +124,8 @@ async fn forward(inner: Arc<Inner>, filter: String, mut watch: kv::Watch, tx: St
                 true
             }
             item = watch.next() => match item {
-                Some(Ok(entry)) => {
-                    if let Some(change) = change_of(&entry) {
+                Some(Ok(message)) => {
+                    if let Some(change) = change_of(&inner, &message) {
                         if !tx.send(change).await {
                             return;
                         }
@@ -123,19 +157,29 @@ async fn forward(inner: Arc<Inner>, filter: String, mut watch: kv::Watch, tx: St
     }
 }
 
-/// What a watched entry says about a group: `None` for a key that is no
-/// group's.
-fn change_of(entry: &kv::Entry) -> Option<Change> {
-    let group = keys::group_of(&entry.key)?;
-    if entry.operation != Operation::Put {
+/// What a watched message says about a group: `None` for a key that is no
+/// group's. Classified as a read classifies it: a record is
+/// [`Change::Written`] with the version a read would return; a marker or a
+/// value that does not decode is a hint, so the elector reads the group
+/// and reports the read's error.
+fn change_of(inner: &Inner, message: &Message) -> Option<Change> {
+    let key = message
+        .subject
+        .as_str()
+        .strip_prefix(inner.kv.prefix.as_str())?;
+    let group = keys::group_of(key)?;
+    let Ok(info) = message.info() else {
+        return Some(Change::Hint { group });
+    };
+    if let Kind::Marker(_) = marker::kind_of(message.headers.as_ref()) {
         return Some(Change::Hint { group });
     }
-    Some(match LeaseRecord::decode(&entry.value) {
+    Some(match LeaseRecord::decode(&message.payload) {
         Ok(record) => Change::Written {
             group,
             current: Versioned {
                 record,
-                version: Version(entry.revision),
+                version: Version(info.stream_sequence),
             },
         },
         Err(_) => Change::Hint { group },

@@ -22,7 +22,8 @@
 //! # Key layout
 //!
 //! One key per group in the bucket the URL names (`tenure` by default,
-//! created with history 1 and file storage if missing), whose value is
+//! created with history 1 and file storage if missing, refusing message
+//! deletion, purges and roll-ups through the API), whose value is
 //! the encoded [`LeaseRecord`](tenure::LeaseRecord) (JSON). Key-value keys
 //! allow only `A-Z a-z 0-9 - _ = / .`, while a group name is any UTF-8, so
 //! names are encoded reversibly: `tenure.` then the name's `/`-separated
@@ -38,25 +39,44 @@
 //! restarts (file storage), so a version is never reused.
 //!
 //! **Never delete or purge a group's key, purge the stream, or delete and
-//! recreate the bucket by hand** while candidates run: a deletion marker
-//! reads as "never written", so the next term's token starts again at 1
-//! and two leaders could overlap until the old one's next renewal; a
-//! recreated bucket starts its sequences again. To clear a group, use
-//! `tenure release --force` (which keeps the token). Treat permission to
-//! publish to, or to answer requests on, the bucket's subjects
-//! (`$KV.<bucket>.>`) as permission to write leases.
+//! recreate the bucket by hand**: the group's last fencing token goes with
+//! its record. To clear a group, use `tenure release --force` (which keeps
+//! the token). What tenure does about each:
+//!
+//! * `nats kv del` (an ordinary publish no bucket setting refuses) and
+//!   `nats kv purge` leave a marker on the key. A marker never reads as "no
+//!   record", which would start the next term's token again at 1 while the
+//!   old holder may still act: reads, batch reads and writes of the group
+//!   fail with [`StoreError::Record`](tenure::StoreError::Record) naming
+//!   the key and the way back (stop the group's candidates for a term, then
+//!   elect under another name, or remove the marker by hand if the tokens'
+//!   consumers accept tokens from 1 again). The change feed hints, so the
+//!   elector reads and reports that error. A `KV-Operation` this build does
+//!   not know is treated the same way in reads and in the feed.
+//! * Buckets tenure creates refuse `nats kv purge` (no roll-ups),
+//!   `nats stream purge` and `nats stream rmm` (`deny_purge`,
+//!   `deny_delete`). A purge of the whole stream would leave no marker and
+//!   send every token back unseen; connecting to a bucket that allows it
+//!   (one made by `nats kv add`, or by tenure before this rule) logs a
+//!   warning naming the fix.
+//! * Deleting the bucket, or restoring an older copy, starts its
+//!   sequences and tokens again: stop every candidate for at least one
+//!   term first.
+//!
+//! Treat permission to publish to, or to answer requests on, the bucket's
+//! subjects (`$KV.<bucket>.>`) as permission to write leases.
 //!
 //! # Operations
 //!
 //! * **read**: the stream's last message on the key, through the stream's
 //!   leader (not a direct get, which a replica may answer from behind). A
-//!   deletion marker (`nats kv del`) reads as no record.
+//!   deletion or purge marker is an error (see above), never "no record".
 //! * **compare-and-swap**: `update(key, value, revision)`, a publish with
 //!   `Nats-Expected-Last-Subject-Sequence`: the server refuses it ("wrong
 //!   last sequence", a conflict) unless the key's last revision is the
-//!   expected one. The first write expects revision 0 (no message yet); if
-//!   the key holds a deletion marker instead, the write expects the
-//!   marker's revision. A write whose acknowledgement does not come in
+//!   expected one. The first write expects revision 0 (no message yet); a
+//!   key holding a marker is never written over (the error above). A
+//!   write whose acknowledgement does not come in
 //!   time, or whose connection is lost before it does, is reported as
 //!   [`StoreError::Timeout`](tenure::StoreError::Timeout) or
 //!   [`Unavailable`](tenure::StoreError::Unavailable), never as a conflict:
@@ -79,7 +99,8 @@
 //! # Change feed
 //!
 //! [`LeaseView::watch`](tenure::LeaseView::watch) is ONE watch (an
-//! ordered consumer) of `tenure.>`. Its messages carry the value and the
+//! ordered consumer) of `tenure.>`, read as raw messages so that a marker
+//! is classified as a read classifies it. Its messages carry the value and the
 //! revision, so a follower learns each renewal without reading. After a
 //! reconnect or a server restart the client resumes the watch from the
 //! last revision it delivered; whenever the watch reports trouble or is
@@ -92,7 +113,9 @@
 //! servers; requests are bounded by the `timeout` option. After a server
 //! restart the bucket (and so every lease and token) is still there with
 //! file storage. tenure refuses buckets that would lose leases: memory
-//! storage, a `max_age`, a size limit that discards old entries, a mirror.
+//! storage, a `max_age` (entries that expire), a size limit that discards
+//! old entries, a mirror. A history of more than one value per key is
+//! harmless (reads and writes use the key's last message) and accepted.
 //! Deleting the bucket (or restoring an older copy) sends tokens back:
 //! stop every candidate for at least one term before doing that.
 //!
@@ -117,6 +140,7 @@
 mod error;
 mod feed;
 mod keys;
+mod marker;
 mod options;
 mod store;
 

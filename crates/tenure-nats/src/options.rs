@@ -40,10 +40,16 @@ pub(crate) enum Auth {
 /// nats+tls://...                              (TLS required)
 /// ```
 ///
-/// The port defaults to 4222 and the bucket to `tenure`. User, password
-/// and token are percent-decoded (write `%40` for `@`), and may hold
-/// `/ ? # @ +` unescaped: the user info ends at the last `@`. Query
-/// options:
+/// The port defaults to 4222 and the bucket to `tenure`.
+///
+/// **User and password, or token:** a raw `:` in the user info always
+/// separates a user from a password, so `nats://tok:en@host` is the user
+/// `tok` with the password `en`; user info without a raw `:` is a token. A
+/// token holding `:` writes it `%3A`: `nats://tok%3Aen@host` is the token
+/// `tok:en`. User, password and token are percent-decoded; they may hold
+/// `@` and `+` as they are, but write `/ ? #` as `%2F %3F %23`, and an `@`
+/// after the host is written `%40` (a URL with a raw one there is
+/// refused, not guessed at: see [`tenure::url`]). Query options:
 ///
 /// | option | meaning | default |
 /// |---|---|---|
@@ -113,9 +119,10 @@ impl NatsOptions {
                 "scheme {scheme:?} is not nats:// or nats+tls:// (TLS)"
             )));
         };
-        // The user info ends at the last '@', so that a password holding
-        // '/', '?', '#' or '@' unescaped still parses whole.
-        let (userinfo, rest) = tenure::url::split_userinfo(rest);
+        // The user info is found in the authority only; a URL with a raw
+        // '@' after the host is refused rather than guessed at (a
+        // password's '/ ? #' written raw, or an '@' in the query).
+        let (userinfo, rest) = tenure::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -136,7 +143,8 @@ impl NatsOptions {
                     let (user, password) =
                         tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
                     match password {
-                        // nats://TOKEN@host: a bare user info is a token.
+                        // nats://TOKEN@host: user info without a raw ':'
+                        // is a token (one holding ':' writes it %3A).
                         None if user.is_empty() => return Err(bad(
                             "an empty token: write nats://TOKEN@host or nats://user:password@host"
                                 .into(),
@@ -299,6 +307,32 @@ mod tests {
         let o = NatsOptions::from_url("nats://s3cr3t-token@h:1/b").unwrap();
         assert!(o.auth == Auth::Token("s3cr3t-token".into()));
         assert_eq!(o.describe(), "nats://***@h:1/b");
+    }
+
+    /// The documented rule: a raw ':' always separates user and password;
+    /// a token holding ':' writes it %3A.
+    #[test]
+    fn a_raw_colon_is_user_and_password_an_escaped_one_is_a_token() {
+        let o = NatsOptions::from_url("nats://tok:en@h:1/b").unwrap();
+        assert!(
+            o.auth
+                == Auth::UserPassword {
+                    user: "tok".into(),
+                    password: "en".into()
+                }
+        );
+        assert_eq!(o.describe(), "nats://tok@h:1/b");
+        let o = NatsOptions::from_url("nats://tok%3Aen@h:1/b").unwrap();
+        assert!(o.auth == Auth::Token("tok:en".into()));
+        assert_eq!(o.describe(), "nats://***@h:1/b");
+        let o = NatsOptions::from_url("nats://u%3Ax:p%3Ay@h:1/b").unwrap();
+        assert!(
+            o.auth
+                == Auth::UserPassword {
+                    user: "u:x".into(),
+                    password: "p:y".into()
+                }
+        );
         let o =
             NatsOptions::from_url("nats+tls://h:1/b?ca=/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
         assert!(o.tls && o.tls_files.key.is_some() && o.tls_files.ca.is_some());
@@ -333,10 +367,11 @@ mod tests {
     }
 
     #[test]
-    fn passwords_and_tokens_with_url_delimiters_parse_whole_and_never_show() {
+    fn passwords_with_url_delimiters_parse_escaped_are_refused_raw_and_never_show() {
         let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
         let secret = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
-        let o = NatsOptions::from_url(&format!("nats://u:{secret}@h:1,g:2/b")).unwrap();
+        let escaped = "Qa1%2FQb2%3FQc3%23Qd4%40Qe5+Qf6";
+        let o = NatsOptions::from_url(&format!("nats://u:{escaped}@h:1,g:2/b")).unwrap();
         assert!(
             o.auth
                 == Auth::UserPassword {
@@ -345,11 +380,15 @@ mod tests {
                 }
         );
         assert_eq!((o.hosts.len(), o.bucket()), (2, "b"));
-        let t = NatsOptions::from_url(&format!("nats://{secret}@h:1/b")).unwrap();
+        let t = NatsOptions::from_url(&format!("nats://{escaped}@h:1/b")).unwrap();
         assert!(t.auth == Auth::Token(secret.into()));
-        let e = NatsOptions::from_url(&format!("nats://u:{secret}@h:99999"))
+        let e = NatsOptions::from_url(&format!("nats://u:{secret}@h:1"))
             .unwrap_err()
             .to_string();
+        assert!(
+            e.contains("%2F"),
+            "raw, the secret is refused naming the fix: {e}"
+        );
         for shown in [
             e,
             format!("{o:?}"),

@@ -2,11 +2,10 @@
 
 use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::kv::{self, UpdateErrorKind};
 use async_nats::jetstream::stream::{DiscardPolicy, LastRawMessageErrorKind, StorageType};
 use async_nats::jetstream::{self, context, ErrorCode};
 use async_trait::async_trait;
@@ -19,7 +18,8 @@ use tenure::{
     StoreError, StoreFeed, Version, Versioned,
 };
 
-use crate::error::{Ctx, NatsStoreError, Violations};
+use crate::error::{Concerning, Ctx, NatsStoreError, Violations};
+use crate::marker::{self, Kind};
 use crate::options::{Auth, NatsOptions};
 use crate::{feed, keys};
 
@@ -42,9 +42,6 @@ const PING_INTERVAL: Duration = Duration::from_secs(10);
 /// the store is back within a second of the server.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
-/// The header JetStream key-value marks deletions and purges with.
-const KV_OPERATION: &str = "KV-Operation";
-
 /// A lease store in a NATS JetStream key-value bucket. Clones share one
 /// connection, and the engine that runs every group elected through them.
 ///
@@ -55,6 +52,8 @@ pub struct NatsStore {
 }
 
 pub(crate) struct Inner {
+    /// The connection, for the change feed's consumers' inboxes.
+    pub(crate) client: async_nats::Client,
     pub(crate) kv: kv::Store,
     pub(crate) options: NatsOptions,
     pub(crate) violations: Violations,
@@ -81,6 +80,13 @@ impl Inner {
     /// The subject of a key in the bucket's stream.
     pub(crate) fn subject(&self, key: &str) -> String {
         format!("{}{key}", self.kv.prefix)
+    }
+
+    /// The subject of a JetStream API request about the bucket's stream
+    /// (`STREAM.MSG.GET`, `STREAM.INFO`, `CONSUMER.CREATE`), to match the
+    /// server's permissions violations against.
+    pub(crate) fn api_subject(&self, request: &str) -> String {
+        format!("$JS.API.{request}.{}", self.kv.stream_name)
     }
 }
 
@@ -204,6 +210,18 @@ fn unsafe_bucket(config: &jetstream::stream::Config) -> Option<String> {
     None
 }
 
+/// What the bucket's settings leave open to an operator that tenure
+/// cannot see afterwards, if anything: a purge of the whole stream leaves
+/// no marker, so every group would read as never written.
+fn purge_risk(config: &jetstream::stream::Config) -> Option<&'static str> {
+    (!config.deny_purge || config.allow_rollup).then_some(
+        "the NATS key-value bucket allows purges (`nats stream purge`, `nats kv purge`): \
+         purging the whole stream would send every group's fencing token back unseen. \
+         Buckets tenure creates refuse purges; to get one, stop every candidate for at least \
+         one term, delete the bucket (`nats kv rm`) and let tenure create it",
+    )
+}
+
 impl NatsStore {
     /// Connects to NATS at `url` (see [`NatsOptions`] for the form), opens
     /// the key-value bucket, creating it (history 1, file storage) if it is
@@ -241,7 +259,7 @@ impl NatsStore {
         {
             Some(Ok(c)) => c,
             Some(Err(e)) => return Err(ctx.connect(e)),
-            None => return Err(ctx.timeout()),
+            None => return Err(ctx.timeout(Concerning::Any)),
         };
         let mut js = jetstream::new(client);
         js.set_timeout(options.timeout);
@@ -253,8 +271,12 @@ impl NatsStore {
                 problem,
             });
         }
+        if let Some(risk) = purge_risk(&kv.stream.cached_info().config) {
+            tracing::warn!(bucket = %options.bucket, "{risk}");
+        }
         Ok(NatsStore {
             inner: Arc::new(Inner {
+                client: js.client(),
                 kv,
                 options,
                 violations,
@@ -288,25 +310,35 @@ impl NatsStore {
         keys::group_of(key)
     }
 
-    /// A stored message as the group's record and version: `None` for a
-    /// deletion or purge marker (the key has no record).
+    /// A stored message as the group's record and version; a marker (see
+    /// [`marker`](crate::marker)) is an error, never "no record".
     fn versioned(
+        &self,
         group: &GroupName,
         headers: Option<&async_nats::HeaderMap>,
         payload: &[u8],
         sequence: u64,
-    ) -> Result<Option<Versioned>, StoreError> {
-        if !is_put(headers) {
-            return Ok(None);
+    ) -> Result<Versioned, StoreError> {
+        if let Kind::Marker(what) = marker::kind_of(headers) {
+            return Err(self.marker_error(group, &what));
         }
         let record = LeaseRecord::decode(payload).map_err(|source| StoreError::Record {
             group: group.clone(),
             source,
         })?;
-        Ok(Some(Versioned {
+        Ok(Versioned {
             record,
             version: Version(sequence),
-        }))
+        })
+    }
+
+    fn marker_error(&self, group: &GroupName, what: &str) -> StoreError {
+        marker::marker_error(
+            group,
+            &self.inner.options.bucket,
+            &keys::key_of(group),
+            what,
+        )
     }
 
     /// The last message of a key: its sequence and whether it is a record
@@ -324,12 +356,16 @@ impl NatsStore {
             inner.kv.stream.get_last_raw_message_by_subject(&subject),
         )
         .await;
+        let api = inner.api_subject("STREAM.MSG.GET");
         match got {
-            None => Err(inner.ctx().timeout().into()),
+            None => Err(inner.ctx().timeout(Concerning::Subject(&api)).into()),
             Some(Ok(message)) => Ok(Some(message)),
             Some(Err(e)) => match e.kind() {
                 LastRawMessageErrorKind::NoMessageFound => Ok(None),
-                _ => Err(inner.ctx().operation("read", e).into()),
+                _ => Err(inner
+                    .ctx()
+                    .operation("read", Concerning::Subject(&api), e)
+                    .into()),
             },
         }
     }
@@ -351,61 +387,54 @@ impl NatsStore {
             inner.kv.update(&key, bytes, expected),
         )
         .await;
+        let subject = inner.subject(&key);
+        let subject = Concerning::Subject(&subject);
         match put {
-            None => Err(inner.ctx().timeout().into()),
+            None => Err(inner.ctx().timeout(subject).into()),
             Some(Ok(sequence)) => Ok(Some(sequence)),
             Some(Err(e)) => match e.kind() {
                 UpdateErrorKind::WrongLastRevision => Ok(None),
-                UpdateErrorKind::TimedOut => Err(inner.ctx().timeout().into()),
-                _ => Err(classify_publish(inner, e).into()),
+                UpdateErrorKind::TimedOut => Err(inner.ctx().timeout(subject).into()),
+                _ => Err(classify_publish(inner, subject, e).into()),
             },
         }
     }
 
     async fn create(&self, group: &GroupName, bytes: Bytes) -> Result<CasOutcome, StoreError> {
-        if let Some(sequence) = self.update(group, bytes.clone(), 0).await? {
+        if let Some(sequence) = self.update(group, bytes, 0).await? {
             return Ok(CasOutcome::Applied(Version(sequence)));
         }
-        // The key has a message. If it is a deletion marker (someone ran
-        // `nats kv del`), the group has no record and may be created: on
-        // the marker's sequence, so a write in between still conflicts.
-        match self.last_message(group).await? {
-            Some(marker) if !is_put(Some(&marker.headers)) => {
-                Ok(match self.update(group, bytes, marker.sequence).await? {
-                    Some(sequence) => CasOutcome::Applied(Version(sequence)),
-                    None => CasOutcome::Conflict,
-                })
+        // The key has a message: a record (a conflict), or a marker where
+        // someone deleted or purged it, which is never written over (the
+        // group's tokens would start again at 1).
+        if let Some(last) = self.last_message(group).await? {
+            if let Kind::Marker(what) = marker::kind_of(Some(&last.headers)) {
+                return Err(self.marker_error(group, &what));
             }
-            _ => Ok(CasOutcome::Conflict),
         }
+        Ok(CasOutcome::Conflict)
     }
 
     /// Reads one group for a batch.
     async fn read_one(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         match self.last_message(group).await? {
             None => Ok(None),
-            Some(m) => Self::versioned(group, Some(&m.headers), &m.payload, m.sequence),
+            Some(m) => self
+                .versioned(group, Some(&m.headers), &m.payload, m.sequence)
+                .map(Some),
         }
-    }
-}
-
-/// Whether a message is a record rather than a deletion or purge marker.
-fn is_put(headers: Option<&async_nats::HeaderMap>) -> bool {
-    match headers.and_then(|h| h.get(KV_OPERATION)) {
-        None => true,
-        Some(op) => matches!(Operation::from_str(op.as_str()), Ok(Operation::Put)),
     }
 }
 
 /// An `update` that failed for another reason than a conflict or a
 /// timeout: a connection lost after sending (it may have applied), no
 /// JetStream to answer (it did not), or a refusal.
-fn classify_publish(inner: &Inner, e: kv::UpdateError) -> NatsStoreError {
+fn classify_publish(inner: &Inner, subject: Concerning<'_>, e: kv::UpdateError) -> NatsStoreError {
     use async_nats::jetstream::context::{PublishError, PublishErrorKind};
     let ctx = inner.ctx();
     let publish = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<PublishError>());
     match publish.map(|p| p.kind()) {
-        Some(PublishErrorKind::TimedOut) => ctx.timeout(),
+        Some(PublishErrorKind::TimedOut) => ctx.timeout(subject),
         Some(PublishErrorKind::StreamNotFound) => ctx.unreachable(format!(
             "no JetStream answered for bucket {:?}: the server is starting, has no JetStream, or the bucket was deleted",
             inner.options.bucket
@@ -413,24 +442,31 @@ fn classify_publish(inner: &Inner, e: kv::UpdateError) -> NatsStoreError {
         Some(PublishErrorKind::BrokenPipe) => {
             ctx.unreachable("the connection was lost before the write was acknowledged")
         }
-        _ => ctx.operation("compare-and-swap", e),
+        _ => ctx.operation("compare-and-swap", subject, e),
     }
 }
 
 /// The stream of a key-value bucket as `nats kv add BUCKET --history 1`
-/// makes it, with file storage. Created as a stream rather than through
-/// the client's bucket creation, which first reads the account's
-/// JetStream limits in a form servers before 2.10 do not send.
+/// makes it, with file storage, except that it refuses what would send
+/// fencing tokens back: deleting messages and purging the stream through
+/// the API (`deny_delete`, `deny_purge`: `nats stream rmm` and `nats stream
+/// purge`), and roll-ups (`allow_rollup: false`: `nats kv purge`, which
+/// is a roll-up). A `nats kv del` is an ordinary publish that no setting
+/// refuses; it leaves a marker that reads as an error (see
+/// [`marker`](crate::marker)). Created as a stream rather than through the
+/// client's bucket creation, which first reads the account's JetStream
+/// limits in a form servers before 2.10 do not send.
 fn bucket_stream(bucket: &str) -> jetstream::stream::Config {
     jetstream::stream::Config {
         name: format!("KV_{bucket}"),
-        description: Some("tenure leases: one key per group, never deleted".into()),
+        description: Some("tenure leases: one key per group, never deleted or purged".into()),
         subjects: vec![format!("$KV.{bucket}.>")],
         max_messages_per_subject: 1,
         storage: StorageType::File,
         discard: DiscardPolicy::New,
-        allow_rollup: true,
+        allow_rollup: false,
         deny_delete: true,
+        deny_purge: true,
         allow_direct: true,
         num_replicas: 1,
         ..Default::default()
@@ -446,7 +482,7 @@ async fn open_bucket(
     let bucket = options.bucket.as_str();
     for _ in 0..3 {
         match within(options.timeout, js.get_key_value(bucket)).await {
-            None => return Err(ctx.timeout()),
+            None => return Err(ctx.timeout(Concerning::Any)),
             Some(Ok(kv)) => return Ok(kv),
             Some(Err(e)) => match stream_error_code(&e) {
                 Lookup::NotFound => {}
@@ -464,12 +500,12 @@ async fn open_bucket(
                             problem: "is a stream but no key-value bucket (it keeps no per-key history limit)".into(),
                         });
                     }
-                    return Err(ctx.operation("to open the bucket", e));
+                    return Err(ctx.operation("to open the bucket", Concerning::Any, e));
                 }
             },
         }
         match within(options.timeout, js.create_stream(bucket_stream(bucket))).await {
-            None => return Err(ctx.timeout()),
+            None => return Err(ctx.timeout(Concerning::Any)),
             Some(Ok(_)) => {
                 tracing::info!(
                     bucket,
@@ -484,7 +520,7 @@ async fn open_bucket(
             Some(Err(e)) => {
                 let detail = tenure::error::error_chain(&e);
                 if detail.to_ascii_lowercase().contains("timed out") {
-                    return Err(ctx.timeout());
+                    return Err(ctx.timeout(Concerning::Any));
                 }
                 return Err(NatsStoreError::BucketCreate {
                     target: ctx.target.clone(),
@@ -496,6 +532,7 @@ async fn open_bucket(
     }
     Err(ctx.operation(
         "to open the bucket",
+        Concerning::Any,
         std::io::Error::other("it was created and then deleted again while opening it"),
     ))
 }
@@ -568,9 +605,11 @@ impl LeaseView for NatsStore {
                 .try_collect::<Vec<(String, usize)>>()
                 .await
         };
+        let api = inner.api_subject("STREAM.INFO");
+        let api = || Concerning::Subject(&api);
         let subjects = match within(inner.options.timeout, subjects).await {
-            None => return Err(inner.ctx().timeout().into()),
-            Some(Err(e)) => return Err(inner.ctx().operation("to list keys", e).into()),
+            None => return Err(inner.ctx().timeout(api()).into()),
+            Some(Err(e)) => return Err(inner.ctx().operation("to list keys", api(), e).into()),
             Some(Ok(s)) => s,
         };
         let groups: Vec<GroupName> = subjects

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
 use tenure::testkit::{self, held_by, TlsFiles};
-use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
+use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError};
 use tenure_nats::{NatsStore, NatsStoreError};
 
 use common::NatsServer;
@@ -17,6 +17,8 @@ use common::NatsServer;
 /// A password with every character that cuts a URL short.
 const SECRET: &str = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
 const PIECES: [&str; 6] = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
+/// The same secret as a URL carries it: `/ ? # @` percent-encoded.
+const ESCAPED: &str = "Qa1%2FQb2%3FQc3%23Qd4%40Qe5+Qf6";
 
 fn assert_no_secret(what: &str, text: &str) {
     for p in PIECES {
@@ -63,7 +65,7 @@ async fn user_and_password_errors_are_misconfigured_and_secret_free() {
         )
     };
 
-    let err = refused(&url("tenure:wrong-Qa1/Qb2?Qc3#Qd4@Qe5+Qf6")).await;
+    let err = refused(&url(&format!("tenure:wrong-{ESCAPED}"))).await;
     assert!(matches!(err, NatsStoreError::Credentials { .. }), "{err:?}");
     assert!(
         err.to_string().contains("nats://user:password@host:port"),
@@ -80,9 +82,13 @@ async fn user_and_password_errors_are_misconfigured_and_secret_free() {
         "{err:?}"
     );
 
-    // The password exactly as pasted, unescaped: the URL splits at the
-    // last '@'.
-    let store = NatsStore::connect(&url(&format!("tenure:{SECRET}")))
+    // The password exactly as pasted, unescaped, is refused (it cannot be
+    // told from a path and a query), naming the fix and no piece of it.
+    let err = refused(&url(&format!("tenure:{SECRET}"))).await;
+    assert!(matches!(err, NatsStoreError::InvalidUrl { .. }), "{err:?}");
+    assert!(err.to_string().contains("%2F"), "{err}");
+    // Percent-encoded, it works.
+    let store = NatsStore::connect(&url(&format!("tenure:{ESCAPED}")))
         .await
         .unwrap();
     works(&store).await;
@@ -102,7 +108,7 @@ async fn token_authentication_works_and_a_wrong_token_is_named() {
     let err = refused(&url("wrong-Qa1-Qf6")).await;
     assert!(matches!(err, NatsStoreError::Credentials { .. }), "{err:?}");
     assert!(err.to_string().contains("token"), "{err}");
-    let store = NatsStore::connect(&url(SECRET)).await.unwrap();
+    let store = NatsStore::connect(&url(ESCAPED)).await.unwrap();
     works(&store).await;
     assert_no_secret("describe", &store.describe());
     assert_no_secret("Debug", &format!("{store:?}"));
@@ -160,7 +166,7 @@ async fn tls_with_a_ca_of_the_tests_own() {
     let ca = tls.ca.display().to_string();
 
     let store = NatsStore::connect(&format!(
-        "nats+tls://tenure:{SECRET}@{base}?ca={ca}&timeout=2s"
+        "nats+tls://tenure:{ESCAPED}@{base}?ca={ca}&timeout=2s"
     ))
     .await
     .unwrap();
@@ -173,13 +179,13 @@ async fn tls_with_a_ca_of_the_tests_own() {
     assert_no_secret("describe", &store.describe());
 
     // The system's roots do not know the test's CA.
-    let err = refused(&format!("nats+tls://tenure:{SECRET}@{base}?timeout=2s")).await;
+    let err = refused(&format!("nats+tls://tenure:{ESCAPED}@{base}?timeout=2s")).await;
     assert!(matches!(err, NatsStoreError::Tls { .. }), "{err:?}");
     assert!(err.to_string().contains("ca="), "{err}");
 
     // A CA file that is not there.
     let err = refused(&format!(
-        "nats+tls://tenure:{SECRET}@{base}?ca=/nonexistent/ca.pem&timeout=2s"
+        "nats+tls://tenure:{ESCAPED}@{base}?ca=/nonexistent/ca.pem&timeout=2s"
     ))
     .await;
     assert!(
@@ -263,4 +269,61 @@ async fn buckets_that_would_lose_leases_are_refused() {
     // A bucket tenure made itself is fine, and so is opening it again.
     NatsStore::connect(&server.url("fine")).await.unwrap();
     NatsStore::connect(&server.url("fine")).await.unwrap();
+}
+
+/// A refusal of one group's key says nothing about another request that
+/// timed out on the same connection: with the server frozen, a write to a
+/// group the user may write stays a timeout (it may have been applied),
+/// even right after the server refused a write to another group. The
+/// refused write itself still names the permission.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timeout_is_no_permission_error_because_another_key_was_refused() {
+    let server = NatsServer::with_config(
+        r#"authorization { users = [
+            { user: "admin", password: "admin-pw" },
+            { user: "some", password: "some-pw", permissions: {
+                publish: { allow: ["$JS.API.>", "$KV.part.tenure.mine"] },
+                subscribe: { allow: ["_INBOX.>"] } } }
+        ] }"#,
+    );
+    let url = |user: &str| {
+        format!(
+            "nats://{user}:{user}-pw@127.0.0.1:{}/part?timeout=2s",
+            server.port
+        )
+    };
+    NatsStore::connect(&url("admin")).await.unwrap();
+    let store = NatsStore::connect(&url("some")).await.unwrap();
+    let mine = GroupName::new("mine").unwrap();
+    let theirs = GroupName::new("theirs").unwrap();
+    assert_eq!(NatsStore::key_of(&mine), "tenure.mine");
+    let Ok(CasOutcome::Applied(v1)) = store.compare_and_swap(&mine, None, &held_by("a", 1)).await
+    else {
+        panic!("the user may write its own group");
+    };
+
+    // The server reports the violation at once; the refused write waits
+    // out its timeout meanwhile.
+    let refused_write = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .compare_and_swap(&theirs, None, &held_by("a", 1))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.freeze();
+    let err = store
+        .compare_and_swap(&mine, Some(v1), &held_by("a", 1))
+        .await
+        .unwrap_err();
+    server.thaw();
+    assert!(matches!(err, StoreError::Timeout(_)), "{err}");
+
+    let refused = refused_write.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::Misconfigured { message, .. } if message.contains("$KV.part.>")),
+        "{refused}"
+    );
 }

@@ -1,14 +1,16 @@
 //! What others leave in the bucket: keys tenure never writes (foreign
 //! programs, hand-made keys that only look like tenure's), values that are
 //! no lease, deletions and purges by an operator. None of it is mistaken
-//! for a group, stops the feed, or panics.
+//! for a group, stops the feed, or panics; a deleted or purged key is an
+//! error, never a fresh start of the group's tokens.
 
 mod common;
 
 use std::time::Duration;
 
+use async_nats::jetstream;
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, Change, GroupName, LeaseStore, LeaseView, StoreError};
+use tenure::{CasOutcome, Change, GroupName, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_nats::NatsStore;
 
 async fn next_change(feed: &mut tenure::StoreFeed) -> Change {
@@ -23,8 +25,10 @@ async fn foreign_keys_and_values_neither_stop_nor_fool_the_feed_or_the_listing()
     let Some(url) = common::shared_url("hostile") else {
         return;
     };
-    let store = NatsStore::connect(&url).await.unwrap();
     let (server, bucket) = common::split_bucket(&url);
+    // Made as `nats kv add` makes it, so that `nats kv purge` works.
+    common::nats_kv_add(server, bucket).await;
+    let store = NatsStore::connect(&url).await.unwrap();
     let raw = common::raw_bucket(server, bucket).await;
     let mut feed = store.watch().await.unwrap().expect("a feed");
 
@@ -90,17 +94,19 @@ async fn foreign_keys_and_values_neither_stop_nor_fool_the_feed_or_the_listing()
     );
     assert!(feed.try_next().is_none());
 
-    // The listing: the real groups only; the undecodable one fails alone;
-    // deleted and purged keys have no record.
+    // The listing: the groups only; the undecodable, deleted and purged
+    // ones each fail alone.
     let listed = store.list(&format!("{run}/")).await.unwrap();
     let mut names: Vec<String> = listed.iter().map(|l| l.group.to_string()).collect();
     names.sort();
-    assert_eq!(names, [garbage.to_string(), real.to_string()]);
+    let mut expected = [&deleted, &garbage, &purged, &real].map(|g| g.to_string());
+    expected.sort();
+    assert_eq!(names, expected);
     for l in &listed {
-        if l.group == garbage {
-            assert!(matches!(l.record, Err(StoreError::Record { .. })), "{l:?}");
-        } else {
+        if l.group == real {
             assert!(l.record.is_ok(), "{l:?}");
+        } else {
+            assert!(matches!(l.record, Err(StoreError::Record { .. })), "{l:?}");
         }
     }
     let everything = store.list("").await.unwrap();
@@ -109,59 +115,123 @@ async fn foreign_keys_and_values_neither_stop_nor_fool_the_feed_or_the_listing()
         .all(|l| l.group.as_str().starts_with(run.as_str())));
 }
 
-/// An operator's `nats kv del` or `purge` leaves a marker: the group reads
-/// as having no record, a first write creates it again (expecting the
-/// marker's revision, so a write in between still conflicts), and a
-/// version from before the deletion conflicts.
+/// An operator's `nats kv del` or `nats kv purge`, or a message under an
+/// operation this build does not know, leaves no record tenure may use:
+/// the group's last token is gone. Reads, batch reads and a first write
+/// report an error naming the key and the fix (never "no record", never a
+/// fresh record whose tokens start again at 1); the feed hints (the
+/// elector reads and reports that error), never carries it as written.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_deleted_or_purged_key_reads_as_none_and_is_created_again() {
+async fn a_deleted_purged_or_unknown_marker_is_an_error_never_a_fresh_start() {
     let Some(url) = common::shared_url("deleted") else {
         return;
     };
-    let store = NatsStore::connect(&url).await.unwrap();
     let (server, bucket) = common::split_bucket(&url);
+    common::nats_kv_add(server, bucket).await;
+    let store = NatsStore::connect(&url).await.unwrap();
     let raw = common::raw_bucket(server, bucket).await;
-    for purge in [false, true] {
+    let js = jetstream::new(
+        async_nats::connect(server.trim_start_matches("nats://"))
+            .await
+            .unwrap(),
+    );
+    let mut feed = store.watch().await.unwrap().expect("a feed");
+    for how in ["del", "purge", "unknown operation"] {
         let group = testkit::unique_group("deleted");
         let CasOutcome::Applied(v1) = store
-            .compare_and_swap(&group, None, &held_by("a", 1))
+            .compare_and_swap(&group, None, &held_by("a", 7))
             .await
             .unwrap()
         else {
             panic!("conflict on the first write");
         };
+        let c = next_change(&mut feed).await;
+        assert!(
+            matches!(&c, Change::Written { group: g, .. } if g == &group),
+            "{c:?}"
+        );
         let key = NatsStore::key_of(&group);
-        if purge {
-            raw.purge(&key).await.unwrap();
-        } else {
-            raw.delete(&key).await.unwrap();
+        match how {
+            "del" => raw.delete(&key).await.unwrap(),
+            "purge" => raw.purge(&key).await.unwrap(),
+            _ => {
+                // A lease's bytes, under an operation nobody defined.
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("KV-Operation", "FROB");
+                js.publish_with_headers(
+                    format!("$KV.{bucket}.{key}"),
+                    headers,
+                    held_by("z", 99).encode().into(),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            }
         }
-        assert!(store.read(&group).await.unwrap().is_none(), "purge {purge}");
-        assert_eq!(
-            store
-                .compare_and_swap(&group, Some(v1), &held_by("b", 2))
-                .await
-                .unwrap(),
-            CasOutcome::Conflict,
-            "a version from before the deletion"
+        let c = next_change(&mut feed).await;
+        assert!(
+            matches!(&c, Change::Hint { group: g } if g == &group),
+            "{how}: the feed hints, never carries it as written: {c:?}"
         );
-        let CasOutcome::Applied(v2) = store
-            .compare_and_swap(&group, None, &held_by("c", 3))
-            .await
-            .unwrap()
-        else {
-            panic!("the group could not be created again (purge {purge})");
+        let names_the_key_and_the_fix = |e: &StoreError| {
+            matches!(e, StoreError::Record { group: g, source: RecordError::Corrupt { detail } }
+                if g == &group && detail.contains(&key) && detail.contains("another group name"))
         };
-        assert!(v2 > v1);
+        let e = store.read(&group).await.unwrap_err();
+        assert!(names_the_key_and_the_fix(&e), "{how}: {e}");
+        let batch = store.read_many(std::slice::from_ref(&group)).await.unwrap();
+        assert!(
+            matches!(&batch[..], [Err(e)] if names_the_key_and_the_fix(e)),
+            "{how}: {batch:?}"
+        );
+        let e = store
+            .compare_and_swap(&group, None, &held_by("b", 1))
+            .await
+            .unwrap_err();
+        assert!(names_the_key_and_the_fix(&e), "{how}: a fresh start: {e}");
         assert_eq!(
             store
-                .compare_and_swap(&group, None, &held_by("d", 3))
+                .compare_and_swap(&group, Some(v1), &held_by("b", 8))
                 .await
                 .unwrap(),
             CasOutcome::Conflict,
-            "created once only"
+            "{how}: a version from before the marker"
         );
-        let now = store.read(&group).await.unwrap().unwrap();
-        assert_eq!((now.version, now.record.holder_id()), (v2, Some("c")));
+        let e = store.read(&group).await.unwrap_err();
+        assert!(
+            names_the_key_and_the_fix(&e),
+            "{how}: nothing written over it: {e}"
+        );
     }
+}
+
+/// Buckets tenure creates refuse what would send tokens back: `nats kv
+/// purge` (a roll-up), purging the stream (which would leave no marker at
+/// all) and deleting a message. The record stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn buckets_tenure_creates_refuse_purges_and_deletions() {
+    let Some(url) = common::shared_url("nopurge") else {
+        return;
+    };
+    let store = NatsStore::connect(&url).await.unwrap();
+    let (server, bucket) = common::split_bucket(&url);
+    let raw = common::raw_bucket(server, bucket).await;
+    let group = testkit::unique_group("nopurge");
+    let CasOutcome::Applied(v1) = store
+        .compare_and_swap(&group, None, &held_by("a", 3))
+        .await
+        .unwrap()
+    else {
+        panic!("conflict on the first write");
+    };
+    let key = NatsStore::key_of(&group);
+    assert!(raw.purge(&key).await.is_err(), "nats kv purge");
+    assert!(raw.stream.purge().await.is_err(), "nats stream purge");
+    assert!(
+        raw.stream.delete_message(v1.0).await.is_err(),
+        "nats stream rmm"
+    );
+    let now = store.read(&group).await.unwrap().expect("the record stays");
+    assert_eq!((now.version, now.record.token), (v1, 3));
 }

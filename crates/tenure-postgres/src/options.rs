@@ -31,9 +31,11 @@ const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_secs(3600);
 /// 1 s apart, unless the URL sets `keepalives_*`) and by a TCP user timeout
 /// of twice `timeout`, at most an hour (unless the URL sets `tcp_user_timeout`).
 ///
-/// The user info ends at the *last* `@`, so a password may hold `/`, `?`,
-/// `#`, `@` or `+` unescaped; `%XX` escapes are decoded (write `%` as
-/// `%25`), and an `@` after the host must be written `%40`. The password
+/// The user info is found before the host only: a password may hold `@`
+/// or `+` as they are, but writes `/ ? #` as `%2F %3F %23`; `%XX` escapes
+/// are decoded (write `%` as `%25`), and an `@` after the host must be
+/// written `%40` (a URL with a raw one there is refused, not guessed at:
+/// see [`tenure::url`]). The password
 /// never appears in an error, a log line, `Debug` output or
 /// [`redacted_url`](PostgresOptions::redacted_url):
 ///
@@ -89,10 +91,12 @@ impl PostgresOptions {
         }) else {
             return Err(bad("it must start with postgres:// or postgresql://".into()));
         };
-        // Split off the user info ourselves, at the last '@': tokio-postgres
-        // would cut a password holding '/', '?' or '#' into a host and a
-        // path, and could then show those pieces in its errors.
-        let (userinfo, rest) = tenure::url::split_userinfo(rest);
+        // Split off the user info ourselves: tokio-postgres could show
+        // pieces of a password in its errors. Found in the authority only;
+        // a URL with a raw '@' after the host is refused rather than
+        // guessed at (a password's '/ ? #' written raw, or an '@' in the
+        // query).
+        let (userinfo, rest) = tenure::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
@@ -295,11 +299,12 @@ mod tests {
     }
 
     #[test]
-    fn passwords_with_url_delimiters_parse_whole_and_never_show() {
+    fn passwords_with_url_delimiters_parse_escaped_are_refused_raw_and_never_show() {
         let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
         let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
+        let escaped = "Qa1%2FQb2%3FQc3%23Qd4%40Qe5+Qf6";
         let o =
-            PostgresOptions::from_url(&format!("postgres://app:{password}@db:5433/leases?table=t"))
+            PostgresOptions::from_url(&format!("postgres://app:{escaped}@db:5433/leases?table=t"))
                 .unwrap();
         assert_eq!(o.config.get_password(), Some(password.as_bytes()));
         assert_eq!(o.config.get_user(), Some("app"));
@@ -310,6 +315,10 @@ mod tests {
         ))
         .unwrap_err()
         .to_string();
+        assert!(
+            e.contains("%2F"),
+            "raw, the password is refused naming the fix: {e}"
+        );
         for shown in [e, format!("{o:?}"), o.redacted_url().to_owned()] {
             for p in pieces {
                 assert!(!shown.contains(p), "{shown}");

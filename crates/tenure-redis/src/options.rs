@@ -25,7 +25,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// rediss://...                      (TLS)
 /// ```
 ///
-/// User and password are percent-decoded (write `%40` for `@`). Query
+/// User and password are percent-decoded; a password may hold `@` and `+`
+/// as they are, but writes `/ ? #` as `%2F %3F %23`, and an `@` after the
+/// host is written `%40` (a URL with a raw one there is refused: see
+/// [`tenure::url`]). Query
 /// options:
 ///
 /// | option | meaning | default |
@@ -75,10 +78,10 @@ impl RedisOptions {
                 "scheme {scheme:?} is not redis:// or rediss:// (TLS)"
             )));
         };
-        // The user info ends at the last '@', so that a password holding
-        // '/', '?', '#' or '@' unescaped still parses (and is never cut
-        // into a host or a query that an error could echo).
-        let (userinfo, rest) = tenure::url::split_userinfo(rest);
+        // The user info is found in the authority only; a URL with a raw
+        // '@' after the host is refused rather than guessed at (a
+        // password's '/ ? #' written raw, or an '@' in the query).
+        let (userinfo, rest) = tenure::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -278,10 +281,11 @@ mod tests {
     }
 
     #[test]
-    fn passwords_with_url_delimiters_parse_whole_and_never_show() {
+    fn passwords_with_url_delimiters_parse_escaped_are_refused_raw_and_never_show() {
         let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
         let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
-        let o = RedisOptions::from_url(&"redis://u:{P}@h:1/2?prefix=x".replace("{P}", password))
+        let escaped = "Qa1%2FQb2%3FQc3%23Qd4%40Qe5+Qf6";
+        let o = RedisOptions::from_url(&"redis://u:{P}@h:1/2?prefix=x".replace("{P}", escaped))
             .unwrap();
         assert_eq!(
             o.password.as_ref().map(Secret::expose),
@@ -292,6 +296,10 @@ mod tests {
         let e = RedisOptions::from_url(&"redis://u:{P}@h:99999".replace("{P}", password))
             .unwrap_err()
             .to_string();
+        assert!(
+            e.contains("%2F"),
+            "raw, the password is refused naming the fix: {e}"
+        );
         for shown in [e, format!("{o:?}"), o.describe()] {
             for p in pieces {
                 assert!(!shown.contains(p), "{shown}");

@@ -36,8 +36,11 @@ pub const DEFAULT_PORT: u16 = 2181;
 /// another when it fails); the port defaults to 2181. The path is the node
 /// under which every group gets a node of its own (`/tenure` when the URL
 /// has none), as a chroot would be: `zk://h:2181/services/billing/leases`.
-/// User and password are percent-decoded (write `%40` for `@`) and, when
-/// given, authenticate the session with ZooKeeper's `digest` scheme.
+/// User and password are percent-decoded; a password may hold `@` and `+`
+/// as they are, but writes `/ ? #` as `%2F %3F %23`, and an `@` after the
+/// host is written `%40` (a URL with a raw one there is refused: see
+/// [`tenure::url`]). When given, they authenticate the session with
+/// ZooKeeper's `digest` scheme.
 ///
 /// | option | meaning | default |
 /// |---|---|---|
@@ -83,9 +86,10 @@ impl ZkOptions {
             }
             None => return Err(bad("no scheme: write zk://host:2181/prefix".into())),
         };
-        // The user info ends at the last '@', so that a password holding
-        // '/', '?', '#' or '@' unescaped still parses whole.
-        let (userinfo, rest) = tenure::url::split_userinfo(rest);
+        // The user info is found in the authority only; a URL with a raw
+        // '@' after the host is refused rather than guessed at (a
+        // password's '/ ? #' written raw, or an '@' in the query).
+        let (userinfo, rest) = tenure::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -321,10 +325,11 @@ mod tests {
     }
 
     #[test]
-    fn passwords_with_url_delimiters_parse_whole_and_never_show() {
+    fn passwords_with_url_delimiters_parse_escaped_are_refused_raw_and_never_show() {
         let pieces = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
         let password = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
-        let o = ZkOptions::from_url(&"zk://u:{P}@h:1,g:2/p?timeout=2s".replace("{P}", password))
+        let escaped = "Qa1%2FQb2%3FQc3%23Qd4%40Qe5+Qf6";
+        let o = ZkOptions::from_url(&"zk://u:{P}@h:1,g:2/p?timeout=2s".replace("{P}", escaped))
             .unwrap();
         assert_eq!(
             o.password.as_ref().map(Secret::expose),
@@ -335,6 +340,10 @@ mod tests {
         let e = ZkOptions::from_url(&"zk://u:{P}@h:0".replace("{P}", password))
             .unwrap_err()
             .to_string();
+        assert!(
+            e.contains("%2F"),
+            "raw, the password is refused naming the fix: {e}"
+        );
         for shown in [e, format!("{o:?}"), o.describe()] {
             for p in pieces {
                 assert!(!shown.contains(p), "{shown}");

@@ -12,6 +12,8 @@ use zookeeper_client as zk;
 /// A password holding every URL delimiter, in distinctive pieces.
 const PASSWORD: &str = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
 const PIECES: [&str; 6] = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
+/// The same password as a URL carries it: `/ ? # @` percent-encoded.
+const ESCAPED: &str = "Qa1%2FQb2%3FQc3%23Qd4%40Qe5+Qf6";
 
 fn shows_no_password(text: &str) {
     for p in PIECES {
@@ -28,7 +30,7 @@ async fn nodes_belong_to_the_digest_user_and_others_are_refused() {
     let prefix = common::unique_prefix("auth");
     let url = |userinfo: &str| format!("zk://{userinfo}{hosts}{prefix}");
 
-    let alice = ZkStore::connect(&url(&format!("alice:{PASSWORD}@")))
+    let alice = ZkStore::connect(&url(&format!("alice:{ESCAPED}@")))
         .await
         .unwrap();
     shows_no_password(&alice.describe());
@@ -70,7 +72,7 @@ async fn nodes_belong_to_the_digest_user_and_others_are_refused() {
     // the fix, never the password.
     for who in [
         "alice:wrong-Qa1@".to_owned(),
-        format!("bob:{PASSWORD}@"),
+        format!("bob:{ESCAPED}@"),
         String::new(),
     ] {
         let e = ZkStore::connect(&url(&who)).await.unwrap_err();

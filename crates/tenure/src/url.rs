@@ -3,18 +3,25 @@
 //!
 //! # The rules every store URL follows
 //!
-//! * **User info ends at the last `@`.** Passwords are pasted as they are,
-//!   so a password may hold `/`, `?`, `#`, `@` or `+` unescaped; taking the
-//!   user info up to the *last* `@` keeps such a password whole instead of
-//!   cutting it into a host, a path and a query. The price: an `@` after the
-//!   host (in a query value) must be written `%40`.
+//! * **User info lives in the authority only**: between `://` and the
+//!   first `/`, `?` or `#`, up to the authority's last `@`. A password may
+//!   hold `@` and `+` as they are (`u:p@ss@host` has one reading), but `/`,
+//!   `?` and `#` must be written `%2F`, `%3F`, `%23`, and an `@` after the
+//!   host (in the path, the query or the fragment) must be written `%40`.
+//! * **An ambiguous URL is refused, never guessed at.** A raw `@` after
+//!   the first `/`, `?` or `#` could end the user info of a password
+//!   holding `/ ? #` unescaped, or belong to a query value: guessing wrong
+//!   connects to a host named by a piece of the password, or to a host
+//!   named by a query value. [`split_userinfo`] refuses such a URL with a
+//!   [`UserinfoError`] naming the fix (percent-encode), and no piece of it.
 //! * **`%XX` escapes are decoded, `+` is a plus.** `+` means a space only in
 //!   HTML forms; AWS secret keys and many passwords contain a literal `+`.
 //! * **Nothing between `://` and the last `@` is ever shown**, except a user
 //!   name before a `:`; [`redact`] is the only form of a store URL that may
-//!   appear in a log line or an error. Parsers name the *part* that is
-//!   wrong (the port, the option `timeout`), never echo raw text that could
-//!   hold a secret.
+//!   appear in a log line or an error (it masks that much even in a URL
+//!   [`split_userinfo`] refuses). Parsers name the *part* that is wrong
+//!   (the port, the option `timeout`), never echo raw text that could hold
+//!   a secret.
 
 use std::time::Duration;
 
@@ -46,23 +53,47 @@ pub fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Splits what follows `scheme://` into the user info (before the *last*
-/// `@`, if there is one) and the rest (hosts, path, query).
-///
-/// ```
-/// use tenure::url::split_userinfo;
-/// assert_eq!(split_userinfo("app:pa/s?s#@w@db:5432/x"), (Some("app:pa/s?s#@w"), "db:5432/x"));
-/// assert_eq!(split_userinfo("db:5432/x"), (None, "db:5432/x"));
-/// ```
-pub fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
-    match rest.rsplit_once('@') {
-        Some((info, after)) => (Some(info), after),
-        None => (None, rest),
-    }
+/// A store URL whose user info cannot be told apart from its host, path
+/// or query. The message names the fix and no piece of the URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UserinfoError {
+    /// A raw `@` after the first `/`, `?` or `#` past `scheme://`: a
+    /// password holding `/ ? #` unescaped, or an `@` in the path, query or
+    /// fragment.
+    #[error(
+        "an unescaped @ after the host (in the path, query or fragment) makes the URL ambiguous: \
+         write an @ there as %40, and percent-encode a password's / ? # @ as %2F %3F %23 %40"
+    )]
+    AtAfterHost,
 }
 
-/// Splits and decodes a URL's user info (`user[:password]`, the part
-/// before the last `@`): the user (possibly empty) and the password, if a
+/// Splits what follows `scheme://` into the user info (before the
+/// authority's last `@`, if there is one) and the rest (hosts, path,
+/// query). The authority ends at the first `/`, `?` or `#`; a raw `@`
+/// after that is refused (see [the rules](self)).
+///
+/// ```
+/// use tenure::url::{split_userinfo, UserinfoError};
+/// assert_eq!(split_userinfo("app:p@ss@db:5432/x"), Ok((Some("app:p@ss"), "db:5432/x")));
+/// assert_eq!(split_userinfo("app:pa%2Fs%3Fs%23w@db/x?a=%40"), Ok((Some("app:pa%2Fs%3Fs%23w"), "db/x?a=%40")));
+/// assert_eq!(split_userinfo("db:5432/x"), Ok((None, "db:5432/x")));
+/// assert_eq!(split_userinfo("h:1/?x=a@b"), Err(UserinfoError::AtAfterHost));
+/// assert_eq!(split_userinfo("app:pa/ss@db/x"), Err(UserinfoError::AtAfterHost));
+/// ```
+pub fn split_userinfo(rest: &str) -> Result<(Option<&str>, &str), UserinfoError> {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[end..].contains('@') {
+        return Err(UserinfoError::AtAfterHost);
+    }
+    Ok(match rest[..end].rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    })
+}
+
+/// Splits and decodes a URL's user info (`user[:password]`, as
+/// [`split_userinfo`] finds it): the user (possibly empty) and the password, if a
 /// `:` was there. Each store then applies its own rules (which parts it
 /// requires). Errors never repeat the text.
 ///
@@ -70,7 +101,7 @@ pub fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
 /// assert_eq!(tenure::url::decode_userinfo("app:p%40ss"), Ok(("app".into(), Some("p@ss".into()))));
 /// assert_eq!(tenure::url::decode_userinfo(":secret"), Ok(("".into(), Some("secret".into()))));
 /// assert_eq!(tenure::url::decode_userinfo("app"), Ok(("app".into(), None)));
-/// assert_eq!(tenure::url::decode_userinfo("app:a/b?c#d@e+f"), Ok(("app".into(), Some("a/b?c#d@e+f".into()))));
+/// assert_eq!(tenure::url::decode_userinfo("app:a%2Fb%3Fc%23d@e+f"), Ok(("app".into(), Some("a/b?c#d@e+f".into()))));
 /// assert!(tenure::url::decode_userinfo("a%zz:b").is_err());
 /// ```
 pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), &'static str> {
@@ -264,7 +295,7 @@ pub fn strip_userinfo(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     match rest[..end].rsplit_once('@') {
         Some((_, host)) => format!("{scheme}://{host}{}", &rest[end..]),
         None => url.to_owned(),
@@ -385,6 +416,44 @@ mod tests {
                 assert!(!shown.contains(p), "{url} shown as {shown}");
             }
         }
+    }
+
+    /// The user info is found in the authority only: an `@` in the query
+    /// or the fragment no longer moves the host, and a URL that could be
+    /// read two ways (a raw `/ ? #` in a password, or a raw `@` after the
+    /// host) is refused with the fix, never a piece of it.
+    #[test]
+    fn user_info_is_found_in_the_authority_only() {
+        assert_eq!(split_userinfo("h:1/?x=a%40b"), Ok((None, "h:1/?x=a%40b")));
+        assert_eq!(split_userinfo("u:p@h:1/0"), Ok((Some("u:p"), "h:1/0")));
+        assert_eq!(split_userinfo("u:p@ss@h"), Ok((Some("u:p@ss"), "h")));
+        assert_eq!(split_userinfo("u:p+s@h#f"), Ok((Some("u:p+s"), "h#f")));
+        for rest in [
+            "h:1/?x=a@b",
+            "h:1/db?x=a@b",
+            "h:1#Zq9@b",
+            "h:1/a@b",
+            "u:p@h:1/?x=a@b",
+            "u:Qa1/Qb2?Qc3#Qd4@Qe5+Qf6@h:1",
+            "u:Qa1?Qb2@h",
+            "u:Qa1#Qb2@h",
+            ":Qa1/Qb2@h",
+        ] {
+            let e = split_userinfo(rest).unwrap_err();
+            assert_eq!(e, UserinfoError::AtAfterHost, "{rest}");
+            let text = e.to_string();
+            assert!(text.contains("%40") && text.contains("%2F"), "{text}");
+            for piece in ["Qa1", "Qb2", "Qe5", "Zq9"] {
+                assert!(!text.contains(piece), "{rest}: {text}");
+            }
+        }
+        // Percent-encoded, the same password is one reading.
+        let (info, host) = split_userinfo("u:Qa1%2FQb2%3FQc3%23Qd4%40Qe5+Qf6@h:1/x").unwrap();
+        assert_eq!(host, "h:1/x");
+        assert_eq!(
+            decode_userinfo(info.unwrap()),
+            Ok(("u".into(), Some("Qa1/Qb2?Qc3#Qd4@Qe5+Qf6".into())))
+        );
     }
 
     #[test]

@@ -41,6 +41,27 @@ pub async fn raw_bucket(server: &str, bucket: &str) -> kv::Store {
     js.get_key_value(bucket).await.expect("the bucket exists")
 }
 
+/// Makes `bucket` as `nats kv add BUCKET --history 1` does: unlike the
+/// buckets tenure creates, it allows purges and roll-ups (`nats kv purge`).
+pub async fn nats_kv_add(server: &str, bucket: &str) {
+    let client = async_nats::connect(server.trim_start_matches("nats://"))
+        .await
+        .expect("raw connect");
+    jetstream::new(client)
+        .create_stream(jetstream::stream::Config {
+            name: format!("KV_{bucket}"),
+            subjects: vec![format!("$KV.{bucket}.>")],
+            max_messages_per_subject: 1,
+            discard: jetstream::stream::DiscardPolicy::New,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            ..Default::default()
+        })
+        .await
+        .expect("create the bucket");
+}
+
 /// A private nats-server on a free port, with JetStream and file storage
 /// in a directory that survives restarts, killed by PID on drop. `config`
 /// is extra configuration-file text (authorization, TLS).
