@@ -31,7 +31,10 @@
 //! node held (a token is stored by a write, and rises by one per term, so
 //! it never exceeds the zxid of the write that stored it). A
 //! compare-and-swap with that version creates the node, and one expecting
-//! no record conflicts.
+//! no record conflicts. A node created between the read that found it
+//! missing and the read of the prefix node has the floor as its own
+//! version, so a single read that finds a floor reads the node once more
+//! (a batch is one `multiRead`, which ZooKeeper answers between writes).
 
 use std::time::Duration;
 

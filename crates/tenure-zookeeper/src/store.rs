@@ -246,6 +246,39 @@ impl ZkStore {
 
     /// Reads one node, and the prefix node's token floor if it is missing.
     async fn look(&self, group: &GroupName) -> Result<Found, StoreError> {
+        self.look_with(group, std::future::ready(())).await
+    }
+
+    /// [`look`](ZkStore::look), with `between` run after the node was
+    /// found missing and before the prefix node is read (what a test
+    /// needs to change the store there).
+    async fn look_with(
+        &self,
+        group: &GroupName,
+        between: impl Future<Output = ()>,
+    ) -> Result<Found, StoreError> {
+        if let Some((data, stat)) = self.get_node(group).await? {
+            return Ok(Found::Node(data, stat));
+        }
+        between.await;
+        // Read after the node: a deletion of it shows in this.
+        let Some(floor) = self.floor().await? else {
+            self.remember_missing(group, None);
+            return Ok(Found::Nothing);
+        };
+        // A node created between the two reads has the floor as its own
+        // version (its creation was the prefix node's last child change):
+        // read it once more. Missing still, no node can have that version
+        // any more (one created at or before the floor is gone since).
+        if let Some((data, stat)) = self.get_node(group).await? {
+            return Ok(Found::Node(data, stat));
+        }
+        self.remember_missing(group, Some(floor));
+        Ok(Found::Floor(floor))
+    }
+
+    /// The group's node and its stat; `None` if it is missing.
+    async fn get_node(&self, group: &GroupName) -> Result<Option<(Vec<u8>, zk::Stat)>, StoreError> {
         let path = self.path(group);
         match self
             .request("read", |c| async move { c.get_data(&path).await })
@@ -253,14 +286,9 @@ impl ZkStore {
         {
             Ok((data, stat)) => {
                 self.remember(group, &stat);
-                Ok(Found::Node(data, stat))
+                Ok(Some((data, stat)))
             }
-            Err(Refused(zk::Error::NoNode)) => {
-                // Read after the node: a deletion of it shows in this.
-                let floor = self.floor().await?;
-                self.remember_missing(group, floor);
-                Ok(floor.map_or(Found::Nothing, Found::Floor))
-            }
+            Err(Refused(zk::Error::NoNode)) => Ok(None),
             Err(e) => Err(self.store_error("read", e)),
         }
     }
@@ -701,5 +729,80 @@ impl LeaseStore for ZkStore {
 
     fn engine_slot(&self) -> Option<&EngineSlot> {
         Some(&self.inner.engine)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenure::testkit::{held_by, server_url, unique_suffix};
+
+    /// A read that finds the node missing, while another candidate
+    /// creates it before the prefix node is read: the prefix node's
+    /// `pzxid` (the floor) is then the new node's own `mzxid`, its
+    /// version. Reading that as "released at the floor" would hand the
+    /// reader the live node's version with a record without a holder, and
+    /// its compare-and-swap would take the lease from the candidate that
+    /// just won it. The read must return the node, or a version no node
+    /// has.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_read_racing_a_creation_never_passes_the_new_node_off_as_released() {
+        let Some(server) = server_url("TENURE_TEST_ZOOKEEPER") else {
+            return;
+        };
+        let url = format!("{server}/tenure-straddle-{:x}", unique_suffix());
+        let (a, b) = (
+            ZkStore::connect(&url).await.unwrap(),
+            ZkStore::connect(&url).await.unwrap(),
+        );
+        // A child of the prefix node deleted once: missing groups read at
+        // a token floor from now on.
+        let gone = GroupName::new("gone").unwrap();
+        b.compare_and_swap(&gone, None, &held_by("x", 1))
+            .await
+            .unwrap();
+        let raw = zk::Client::connect(&url["zk://".len()..url.rfind('/').unwrap()])
+            .await
+            .unwrap();
+        raw.delete(&b.path(&gone), None).await.unwrap();
+
+        let g = GroupName::new("jobs").unwrap();
+        let floor = b.read(&g).await.unwrap().expect("a floor");
+        let won = held_by("b", floor.record.token + 1);
+        let between = async {
+            let created = b
+                .compare_and_swap(&g, Some(floor.version), &won)
+                .await
+                .unwrap();
+            assert!(matches!(created, CasOutcome::Applied(_)), "{created:?}");
+        };
+        let found = a.look_with(&g, between).await.unwrap();
+        let read = match found {
+            Found::Node(data, stat) => versioned(&g, &data, &stat).unwrap(),
+            Found::Floor(floor) => released_at(floor),
+            Found::Nothing => panic!("a prefix node that lost a child has a floor"),
+        };
+        let now = b.read(&g).await.unwrap().expect("b's node");
+        assert_eq!(now.record, won);
+        assert!(
+            read.version != now.version || read == now,
+            "the read paired b's live version {:?} with {:?}",
+            now.version,
+            read.record
+        );
+        // A reader that saw the group released takes it over: that must
+        // never take the lease b has just won.
+        if read.record.holder.is_none() {
+            let next = held_by("a", read.record.token + 1);
+            let taken = a
+                .compare_and_swap(&g, Some(read.version), &next)
+                .await
+                .unwrap();
+            assert_eq!(
+                (taken, b.read(&g).await.unwrap().unwrap().record),
+                (CasOutcome::Conflict, won),
+                "a took the lease b had just won"
+            );
+        }
     }
 }
