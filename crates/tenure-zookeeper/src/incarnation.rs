@@ -15,10 +15,12 @@
 //! (or none), so a write meant for an older incarnation fails as a whole.
 //!
 //! The guard is made by the first compare-and-swap that finds none (a node
-//! just created, one written by an older tenure or by hand): in one round
-//! trip it creates the guard and reads the node, and keeps the guard only
-//! if the node is still the incarnation it was made for (otherwise it
-//! deletes it at once and the write is a conflict).
+//! just created, one written by an older tenure or by hand): once a read
+//! shows the node is the incarnation the guard is for (a guard made under
+//! another one might not be deleted again, with no reply or an ACL
+//! without DELETE), in one round trip it creates the guard and reads the
+//! node, and keeps the guard only if the node is still that incarnation
+//! (otherwise it deletes it at once and the write is a conflict).
 //!
 //! A deleted node reads as "no node"; if that meant "never written", the
 //! next term's token would start again at 1. Deletions leave a mark on the

@@ -54,9 +54,10 @@
 //!   version was read from exists (`czxid` is never reused): a node
 //!   created again has no such guard, and the write is a conflict. The
 //!   guard is made by the first write that finds none (a new node, one
-//!   written by an older tenure or by hand), in one round trip with a read
-//!   of the node, and deleted at once if the node turns out to be another
-//!   incarnation by then.
+//!   written by an older tenure or by hand), only once a read shows the
+//!   node is still the incarnation it is for, in one round trip with
+//!   another read of the node, and deleted at once if the node turns out
+//!   to be another incarnation by then.
 //! * **Tokens never go back.** Once a child of the prefix node was ever
 //!   deleted (its `cversion`, raised by each child created or deleted,
 //!   exceeds its `numChildren`), a missing group reads as a record released

@@ -499,6 +499,23 @@ impl ZkStore {
     /// not (created again since, or gone).
     async fn guard(&self, group: &GroupName, czxid: i64) -> Result<bool, StoreError> {
         let path = self.path(group);
+        // First make sure the node is that incarnation: a guard made under
+        // another one is deleted at once below, but a deletion can fail
+        // (no reply, an ACL without DELETE) and leave it there, where it
+        // lets writes meant for the old incarnation through. What remains
+        // is a node created again within one round trip.
+        let current = {
+            let path = path.clone();
+            self.request(
+                "compare-and-swap",
+                |c| async move { c.check_stat(&path).await },
+            )
+            .await
+            .map_err(|e| self.store_error("compare-and-swap", e))?
+        };
+        if current.is_none_or(|stat| stat.czxid != czxid) {
+            return Ok(false);
+        }
         let guard = format!("{path}/{}", guard_name(czxid));
         let acls = self.acls();
         let (created, node) = {

@@ -189,3 +189,54 @@ async fn the_term_after_a_deletion_gets_a_higher_token() {
     assert!(after > before, "token {after} after {before}");
     b.shutdown().await;
 }
+
+/// A node created again by hand whose ACL lets anyone create children but
+/// not delete them, written up to the old node's data version. The old
+/// leader's renewal finds no guard of its incarnation; it must not leave
+/// one under the new node (which it could not delete again): another
+/// handle that remembers the old node at that data version would then
+/// write over the new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_guard_of_an_old_incarnation_is_left_under_a_node_created_again() {
+    let Some((old, raw, url, g)) = setup("wrong-guard").await else {
+        return;
+    };
+    let mut v = applied(&old, &g, None, &held_by("a", 3)).await;
+    for _ in 0..2 {
+        v = applied(&old, &g, Some(v), &held_by("a", 3)).await;
+    }
+    // A second handle that remembers the same version of the old node.
+    let other = ZkStore::connect(&url).await.unwrap();
+    assert_eq!(other.read(&g).await.unwrap().unwrap().version, v);
+
+    raw.delete_all(&g).await;
+    let no_delete = [zk::Acl::new(
+        zk::Permission::READ | zk::Permission::WRITE | zk::Permission::CREATE,
+        zk::AuthId::anyone(),
+    )];
+    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_delete));
+    let path = raw.path(&g);
+    let intruder = held_by("b", 9).encode();
+    raw.client.create(&path, &intruder, &options).await.unwrap();
+    for _ in 0..2 {
+        raw.client.set_data(&path, &intruder, None).await.unwrap();
+    }
+
+    for (who, store) in [("the old leader", &old), ("another handle", &other)] {
+        assert_eq!(
+            store
+                .compare_and_swap(&g, Some(v), &held_by("a", 3))
+                .await
+                .unwrap(),
+            CasOutcome::Conflict,
+            "{who}: a write of the deleted node applied to the new one"
+        );
+    }
+    let now = raw.get(&g).await.expect("the new node");
+    assert_eq!(LeaseRecord::decode(&now).unwrap().holder_id(), Some("b"));
+    assert_eq!(
+        raw.client.list_children(&path).await.unwrap(),
+        Vec::<String>::new(),
+        "a guard of the old incarnation under the new node"
+    );
+}
