@@ -45,7 +45,7 @@ use std::time::Duration;
 use tenure::{MonoTime, Timing};
 
 use crate::clock::{NodeClock, SimTime};
-use crate::report::{CrashGap, Violation, ViolationKind};
+use crate::report::{CrashGap, ViolationKind, Violations};
 
 /// The liveness bounds the simulation checks, derived from the timing and
 /// the store latency. All are real (simulated) durations.
@@ -150,7 +150,6 @@ pub(crate) type Notes = BTreeMap<&'static str, u64>;
 
 /// The checker of one run.
 pub(crate) struct Checker {
-    seed: u64,
     clocks: Vec<NodeClock>,
     terms: Vec<Term>,
     /// Terms that may still be valid now or later.
@@ -160,7 +159,7 @@ pub(crate) struct Checker {
     last_elected: Option<(u64, usize)>,
     store_token: u64,
     reported: BTreeSet<(u64, u64)>,
-    pub(crate) violations: Vec<Violation>,
+    pub(crate) violations: Violations,
     pub(crate) notes: Notes,
     pub(crate) elections: u64,
     pub(crate) handovers: u64,
@@ -179,7 +178,6 @@ impl Checker {
     pub(crate) fn new(seed: u64, clocks: Vec<NodeClock>, bounds: LivenessBounds) -> Self {
         let n = clocks.len();
         Checker {
-            seed,
             clocks,
             terms: Vec::new(),
             active: Vec::new(),
@@ -187,7 +185,7 @@ impl Checker {
             last_elected: None,
             store_token: 0,
             reported: BTreeSet::new(),
-            violations: Vec::new(),
+            violations: Violations::new(seed),
             notes: Notes::new(),
             elections: 0,
             handovers: 0,
@@ -200,18 +198,6 @@ impl Checker {
             heal_gap: None,
             closest: None,
         }
-    }
-
-    fn violation(
-        &mut self,
-        kind: ViolationKind,
-        at: SimTime,
-        nodes: Vec<usize>,
-        tokens: Vec<u64>,
-        detail: String,
-    ) {
-        self.violations
-            .push(Violation::new(self.seed, kind, at, nodes, tokens, detail));
     }
 
     pub(crate) fn note(&mut self, what: &'static str) {
@@ -246,7 +232,7 @@ impl Checker {
                 o.end().since(t).as_secs_f64(),
                 o_clock.rate_error(),
             );
-            self.violation(
+            self.violations.add(
                 ViolationKind::Overlap,
                 t,
                 vec![o.node, me.node],
@@ -281,7 +267,7 @@ impl Checker {
         self.elections += 1;
         if let Some(i) = self.current[node] {
             let old = self.terms[i].token;
-            self.violation(
+            self.violations.add(
                 ViolationKind::Contract,
                 t,
                 vec![node],
@@ -293,7 +279,7 @@ impl Checker {
         }
         if let Some((last, last_node)) = self.last_elected {
             if token <= last {
-                self.violation(
+                self.violations.add(
                     ViolationKind::TokenOrder,
                     t,
                     vec![last_node, node],
@@ -310,7 +296,7 @@ impl Checker {
         self.last_elected = Some((token, node));
         let deadline_real = self.clocks[node].real_at(deadline);
         if deadline_real <= t {
-            self.violation(
+            self.violations.add(
                 ViolationKind::Contract,
                 t,
                 vec![node],
@@ -347,7 +333,7 @@ impl Checker {
     pub(crate) fn renewed(&mut self, t: SimTime, node: usize, token: u64, deadline: MonoTime) {
         self.renewals += 1;
         let Some(idx) = self.current[node] else {
-            self.violation(
+            self.violations.add(
                 ViolationKind::Contract,
                 t,
                 vec![node],
@@ -358,7 +344,7 @@ impl Checker {
         };
         let held = self.terms[idx].token;
         if held != token {
-            self.violation(
+            self.violations.add(
                 ViolationKind::TokenOrder,
                 t,
                 vec![node],
@@ -392,7 +378,7 @@ impl Checker {
         work_deadline: MonoTime,
     ) {
         let Some(idx) = self.current[node].take() else {
-            self.violation(
+            self.violations.add(
                 ViolationKind::Contract,
                 t,
                 vec![node],
@@ -404,7 +390,7 @@ impl Checker {
         let term = &mut self.terms[idx];
         if term.token != token {
             let held = term.token;
-            self.violation(
+            self.violations.add(
                 ViolationKind::Contract,
                 t,
                 vec![node],
@@ -421,7 +407,7 @@ impl Checker {
             // overlap follows from this alone; but the work was told it may
             // act longer than the term lasts, which a real elector's work
             // would do.
-            self.violation(
+            self.violations.add(
                 ViolationKind::WorkPastDeadline,
                 t,
                 vec![node],
@@ -439,7 +425,8 @@ impl Checker {
     /// `node` asked to be woken at an instant already past at `t`, and ticks
     /// there kept changing nothing: it busy-waits.
     pub(crate) fn busy_wait(&mut self, t: SimTime, node: usize, detail: String) {
-        self.violation(ViolationKind::BusyWait, t, vec![node], vec![], detail);
+        self.violations
+            .add(ViolationKind::BusyWait, t, vec![node], vec![], detail);
     }
 
     /// `Input::Drained` was fed to `node` at `t`: the work of `token` is gone.
@@ -477,7 +464,7 @@ impl Checker {
     pub(crate) fn store_write(&mut self, t: SimTime, node: usize, token: u64) {
         if token < self.store_token {
             let before = self.store_token;
-            self.violation(
+            self.violations.add(
                 ViolationKind::TokenOrder,
                 t,
                 vec![node],
@@ -492,7 +479,7 @@ impl Checker {
 
     /// The store could not decode its own record.
     pub(crate) fn bad_record(&mut self, t: SimTime, node: usize, detail: String) {
-        self.violation(
+        self.violations.add(
             ViolationKind::Contract,
             t,
             vec![node],
@@ -547,7 +534,7 @@ impl Checker {
         }
         let c = self.crashes[idx].clone();
         let bound = self.bounds.crash;
-        self.violation(
+        self.violations.add(
             ViolationKind::Liveness,
             t,
             vec![c.node],
@@ -573,7 +560,7 @@ impl Checker {
         let leader = self.leader_at(t);
         if leader.is_none() {
             let bound = self.bounds.heal;
-            self.violation(
+            self.violations.add(
                 ViolationKind::Liveness,
                 t,
                 vec![],
@@ -592,7 +579,7 @@ impl Checker {
         token: u64,
         now: Option<(usize, u64)>,
     ) {
-        self.violation(
+        self.violations.add(
             ViolationKind::Liveness,
             t,
             vec![node],

@@ -69,6 +69,54 @@ pub struct Violation {
     pub detail: String,
 }
 
+/// The violations one run finds, each naming the run's seed.
+#[derive(Debug)]
+pub(crate) struct Violations {
+    seed: u64,
+    found: Vec<Violation>,
+}
+
+impl Violations {
+    /// None yet, in run `seed`.
+    pub(crate) fn new(seed: u64) -> Self {
+        Violations {
+            seed,
+            found: Vec::new(),
+        }
+    }
+
+    /// Records a violation found at `at`.
+    pub(crate) fn add(
+        &mut self,
+        kind: ViolationKind,
+        at: SimTime,
+        nodes: Vec<usize>,
+        tokens: Vec<u64>,
+        detail: String,
+    ) {
+        self.found
+            .push(Violation::new(self.seed, kind, at, nodes, tokens, detail));
+    }
+
+    /// Takes the violations found so far, for the run's report.
+    pub(crate) fn take(&mut self) -> Vec<Violation> {
+        std::mem::take(&mut self.found)
+    }
+
+    /// The violations found, for the run's report.
+    pub(crate) fn into_vec(self) -> Vec<Violation> {
+        self.found
+    }
+}
+
+impl std::ops::Deref for Violations {
+    type Target = [Violation];
+
+    fn deref(&self) -> &[Violation] {
+        &self.found
+    }
+}
+
 impl Violation {
     /// A violation found in run `seed`.
     pub(crate) fn new(

@@ -14,6 +14,9 @@ use std::time::Duration;
 
 use tenure_sim::{run_seed, SimParams, SkewBound, ViolationKind};
 
+mod clean;
+use clean::run_clean;
+
 /// The first overlap in `seeds`, checked for its particulars, with the
 /// replay command; and the seed it came from.
 fn first_overlap(params: &SimParams, seeds: Range<u64>) -> Option<(u64, String)> {
@@ -35,18 +38,6 @@ fn first_overlap(params: &SimParams, seeds: Range<u64>) -> Option<(u64, String)>
         }
     }
     None
-}
-
-fn assert_clean(params: &SimParams, seeds: Range<u64>) {
-    for seed in seeds {
-        let report = run_seed(seed, params).unwrap();
-        assert!(
-            report.violations.is_empty(),
-            "{:?}\n  replay: {}",
-            report.violations,
-            params.replay_command(seed)
-        );
-    }
 }
 
 #[test]
@@ -72,7 +63,7 @@ fn the_same_seeds_are_clean_within_the_bound() {
         skew: SkewBound::Off,
         ..SimParams::default()
     };
-    assert_clean(&params, 0..10);
+    run_clean(&params, 0..10);
 }
 
 const SKEW: Duration = Duration::from_millis(400);
@@ -105,7 +96,7 @@ fn the_same_seeds_are_clean_with_wall_clocks_within_half_the_bound() {
         skew: SkewBound::On(SKEW),
         ..SimParams::default()
     };
-    assert_clean(&params, 0..10);
+    run_clean(&params, 0..10);
 }
 
 /// With store latency up to 100 ms, a reply can arrive well after the write
@@ -132,5 +123,5 @@ fn deadlines_anchored_at_the_reply_overlap() {
 
 #[test]
 fn the_same_seeds_are_clean_with_deadlines_anchored_at_the_send() {
-    assert_clean(&slow_replies(), 0..20);
+    run_clean(&slow_replies(), 0..20);
 }

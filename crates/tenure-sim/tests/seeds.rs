@@ -3,20 +3,13 @@
 //!
 //! Split into four tests so that the test runner spreads them over cores.
 
-use tenure_sim::{run_seed, FaultKind, SimParams, Summary};
+use tenure_sim::{FaultKind, SimParams, Summary};
+
+mod clean;
+use clean::run_clean;
 
 fn run_range(seeds: std::ops::Range<u64>) -> Summary {
-    let params = SimParams::default();
-    let mut summary = Summary::default();
-    let mut failures = Vec::new();
-    for seed in seeds {
-        let report = run_seed(seed, &params).unwrap();
-        for v in &report.violations {
-            failures.push(format!("{v}\n  replay: {}", params.replay_command(seed)));
-        }
-        summary.add(&report);
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let summary = run_clean(&SimParams::default(), seeds);
     // The runs did what they are for: elections under every kind of fault.
     assert!(summary.elections > summary.seeds * 5, "{summary}");
     for kind in FaultKind::ALL {
@@ -54,13 +47,5 @@ fn large_clusters_hold_every_invariant() {
         nodes: 12..=20,
         ..SimParams::default()
     };
-    for seed in 10_000..10_012 {
-        let report = run_seed(seed, &params).unwrap();
-        assert!(
-            report.violations.is_empty(),
-            "{:?}\n  replay: {}",
-            report.violations,
-            params.replay_command(seed)
-        );
-    }
+    run_clean(&params, 10_000..10_012);
 }

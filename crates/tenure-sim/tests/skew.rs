@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
-use tenure_sim::{run_seed, SimParams, SkewBound, Summary};
+use tenure_sim::{run_seed, SimParams, SkewBound};
+
+mod clean;
+use clean::run_clean;
 
 #[test]
 fn early_takeovers_happen_in_the_skew_seeds_and_are_safe() {
@@ -14,17 +17,7 @@ fn early_takeovers_happen_in_the_skew_seeds_and_are_safe() {
         skew: SkewBound::On(Duration::from_millis(400)),
         ..SimParams::default()
     };
-    let mut summary = Summary::default();
-    for seed in 0..40 {
-        let report = run_seed(seed, &params).unwrap();
-        assert!(
-            report.violations.is_empty(),
-            "{:?}\n  replay: {}",
-            report.violations,
-            params.replay_command(seed)
-        );
-        summary.add(&report);
-    }
+    let summary = run_clean(&params, 0..40);
     assert_eq!(summary.skew_seeds, 40);
     assert!(
         summary.skew_seeds_with_early_takeover >= 30,

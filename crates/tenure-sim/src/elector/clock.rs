@@ -109,7 +109,7 @@ impl SimClock {
                         self.clock.mono(t).as_nanos()
                     );
                     drop(spin);
-                    super::lock(&self.findings).violation(
+                    super::lock(&self.findings).violations.add(
                         ViolationKind::BusyWait,
                         t,
                         vec![self.node],

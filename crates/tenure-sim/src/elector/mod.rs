@@ -60,7 +60,7 @@ use crate::checker::LivenessBounds;
 use crate::clock::SimTime;
 use crate::faults::{between, FaultCounts};
 use crate::params::SimError;
-use crate::report::{term_violations, Violation, ViolationKind};
+use crate::report::{term_violations, Violation, ViolationKind, Violations};
 use crate::scheduler::Queue;
 use crate::trace::Trace;
 
@@ -118,8 +118,7 @@ pub(crate) fn run_paused<T>(
 
 /// What the candidates' tasks find while the run goes on.
 pub(crate) struct Findings {
-    seed: u64,
-    pub(crate) violations: Vec<Violation>,
+    pub(crate) violations: Violations,
     /// `Event::Elected` seen.
     pub(crate) elections: u64,
     /// `Event::Ousted` seen, by reason.
@@ -133,8 +132,7 @@ pub(crate) struct Findings {
 impl Findings {
     pub(crate) fn new(seed: u64, keep_lines: bool) -> Self {
         Findings {
-            seed,
-            violations: Vec::new(),
+            violations: Violations::new(seed),
             elections: 0,
             end_reasons: BTreeMap::new(),
             store_alarms: 0,
@@ -142,22 +140,10 @@ impl Findings {
         }
     }
 
-    pub(crate) fn violation(
-        &mut self,
-        kind: ViolationKind,
-        at: SimTime,
-        nodes: Vec<usize>,
-        tokens: Vec<u64>,
-        detail: String,
-    ) {
-        self.violations
-            .push(Violation::new(self.seed, kind, at, nodes, tokens, detail));
-    }
-
     /// Takes what the run found for its report: the violations and the
     /// trace.
     pub(crate) fn take(&mut self) -> (Vec<Violation>, Trace) {
-        let violations = std::mem::take(&mut self.violations);
+        let violations = self.violations.take();
         let trace = std::mem::replace(&mut self.trace, Trace::new(false));
         (violations, trace)
     }
@@ -370,21 +356,27 @@ impl Cluster {
         self.work.len()
     }
 
+    /// Records a liveness violation in group `g`, found now.
+    fn liveness_violation(&self, g: usize, nodes: Vec<usize>, tokens: Vec<u64>, what: String) {
+        let detail = format!("group {}: {what}", group_name(g));
+        lock(&self.findings).violations.add(
+            ViolationKind::Liveness,
+            self.now,
+            nodes,
+            tokens,
+            detail,
+        );
+    }
+
     fn heal_check(&mut self) {
         for g in 0..self.groups() {
             self.heal_leaders[g] = self.leader(g);
             if self.heal_leaders[g].is_none() {
                 let bound = self.bounds.heal;
-                lock(&self.findings).violation(
-                    ViolationKind::Liveness,
-                    self.now,
-                    vec![],
-                    vec![],
-                    format!(
-                        "group {}: no valid term {bound:.3?} (the heal bound) after every fault had healed",
-                        group_name(g)
-                    ),
+                let what = format!(
+                    "no valid term {bound:.3?} (the heal bound) after every fault had healed"
                 );
+                self.liveness_violation(g, vec![], vec![], what);
             }
         }
     }
@@ -397,16 +389,10 @@ impl Cluster {
             let leader = self.leader(g);
             if let Some((node, token)) = self.heal_leaders[g] {
                 if leader != Some((node, token)) {
-                    lock(&self.findings).violation(
-                        ViolationKind::Liveness,
-                        self.now,
-                        vec![node],
-                        vec![token],
-                        format!(
-                            "group {}: node {node} led with token {token} in the fault-free tail but lost its term without a fault (now: {leader:?})",
-                            group_name(g)
-                        ),
+                    let what = format!(
+                        "node {node} led with token {token} in the fault-free tail but lost its term without a fault (now: {leader:?})"
                     );
+                    self.liveness_violation(g, vec![node], vec![token], what);
                 }
             }
         }
@@ -434,16 +420,10 @@ impl Cluster {
                 .any(|s| self.sim_time(s.elected) >= at);
             if !restarted {
                 let bound = self.bounds.crash;
-                lock(&self.findings).violation(
-                    ViolationKind::Liveness,
-                    self.now,
-                    vec![],
-                    vec![],
-                    format!(
-                        "group {}: the leader crashed at {at} with nothing else going wrong, and no term's work started within the crash failover bound {bound:.3?}",
-                        group_name(g)
-                    ),
+                let what = format!(
+                    "the leader crashed at {at} with nothing else going wrong, and no term's work started within the crash failover bound {bound:.3?}"
                 );
+                self.liveness_violation(g, vec![], vec![], what);
             }
         }
     }

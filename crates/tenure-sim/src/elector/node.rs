@@ -64,7 +64,7 @@ impl Drop for WorkSpan {
             || format!("{}: the work of token {token} stops", group_name(g)),
         );
         if t > until.after(TIMER_RESOLUTION) {
-            f.violation(
+            f.violations.add(
                 ViolationKind::WorkPastDeadline,
                 t,
                 vec![self.ctx.node],
@@ -97,7 +97,7 @@ impl WorkCtx {
                 )
             });
         if t >= until {
-            f.violation(
+            f.violations.add(
                 ViolationKind::WorkPastDeadline,
                 t,
                 vec![self.node],
@@ -191,7 +191,7 @@ async fn listen(
                 });
             }
             Event::StoreHealth { message: Some(_) } => f.store_alarms += 1,
-            Event::Failed { fault } => f.violation(
+            Event::Failed { fault } => f.violations.add(
                 ViolationKind::Contract,
                 t,
                 vec![node],
@@ -231,7 +231,7 @@ impl Cluster {
             match started {
                 Ok(e) => electors.push(e),
                 Err(e) => {
-                    lock(&self.findings).violation(
+                    lock(&self.findings).violations.add(
                         ViolationKind::Contract,
                         self.now,
                         vec![n],

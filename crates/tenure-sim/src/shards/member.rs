@@ -123,7 +123,7 @@ impl Drop for WorkSpan {
             || format!("shard {s}: the work of token {token} stops (as of {end})"),
         );
         if end > until.after(TIMER_RESOLUTION) {
-            f.violation(
+            f.violations.add(
                 ViolationKind::WorkPastDeadline,
                 end,
                 vec![self.ctx.node],
@@ -152,7 +152,7 @@ impl WorkCtx {
                 format!("shard {s}: the work of token {token} starts: {behaviour:?}")
             });
         if t >= until {
-            f.violation(
+            f.violations.add(
                 ViolationKind::WorkPastDeadline,
                 t,
                 vec![self.node],
@@ -200,7 +200,7 @@ impl WorkCtx {
 async fn work(ctx: WorkCtx, shard: String, term: Term) -> Result<(), WorkFailed> {
     let Ok(s) = shard.parse::<usize>() else {
         let t = ctx.clock.inner.real_now();
-        lock(&ctx.findings).violation(
+        lock(&ctx.findings).violations.add(
             ViolationKind::Contract,
             t,
             vec![ctx.node],
@@ -232,7 +232,7 @@ async fn app(shards: Shards, ctx: WorkCtx) {
             Err(WorkFailed::Drawn) => {}
             Err(WorkFailed::Fatal(e)) => {
                 let t = ctx.clock.inner.real_now();
-                lock(&ctx.findings).violation(
+                lock(&ctx.findings).violations.add(
                     ViolationKind::Contract,
                     t,
                     vec![ctx.node],
@@ -335,7 +335,7 @@ impl Set {
         let shards = match started {
             Ok(s) => s,
             Err(e) => {
-                lock(&self.findings).violation(
+                lock(&self.findings).violations.add(
                     ViolationKind::Contract,
                     self.now,
                     vec![n],

@@ -303,7 +303,9 @@ impl Set {
     }
 
     fn violation(&self, kind: ViolationKind, nodes: Vec<usize>, detail: String) {
-        lock(&self.findings).violation(kind, self.now, nodes, vec![], detail);
+        lock(&self.findings)
+            .violations
+            .add(kind, self.now, nodes, vec![], detail);
     }
 
     /// The members with a running process, in slot order.

@@ -408,7 +408,7 @@ impl World {
             heal_bound: self.bounds.heal,
             heal_gap: checker.heal_gap,
             closest_handover: checker.closest,
-            violations: checker.violations,
+            violations: checker.violations.into_vec(),
             notes: checker.notes,
             end_reasons: self.end_reasons,
             early_takeovers: self.early_takeovers,
