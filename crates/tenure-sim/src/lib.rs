@@ -61,6 +61,7 @@ pub mod report;
 mod scheduler;
 pub mod shards;
 mod spin;
+pub mod tier;
 mod trace;
 mod world;
 
@@ -69,6 +70,7 @@ pub use clock::{NodeClock, SimTime};
 pub use faults::{FaultCounts, FaultKind, FaultRates};
 pub use params::{Liveness, Notify, Shared, SimError, SimParams, SkewBound};
 pub use report::{CrashGap, SimReport, Summary, Violation, ViolationKind};
+pub use tier::Tier;
 
 /// Runs one seed to the end and reports what the checker found.
 ///

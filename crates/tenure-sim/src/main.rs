@@ -18,12 +18,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tenure_sim::elector::{self, ElectorFaultRates, ElectorParams, ElectorReport, ElectorSummary};
-use tenure_sim::shards::{self, ShardFaultRates, ShardParams, ShardReport, ShardSummary};
-use tenure_sim::{
-    run_seed, FaultRates, Liveness, Notify, Shared, SimError, SimParams, SimReport, SkewBound,
-    Summary, Violation,
-};
+use tenure_sim::elector::{ElectorFaultRates, ElectorParams};
+use tenure_sim::shards::{ShardFaultRates, ShardParams};
+use tenure_sim::{FaultRates, Liveness, Notify, Shared, SimParams, SkewBound, Tier};
 
 /// Deterministic simulation of tenure elections with an invariant checker.
 #[derive(Parser, Debug)]
@@ -233,149 +230,14 @@ fn params(args: &Args) -> SimParams {
     p
 }
 
-/// One tier of the simulation, as the seed loop sees it.
-trait Tier {
-    type Report;
-    type Summary: Default + std::fmt::Display;
-    fn check(&self) -> Result<(), SimError>;
-    fn run(&self, seed: u64) -> Result<Self::Report, SimError>;
-    /// The trace lines and a one-line description of a single seed's run.
-    fn describe(&self, report: &Self::Report) -> (Vec<String>, String);
-    fn violations<'a>(&self, report: &'a Self::Report) -> &'a [Violation];
-    fn replay_command(&self, seed: u64) -> String;
-    fn add(&self, summary: &mut Self::Summary, report: &Self::Report);
-    fn violation_count(&self, summary: &Self::Summary) -> usize;
-}
-
-struct Machines(SimParams);
-
-impl Tier for Machines {
-    type Report = SimReport;
-    type Summary = Summary;
-    fn check(&self) -> Result<(), SimError> {
-        self.0.check()
-    }
-    fn run(&self, seed: u64) -> Result<SimReport, SimError> {
-        run_seed(seed, &self.0)
-    }
-    fn describe(&self, r: &SimReport) -> (Vec<String>, String) {
-        let line = format!(
-            "seed {}: {} nodes, skew bound {:?}, liveness timeout {:?}, notifications {}, digest {:016x}",
-            r.seed, r.nodes, r.skew_bound, r.liveness_timeout, r.notify, r.digest
-        );
-        (r.trace.clone(), line)
-    }
-    fn violations<'a>(&self, r: &'a SimReport) -> &'a [Violation] {
-        &r.violations
-    }
-    fn replay_command(&self, seed: u64) -> String {
-        self.0.replay_command(seed)
-    }
-    fn add(&self, summary: &mut Summary, r: &SimReport) {
-        summary.add(r);
-    }
-    fn violation_count(&self, summary: &Summary) -> usize {
-        summary.violations.len()
-    }
-}
-
-struct Electors(ElectorParams);
-
-impl Tier for Electors {
-    type Report = ElectorReport;
-    type Summary = ElectorSummary;
-    fn check(&self) -> Result<(), SimError> {
-        self.0.check()
-    }
-    fn run(&self, seed: u64) -> Result<ElectorReport, SimError> {
-        elector::run_seed(seed, &self.0)
-    }
-    fn describe(&self, r: &ElectorReport) -> (Vec<String>, String) {
-        let line = format!(
-            "seed {}: {} nodes ({} notified) in {} groups, skew bound {:?}, liveness timeout {:?}, {} terms, digest {:016x}",
-            r.seed,
-            r.nodes,
-            r.notifying,
-            r.groups,
-            r.skew_bound,
-            r.liveness_timeout,
-            r.terms,
-            r.digest
-        );
-        (r.trace.clone(), line)
-    }
-    fn violations<'a>(&self, r: &'a ElectorReport) -> &'a [Violation] {
-        &r.violations
-    }
-    fn replay_command(&self, seed: u64) -> String {
-        self.0.replay_command(seed)
-    }
-    fn add(&self, summary: &mut ElectorSummary, r: &ElectorReport) {
-        summary.add(r);
-    }
-    fn violation_count(&self, summary: &ElectorSummary) -> usize {
-        summary.violations.len()
-    }
-}
-
-struct Sharded(ShardParams);
-
-impl Tier for Sharded {
-    type Report = ShardReport;
-    type Summary = ShardSummary;
-    fn check(&self) -> Result<(), SimError> {
-        self.0.check()
-    }
-    fn run(&self, seed: u64) -> Result<ShardReport, SimError> {
-        shards::run_seed(seed, &self.0)
-    }
-    fn describe(&self, r: &ShardReport) -> (Vec<String>, String) {
-        let settled: Vec<String> = r
-            .settlings
-            .iter()
-            .map(|s| {
-                let took = s.took.map_or("not settled".into(), |t| format!("{t:.3?}"));
-                format!(
-                    "{}: {took} (bound {:.3?}), moved {} ({})",
-                    s.phase, s.bound, s.moved, s.minimum
-                )
-            })
-            .collect();
-        let line = format!(
-            "seed {}: {} shards over {} member ids ({} notified), skew bound {:?}, {} terms, digest {:016x}\n  settled after {}",
-            r.seed,
-            r.shards,
-            r.members,
-            r.notifying,
-            r.skew_bound,
-            r.terms,
-            r.digest,
-            settled.join("; ")
-        );
-        (r.trace.clone(), line)
-    }
-    fn violations<'a>(&self, r: &'a ShardReport) -> &'a [Violation] {
-        &r.violations
-    }
-    fn replay_command(&self, seed: u64) -> String {
-        self.0.replay_command(seed)
-    }
-    fn add(&self, summary: &mut ShardSummary, r: &ShardReport) {
-        summary.add(r);
-    }
-    fn violation_count(&self, summary: &ShardSummary) -> usize {
-        summary.violations.len()
-    }
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.shards {
-        drive(&args, Sharded(shard_params(&args)))
+        drive(&args, shard_params(&args))
     } else if args.elector {
-        drive(&args, Electors(elector_params(&args)))
+        drive(&args, elector_params(&args))
     } else {
-        drive(&args, Machines(params(&args)))
+        drive(&args, params(&args))
     }
 }
 

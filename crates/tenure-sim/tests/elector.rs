@@ -9,19 +9,8 @@ use std::time::Duration;
 use tenure_sim::elector::{run_seed, ElectorParams, ElectorSummary};
 use tenure_sim::{FaultKind, SkewBound, ViolationKind};
 
-fn run_range(params: &ElectorParams, seeds: Range<u64>) -> ElectorSummary {
-    let mut summary = ElectorSummary::default();
-    let mut failures = Vec::new();
-    for seed in seeds {
-        let report = run_seed(seed, params).unwrap();
-        for v in &report.violations {
-            failures.push(format!("{v}\n  replay: {}", params.replay_command(seed)));
-        }
-        summary.add(&report);
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    summary
-}
+mod clean;
+use clean::run_clean;
 
 fn assert_exercised(summary: &ElectorSummary) {
     // The runs did what they are for: many terms and hand-overs under every
@@ -53,13 +42,13 @@ fn assert_exercised(summary: &ElectorSummary) {
 
 #[test]
 fn elector_seeds_0_to_75_hold_every_invariant() {
-    let summary = run_range(&ElectorParams::default(), 0..75);
+    let summary = run_clean(&ElectorParams::default(), 0..75);
     assert_exercised(&summary);
 }
 
 #[test]
 fn elector_seeds_75_to_150_hold_every_invariant() {
-    let summary = run_range(&ElectorParams::default(), 75..150);
+    let summary = run_clean(&ElectorParams::default(), 75..150);
     assert_exercised(&summary);
 }
 
@@ -70,7 +59,7 @@ fn larger_clusters_with_many_groups_hold_every_invariant() {
         groups: 4..=8,
         ..ElectorParams::default()
     };
-    let summary = run_range(&params, 1000..1010);
+    let summary = run_clean(&params, 1000..1010);
     assert!(summary.groups >= 40, "{summary}");
 }
 
@@ -128,6 +117,6 @@ fn the_same_seeds_are_clean_within_the_bounds() {
             skew,
             ..ElectorParams::default()
         };
-        run_range(&params, 0..10);
+        run_clean(&params, 0..10);
     }
 }

@@ -13,19 +13,8 @@ use std::time::Duration;
 use tenure_sim::shards::{run_seed, Phase, ShardParams, ShardSummary};
 use tenure_sim::{FaultKind, SkewBound, ViolationKind};
 
-fn run_range(params: &ShardParams, seeds: Range<u64>) -> ShardSummary {
-    let mut summary = ShardSummary::default();
-    let mut failures = Vec::new();
-    for seed in seeds {
-        let report = run_seed(seed, params).unwrap();
-        for v in &report.violations {
-            failures.push(format!("{v}\n  replay: {}", params.replay_command(seed)));
-        }
-        summary.add(&report);
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    summary
-}
+mod clean;
+use clean::run_clean;
 
 fn assert_exercised(summary: &ShardSummary) {
     // The runs did what they are for: members came and went in every way,
@@ -64,13 +53,13 @@ fn assert_exercised(summary: &ShardSummary) {
 
 #[test]
 fn shard_seeds_0_to_8_hold_every_invariant() {
-    let summary = run_range(&ShardParams::default(), 0..8);
+    let summary = run_clean(&ShardParams::default(), 0..8);
     assert_exercised(&summary);
 }
 
 #[test]
 fn shard_seeds_8_to_16_hold_every_invariant() {
-    let summary = run_range(&ShardParams::default(), 8..16);
+    let summary = run_clean(&ShardParams::default(), 8..16);
     assert_exercised(&summary);
 }
 

@@ -1,20 +1,24 @@
-//! Machine-tier seeds that must all run clean.
+//! Seeds that must all run clean, in any tier.
 
 use std::ops::Range;
 
-use tenure_sim::{run_seed, SimParams, Summary};
+use tenure_sim::Tier;
 
-/// Runs `seeds` with `params` and fails naming every violation with the
-/// command that replays its seed; otherwise returns the runs' summary.
-pub fn run_clean(params: &SimParams, seeds: Range<u64>) -> Summary {
-    let mut summary = Summary::default();
+/// Runs `seeds` of the tier with these parameters and fails naming every
+/// violation with the command that replays its seed; otherwise returns the
+/// runs' summary.
+pub fn run_clean<T: Tier>(params: &T, seeds: Range<u64>) -> T::Summary {
+    let mut summary = T::Summary::default();
     let mut failures = Vec::new();
     for seed in seeds {
-        let report = run_seed(seed, params).unwrap();
-        for v in &report.violations {
-            failures.push(format!("{v}\n  replay: {}", params.replay_command(seed)));
+        let report = params.run(seed).unwrap();
+        for v in params.violations(&report) {
+            failures.push(format!(
+                "{v}\n  replay: {}",
+                Tier::replay_command(params, seed)
+            ));
         }
-        summary.add(&report);
+        params.add(&mut summary, &report);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     summary
