@@ -14,30 +14,17 @@ use std::time::Duration;
 
 use tenure_sim::{run_seed, SimParams, SkewBound, ViolationKind};
 
-mod clean;
-use clean::run_clean;
+mod runs;
+use runs::{first_violation, run_clean};
 
 /// The first overlap in `seeds`, checked for its particulars, with the
 /// replay command; and the seed it came from.
 fn first_overlap(params: &SimParams, seeds: Range<u64>) -> Option<(u64, String)> {
-    for seed in seeds {
-        let report = run_seed(seed, params).unwrap();
-        if let Some(v) = report
-            .violations
-            .iter()
-            .find(|v| v.kind == ViolationKind::Overlap)
-        {
-            assert_eq!(v.seed, seed);
-            assert_eq!(v.nodes.len(), 2, "{v}");
-            assert_eq!(v.tokens.len(), 2, "{v}");
-            assert_ne!(v.tokens[0], v.tokens[1], "{v}");
-            return Some((
-                seed,
-                format!("{v}\n  replay: {}", params.replay_command(seed)),
-            ));
-        }
-    }
-    None
+    let (v, replay) = first_violation(params, seeds, |v| v.kind == ViolationKind::Overlap)?;
+    assert_eq!(v.nodes.len(), 2, "{v}");
+    assert_eq!(v.tokens.len(), 2, "{v}");
+    assert_ne!(v.tokens[0], v.tokens[1], "{v}");
+    Some((v.seed, format!("{v}\n  replay: {replay}")))
 }
 
 #[test]

@@ -6,11 +6,11 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use tenure_sim::elector::{run_seed, ElectorParams, ElectorSummary};
+use tenure_sim::elector::{ElectorParams, ElectorSummary};
 use tenure_sim::{FaultKind, SkewBound, ViolationKind};
 
-mod clean;
-use clean::run_clean;
+mod runs;
+use runs::{first_violation, run_clean};
 
 fn assert_exercised(summary: &ElectorSummary) {
     // The runs did what they are for: many terms and hand-overs under every
@@ -71,20 +71,12 @@ fn larger_clusters_with_many_groups_hold_every_invariant() {
 /// all seeds overlap under these controls, and the search stops at the
 /// first).
 fn first_overlap(params: &ElectorParams, seeds: Range<u64>) -> Option<String> {
-    for seed in seeds {
-        let report = run_seed(seed, params).unwrap();
-        if let Some(v) = report
-            .violations
-            .iter()
-            .find(|v| v.kind == ViolationKind::Overlap && v.detail.contains("work of two terms"))
-        {
-            assert_eq!(v.seed, seed);
-            assert_eq!(v.tokens.len(), 2, "{v}");
-            assert!(v.tokens[0] < v.tokens[1], "{v}");
-            return Some(format!("{v}\n  replay: {}", params.replay_command(seed)));
-        }
-    }
-    None
+    let (v, replay) = first_violation(params, seeds, |v| {
+        v.kind == ViolationKind::Overlap && v.detail.contains("work of two terms")
+    })?;
+    assert_eq!(v.tokens.len(), 2, "{v}");
+    assert!(v.tokens[0] < v.tokens[1], "{v}");
+    Some(format!("{v}\n  replay: {replay}"))
 }
 
 #[test]

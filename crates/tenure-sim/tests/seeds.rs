@@ -5,8 +5,8 @@
 
 use tenure_sim::{FaultKind, SimParams, Summary};
 
-mod clean;
-use clean::run_clean;
+mod runs;
+use runs::run_clean;
 
 fn run_range(seeds: std::ops::Range<u64>) -> Summary {
     let summary = run_clean(&SimParams::default(), seeds);

@@ -10,11 +10,11 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use tenure_sim::shards::{run_seed, Phase, ShardParams, ShardSummary};
+use tenure_sim::shards::{Phase, ShardParams, ShardSummary};
 use tenure_sim::{FaultKind, SkewBound, ViolationKind};
 
-mod clean;
-use clean::run_clean;
+mod runs;
+use runs::{first_violation, run_clean};
 
 fn assert_exercised(summary: &ShardSummary) {
     // The runs did what they are for: members came and went in every way,
@@ -80,20 +80,14 @@ fn control(params: ShardParams) -> ShardParams {
 /// controls about a third of all seeds overlap, and the search stops at the
 /// first).
 fn first_overlap(params: &ShardParams, seeds: Range<u64>) -> Option<String> {
-    for seed in seeds {
-        let report = run_seed(seed, params).unwrap();
-        if let Some(v) = report.violations.iter().find(|v| {
-            v.kind == ViolationKind::Overlap
-                && v.detail.contains("work of two terms")
-                && v.nodes[0] != v.nodes[1]
-        }) {
-            assert_eq!(v.seed, seed);
-            assert!(v.detail.starts_with("shard "), "{v}");
-            assert!(v.tokens[0] < v.tokens[1], "{v}");
-            return Some(format!("{v}\n  replay: {}", params.replay_command(seed)));
-        }
-    }
-    None
+    let (v, replay) = first_violation(params, seeds, |v| {
+        v.kind == ViolationKind::Overlap
+            && v.detail.contains("work of two terms")
+            && v.nodes[0] != v.nodes[1]
+    })?;
+    assert!(v.detail.starts_with("shard "), "{v}");
+    assert!(v.tokens[0] < v.tokens[1], "{v}");
+    Some(format!("{v}\n  replay: {replay}"))
 }
 
 #[test]

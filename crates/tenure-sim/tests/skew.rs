@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tenure_sim::{run_seed, SimParams, SkewBound};
 
-mod clean;
-use clean::run_clean;
+mod runs;
+use runs::run_clean;
 
 #[test]
 fn early_takeovers_happen_in_the_skew_seeds_and_are_safe() {
