@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
+    LeaseStore, LeaseView, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -218,10 +218,21 @@ fn version_of(v: i64) -> Version {
 }
 
 fn decode(group: &GroupName, version: i64, bytes: &[u8]) -> Result<Versioned, StoreError> {
-    let record = LeaseRecord::decode(bytes).map_err(|source| StoreError::Record {
+    let corrupt = |source| StoreError::Record {
         group: group.clone(),
         source,
-    })?;
+    };
+    // tenure never writes a negative version, and no write can follow the
+    // largest bigint (`version + 1` overflows): either was put there by
+    // hand, and would otherwise conflict or fail on every write, unexplained.
+    if !(0..i64::MAX).contains(&version) {
+        return Err(corrupt(RecordError::Corrupt {
+            detail: format!(
+                "its version column holds {version}, outside the 0 to 2^63 - 2 that tenure writes"
+            ),
+        }));
+    }
+    let record = LeaseRecord::decode(bytes).map_err(corrupt)?;
     Ok(Versioned {
         record,
         version: version_of(version),

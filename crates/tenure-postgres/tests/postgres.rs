@@ -1021,3 +1021,49 @@ async fn single_writes_and_batches_of_one_agree() {
         CasOutcome::Conflict
     );
 }
+
+/// A version column set by hand below zero or to the largest bigint (no
+/// write can follow it) is a corrupt record naming the column, in a read,
+/// a batch read and a listing, not a lease that conflicts or fails on
+/// every write without a word.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_column_out_of_range_is_a_corrupt_record() {
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let db = raw(&url).await;
+    for bad in [-5_i64, i64::MAX] {
+        let group = testkit::unique_group("pg-bad-version");
+        applied(
+            tenure::LeaseStore::compare_and_swap(&store, &group, None, &testkit::held_by("a", 1))
+                .await,
+        );
+        db.execute(
+            "UPDATE tenure_leases SET version = $2 WHERE group_name = $1",
+            &[&group.as_str(), &bad],
+        )
+        .await
+        .unwrap();
+        let check = |got: Result<Option<tenure::Versioned>, StoreError>| match got {
+            Err(StoreError::Record {
+                source: tenure::RecordError::Corrupt { detail },
+                ..
+            }) => assert!(detail.contains(&bad.to_string()), "{detail}"),
+            other => panic!("version {bad}: {other:?}"),
+        };
+        check(tenure::LeaseView::read(&store, &group).await);
+        let many = tenure::LeaseView::read_many(&store, std::slice::from_ref(&group))
+            .await
+            .unwrap();
+        check(many.into_iter().next().unwrap());
+        let listed = tenure::LeaseView::list(&store, group.as_str())
+            .await
+            .unwrap();
+        let [entry] = &listed[..] else {
+            panic!("version {bad}: {listed:?}")
+        };
+        assert!(
+            matches!(entry.record, Err(StoreError::Record { .. })),
+            "version {bad}: {entry:?}"
+        );
+    }
+}
