@@ -56,6 +56,7 @@ use crate::store::LeaseStore;
 
 mod conformance;
 mod hand_over;
+mod hostile_password;
 mod proxy;
 pub mod scenarios;
 mod servers;
@@ -63,6 +64,10 @@ mod support;
 mod term_log;
 mod tls;
 pub use hand_over::{url_argument, HandOver, StoryError};
+pub use hostile_password::{
+    assert_password_never_shown, assert_raw_password_refused, HOSTILE_PASSWORD,
+    HOSTILE_PASSWORD_ESCAPED,
+};
 pub use proxy::TcpProxy;
 pub use servers::server_url;
 pub use support::{free_port, signal, unique_suffix, wait_for_port, ServerProcess, TempDir};
