@@ -115,7 +115,11 @@ impl PostgresOptions {
         let mut passthrough = Vec::new();
         let mut given = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            // A word without '=' is most likely the tail of a secret
+            // holding an unescaped '&' (tokio-postgres would name it).
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| bad(tenure::url::BARE_WORD.into()))?;
             let decoded = || {
                 tenure::url::percent_decode(v).ok_or_else(|| {
                     bad(format!(
@@ -296,6 +300,24 @@ mod tests {
         assert!(PostgresOptions::from_url("postgres://h/db?timeout=1e400").is_err());
         let o = PostgresOptions::from_url("postgres://h/db?timeout=100000000s").unwrap();
         assert_eq!(o.timeout, Duration::from_secs(100_000_000));
+    }
+
+    /// libpq's key=value form is no URL: refused, without its password;
+    /// a password in the query holding a raw '&' leaves its tail as a
+    /// word that neither tenure nor tokio-postgres may name.
+    #[test]
+    fn conninfo_strings_and_ampersand_tails_never_show() {
+        for text in [
+            "host=127.0.0.1 user=app password=Qa1/Qb2 dbname=x",
+            "host=127.0.0.1 password='Qa1 Qb2' user=app",
+            "postgres://app@127.0.0.1/db?password=Qa1&Qb2&sslmode=disable",
+            "postgres://app@127.0.0.1/db?password=Qa1&Qb2",
+        ] {
+            let e = PostgresOptions::from_url(text).unwrap_err().to_string();
+            for p in ["Qa1", "Qb2"] {
+                assert!(!e.contains(p), "{text}: {e}");
+            }
+        }
     }
 
     #[test]

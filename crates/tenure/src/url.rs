@@ -168,16 +168,19 @@ pub fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), Stri
 }
 
 /// The `key=value` pairs of a query string (the part after `?`), split on
-/// `&` and %-decoded; a pair without `=` has an empty value. An error names
-/// the key only (values may be secrets).
+/// `&` and %-decoded. An error names the key only (values may be secrets),
+/// and a word without `=` is an error that does not repeat it: it is most
+/// likely the tail of a secret value holding an unescaped `&` (see
+/// [`BARE_WORD`]).
 ///
 /// ```
-/// let pairs: Result<Vec<_>, _> = tenure::url::query_pairs("a=1&b=x%2By+z&flag").collect();
-/// assert_eq!(pairs.unwrap(), [("a".into(), "1".into()), ("b".into(), "x+y+z".into()), ("flag".into(), "".into())]);
+/// let pairs: Result<Vec<_>, _> = tenure::url::query_pairs("a=1&b=x%2By+z&c=").collect();
+/// assert_eq!(pairs.unwrap(), [("a".into(), "1".into()), ("b".into(), "x+y+z".into()), ("c".into(), "".into())]);
+/// assert!(tenure::url::query_pairs("key=s3&cr3t").any(|p| p.is_err_and(|e| !e.contains("cr3t"))));
 /// ```
 pub fn query_pairs(query: &str) -> impl Iterator<Item = Result<(String, String), String>> + '_ {
     query.split('&').filter(|p| !p.is_empty()).map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (k, v) = pair.split_once('=').ok_or_else(|| BARE_WORD.to_owned())?;
         let key = percent_decode(k)
             .ok_or_else(|| "an option name has an invalid %-escape or is not UTF-8".to_owned())?;
         let value = percent_decode(v).ok_or_else(|| {
@@ -188,6 +191,12 @@ pub fn query_pairs(query: &str) -> impl Iterator<Item = Result<(String, String),
         Ok((key, value))
     })
 }
+
+/// The error for a word without `=` in a URL's query. It never repeats the
+/// word: [`redact`] masks such words, since a secret value holding an
+/// unescaped `&` leaves its tail there.
+pub const BARE_WORD: &str = "an option without a value (no =): write name=value, and an & inside \
+     a value as %26";
 
 /// Parses the option `name`'s value as a duration: `500ms`, `5s`, `2m`,
 /// `1h 30m` (humantime's forms) or a bare number of seconds. The error
@@ -359,6 +368,13 @@ pub fn redact(url: &str) -> String {
             pos = end + 1;
         }
     }
+    // Text that is not a URL may be libpq's key=value form
+    // (`host=h password=s3cret`): mask the values of its secret keys.
+    if url[..url.find("://").unwrap_or(url.len())].contains('=') {
+        for (from, to) in conninfo_secrets(url) {
+            mask(from, to);
+        }
+    }
     let mut out = String::with_capacity(url.len());
     let mut in_mask = false;
     for (i, c) in url.char_indices() {
@@ -373,6 +389,49 @@ pub fn redact(url: &str) -> String {
         }
     }
     out
+}
+
+/// The byte ranges of the values of secret keys ([`is_secret_key`]) in
+/// libpq's `key = value` form: a value runs to the next whitespace, or to
+/// its closing quote if it starts with `'`; a backslash escapes the next
+/// character in either. Overlapping ranges are harmless.
+fn conninfo_secrets(text: &str) -> Vec<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut ranges = Vec::new();
+    for (eq, _) in text.match_indices('=') {
+        let before = text[..eq].trim_end();
+        let key_start = before
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| c.is_whitespace() || c == '=' || c == '\'')
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        if !is_secret_key(&before[key_start..]) {
+            continue;
+        }
+        let mut i = eq + 1;
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let from = i;
+        let quoted = bytes.get(i) == Some(&b'\'');
+        if quoted {
+            i += 1;
+        }
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => i += 1,
+                b'\'' if quoted => {
+                    i += 1;
+                    break;
+                }
+                b if !quoted && b.is_ascii_whitespace() => break,
+                _ => {}
+            }
+            i += 1;
+        }
+        ranges.push((from, i.min(bytes.len())));
+    }
+    ranges
 }
 
 #[cfg(test)]
@@ -395,6 +454,32 @@ mod tests {
             redact("dynamodb://t?secret_access_key=a/b+c&x=1&tail"),
             "dynamodb://t?secret_access_key=***&x=1&***"
         );
+    }
+
+    /// A libpq `key=value` string (not a URL) handed where a URL goes is
+    /// shown with its secret values masked, quoted, spaced or escaped.
+    #[test]
+    fn conninfo_strings_never_show_their_secrets() {
+        assert_eq!(
+            redact("host=127.0.0.1 user=app password=Qa1/Qb2 dbname=x"),
+            "host=127.0.0.1 user=app password=*** dbname=x"
+        );
+        for text in [
+            "host=h password=Qa1/Qb2?Qc3#Qd4@Qe5+Qf6",
+            "host=h password = Qa1",
+            "host=h password='Qa1 Qb2\\' Qc3' dbname=x",
+            "host=h password=Qa1\\ Qb2",
+            "host=h sslpassword=Qa1 user=u",
+            "password=Qa1",
+            "sslrootcert=file://x password=Qa1",
+            "host=h\u{3000}password=Qa1\u{a0}Qb2 user=ü",
+            "password=\\éQa1 x",
+        ] {
+            let shown = redact(text);
+            for p in ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"] {
+                assert!(!shown.contains(p), "{text} shown as {shown}");
+            }
+        }
     }
 
     #[test]
@@ -470,6 +555,11 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert!(e.contains("sasl.password") && !e.contains("secret"), "{e}");
+        // The tail of a secret holding a raw '&' is refused, never named.
+        let e = query_pairs("secret_access_key=Qa1&Qb2&region=x")
+            .find_map(Result::err)
+            .unwrap();
+        assert!(e.contains("%26") && !e.contains("Qb2"), "{e}");
         assert_eq!(percent_decode("%2"), None);
         assert_eq!(percent_decode("%+1"), None, "a sign is not a hex digit");
     }
