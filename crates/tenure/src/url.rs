@@ -398,7 +398,13 @@ pub fn redact(url: &str) -> String {
 fn conninfo_secrets(text: &str) -> Vec<(usize, usize)> {
     let bytes = text.as_bytes();
     let mut ranges = Vec::new();
+    // Where the last masked value ends: an '=' before it is inside that
+    // value (and scanning it again would make long input quadratic).
+    let mut masked_to = 0;
     for (eq, _) in text.match_indices('=') {
+        if eq < masked_to {
+            continue;
+        }
         let before = text[..eq].trim_end();
         let key_start = before
             .char_indices()
@@ -429,7 +435,8 @@ fn conninfo_secrets(text: &str) -> Vec<(usize, usize)> {
             }
             i += 1;
         }
-        ranges.push((from, i.min(bytes.len())));
+        masked_to = i.min(bytes.len());
+        ranges.push((from, masked_to));
     }
     ranges
 }
@@ -480,6 +487,9 @@ mod tests {
                 assert!(!shown.contains(p), "{text} shown as {shown}");
             }
         }
+        // Long hostile input is read in one pass (each value once).
+        let long = format!("host=h {}Qa1", "password=".repeat(200_000));
+        assert_eq!(redact(&long), "host=h password=***");
     }
 
     #[test]
