@@ -88,7 +88,11 @@ async fn each_reconnect_resyncs_then_carries_writes_and_leaves_no_consumer_behin
     }
     // The watches of the cut connections expire on the server (30 s
     // without interest); the live one stays.
-    let js = jetstream::new(async_nats::connect(server.addr().to_string()).await.unwrap());
+    let js = jetstream::new(
+        async_nats::connect(server.addr().to_string())
+            .await
+            .unwrap(),
+    );
     let mut stream = js.get_stream("KV_reconnect").await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
