@@ -34,14 +34,8 @@ const MIN_PING_EVERY: Duration = Duration::from_secs(1);
 /// Room in the store-wide feed: every renewal of a large engine's round.
 const CAPACITY: usize = 16_384;
 
-/// How often a feed that fell behind offers its reader the resync it owes.
-const RESYNC_RETRY: Duration = Duration::from_millis(20);
-
 /// How long looking up a notification's sender may take.
 const SENDER_LOOKUP_WAIT: Duration = Duration::from_secs(2);
-
-/// How often an idle feed checks that its reader is still there.
-const READER_CHECK: Duration = Duration::from_secs(1);
 
 /// A connection listening on the table's channel.
 struct Listener {
@@ -177,22 +171,9 @@ pub(crate) async fn watch(
         let mut relay = FeedRelay::new(tx);
         let mut listener = listener;
         let mut senders = Senders::new(&options.table.quoted);
-        let mut reader_check = tokio::time::interval(READER_CHECK);
         loop {
-            let note = tokio::select! {
-                note = listener.next() => note,
-                _ = reader_check.tick() => {
-                    if relay.is_closed() {
-                        return;
-                    }
-                    continue;
-                }
-                _ = tokio::time::sleep(RESYNC_RETRY), if relay.owes_resync() => {
-                    if !relay.settle() {
-                        return;
-                    }
-                    continue;
-                }
+            let Some(note) = relay.next(listener.next()).await else {
+                return;
             };
             match note {
                 Some((sender, note)) => {

@@ -37,12 +37,6 @@ const MAX_PING_EVERY: Duration = Duration::from_secs(5);
 /// Room in the store-wide feed: every renewal of a large engine's round.
 const CAPACITY: usize = 16_384;
 
-/// How often a feed that fell behind offers its reader the resync it owes.
-const RESYNC_RETRY: Duration = Duration::from_millis(20);
-
-/// How often an idle store-wide feed checks that its reader is still there.
-const READER_CHECK: Duration = Duration::from_secs(1);
-
 /// What a connection subscribes to.
 #[derive(Clone, Copy)]
 enum Topic<'a> {
@@ -288,22 +282,9 @@ pub(crate) async fn watch(
     tokio::spawn(async move {
         let mut relay = FeedRelay::new(tx);
         let mut sub = sub;
-        let mut reader_check = tokio::time::interval(READER_CHECK);
         loop {
-            let next = tokio::select! {
-                next = sub.next() => next,
-                _ = reader_check.tick() => {
-                    if relay.is_closed() {
-                        return;
-                    }
-                    continue;
-                }
-                _ = tokio::time::sleep(RESYNC_RETRY), if relay.owes_resync() => {
-                    if !relay.settle() {
-                        return;
-                    }
-                    continue;
-                }
+            let Some(next) = relay.next(sub.next()).await else {
+                return;
             };
             match next {
                 Ok(message) => {

@@ -33,7 +33,6 @@
 //! [`LeaseView::watch`]: tenure::LeaseView::watch
 
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use tenure::{Change, FeedRelay, GroupName, StoreFeed, StoreFeedSender};
@@ -46,10 +45,6 @@ use crate::store::{ZkStore, READS_PER_REQUEST};
 /// Room in the feed: a whole renewal round of a large engine. When it is
 /// full, changes are dropped for a resync (see the module docs).
 pub(crate) const CAPACITY: usize = 16_384;
-
-/// How often a resync owed is offered again while the feed stays full
-/// and no event comes to carry it.
-const RESYNC_RETRY: Duration = Duration::from_millis(20);
 
 /// Arms the watch (waiting for the server to confirm it) and starts the
 /// task that forwards its events until the feed is dropped.
@@ -133,15 +128,9 @@ async fn forward(store: ZkStore, mut watcher: zk::PersistentWatcher, tx: StoreFe
     let mut disconnected = false;
     loop {
         let event = if changed.is_empty() {
-            tokio::select! {
-                _ = tx.closed() => return,
-                e = next_event(&mut watcher) => e,
-                _ = tokio::time::sleep(RESYNC_RETRY), if relay.owes_resync() => {
-                    if !relay.settle() {
-                        return;
-                    }
-                    continue;
-                }
+            match relay.next(next_event(&mut watcher)).await {
+                Some(e) => e,
+                None => return,
             }
         } else {
             // Take what already arrived; read once nothing more is ready.
@@ -270,7 +259,7 @@ mod tests {
                     .unwrap();
             }
             // Generous time for the events to reach the feed's task.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             while let Some(change) = feed.try_next() {
                 if change == Change::Resync {
                     return;

@@ -2,6 +2,9 @@
 //! list) and [`LeaseStore`] on top of it (compare-and-swap). As small as
 //! vimeo's `RaceDecider`; a read-only user needs only the view.
 
+use std::future::Future;
+use std::time::Duration;
+
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
@@ -228,6 +231,10 @@ fn only_entry<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
 /// How many single operations the default batch methods run at once.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 
+/// How often a [`FeedRelay`] that fell behind offers its reader the
+/// resync it owes.
+pub const RESYNC_RETRY: Duration = Duration::from_millis(20);
+
 /// Hands changes from a store's listener to a [`StoreFeed`] without ever
 /// waiting for its reader: when the feed is full, the change is dropped
 /// and a [`Change::Resync`] is owed, sent as soon as there is room (it
@@ -306,6 +313,27 @@ impl FeedRelay {
     /// Whether a resync is owed.
     pub fn owes_resync(&self) -> bool {
         self.owes_resync
+    }
+
+    /// Waits for `source` (the listener's next event) while doing the
+    /// relay's own duties meanwhile: offering the resync owed every
+    /// [`RESYNC_RETRY`], since nothing else may come to carry it, and
+    /// noticing the reader is gone. `None` once it is: the listener should
+    /// stop.
+    pub async fn next<T>(&mut self, source: impl Future<Output = T>) -> Option<T> {
+        let mut source = std::pin::pin!(source);
+        let tx = self.tx.clone();
+        loop {
+            tokio::select! {
+                item = &mut source => return Some(item),
+                () = tx.closed() => return None,
+                () = tokio::time::sleep(RESYNC_RETRY), if self.owes_resync => {
+                    if !self.settle() {
+                        return None;
+                    }
+                }
+            }
+        }
     }
 
     /// Whether the reader is gone.
@@ -611,3 +639,40 @@ macro_rules! forward_through_pointer {
 
 forward_through_pointer!(std::sync::Arc);
 forward_through_pointer!(Box);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hint(g: &str) -> Change {
+        Change::Hint {
+            group: GroupName::new(g).unwrap(),
+        }
+    }
+
+    /// While the source has nothing, `next` still offers the resync owed
+    /// once the reader makes room, and ends when the reader is gone.
+    #[tokio::test(start_paused = true)]
+    async fn next_offers_the_resync_owed_while_the_source_is_quiet() {
+        let (tx, mut feed) = StoreFeed::channel(1);
+        let mut relay = FeedRelay::new(tx);
+        assert!(relay.send(hint("a")));
+        assert!(relay.send(hint("b")), "full: dropped, a resync owed");
+        assert_eq!(feed.try_next(), Some(hint("a")));
+        let quiet = std::future::pending::<()>();
+        let waited = tokio::time::timeout(RESYNC_RETRY * 3, relay.next(quiet)).await;
+        assert!(waited.is_err(), "the source never answered");
+        assert_eq!(feed.try_next(), Some(Change::Resync));
+        assert!(!relay.owes_resync());
+        drop(feed);
+        assert_eq!(relay.next(std::future::pending::<()>()).await, None);
+    }
+
+    /// What the source yields is passed through.
+    #[tokio::test(start_paused = true)]
+    async fn next_passes_the_source_through() {
+        let (tx, _feed) = StoreFeed::channel(1);
+        let mut relay = FeedRelay::new(tx);
+        assert_eq!(relay.next(async { 7 }).await, Some(7));
+    }
+}
