@@ -23,6 +23,41 @@ async fn applied(
     }
 }
 
+/// Creates `g` as `holder` with `token`, then writes it twice more (the
+/// node at data version 2): the version a handle then remembers.
+async fn written_three_times(store: &ZkStore, g: &GroupName, holder: &str, token: u64) -> Version {
+    let mut v = applied(store, g, None, &held_by(holder, token)).await;
+    for _ in 0..2 {
+        v = applied(store, g, Some(v), &held_by(holder, token)).await;
+    }
+    v
+}
+
+/// Panics unless the old handle's renewal at `v`, the version of the
+/// node before it was deleted, conflicts.
+async fn stale_renewal_conflicts(old: &ZkStore, g: &GroupName, v: Version) {
+    assert_eq!(
+        old.compare_and_swap(g, Some(v), &held_by("a", 3))
+            .await
+            .unwrap(),
+        CasOutcome::Conflict,
+        "a renewal of the deleted node applied to the new one"
+    );
+}
+
+/// Creates `g`'s node again by hand, with `acls`, holding another
+/// candidate's record, and writes it up to data version 2, the version
+/// the old node had.
+async fn recreated_by_hand(raw: &common::Raw, g: &GroupName, acls: zk::Acls<'_>) {
+    let path = raw.path(g);
+    let intruder = held_by("b", 9).encode();
+    let options = zk::CreateMode::Persistent.with_acls(acls);
+    raw.client.create(&path, &intruder, &options).await.unwrap();
+    for _ in 0..2 {
+        raw.client.set_data(&path, &intruder, None).await.unwrap();
+    }
+}
+
 async fn setup(label: &str) -> Option<(ZkStore, common::Raw, String, GroupName)> {
     let server = testkit::server_url("TENURE_TEST_ZOOKEEPER")?;
     let prefix = common::unique_prefix(label);
@@ -41,29 +76,15 @@ async fn a_stale_write_never_applies_to_a_node_created_again() {
     let Some((old, raw, _, g)) = setup("recreated").await else {
         return;
     };
-    let mut v = applied(&old, &g, None, &held_by("a", 3)).await;
-    for _ in 0..2 {
-        v = applied(&old, &g, Some(v), &held_by("a", 3)).await;
-    }
+    let v = written_three_times(&old, &g, "a", 3).await;
 
     raw.delete_all(&g).await;
-    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    recreated_by_hand(&raw, &g, zk::Acls::anyone_all()).await;
     let path = raw.path(&g);
-    let intruder = held_by("b", 9).encode();
-    raw.client.create(&path, &intruder, &open).await.unwrap();
-    for _ in 0..2 {
-        raw.client.set_data(&path, &intruder, None).await.unwrap();
-    }
     let (_, stat) = raw.client.get_data(&path).await.unwrap();
     assert_eq!(stat.version, 2, "the new node is at the old data version");
 
-    assert_eq!(
-        old.compare_and_swap(&g, Some(v), &held_by("a", 3))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict,
-        "a renewal of the deleted node applied to the new one"
-    );
+    stale_renewal_conflicts(&old, &g, v).await;
     let now = old.read(&g).await.unwrap().expect("the new node");
     assert_eq!(now.record.holder_id(), Some("b"));
     // The new node is written through tenure as usual.
@@ -84,10 +105,7 @@ async fn a_stale_write_never_applies_to_a_node_tenure_created_again() {
     let Some((old, raw, url, g)) = setup("recreated-by-tenure").await else {
         return;
     };
-    let mut v = applied(&old, &g, None, &held_by("a", 3)).await;
-    for _ in 0..2 {
-        v = applied(&old, &g, Some(v), &held_by("a", 3)).await;
-    }
+    let v = written_three_times(&old, &g, "a", 3).await;
     raw.delete_all(&g).await;
 
     let other = ZkStore::connect(&url).await.unwrap();
@@ -97,13 +115,7 @@ async fn a_stale_write_never_applies_to_a_node_tenure_created_again() {
     for _ in 0..2 {
         w = applied(&other, &g, Some(w), &held_by("b", token)).await;
     }
-    assert_eq!(
-        old.compare_and_swap(&g, Some(v), &held_by("a", 3))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict,
-        "a renewal of the deleted node applied to the new one"
-    );
+    stale_renewal_conflicts(&old, &g, v).await;
     let now = other.read(&g).await.unwrap().expect("the new node");
     assert_eq!((now.version, now.record.holder_id()), (w, Some("b")));
 }
@@ -201,10 +213,7 @@ async fn no_guard_of_an_old_incarnation_is_left_under_a_node_created_again() {
     let Some((old, raw, url, g)) = setup("wrong-guard").await else {
         return;
     };
-    let mut v = applied(&old, &g, None, &held_by("a", 3)).await;
-    for _ in 0..2 {
-        v = applied(&old, &g, Some(v), &held_by("a", 3)).await;
-    }
+    let v = written_three_times(&old, &g, "a", 3).await;
     // A second handle that remembers the same version of the old node.
     let other = ZkStore::connect(&url).await.unwrap();
     assert_eq!(other.read(&g).await.unwrap().unwrap().version, v);
@@ -214,13 +223,8 @@ async fn no_guard_of_an_old_incarnation_is_left_under_a_node_created_again() {
         zk::Permission::READ | zk::Permission::WRITE | zk::Permission::CREATE,
         zk::AuthId::anyone(),
     )];
-    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_delete));
+    recreated_by_hand(&raw, &g, zk::Acls::new(&no_delete)).await;
     let path = raw.path(&g);
-    let intruder = held_by("b", 9).encode();
-    raw.client.create(&path, &intruder, &options).await.unwrap();
-    for _ in 0..2 {
-        raw.client.set_data(&path, &intruder, None).await.unwrap();
-    }
 
     for (who, store) in [("the old leader", &old), ("another handle", &other)] {
         assert_eq!(
