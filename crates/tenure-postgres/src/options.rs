@@ -41,7 +41,7 @@ const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_secs(3600);
 ///
 /// ```
 /// use tenure_postgres::PostgresOptions;
-/// let o = PostgresOptions::from_url("postgres://app:pa/ss?w#rd@db.internal:5432/app?table=ops.leases")?;
+/// let o = PostgresOptions::from_url("postgres://app:pa%2Fss%3Fw%23rd@db.internal:5432/app?table=ops.leases")?;
 /// assert_eq!(o.table(), "ops.leases");
 /// assert_eq!(o.redacted_url(), "postgres://app:***@db.internal:5432/app?table=ops.leases");
 /// # Ok::<(), tenure_postgres::PostgresStoreError>(())
