@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use tenure::testkit::{self, held_by, TcpProxy};
-use tenure::{CasOutcome, Change, LeaseStore, LeaseView, StoreFeed};
+use tenure::{Change, LeaseView, StoreFeed};
 use tenure_nats::NatsStore;
 
 use common::NatsServer;
@@ -41,13 +41,7 @@ async fn each_reconnect_resyncs_then_carries_writes_and_leaves_no_consumer_behin
         .unwrap();
     let mut feed = via_proxy.watch().await.unwrap().expect("a feed");
     let group = testkit::unique_group("reconnect");
-    let CasOutcome::Applied(mut version) = direct
-        .compare_and_swap(&group, None, &held_by("a", 1))
-        .await
-        .unwrap()
-    else {
-        panic!("conflict on the first write");
-    };
+    let mut version = testkit::applied(&direct, &group, None, &held_by("a", 1)).await;
     let c = next_change(&mut feed).await;
     assert!(
         matches!(&c, Change::Written { group: g, current } if g == &group && current.version == version),
@@ -56,13 +50,7 @@ async fn each_reconnect_resyncs_then_carries_writes_and_leaves_no_consumer_behin
     for round in 2..5u64 {
         proxy.cut();
         // Written while the feed's connection is cut: the Resync covers it.
-        let CasOutcome::Applied(v) = direct
-            .compare_and_swap(&group, Some(version), &held_by("a", round))
-            .await
-            .unwrap()
-        else {
-            panic!("conflict");
-        };
+        let v = testkit::applied(&direct, &group, Some(version), &held_by("a", round)).await;
         proxy.heal();
         loop {
             match next_change(&mut feed).await {
@@ -72,13 +60,7 @@ async fn each_reconnect_resyncs_then_carries_writes_and_leaves_no_consumer_behin
                 other => panic!("round {round}: {other:?} before the Resync"),
             }
         }
-        let CasOutcome::Applied(after) = direct
-            .compare_and_swap(&group, Some(v), &held_by("a", round * 10))
-            .await
-            .unwrap()
-        else {
-            panic!("conflict");
-        };
+        let after = testkit::applied(&direct, &group, Some(v), &held_by("a", round * 10)).await;
         let c = next_change(&mut feed).await;
         assert!(
             matches!(&c, Change::Written { current, .. } if current.version == after),
@@ -107,13 +89,7 @@ async fn each_reconnect_resyncs_then_carries_writes_and_leaves_no_consumer_behin
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     // And the live one still carries writes.
-    let CasOutcome::Applied(last) = direct
-        .compare_and_swap(&group, Some(version), &held_by("b", 99))
-        .await
-        .unwrap()
-    else {
-        panic!("conflict");
-    };
+    let last = testkit::applied(&direct, &group, Some(version), &held_by("b", 99)).await;
     let c = next_change(&mut feed).await;
     assert!(
         matches!(&c, Change::Written { current, .. } if current.version == last),

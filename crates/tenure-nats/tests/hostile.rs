@@ -138,13 +138,7 @@ async fn a_deleted_purged_or_unknown_marker_is_an_error_never_a_fresh_start() {
     let mut feed = store.watch().await.unwrap().expect("a feed");
     for how in ["del", "purge", "unknown operation"] {
         let group = testkit::unique_group("deleted");
-        let CasOutcome::Applied(v1) = store
-            .compare_and_swap(&group, None, &held_by("a", 7))
-            .await
-            .unwrap()
-        else {
-            panic!("conflict on the first write");
-        };
+        let v1 = testkit::applied(&store, &group, None, &held_by("a", 7)).await;
         let c = next_change(&mut feed).await;
         assert!(
             matches!(&c, Change::Written { group: g, .. } if g == &group),
@@ -218,13 +212,7 @@ async fn buckets_tenure_creates_refuse_purges_and_deletions() {
     let (server, bucket) = common::split_bucket(&url);
     let raw = common::raw_bucket(server, bucket).await;
     let group = testkit::unique_group("nopurge");
-    let CasOutcome::Applied(v1) = store
-        .compare_and_swap(&group, None, &held_by("a", 3))
-        .await
-        .unwrap()
-    else {
-        panic!("conflict on the first write");
-    };
+    let v1 = testkit::applied(&store, &group, None, &held_by("a", 3)).await;
     let key = NatsStore::key_of(&group);
     assert!(raw.purge(&key).await.is_err(), "nats kv purge");
     assert!(raw.stream.purge().await.is_err(), "nats stream purge");

@@ -11,24 +11,12 @@ use tenure::{CasOutcome, GroupName, LeaseRecord, LeaseStore, LeaseView, Version}
 use tenure_zookeeper::ZkStore;
 use zookeeper_client as zk;
 
-async fn applied(
-    store: &ZkStore,
-    g: &GroupName,
-    expected: Option<Version>,
-    rec: &LeaseRecord,
-) -> Version {
-    match store.compare_and_swap(g, expected, rec).await {
-        Ok(CasOutcome::Applied(v)) => v,
-        other => panic!("writing {g}: {other:?}"),
-    }
-}
-
 /// Creates `g` as `holder` with `token`, then writes it twice more (the
 /// node at data version 2): the version a handle then remembers.
 async fn written_three_times(store: &ZkStore, g: &GroupName, holder: &str, token: u64) -> Version {
-    let mut v = applied(store, g, None, &held_by(holder, token)).await;
+    let mut v = testkit::applied(store, g, None, &held_by(holder, token)).await;
     for _ in 0..2 {
-        v = applied(store, g, Some(v), &held_by(holder, token)).await;
+        v = testkit::applied(store, g, Some(v), &held_by(holder, token)).await;
     }
     v
 }
@@ -88,7 +76,7 @@ async fn a_stale_write_never_applies_to_a_node_created_again() {
     let now = old.read(&g).await.unwrap().expect("the new node");
     assert_eq!(now.record.holder_id(), Some("b"));
     // The new node is written through tenure as usual.
-    let w = applied(&old, &g, Some(now.version), &held_by("c", 10)).await;
+    let w = testkit::applied(&old, &g, Some(now.version), &held_by("c", 10)).await;
     assert!(w > now.version);
     assert_eq!(
         old.compare_and_swap(&g, Some(now.version), &held_by("a", 3))
@@ -111,9 +99,9 @@ async fn a_stale_write_never_applies_to_a_node_tenure_created_again() {
     let other = ZkStore::connect(&url).await.unwrap();
     let gone = other.read(&g).await.unwrap().expect("a released record");
     let token = gone.record.token + 1;
-    let mut w = applied(&other, &g, Some(gone.version), &held_by("b", token)).await;
+    let mut w = testkit::applied(&other, &g, Some(gone.version), &held_by("b", token)).await;
     for _ in 0..2 {
-        w = applied(&other, &g, Some(w), &held_by("b", token)).await;
+        w = testkit::applied(&other, &g, Some(w), &held_by("b", token)).await;
     }
     stale_renewal_conflicts(&old, &g, v).await;
     let now = other.read(&g).await.unwrap().expect("the new node");
@@ -129,8 +117,8 @@ async fn a_deleted_node_reads_as_released_above_its_tokens() {
     let Some((store, raw, url, g)) = setup("token-floor").await else {
         return;
     };
-    let v = applied(&store, &g, None, &held_by("a", 5)).await;
-    applied(&store, &g, Some(v), &held_by("a", 5)).await;
+    let v = testkit::applied(&store, &g, None, &held_by("a", 5)).await;
+    testkit::applied(&store, &g, Some(v), &held_by("a", 5)).await;
     raw.delete_all(&g).await;
 
     let fresh = ZkStore::connect(&url).await.unwrap();
@@ -156,7 +144,7 @@ async fn a_deleted_node_reads_as_released_above_its_tokens() {
     );
 
     let next = held_by("b", gone.record.token + 1);
-    let w = applied(&fresh, &g, Some(gone.version), &next).await;
+    let w = testkit::applied(&fresh, &g, Some(gone.version), &next).await;
     assert_eq!(
         store
             .compare_and_swap(&g, Some(gone.version), &held_by("c", gone.record.token + 1))

@@ -51,8 +51,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::clock::WallTime;
-use crate::record::{GroupName, Holder, LeaseRecord, Metadata};
-use crate::store::LeaseStore;
+use crate::record::{GroupName, Holder, LeaseRecord, Metadata, Version};
+use crate::store::{CasOutcome, LeaseStore};
 
 mod conformance;
 mod hand_over;
@@ -271,6 +271,21 @@ pub fn held_by(holder: &str, token: u64) -> LeaseRecord {
         renewed_at: now,
         expires_at: now + term,
         metadata: Metadata::new(),
+    }
+}
+
+/// Writes `record` to `group` expecting `expected` and returns the new
+/// version; panics, naming the group, on a conflict or an error (for tests
+/// whose write must apply).
+pub async fn applied<S: LeaseStore + ?Sized>(
+    store: &S,
+    group: &GroupName,
+    expected: Option<Version>,
+    record: &LeaseRecord,
+) -> Version {
+    match store.compare_and_swap(group, expected, record).await {
+        Ok(CasOutcome::Applied(version)) => version,
+        other => panic!("writing {group}: {other:?}"),
     }
 }
 
