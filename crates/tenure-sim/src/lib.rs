@@ -57,6 +57,7 @@ pub mod clock;
 pub mod elector;
 pub mod faults;
 pub mod params;
+mod paused;
 pub mod report;
 mod scheduler;
 pub mod shards;

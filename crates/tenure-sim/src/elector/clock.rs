@@ -19,7 +19,7 @@ use crate::clock::{NodeClock, SimTime};
 use crate::report::ViolationKind;
 use crate::spin::{Spin, Wake};
 
-use super::Findings;
+use crate::paused::Findings;
 
 /// Tokio's timers fire on whole milliseconds, up to this long after the
 /// instant they were set for.

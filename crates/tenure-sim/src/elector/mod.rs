@@ -44,25 +44,21 @@
 //! drawn by the electors themselves, so a seed run again follows the same
 //! schedule but may differ in detail.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::testkit::{TermLog, TermSpan};
+use tenure::testkit::TermLog;
 use tenure::{Config, Elector, MemoryStore, Timing};
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::checker::LivenessBounds;
 use crate::clock::SimTime;
 use crate::faults::{between, FaultCounts};
 use crate::params::SimError;
-use crate::report::{term_violations, Violation, ViolationKind, Violations};
-use crate::scheduler::Queue;
-use crate::trace::Trace;
+use crate::paused::{self, lock, run_paused, Findings, Stage, WindowEnd};
+use crate::report::ViolationKind;
 
 pub(crate) mod behaviour;
 pub(crate) mod clock;
@@ -77,7 +73,6 @@ pub use report::{ElectorReport, ElectorSummary};
 
 use clock::SimClock;
 use plan::Planned;
-use windows::StoreView;
 
 /// The name of the `g`-th group.
 fn group_name(g: usize) -> String {
@@ -103,89 +98,15 @@ pub fn run_seed(seed: u64, params: &ElectorParams) -> Result<ElectorReport, SimE
     run_paused(async { Ok(Cluster::new(seed, params)?.run().await) })
 }
 
-/// Runs `run` to the end on a new single-threaded tokio runtime whose clock
-/// starts paused, as the elector and sharded tiers run.
-pub(crate) fn run_paused<T>(
-    run: impl std::future::Future<Output = Result<T, SimError>>,
-) -> Result<T, SimError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .map_err(SimError::Runtime)?;
-    runtime.block_on(run)
-}
-
-/// What the candidates' tasks find while the run goes on.
-pub(crate) struct Findings {
-    pub(crate) violations: Violations,
-    /// `Event::Elected` seen.
-    pub(crate) elections: u64,
-    /// `Event::Ousted` seen, by reason.
-    pub(crate) end_reasons: BTreeMap<&'static str, u64>,
-    /// `Event::StoreHealth` reporting a failure.
-    store_alarms: u64,
-    /// Faults, elections, ends and the terms' work, as they happen.
-    pub(crate) trace: Trace,
-}
-
-impl Findings {
-    pub(crate) fn new(seed: u64, keep_lines: bool) -> Self {
-        Findings {
-            violations: Violations::new(seed),
-            elections: 0,
-            end_reasons: BTreeMap::new(),
-            store_alarms: 0,
-            trace: Trace::new(keep_lines),
-        }
-    }
-
-    /// Takes what the run found for its report: the violations and the
-    /// trace.
-    pub(crate) fn take(&mut self) -> (Vec<Violation>, Trace) {
-        let violations = self.violations.take();
-        let trace = std::mem::replace(&mut self.trace, Trace::new(false));
-        (violations, trace)
-    }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// One process of a candidate.
-struct Incarnation {
-    life: u32,
-    /// One elector per group, on clones of one store handle.
-    electors: Vec<Elector>,
-    /// This process's view of the store, with its windows of trouble.
-    view: StoreView,
-    /// Its application's tasks: stopped at once by a crash.
-    tasks: Vec<JoinHandle<()>>,
-}
-
-/// One candidate: its clock and its current process, if any.
-struct Slot {
-    /// The candidate id, the same for every incarnation.
-    name: String,
-    clock: Arc<SimClock>,
-    /// Whether its views of the store send change notifications.
-    notify: bool,
-    life: u32,
-    current: Option<Incarnation>,
-    /// The application does not pulse before this real instant (ns).
-    stalled_until: Arc<AtomicU64>,
-}
+/// One process of a candidate: one elector per group, on clones of one
+/// store handle.
+type Incarnation = paused::Incarnation<Vec<Elector>>;
 
 #[derive(Debug)]
 enum Ev {
     Start(usize),
     Inject(Planned),
-    WindowEnd {
-        node: usize,
-        life: u32,
-        kind: Planned,
-    },
+    WindowEnd(WindowEnd),
     Storm,
     TailStart,
     HealCheck,
@@ -194,19 +115,24 @@ enum Ev {
     End,
 }
 
+impl From<WindowEnd> for Ev {
+    fn from(end: WindowEnd) -> Self {
+        Ev::WindowEnd(end)
+    }
+}
+
 /// One seed's cluster.
 struct Cluster {
-    seed: u64,
     params: ElectorParams,
     config: Config,
     timing: Timing,
     rng: StdRng,
     store: MemoryStore,
-    origin: Instant,
-    nodes: Vec<Slot>,
-    queue: Queue<Ev>,
-    now: SimTime,
-    findings: Arc<Mutex<Findings>>,
+    /// The candidates, their processes and the timeline.
+    stage: Stage<Ev, Vec<Elector>>,
+    /// Per candidate, the real instant (ns) before which its application
+    /// does not pulse.
+    stalled_until: Vec<Arc<AtomicU64>>,
     /// Per group, spans of every term's work.
     work: Vec<TermLog>,
     /// Per group, spans of every term the electors published.
@@ -215,7 +141,6 @@ struct Cluster {
     fault_end: SimTime,
     skew: Option<Duration>,
     bounds: LivenessBounds,
-    incarnations: u64,
     /// Per group, the leader when the heal bound had passed.
     heal_leaders: Vec<Option<(usize, u64)>>,
     /// When the tail's leader crashed, and the groups it led then.
@@ -234,35 +159,19 @@ impl Cluster {
         // Slow windows make operations take up to 1.5 operation timeouts.
         let slow = timing.op_timeout.mul_f64(1.5);
         let bounds = LivenessBounds::new(&timing, params.latency, slow);
-        let origin = Instant::now();
-        let findings = Arc::new(Mutex::new(Findings::new(seed, params.trace)));
-        let nodes = (0..n)
-            .map(|i| {
-                let model = params.shared().draw_clock(&mut rng, skew);
-                let notify = params.notify.draw(&mut rng);
-                Slot {
-                    name: format!("node-{i}"),
-                    clock: Arc::new(SimClock::new(origin, model, i, findings.clone())),
-                    notify,
-                    life: 0,
-                    current: None,
-                    stalled_until: Arc::new(AtomicU64::new(0)),
-                }
-            })
-            .collect();
+        let mut stage = Stage::new(seed, params.trace);
+        for i in 0..n {
+            stage.add_slot(format!("node-{i}"), &mut rng, &params.shared(), skew);
+        }
         let fault_end = SimTime::from_duration(params.fault_phase);
         let mut cluster = Cluster {
-            seed,
             params: params.clone(),
             config,
             timing,
             rng,
             store: MemoryStore::new(),
-            origin,
-            nodes,
-            queue: Queue::new(),
-            now: SimTime(0),
-            findings,
+            stage,
+            stalled_until: (0..n).map(|_| Arc::new(AtomicU64::new(0))).collect(),
             // Not `vec![..; groups]`: clones of a log share its spans.
             work: (0..groups).map(|_| TermLog::default()).collect(),
             published: (0..groups).map(|_| TermLog::default()).collect(),
@@ -270,7 +179,6 @@ impl Cluster {
             fault_end,
             skew,
             bounds,
-            incarnations: 0,
             heal_leaders: vec![None; groups],
             tail_crash: None,
         };
@@ -280,9 +188,9 @@ impl Cluster {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        for i in 0..self.nodes.len() {
+        for i in 0..self.stage.slots.len() {
             let at = SimTime::from_duration(between(&mut self.rng, Duration::ZERO, term / 2));
-            self.queue.push(at, Ev::Start(i));
+            self.stage.queue.push(at, Ev::Start(i));
         }
         let pulses = self.timing.liveness_timeout.is_some();
         let planned = plan::plan(
@@ -293,34 +201,39 @@ impl Cluster {
             pulses,
         );
         for (at, kind) in planned {
-            self.queue.push(at, Ev::Inject(kind));
+            self.stage.queue.push(at, Ev::Inject(kind));
         }
         if self.params.faults.storms && self.rng.gen_range(0..4) == 0 {
-            self.queue
+            self.stage
+                .queue
                 .push(self.fault_end.before(term * 5 / 2), Ev::Storm);
         }
         let b = self.bounds;
         let tail_crash = self.fault_end.after(b.heal.max(b.quiet) + term / 2);
-        self.queue.push(self.fault_end, Ev::TailStart);
-        self.queue.push(self.fault_end.after(b.heal), Ev::HealCheck);
-        self.queue.push(tail_crash, Ev::TailCrash);
-        self.queue.push(
+        self.stage.queue.push(self.fault_end, Ev::TailStart);
+        self.stage
+            .queue
+            .push(self.fault_end.after(b.heal), Ev::HealCheck);
+        self.stage.queue.push(tail_crash, Ev::TailCrash);
+        self.stage.queue.push(
             tail_crash.after(b.crash + Duration::from_millis(1)),
             Ev::CrashCheck,
         );
-        self.queue.push(tail_crash.after(b.crash + term), Ev::End);
+        self.stage
+            .queue
+            .push(tail_crash.after(b.crash + term), Ev::End);
     }
 
     async fn run(mut self) -> ElectorReport {
-        while let Some((at, ev)) = self.queue.pop() {
-            tokio::time::sleep_until(self.origin + at.as_duration()).await;
-            self.now = at;
+        while let Some(ev) = self.stage.next().await {
             match ev {
                 Ev::Start(n) => self.start(n),
                 Ev::Inject(kind) => self.inject(kind),
-                Ev::WindowEnd { node, life, kind } => self.window_end(node, life, kind),
+                Ev::WindowEnd(end) => self.stage.window_end(end),
                 Ev::Storm => self.storm(),
-                Ev::TailStart => self.event(None, "tail", &[], || "faults healed".into()),
+                Ev::TailStart => self
+                    .stage
+                    .event(None, "tail", &[], || "faults healed".into()),
                 Ev::HealCheck => self.heal_check(),
                 Ev::TailCrash => self.tail_crash(),
                 Ev::CrashCheck => self.crash_check(),
@@ -330,24 +243,11 @@ impl Cluster {
         self.report()
     }
 
-    /// Records an event of the run in the trace.
-    fn event(
-        &self,
-        node: Option<usize>,
-        tag: &'static str,
-        nums: &[u64],
-        text: impl FnOnce() -> String,
-    ) {
-        lock(&self.findings)
-            .trace
-            .event(self.now, node, tag, nums, text);
-    }
-
     /// The candidate leading group `g` with a valid term now, and its
     /// token.
     fn leader(&self, g: usize) -> Option<(usize, u64)> {
-        self.nodes.iter().enumerate().find_map(|(i, slot)| {
-            let term = slot.current.as_ref()?.electors.get(g)?.current_term()?;
+        self.stage.slots.iter().enumerate().find_map(|(i, slot)| {
+            let term = slot.current.as_ref()?.handle.get(g)?.current_term()?;
             Some((i, term.token()))
         })
     }
@@ -359,9 +259,9 @@ impl Cluster {
     /// Records a liveness violation in group `g`, found now.
     fn liveness_violation(&self, g: usize, nodes: Vec<usize>, tokens: Vec<u64>, what: String) {
         let detail = format!("group {}: {what}", group_name(g));
-        lock(&self.findings).violations.add(
+        lock(&self.stage.findings).violations.add(
             ViolationKind::Liveness,
-            self.now,
+            self.stage.now,
             nodes,
             tokens,
             detail,
@@ -403,9 +303,9 @@ impl Cluster {
             .filter(|&g| self.leader(g).is_some_and(|(l, _)| l == n))
             .collect();
         self.crash(n);
-        self.tail_crash = Some((self.now, led));
-        let at = self.now.after(self.timing.term / 2);
-        self.queue.push(at, Ev::Start(n));
+        self.tail_crash = Some((self.stage.now, led));
+        let at = self.stage.now.after(self.timing.term / 2);
+        self.stage.queue.push(at, Ev::Start(n));
     }
 
     /// The groups the crashed leader led must each have a new term by now.
@@ -417,7 +317,7 @@ impl Cluster {
             let restarted = self.work[g]
                 .spans()
                 .iter()
-                .any(|s| self.sim_time(s.elected) >= at);
+                .any(|s| self.stage.sim_time(s.elected) >= at);
             if !restarted {
                 let bound = self.bounds.crash;
                 let what = format!(
@@ -428,32 +328,23 @@ impl Cluster {
         }
     }
 
-    /// A tokio instant as real (simulated) time.
-    fn sim_time(&self, t: Instant) -> SimTime {
-        SimTime::from_duration(t.saturating_duration_since(self.origin))
-    }
-
-    /// The violations a term log of group `g` shows.
-    fn term_problems(&self, g: usize, log: &TermLog, what: &str) -> Vec<Violation> {
-        let node = |s: &TermSpan| {
-            s.candidate
-                .strip_prefix("node-")
-                .and_then(|i| i.parse().ok())
-                .unwrap_or(usize::MAX)
-        };
-        let place = format!("group {}", group_name(g));
-        term_violations(self.seed, log, &place, what, node, |t| self.sim_time(t))
-    }
-
     fn report(self) -> ElectorReport {
-        let (mut violations, trace) = lock(&self.findings).take();
+        let (mut violations, trace) = lock(&self.stage.findings).take();
         let mut terms = 0;
         let mut handovers = 0;
         let mut closest: Option<Duration> = None;
         let mut heal_gaps = Vec::new();
         for g in 0..self.groups() {
-            violations.extend(self.term_problems(g, &self.work[g], "work of two terms"));
-            violations.extend(self.term_problems(g, &self.published[g], "two published terms"));
+            let place = format!("group {}", group_name(g));
+            violations.extend(
+                self.stage
+                    .term_problems(&self.work[g], &place, "work of two terms"),
+            );
+            violations.extend(self.stage.term_problems(
+                &self.published[g],
+                &place,
+                "two published terms",
+            ));
             let spans = self.work[g].spans();
             terms += spans.len() as u64;
             for w in spans.windows(2) {
@@ -467,8 +358,10 @@ impl Cluster {
             }
             let fault_end = self.fault_end;
             let heal_gap = spans.iter().find_map(|s| {
-                let start = self.sim_time(s.elected);
-                let end = s.ended.map_or(SimTime(u64::MAX), |e| self.sim_time(e));
+                let start = self.stage.sim_time(s.elected);
+                let end = s
+                    .ended
+                    .map_or(SimTime(u64::MAX), |e| self.stage.sim_time(e));
                 (end > fault_end).then(|| start.since(fault_end))
             });
             heal_gaps.extend(heal_gap);
@@ -479,25 +372,25 @@ impl Cluster {
                 self.work[g]
                     .spans()
                     .iter()
-                    .map(|s| self.sim_time(s.elected))
+                    .map(|s| self.stage.sim_time(s.elected))
                     .find(|&start| start >= *at)
                     .map(|start| start.since(*at))
             })
         });
         let crash_gaps = crash_gaps.collect();
-        let f = lock(&self.findings);
+        let f = lock(&self.stage.findings);
         ElectorReport {
-            seed: self.seed,
-            nodes: self.nodes.len(),
+            seed: self.stage.seed,
+            nodes: self.stage.slots.len(),
             groups: self.groups(),
-            notifying: self.nodes.iter().filter(|s| s.notify).count(),
-            sim_time: self.now.as_duration(),
+            notifying: self.stage.slots.iter().filter(|s| s.notify).count(),
+            sim_time: self.stage.now.as_duration(),
             skew_bound: self.skew,
             liveness_timeout: self.timing.liveness_timeout,
             terms,
             elections: f.elections,
             handovers,
-            incarnations: self.incarnations,
+            incarnations: self.stage.incarnations,
             end_reasons: f.end_reasons.clone(),
             store_alarms: f.store_alarms,
             faults: self.faults.clone(),

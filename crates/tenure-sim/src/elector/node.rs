@@ -11,7 +11,6 @@ use tenure::testkit::{SpanGuard, TermLog};
 use tenure::{Elector, Event, Metadata, Role, Term};
 
 use super::behaviour::Behaviour;
-use super::clock::TIMER_RESOLUTION;
 use super::*;
 
 /// The error of a work that fails (or of an elector that stopped for good,
@@ -63,21 +62,8 @@ impl Drop for WorkSpan {
             &[g as u64, token],
             || format!("{}: the work of token {token} stops", group_name(g)),
         );
-        if t > until.after(TIMER_RESOLUTION) {
-            f.violations.add(
-                ViolationKind::WorkPastDeadline,
-                t,
-                vec![self.ctx.node],
-                vec![self.term.token()],
-                format!(
-                    "group {}: {} ran the work of token {} until {t}, {:?} past the term's deadline ({until})",
-                    group_name(g),
-                    self.ctx.name,
-                    self.term.token(),
-                    t.since(until)
-                ),
-            );
-        }
+        let who = (self.ctx.node, self.ctx.name.as_str());
+        f.work_ends(t, until, who, &format!("group {}", group_name(g)), token);
     }
 }
 
@@ -96,20 +82,8 @@ impl WorkCtx {
                     group_name(g)
                 )
             });
-        if t >= until {
-            f.violations.add(
-                ViolationKind::WorkPastDeadline,
-                t,
-                vec![self.node],
-                vec![term.token()],
-                format!(
-                    "group {}: {} started the work of token {} at {t}, after the term's deadline ({until})",
-                    group_name(g),
-                    self.name,
-                    term.token()
-                ),
-            );
-        }
+        let who = (self.node, self.name.as_str());
+        f.work_starts(t, until, who, &format!("group {}", group_name(g)), token);
         drop(f);
         WorkSpan {
             _span: self.log.open(self.name.clone(), term.token()),
@@ -210,16 +184,12 @@ impl Cluster {
     /// Starts a new process of candidate `n`, unless one is running: an
     /// elector for every group on one store handle, and its application.
     pub(super) fn start(&mut self, n: usize) {
-        if self.nodes[n].current.is_some() {
+        let latency = self.params.latency;
+        let Some(new) = self.stage.next_process(n, &mut self.rng, latency) else {
             return;
-        }
-        let view = StoreView::new(&mut self.rng, self.params.latency, self.nodes[n].notify);
-        let latency = view.latency;
-        let work_seed: u64 = self.rng.gen();
-        let slot = &mut self.nodes[n];
-        slot.life += 1;
-        let life = slot.life;
-        let store = view.faults.wrap(self.store.clone(), slot.name.clone());
+        };
+        let slot = &self.stage.slots[n];
+        let store = new.view.faults.wrap(self.store.clone(), slot.name.clone());
         let mut electors = Vec::new();
         for g in 0..self.work.len() {
             let started = Elector::builder(store.clone(), group_name(g))
@@ -231,9 +201,9 @@ impl Cluster {
             match started {
                 Ok(e) => electors.push(e),
                 Err(e) => {
-                    lock(&self.findings).violations.add(
+                    lock(&self.stage.findings).violations.add(
                         ViolationKind::Contract,
-                        self.now,
+                        self.stage.now,
                         vec![n],
                         vec![],
                         format!("node {n} could not start its elector: {e}"),
@@ -242,8 +212,8 @@ impl Cluster {
                 }
             }
         }
-        self.incarnations += 1;
-        let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(work_seed)));
+        self.stage.incarnations += 1;
+        let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(new.work_seed)));
         let mut tasks = Vec::new();
         for (g, elector) in electors.iter().enumerate() {
             self.published[g].add(elector);
@@ -253,7 +223,7 @@ impl Cluster {
                 name: slot.name.clone(),
                 clock: slot.clock.clone(),
                 log: self.work[g].clone(),
-                findings: self.findings.clone(),
+                findings: self.stage.findings.clone(),
                 rng: rng.clone(),
                 term: self.timing.term,
                 fault_end: self.fault_end,
@@ -264,26 +234,24 @@ impl Cluster {
                 n,
                 g,
                 slot.clock.clone(),
-                self.findings.clone(),
+                self.stage.findings.clone(),
             )));
         }
         if let Some(timeout) = self.timing.liveness_timeout {
             tasks.push(tokio::spawn(pulses(
                 electors.clone(),
                 slot.clock.clone(),
-                slot.stalled_until.clone(),
+                self.stalled_until[n].clone(),
                 timeout / 4,
             )));
         }
-        slot.current = Some(Incarnation {
-            life,
-            electors,
-            view,
+        let inc = Incarnation {
+            life: new.life,
+            handle: electors,
+            view: new.view,
             tasks,
-        });
-        self.event(Some(n), "start", &[u64::from(life)], || {
-            format!("process {life} starts, latency {latency:?}")
-        });
+        };
+        self.stage.started(n, inc);
     }
 
     /// A random candidate with a process, and a random group: the group's
@@ -295,9 +263,7 @@ impl Cluster {
                 return Some((l, g));
             }
         }
-        let up: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].current.is_some())
-            .collect();
+        let up = self.stage.running();
         if up.is_empty() {
             return None;
         }
@@ -305,7 +271,7 @@ impl Cluster {
     }
 
     pub(super) fn inject(&mut self, kind: Planned) {
-        let t = self.now;
+        let t = self.stage.now;
         let term = self.timing.term;
         let p_leader = match kind {
             Planned::Resign => 0.8,
@@ -320,43 +286,45 @@ impl Cluster {
             Planned::Crash => {
                 self.crash(n);
                 let down = between(&mut self.rng, term / 5, term * 3);
-                self.queue
+                self.stage
+                    .queue
                     .push(t.after(down).min(self.fault_end), Ev::Start(n));
             }
             Planned::Shutdown => {
-                let Some(inc) = self.nodes[n].current.take() else {
+                let Some(inc) = self.stage.slots[n].current.take() else {
                     return;
                 };
-                self.event(Some(n), "SHUTDOWN", &[], || "asked to shut down".into());
+                self.stage
+                    .event(Some(n), "SHUTDOWN", &[], || "asked to shut down".into());
                 // The application's tasks end once the electors have stopped.
-                for e in inc.electors {
+                for e in inc.handle {
                     tokio::spawn(async move { e.shutdown().await });
                 }
                 let down = between(&mut self.rng, term / 5, term * 2);
-                self.queue
+                self.stage
+                    .queue
                     .push(t.after(down).min(self.fault_end), Ev::Start(n));
             }
             Planned::Resign => {
-                self.event(Some(n), "RESIGN", &[g as u64], || {
+                self.stage.event(Some(n), "RESIGN", &[g as u64], || {
                     format!("{}: asked to resign", group_name(g))
                 });
-                if let Some(e) = self.nodes[n]
+                if let Some(e) = self.stage.slots[n]
                     .current
                     .as_ref()
-                    .and_then(|i| i.electors.get(g))
+                    .and_then(|i| i.handle.get(g))
                 {
                     e.resign();
                 }
             }
             Planned::Stall => {
                 let d = kind.window(&mut self.rng, term);
-                self.event(Some(n), "STALL", &[d.as_nanos() as u64], || {
-                    format!("application stops pulsing for {d:?}")
-                });
+                self.stage
+                    .event(Some(n), "STALL", &[d.as_nanos() as u64], || {
+                        format!("application stops pulsing for {d:?}")
+                    });
                 let until = t.after(d).as_nanos();
-                self.nodes[n]
-                    .stalled_until
-                    .fetch_max(until, Ordering::Relaxed);
+                self.stalled_until[n].fetch_max(until, Ordering::Relaxed);
             }
             Planned::Partition | Planned::Slow | Planned::Failing | Planned::LostReplies => {
                 let d = kind.window(&mut self.rng, term);
@@ -365,55 +333,21 @@ impl Cluster {
                     self.params.latency,
                     self.timing.op_timeout * 3 / 2,
                 );
-                self.window(n, kind, t.after(d), slow);
+                self.stage.window(n, kind, t.after(d), slow);
             }
-        }
-    }
-
-    /// Opens a window of store trouble of `kind` for candidate `n`'s
-    /// current process until `until`; `slow` is the latency of a slow one.
-    fn window(&mut self, n: usize, kind: Planned, until: SimTime, slow: Duration) {
-        let slot = &mut self.nodes[n];
-        let Some(inc) = slot.current.as_mut() else {
-            return;
-        };
-        if !inc.view.open(&slot.name, kind, until, slow) {
-            return;
-        }
-        let life = inc.life;
-        self.event(Some(n), "WINDOW", &[kind as u64, until.as_nanos()], || {
-            format!("{kind:?} until {until} (slow ops take {slow:?})")
-        });
-        self.queue.push(
-            until,
-            Ev::WindowEnd {
-                node: n,
-                life,
-                kind,
-            },
-        );
-    }
-
-    pub(super) fn window_end(&mut self, n: usize, life: u32, kind: Planned) {
-        let t = self.now;
-        let slot = &mut self.nodes[n];
-        let Some(inc) = slot.current.as_mut().filter(|inc| inc.life == life) else {
-            return;
-        };
-        if inc.view.close(&slot.name, kind, t) {
-            self.event(Some(n), "heal", &[kind as u64], || format!("{kind:?} ends"));
         }
     }
 
     /// Every candidate is cut off from the store until the fault phase ends.
     pub(super) fn storm(&mut self) {
-        self.event(None, "STORM", &[], || {
+        self.stage.event(None, "STORM", &[], || {
             "every candidate cut off until the fault phase ends".into()
         });
-        for n in 0..self.nodes.len() {
-            if self.nodes[n].current.is_some() {
+        for n in 0..self.stage.slots.len() {
+            if self.stage.slots[n].current.is_some() {
                 self.faults[Planned::Partition.kind()] += 1;
-                self.window(n, Planned::Partition, self.fault_end, Duration::ZERO);
+                self.stage
+                    .window(n, Planned::Partition, self.fault_end, Duration::ZERO);
             }
         }
     }
@@ -422,14 +356,10 @@ impl Cluster {
     /// once, and it never reaches the store again (its elector, left to
     /// itself, times out and stops).
     pub(super) fn crash(&mut self, n: usize) {
-        let slot = &mut self.nodes[n];
-        let Some(inc) = slot.current.take() else {
+        let Some(_electors) = self.stage.crash(n) else {
             return;
         };
-        inc.view.faults.partition(&slot.name);
-        for task in &inc.tasks {
-            task.abort();
-        }
-        self.event(Some(n), "CRASH", &[], || "process crashes".into());
+        self.stage
+            .event(Some(n), "CRASH", &[], || "process crashes".into());
     }
 }

@@ -14,8 +14,6 @@ use tenure::{Clock, Metadata, ShardEvent, Shards, Term};
 
 use crate::elector::behaviour::Behaviour;
 use crate::elector::clock::TIMER_RESOLUTION;
-use crate::elector::plan::Planned as Window;
-use crate::elector::windows::StoreView;
 
 use super::pause::{PausedClock, PausedStore};
 use super::*;
@@ -122,19 +120,8 @@ impl Drop for WorkSpan {
             &[s as u64, token],
             || format!("shard {s}: the work of token {token} stops (as of {end})"),
         );
-        if end > until.after(TIMER_RESOLUTION) {
-            f.violations.add(
-                ViolationKind::WorkPastDeadline,
-                end,
-                vec![self.ctx.node],
-                vec![token],
-                format!(
-                    "shard {s}: {} ran the work of token {token} until {end}, {:?} past the term's deadline ({until})",
-                    self.ctx.label,
-                    end.since(until)
-                ),
-            );
-        }
+        let who = (self.ctx.node, self.ctx.label.as_str());
+        f.work_ends(end, until, who, &format!("shard {s}"), token);
     }
 }
 
@@ -151,18 +138,8 @@ impl WorkCtx {
             .event(t, Some(self.node), "WORK", &[s as u64, token], || {
                 format!("shard {s}: the work of token {token} starts: {behaviour:?}")
             });
-        if t >= until {
-            f.violations.add(
-                ViolationKind::WorkPastDeadline,
-                t,
-                vec![self.node],
-                vec![token],
-                format!(
-                    "shard {s}: {} started the work of token {token} at {t}, after the term's deadline ({until})",
-                    self.label
-                ),
-            );
-        }
+        let who = (self.node, self.label.as_str());
+        f.work_starts(t, until, who, &format!("shard {s}"), token);
         drop(f);
         if lock(&self.seen).insert((s, token)) {
             let span = Span::open(&self.terms[s], &self.label, token, &self.clock);
@@ -291,34 +268,22 @@ async fn listen(
 impl Set {
     /// A new member slot (an id never used before), with its own clock.
     pub(super) fn add_slot(&mut self) -> usize {
-        let i = self.slots.len();
-        let model = self.params.shared().draw_clock(&mut self.rng, self.skew);
-        let notify = self.params.notify.draw(&mut self.rng);
-        self.slots.push(Slot {
-            name: format!("m{i}"),
-            clock: Arc::new(SimClock::new(self.origin, model, i, self.findings.clone())),
-            notify,
-            life: 0,
-            current: None,
-        });
-        i
+        let name = format!("m{}", self.stage.slots.len());
+        let shared = self.params.shared();
+        self.stage.add_slot(name, &mut self.rng, &shared, self.skew)
     }
 
     /// Starts a new process of member `n`, unless one is running: its
     /// [`Shards`] member on its own view of the store, and its application.
     pub(super) fn start(&mut self, n: usize) {
-        if self.slots[n].current.is_some() {
+        let latency = self.params.latency;
+        let Some(new) = self.stage.next_process(n, &mut self.rng, latency) else {
             return;
-        }
-        let view = StoreView::new(&mut self.rng, self.params.latency, self.slots[n].notify);
-        let latency = view.latency;
-        let work_seed: u64 = self.rng.gen();
-        let slot = &mut self.slots[n];
-        slot.life += 1;
-        let life = slot.life;
-        let pause = Pause::new(self.origin);
+        };
+        let slot = &self.stage.slots[n];
+        let pause = Pause::new(self.stage.origin);
         let store = PausedStore::new(
-            view.faults.wrap(self.store.clone(), slot.name.clone()),
+            new.view.faults.wrap(self.store.clone(), slot.name.clone()),
             pause.clone(),
         );
         let clock = Arc::new(PausedClock {
@@ -335,9 +300,9 @@ impl Set {
         let shards = match started {
             Ok(s) => s,
             Err(e) => {
-                lock(&self.findings).violations.add(
+                lock(&self.stage.findings).violations.add(
                     ViolationKind::Contract,
-                    self.now,
+                    self.stage.now,
                     vec![n],
                     vec![],
                     format!("member {} could not start: {e}", slot.name),
@@ -345,16 +310,16 @@ impl Set {
                 return;
             }
         };
-        self.incarnations += 1;
+        self.stage.incarnations += 1;
         let ctx = WorkCtx {
             node: n,
-            label: format!("{}#{life}", slot.name),
+            label: format!("{}#{}", slot.name, new.life),
             clock: clock.clone(),
             work: self.work.clone(),
             terms: self.terms.clone(),
             seen: Arc::default(),
-            findings: self.findings.clone(),
-            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(work_seed))),
+            findings: self.stage.findings.clone(),
+            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(new.work_seed))),
             term: self.timing.term,
             fault_end: self.fault_end,
         };
@@ -364,36 +329,34 @@ impl Set {
                 shards.clone(),
                 n,
                 clock,
-                self.findings.clone(),
+                self.stage.findings.clone(),
                 self.views.clone(),
             )),
         ];
-        slot.current = Some(Incarnation {
-            life,
-            shards,
-            view,
-            pause,
+        let inc = Incarnation {
+            life: new.life,
+            handle: Member { shards, pause },
+            view: new.view,
             tasks,
-        });
-        self.event(Some(n), "start", &[u64::from(life)], || {
-            format!("process {life} starts, latency {latency:?}")
-        });
+        };
+        self.stage.started(n, inc);
     }
 
     /// A random member with a running process.
     fn pick(&mut self) -> Option<usize> {
-        let up = self.running();
+        let up = self.stage.running();
         (!up.is_empty()).then(|| up[self.rng.gen_range(0..up.len())])
     }
 
     pub(super) fn inject(&mut self, kind: Planned) {
-        let t = self.now;
+        let t = self.stage.now;
         let term = self.timing.term;
         if kind == Planned::Join {
-            if self.running().len() < self.params.max_members {
+            if self.stage.running().len() < self.params.max_members {
                 self.joins += 1;
                 let n = self.add_slot();
-                self.event(Some(n), "JOIN", &[], || "a new member joins".into());
+                self.stage
+                    .event(Some(n), "JOIN", &[], || "a new member joins".into());
                 self.start(n);
             }
             return;
@@ -407,7 +370,8 @@ impl Set {
                 self.faults[FaultKind::Crash] += 1;
                 self.crash(n);
                 let down = between(&mut self.rng, term / 5, term * 3);
-                self.queue
+                self.stage
+                    .queue
                     .push(t.after(down).min(self.fault_end), Ev::Start(n));
             }
             Planned::Leave => {
@@ -416,7 +380,8 @@ impl Set {
                 // Two in three come back under the same id.
                 if self.rng.gen_range(0..3) > 0 {
                     let down = between(&mut self.rng, term / 5, term * 2);
-                    self.queue
+                    self.stage
+                        .queue
                         .push(t.after(down).min(self.fault_end), Ev::Start(n));
                 }
             }
@@ -428,16 +393,17 @@ impl Set {
                     FaultKind::ShortPause
                 };
                 self.faults[kind] += 1;
-                let Some(inc) = self.slots[n].current.as_ref() else {
+                let Some(inc) = self.stage.slots[n].current.as_ref() else {
                     return;
                 };
                 let until = t.after(d);
-                inc.pause.freeze(until);
+                inc.handle.pause.freeze(until);
                 let life = inc.life;
-                self.event(Some(n), "PAUSE", &[d.as_nanos() as u64], || {
-                    format!("the process is frozen for {d:?}")
-                });
-                self.queue.push(until, Ev::Thaw { node: n, life });
+                self.stage
+                    .event(Some(n), "PAUSE", &[d.as_nanos() as u64], || {
+                        format!("the process is frozen for {d:?}")
+                    });
+                self.stage.queue.push(until, Ev::Thaw { node: n, life });
             }
             Planned::Window(w) => {
                 self.faults[w.kind()] += 1;
@@ -447,43 +413,8 @@ impl Set {
                     self.params.latency,
                     self.timing.op_timeout * 3 / 2,
                 );
-                self.window(n, w, t.after(d), slow);
+                self.stage.window(n, w, t.after(d), slow);
             }
-        }
-    }
-
-    /// Opens a window of store trouble of `kind` for member `n`'s current
-    /// process until `until`; `slow` is the latency of a slow one.
-    fn window(&mut self, n: usize, kind: Window, until: SimTime, slow: Duration) {
-        let slot = &mut self.slots[n];
-        let Some(inc) = slot.current.as_mut() else {
-            return;
-        };
-        if !inc.view.open(&slot.name, kind, until, slow) {
-            return;
-        }
-        let life = inc.life;
-        self.event(Some(n), "WINDOW", &[kind as u64, until.as_nanos()], || {
-            format!("{kind:?} until {until} (slow ops take {slow:?})")
-        });
-        self.queue.push(
-            until,
-            Ev::WindowEnd {
-                node: n,
-                life,
-                kind,
-            },
-        );
-    }
-
-    pub(super) fn window_end(&mut self, n: usize, life: u32, kind: Window) {
-        let t = self.now;
-        let slot = &mut self.slots[n];
-        let Some(inc) = slot.current.as_mut().filter(|inc| inc.life == life) else {
-            return;
-        };
-        if inc.view.close(&slot.name, kind, t) {
-            self.event(Some(n), "heal", &[kind as u64], || format!("{kind:?} ends"));
         }
     }
 
@@ -491,25 +422,22 @@ impl Set {
     /// and it never reaches the store again. Its `Shards` handle is kept,
     /// so the member does not leave gracefully: its leases run out.
     pub(super) fn crash(&mut self, n: usize) {
-        let slot = &mut self.slots[n];
-        let Some(inc) = slot.current.take() else {
+        let Some(member) = self.stage.crash(n) else {
             return;
         };
-        inc.view.faults.partition(&slot.name);
-        for task in &inc.tasks {
-            task.abort();
-        }
-        self.zombies.push(inc.shards);
-        self.event(Some(n), "CRASH", &[], || "the process crashes".into());
+        self.zombies.push(member.shards);
+        self.stage
+            .event(Some(n), "CRASH", &[], || "the process crashes".into());
     }
 
     /// Member `n` leaves gracefully: it drains and releases its shards,
     /// then its membership; its application ends once it has stopped.
     pub(super) fn leave(&mut self, n: usize) {
-        let Some(inc) = self.slots[n].current.take() else {
+        let Some(inc) = self.stage.slots[n].current.take() else {
             return;
         };
-        self.event(Some(n), "LEAVE", &[], || "leaves gracefully".into());
-        tokio::spawn(async move { inc.shards.shutdown().await });
+        self.stage
+            .event(Some(n), "LEAVE", &[], || "leaves gracefully".into());
+        tokio::spawn(async move { inc.handle.shards.shutdown().await });
     }
 }

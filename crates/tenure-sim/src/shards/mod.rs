@@ -40,24 +40,19 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::testkit::{TermLog, TermSpan};
+use tenure::testkit::TermLog;
 use tenure::{Config, MemoryStore, Shards, Timing};
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::clock::SimTime;
-use crate::elector::clock::SimClock;
-use crate::elector::windows::StoreView;
-use crate::elector::{lock, run_paused, Findings};
 use crate::faults::{between, FaultCounts, FaultKind};
 use crate::params::SimError;
-use crate::report::{term_violations, Violation, ViolationKind};
-use crate::scheduler::Queue;
+use crate::paused::{self, lock, run_paused, Findings, Stage, WindowEnd};
+use crate::report::ViolationKind;
 
 mod bounds;
 mod member;
@@ -95,37 +90,21 @@ pub fn run_seed(seed: u64, params: &ShardParams) -> Result<ShardReport, SimError
     run_paused(async { Ok(Set::new(seed, params)?.run().await) })
 }
 
-/// One process of a member.
-struct Incarnation {
-    life: u32,
+/// What the set drives a member's process through.
+struct Member {
     shards: Shards,
-    /// This process's view of the store, with its windows of trouble.
-    view: StoreView,
     /// Whether the process is frozen.
     pause: Pause,
-    /// Its application's tasks: stopped at once by a crash.
-    tasks: Vec<JoinHandle<()>>,
 }
 
-/// One member id: its clock and its current process, if any.
-struct Slot {
-    name: String,
-    clock: Arc<SimClock>,
-    /// Whether its views of the store send change notifications.
-    notify: bool,
-    life: u32,
-    current: Option<Incarnation>,
-}
+/// One process of a member.
+type Incarnation = paused::Incarnation<Member>;
 
 #[derive(Debug)]
 enum Ev {
     Start(usize),
     Inject(Planned),
-    WindowEnd {
-        node: usize,
-        life: u32,
-        kind: crate::elector::plan::Planned,
-    },
+    WindowEnd(WindowEnd),
     Thaw {
         node: usize,
         life: u32,
@@ -139,6 +118,12 @@ enum Ev {
     /// The next change of the tail.
     Tail(Phase),
     End,
+}
+
+impl From<WindowEnd> for Ev {
+    fn from(end: WindowEnd) -> Self {
+        Ev::WindowEnd(end)
+    }
 }
 
 /// Who holds each shard (by index) with a valid term: a member (by slot).
@@ -156,17 +141,13 @@ struct Change {
 
 /// One seed's sharded set.
 struct Set {
-    seed: u64,
     params: ShardParams,
     config: Config,
     timing: Timing,
     rng: StdRng,
     store: MemoryStore,
-    origin: Instant,
-    slots: Vec<Slot>,
-    queue: Queue<Ev>,
-    now: SimTime,
-    findings: Arc<Mutex<Findings>>,
+    /// The members, their processes and the timeline.
+    stage: Stage<Ev, Member>,
     /// Per shard, spans of every term's work.
     work: Arc<Vec<TermLog>>,
     /// Per shard, spans of every term from its first work to its end.
@@ -178,7 +159,6 @@ struct Set {
     fault_end: SimTime,
     skew: Option<Duration>,
     bounds: ShardBounds,
-    incarnations: u64,
     /// Crashed processes' handles, kept so that they do not leave
     /// gracefully when dropped.
     zombies: Vec<Shards>,
@@ -203,17 +183,12 @@ impl Set {
         let bounds = ShardBounds::new(&timing, params.latency, slow);
         let fault_end = SimTime::from_duration(params.fault_phase);
         let mut set = Set {
-            seed,
             params: params.clone(),
             config,
             timing,
             rng,
             store: MemoryStore::new(),
-            origin: Instant::now(),
-            slots: Vec::new(),
-            queue: Queue::new(),
-            now: SimTime(0),
-            findings: Arc::new(Mutex::new(Findings::new(seed, params.trace))),
+            stage: Stage::new(seed, params.trace),
             // Not `vec![..; shards]`: clones of a log share its spans.
             work: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
             terms: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
@@ -223,7 +198,6 @@ impl Set {
             fault_end,
             skew,
             bounds,
-            incarnations: 0,
             zombies: Vec::new(),
             change: None,
             settled: None,
@@ -239,15 +213,15 @@ impl Set {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        for i in 0..self.slots.len() {
+        for i in 0..self.stage.slots.len() {
             let at = SimTime::from_duration(between(&mut self.rng, Duration::ZERO, term / 2));
-            self.queue.push(at, Ev::Start(i));
+            self.stage.queue.push(at, Ev::Start(i));
         }
         for (at, kind) in plan::plan(&mut self.rng, &self.params.faults, self.fault_end, term) {
-            self.queue.push(at, Ev::Inject(kind));
+            self.stage.queue.push(at, Ev::Inject(kind));
         }
         // Restarts planned for the end of the fault phase come first.
-        self.queue.push(
+        self.stage.queue.push(
             self.fault_end.after(Duration::from_millis(1)),
             Ev::TailStart,
         );
@@ -258,25 +232,25 @@ impl Set {
             member: None,
             bound: self.bounds.settle,
         });
-        self.queue
+        self.stage
+            .queue
             .push(self.fault_end.after(self.bounds.settle), Ev::Check);
     }
 
     async fn run(mut self) -> ShardReport {
-        while let Some((at, ev)) = self.queue.pop() {
-            tokio::time::sleep_until(self.origin + at.as_duration()).await;
-            self.now = at;
+        while let Some(ev) = self.stage.next().await {
             match ev {
                 Ev::Start(n) => self.start(n),
                 Ev::Inject(kind) => self.inject(kind),
-                Ev::WindowEnd { node, life, kind } => self.window_end(node, life, kind),
+                Ev::WindowEnd(end) => self.stage.window_end(end),
                 Ev::Thaw { node, life } => {
-                    if self.slots[node]
+                    if self.stage.slots[node]
                         .current
                         .as_ref()
                         .is_some_and(|i| i.life == life)
                     {
-                        self.event(Some(node), "thaw", &[], || "the process runs again".into());
+                        self.stage
+                            .event(Some(node), "thaw", &[], || "the process runs again".into());
                     }
                 }
                 Ev::TailStart => self.tail_start(),
@@ -289,30 +263,10 @@ impl Set {
         self.report()
     }
 
-    /// Records an event of the run in the trace.
-    fn event(
-        &self,
-        node: Option<usize>,
-        tag: &'static str,
-        nums: &[u64],
-        text: impl FnOnce() -> String,
-    ) {
-        lock(&self.findings)
-            .trace
-            .event(self.now, node, tag, nums, text);
-    }
-
     fn violation(&self, kind: ViolationKind, nodes: Vec<usize>, detail: String) {
-        lock(&self.findings)
+        lock(&self.stage.findings)
             .violations
-            .add(kind, self.now, nodes, vec![], detail);
-    }
-
-    /// The members with a running process, in slot order.
-    fn running(&self) -> Vec<usize> {
-        (0..self.slots.len())
-            .filter(|&i| self.slots[i].current.is_some())
-            .collect()
+            .add(kind, self.stage.now, nodes, vec![], detail);
     }
 
     /// Who holds each shard with a valid term, as the running members
@@ -320,9 +274,9 @@ impl Set {
     fn holders(&mut self) -> Holders {
         let mut out = Holders::new();
         let mut conflicts = Vec::new();
-        for (i, slot) in self.slots.iter().enumerate() {
+        for (i, slot) in self.stage.slots.iter().enumerate() {
             let Some(inc) = &slot.current else { continue };
-            for (shard, term) in inc.shards.held() {
+            for (shard, term) in inc.handle.shards.held() {
                 let Ok(s) = shard.parse::<usize>() else {
                     continue;
                 };
@@ -335,7 +289,7 @@ impl Set {
             if self.conflicts.insert((s, a, b)) {
                 let detail = format!(
                     "shard {s}: {} and {} both report a valid term (the latter with token {token})",
-                    self.slots[a].name, self.slots[b].name
+                    self.stage.slots[a].name, self.stage.slots[b].name
                 );
                 self.violation(ViolationKind::Overlap, vec![a, b], detail);
             }
@@ -345,8 +299,9 @@ impl Set {
 
     /// At least two members run in the tail, so that one can crash.
     fn tail_start(&mut self) {
-        self.event(None, "tail", &[], || "faults healed".into());
-        while self.running().len() < 2 {
+        self.stage
+            .event(None, "tail", &[], || "faults healed".into());
+        while self.stage.running().len() < 2 {
             self.joins += 1;
             let n = self.add_slot();
             self.start(n);
@@ -359,11 +314,11 @@ impl Set {
             return;
         };
         let holders = self.holders();
-        let running = self.running();
+        let running = self.stage.running();
         // Sorted as the library sorts members: by id.
         let mut names: Vec<String> = running
             .iter()
-            .map(|&i| self.slots[i].name.clone())
+            .map(|&i| self.stage.slots[i].name.clone())
             .collect();
         names.sort();
         let (n, m) = (self.work.len(), running.len());
@@ -374,15 +329,22 @@ impl Set {
             unsettled.push(format!("shards {unheld:?} are held by nobody"));
         }
         for &i in &running {
-            let seen: Vec<String> = self.slots[i]
+            let seen: Vec<String> = self.stage.slots[i]
                 .current
                 .as_ref()
-                .map(|inc| inc.shards.members().into_iter().map(|m| m.id).collect())
+                .map(|inc| {
+                    inc.handle
+                        .shards
+                        .members()
+                        .into_iter()
+                        .map(|m| m.id)
+                        .collect()
+                })
                 .unwrap_or_default();
             if seen != names {
                 unsettled.push(format!(
                     "{} sees members {seen:?}, the running ones are {names:?}",
-                    self.slots[i].name
+                    self.stage.slots[i].name
                 ));
             }
         }
@@ -392,7 +354,7 @@ impl Set {
             if load < lo || load > hi {
                 unbalanced.push(format!(
                     "{} holds {load} shards, {n} over {m} members must be {lo} to {hi} each",
-                    self.slots[i].name
+                    self.stage.slots[i].name
                 ));
             }
         }
@@ -464,17 +426,19 @@ impl Set {
                 ),
             );
         }
-        self.event(None, "settled", &[moved.len() as u64], || {
-            format!(
-                "after the {}: {} shards moved in {took:.3?}, settled: {settled}",
-                change.phase,
-                moved.len()
-            )
-        });
+        self.stage
+            .event(None, "settled", &[moved.len() as u64], || {
+                format!(
+                    "after the {}: {} shards moved in {took:.3?}, settled: {settled}",
+                    change.phase,
+                    moved.len()
+                )
+            });
         if settled {
             self.settled = Some(holders);
-            self.queue
-                .push(self.now.after(self.sample_every()), Ev::Sample);
+            self.stage
+                .queue
+                .push(self.stage.now.after(self.sample_every()), Ev::Sample);
         }
         let next = match change.phase {
             Phase::Settle => Some(Phase::Crash),
@@ -482,8 +446,8 @@ impl Set {
             Phase::Join => Some(Phase::Leave),
             Phase::Leave => None,
         };
-        let at = self.now.after(self.timing.term);
-        self.queue.push(at, next.map_or(Ev::End, Ev::Tail));
+        let at = self.stage.now.after(self.timing.term);
+        self.stage.queue.push(at, next.map_or(Ev::End, Ev::Tail));
     }
 
     fn sample_every(&self) -> Duration {
@@ -497,7 +461,7 @@ impl Set {
             .filter_map(|log| {
                 let spans = log.spans();
                 let current = spans.iter().rev().find(|s| s.ended.is_none())?;
-                Some(self.sim_time(current.elected))
+                Some(self.stage.sim_time(current.elected))
             })
             .map(|t| if t > at { t.since(at) } else { Duration::ZERO })
             .max()
@@ -515,8 +479,9 @@ impl Set {
             let changed: Vec<String> = (0..self.work.len())
                 .filter(|s| now.get(s) != settled.get(s))
                 .map(|s| {
-                    let name =
-                        |h: Option<&usize>| h.map_or("nobody", |&i| self.slots[i].name.as_str());
+                    let name = |h: Option<&usize>| {
+                        h.map_or("nobody", |&i| self.stage.slots[i].name.as_str())
+                    };
                     format!(
                         "shard {s}: {} -> {}",
                         name(settled.get(&s)),
@@ -534,8 +499,9 @@ impl Set {
             );
             return;
         }
-        self.queue
-            .push(self.now.after(self.sample_every()), Ev::Sample);
+        self.stage
+            .queue
+            .push(self.stage.now.after(self.sample_every()), Ev::Sample);
     }
 
     /// The next change of the tail, from a settled set.
@@ -557,7 +523,8 @@ impl Set {
             Phase::Join => {
                 self.joins += 1;
                 let x = self.add_slot();
-                self.event(Some(x), "JOIN", &[], || "a new member joins".into());
+                self.stage
+                    .event(Some(x), "JOIN", &[], || "a new member joins".into());
                 self.start(x);
                 (x, self.bounds.join)
             }
@@ -569,54 +536,45 @@ impl Set {
         };
         self.change = Some(Change {
             phase,
-            at: self.now,
+            at: self.stage.now,
             before,
             member: Some(member),
             bound,
         });
-        self.queue.push(self.now.after(bound), Ev::Check);
-    }
-
-    /// A tokio instant as real (simulated) time.
-    fn sim_time(&self, t: Instant) -> SimTime {
-        SimTime::from_duration(t.saturating_duration_since(self.origin))
-    }
-
-    /// The violations a term log of shard `s` shows.
-    fn term_problems(&self, s: usize, log: &TermLog, what: &str) -> Vec<Violation> {
-        let node = |span: &TermSpan| {
-            span.candidate
-                .strip_prefix('m')
-                .and_then(|rest| rest.split('#').next())
-                .and_then(|i| i.parse().ok())
-                .unwrap_or(usize::MAX)
-        };
-        let place = format!("shard {s}");
-        term_violations(self.seed, log, &place, what, node, |t| self.sim_time(t))
+        self.stage
+            .queue
+            .push(self.stage.now.after(bound), Ev::Check);
     }
 
     fn report(self) -> ShardReport {
-        let (mut violations, trace) = lock(&self.findings).take();
+        let (mut violations, trace) = lock(&self.stage.findings).take();
         let mut terms = 0;
         for s in 0..self.work.len() {
-            violations.extend(self.term_problems(s, &self.work[s], "work of two terms"));
-            violations.extend(self.term_problems(s, &self.terms[s], "two valid terms"));
+            let place = format!("shard {s}");
+            violations.extend(
+                self.stage
+                    .term_problems(&self.work[s], &place, "work of two terms"),
+            );
+            violations.extend(
+                self.stage
+                    .term_problems(&self.terms[s], &place, "two valid terms"),
+            );
             terms += self.terms[s].spans().len() as u64;
         }
         violations.sort_by_key(|v| v.at);
-        let f = lock(&self.findings);
+        let f = lock(&self.stage.findings);
         ShardReport {
-            seed: self.seed,
-            members: self.slots.len(),
+            seed: self.stage.seed,
+            members: self.stage.slots.len(),
             shards: self.work.len(),
-            notifying: self.slots.iter().filter(|s| s.notify).count(),
-            sim_time: self.now.as_duration(),
+            notifying: self.stage.slots.iter().filter(|s| s.notify).count(),
+            sim_time: self.stage.now.as_duration(),
             skew_bound: self.skew,
             terms,
             acquisitions: f.elections,
             releases: f.end_reasons.clone(),
             views: self.views.load(std::sync::atomic::Ordering::Relaxed),
-            incarnations: self.incarnations,
+            incarnations: self.stage.incarnations,
             joins: self.joins,
             faults: self.faults.clone(),
             settlings: self.settlings.clone(),

@@ -233,7 +233,7 @@ mod tests {
 
     use super::*;
     use crate::clock::NodeClock;
-    use crate::elector::Findings;
+    use crate::paused::Findings;
 
     fn ms(t: u64) -> SimTime {
         SimTime::from_duration(Duration::from_millis(t))
