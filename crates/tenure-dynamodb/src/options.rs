@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::DynamoDbStoreError;
-use tenure::url::{mask_key_id, strip_userinfo};
+use tenure::url::{mask_key_id, redact};
 
 /// The default time a store operation keeps retrying while DynamoDB
 /// throttles it. An [`Elector`](tenure::Elector) cancels an operation at its
@@ -269,7 +269,7 @@ impl DynamoDbOptions {
             params.push(format!("region={r}"));
         }
         if let Some(e) = &self.endpoint {
-            params.push(format!("endpoint={}", strip_userinfo(e)));
+            params.push(format!("endpoint={}", redact(e)));
         }
         if let Some(p) = &self.profile {
             params.push(format!("profile={p}"));
@@ -309,7 +309,7 @@ impl DynamoDbOptions {
             if !ok {
                 return Err(format!(
                     "endpoint {:?} is not an http:// or https:// URL (e.g. endpoint=http://127.0.0.1:8000)",
-                    strip_userinfo(e)
+                    redact(e)
                 ));
             }
         }
@@ -418,6 +418,25 @@ mod tests {
     }
 
     #[test]
+    fn endpoint_passwords_with_url_delimiters_never_show() {
+        // The endpoint's password, percent-encoded in the store URL, decodes
+        // to one with a raw '/ ? #': the user info must still be found.
+        let o = DynamoDbOptions::from_url(
+            "dynamodb://leases?endpoint=http://u:pw%2Fse%3Fcr%23et@h:8000",
+        )
+        .unwrap();
+        assert_eq!(o.endpoint.as_deref(), Some("http://u:pw/se?cr#et@h:8000"));
+        let shown = o.redacted_url();
+        assert!(!shown.contains("pw/se") && !shown.contains("cr#et"), "{shown}");
+        assert!(shown.contains("endpoint=http://u:***@h:8000"), "{shown}");
+        let e = DynamoDbOptions::from_url("dynamodb://leases?endpoint=ftp://u:pw%2Fsecret@h")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an http:// or https:// URL"), "{e}");
+        assert!(!e.contains("secret"), "{e}");
+    }
+
+    #[test]
     fn rejects_bad_urls_naming_the_fix() {
         for (url, why) in [
             ("postgres://x", "must start with dynamodb://"),
@@ -477,10 +496,8 @@ mod tests {
     }
 
     #[test]
-    fn helpers() {
+    fn key_ids_are_shortened() {
         assert_eq!(mask_key_id("AKID"), "***");
         assert_eq!(mask_key_id("AKIDEXAMPLE"), "***MPLE");
-        assert_eq!(strip_userinfo("http://u:p@h:1/x?y"), "http://h:1/x?y");
-        assert_eq!(strip_userinfo("http://h:1"), "http://h:1");
     }
 }

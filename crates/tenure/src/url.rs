@@ -295,18 +295,23 @@ pub fn mask_key_id(id: &str) -> String {
 /// Drops `user:password@` from a URL (an endpoint option, say), in case
 /// one was given; the rest is kept as it is.
 ///
+/// The user info ends at the *last* `@`: a password written with a raw
+/// `/ ? #` would otherwise be taken for the path and shown. Where an `@`
+/// stands in the path or query instead, more than the user info is
+/// dropped: the price of never showing a piece of a secret.
+///
 /// ```
 /// use tenure::url::strip_userinfo;
 /// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y"), "http://h:9000/x?y");
+/// assert_eq!(strip_userinfo("http://u:pa/ss?#x@h:9000"), "http://h:9000");
 /// assert_eq!(strip_userinfo("http://h:9000"), "http://h:9000");
 /// ```
 pub fn strip_userinfo(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://{host}{}", &rest[end..]),
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://{host}"),
         None => url.to_owned(),
     }
 }
