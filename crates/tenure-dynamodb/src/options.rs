@@ -427,7 +427,10 @@ mod tests {
         .unwrap();
         assert_eq!(o.endpoint.as_deref(), Some("http://u:pw/se?cr#et@h:8000"));
         let shown = o.redacted_url();
-        assert!(!shown.contains("pw/se") && !shown.contains("cr#et"), "{shown}");
+        assert!(
+            !shown.contains("pw/se") && !shown.contains("cr#et"),
+            "{shown}"
+        );
         assert!(shown.contains("endpoint=http://u:***@h:8000"), "{shown}");
         let e = DynamoDbOptions::from_url("dynamodb://leases?endpoint=ftp://u:pw%2Fsecret@h")
             .unwrap_err()

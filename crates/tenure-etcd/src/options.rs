@@ -63,56 +63,28 @@ impl EtcdOptions {
     /// type's docs). Errors name the part that is wrong, never the password.
     pub fn from_url(url: &str) -> Result<Self, EtcdStoreError> {
         let bad = |reason: String| EtcdStoreError::InvalidUrl { reason };
-        let (tls, single, rest) = if let Some(r) = url.strip_prefix("etcd://") {
-            (false, false, r)
-        } else if let Some(r) = url.strip_prefix("etcds://") {
-            (true, false, r)
-        } else if let Some(r) = url.strip_prefix("http://") {
-            (false, true, r)
-        } else if let Some(r) = url.strip_prefix("https://") {
-            (true, true, r)
-        } else {
-            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
-            return Err(bad(format!(
-                "scheme {scheme:?} is not etcd:// or etcds:// (TLS)"
-            )));
-        };
-        // The user info is found in the authority only; a URL with a raw
-        // '@' after the host is refused rather than guessed at (a
-        // password's '/ ? #' written raw, or an '@' in the query).
-        let (userinfo, rest) = tenure::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        let hosts = rest.strip_suffix('/').unwrap_or(rest);
-        if hosts.contains('/') {
+        let parts = tenure::url::split_store_url(
+            url,
+            &["etcd", "etcds", "http", "https"],
+            "etcd:// or etcds:// (TLS)",
+        )
+        .map_err(bad)?;
+        let tls = matches!(parts.scheme, "etcds" | "https");
+        let single = matches!(parts.scheme, "http" | "https");
+        if !matches!(parts.path, "" | "/") {
             return Err(bad(
                 "a path is not allowed: set the key prefix with ?prefix=...".into(),
             ));
         }
-        let (user, password) = match userinfo {
-            None => (None, None),
-            Some(info) => {
-                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
-                let Some(p) = p else {
-                    return Err(bad(
-                        "a user name without a password: write etcd://user:password@host:port"
-                            .into(),
-                    ));
-                };
-                if u.is_empty() {
-                    return Err(bad(
-                        "an empty user name: write etcd://user:password@host:port".into(),
-                    ));
-                }
-                (Some(u), Some(p))
-            }
-        };
-        let mut list = Vec::new();
-        for host in hosts.split(',') {
-            list.push(check_host(host).map_err(bad)?);
-        }
+        let (user, password) =
+            tenure::url::user_and_password(parts.userinfo, "etcd://user:password@host:port")
+                .map_err(bad)?;
+        let list = parts
+            .hosts
+            .split(',')
+            .map(check_host)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad)?;
         if single && list.len() > 1 {
             return Err(bad(
                 "several endpoints need etcd:// or etcds://, not http(s)://".into(),
@@ -122,12 +94,12 @@ impl EtcdOptions {
             tls,
             hosts: list,
             user,
-            password: password.map(Secret::from),
+            password,
             prefix: DEFAULT_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
             tls_files: TlsPaths::default(),
         };
-        for pair in tenure::url::query_pairs(query.unwrap_or("")) {
+        for pair in tenure::url::query_pairs(parts.query) {
             let (name, value) = pair.map_err(bad)?;
             if options
                 .tls_files
@@ -255,10 +227,7 @@ fn check_host(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{
-        assert_password_never_shown, assert_raw_password_refused, HOSTILE_PASSWORD,
-        HOSTILE_PASSWORD_ESCAPED,
-    };
+    use tenure::testkit::{assert_hostile_password_handled, assert_url_refusals};
 
     #[test]
     fn parses_the_forms_users_write() {
@@ -280,41 +249,34 @@ mod tests {
 
     #[test]
     fn errors_name_the_part_and_never_the_password() {
-        for (url, needle) in [
-            ("redis://h:1", "scheme"),
-            ("etcd://u:pw-secret@h", "no port"),
-            ("etcd://u:pw-secret@h:0", "port"),
-            ("etcd://u:pw-secret@h:1/path", "path"),
-            ("etcd://u:pw-secret@h:1?ca=/x", "etcds://"),
-            ("etcds://u:pw-secret@h:1", "?ca="),
-            ("etcds://u:pw-secret@h:1?ca=/c&cert=/x", "cert and key"),
-            ("etcd://u:pw-secret@h:1?bogus=1", "unknown option"),
-            ("etcd://user@h:1", "without a password"),
-            ("http://a:1,b:2", "several endpoints"),
-            ("etcd://", "no endpoint"),
-        ] {
-            let e = EtcdOptions::from_url(url).unwrap_err().to_string();
-            assert!(e.contains(needle), "{url}: {e}");
-            assert!(!e.contains("pw-secret"), "{url}: {e}");
-        }
+        assert_url_refusals(
+            EtcdOptions::from_url,
+            &[
+                ("redis://h:1", "scheme"),
+                // No scheme, a password holding "://": never named.
+                ("u:pw-secret://h:1", "scheme"),
+                ("etcd://u:pw-secret@h", "no port"),
+                ("etcd://u:pw-secret@h:0", "port"),
+                ("etcd://u:pw-secret@h:1/path", "path"),
+                ("etcd://u:pw-secret@h:1?ca=/x", "etcds://"),
+                ("etcds://u:pw-secret@h:1", "?ca="),
+                ("etcds://u:pw-secret@h:1?ca=/c&cert=/x", "cert and key"),
+                ("etcd://u:pw-secret@h:1?bogus=1", "unknown option"),
+                ("etcd://user@h:1", "without a password"),
+                ("http://a:1,b:2", "several endpoints"),
+                ("etcd://", "no endpoint"),
+            ],
+        );
     }
 
     #[test]
     fn passwords_with_url_delimiters_parse_escaped_are_refused_raw_and_never_show() {
-        let o = EtcdOptions::from_url(
-            &"etcd://u:{P}@h:1,g:2?prefix=x".replace("{P}", HOSTILE_PASSWORD_ESCAPED),
-        )
-        .unwrap();
-        assert_eq!(
-            o.password.as_ref().map(Secret::expose),
-            Some(HOSTILE_PASSWORD),
-            "+ stays a plus"
+        let o = assert_hostile_password_handled(
+            EtcdOptions::from_url,
+            "etcd://u:{P}@h:1,g:2?prefix=x",
+            |o| o.password.as_ref().map(Secret::expose),
+            EtcdOptions::describe,
         );
         assert_eq!((o.hosts.len(), o.prefix.as_str()), (2, "x"));
-        let e = EtcdOptions::from_url(&"etcd://u:{P}@h".replace("{P}", HOSTILE_PASSWORD))
-            .unwrap_err()
-            .to_string();
-        assert_raw_password_refused(&e);
-        assert_password_never_shown(&[&format!("{o:?}"), &o.describe()]);
     }
 }

@@ -68,28 +68,12 @@ impl RedisOptions {
     /// Errors name the part of the URL that is wrong, never its password.
     pub fn from_url(url: &str) -> Result<Self, RedisStoreError> {
         let bad = |reason: String| RedisStoreError::InvalidUrl { reason };
-        let (tls, rest) = if let Some(rest) = url.strip_prefix("redis://") {
-            (false, rest)
-        } else if let Some(rest) = url.strip_prefix("rediss://") {
-            (true, rest)
-        } else {
-            let scheme = url.split_once("://").map_or("(none)", |(s, _)| s);
-            return Err(bad(format!(
-                "scheme {scheme:?} is not redis:// or rediss:// (TLS)"
-            )));
-        };
-        // The user info is found in the authority only; a URL with a raw
-        // '@' after the host is refused rather than guessed at (a
-        // password's '/ ? #' written raw, or an '@' in the query).
-        let (userinfo, rest) = tenure::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        let (hostport, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i + 1..]),
-            None => (rest, ""),
-        };
+        let parts =
+            tenure::url::split_store_url(url, &["redis", "rediss"], "redis:// or rediss:// (TLS)")
+                .map_err(bad)?;
+        let tls = parts.scheme == "rediss";
+        let (userinfo, hostport, query) = (parts.userinfo, parts.hosts, parts.query);
+        let path = parts.path.strip_prefix('/').unwrap_or("");
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
@@ -128,7 +112,7 @@ impl RedisOptions {
             quarantine: None,
             tls_files: TlsPaths::default(),
         };
-        for pair in tenure::url::query_pairs(query.unwrap_or("")) {
+        for pair in tenure::url::query_pairs(query) {
             let (name, value) = pair.map_err(bad)?;
             if options
                 .tls_files
@@ -233,10 +217,7 @@ impl RedisOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{
-        assert_password_never_shown, assert_raw_password_refused, HOSTILE_PASSWORD,
-        HOSTILE_PASSWORD_ESCAPED,
-    };
+    use tenure::testkit::{assert_hostile_password_handled, assert_url_refusals};
 
     #[test]
     fn parses_the_forms_users_write() {
@@ -266,40 +247,33 @@ mod tests {
 
     #[test]
     fn errors_name_the_part_and_never_the_password() {
-        for (url, needle) in [
-            ("http://h", "scheme"),
-            ("redis://u:pw-secret@h:99999", "port"),
-            ("redis://u:pw-secret@h:1/x", "database number"),
-            ("redis://u:pw-secret@h:1?prefix=", "prefix is empty"),
-            ("redis://u:pw-secret@h:1?ca=/x", "rediss://"),
-            ("rediss://u:pw-secret@h:1?cert=/x", "cert and key"),
-            ("redis://u:pw-secret@h:1?bogus=1", "unknown option"),
-            ("redis://u:pw-secret@h:1?timeout=5parsecs", "not a duration"),
-            ("redis://user@h:1", "without a password"),
-            ("redis://", "no host"),
-        ] {
-            let e = RedisOptions::from_url(url).unwrap_err().to_string();
-            assert!(e.contains(needle), "{url}: {e}");
-            assert!(!e.contains("pw-secret"), "{url}: {e}");
-        }
+        assert_url_refusals(
+            RedisOptions::from_url,
+            &[
+                ("http://h", "scheme"),
+                // No scheme, a password holding "://": never named.
+                ("u:pw-secret://h:1", "scheme"),
+                ("redis://u:pw-secret@h:99999", "port"),
+                ("redis://u:pw-secret@h:1/x", "database number"),
+                ("redis://u:pw-secret@h:1?prefix=", "prefix is empty"),
+                ("redis://u:pw-secret@h:1?ca=/x", "rediss://"),
+                ("rediss://u:pw-secret@h:1?cert=/x", "cert and key"),
+                ("redis://u:pw-secret@h:1?bogus=1", "unknown option"),
+                ("redis://u:pw-secret@h:1?timeout=5parsecs", "not a duration"),
+                ("redis://user@h:1", "without a password"),
+                ("redis://", "no host"),
+            ],
+        );
     }
 
     #[test]
     fn passwords_with_url_delimiters_parse_escaped_are_refused_raw_and_never_show() {
-        let o = RedisOptions::from_url(
-            &"redis://u:{P}@h:1/2?prefix=x".replace("{P}", HOSTILE_PASSWORD_ESCAPED),
-        )
-        .unwrap();
-        assert_eq!(
-            o.password.as_ref().map(Secret::expose),
-            Some(HOSTILE_PASSWORD),
-            "+ stays a plus"
+        let o = assert_hostile_password_handled(
+            RedisOptions::from_url,
+            "redis://u:{P}@h:1/2?prefix=x",
+            |o| o.password.as_ref().map(Secret::expose),
+            RedisOptions::describe,
         );
         assert_eq!((o.port, o.db, o.prefix.as_str()), (1, 2, "x"));
-        let e = RedisOptions::from_url(&"redis://u:{P}@h:99999".replace("{P}", HOSTILE_PASSWORD))
-            .unwrap_err()
-            .to_string();
-        assert_raw_password_refused(&e);
-        assert_password_never_shown(&[&format!("{o:?}"), &o.describe()]);
     }
 }

@@ -71,73 +71,27 @@ impl ZkOptions {
     /// name the part that is wrong, never the password.
     pub fn from_url(url: &str) -> Result<Self, ZkStoreError> {
         let bad = |reason: String| ZkStoreError::InvalidUrl { reason };
-        let rest = match url.split_once("://") {
-            Some((scheme, rest))
-                if scheme.eq_ignore_ascii_case("zk")
-                    || scheme.eq_ignore_ascii_case("zookeeper") =>
-            {
-                rest
-            }
-            Some((scheme, _)) => {
-                return Err(bad(format!(
-                    "scheme {:?} is not zk:// (or zookeeper://)",
-                    tenure::url::redact(scheme)
-                )))
-            }
-            None => return Err(bad("no scheme: write zk://host:2181/prefix".into())),
-        };
-        // The user info is found in the authority only; a URL with a raw
-        // '@' after the host is refused rather than guessed at (a
-        // password's '/ ? #' written raw, or an '@' in the query).
-        let (userinfo, rest) = tenure::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        let (hosts, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        let (user, password) = match userinfo {
-            None => (None, None),
-            Some(info) => {
-                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
-                let Some(p) = p else {
-                    return Err(bad(
-                        "a user name without a password: write zk://user:password@host:2181".into(),
-                    ));
-                };
-                if u.is_empty() {
-                    return Err(bad(
-                        "an empty user name: write zk://user:password@host:2181".into(),
-                    ));
-                }
-                (Some(u), Some(p))
-            }
-        };
-        if hosts.is_empty() {
+        let parts =
+            tenure::url::split_store_url(url, &["zk", "zookeeper"], "zk:// (or zookeeper://)")
+                .map_err(bad)?;
+        let (user, password) =
+            tenure::url::user_and_password(parts.userinfo, "zk://user:password@host:2181")
+                .map_err(bad)?;
+        if parts.hosts.is_empty() {
             return Err(bad("no host: write zk://host:2181/prefix".into()));
         }
-        let mut list = Vec::new();
-        for host in hosts.split(',') {
-            let (h, port) = tenure::url::split_host_port(host, DEFAULT_PORT)
-                .map_err(|e| bad(format!("host {}: {e}", list.len() + 1)))?;
-            list.push(if h.contains(':') {
-                format!("[{h}]:{port}")
-            } else {
-                format!("{h}:{port}")
-            });
-        }
+        let list = tenure::url::host_list(parts.hosts, DEFAULT_PORT, "host").map_err(bad)?;
+        let (path, query) = (parts.path, parts.query);
         let prefix = parse_prefix(path).map_err(bad)?;
         let mut options = ZkOptions {
             hosts: list,
             user,
-            password: password.map(Secret::from),
+            password,
             prefix,
             timeout: DEFAULT_TIMEOUT,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
         };
-        for pair in tenure::url::query_pairs(query.unwrap_or("")) {
+        for pair in tenure::url::query_pairs(query) {
             let (name, value) = pair.map_err(bad)?;
             match name.as_str() {
                 "timeout" => {
@@ -273,10 +227,7 @@ fn parse_prefix(path: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{
-        assert_password_never_shown, assert_raw_password_refused, HOSTILE_PASSWORD,
-        HOSTILE_PASSWORD_ESCAPED,
-    };
+    use tenure::testkit::{assert_hostile_password_handled, assert_url_refusals};
 
     #[test]
     fn parses_the_forms_users_write() {
@@ -301,49 +252,40 @@ mod tests {
 
     #[test]
     fn errors_name_the_part_and_never_the_password() {
-        for (url, needle) in [
-            ("etcd://u:pw-secret@h:1", "scheme"),
-            ("zk://u:pw-secret@h:0", "port"),
-            ("zk://u:pw-secret@h:99999", "port"),
-            ("zk://u:pw-secret@h:1//x", "empty segment"),
-            ("zk://u:pw-secret@h:1/a/../b", "not a valid"),
-            ("zk://u:pw-secret@h:1/zookeeper/x", "ZooKeeper's own"),
-            ("zk://u:pw-secret@h:1/a%2Fb", "%2F"),
-            ("zk://u:pw-secret@h:1/a%zz", "%-escape"),
-            ("zk://u:pw-secret@h:1?bogus=1", "unknown option"),
-            ("zk://u:pw-secret@h:1?timeout=0s", "zero"),
-            (
-                "zk://u:pw-secret@h:1?session_timeout=1ms",
-                "session_timeout",
-            ),
-            ("zk://user@h:1", "without a password"),
-            ("zk://:pw-secret@h:1", "empty user"),
-            ("zk:///x", "no host"),
-            ("zk://u:pw-secret@h:1,,g:2", "host 2"),
-            ("h:2181", "no scheme"),
-        ] {
-            let e = ZkOptions::from_url(url).unwrap_err().to_string();
-            assert!(e.contains(needle), "{url}: {e}");
-            assert!(!e.contains("pw-secret"), "{url}: {e}");
-        }
+        assert_url_refusals(
+            ZkOptions::from_url,
+            &[
+                ("etcd://u:pw-secret@h:1", "scheme"),
+                ("zk://u:pw-secret@h:0", "port"),
+                ("zk://u:pw-secret@h:99999", "port"),
+                ("zk://u:pw-secret@h:1//x", "empty segment"),
+                ("zk://u:pw-secret@h:1/a/../b", "not a valid"),
+                ("zk://u:pw-secret@h:1/zookeeper/x", "ZooKeeper's own"),
+                ("zk://u:pw-secret@h:1/a%2Fb", "%2F"),
+                ("zk://u:pw-secret@h:1/a%zz", "%-escape"),
+                ("zk://u:pw-secret@h:1?bogus=1", "unknown option"),
+                ("zk://u:pw-secret@h:1?timeout=0s", "zero"),
+                (
+                    "zk://u:pw-secret@h:1?session_timeout=1ms",
+                    "session_timeout",
+                ),
+                ("zk://user@h:1", "without a password"),
+                ("zk://:pw-secret@h:1", "empty user"),
+                ("zk:///x", "no host"),
+                ("zk://u:pw-secret@h:1,,g:2", "host 2"),
+                ("h:2181", "no scheme"),
+            ],
+        );
     }
 
     #[test]
     fn passwords_with_url_delimiters_parse_escaped_are_refused_raw_and_never_show() {
-        let o = ZkOptions::from_url(
-            &"zk://u:{P}@h:1,g:2/p?timeout=2s".replace("{P}", HOSTILE_PASSWORD_ESCAPED),
-        )
-        .unwrap();
-        assert_eq!(
-            o.password.as_ref().map(Secret::expose),
-            Some(HOSTILE_PASSWORD),
-            "+ stays a plus"
+        let o = assert_hostile_password_handled(
+            ZkOptions::from_url,
+            "zk://u:{P}@h:1,g:2/p?timeout=2s",
+            |o| o.password.as_ref().map(Secret::expose),
+            ZkOptions::describe,
         );
         assert_eq!((o.hosts.len(), o.prefix()), (2, "/p"));
-        let e = ZkOptions::from_url(&"zk://u:{P}@h:0".replace("{P}", HOSTILE_PASSWORD))
-            .unwrap_err()
-            .to_string();
-        assert_raw_password_refused(&e);
-        assert_password_never_shown(&[&format!("{o:?}"), &o.describe()]);
     }
 }

@@ -92,6 +92,142 @@ pub fn split_userinfo(rest: &str) -> Result<(Option<&str>, &str), UserinfoError>
     })
 }
 
+/// A store URL split by [`split_store_url`] into its parts, none of them
+/// decoded yet. Its `Debug` masks the user info.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UrlParts<'a> {
+    /// The scheme, as written in the list given to [`split_store_url`]
+    /// (lower case): the URL may have written it in any case.
+    pub scheme: &'a str,
+    /// The user info (`user[:password]`), still %-encoded: decode it with
+    /// [`decode_userinfo`].
+    pub userinfo: Option<&'a str>,
+    /// What the authority holds after the user info: one `host[:port]`, or
+    /// several separated by `,`.
+    pub hosts: &'a str,
+    /// The path from its `/`; empty when there is none.
+    pub path: &'a str,
+    /// The query after `?`; empty when there is none.
+    pub query: &'a str,
+}
+
+impl std::fmt::Debug for UrlParts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlParts")
+            .field("scheme", &self.scheme)
+            .field("userinfo", &self.userinfo.map(|_| "***"))
+            .field("hosts", &self.hosts)
+            .field("path", &self.path)
+            .field("query", &self.query)
+            .finish()
+    }
+}
+
+/// Splits a store URL whose scheme is one of `schemes` (compared without
+/// regard to case) into its parts, finding the user info by
+/// [the rules](self). `expected` names the schemes in the error, such as
+/// `"redis:// or rediss:// (TLS)"`.
+///
+/// The error names the scheme found only when it looks like one: in
+/// `app:pw://x@h` (no scheme, a password holding `://`) it would be the
+/// secret.
+///
+/// ```
+/// use tenure::url::split_store_url;
+/// let p = split_store_url("Redis://app:p%2Fw@h:1/2?prefix=x", &["redis", "rediss"], "redis://").unwrap();
+/// assert_eq!((p.scheme, p.userinfo, p.hosts, p.path, p.query), ("redis", Some("app:p%2Fw"), "h:1", "/2", "prefix=x"));
+/// let e = split_store_url("app:pw://x@h", &["redis"], "redis://").unwrap_err();
+/// assert!(e.contains("(none)") && !e.contains("pw"), "{e}");
+/// assert!(split_store_url("h:1", &["redis"], "redis://").unwrap_err().contains("no scheme"));
+/// ```
+pub fn split_store_url<'a>(
+    url: &'a str,
+    schemes: &[&'a str],
+    expected: &str,
+) -> Result<UrlParts<'a>, String> {
+    let Some((written, rest)) = url.split_once("://") else {
+        return Err(format!("no scheme: the URL must start with {expected}"));
+    };
+    let Some(scheme) = schemes
+        .iter()
+        .find(|s| s.eq_ignore_ascii_case(written))
+        .copied()
+    else {
+        let looks_like_a_scheme = written.starts_with(|c: char| c.is_ascii_alphabetic())
+            && written
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+        let shown = if looks_like_a_scheme {
+            written
+        } else {
+            "(none)"
+        };
+        return Err(format!("scheme {shown:?} is not {expected}"));
+    };
+    let (userinfo, rest) = split_userinfo(rest).map_err(|e| e.to_string())?;
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (hosts, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    Ok(UrlParts {
+        scheme,
+        userinfo,
+        hosts,
+        path,
+        query,
+    })
+}
+
+/// Decodes user info that must hold both a user name and a password when
+/// there is any, as etcd's and ZooKeeper's do; `example` shows the form in
+/// the errors, such as `"etcd://user:password@host:port"`.
+///
+/// ```
+/// use tenure::url::user_and_password;
+/// let (user, password) = user_and_password(Some("app:p%40ss"), "x").unwrap();
+/// assert_eq!((user.as_deref(), password.as_ref().map(|p| p.expose())), (Some("app"), Some("p@ss")));
+/// assert!(user_and_password(None, "x").unwrap().0.is_none());
+/// assert!(user_and_password(Some("app"), "x").unwrap_err().contains("without a password"));
+/// assert!(user_and_password(Some(":pw"), "x").unwrap_err().contains("empty user name"));
+/// ```
+pub fn user_and_password(
+    userinfo: Option<&str>,
+    example: &str,
+) -> Result<(Option<String>, Option<crate::secret::Secret>), String> {
+    let Some(info) = userinfo else {
+        return Ok((None, None));
+    };
+    let (user, password) = decode_userinfo(info).map_err(str::to_owned)?;
+    let Some(password) = password else {
+        return Err(format!("a user name without a password: write {example}"));
+    };
+    if user.is_empty() {
+        return Err(format!("an empty user name: write {example}"));
+    }
+    Ok((Some(user), Some(password.into())))
+}
+
+/// Splits a `,`-separated list of `host[:port]` into `host:port` strings
+/// (an IPv6 host in brackets), `default_port` where none is given. An
+/// error names the entry by its place (`noun` 2: the `server`, the `host`).
+///
+/// ```
+/// use tenure::url::host_list;
+/// assert_eq!(host_list("a,[::1]:7,b:9", 4, "host"), Ok(vec!["a:4".into(), "[::1]:7".into(), "b:9".into()]));
+/// assert!(host_list("a,b:0", 4, "server").unwrap_err().starts_with("server 2: "));
+/// ```
+pub fn host_list(hosts: &str, default_port: u16, noun: &str) -> Result<Vec<String>, String> {
+    let mut list = Vec::new();
+    for host in hosts.split(',') {
+        let (h, port) = split_host_port(host, default_port)
+            .map_err(|e| format!("{noun} {}: {e}", list.len() + 1))?;
+        list.push(if h.contains(':') {
+            format!("[{h}]:{port}")
+        } else {
+            format!("{h}:{port}")
+        });
+    }
+    Ok(list)
+}
+
 /// Splits and decodes a URL's user info (`user[:password]`, as
 /// [`split_userinfo`] finds it): the user (possibly empty) and the password, if a
 /// `:` was there. Each store then applies its own rules (which parts it

@@ -30,3 +30,57 @@ pub fn assert_password_never_shown(shown: &[&str]) {
         }
     }
 }
+
+/// The password the bad URLs of [`assert_url_refusals`] carry.
+pub const REFUSED_URL_PASSWORD: &str = "pw-secret";
+
+/// Panics unless `parse` refuses every URL of `cases` with an error that
+/// holds its needle (the part of the URL it names) and not
+/// [`REFUSED_URL_PASSWORD`], the password the cases write in them.
+///
+/// ```
+/// # use tenure::testkit::assert_url_refusals;
+/// let parse = |url: &str| match url.strip_prefix("x://") {
+///     Some(_) => Ok(()),
+///     None => Err("the scheme must be x://".to_owned()),
+/// };
+/// assert_url_refusals(parse, &[("y://u:pw-secret@h", "scheme")]);
+/// ```
+pub fn assert_url_refusals<T, E: std::fmt::Display>(
+    parse: impl Fn(&str) -> Result<T, E>,
+    cases: &[(&str, &str)],
+) {
+    for (url, needle) in cases {
+        let Err(e) = parse(url) else {
+            panic!("{url}: accepted, expected an error naming {needle:?}");
+        };
+        let e = e.to_string();
+        assert!(e.contains(needle), "{url}: {e}");
+        assert!(!e.contains(REFUSED_URL_PASSWORD), "{url}: {e}");
+    }
+}
+
+/// Parses `url`, which writes `{P}` where the password goes, twice: with
+/// [`HOSTILE_PASSWORD_ESCAPED`], which must give options whose password
+/// (as `password` reads it) is [`HOSTILE_PASSWORD`], a `+` staying a plus,
+/// and whose `Debug` and `shown` text hold no piece of it; and with the
+/// password raw, which must be refused naming the fix. Returns the parsed
+/// options for the store's own checks.
+pub fn assert_hostile_password_handled<O: std::fmt::Debug, E: std::fmt::Display>(
+    parse: impl Fn(&str) -> Result<O, E>,
+    url: &str,
+    password: impl Fn(&O) -> Option<&str>,
+    shown: impl Fn(&O) -> String,
+) -> O {
+    let options = match parse(&url.replace("{P}", HOSTILE_PASSWORD_ESCAPED)) {
+        Ok(options) => options,
+        Err(e) => panic!("the escaped password is refused: {e}"),
+    };
+    assert_eq!(password(&options), Some(HOSTILE_PASSWORD), "+ stays a plus");
+    let Err(refusal) = parse(&url.replace("{P}", HOSTILE_PASSWORD)) else {
+        panic!("a raw / ? # in the password is accepted");
+    };
+    assert_raw_password_refused(&refusal.to_string());
+    assert_password_never_shown(&[&format!("{options:?}"), &shown(&options)]);
+    options
+}

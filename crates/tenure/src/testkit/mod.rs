@@ -65,8 +65,8 @@ mod term_log;
 mod tls;
 pub use hand_over::{url_argument, HandOver, StoryError};
 pub use hostile_password::{
-    assert_password_never_shown, assert_raw_password_refused, HOSTILE_PASSWORD,
-    HOSTILE_PASSWORD_ESCAPED,
+    assert_hostile_password_handled, assert_password_never_shown, assert_raw_password_refused,
+    assert_url_refusals, HOSTILE_PASSWORD, HOSTILE_PASSWORD_ESCAPED, REFUSED_URL_PASSWORD,
 };
 pub use proxy::TcpProxy;
 pub use servers::server_url;
