@@ -90,6 +90,8 @@ impl EtcdOptions {
                 "several endpoints need etcd:// or etcds://, not http(s)://".into(),
             ));
         }
+        let (tls_files, others) =
+            TlsPaths::from_query(parts.query, tls, "etcds:// instead of etcd://").map_err(bad)?;
         let mut options = EtcdOptions {
             tls,
             hosts: list,
@@ -97,17 +99,9 @@ impl EtcdOptions {
             password,
             prefix: DEFAULT_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
-            tls_files: TlsPaths::default(),
+            tls_files,
         };
-        for pair in tenure::url::query_pairs(parts.query) {
-            let (name, value) = pair.map_err(bad)?;
-            if options
-                .tls_files
-                .take(&name, &value, tls, "etcds:// instead of etcd://")
-                .map_err(bad)?
-            {
-                continue;
-            }
+        for (name, value) in others {
             match name.as_str() {
                 "prefix" => options = options.with_prefix(value),
                 "timeout" => {
@@ -120,7 +114,6 @@ impl EtcdOptions {
                 }
             }
         }
-        options.tls_files.check().map_err(bad)?;
         if tls && options.tls_files.ca.is_none() {
             return Err(bad(
                 "TLS needs the CA that signed the etcd servers' certificates: add ?ca=/path/to/ca.pem"

@@ -136,23 +136,18 @@ impl NatsOptions {
                 }
             };
         let list = tenure::url::host_list(parts.hosts, DEFAULT_PORT, "server").map_err(bad)?;
+        let (tls_files, others) =
+            TlsPaths::from_query(parts.query, tls, "nats+tls:// instead of nats://")
+                .map_err(bad)?;
         let mut options = NatsOptions {
             tls,
             hosts: list,
             auth,
             bucket,
             timeout: DEFAULT_TIMEOUT,
-            tls_files: TlsPaths::default(),
+            tls_files,
         };
-        for pair in tenure::url::query_pairs(parts.query) {
-            let (name, value) = pair.map_err(bad)?;
-            if options
-                .tls_files
-                .take(&name, &value, tls, "nats+tls:// instead of nats://")
-                .map_err(bad)?
-            {
-                continue;
-            }
+        for (name, value) in others {
             match name.as_str() {
                 "timeout" => {
                     options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
@@ -164,7 +159,6 @@ impl NatsOptions {
                 }
             }
         }
-        options.tls_files.check().map_err(bad)?;
         Ok(options)
     }
 

@@ -100,6 +100,8 @@ impl RedisOptions {
                     ))
                 })?
         };
+        let (tls_files, others) =
+            TlsPaths::from_query(query, tls, "rediss:// instead of redis://").map_err(bad)?;
         let mut options = RedisOptions {
             tls,
             host,
@@ -110,17 +112,9 @@ impl RedisOptions {
             prefix: DEFAULT_PREFIX.into(),
             timeout: DEFAULT_TIMEOUT,
             quarantine: None,
-            tls_files: TlsPaths::default(),
+            tls_files,
         };
-        for pair in tenure::url::query_pairs(query) {
-            let (name, value) = pair.map_err(bad)?;
-            if options
-                .tls_files
-                .take(&name, &value, tls, "rediss:// instead of redis://")
-                .map_err(bad)?
-            {
-                continue;
-            }
+        for (name, value) in others {
             match name.as_str() {
                 "prefix" => options = options.with_prefix(value)?,
                 "timeout" => options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?,
@@ -132,7 +126,6 @@ impl RedisOptions {
                 }
             }
         }
-        options.tls_files.check().map_err(bad)?;
         Ok(options)
     }
 

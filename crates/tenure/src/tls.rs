@@ -54,6 +54,34 @@ impl TlsPaths {
         Ok(true)
     }
 
+    /// Reads a URL query (after `?`): the TLS files it names, checked as
+    /// [`take`](TlsPaths::take) and [`check`](TlsPaths::check) do, and its
+    /// other options, decoded and in order, for the store to read.
+    ///
+    /// ```
+    /// use tenure::tls::TlsPaths;
+    /// let (files, others) = TlsPaths::from_query("prefix=x&ca=/c.pem", true, "etcds://").unwrap();
+    /// assert_eq!(files.ca.as_deref(), Some(std::path::Path::new("/c.pem")));
+    /// assert_eq!(others, [("prefix".to_owned(), "x".to_owned())]);
+    /// assert!(TlsPaths::from_query("ca=/c.pem", false, "etcds://").unwrap_err().contains("etcds://"));
+    /// ```
+    pub fn from_query(
+        query: &str,
+        tls: bool,
+        tls_scheme: &str,
+    ) -> Result<(TlsPaths, Vec<(String, String)>), String> {
+        let mut files = TlsPaths::default();
+        let mut others = Vec::new();
+        for pair in crate::url::query_pairs(query) {
+            let (name, value) = pair?;
+            if !files.take(&name, &value, tls, tls_scheme)? {
+                others.push((name, value));
+            }
+        }
+        files.check()?;
+        Ok((files, others))
+    }
+
     /// Checks that `cert` and `key` come together.
     pub fn check(&self) -> Result<(), String> {
         if self.cert.is_some() == self.key.is_some() {
