@@ -66,30 +66,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(LeaseRecord, Version), RecordError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-    use tenure::{Holder, Metadata};
-
-    fn record() -> LeaseRecord {
-        LeaseRecord {
-            holder: Some(Holder {
-                id: "host-a".into(),
-                incarnation: 7,
-            }),
-            token: 3,
-            term: Duration::from_secs(10),
-            renewed_at: WallTime::from_millis(1_000),
-            expires_at: WallTime::from_millis(11_000),
-            metadata: Metadata::address("10.0.0.7:8080"),
-        }
-    }
+    use tenure::testkit::sample_record;
 
     #[test]
     fn round_trips_with_its_version() {
-        let bytes = encode(&record(), 42);
+        let bytes = encode(&sample_record(), 42);
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.contains("\"store_version\":42"), "{text}");
         assert!(text.contains("\"holder\""), "{text}");
-        assert_eq!(decode(&bytes).unwrap(), (record(), Version(42)));
+        assert_eq!(decode(&bytes).unwrap(), (sample_record(), Version(42)));
     }
 
     /// Whether an error is of the expected kind.
@@ -97,7 +82,7 @@ mod tests {
 
     #[test]
     fn hostile_contents_are_record_errors() {
-        let plain = record().encode();
+        let plain = sample_record().encode();
         assert!(matches!(decode(&plain), Err(RecordError::Corrupt { .. })));
         let cases: [(&[u8], IsKind); 6] = [
             (b"", |e| matches!(e, RecordError::Foreign { .. })),

@@ -100,7 +100,7 @@ fn framed(payload: &str) -> Option<(GroupName, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::{Holder, Metadata, WallTime};
+    use tenure::{Holder, Metadata};
 
     fn sample(metadata: Metadata) -> LeaseRecord {
         LeaseRecord {
@@ -108,11 +108,8 @@ mod tests {
                 id: "hôst-a".into(),
                 incarnation: 7,
             }),
-            token: 3,
-            term: std::time::Duration::from_secs(10),
-            renewed_at: WallTime::from_millis(1_000),
-            expires_at: WallTime::from_millis(11_000),
             metadata,
+            ..tenure::testkit::sample_record()
         }
     }
 

@@ -98,7 +98,9 @@ pub mod secret;
 pub mod shards;
 pub mod store;
 mod term;
-#[cfg(feature = "testkit")]
+// Compiled for the crate's own unit tests too (its dev-dependencies enable
+// what the feature does), which share its fixtures.
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod tls;
 pub mod url;

@@ -365,28 +365,15 @@ struct Probe {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample() -> LeaseRecord {
-        LeaseRecord {
-            holder: Some(Holder {
-                id: "host-a".into(),
-                incarnation: 7,
-            }),
-            token: 3,
-            term: Duration::from_secs(10),
-            renewed_at: WallTime::from_millis(1_000),
-            expires_at: WallTime::from_millis(11_000),
-            metadata: Metadata::address("10.0.0.7:8080"),
-        }
-    }
+    use crate::testkit::sample_record;
 
     #[test]
     fn round_trips() {
-        let r = sample();
+        let r = sample_record();
         assert_eq!(LeaseRecord::decode(&r.encode()).unwrap(), r);
         let released = LeaseRecord {
             holder: None,
-            ..sample()
+            ..sample_record()
         };
         assert_eq!(LeaseRecord::decode(&released.encode()).unwrap(), released);
     }
@@ -411,7 +398,7 @@ mod tests {
         ));
         let zero_token = LeaseRecord {
             token: 0,
-            ..sample()
+            ..sample_record()
         };
         assert!(matches!(
             LeaseRecord::decode(&zero_token.encode()),
@@ -423,7 +410,7 @@ mod tests {
     fn term_rounds_up_to_whole_milliseconds() {
         let r = LeaseRecord {
             term: Duration::from_micros(1500),
-            ..sample()
+            ..sample_record()
         };
         assert_eq!(
             LeaseRecord::decode(&r.encode()).unwrap().term,

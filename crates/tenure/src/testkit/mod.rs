@@ -58,6 +58,7 @@ mod conformance;
 mod hand_over;
 mod hostile_password;
 mod proxy;
+mod sample;
 pub mod scenarios;
 mod servers;
 mod support;
@@ -69,6 +70,7 @@ pub use hostile_password::{
     assert_url_refusals, HOSTILE_PASSWORD, HOSTILE_PASSWORD_ESCAPED, REFUSED_URL_PASSWORD,
 };
 pub use proxy::TcpProxy;
+pub use sample::sample_record;
 pub use servers::server_url;
 pub use support::{free_port, signal, unique_suffix, wait_for_port, ServerProcess, TempDir};
 pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
