@@ -122,44 +122,21 @@ impl ElectorBuilder {
             leader_until: Arc::new(AtomicU64::new(0)),
             fault: Arc::new(OnceLock::new()),
         };
+        let make_publisher = |drained| {
+            Publisher::new(
+                group.clone(),
+                holder.clone(),
+                self.clock.clone(),
+                role_tx,
+                &published,
+                drained,
+            )
+        };
+        // The engine that will run this elector's machine, or the
+        // coordinator that decides leadership itself.
         let engine = match self.backend {
-            Backend::Coordinator(coordinator) => {
-                let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-                let (drained_tx, drained_rx) = mpsc::unbounded_channel();
-                let publisher = Publisher::new(
-                    group.clone(),
-                    holder.clone(),
-                    self.clock.clone(),
-                    role_tx,
-                    &published,
-                    DrainedTo::Channel(drained_tx),
-                );
-                let session = Session::with_channels(
-                    publisher,
-                    cmd_rx,
-                    drained_rx,
-                    pulse.clone(),
-                    timing.clone(),
-                    self.metadata.clone(),
-                );
-                runtime.spawn(coordinator.run(session));
-                return Ok(Elector {
-                    shared: Arc::new(Shared {
-                        group,
-                        holder,
-                        timing,
-                        clock: self.clock,
-                        role: role_rx,
-                        published,
-                        metadata: std::sync::Mutex::new(self.metadata),
-                        link: Link::Channel(cmd_tx),
-                        pulse,
-                        engine: None,
-                        system_clock: is_system,
-                    }),
-                });
-            }
-            Backend::Lease(store) => EngineShared::for_store(store, &self.clock, &runtime),
+            Backend::Coordinator(coordinator) => Err(coordinator),
+            Backend::Lease(store) => Ok(EngineShared::for_store(store, &self.clock, &runtime)),
             Backend::Engine(engine) => {
                 if !std::ptr::addr_eq(Arc::as_ptr(&engine.clock), Arc::as_ptr(&self.clock)) {
                     return Err(ConfigError::timing(
@@ -167,32 +144,47 @@ impl ElectorBuilder {
                     )
                     .into());
                 }
-                engine
+                Ok(engine)
             }
         };
-        let id = engine.next_id();
-        let publisher = Publisher::new(
-            group.clone(),
-            holder.clone(),
-            self.clock.clone(),
-            role_tx,
-            &published,
-            DrainedTo::Engine {
-                engine: engine.clone(),
-                id,
-            },
-        );
-        let session = Session::in_engine(
-            publisher,
-            pulse.clone(),
-            timing.clone(),
-            self.metadata.clone(),
-        );
-        engine.send(ToEngine::Join(Box::new(Joining {
-            id,
-            session,
-            seed: rand::random(),
-        })));
+        let (link, engine) = match engine {
+            Err(coordinator) => {
+                let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+                let (drained_tx, drained_rx) = mpsc::unbounded_channel();
+                let session = Session::with_channels(
+                    make_publisher(DrainedTo::Channel(drained_tx)),
+                    cmd_rx,
+                    drained_rx,
+                    pulse.clone(),
+                    timing.clone(),
+                    self.metadata.clone(),
+                );
+                runtime.spawn(coordinator.run(session));
+                (Link::Channel(cmd_tx), None)
+            }
+            Ok(engine) => {
+                let id = engine.next_id();
+                let session = Session::in_engine(
+                    make_publisher(DrainedTo::Engine {
+                        engine: engine.clone(),
+                        id,
+                    }),
+                    pulse.clone(),
+                    timing.clone(),
+                    self.metadata.clone(),
+                );
+                engine.send(ToEngine::Join(Box::new(Joining {
+                    id,
+                    session,
+                    seed: rand::random(),
+                })));
+                let link = Link::Engine {
+                    engine: engine.clone(),
+                    id,
+                };
+                (link, Some(engine))
+            }
+        };
         Ok(Elector {
             shared: Arc::new(Shared {
                 group,
@@ -202,12 +194,9 @@ impl ElectorBuilder {
                 role: role_rx,
                 published,
                 metadata: std::sync::Mutex::new(self.metadata),
-                link: Link::Engine {
-                    engine: engine.clone(),
-                    id,
-                },
+                link,
                 pulse,
-                engine: Some(engine),
+                engine,
                 system_clock: is_system,
             }),
         })
