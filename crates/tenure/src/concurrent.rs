@@ -162,26 +162,19 @@ impl InFlight {
             rounds[*n].push(i);
             *n += 1;
         }
-        let mut out: Vec<Option<Result<CasOutcome, StoreError>>> =
-            (0..requests.len()).map(|_| None).collect();
+        let mut slots = Slots::new(requests.len());
         let write = &write;
         for round in rounds {
-            let mut running: FuturesUnordered<_> = round
+            let running: FuturesUnordered<_> = round
                 .chunks(chunk)
                 .map(|part| async move {
                     let writes: Vec<&'a CasRequest> = part.iter().map(|i| &requests[*i]).collect();
                     spread(part.iter().copied(), self.run(write(writes)).await)
                 })
                 .collect();
-            while let Some(done) = running.next().await {
-                for (i, r) in done {
-                    out[i] = Some(r);
-                }
-            }
+            slots.fill(running).await;
         }
-        out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(never_carried_out())))
-            .collect()
+        slots.into_results()
     }
 
     /// Reads each of `groups` with `one`, a request of its own, all
@@ -234,23 +227,45 @@ impl InFlight {
 }
 
 /// Puts each result at its index as the lanes finish.
-async fn place<T, L>(len: usize, mut running: FuturesUnordered<L>) -> Vec<Result<T, StoreError>>
+async fn place<T, L>(len: usize, running: FuturesUnordered<L>) -> Vec<Result<T, StoreError>>
 where
     L: Future<Output = Vec<(usize, Result<T, StoreError>)>>,
 {
-    let mut slots: Vec<Option<Result<T, StoreError>>> = (0..len).map(|_| None).collect();
-    while let Some(done) = running.next().await {
-        for (i, r) in done {
-            if let Some(slot) = slots.get_mut(i) {
-                *slot = Some(r);
+    let mut slots = Slots::new(len);
+    slots.fill(running).await;
+    slots.into_results()
+}
+
+/// One result per operation of a batch, filled in as its lanes finish.
+struct Slots<T>(Vec<Option<Result<T, StoreError>>>);
+
+impl<T> Slots<T> {
+    fn new(len: usize) -> Self {
+        Slots((0..len).map(|_| None).collect())
+    }
+
+    /// Puts each result of `running`'s lanes at its index.
+    async fn fill<L>(&mut self, mut running: FuturesUnordered<L>)
+    where
+        L: Future<Output = Vec<(usize, Result<T, StoreError>)>>,
+    {
+        while let Some(done) = running.next().await {
+            for (i, r) in done {
+                if let Some(slot) = self.0.get_mut(i) {
+                    *slot = Some(r);
+                }
             }
         }
     }
-    // Every index is in exactly one lane, so every slot is filled.
-    slots
-        .into_iter()
-        .map(|s| s.unwrap_or_else(|| Err(never_carried_out())))
-        .collect()
+
+    /// The results in order. Every index is in exactly one lane, so every
+    /// slot is filled; one that is not fails rather than panics.
+    fn into_results(self) -> Vec<Result<T, StoreError>> {
+        self.0
+            .into_iter()
+            .map(|s| s.unwrap_or_else(|| Err(never_carried_out())))
+            .collect()
+    }
 }
 
 /// Pairs the indexes of one request's operations with its results; a
