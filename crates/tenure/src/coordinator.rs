@@ -76,34 +76,21 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// A session whose commands and drained terms arrive on channels.
-    pub(crate) fn with_channels(
+    /// A session whose commands and drained terms arrive on `channels`
+    /// (a coordinator's), or reach an engine directly (`None`).
+    pub(crate) fn new(
         publisher: Publisher,
-        commands: mpsc::UnboundedReceiver<Command>,
-        drained: mpsc::UnboundedReceiver<u64>,
+        channels: Option<(
+            mpsc::UnboundedReceiver<Command>,
+            mpsc::UnboundedReceiver<u64>,
+        )>,
         pulse: Arc<PulseState>,
         timing: Timing,
         metadata: Metadata,
     ) -> Self {
         Session {
             publisher,
-            inbox: Some(Inbox { commands, drained }),
-            pulse,
-            timing,
-            metadata,
-        }
-    }
-
-    /// A session whose commands and drained terms reach an engine directly.
-    pub(crate) fn in_engine(
-        publisher: Publisher,
-        pulse: Arc<PulseState>,
-        timing: Timing,
-        metadata: Metadata,
-    ) -> Self {
-        Session {
-            publisher,
-            inbox: None,
+            inbox: channels.map(|(commands, drained)| Inbox { commands, drained }),
             pulse,
             timing,
             metadata,

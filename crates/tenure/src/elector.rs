@@ -122,14 +122,21 @@ impl ElectorBuilder {
             leader_until: Arc::new(AtomicU64::new(0)),
             fault: Arc::new(OnceLock::new()),
         };
-        let make_publisher = |drained| {
-            Publisher::new(
+        let make_session = |drained, channels| {
+            let publisher = Publisher::new(
                 group.clone(),
                 holder.clone(),
                 self.clock.clone(),
                 role_tx,
                 &published,
                 drained,
+            );
+            Session::new(
+                publisher,
+                channels,
+                pulse.clone(),
+                timing.clone(),
+                self.metadata.clone(),
             )
         };
         // The engine that will run this elector's machine, or the
@@ -151,27 +158,19 @@ impl ElectorBuilder {
             Err(coordinator) => {
                 let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
                 let (drained_tx, drained_rx) = mpsc::unbounded_channel();
-                let session = Session::with_channels(
-                    make_publisher(DrainedTo::Channel(drained_tx)),
-                    cmd_rx,
-                    drained_rx,
-                    pulse.clone(),
-                    timing.clone(),
-                    self.metadata.clone(),
-                );
+                let session =
+                    make_session(DrainedTo::Channel(drained_tx), Some((cmd_rx, drained_rx)));
                 runtime.spawn(coordinator.run(session));
                 (Link::Channel(cmd_tx), None)
             }
             Ok(engine) => {
                 let id = engine.next_id();
-                let session = Session::in_engine(
-                    make_publisher(DrainedTo::Engine {
+                let session = make_session(
+                    DrainedTo::Engine {
                         engine: engine.clone(),
                         id,
-                    }),
-                    pulse.clone(),
-                    timing.clone(),
-                    self.metadata.clone(),
+                    },
+                    None,
                 );
                 engine.send(ToEngine::Join(Box::new(Joining {
                     id,
