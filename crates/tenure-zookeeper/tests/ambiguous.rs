@@ -25,11 +25,9 @@ fn ambiguous(result: Result<CasOutcome, StoreError>, what: &str) {
     }
 }
 
+/// Writes `g` held by `id`; the write must apply.
 async fn applied(store: &ZkStore, g: &GroupName, expected: Option<Version>, id: &str) -> Version {
-    match store.compare_and_swap(g, expected, &held_by(id, 1)).await {
-        Ok(CasOutcome::Applied(v)) => v,
-        other => panic!("writing {g} for {id}: {other:?}"),
-    }
+    testkit::applied(store, g, expected, &held_by(id, 1)).await
 }
 
 /// The proxy lets the requests through and throws the replies away: the

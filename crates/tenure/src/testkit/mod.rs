@@ -55,6 +55,7 @@ use crate::record::{GroupName, Holder, LeaseRecord, Metadata, Version};
 use crate::store::{CasOutcome, LeaseStore};
 
 mod conformance;
+mod feed_checks;
 mod hand_over;
 mod hostile_password;
 mod proxy;
@@ -64,6 +65,9 @@ mod servers;
 mod support;
 mod term_log;
 mod tls;
+pub use feed_checks::{
+    expect_hint, expect_quiet, expect_written, next_change, tasks_end_with_feed, write_seen_on_feed,
+};
 pub use hand_over::{url_argument, HandOver, StoryError};
 pub use hostile_password::{
     assert_hostile_password_handled, assert_password_never_shown, assert_raw_password_refused,
