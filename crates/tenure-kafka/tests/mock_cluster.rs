@@ -40,12 +40,13 @@ async fn a_candidate_joining_while_the_leader_process_is_hung_takes_over_after_i
     let hung = Instant::now();
     a.signal(libc::SIGSTOP);
     let rec = Recorder::default();
-    let (b, _) = candidate(&cfg, &group, "b");
-    rec.watch("b", &b);
-    let term = tokio::time::timeout(Duration::from_secs(60), b.wait_for_leadership())
-        .await
-        .expect("b takes over from the hung leader")
-        .unwrap();
+    let (b, _) = rec.candidate(&cfg, &group, "b");
+    let term = leads(
+        &b,
+        Duration::from_secs(60),
+        "b takes over from the hung leader",
+    )
+    .await;
     let took = hung.elapsed();
     eprintln!(
         "MEASURE hung leader (mock cluster): b elected {took:?} after a hung (session timeout {:?})",
@@ -84,21 +85,14 @@ async fn a_leader_that_stops_pulsing_loses_the_partition_through_max_poll_interv
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     });
-    let term = tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
+    let term = leads(&a, Duration::from_secs(30), "a elected").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     pulsing.abort();
     let silent = Instant::now();
     // b joins at once, while a is still a member that does not poll.
-    let (b, _) = candidate(&cfg, &group, "b");
-    rec.watch("b", &b);
+    let (b, _) = rec.candidate(&cfg, &group, "b");
     term.cancelled().await;
-    let b_term = tokio::time::timeout(Duration::from_secs(60), b.wait_for_leadership())
-        .await
-        .expect("b takes over")
-        .unwrap();
+    let b_term = leads(&b, Duration::from_secs(60), "b takes over").await;
     let took = silent.elapsed();
     eprintln!(
         "MEASURE stopped pulsing (mock cluster): b elected {took:?} after a's last pulse \
@@ -127,10 +121,7 @@ async fn cooperative_sticky_assignment_keeps_the_leader_and_hands_over_without_o
     let cfg = config(&mock.bootstrap_servers())
         .property("partition.assignment.strategy", "cooperative-sticky");
     let (a, _) = candidate(&cfg, &group, "a");
-    let first = tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
+    let first = leads(&a, Duration::from_secs(30), "a elected").await;
     let (b, _) = candidate(&cfg, &group, "b");
     let log = tenure::testkit::TermLog::watch(&[&a, &b]);
     // b's join rebalances incrementally: partition 0 stays with a, whose
@@ -150,10 +141,7 @@ async fn cooperative_sticky_assignment_keeps_the_leader_and_hands_over_without_o
     assert_eq!(a.current_term().map(|t| t.token()), Some(first.token()));
     let stop = Instant::now();
     a.shutdown().await;
-    let term = tokio::time::timeout(Duration::from_secs(30), b.wait_for_leadership())
-        .await
-        .expect("b takes over")
-        .unwrap();
+    let term = leads(&b, Duration::from_secs(30), "b takes over").await;
     eprintln!(
         "MEASURE cooperative-sticky graceful hand-over: {:?}",
         stop.elapsed()

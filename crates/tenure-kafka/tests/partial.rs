@@ -40,10 +40,7 @@ async fn take_over_after(
     let group = unique(label);
     let (_tansu, proxy, cfg) = proxied(&group).await?;
     let a = named(&cfg, &group, "a");
-    tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
+    leads(&a, Duration::from_secs(30), "a elected").await;
     let b = named(&cfg, &group, "b");
     let log = TermLog::watch(&[&a, &b]);
     settle(&[&a, &b]).await;
@@ -60,10 +57,12 @@ async fn take_over_after(
             start.elapsed()
         );
     }
-    tokio::time::timeout(Duration::from_secs(90), other.wait_for_leadership())
-        .await
-        .expect("the other candidate takes over")
-        .unwrap();
+    leads(
+        other,
+        Duration::from_secs(90),
+        "the other candidate takes over",
+    )
+    .await;
     let took = start.elapsed();
     eprintln!(
         "MEASURE {label}: {} elected {took:?} after the cut (session timeout {:?})",
@@ -212,10 +211,7 @@ async fn a_recreated_topic_stops_the_candidate_with_a_typed_fault() {
         .collect();
     produce_raw(&proxy.addr(), &topic, &filler);
     let (a, status) = candidate(&cfg, &group, "a");
-    let term = tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
+    let term = leads(&a, Duration::from_secs(30), "a elected").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let token = a.current_term().expect("still leading").token();
     assert!(token > 300, "{token}");
@@ -300,10 +296,7 @@ async fn records_forged_by_a_plain_producer_neither_depose_renew_nor_poison() {
     let topic = cfg.resolved_topic(&group);
     let (a, _) = candidate(&cfg, &group, "a");
     let log = TermLog::watch(&[&a]);
-    let term = tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
+    let term = leads(&a, Duration::from_secs(30), "a elected").await;
     let observer = tenure_kafka::KafkaObserver::start(cfg.clone(), &group).unwrap();
     let mut seen = observer.watch();
     tokio::time::timeout(
@@ -364,10 +357,7 @@ async fn records_forged_by_a_plain_producer_neither_depose_renew_nor_poison() {
     // A later honest leader still shows: a resigns, and b takes over.
     let (b, _) = candidate(&cfg, &group, "b");
     a.shutdown().await;
-    let b_term = tokio::time::timeout(Duration::from_secs(30), b.wait_for_leadership())
-        .await
-        .expect("b elected")
-        .unwrap();
+    let b_term = leads(&b, Duration::from_secs(30), "b elected").await;
     tokio::time::timeout(
         Duration::from_secs(10),
         seen.wait_for(|l| l.as_ref().is_some_and(|l| l.candidate == "b")),

@@ -78,14 +78,9 @@ async fn graceful_hand_over_takes_one_rebalance_and_tokens_rise() {
     let group = unique("graceful");
     let cfg = config(&brokers);
     let rec = Recorder::default();
-    let (a, _) = candidate(&cfg, &group, "a");
-    rec.watch("a", &a);
-    let ta = tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
-    let (b, _) = candidate(&cfg, &group, "b");
-    rec.watch("b", &b);
+    let (a, _) = rec.candidate(&cfg, &group, "a");
+    let ta = leads(&a, Duration::from_secs(30), "a elected").await;
+    let (b, _) = rec.candidate(&cfg, &group, "b");
     let observer = KafkaObserver::start(cfg.clone(), &group).unwrap();
     // b's join makes the group rebalance (eager: partition 0 is revoked
     // from a and assigned again, to a or b). Let it settle.
@@ -230,12 +225,8 @@ async fn a_stopped_broker_fences_the_leader_before_its_session_can_expire_and_it
     let group = unique("fence");
     let cfg = config(&tansu.addr);
     let rec = Recorder::default();
-    let (a, _) = candidate(&cfg, &group, "a");
-    rec.watch("a", &a);
-    let term = tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
+    let (a, _) = rec.candidate(&cfg, &group, "a");
+    let term = leads(&a, Duration::from_secs(30), "a elected").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let pause = Instant::now();
@@ -244,17 +235,8 @@ async fn a_stopped_broker_fences_the_leader_before_its_session_can_expire_and_it
         .await
         .expect("fenced within the heartbeat timeout (and some)");
     let fenced = pause.elapsed();
-    let ousted = || {
-        rec.events().into_iter().find_map(|(_, _, e)| match e {
-            Event::Ousted { reason, .. } => Some(reason),
-            _ => None,
-        })
-    };
-    eventually(Duration::from_secs(1), "the ousted event", || {
-        ousted().is_some()
-    })
-    .await;
-    assert_eq!(ousted(), Some(EndReason::Fenced));
+    let reason = rec.first_ousted(Duration::from_secs(1)).await;
+    assert_eq!(reason, EndReason::Fenced);
     assert!(
         fenced < cfg.session_timeout(),
         "fenced before the session can expire"
@@ -282,8 +264,7 @@ async fn a_revoke_waits_for_the_leaders_work_to_drain() {
     let group = unique("barrier");
     let cfg = config(&brokers);
     let rec = Recorder::default();
-    let (a, _) = candidate(&cfg, &group, "a");
-    rec.watch("a", &a);
+    let (a, _) = rec.candidate(&cfg, &group, "a");
     // a's work takes 1.5 s to wind down after its term is cancelled.
     let done = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
     let work_done = done.clone();
@@ -301,13 +282,9 @@ async fn a_revoke_waits_for_the_leaders_work_to_drain() {
             })
             .await
     });
-    tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
+    leads(&a, Duration::from_secs(30), "a elected").await;
     // b joins: the eager rebalance revokes partition 0 from a.
-    let (b, _) = candidate(&cfg, &group, "b");
-    rec.watch("b", &b);
+    let (b, _) = rec.candidate(&cfg, &group, "b");
     let revoked_at = || {
         rec.events().into_iter().find_map(|(t, who, e)| match e {
             Event::Ousted {
@@ -395,10 +372,7 @@ async fn pulsing_is_cheap_and_an_application_that_stops_pulsing_loses_leadership
         }
         pulses
     });
-    let term = tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected while pulsing")
-        .unwrap();
+    let term = leads(&a, Duration::from_secs(30), "a elected while pulsing").await;
     let before = status.polls();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let polls = status.polls() - before;
@@ -415,14 +389,8 @@ async fn pulsing_is_cheap_and_an_application_that_stops_pulsing_loses_leadership
         .await
         .expect("the term ends once pulses stop");
     let lost = stopped.elapsed();
-    let reason = || {
-        rec.events().into_iter().find_map(|(_, _, e)| match e {
-            Event::Ousted { reason, .. } => Some(reason),
-            _ => None,
-        })
-    };
-    eventually(Duration::from_secs(1), "ousted", || reason().is_some()).await;
-    assert_eq!(reason(), Some(EndReason::LivenessLost));
+    let reason = rec.first_ousted(Duration::from_secs(1)).await;
+    assert_eq!(reason, EndReason::LivenessLost);
     eprintln!("liveness: term ended {lost:?} after the last pulse (heartbeat timeout {H:?})");
     assert!(lost <= H + Duration::from_secs(2), "{lost:?}");
 
@@ -435,8 +403,7 @@ async fn pulsing_is_cheap_and_an_application_that_stops_pulsing_loses_leadership
         (cfg.session_timeout() + Duration::from_secs(1)).saturating_sub(stopped.elapsed()),
     )
     .await;
-    let (b, _) = candidate(&cfg, &group, "b");
-    rec.watch("b", &b);
+    let (b, _) = rec.candidate(&cfg, &group, "b");
     let (when, _) = elected(&rec, "b", stopped, Duration::from_secs(30)).await;
     eprintln!(
         "liveness: b (joined after a's max.poll.interval.ms = {:?}) elected {:?} after a's last pulse",
@@ -467,14 +434,9 @@ async fn resigning_hands_over_in_one_rebalance() {
     let group = unique("resign");
     let cfg = config(&brokers);
     let rec = Recorder::default();
-    let (a, _) = candidate(&cfg, &group, "a");
-    rec.watch("a", &a);
-    tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
-    let (b, _) = candidate(&cfg, &group, "b");
-    rec.watch("b", &b);
+    let (a, _) = rec.candidate(&cfg, &group, "a");
+    leads(&a, Duration::from_secs(30), "a elected").await;
+    let (b, _) = rec.candidate(&cfg, &group, "b");
     settle(&[&a, &b]).await;
     let (leader, other) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
     let old = leader.current_term().unwrap();
@@ -502,19 +464,44 @@ async fn resigning_hands_over_in_one_rebalance() {
     b.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_is_bounded_while_the_broker_is_hung() {
-    let Some(tansu) = Tansu::start().await else {
-        return;
-    };
-    let group = unique("hung-close");
+/// A private broker hung (SIGSTOP) under a leader, `a`, of `group`.
+struct Hung {
+    tansu: Tansu,
+    group: String,
+    cfg: tenure_kafka::KafkaConfig,
+    a: tenure::Elector,
+    status: tenure_kafka::KafkaStatus,
+}
+
+async fn hung_under_leader(label: &str) -> Option<Hung> {
+    let tansu = Tansu::start().await?;
+    let group = unique(label);
     let cfg = config(&tansu.addr);
     let (a, status) = candidate(&cfg, &group, "a");
-    tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
+    leads(&a, Duration::from_secs(30), "a elected").await;
     tansu.signal(libc::SIGSTOP);
+    Some(Hung {
+        tansu,
+        group,
+        cfg,
+        a,
+        status,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_is_bounded_while_the_broker_is_hung() {
+    // The broker stays bound (dropping it would kill it, not hang it).
+    let Some(Hung {
+        tansu: _hung,
+        cfg,
+        a,
+        status,
+        ..
+    }) = hung_under_leader("hung-close").await
+    else {
+        return;
+    };
     let start = Instant::now();
     let stopper = a.clone();
     let shutdown = tokio::spawn(async move { stopper.shutdown().await });
@@ -611,17 +598,16 @@ fn threads_named(prefix: &str) -> usize {
 /// it does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_an_observer_of_a_hung_broker_ends_its_thread_within_the_close_timeout() {
-    let Some(tansu) = Tansu::start().await else {
+    let Some(Hung {
+        tansu,
+        group,
+        cfg,
+        a,
+        ..
+    }) = hung_under_leader("hung-observer").await
+    else {
         return;
     };
-    let group = unique("hung-observer");
-    let cfg = config(&tansu.addr);
-    let (a, _) = candidate(&cfg, &group, "a");
-    tokio::time::timeout(Duration::from_secs(30), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
-    tansu.signal(libc::SIGSTOP);
     // Started while the broker hangs: its first fetch is stuck.
     let observer = KafkaObserver::start(cfg.clone(), &group).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;

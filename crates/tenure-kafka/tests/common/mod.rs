@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tenure::{Elector, Event, Metadata};
+use tenure::{Elector, EndReason, Event, Metadata, Term};
 use tenure_kafka::{KafkaConfig, KafkaCoordinator};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -99,6 +99,31 @@ impl Recorder {
         self.log.lock().unwrap().clone()
     }
 
+    /// A [`candidate`] whose events this recorder keeps, as `id`.
+    pub fn candidate(
+        &self,
+        config: &KafkaConfig,
+        group: &str,
+        id: &str,
+    ) -> (Elector, tenure_kafka::KafkaStatus) {
+        let (elector, status) = candidate(config, group, id);
+        self.watch(id, &elector);
+        (elector, status)
+    }
+
+    /// Why the first term that ended ended, waiting up to `limit` for the
+    /// event (it may trail the term's cancellation).
+    pub async fn first_ousted(&self, limit: Duration) -> EndReason {
+        let reason = || {
+            self.events().into_iter().find_map(|(_, _, e)| match e {
+                Event::Ousted { reason, .. } => Some(reason),
+                _ => None,
+            })
+        };
+        eventually(limit, "an ousted event", || reason().is_some()).await;
+        reason().expect("waited for it")
+    }
+
     /// The tokens of every election, in order.
     pub fn elections(&self) -> Vec<(Instant, String, u64)> {
         self.events()
@@ -109,6 +134,15 @@ impl Recorder {
             })
             .collect()
     }
+}
+
+/// Waits up to `limit` for `elector` to lead and returns its term; panics
+/// naming `what` if it does not, or if the elector stops.
+pub async fn leads(elector: &Elector, limit: Duration, what: &str) -> Term {
+    tokio::time::timeout(limit, elector.wait_for_leadership())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// Waits for `cond`, polling, up to `limit`.
