@@ -9,59 +9,98 @@ use std::time::{Duration, Instant};
 use tenure::testkit::{self, held_by};
 use tenure::{
     CasOutcome, CasRequest, Config, Elector, GroupName, LeaseStore, LeaseView, Role, StoreError,
+    Versioned,
 };
 use tenure_dynamodb::DynamoDbStore;
 
 mod support;
 use support::{endpoint, options, store, FaultProxy, Reply, TABLE};
 
-/// `n` groups written with records held by `c0`, `c1`, …
-async fn written(s: &DynamoDbStore, label: &str, n: usize) -> Vec<GroupName> {
-    let groups: Vec<GroupName> = (0..n)
-        .map(|i| testkit::unique_group(&format!("{label}-{i}")))
-        .collect();
-    let requests: Vec<CasRequest> = groups
+/// Requests creating each of `groups`, the `i`th held by `holder(i)`.
+fn creations(groups: &[GroupName], holder: impl Fn(usize) -> String) -> Vec<CasRequest> {
+    groups
         .iter()
         .enumerate()
         .map(|(i, g)| CasRequest {
             group: g.clone(),
             expected: None,
-            record: held_by(&format!("c{i}"), 1),
+            record: held_by(&holder(i), 1),
         })
-        .collect();
-    for r in s.compare_and_swap_many(&requests).await.unwrap() {
-        assert!(matches!(r, Ok(CasOutcome::Applied(_))), "{r:?}");
-    }
-    groups
+        .collect()
 }
 
-async fn through(proxy: &FaultProxy, budget: Duration) -> DynamoDbStore {
-    DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE).throttle_budget(budget))
+/// `n` fresh groups named after `label`.
+fn fresh_groups(label: &str, n: usize) -> Vec<GroupName> {
+    (0..n)
+        .map(|i| testkit::unique_group(&format!("{label}-{i}")))
+        .collect()
+}
+
+/// `n` groups written straight to dynalite with records held by `c0`,
+/// `c1`, …, and a handle that reaches dynalite through a fault proxy with
+/// the given throttle budget.
+struct Behind {
+    url: String,
+    groups: Vec<GroupName>,
+    proxy: FaultProxy,
+    store: DynamoDbStore,
+}
+
+async fn written_behind_a_proxy(label: &str, n: usize, budget: Duration) -> Option<Behind> {
+    let url = endpoint()?;
+    let groups = fresh_groups(label, n);
+    let outcomes = store(&url)
         .await
-        .unwrap()
+        .compare_and_swap_many(&creations(&groups, |i| format!("c{i}")))
+        .await
+        .unwrap();
+    for r in outcomes {
+        assert!(matches!(r, Ok(CasOutcome::Applied(_))), "{r:?}");
+    }
+    let proxy = FaultProxy::start(&url).await;
+    let store =
+        DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE).throttle_budget(budget))
+            .await
+            .unwrap();
+    Some(Behind {
+        url,
+        groups,
+        proxy,
+        store,
+    })
+}
+
+/// Each of `got` read the record [`written_behind_a_proxy`] wrote: the
+/// `i`th held by `c{i}`.
+fn read_as_written(got: &[Result<Option<Versioned>, StoreError>], context: &str) {
+    for (i, r) in got.iter().enumerate() {
+        match r {
+            Ok(Some(v)) => assert_eq!(v.record.holder_id(), Some(format!("c{i}").as_str())),
+            other => panic!("{context}, group {i}: {other:?}"),
+        }
+    }
 }
 
 /// Keys DynamoDB leaves unprocessed are asked for again until every group
 /// is read.
 #[tokio::test(flavor = "multi_thread")]
 async fn unprocessed_keys_are_asked_for_again() {
-    let Some(url) = endpoint() else { return };
-    let direct = store(&url).await;
-    let groups = written(&direct, "unprocessed", 6).await;
-    let proxy = FaultProxy::start(&url).await;
-    let s = through(&proxy, Duration::from_secs(5)).await;
+    let Some(Behind {
+        groups,
+        proxy,
+        store: s,
+        ..
+    }) = written_behind_a_proxy("unprocessed", 6, Duration::from_secs(5)).await
+    else {
+        return;
+    };
     for _ in 0..3 {
         proxy.push(Some("BatchGetItem"), Reply::UnprocessedAllButFirst);
     }
     let mut asked = groups.clone();
     asked.push(testkit::unique_group("never-written"));
     let got = s.read_many(&asked).await.unwrap();
-    for (i, r) in got.iter().take(6).enumerate() {
-        match r {
-            Ok(Some(v)) => assert_eq!(v.record.holder_id(), Some(format!("c{i}").as_str())),
-            other => panic!("group {i}: {other:?}"),
-        }
-    }
+    read_as_written(&got[..6], "the written groups");
     assert!(matches!(got[6], Ok(None)), "{:?}", got[6]);
     // Three answers of one key each, then one request for the other four.
     assert_eq!(proxy.requests("BatchGetItem"), 4);
@@ -73,11 +112,15 @@ async fn unprocessed_keys_are_asked_for_again() {
 /// naming the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn keys_still_unprocessed_at_the_budget_fail_alone() {
-    let Some(url) = endpoint() else { return };
-    let direct = store(&url).await;
-    let groups = written(&direct, "unprocessed-long", 8).await;
-    let proxy = FaultProxy::start(&url).await;
-    let s = through(&proxy, Duration::from_millis(300)).await;
+    let Some(Behind {
+        groups,
+        proxy,
+        store: s,
+        ..
+    }) = written_behind_a_proxy("unprocessed-long", 8, Duration::from_millis(300)).await
+    else {
+        return;
+    };
     for _ in 0..8 {
         proxy.push(Some("BatchGetItem"), Reply::UnprocessedAllButFirst);
     }
@@ -95,11 +138,15 @@ async fn keys_still_unprocessed_at_the_budget_fail_alone() {
 /// A batched read throttled as a whole is retried like a single read.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_throttled_batched_read_is_retried() {
-    let Some(url) = endpoint() else { return };
-    let direct = store(&url).await;
-    let groups = written(&direct, "throttled-batch", 3).await;
-    let proxy = FaultProxy::start(&url).await;
-    let s = through(&proxy, Duration::from_secs(5)).await;
+    let Some(Behind {
+        groups,
+        proxy,
+        store: s,
+        ..
+    }) = written_behind_a_proxy("throttled-batch", 3, Duration::from_secs(5)).await
+    else {
+        return;
+    };
     proxy.push(Some("BatchGetItem"), Reply::throughput_exceeded());
     proxy.push(Some("BatchGetItem"), Reply::throttling());
     let got = s.read_many(&groups).await.unwrap();
@@ -111,20 +158,19 @@ async fn a_throttled_batched_read_is_retried() {
 /// older tenure) still read, one `GetItem` per group, from then on.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_batch_get_permission_reads_fall_back_to_get_item() {
-    let Some(url) = endpoint() else { return };
-    let direct = store(&url).await;
-    let groups = written(&direct, "no-batch-get", 4).await;
-    let proxy = FaultProxy::start(&url).await;
-    let s = through(&proxy, Duration::from_secs(5)).await;
+    let Some(Behind {
+        groups,
+        proxy,
+        store: s,
+        ..
+    }) = written_behind_a_proxy("no-batch-get", 4, Duration::from_secs(5)).await
+    else {
+        return;
+    };
     proxy.push(Some("BatchGetItem"), Reply::access_denied());
     for round in 0..2 {
         let got = s.read_many(&groups).await.unwrap();
-        for (i, r) in got.iter().enumerate() {
-            match r {
-                Ok(Some(v)) => assert_eq!(v.record.holder_id(), Some(format!("c{i}").as_str())),
-                other => panic!("round {round}, group {i}: {other:?}"),
-            }
-        }
+        read_as_written(&got, &format!("round {round}"));
     }
     assert_eq!(
         proxy.requests("BatchGetItem"),
@@ -138,20 +184,18 @@ async fn without_batch_get_permission_reads_fall_back_to_get_item() {
 /// failed one wrote nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_failed_write_among_many_fails_alone() {
-    let Some(url) = endpoint() else { return };
-    let proxy = FaultProxy::start(&url).await;
-    let s = through(&proxy, Duration::from_secs(5)).await;
-    let groups: Vec<GroupName> = (0..6)
-        .map(|i| testkit::unique_group(&format!("one-fails-{i}")))
-        .collect();
-    let requests: Vec<CasRequest> = groups
-        .iter()
-        .map(|g| CasRequest {
-            group: g.clone(),
-            expected: None,
-            record: held_by("a", 1),
-        })
-        .collect();
+    // Nothing written beforehand: the batch creates its groups.
+    let Some(Behind {
+        url,
+        proxy,
+        store: s,
+        ..
+    }) = written_behind_a_proxy("none", 0, Duration::from_secs(5)).await
+    else {
+        return;
+    };
+    let groups = fresh_groups("one-fails", 6);
+    let requests = creations(&groups, |_| "a".to_owned());
     proxy.push(Some("UpdateItem"), Reply::internal_error());
     let got = s.compare_and_swap_many(&requests).await.unwrap();
     let failed: Vec<usize> = (0..6).filter(|i| got[*i].is_err()).collect();
@@ -168,11 +212,15 @@ async fn one_failed_write_among_many_fails_alone() {
 /// naming the fix, and no message shows the secret key.
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_credentials_in_a_batch_name_the_fix_without_the_secret() {
-    let Some(url) = endpoint() else { return };
-    let direct = store(&url).await;
-    let groups = written(&direct, "refused", 3).await;
-    let proxy = FaultProxy::start(&url).await;
-    let s = through(&proxy, Duration::from_secs(5)).await;
+    let Some(Behind {
+        groups,
+        proxy,
+        store: s,
+        ..
+    }) = written_behind_a_proxy("refused", 3, Duration::from_secs(5)).await
+    else {
+        return;
+    };
     proxy.push(Some("BatchGetItem"), Reply::unrecognized_client());
     let mut errors: Vec<StoreError> = s
         .read_many(&groups)
@@ -181,14 +229,7 @@ async fn refused_credentials_in_a_batch_name_the_fix_without_the_secret() {
         .into_iter()
         .map(|r| r.unwrap_err())
         .collect();
-    let requests: Vec<CasRequest> = groups
-        .iter()
-        .map(|g| CasRequest {
-            group: g.clone(),
-            expected: None,
-            record: held_by("x", 1),
-        })
-        .collect();
+    let requests = creations(&groups, |_| "x".to_owned());
     for _ in 0..3 {
         proxy.push(Some("UpdateItem"), Reply::unrecognized_client());
     }
