@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, held_by};
+use tenure::testkit::{self, held_by, many_groups};
 use tenure::{
     CasOutcome, CasRequest, Config, Elector, GroupName, LeaseStore, LeaseView, Role, StoreError,
     Versioned,
@@ -39,6 +39,9 @@ fn fresh_groups(label: &str, n: usize) -> Vec<GroupName> {
 /// `n` groups written straight to dynalite with records held by `c0`,
 /// `c1`, …, and a handle that reaches dynalite through a fault proxy with
 /// the given throttle budget.
+/// The throttle budget of the tests whose faults must be outlasted.
+const PATIENT: Duration = Duration::from_secs(5);
+
 struct Behind {
     url: String,
     groups: Vec<GroupName>,
@@ -85,26 +88,21 @@ fn read_as_written(got: &[Result<Option<Versioned>, StoreError>], context: &str)
 /// is read.
 #[tokio::test(flavor = "multi_thread")]
 async fn unprocessed_keys_are_asked_for_again() {
-    let Some(Behind {
-        groups,
-        proxy,
-        store: s,
-        ..
-    }) = written_behind_a_proxy("unprocessed", 6, Duration::from_secs(5)).await
-    else {
+    let Some(b) = written_behind_a_proxy("unprocessed", 6, PATIENT).await else {
         return;
     };
     for _ in 0..3 {
-        proxy.push(Some("BatchGetItem"), Reply::UnprocessedAllButFirst);
+        b.proxy
+            .push(Some("BatchGetItem"), Reply::UnprocessedAllButFirst);
     }
-    let mut asked = groups.clone();
+    let mut asked = b.groups.clone();
     asked.push(testkit::unique_group("never-written"));
-    let got = s.read_many(&asked).await.unwrap();
+    let got = b.store.read_many(&asked).await.unwrap();
     read_as_written(&got[..6], "the written groups");
     assert!(matches!(got[6], Ok(None)), "{:?}", got[6]);
     // Three answers of one key each, then one request for the other four.
-    assert_eq!(proxy.requests("BatchGetItem"), 4);
-    assert_eq!(proxy.requests("GetItem"), 0);
+    assert_eq!(b.proxy.requests("BatchGetItem"), 4);
+    assert_eq!(b.proxy.requests("GetItem"), 0);
 }
 
 /// When unprocessed keys outlast the throttle budget, the groups read so
@@ -112,19 +110,15 @@ async fn unprocessed_keys_are_asked_for_again() {
 /// naming the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn keys_still_unprocessed_at_the_budget_fail_alone() {
-    let Some(Behind {
-        groups,
-        proxy,
-        store: s,
-        ..
-    }) = written_behind_a_proxy("unprocessed-long", 8, Duration::from_millis(300)).await
+    let Some(b) = written_behind_a_proxy("unprocessed-long", 8, Duration::from_millis(300)).await
     else {
         return;
     };
     for _ in 0..8 {
-        proxy.push(Some("BatchGetItem"), Reply::UnprocessedAllButFirst);
+        b.proxy
+            .push(Some("BatchGetItem"), Reply::UnprocessedAllButFirst);
     }
-    let got = s.read_many(&groups).await.unwrap();
+    let got = b.store.read_many(&b.groups).await.unwrap();
     let read = got.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
     let failed: Vec<&StoreError> = got.iter().filter_map(|r| r.as_ref().err()).collect();
     eprintln!("{read} read, {} failed", failed.len());
@@ -138,46 +132,35 @@ async fn keys_still_unprocessed_at_the_budget_fail_alone() {
 /// A batched read throttled as a whole is retried like a single read.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_throttled_batched_read_is_retried() {
-    let Some(Behind {
-        groups,
-        proxy,
-        store: s,
-        ..
-    }) = written_behind_a_proxy("throttled-batch", 3, Duration::from_secs(5)).await
-    else {
+    let Some(b) = written_behind_a_proxy("throttled-batch", 3, PATIENT).await else {
         return;
     };
-    proxy.push(Some("BatchGetItem"), Reply::throughput_exceeded());
-    proxy.push(Some("BatchGetItem"), Reply::throttling());
-    let got = s.read_many(&groups).await.unwrap();
+    b.proxy
+        .push(Some("BatchGetItem"), Reply::throughput_exceeded());
+    b.proxy.push(Some("BatchGetItem"), Reply::throttling());
+    let got = b.store.read_many(&b.groups).await.unwrap();
     assert!(got.iter().all(|r| matches!(r, Ok(Some(_)))), "{got:?}");
-    assert_eq!(proxy.requests("BatchGetItem"), 3);
+    assert_eq!(b.proxy.requests("BatchGetItem"), 3);
 }
 
 /// Credentials without `dynamodb:BatchGetItem` (a policy written for an
 /// older tenure) still read, one `GetItem` per group, from then on.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_batch_get_permission_reads_fall_back_to_get_item() {
-    let Some(Behind {
-        groups,
-        proxy,
-        store: s,
-        ..
-    }) = written_behind_a_proxy("no-batch-get", 4, Duration::from_secs(5)).await
-    else {
+    let Some(b) = written_behind_a_proxy("no-batch-get", 4, PATIENT).await else {
         return;
     };
-    proxy.push(Some("BatchGetItem"), Reply::access_denied());
+    b.proxy.push(Some("BatchGetItem"), Reply::access_denied());
     for round in 0..2 {
-        let got = s.read_many(&groups).await.unwrap();
+        let got = b.store.read_many(&b.groups).await.unwrap();
         read_as_written(&got, &format!("round {round}"));
     }
     assert_eq!(
-        proxy.requests("BatchGetItem"),
+        b.proxy.requests("BatchGetItem"),
         1,
         "asked once, then not again"
     );
-    assert_eq!(proxy.requests("GetItem"), 8);
+    assert_eq!(b.proxy.requests("GetItem"), 8);
 }
 
 /// One conditional write of a batch fails; the others apply, and the
@@ -185,23 +168,17 @@ async fn without_batch_get_permission_reads_fall_back_to_get_item() {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_failed_write_among_many_fails_alone() {
     // Nothing written beforehand: the batch creates its groups.
-    let Some(Behind {
-        url,
-        proxy,
-        store: s,
-        ..
-    }) = written_behind_a_proxy("none", 0, Duration::from_secs(5)).await
-    else {
+    let Some(b) = written_behind_a_proxy("none", 0, PATIENT).await else {
         return;
     };
     let groups = fresh_groups("one-fails", 6);
     let requests = creations(&groups, |_| "a".to_owned());
-    proxy.push(Some("UpdateItem"), Reply::internal_error());
-    let got = s.compare_and_swap_many(&requests).await.unwrap();
+    b.proxy.push(Some("UpdateItem"), Reply::internal_error());
+    let got = b.store.compare_and_swap_many(&requests).await.unwrap();
     let failed: Vec<usize> = (0..6).filter(|i| got[*i].is_err()).collect();
     assert_eq!(failed.len(), 1, "{got:?}");
     assert!(got[failed[0]].as_ref().unwrap_err().is_transient());
-    let direct = store(&url).await;
+    let direct = store(&b.url).await;
     for (i, g) in groups.iter().enumerate() {
         let found = direct.read(g).await.unwrap();
         assert_eq!(found.is_some(), i != failed[0], "group {i}: {found:?}");
@@ -212,29 +189,27 @@ async fn one_failed_write_among_many_fails_alone() {
 /// naming the fix, and no message shows the secret key.
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_credentials_in_a_batch_name_the_fix_without_the_secret() {
-    let Some(Behind {
-        groups,
-        proxy,
-        store: s,
-        ..
-    }) = written_behind_a_proxy("refused", 3, Duration::from_secs(5)).await
-    else {
+    let Some(b) = written_behind_a_proxy("refused", 3, PATIENT).await else {
         return;
     };
-    proxy.push(Some("BatchGetItem"), Reply::unrecognized_client());
-    let mut errors: Vec<StoreError> = s
-        .read_many(&groups)
+    b.proxy
+        .push(Some("BatchGetItem"), Reply::unrecognized_client());
+    let mut errors: Vec<StoreError> = b
+        .store
+        .read_many(&b.groups)
         .await
         .unwrap()
         .into_iter()
         .map(|r| r.unwrap_err())
         .collect();
-    let requests = creations(&groups, |_| "x".to_owned());
+    let requests = creations(&b.groups, |_| "x".to_owned());
     for _ in 0..3 {
-        proxy.push(Some("UpdateItem"), Reply::unrecognized_client());
+        b.proxy
+            .push(Some("UpdateItem"), Reply::unrecognized_client());
     }
     errors.extend(
-        s.compare_and_swap_many(&requests)
+        b.store
+            .compare_and_swap_many(&requests)
             .await
             .unwrap()
             .into_iter()
@@ -256,15 +231,7 @@ const GROUPS: usize = 200;
 const TERM: Duration = Duration::from_secs(10);
 
 fn start(store: &DynamoDbStore, prefix: &str, id: &str) -> Vec<Elector> {
-    (0..GROUPS)
-        .map(|i| {
-            Elector::builder(store.clone(), format!("{prefix}-{i}"))
-                .candidate_id(id)
-                .config(Config::new(TERM))
-                .start()
-                .expect("valid config")
-        })
-        .collect()
+    many_groups::electors_for_groups(store, prefix, GROUPS, id, TERM)
 }
 
 async fn wait_until(what: &str, within: Duration, done: impl Fn() -> usize) {
@@ -346,25 +313,12 @@ async fn two_hundred_groups_lead_on_one_engine_and_followers_poll_in_one_batch()
     assert_eq!(b.iter().filter(|e| e.is_leader()).count(), 0);
 
     // A graceful stop: the followers take over at their next poll.
-    let stopping = shutdown_all(&a);
+    let stopping = many_groups::shutdown_all(a.clone());
     wait_until("taken over", TERM * 2, || {
         b.iter().filter(|e| e.is_leader()).count()
     })
     .await;
     stopping.await;
-    shutdown_all(&b).await;
+    many_groups::shutdown_all(b).await;
     assert_eq!(engine_b.stats().groups, 0);
-}
-
-fn shutdown_all(electors: &[Elector]) -> impl std::future::Future<Output = ()> {
-    let tasks: Vec<_> = electors
-        .iter()
-        .cloned()
-        .map(|e| tokio::spawn(async move { e.shutdown().await }))
-        .collect();
-    async move {
-        for t in tasks {
-            t.await.expect("shutdown");
-        }
-    }
 }

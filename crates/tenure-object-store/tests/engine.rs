@@ -5,8 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use tenure::testkit;
-use tenure::{Config, Elector};
+use tenure::testkit::{self, many_groups};
 
 mod support;
 use support::{endpoint, store, unique_prefix};
@@ -21,15 +20,7 @@ async fn a_server_slower_than_the_batch_still_elects_groups() {
     let s = store(&e, &unique_prefix("slow")).await;
     let prefix = testkit::unique_group("slow");
     let term = Duration::from_secs(2);
-    let electors: Vec<Elector> = (0..1000)
-        .map(|i| {
-            Elector::builder(s.clone(), format!("{prefix}-{i}"))
-                .candidate_id("a")
-                .config(Config::new(term))
-                .start()
-                .expect("a valid configuration")
-        })
-        .collect();
+    let electors = many_groups::electors_for_groups(&s, prefix.as_str(), 1000, "a", term);
     let began = Instant::now();
     let mut most = 0;
     while began.elapsed() < Duration::from_secs(20) {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::testkit::scenarios::elector;
-use tenure::testkit::{self, scenarios, Feeds, Harness, TcpProxy, TermLog};
+use tenure::testkit::{self, many_groups, scenarios, Feeds, Harness, TcpProxy, TermLog};
 use tenure::{GroupName, StoreError};
 use tenure_postgres::{PostgresStore, PostgresStoreError};
 
@@ -826,24 +826,8 @@ async fn connections_stay_bounded_whatever_the_number_of_groups() {
         .await
         .unwrap();
     let prefix = testkit::unique_group("pg-pool");
-    let electors: Vec<_> = (0..500)
-        .map(|i| {
-            tenure::Elector::builder(store.clone(), format!("{prefix}-{i}"))
-                .config(tenure::Config::new(Duration::from_secs(3)))
-                .start()
-                .unwrap()
-        })
-        .collect();
-    for e in &electors {
-        tokio::time::timeout(Duration::from_secs(30), e.wait_for_leadership())
-            .await
-            .expect("elected")
-            .unwrap();
-    }
-    // Through a couple of renewals.
     let admin = raw(&url).await;
-    let mut most = 0i64;
-    for _ in 0..20 {
+    let most = many_groups::peak_while_groups_lead(&store, prefix.as_str(), 500, || async {
         let n: i64 = admin
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
@@ -852,21 +836,14 @@ async fn connections_stay_bounded_whatever_the_number_of_groups() {
             .await
             .unwrap()
             .get(0);
-        most = most.max(n);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+        usize::try_from(n).expect("a count")
+    })
+    .await;
     assert!(
         most >= 2,
         "the pool and the LISTEN connection are seen: {most}"
     );
     assert!(most <= 5, "{most} connections for 500 groups");
-    let stopping: Vec<_> = electors
-        .into_iter()
-        .map(|e| tokio::spawn(async move { e.shutdown().await }))
-        .collect();
-    for s in stopping {
-        s.await.unwrap();
-    }
 }
 
 /// A batch far larger than one statement's share, with every group
@@ -878,42 +855,7 @@ async fn a_huge_batch_with_repeats_applies_in_order() {
     let Some(url) = url() else { return };
     let store = PostgresStore::connect(&url).await.unwrap();
     let prefix = testkit::unique_group("pg-huge");
-    let n = 5000;
-    let groups: Vec<GroupName> = (0..n)
-        .map(|i| GroupName::new(format!("{prefix}-{i}")).unwrap())
-        .collect();
-    let first = testkit::held_by("a", 1);
-    let mut requests: Vec<tenure::CasRequest> = groups
-        .iter()
-        .map(|g| tenure::CasRequest {
-            group: g.clone(),
-            expected: None,
-            record: first.clone(),
-        })
-        .collect();
-    // The second acquisition of each group conflicts: the first applied.
-    requests.extend(requests.clone());
-    let got = tenure::LeaseStore::compare_and_swap_many(&store, &requests)
-        .await
-        .unwrap();
-    assert_eq!(got.len(), 2 * n);
-    for (i, r) in got.iter().enumerate() {
-        match (i < n, r) {
-            (true, Ok(tenure::CasOutcome::Applied(_))) => {}
-            (false, Ok(tenure::CasOutcome::Conflict)) => {}
-            other => panic!("request {i}: {other:?}"),
-        }
-    }
-    let read = tenure::LeaseView::read_many(&store, &groups).await.unwrap();
-    assert_eq!(read.len(), n);
-    for (i, r) in read.into_iter().enumerate() {
-        let v = r.unwrap().expect("written");
-        assert_eq!(v.record, first);
-        assert_eq!(
-            Ok(tenure::CasOutcome::Applied(v.version)),
-            got[i].as_ref().map(|o| *o).map_err(|_| ())
-        );
-    }
+    many_groups::huge_batch_with_repeats_applies_in_order(&store, prefix.as_str(), 5000).await;
 }
 
 /// A write notified while the LISTEN connection was still being opened

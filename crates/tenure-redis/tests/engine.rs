@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::{self, scenarios};
+use tenure::testkit::{self, many_groups, scenarios};
 use tenure::{
     CasOutcome, CasRequest, Change, GroupName, LeaseStore, LeaseView, StoreFeed, Version, Versioned,
 };
@@ -169,35 +169,10 @@ async fn connections_stay_bounded_whatever_the_number_of_groups() {
     let server = RedisServer::start(&[]);
     let store = RedisStore::connect(&server.url()).await.unwrap();
     assert!(store.adopt_empty().await.unwrap());
-    let electors: Vec<_> = (0..500)
-        .map(|i| {
-            tenure::Elector::builder(store.clone(), format!("pool-{i}"))
-                .config(tenure::Config::new(Duration::from_secs(3)))
-                .start()
-                .unwrap()
-        })
-        .collect();
-    for e in &electors {
-        tokio::time::timeout(Duration::from_secs(30), e.wait_for_leadership())
-            .await
-            .expect("elected")
-            .unwrap();
-    }
-    let mut most = 0;
-    for _ in 0..20 {
-        // Every client but redis-cli's own.
-        let clients = server.cli(&["CLIENT", "LIST"]).lines().count() - 1;
-        most = most.max(clients);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    // Every client but redis-cli's own.
+    let clients = || async { server.cli(&["CLIENT", "LIST"]).lines().count() - 1 };
+    let most = many_groups::peak_while_groups_lead(&store, "pool", 500, clients).await;
     assert!(most <= 2, "{most} connections for 500 groups");
-    let stopping: Vec<_> = electors
-        .into_iter()
-        .map(|e| tokio::spawn(async move { e.shutdown().await }))
-        .collect();
-    for s in stopping {
-        s.await.unwrap();
-    }
 }
 
 /// A batch of several script calls' worth, every group written twice: the
@@ -208,35 +183,7 @@ async fn a_huge_batch_with_repeats_applies_in_order() {
     let Some((_, store)) = shared("huge").await else {
         return;
     };
-    let n = 5000;
-    let groups: Vec<GroupName> = (0..n)
-        .map(|i| GroupName::new(format!("huge-{i}")).unwrap())
-        .collect();
-    let first = testkit::held_by("a", 1);
-    let mut requests: Vec<CasRequest> = groups
-        .iter()
-        .map(|g| CasRequest {
-            group: g.clone(),
-            expected: None,
-            record: first.clone(),
-        })
-        .collect();
-    requests.extend(requests.clone());
-    let got = store.compare_and_swap_many(&requests).await.unwrap();
-    assert_eq!(got.len(), 2 * n);
-    for (i, r) in got.iter().enumerate() {
-        match (i < n, r) {
-            (true, Ok(CasOutcome::Applied(_))) | (false, Ok(CasOutcome::Conflict)) => {}
-            other => panic!("request {i}: {other:?}"),
-        }
-    }
-    let read = store.read_many(&groups).await.unwrap();
-    assert_eq!(read.len(), n);
-    for (i, r) in read.into_iter().enumerate() {
-        let v = r.unwrap().expect("written");
-        assert_eq!(v.record, first);
-        assert!(matches!(got[i], Ok(CasOutcome::Applied(a)) if a == v.version));
-    }
+    many_groups::huge_batch_with_repeats_applies_in_order(&store, "huge", 5000).await;
 }
 
 /// A batch in a data set that lost its data: every creation waits out the

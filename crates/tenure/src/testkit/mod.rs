@@ -58,6 +58,7 @@ mod conformance;
 mod feed_checks;
 mod hand_over;
 mod hostile_password;
+pub mod many_groups;
 mod proxy;
 mod sample;
 pub mod scenarios;

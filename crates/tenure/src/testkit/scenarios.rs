@@ -12,6 +12,7 @@ use crate::record::GroupName;
 use crate::role::Role;
 use crate::store::LeaseStore;
 
+use super::many_groups::{all_lead, electors_for_groups, shutdown_all};
 use super::TcpProxy;
 
 /// Starts an elector for `group` on `store` with the given term and every
@@ -211,28 +212,12 @@ pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
     term: Duration,
 ) -> ManyGroups {
     let prefix = super::unique_group("many");
-    let start = |store: &S, id: &str| -> Vec<Elector> {
-        (0..groups)
-            .map(|i| {
-                Elector::builder(store.clone(), format!("{prefix}-{i}"))
-                    .candidate_id(id)
-                    .config(Config::new(term))
-                    .start()
-                    .expect("a valid configuration")
-            })
-            .collect()
-    };
     let began = Instant::now();
-    let leaders = start(&leading, "a");
+    let leaders = electors_for_groups(&leading, prefix.as_str(), groups, "a", term);
     let engine = leaders[0]
         .engine()
         .expect("a lease elector runs in an engine");
-    for (i, e) in leaders.iter().enumerate() {
-        tokio::time::timeout(term * 10, e.wait_for_leadership())
-            .await
-            .unwrap_or_else(|_| panic!("group {i} has no leader after {:?}", term * 10))
-            .expect("running");
-    }
+    all_lead(&leaders, term * 10).await;
     let elected_all = began.elapsed();
     assert_eq!(
         engine.stats().groups,
@@ -240,7 +225,7 @@ pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
         "every elector built on clones of one store handle runs in one engine"
     );
 
-    let followers = start(&following, "b");
+    let followers = electors_for_groups(&following, prefix.as_str(), groups, "b", term);
     let following_engine = followers[0].engine().expect("an engine");
     for (i, e) in followers.iter().enumerate() {
         let mut roles = e.watch_role();
@@ -295,17 +280,8 @@ pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
         figures.leaders.writes <= 4 * groups as u64,
         "the leaders renewed about three times each in the window: {figures:?}"
     );
-    let stop = |electors: Vec<Elector>| async move {
-        let stopping: Vec<_> = electors
-            .into_iter()
-            .map(|e| tokio::spawn(async move { e.shutdown().await }))
-            .collect();
-        for s in stopping {
-            s.await.expect("shutdown");
-        }
-    };
-    stop(followers).await;
-    stop(leaders).await;
+    shutdown_all(followers).await;
+    shutdown_all(leaders).await;
     figures
 }
 
