@@ -32,6 +32,30 @@ async fn raw(url: &str) -> tokio_postgres::Client {
     raw
 }
 
+/// An operator's open transaction holding a lease row's lock.
+struct RowLock(tokio_postgres::Client);
+
+impl RowLock {
+    async fn hold(url: &str, group: &GroupName) -> RowLock {
+        let operator = raw(url).await;
+        operator.batch_execute("BEGIN").await.unwrap();
+        operator
+            .query(
+                "SELECT * FROM tenure_leases WHERE group_name = $1 FOR UPDATE",
+                &[&group.as_str()],
+            )
+            .await
+            .unwrap();
+        RowLock(operator)
+    }
+
+    /// Ends the transaction (it wrote nothing: ending it only releases
+    /// the lock).
+    async fn release(self) {
+        self.0.batch_execute("ROLLBACK").await.unwrap();
+    }
+}
+
 struct PgHarness {
     /// The URL the stores under test connect with.
     url: String,
@@ -354,22 +378,8 @@ async fn a_row_lock_held_by_an_open_transaction_fails_fast() {
         .await
         .unwrap();
     let group = testkit::unique_group("pg-locked");
-    let v1 =
-        match tenure::LeaseStore::compare_and_swap(&store, &group, None, &testkit::held_by("a", 1))
-            .await
-            .unwrap()
-        {
-            tenure::CasOutcome::Applied(v) => v,
-            other => panic!("{other:?}"),
-        };
-    let mut operator = raw(&url).await;
-    let tx = operator.transaction().await.unwrap();
-    tx.query(
-        "SELECT * FROM tenure_leases WHERE group_name = $1 FOR UPDATE",
-        &[&group.as_str()],
-    )
-    .await
-    .unwrap();
+    let v1 = testkit::applied(&store, &group, None, &testkit::held_by("a", 1)).await;
+    let operator = RowLock::hold(&url, &group).await;
 
     let started = std::time::Instant::now();
     let outcome = tokio::time::timeout(
@@ -389,7 +399,7 @@ async fn a_row_lock_held_by_an_open_transaction_fails_fast() {
         .unwrap()
         .is_some());
 
-    tx.commit().await.unwrap();
+    operator.release().await;
     let outcome =
         tenure::LeaseStore::compare_and_swap(&store, &group, Some(v1), &testkit::held_by("a", 1))
             .await
@@ -548,22 +558,8 @@ async fn an_abandoned_operation_does_not_hold_up_the_next() {
         .await
         .unwrap();
     let group = testkit::unique_group("pg-abandoned");
-    let v1 =
-        match tenure::LeaseStore::compare_and_swap(&store, &group, None, &testkit::held_by("a", 1))
-            .await
-            .unwrap()
-        {
-            tenure::CasOutcome::Applied(v) => v,
-            other => panic!("{other:?}"),
-        };
-    let mut operator = raw(&url).await;
-    let tx = operator.transaction().await.unwrap();
-    tx.query(
-        "SELECT * FROM tenure_leases WHERE group_name = $1 FOR UPDATE",
-        &[&group.as_str()],
-    )
-    .await
-    .unwrap();
+    let v1 = testkit::applied(&store, &group, None, &testkit::held_by("a", 1)).await;
+    let operator = RowLock::hold(&url, &group).await;
     // A batch, as the engine sends it, abandoned at its deadline.
     let other = testkit::unique_group("pg-abandoned-other");
     let batch = [
@@ -600,7 +596,7 @@ async fn an_abandoned_operation_does_not_hold_up_the_next() {
         "the read waited {:?} behind the abandoned write",
         started.elapsed()
     );
-    tx.rollback().await.unwrap();
+    operator.release().await;
 }
 
 /// Issue 11: a thousand groups on clones of one store handle are elected
@@ -629,21 +625,6 @@ async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {
 
 const CHANNEL: &str = "tenure:public.tenure_leases";
 
-/// The next change the feed reports about `group`, skipping others.
-async fn next_about(feed: &mut tenure::StoreFeed, group: &GroupName) -> tenure::Change {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            match feed.next().await.expect("the feed is open") {
-                tenure::Change::Written { group: g, .. } | tenure::Change::Hint { group: g }
-                    if &g != group => {}
-                change => return change,
-            }
-        }
-    })
-    .await
-    .expect("a change within 10 s")
-}
-
 fn applied(outcome: Result<tenure::CasOutcome, StoreError>) -> tenure::Version {
     match outcome {
         Ok(tenure::CasOutcome::Applied(v)) => v,
@@ -665,26 +646,14 @@ async fn the_feed_carries_records_and_hints_when_one_does_not_fit() {
         .unwrap()
         .expect("a feed");
     let group = testkit::unique_group("pg-feed-records");
-    let mut small = testkit::held_by("a", 1);
-    small.metadata = tenure::Metadata::address("10.0.0.7:80").with("ünï", "☃ 🦀");
-    let v1 = applied(tenure::LeaseStore::compare_and_swap(&writer, &group, None, &small).await);
-    assert_eq!(
-        next_about(&mut feed, &group).await,
-        tenure::Change::Written {
-            group: group.clone(),
-            current: tenure::Versioned {
-                record: small.clone(),
-                version: v1
-            }
-        }
-    );
+    let (_, v1) = testkit::write_carried_whole(&writer, &mut feed, &group).await;
     // 1340 snowmen: 4 KiB of metadata, twice that once escaped to ASCII.
     let mut big = testkit::held_by("a", 1);
     big.metadata = tenure::Metadata::new().with("m", "☃".repeat(1340));
     big.metadata.validate().expect("within the metadata limit");
     let v2 = applied(tenure::LeaseStore::compare_and_swap(&writer, &group, Some(v1), &big).await);
     assert_eq!(
-        next_about(&mut feed, &group).await,
+        testkit::next_change_about(&mut feed, &group).await,
         tenure::Change::Hint {
             group: group.clone()
         }
@@ -795,25 +764,14 @@ async fn a_lost_listen_connection_reconnects_and_resyncs() {
         .unwrap()
         .get(0);
     assert!(killed >= 1, "the watcher's connections were found");
-    let resynced = tokio::time::timeout(Duration::from_secs(15), async {
-        loop {
-            if feed.next().await.expect("the feed stays open") == tenure::Change::Resync {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(resynced.is_ok(), "a resync after the reconnect");
-    let group = testkit::unique_group("pg-after-resync");
     let writer = PostgresStore::connect(&url).await.unwrap();
-    let v = applied(
-        tenure::LeaseStore::compare_and_swap(&writer, &group, None, &testkit::held_by("a", 1))
-            .await,
-    );
-    match next_about(&mut feed, &group).await {
-        tenure::Change::Written { current, .. } => assert_eq!(current.version, v),
-        other => panic!("{other:?}"),
-    }
+    testkit::resyncs_then_carries_writes(
+        &mut feed,
+        Duration::from_secs(15),
+        &writer,
+        "pg-after-resync",
+    )
+    .await;
 }
 
 /// Connections do not grow with the number of groups: a few hundred

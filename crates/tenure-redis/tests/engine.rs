@@ -8,9 +8,7 @@ mod common;
 use std::time::Duration;
 
 use tenure::testkit::{self, many_groups, scenarios};
-use tenure::{
-    CasOutcome, CasRequest, Change, GroupName, LeaseStore, LeaseView, StoreFeed, Version, Versioned,
-};
+use tenure::{CasOutcome, CasRequest, Change, GroupName, LeaseStore, LeaseView, Version};
 use tenure_redis::RedisStore;
 
 use common::RedisServer;
@@ -30,20 +28,6 @@ fn applied(outcome: Result<CasOutcome, tenure::StoreError>) -> Version {
         Ok(CasOutcome::Applied(v)) => v,
         other => panic!("{other:?}"),
     }
-}
-
-/// The next change the feed reports about `group`, skipping others.
-async fn next_about(feed: &mut StoreFeed, group: &GroupName) -> Change {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            match feed.next().await.expect("the feed is open") {
-                Change::Written { group: g, .. } | Change::Hint { group: g } if &g != group => {}
-                change => return change,
-            }
-        }
-    })
-    .await
-    .expect("a change within 10 s")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -80,19 +64,7 @@ async fn the_feed_carries_records_and_foreign_messages_are_hints() {
     let watcher = RedisStore::connect(&url).await.unwrap();
     let mut feed = watcher.watch().await.unwrap().expect("a store-wide feed");
     let group = testkit::unique_group("feed");
-    let mut record = testkit::held_by("a", 1);
-    record.metadata = tenure::Metadata::address("10.0.0.7:80").with("ünï", "☃ 🦀");
-    let v = applied(writer.compare_and_swap(&group, None, &record).await);
-    assert_eq!(
-        next_about(&mut feed, &group).await,
-        Change::Written {
-            group: group.clone(),
-            current: Versioned {
-                record: record.clone(),
-                version: v
-            }
-        }
-    );
+    let (record, v) = testkit::write_carried_whole(&writer, &mut feed, &group).await;
     let server = testkit::server_url("TENURE_TEST_REDIS").unwrap();
     let mut foreign = redis::Client::open(server.as_str())
         .unwrap()
@@ -117,14 +89,14 @@ async fn the_feed_carries_records_and_foreign_messages_are_hints() {
     }
     for _ in 0..3 {
         assert_eq!(
-            next_about(&mut feed, &group).await,
+            testkit::next_change_about(&mut feed, &group).await,
             Change::Hint {
                 group: group.clone()
             }
         );
     }
     let v2 = applied(writer.compare_and_swap(&group, Some(v), &record).await);
-    match next_about(&mut feed, &group).await {
+    match testkit::next_change_about(&mut feed, &group).await {
         Change::Written { current, .. } => assert_eq!(current.version, v2),
         other => panic!("after the foreign messages: {other:?}"),
     }
@@ -141,25 +113,13 @@ async fn a_lost_subscription_resubscribes_and_resyncs() {
     let mut feed = store.watch().await.unwrap().expect("a feed");
     let killed = server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed.trim(), "1", "the feed's connection was killed");
-    let resynced = tokio::time::timeout(Duration::from_secs(15), async {
-        loop {
-            if feed.next().await.expect("the feed stays open") == Change::Resync {
-                return;
-            }
-        }
-    })
+    testkit::resyncs_then_carries_writes(
+        &mut feed,
+        Duration::from_secs(15),
+        &store,
+        "after-resync",
+    )
     .await;
-    assert!(resynced.is_ok(), "a resync after resubscribing");
-    let group = testkit::unique_group("after-resync");
-    let v = applied(
-        store
-            .compare_and_swap(&group, None, &testkit::held_by("a", 1))
-            .await,
-    );
-    match next_about(&mut feed, &group).await {
-        Change::Written { current, .. } => assert_eq!(current.version, v),
-        other => panic!("{other:?}"),
-    }
 }
 
 /// Connections do not grow with the number of groups: 500 groups on one

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::record::{GroupName, Version};
+use crate::record::{GroupName, LeaseRecord, Metadata, Version, Versioned};
 use crate::store::{Change, LeaseStore, StoreFeed};
 
 /// How long [`expect_quiet`] listens.
@@ -101,4 +101,68 @@ pub async fn write_seen_on_feed<S: LeaseStore + ?Sized>(
     let change = next_change(feed, FEED_WITHIN, &what).await;
     expect_written(change, group, version, holder);
     version
+}
+
+/// The next change on `feed` about `group`, skipping changes to other
+/// groups (tests share servers), within [`FEED_WITHIN`].
+pub async fn next_change_about(feed: &mut StoreFeed, group: &GroupName) -> Change {
+    tokio::time::timeout(FEED_WITHIN, async {
+        loop {
+            match feed.next().await.expect("the feed is open") {
+                Change::Written { group: g, .. } | Change::Hint { group: g } if &g != group => {}
+                change => return change,
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no change about {group} within {FEED_WITHIN:?}"))
+}
+
+/// Writes a record whose metadata holds an address and characters beyond
+/// ASCII to `group` through `writer` (creating it) and checks the next
+/// change on `feed` about the group carries that record, whole, at the
+/// version the write returned: followers need no read. Returns both.
+pub async fn write_carried_whole<S: LeaseStore + ?Sized>(
+    writer: &S,
+    feed: &mut StoreFeed,
+    group: &GroupName,
+) -> (LeaseRecord, Version) {
+    let mut record = super::held_by("a", 1);
+    record.metadata = Metadata::address("10.0.0.7:80").with("ünï", "☃ 🦀");
+    let version = super::applied(writer, group, None, &record).await;
+    let current = Versioned {
+        record: record.clone(),
+        version,
+    };
+    assert_eq!(
+        next_change_about(feed, group).await,
+        Change::Written {
+            group: group.clone(),
+            current
+        }
+    );
+    (record, version)
+}
+
+/// Waits up to `within` for `feed` to say [`Change::Resync`] (skipping
+/// what comes first), then checks that it goes on carrying writes: one to
+/// a fresh group (`label`) through `writer`. What a feed must do after it
+/// lost its connection, since what was sent meanwhile is gone.
+pub async fn resyncs_then_carries_writes<S: LeaseStore + ?Sized>(
+    feed: &mut StoreFeed,
+    within: Duration,
+    writer: &S,
+    label: &str,
+) {
+    let resynced = tokio::time::timeout(within, async {
+        while feed.next().await.expect("the feed stays open") != Change::Resync {}
+    })
+    .await;
+    assert!(resynced.is_ok(), "no resync within {within:?}");
+    let group = super::unique_group(label);
+    let version = super::applied(writer, &group, None, &super::held_by("a", 1)).await;
+    match next_change_about(feed, &group).await {
+        Change::Written { current, .. } => assert_eq!(current.version, version),
+        other => panic!("after the resync: {other:?}"),
+    }
 }

@@ -67,7 +67,9 @@ mod support;
 mod term_log;
 mod tls;
 pub use feed_checks::{
-    expect_hint, expect_quiet, expect_written, next_change, tasks_end_with_feed, write_seen_on_feed,
+    expect_hint, expect_quiet, expect_written, next_change, next_change_about,
+    resyncs_then_carries_writes, tasks_end_with_feed, write_carried_whole, write_seen_on_feed,
+    FEED_WITHIN,
 };
 pub use hand_over::{url_argument, HandOver, StoryError};
 pub use hostile_password::{
