@@ -14,39 +14,18 @@ const SLACK: Duration = Duration::from_secs(5);
 
 #[test]
 fn status_json_has_the_documented_fields() {
-    let s = Scratch::new("status");
-    let status = |s: &Scratch| {
-        let out =
-            run_to_end(tenure().args(["status", "--group", "g", "--json", "--store", &s.store()]));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("status --json is JSON")
-    };
-    let v = status(&s);
+    let mut e = Election::new("status");
+    let v = e.status();
     assert_eq!(v["state"], "never");
     assert!(v["leader"].is_null() && v["token"].is_null());
     assert_eq!(v["group"], "g");
 
-    let child = recording_child(&s);
-    let mut a = Running::spawn(&mut run_cmd(
-        &s,
-        "a",
-        &["--metadata", "address=10.0.0.7:8080"],
-        &child,
-    ));
-    let mut groups = Groups::default();
-    let line = wait_for(SLACK, || {
-        child_lines(&s.path("children.log")).into_iter().next()
-    })
-    .expect("a leads");
-    groups.add(line.pgid);
-    let v = status(&s);
+    let mut a = e.candidate("a", &["--metadata", "address=10.0.0.7:8080"]);
+    e.started(0, SLACK).expect("a leads");
+    let v = e.status();
     assert_eq!(v["state"], "held");
     assert_eq!(v["token"], 1);
-    assert_eq!(v["store"], s.store());
+    assert_eq!(v["store"], e.store);
     let l = &v["leader"];
     assert_eq!(l["candidate"], "a");
     assert_eq!(l["token"], 1);
@@ -68,7 +47,7 @@ fn status_json_has_the_documented_fields() {
     );
 
     // The human form names the leader too.
-    let out = run_to_end(tenure().args(["status", "--group", "g", "--store", &s.store()]));
+    let out = run_to_end(tenure().args(["status", "--group", "g", "--store", &e.store]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("leader:   a") && text.contains("token:    1"),
@@ -77,27 +56,20 @@ fn status_json_has_the_documented_fields() {
 
     a.signal(libc::SIGTERM);
     a.wait_timeout(SLACK).expect("a stops");
-    let v = status(&s);
+    let v = e.status();
     assert_eq!(v["state"], "released");
     assert_eq!(v["token"], 1, "a release keeps the token");
-    let out = run_to_end(tenure().args(["status", "--group", "g", "--store", &s.store()]));
+    let out = run_to_end(tenure().args(["status", "--group", "g", "--store", &e.store]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no leader"));
 }
 
 #[test]
 fn watch_json_prints_each_change_of_leader() {
-    let s = Scratch::new("watch");
+    let mut e = Election::new("watch");
     let mut w = Running::spawn(
         tenure()
             .args([
-                "watch",
-                "--group",
-                "g",
-                "--json",
-                "--poll",
-                "100ms",
-                "--store",
-                &s.store(),
+                "watch", "--group", "g", "--json", "--poll", "100ms", "--store", &e.store,
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null()),
@@ -120,17 +92,15 @@ fn watch_json_prints_each_change_of_leader() {
     };
     assert!(next()["leader"].is_null(), "nobody leads at first");
 
-    let child = recording_child(&s);
-    let mut a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    let mut groups = Groups::default();
+    let mut a = e.candidate("a", &[]);
     let v = next();
     assert_eq!(v["leader"]["candidate"], "a", "{v}");
     assert_eq!(v["leader"]["token"], 1);
     for f in ["renewed_at", "expires_at"] {
         assert!(v["leader"][f].is_string(), "{v}");
     }
-    if let Some(l) = child_lines(&s.path("children.log")).first() {
-        groups.add(l.pgid);
+    if let Some(l) = e.starts().first() {
+        e.groups.add(l.pgid);
     }
 
     a.signal(libc::SIGTERM);
@@ -163,30 +133,25 @@ fn get(addr: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
-#[test]
-fn metrics_healthz_and_leader_over_http() {
-    let s = Scratch::new("http");
-    let child = recording_child(&s);
-    let _a = Running::spawn(&mut run_cmd(
-        &s,
-        "a",
-        &["--metrics-addr", "127.0.0.1:0"],
-        &child,
-    ));
-    let mut groups = Groups::default();
-    let log = s.path("a.log");
-    let served = wait_for(SLACK, || {
-        logged(&log, "serving /metrics, /healthz and /leader")
-            .into_iter()
-            .next()
-    })
+/// Candidate "a" with its HTTP endpoints on a port of their own, once it
+/// serves them and leads: the process, the address, and its CMD's start.
+fn leader_serving_http(e: &mut Election) -> (Running, String, ChildLine) {
+    let a = e.candidate("a", &["--metrics-addr", "127.0.0.1:0"]);
+    let served = wait_logged(
+        &e.s.path("a.log"),
+        "serving /metrics, /healthz and /leader",
+        SLACK,
+    )
     .expect("the server started");
     let addr = served["fields"]["addr"].as_str().expect("addr").to_owned();
-    let line = wait_for(SLACK, || {
-        child_lines(&s.path("children.log")).into_iter().next()
-    })
-    .expect("a leads");
-    groups.add(line.pgid);
+    let line = e.started(0, SLACK).expect("a leads");
+    (a, addr, line)
+}
+
+#[test]
+fn metrics_healthz_and_leader_over_http() {
+    let mut e = Election::new("http");
+    let (_a, addr, _) = leader_serving_http(&mut e);
 
     let metrics = wait_for(SLACK, || {
         let (code, body) = get(&addr, "/metrics");
@@ -315,28 +280,8 @@ fn fds_of(pid: i32) -> usize {
 /// have timed out.
 #[test]
 fn a_flood_of_idle_connections_cannot_exhaust_the_leader() {
-    let s = Scratch::new("flood");
-    let child = recording_child(&s);
-    let a = Running::spawn(&mut run_cmd(
-        &s,
-        "a",
-        &["--metrics-addr", "127.0.0.1:0"],
-        &child,
-    ));
-    let mut groups = Groups::default();
-    let log = s.path("a.log");
-    let served = wait_for(SLACK, || {
-        logged(&log, "serving /metrics, /healthz and /leader")
-            .into_iter()
-            .next()
-    })
-    .expect("the server started");
-    let addr = served["fields"]["addr"].as_str().expect("addr").to_owned();
-    let line = wait_for(SLACK, || {
-        child_lines(&s.path("children.log")).into_iter().next()
-    })
-    .expect("a leads");
-    groups.add(line.pgid);
+    let mut e = Election::new("flood");
+    let (a, addr, line) = leader_serving_http(&mut e);
     let baseline = fds_of(a.pid());
 
     let flood: Vec<TcpStream> = (0..400)
@@ -362,10 +307,10 @@ fn a_flood_of_idle_connections_cannot_exhaust_the_leader() {
     assert!(healthy.is_some(), "served again after the flood timed out");
     drop(flood);
     assert!(logged(
-        &log,
+        &e.s.path("a.log"),
         "leadership ended: stopping CMD's process group before the term's deadline"
     )
     .is_empty());
-    assert_eq!(child_lines(&s.path("children.log")).len(), 1);
+    assert_eq!(e.starts().len(), 1);
     assert!(!group_members(line.pgid).is_empty(), "CMD still runs");
 }

@@ -11,8 +11,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    bounds, child_lines, frozen_leader_is_replaced_on, group_members, recording_child, run_on,
-    run_with_term, wait_for, Groups, Running, Scratch,
+    bounds, frozen_leader_is_replaced_on, graceful_handover, group_members, unique, wait_for,
+    Election, Scratch,
 };
 
 /// Process start-up and server round trips on top of the promised bounds;
@@ -21,24 +21,9 @@ use common::{
 const SLACK: Duration = Duration::from_secs(8);
 
 fn crash_takeover_on(store: &str, label: &str) {
-    let s = Scratch::new(label);
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let group = format!("cli-{label}-{:x}", rand::random::<u64>());
-    let a = Running::spawn(&mut run_on(&s, store, &group, "a", &[], &child));
-    let b = Running::spawn(&mut run_on(&s, store, &group, "b", &[], &child));
-    let mut groups = Groups::default();
-
-    let first = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().next()
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "no child started on {label}; see the a.log and b.log in {}",
-            s.dir.display()
-        )
-    });
-    groups.add(first.pgid);
+    let group = unique(label);
+    let mut e = Election::on(Scratch::new(label), store, &group);
+    let (a, b, first) = e.two_candidates(bounds().crash_failover + SLACK);
     let leader = if first.id == "a" { &a } else { &b };
 
     let killed = Instant::now();
@@ -48,11 +33,9 @@ fn crash_takeover_on(store: &str, label: &str) {
     })
     .expect("the dead leader's process group is gone");
 
-    let next = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().nth(1)
-    })
-    .expect("the other candidate's child started");
-    groups.add(next.pgid);
+    let next = e
+        .started(1, bounds().crash_failover + SLACK)
+        .expect("the other candidate's child started");
     let took = killed.elapsed();
     eprintln!(
         "{label}: took over {took:?} after SIGKILL (bound {:?})",
@@ -105,9 +88,8 @@ fn graceful_handover_by_polling_on(store: &str, label: &str) -> Duration {
     )
 }
 
-/// Two `tenure run` candidates with `term`; SIGTERM to the leader, and
-/// the other's CMD must start within `within` of the signal, with the
-/// next token.
+/// [`graceful_handover`] of two candidates with `term` on `store`, in a
+/// group of the test's own.
 fn graceful_handover_within(
     store: &str,
     label: &str,
@@ -115,38 +97,10 @@ fn graceful_handover_within(
     within: Duration,
     otherwise: &str,
 ) -> Duration {
-    let s = Scratch::new(label);
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let group = format!("cli-{label}-{:x}", rand::random::<u64>());
-    let term_arg = format!("{}s", term.as_secs());
-    let run = |id: &str| run_with_term(&s, store, &group, id, &term_arg, &[], &child);
-    let mut a = Running::spawn(&mut run("a"));
-    let first = wait_for(SLACK, || child_lines(&log).into_iter().next())
-        .unwrap_or_else(|| panic!("a did not lead; see a.log in {}", s.dir.display()));
-    let _b = Running::spawn(&mut run("b"));
-    let mut groups = Groups::default();
-    groups.add(first.pgid);
-    // Let b settle as a follower, its feed open or its polls under way.
-    std::thread::sleep(Duration::from_secs(2));
-
-    let stopped = Instant::now();
-    a.signal(libc::SIGTERM);
-    let status = a.wait_timeout(SLACK).expect("a exits after SIGTERM");
-    assert!(status.success(), "{status:?}");
-    assert!(
-        group_members(first.pgid).is_empty(),
-        "a's child group was stopped before a exited"
-    );
-    let next =
-        wait_for(within + SLACK, || child_lines(&log).into_iter().nth(1)).expect("b took over");
-    groups.add(next.pgid);
-    let took = stopped.elapsed();
-    eprintln!("{label}: b's CMD started {took:?} after SIGTERM to a ({term:?} term)");
-    assert_eq!(next.id, "b");
-    assert_eq!(next.token, first.token + 1);
-    assert!(took < within, "{took:?}: {otherwise}");
-    took
+    let group = unique(label);
+    let mut e = Election::on(Scratch::new(label), store, &group);
+    e.term = format!("{}s", term.as_secs());
+    graceful_handover(e, within, otherwise)
 }
 
 /// The three scenarios every lease store passes, as a module per store:
@@ -180,11 +134,8 @@ macro_rules! lease_store_scenarios {
                     return;
                 };
                 let s = Scratch::new(concat!(stringify!($store), "-frozen"));
-                let group = format!(
-                    concat!("cli-", stringify!($store), "-frozen-{:x}"),
-                    rand::random::<u64>()
-                );
-                frozen_leader_is_replaced_on(&s, &url, &group);
+                let group = unique(concat!(stringify!($store), "-frozen"));
+                frozen_leader_is_replaced_on(Election::on(s, &url, &group));
             }
 
             #[test]
@@ -196,12 +147,6 @@ macro_rules! lease_store_scenarios {
             }
         }
     };
-}
-
-/// A suffix that keeps one test's groups, keys or objects apart from every
-/// other run's on a shared server.
-fn unique(label: &str) -> String {
-    format!("tenure-cli-{label}-{:x}", rand::random::<u64>())
 }
 
 lease_store_scenarios!(
@@ -304,43 +249,23 @@ lease_store_scenarios!(
 #[cfg(feature = "kafka")]
 #[test]
 fn kafka_run_status_and_sigkill_of_the_leader() {
-    use common::{run_to_end, tenure};
-
     let Some(broker) = tenure::testkit::server_url("TENURE_TEST_KAFKA") else {
         return;
     };
-    let s = Scratch::new("kafka");
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let group = format!("cli-kafka-{:x}", rand::random::<u64>());
-    // No heartbeat_timeout here: `run_on` passes --term 2s, which sets it.
+    let group = unique("kafka");
+    // No heartbeat_timeout here: the candidates' --term 2s sets it.
     let store = format!("kafka://{broker}/{group}.leader");
-    let a = Running::spawn(&mut run_on(&s, &store, &group, "a", &[], &child));
-    let b = Running::spawn(&mut run_on(&s, &store, &group, "b", &[], &child));
-    let mut groups = Groups::default();
-    let first = wait_for(Duration::from_secs(30), || {
-        child_lines(&log).into_iter().next()
-    })
-    .unwrap_or_else(|| panic!("no child started; see the logs in {}", s.dir.display()));
-    groups.add(first.pgid);
-
-    let out = run_to_end(tenure().args(["status", "--group", &group, "--json", "--store", &store]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let mut e = Election::on(Scratch::new("kafka"), &store, &group);
+    let (a, b, first) = e.two_candidates(Duration::from_secs(30));
+    let v = e.status();
     assert_eq!(v["leader"]["candidate"], first.id.as_str(), "{v}");
 
     let leader = if first.id == "a" { &a } else { &b };
     let killed = Instant::now();
     leader.signal(libc::SIGKILL);
-    let next = wait_for(Duration::from_secs(30), || {
-        child_lines(&log).into_iter().nth(1)
-    })
-    .expect("the other candidate's child started");
-    groups.add(next.pgid);
+    let next = e
+        .started(1, Duration::from_secs(30))
+        .expect("the other candidate's child started");
     eprintln!(
         "kafka: took over {:?} after SIGKILL (session timeout 6 s)",
         killed.elapsed()

@@ -9,8 +9,8 @@ use common::*;
 
 const SLACK: Duration = Duration::from_secs(5);
 
-fn release(s: &Scratch) -> (Option<i32>, String, String) {
-    let out = run_to_end(tenure().args(["release", "--group", "g", "--store", &s.store()]));
+fn release(e: &Election) -> (Option<i32>, String, String) {
+    let out = run_to_end(tenure().args(["release", "--group", "g", "--store", &e.store]));
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -20,17 +20,11 @@ fn release(s: &Scratch) -> (Option<i32>, String, String) {
 
 #[test]
 fn refuses_while_the_holder_is_alive() {
-    let s = Scratch::new("release-alive");
-    let child = recording_child(&s);
-    let _a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    let mut groups = Groups::default();
-    let line = wait_for(SLACK, || {
-        child_lines(&s.path("children.log")).into_iter().next()
-    })
-    .expect("a leads");
-    groups.add(line.pgid);
+    let mut e = Election::new("release-alive");
+    let _a = e.candidate("a", &[]);
+    let line = e.started(0, SLACK).expect("a leads");
 
-    let (code, stdout, stderr) = release(&s);
+    let (code, stdout, stderr) = release(&e);
     assert_eq!(code, Some(3), "{stdout}{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
     assert!(last.starts_with("tenure: error: "), "{stderr}");
@@ -40,24 +34,18 @@ fn refuses_while_the_holder_is_alive() {
     );
     // Nothing was written: a still leads with its token, and its child runs.
     assert!(!group_members(line.pgid).is_empty());
-    assert_eq!(child_lines(&s.path("children.log")).len(), 1);
+    assert_eq!(e.starts().len(), 1);
 }
 
 #[test]
 fn clears_the_lease_of_a_dead_holder_keeping_the_token() {
-    let s = Scratch::new("release-dead");
-    let child = recording_child(&s);
-    let a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    let mut groups = Groups::default();
-    let line = wait_for(SLACK, || {
-        child_lines(&s.path("children.log")).into_iter().next()
-    })
-    .expect("a leads");
-    groups.add(line.pgid);
+    let mut e = Election::new("release-dead");
+    let a = e.candidate("a", &[]);
+    e.started(0, SLACK).expect("a leads");
     a.signal(libc::SIGKILL);
 
     let started = Instant::now();
-    let (code, stdout, stderr) = release(&s);
+    let (code, stdout, stderr) = release(&e);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(
         started.elapsed() >= Duration::from_secs(2),
@@ -65,14 +53,12 @@ fn clears_the_lease_of_a_dead_holder_keeping_the_token() {
     );
     assert!(stdout.contains("cleared holder a (token 1"), "{stdout}");
 
-    let out =
-        run_to_end(tenure().args(["status", "--group", "g", "--json", "--store", &s.store()]));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = e.status();
     assert_eq!(v["state"], "released");
     assert_eq!(v["token"], 1);
 
     // Nothing left to release now.
-    let (code, stdout, _) = release(&s);
+    let (code, stdout, _) = release(&e);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("nothing to release"), "{stdout}");
 }
@@ -82,18 +68,9 @@ fn clears_the_lease_of_a_dead_holder_keeping_the_token() {
 /// for a term, and the next leader's CMD starts only after the old one's
 /// last act (issue 10, item 9: the instant clear allowed two leaders).
 fn forced_release_never_yields_two_leaders(store: &str, label: &str) {
-    let s = Scratch::new(label);
-    let child = stamping_child(&s);
-    let log = s.path("children.log");
     let group = format!("g-{:x}", rand::random::<u64>());
-    let _a = Running::spawn(&mut run_on(&s, store, &group, "a", &[], &child));
-    let _b = Running::spawn(&mut run_on(&s, store, &group, "b", &[], &child));
-    let mut groups = Groups::default();
-    let first = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().next()
-    })
-    .expect("a leader");
-    groups.add(first.pgid);
+    let mut e = Election::on(Scratch::new(label), store, &group).stamping();
+    let (_a, _b, first) = e.two_candidates(bounds().crash_failover + SLACK);
     std::thread::sleep(Duration::from_millis(700));
 
     let out =
@@ -106,16 +83,13 @@ fn forced_release_never_yields_two_leaders(store: &str, label: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let out = run_to_end(tenure().args(["status", "--group", &group, "--json", "--store", store]));
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let status = e.status();
 
-    let next = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().nth(1)
-    })
-    .expect("the next leader");
-    groups.add(next.pgid);
+    let next = e
+        .started(1, bounds().crash_failover + SLACK)
+        .expect("the next leader");
     std::thread::sleep(Duration::from_millis(300));
-    let spans = stamp_spans(&s);
+    let spans = stamp_spans(&e.s);
     let (old, new) = (spans[&first.token], spans[&next.token]);
     eprintln!(
         "{label}: old CMD's last stamp {:.2} s, next CMD's first {:.2} s (gap {:.0} ms), {:.2} s after the release",
@@ -167,15 +141,9 @@ fn force_supersedes_a_live_holder_without_two_leaders_on_postgres() {
 /// `--unsafe-clear` keeps today's instant clear, loudly.
 #[test]
 fn unsafe_clear_releases_at_once_and_says_what_it_risks() {
-    let s = Scratch::new("unsafe-clear");
-    let child = recording_child(&s);
-    let _a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    let mut groups = Groups::default();
-    let line = wait_for(SLACK, || {
-        child_lines(&s.path("children.log")).into_iter().next()
-    })
-    .expect("a leads");
-    groups.add(line.pgid);
+    let mut e = Election::new("unsafe-clear");
+    let _a = e.candidate("a", &[]);
+    e.started(0, SLACK).expect("a leads");
     let started = Instant::now();
     let out = run_to_end(tenure().args([
         "release",
@@ -183,7 +151,7 @@ fn unsafe_clear_releases_at_once_and_says_what_it_risks() {
         "g",
         "--unsafe-clear",
         "--store",
-        &s.store(),
+        &e.store,
     ]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");

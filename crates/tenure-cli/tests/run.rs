@@ -14,49 +14,24 @@ const SLACK: Duration = Duration::from_secs(5);
 
 #[test]
 fn two_candidates_run_exactly_one_child() {
-    let s = Scratch::new("one-child");
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let _a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    let _b = Running::spawn(&mut run_cmd(&s, "b", &[], &child));
-    let mut groups = Groups::default();
-
-    let first = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().next()
-    })
-    .expect("a child started");
-    groups.add(first.pgid);
+    let mut e = Election::new("one-child");
+    let (_a, _b, first) = e.two_candidates(bounds().crash_failover + SLACK);
     // Three terms: any second leader would have started its child by now.
     std::thread::sleep(Duration::from_secs(6));
-    let lines = child_lines(&log);
+    let lines = e.starts();
     assert_eq!(lines.len(), 1, "exactly one child ever started: {lines:?}");
     assert!(
         !group_members(first.pgid).is_empty(),
         "the leader's child still runs"
     );
     assert_eq!(first.token, 1);
-
-    let out =
-        run_to_end(tenure().args(["status", "--group", "g", "--json", "--store", &s.store()]));
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
-    assert_eq!(v["leader"]["candidate"], first.id.as_str());
+    assert_eq!(e.status()["leader"]["candidate"], first.id.as_str());
 }
 
 #[test]
 fn sigkill_of_the_leader_kills_its_group_and_the_other_takes_over() {
-    let s = Scratch::new("crash");
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    let b = Running::spawn(&mut run_cmd(&s, "b", &[], &child));
-    let mut groups = Groups::default();
-
-    let first = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().next()
-    })
-    .expect("a child started");
-    groups.add(first.pgid);
+    let mut e = Election::new("crash");
+    let (a, b, first) = e.two_candidates(bounds().crash_failover + SLACK);
     // The child is `sh` with a `sleep` grandchild in its group.
     assert!(
         wait_for(SLACK, || (group_members(first.pgid).len() >= 2)
@@ -81,11 +56,9 @@ fn sigkill_of_the_leader_kills_its_group_and_the_other_takes_over() {
         gone - killed
     );
 
-    let next = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().nth(1)
-    })
-    .expect("the other candidate's child started");
-    groups.add(next.pgid);
+    let next = e
+        .started(1, bounds().crash_failover + SLACK)
+        .expect("the other candidate's child started");
     let took = killed.elapsed();
     assert_ne!(next.id, first.id);
     assert!(next.token > first.token, "{next:?} after {first:?}");
@@ -98,35 +71,10 @@ fn sigkill_of_the_leader_kills_its_group_and_the_other_takes_over() {
 
 #[test]
 fn graceful_stop_hands_over_fast_and_stops_the_child_first() {
-    let s = Scratch::new("graceful");
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let mut a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    let first = wait_for(SLACK, || child_lines(&log).into_iter().next()).expect("a leads");
-    let _b = Running::spawn(&mut run_cmd(&s, "b", &[], &child));
-    let mut groups = Groups::default();
-    groups.add(first.pgid);
-    // Let b settle as a follower.
-    std::thread::sleep(Duration::from_secs(1));
-
-    let stopped = Instant::now();
-    a.signal(libc::SIGTERM);
-    let status = a.wait_timeout(SLACK).expect("a exits after SIGTERM");
-    assert!(status.success(), "{status:?}");
-    assert!(
-        group_members(first.pgid).is_empty(),
-        "a's child group was stopped before a exited"
-    );
-    let next = wait_for(bounds().graceful_failover_polling + SLACK, || {
-        child_lines(&log).into_iter().nth(1)
-    })
-    .expect("b took over");
-    groups.add(next.pgid);
-    assert_eq!(next.id, "b");
-    assert!(
-        stopped.elapsed() < bounds().takeover_wait,
-        "a released, so b did not wait out the term: {:?}",
-        stopped.elapsed()
+    graceful_handover(
+        Election::new("graceful"),
+        bounds().takeover_wait,
+        "a released, so b did not wait out the term",
     );
 }
 
@@ -144,30 +92,23 @@ fn lost_lease_stops_the_group_before_the_deadline() {
     let term_marks = s.path("term.log");
     // Ignores SIGTERM (and so does its grandchild), so only the SIGKILL at
     // the deadline minus the margin can end it: the 30 s grace must be cut.
-    let child = s.script(
+    let child = start_recording_script(
+        &s,
         "stubborn.sh",
         &format!(
-            r#"echo "$TENURE_ID $$ $TENURE_TOKEN $TENURE_DEADLINE_UNIX_MS" >> "{log}"
-trap 'echo "TERM $$" >> "{marks}"' TERM
+            r#"trap 'echo "TERM $$" >> "{}"' TERM
 ( trap '' TERM; exec sleep 1000 ) &
 while :; do wait; done"#,
-            log = log.display(),
-            marks = term_marks.display()
+            term_marks.display()
         ),
     );
     let _a = Running::spawn(&mut run_cmd(&s, "a", &["--kill-grace", "30s"], &child));
     let mut groups = Groups::default();
-    let first = wait_for(SLACK, || child_lines(&log).into_iter().next()).expect("a leads");
-    groups.add(first.pgid);
+    let first = groups.started(&log, 0, SLACK).expect("a leads");
     std::thread::sleep(Duration::from_millis(500));
 
     let out =
-        run_to_end(tenure().args(["release", "--group", "g", "--force", "--store", &s.store()]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        succeeds(tenure().args(["release", "--group", "g", "--force", "--store", &s.store()]));
     assert!(String::from_utf8_lossy(&out.stderr).contains("warning"));
     // The leader's last successful renewal was sent before this instant, so
     // its deadline is at most one term later.
@@ -190,12 +131,8 @@ while :; do wait; done"#,
     );
     // tenure's own measurement, on the clock the deadline is kept on.
     let a_log = s.path("a.log");
-    let stop = wait_for(SLACK, || {
-        logged(&a_log, "CMD's process group is gone")
-            .into_iter()
-            .next()
-    })
-    .expect("a logged the stop");
+    let stop =
+        wait_logged(&a_log, "CMD's process group is gone", SLACK).expect("a logged the stop");
     assert_eq!(stop["fields"]["killed"], true, "{stop}");
     assert!(
         stop["fields"]["left_ms"].as_u64().is_some_and(|ms| ms > 0),
@@ -204,11 +141,9 @@ while :; do wait; done"#,
     assert!(logged(&a_log, "CMD's process group outlived the term's deadline").is_empty());
 
     // a keeps standing, wins again with a higher token, and runs CMD again.
-    let again = wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().nth(1)
-    })
-    .expect("a leads again");
-    groups.add(again.pgid);
+    let again = groups
+        .started(&log, 1, bounds().crash_failover + SLACK)
+        .expect("a leads again");
     assert_eq!(again.id, "a");
     assert!(again.token > first.token);
 }
@@ -216,20 +151,15 @@ while :; do wait; done"#,
 #[test]
 fn once_exits_with_the_child_status_and_releases() {
     let s = Scratch::new("once");
-    let out = run_to_end(tenure().args([
-        "run",
-        "--group",
-        "g",
-        "--term",
-        "2s",
-        "--once",
-        "--store",
-        &s.store(),
-        "--",
-        "sh",
-        "-c",
-        "test -n \"$TENURE_TOKEN\" && exit 7",
-    ]));
+    let once = |cmd: &[&str]| {
+        run_to_end(
+            tenure()
+                .args(["run", "--group", "g", "--term", "2s", "--once"])
+                .args(["--store", &s.store(), "--"])
+                .args(cmd),
+        )
+    };
+    let out = once(&["sh", "-c", "test -n \"$TENURE_TOKEN\" && exit 7"]);
     assert_eq!(
         out.status.code(),
         Some(7),
@@ -237,41 +167,15 @@ fn once_exits_with_the_child_status_and_releases() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let out =
-        run_to_end(tenure().args(["status", "--group", "g", "--json", "--store", &s.store()]));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = status_json(&s.store(), "g");
     assert_eq!(v["state"], "released", "{v}");
     assert_eq!(v["token"], 1);
 
     // Killed by a signal: 128 + the signal, as shells report it.
-    let out = run_to_end(tenure().args([
-        "run",
-        "--group",
-        "g",
-        "--term",
-        "2s",
-        "--once",
-        "--store",
-        &s.store(),
-        "--",
-        "sh",
-        "-c",
-        "kill -TERM $$",
-    ]));
+    let out = once(&["sh", "-c", "kill -TERM $$"]);
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
 
-    let out = run_to_end(tenure().args([
-        "run",
-        "--group",
-        "g",
-        "--term",
-        "2s",
-        "--once",
-        "--store",
-        &s.store(),
-        "--",
-        "true",
-    ]));
+    let out = once(&["true"]);
     assert_eq!(out.status.code(), Some(0));
 }
 
@@ -282,19 +186,14 @@ fn once_exits_with_the_child_status_and_releases() {
 fn orphans_of_the_child_are_reaped_while_it_runs() {
     let s = Scratch::new("orphans");
     let log = s.path("children.log");
-    let child = s.script(
+    let child = start_recording_script(
+        &s,
         "orphaner.sh",
-        &format!(
-            r#"echo "$TENURE_ID $$ $TENURE_TOKEN" >> "{}"
-for i in 1 2 3 4 5; do ( sleep 2 & ) ; done
-sleep 1000"#,
-            log.display()
-        ),
+        "for i in 1 2 3 4 5; do ( sleep 2 & ) ; done\nsleep 1000",
     );
     let a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
     let mut groups = Groups::default();
-    let line = wait_for(SLACK, || child_lines(&log).into_iter().next()).expect("a leads");
-    groups.add(line.pgid);
+    let line = groups.started(&log, 0, SLACK).expect("a leads");
     // The subshells exit at once, so their `sleep 2`s are re-parented to
     // tenure, the subreaper.
     let adopted = wait_for(SLACK, || {

@@ -199,7 +199,7 @@ fn zookeeper_with_a_digest_password_never_shows_it() {
         return;
     };
     let host = url.trim_start_matches("zk://").trim_end_matches('/');
-    let node = format!("tenure-cli-secrets-{:x}", rand::random::<u64>());
+    let node = unique("secrets");
     let (code, text) = shows_no_secret(&[
         "status",
         "--group",
@@ -228,7 +228,7 @@ fn dynamodb_with_a_secret_key_it_accepts_never_shows_it() {
     let Some(endpoint) = tenure::testkit::server_url("TENURE_TEST_DYNAMODB") else {
         return;
     };
-    let table = format!("tenure-secrets-{:x}", rand::random::<u32>());
+    let table = unique("secrets");
     every_command(&format!(
         "dynamodb://{table}?endpoint={endpoint}&region=us-east-1&create=true&access_key_id=AKIDQz9&secret_access_key={PASSWORD}"
     ));
@@ -272,7 +272,7 @@ fn s3_with_keys_it_accepts_never_shows_them() {
     let Some(endpoint) = tenure::testkit::server_url("TENURE_TEST_S3") else {
         return;
     };
-    let prefix = format!("tenure-secrets-{:x}", rand::random::<u32>());
+    let prefix = unique("secrets");
     every_command(&format!(
         "s3://tenure-test/{prefix}?region=us-east-1&endpoint={endpoint}&access_key_id=Qa1IDQz9&secret_access_key={PASSWORD}"
     ));
@@ -291,7 +291,7 @@ fn kafka_with_a_sasl_password_never_shows_it() {
     let Some(brokers) = tenure::testkit::server_url("TENURE_TEST_KAFKA") else {
         return;
     };
-    let topic = format!("tenure-secrets-{:x}", rand::random::<u32>());
+    let topic = unique("secrets");
     let escaped = PASSWORD.replace('@', "%40");
     let (code, text) = shows_no_secret(&[
         "status",

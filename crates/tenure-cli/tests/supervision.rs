@@ -22,8 +22,7 @@ const SLACK: Duration = Duration::from_secs(5);
 /// the test looked.
 #[test]
 fn a_frozen_tenure_cannot_keep_cmd_past_its_deadline() {
-    let s = Scratch::new("frozen");
-    frozen_leader_is_replaced_on(&s, &s.store(), "g");
+    frozen_leader_is_replaced_on(Election::new("frozen"));
 }
 
 /// `TENURE_STORE` may carry a password: CMD does not inherit it, and the
@@ -51,8 +50,7 @@ sleep 1000"#,
         .stderr(std::fs::File::create(s.path("a.log")).expect("log"));
     let a = Running::spawn(&mut cmd);
     let mut groups = Groups::default();
-    let line = wait_for(SLACK, || child_lines(&log).into_iter().next()).expect("a leads");
-    groups.add(line.pgid);
+    groups.started(&log, 0, SLACK).expect("a leads");
     let env = std::fs::read_to_string(&env_file).expect("CMD's environment");
     assert!(env.contains("TENURE_TOKEN=1"), "{env}");
     assert!(!env.contains("TENURE_STORE"), "{env}");
@@ -69,37 +67,15 @@ sleep 1000"#,
     assert!(environ.is_empty(), "{}", String::from_utf8_lossy(&environ));
 }
 
-/// Children of `ppid`, from /proc.
-fn children_of(ppid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
-        .filter(|&p| parent_of(p) == Some(ppid))
-        .collect()
-}
-
 /// `--once` starts CMD at most once: after a lost term CMD is stopped and
 /// tenure exits 75 instead of running it a second time.
 #[test]
 fn once_never_runs_cmd_twice_after_a_lost_term() {
-    let s = Scratch::new("once-lost");
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let mut a = Running::spawn(&mut run_cmd(&s, "a", &["--once"], &child));
-    let mut groups = Groups::default();
-    let first = wait_for(SLACK, || child_lines(&log).into_iter().next()).expect("a leads");
-    groups.add(first.pgid);
+    let mut e = Election::new("once-lost");
+    let mut a = e.candidate("a", &["--once"]);
+    let first = e.started(0, SLACK).expect("a leads");
 
-    let out =
-        run_to_end(tenure().args(["release", "--group", "g", "--force", "--store", &s.store()]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeds(tenure().args(["release", "--group", "g", "--force", "--store", &e.store]));
     let status = a
         .wait_timeout(bounds().takeover_wait + SLACK)
         .expect("tenure exits after losing its term");
@@ -107,7 +83,7 @@ fn once_never_runs_cmd_twice_after_a_lost_term() {
     assert!(group_members(first.pgid).is_empty());
     // Long enough for a second term, had tenure stood again.
     std::thread::sleep(bounds().takeover_wait);
-    assert_eq!(child_lines(&log).len(), 1, "CMD ran once");
+    assert_eq!(e.starts().len(), 1, "CMD ran once");
 }
 
 /// A member of CMD's group that tenure may not signal, as a setuid program
@@ -141,8 +117,7 @@ fn a_member_tenure_may_not_signal_does_not_hang_the_stop() {
     cmd.uid(65534).gid(65534);
     let mut a = Running::spawn(&mut cmd);
     let mut groups = Groups::default();
-    let first = wait_for(SLACK, || child_lines(&log).into_iter().next()).expect("a leads");
-    groups.add(first.pgid);
+    let first = groups.started(&log, 0, SLACK).expect("a leads");
 
     // Root's process in CMD's group: the test shares tenure's session, so it
     // may move its own child there.
@@ -171,8 +146,6 @@ fn a_member_tenure_may_not_signal_does_not_hang_the_stop() {
         reported[0]
     );
     // The lease was released on the way out.
-    let out =
-        run_to_end(tenure().args(["status", "--group", "g", "--json", "--store", &s.store()]));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = status_json(&s.store(), "g");
     assert_eq!(v["state"], "released", "{v}");
 }

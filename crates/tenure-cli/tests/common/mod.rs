@@ -121,6 +121,15 @@ impl Groups {
             self.0.push(pgid);
         }
     }
+
+    /// Waits up to `within` for CMD start number `n` (from 0) in the
+    /// children log `log`, and adds that CMD's process group, so that it
+    /// is killed even when the test fails.
+    pub fn started(&mut self, log: &Path, n: usize, within: Duration) -> Option<ChildLine> {
+        let line = wait_for(within, || child_lines(log).into_iter().nth(n))?;
+        self.add(line.pgid);
+        Some(line)
+    }
 }
 
 impl Drop for Groups {
@@ -147,61 +156,60 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
-/// Live (not zombie) members of process group `pgid`, from /proc, so the
-/// answer does not depend on whether PID 1 reaps orphans promptly.
-pub fn group_members(pgid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
+/// Every process in /proc, with the fields of its `stat` after the
+/// command name: state, parent, process group, … Read from /proc so the
+/// answers do not depend on whether PID 1 reaps orphans promptly.
+fn processes() -> Vec<(i32, Vec<String>)> {
     let Ok(entries) = fs::read_dir("/proc") else {
-        return out;
+        return Vec::new();
     };
-    for e in entries.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid pgrp ...": comm may hold spaces and ')'.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.len() > 2 && fields[0] != "Z" && fields[2].parse::<i32>() == Ok(pgid) {
-            out.push(pid);
-        }
-    }
-    out
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().parse::<i32>().ok()?;
+            Some((pid, stat_fields(pid)?))
+        })
+        .collect()
+}
+
+/// The fields of `/proc/PID/stat` after the command name.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Live (not zombie) members of process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    processes()
+        .into_iter()
+        .filter(|(_, f)| f.len() > 2 && f[0] != "Z" && f[2].parse() == Ok(pgid))
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// The parent of `pid`, from /proc.
 pub fn parent_of(pid: i32) -> Option<i32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// Children of `ppid`, from /proc.
+pub fn children_of(ppid: i32) -> Vec<i32> {
+    processes()
+        .into_iter()
+        .filter(|(_, f)| f.len() > 1 && f[1].parse() == Ok(ppid))
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// Zombie children of `ppid`, from /proc.
 pub fn zombies_of(ppid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.len() > 1 && fields[0] == "Z" && fields[1].parse::<i32>() == Ok(ppid) {
-            out.push(pid);
-        }
-    }
-    out
+    processes()
+        .into_iter()
+        .filter(|(_, f)| f.len() > 1 && f[0] == "Z" && f[1].parse() == Ok(ppid))
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// One line a test child appends to its log: "ID PGID TOKEN [DEADLINE_MS]".
@@ -227,19 +235,29 @@ pub fn child_lines(path: &Path) -> Vec<ChildLine> {
         .collect()
 }
 
-/// The script most tests run as CMD: records itself, then waits on a
-/// grandchild so that "the whole group" is more than one process.
-pub fn recording_child(scratch: &Scratch) -> PathBuf {
+/// A CMD script `name` that first records its start in children.log (the
+/// line [`child_lines`] reads), then runs `body`.
+pub fn start_recording_script(scratch: &Scratch, name: &str, body: &str) -> PathBuf {
     let log = scratch.path("children.log");
     scratch.script(
-        "child.sh",
+        name,
         &format!(
-            r#"echo "$TENURE_ID $$ $TENURE_TOKEN $TENURE_DEADLINE_UNIX_MS" >> "{}"
-sleep 1000 &
-wait"#,
+            "echo \"$TENURE_ID $$ $TENURE_TOKEN $TENURE_DEADLINE_UNIX_MS\" >> \"{}\"\n{body}",
             log.display()
         ),
     )
+}
+
+/// The script most tests run as CMD: records itself, then waits on a
+/// grandchild so that "the whole group" is more than one process.
+pub fn recording_child(scratch: &Scratch) -> PathBuf {
+    start_recording_script(scratch, "child.sh", "sleep 1000 &\nwait")
+}
+
+/// A name of the test's own (a group, key prefix, table or bucket path),
+/// kept apart from every other run's on a shared server.
+pub fn unique(label: &str) -> String {
+    format!("tenure-cli-{label}-{:x}", rand::random::<u64>())
 }
 
 /// `tenure run` for `id` on `store` with a 2 s term, logging JSON to
@@ -316,6 +334,113 @@ pub fn run_to_end(cmd: &mut Command) -> Output {
     }
 }
 
+/// Runs a short tenure command to completion like [`run_to_end`], and
+/// checks that it exited 0 (showing its stderr if not).
+pub fn succeeds(cmd: &mut Command) -> Output {
+    let out = run_to_end(cmd);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `tenure status --json` of `group` on `store`, which must succeed.
+pub fn status_json(store: &str, group: &str) -> serde_json::Value {
+    let out = succeeds(tenure().args(["status", "--group", group, "--json", "--store", store]));
+    serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+}
+
+/// One election under test: `tenure run` candidates for `group` on
+/// `store`, all running `child`, which logs each start to `log` (as
+/// [`recording_child`] and [`stamping_child`] do). Every CMD group seen
+/// through [`Election::started`] is killed when this is dropped, and the
+/// scratch directory removed.
+pub struct Election {
+    /// Dropped first: the CMD groups go before their directory.
+    pub groups: Groups,
+    pub store: String,
+    pub group: String,
+    /// The candidates' `--term`: 2 s unless a test sets another.
+    pub term: String,
+    pub child: PathBuf,
+    pub log: PathBuf,
+    pub s: Scratch,
+}
+
+impl Election {
+    /// Group "g" on a fresh SQLite store, the candidates running
+    /// [`recording_child`].
+    pub fn new(name: &str) -> Election {
+        let s = Scratch::new(name);
+        let store = s.store();
+        Election::on(s, &store, "g")
+    }
+
+    /// `group` on `store`, the candidates running [`recording_child`].
+    pub fn on(s: Scratch, store: &str, group: &str) -> Election {
+        Election {
+            child: recording_child(&s),
+            log: s.path("children.log"),
+            store: store.to_owned(),
+            group: group.to_owned(),
+            term: "2s".to_owned(),
+            groups: Groups::default(),
+            s,
+        }
+    }
+
+    /// The same, the candidates running [`stamping_child`] instead.
+    pub fn stamping(mut self) -> Election {
+        self.child = stamping_child(&self.s);
+        self
+    }
+
+    /// Starts candidate `id` with `extra` flags.
+    pub fn candidate(&self, id: &str, extra: &[&str]) -> Running {
+        Running::spawn(&mut run_with_term(
+            &self.s,
+            &self.store,
+            &self.group,
+            id,
+            &self.term,
+            extra,
+            &self.child,
+        ))
+    }
+
+    /// Starts candidates "a" and "b", and waits up to `within` for the
+    /// first CMD to start: the two, and that start.
+    pub fn two_candidates(&mut self, within: Duration) -> (Running, Running, ChildLine) {
+        let a = self.candidate("a", &[]);
+        let b = self.candidate("b", &[]);
+        let first = self.started(0, within).unwrap_or_else(|| {
+            panic!(
+                "no CMD started within {within:?}; see a.log and b.log in {}",
+                self.s.dir.display()
+            )
+        });
+        (a, b, first)
+    }
+
+    /// Waits up to `within` for CMD start number `n` (from 0), and keeps
+    /// its process group to kill.
+    pub fn started(&mut self, n: usize, within: Duration) -> Option<ChildLine> {
+        self.groups.started(&self.log, n, within)
+    }
+
+    /// Every CMD start so far.
+    pub fn starts(&self) -> Vec<ChildLine> {
+        child_lines(&self.log)
+    }
+
+    /// `tenure status --json` of the group.
+    pub fn status(&self) -> serde_json::Value {
+        status_json(&self.store, &self.group)
+    }
+}
+
 /// The JSON log lines of a `tenure --log-format json` process.
 pub fn log_lines(path: &Path) -> Vec<serde_json::Value> {
     fs::read_to_string(path)
@@ -323,6 +448,12 @@ pub fn log_lines(path: &Path) -> Vec<serde_json::Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+/// Waits up to `within` for a log line whose message is `msg` in the
+/// JSON log at `path`.
+pub fn wait_logged(path: &Path, msg: &str, within: Duration) -> Option<serde_json::Value> {
+    wait_for(within, || logged(path, msg).into_iter().next())
 }
 
 /// The log lines whose message is `msg`.
@@ -351,18 +482,17 @@ pub fn uptime() -> f64 {
 
 /// A CMD that stamps `CLOCK_BOOTTIME` every 20 ms with its token while it
 /// runs, so tests compare what two leaders did rather than when they looked.
-pub fn stamping_child(s: &Scratch) -> std::path::PathBuf {
-    s.script(
+pub fn stamping_child(s: &Scratch) -> PathBuf {
+    start_recording_script(
+        s,
         "stamper.sh",
         &format!(
-            r#"echo "$TENURE_ID $$ $TENURE_TOKEN" >> "{log}"
-while :; do
+            r#"while :; do
   read up rest < /proc/uptime
-  echo "$TENURE_TOKEN $up" >> "{stamps}"
+  echo "$TENURE_TOKEN $up" >> "{}"
   sleep 0.02
 done"#,
-            log = s.path("children.log").display(),
-            stamps = s.path("stamps.log").display()
+            s.path("stamps.log").display()
         ),
     )
 }
@@ -387,27 +517,20 @@ pub fn stamp_spans(s: &Scratch) -> std::collections::BTreeMap<u64, (f64, f64)> {
     spans
 }
 
-/// Two `tenure run` candidates on `store` (2 s term); the leader's tenure
-/// process alone (not CMD) is SIGSTOPped for 6 s. The other takes over
-/// meanwhile; the old CMD must be dead before the new one starts, killed
-/// by the watchdog at the deadline. Both CMDs stamp `CLOCK_BOOTTIME` every
-/// 20 ms while they run, so the comparison is of what they did, not of
-/// when the test looked. Returns the takeover's gap between the CMDs.
-pub fn frozen_leader_is_replaced_on(s: &Scratch, store: &str, group: &str) -> Duration {
-    let log = s.path("children.log");
-    let child = stamping_child(s);
-    let a = Running::spawn(&mut run_on(s, store, group, "a", &[], &child));
-    let b = Running::spawn(&mut run_on(s, store, group, "b", &[], &child));
-    let mut groups = Groups::default();
-    let first = wait_for(bounds().crash_failover + Duration::from_secs(5), || {
-        child_lines(&log).into_iter().next()
-    })
-    .expect("a child started");
-    groups.add(first.pgid);
+/// Two `tenure run` candidates of `e` (2 s term), both running
+/// [`stamping_child`]; the leader's tenure process alone (not CMD) is
+/// SIGSTOPped for 6 s. The other takes over meanwhile; the old CMD must be
+/// dead before the new one starts, killed by the watchdog at the deadline.
+/// Both CMDs stamp `CLOCK_BOOTTIME` every 20 ms while they run, so the
+/// comparison is of what they did, not of when the test looked. Returns
+/// the takeover's gap between the CMDs.
+pub fn frozen_leader_is_replaced_on(e: Election) -> Duration {
+    let mut e = e.stamping();
+    let (a, b, first) = e.two_candidates(bounds().crash_failover + Duration::from_secs(5));
     let (leader, leader_log) = if first.id == "a" {
-        (&a, s.path("a.log"))
+        (&a, e.s.path("a.log"))
     } else {
-        (&b, s.path("b.log"))
+        (&b, e.s.path("b.log"))
     };
     // Let it renew a few times first.
     std::thread::sleep(Duration::from_secs(1));
@@ -417,16 +540,14 @@ pub fn frozen_leader_is_replaced_on(s: &Scratch, store: &str, group: &str) -> Du
     let resumed_at = uptime();
     leader.signal(libc::SIGCONT);
 
-    let next = wait_for(Duration::from_secs(5), || {
-        child_lines(&log).into_iter().nth(1)
-    })
-    .expect("the other candidate took over while the leader was frozen");
-    groups.add(next.pgid);
+    let next = e
+        .started(1, Duration::from_secs(5))
+        .expect("the other candidate took over while the leader was frozen");
     assert_ne!(next.id, first.id);
     assert!(next.token > first.token);
     // Let the new CMD stamp a little more, then compare.
     std::thread::sleep(Duration::from_millis(500));
-    let spans = stamp_spans(s);
+    let spans = stamp_spans(&e.s);
     let (Some(old), Some(new)) = (spans.get(&first.token), spans.get(&next.token)) else {
         panic!("both CMDs stamped: {spans:?}");
     };
@@ -456,4 +577,39 @@ pub fn frozen_leader_is_replaced_on(s: &Scratch, store: &str, group: &str) -> Du
         "the watchdog did it: {said}"
     );
     Duration::from_secs_f64(new_first - old_last)
+}
+
+/// Two `tenure run` candidates of `e`; SIGTERM to the leader "a" once "b"
+/// has settled as a follower: a stops its CMD's group, releases and exits
+/// 0, and b's CMD must start within `within` of the signal, with the next
+/// token (`otherwise` says what a slower hand-over means). Returns how
+/// long it took.
+pub fn graceful_handover(mut e: Election, within: Duration, otherwise: &str) -> Duration {
+    let slack = Duration::from_secs(8);
+    let mut a = e.candidate("a", &[]);
+    let first = e
+        .started(0, slack)
+        .unwrap_or_else(|| panic!("a did not lead; see a.log in {}", e.s.dir.display()));
+    let _b = e.candidate("b", &[]);
+    // Let b settle as a follower, its feed open or its polls under way.
+    std::thread::sleep(Duration::from_secs(2));
+
+    let stopped = Instant::now();
+    a.signal(libc::SIGTERM);
+    let status = a.wait_timeout(slack).expect("a exits after SIGTERM");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        group_members(first.pgid).is_empty(),
+        "a's child group was stopped before a exited"
+    );
+    let next = e.started(1, within + slack).expect("b took over");
+    let took = stopped.elapsed();
+    eprintln!(
+        "{}: b's CMD started {took:?} after SIGTERM to a ({} term)",
+        e.group, e.term
+    );
+    assert_eq!(next.id, "b");
+    assert_eq!(next.token, first.token + 1);
+    assert!(took < within, "{took:?}: {otherwise}");
+    took
 }
