@@ -79,64 +79,94 @@ pub struct Scheme {
     pub open: Opener,
 }
 
+/// One [`SCHEMES`] entry: the URL schemes that name the store, the cargo
+/// feature that builds it, its URL form, and how it opens: the lease store
+/// type whose `connect(url)` opens it, or `|url| …`, an async body that
+/// opens something else. The feature is named once: the entry counts as
+/// built, and its opener is compiled, exactly when the feature is on;
+/// without it the opener fails naming the feature.
+macro_rules! scheme {
+    ($names:expr, $feature:literal, $form:expr, $store:path) => {
+        scheme!($names, $feature, $form, |url| opened(
+            <$store>::connect(url).await
+        ))
+    };
+    ($names:expr, $feature:literal, $form:expr, |$url:ident| $open:expr) => {
+        Scheme {
+            names: &$names,
+            feature: $feature,
+            built: cfg!(feature = $feature),
+            form: $form,
+            open: |$url| {
+                Box::pin(async move {
+                    #[cfg(feature = $feature)]
+                    return $open;
+                    #[cfg(not(feature = $feature))]
+                    {
+                        let _ = $url;
+                        not_built($feature)
+                    }
+                })
+            },
+        }
+    };
+}
+
 /// The networked stores, in the order `--help` lists them.
 pub const SCHEMES: &[Scheme] = &[
-    Scheme {
-        names: &["postgres", "postgresql"],
-        feature: "postgres",
-        built: cfg!(feature = "postgres"),
-        form: "postgres://[USER[:PASS]@]HOST[:PORT]/DB[?sslmode=..&table=..]",
-        open: |url| Box::pin(open_postgres(url)),
-    },
-    Scheme {
-        names: &["redis", "rediss"],
-        feature: "redis",
-        built: cfg!(feature = "redis"),
-        form: "redis[s]://[USER:PASS@]HOST[:PORT][/DB]",
-        open: |url| Box::pin(open_redis(url)),
-    },
-    Scheme {
-        names: &["etcd", "etcds"],
-        feature: "etcd",
-        built: cfg!(feature = "etcd"),
-        form: "etcd[s]://HOST:PORT[,HOST:PORT]",
-        open: |url| Box::pin(open_etcd(url)),
-    },
-    Scheme {
-        names: &["dynamodb"],
-        feature: "dynamodb",
-        built: cfg!(feature = "dynamodb"),
-        form: "dynamodb://TABLE?region=..&endpoint=..",
-        open: |url| Box::pin(open_dynamodb(url)),
-    },
-    Scheme {
-        names: &["zk", "zookeeper"],
-        feature: "zookeeper",
-        built: cfg!(feature = "zookeeper"),
-        form: "zk://[USER:PASS@]HOST[:PORT][,HOST[:PORT]][/PREFIX]",
-        open: |url| Box::pin(open_zookeeper(url)),
-    },
-    Scheme {
-        names: &["nats", "nats+tls"],
-        feature: "nats",
-        built: cfg!(feature = "nats"),
-        form: "nats[+tls]://[USER:PASS@]HOST[:PORT][,HOST[:PORT]]/BUCKET",
-        open: |url| Box::pin(open_nats(url)),
-    },
-    Scheme {
-        names: &["s3", "gs", "az"],
-        feature: "object-store",
-        built: cfg!(feature = "object-store"),
-        form: "s3://BUCKET[/PREFIX]?region=..[&endpoint=..], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX]?account=..",
-        open: |url| Box::pin(open_object_store(url)),
-    },
-    Scheme {
-        names: &["kafka"],
-        feature: "kafka",
-        built: cfg!(feature = "kafka"),
-        form: "kafka://BROKER[,BROKER]/TOPIC",
-        open: |url| Box::pin(open_kafka(url)),
-    },
+    scheme!(
+        ["postgres", "postgresql"],
+        "postgres",
+        "postgres://[USER[:PASS]@]HOST[:PORT]/DB[?sslmode=..&table=..]",
+        tenure_postgres::PostgresStore
+    ),
+    scheme!(
+        ["redis", "rediss"],
+        "redis",
+        "redis[s]://[USER:PASS@]HOST[:PORT][/DB]",
+        tenure_redis::RedisStore
+    ),
+    scheme!(
+        ["etcd", "etcds"],
+        "etcd",
+        "etcd[s]://HOST:PORT[,HOST:PORT]",
+        tenure_etcd::EtcdStore
+    ),
+    scheme!(
+        ["dynamodb"],
+        "dynamodb",
+        "dynamodb://TABLE?region=..&endpoint=..",
+        tenure_dynamodb::DynamoDbStore
+    ),
+    scheme!(
+        ["zk", "zookeeper"],
+        "zookeeper",
+        "zk://[USER:PASS@]HOST[:PORT][,HOST[:PORT]][/PREFIX]",
+        tenure_zookeeper::ZkStore
+    ),
+    scheme!(
+        ["nats", "nats+tls"],
+        "nats",
+        "nats[+tls]://[USER:PASS@]HOST[:PORT][,HOST[:PORT]]/BUCKET",
+        tenure_nats::NatsStore
+    ),
+    scheme!(
+        ["s3", "gs", "az"],
+        "object-store",
+        "s3://BUCKET[/PREFIX]?region=..[&endpoint=..], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX]?account=..",
+        tenure_object_store::BucketStore
+    ),
+    scheme!(
+        ["kafka"],
+        "kafka",
+        "kafka://BROKER[,BROKER]/TOPIC",
+        |url| crate::kafka::leader_view(url)
+            .map(|view| Backend::ReadOnly {
+                view,
+                why: crate::kafka::READ_ONLY,
+            })
+            .map_err(|e| open_error(&*e))
+    ),
 ];
 
 fn scheme_named(name: &str) -> Option<&'static Scheme> {
@@ -156,91 +186,6 @@ fn not_built(feature: &str) -> Opened {
     Err(OpenError {
         message: format!("the {feature} store is not built into this tenure"),
     })
-}
-
-async fn open_postgres(url: &str) -> Opened {
-    #[cfg(feature = "postgres")]
-    return opened(tenure_postgres::PostgresStore::connect(url).await);
-    #[cfg(not(feature = "postgres"))]
-    {
-        let _ = url;
-        not_built("postgres")
-    }
-}
-
-async fn open_redis(url: &str) -> Opened {
-    #[cfg(feature = "redis")]
-    return opened(tenure_redis::RedisStore::connect(url).await);
-    #[cfg(not(feature = "redis"))]
-    {
-        let _ = url;
-        not_built("redis")
-    }
-}
-
-async fn open_etcd(url: &str) -> Opened {
-    #[cfg(feature = "etcd")]
-    return opened(tenure_etcd::EtcdStore::connect(url).await);
-    #[cfg(not(feature = "etcd"))]
-    {
-        let _ = url;
-        not_built("etcd")
-    }
-}
-
-async fn open_dynamodb(url: &str) -> Opened {
-    #[cfg(feature = "dynamodb")]
-    return opened(tenure_dynamodb::DynamoDbStore::connect(url).await);
-    #[cfg(not(feature = "dynamodb"))]
-    {
-        let _ = url;
-        not_built("dynamodb")
-    }
-}
-
-async fn open_zookeeper(url: &str) -> Opened {
-    #[cfg(feature = "zookeeper")]
-    return opened(tenure_zookeeper::ZkStore::connect(url).await);
-    #[cfg(not(feature = "zookeeper"))]
-    {
-        let _ = url;
-        not_built("zookeeper")
-    }
-}
-
-async fn open_nats(url: &str) -> Opened {
-    #[cfg(feature = "nats")]
-    return opened(tenure_nats::NatsStore::connect(url).await);
-    #[cfg(not(feature = "nats"))]
-    {
-        let _ = url;
-        not_built("nats")
-    }
-}
-
-async fn open_object_store(url: &str) -> Opened {
-    #[cfg(feature = "object-store")]
-    return opened(tenure_object_store::BucketStore::connect(url).await);
-    #[cfg(not(feature = "object-store"))]
-    {
-        let _ = url;
-        not_built("object-store")
-    }
-}
-
-async fn open_kafka(url: &str) -> Opened {
-    #[cfg(feature = "kafka")]
-    return crate::kafka::leader_view(url)
-        .map(|view| Backend::ReadOnly {
-            view,
-            why: crate::kafka::READ_ONLY,
-        })
-        .map_err(|e| open_error(&*e));
-    #[cfg(not(feature = "kafka"))]
-    {
-        let _ = url;
-        not_built("kafka")
-    }
 }
 
 /// A parsed store URL.
@@ -378,7 +323,6 @@ impl StoreUrl {
 
     /// The URL as given, for a backend that parses it itself (secrets
     /// included: never print it).
-    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub fn raw(&self) -> Option<&str> {
         match self {
             StoreUrl::Networked { url, .. } => Some(url),

@@ -17,6 +17,18 @@ fn one_line(err: &str) {
     assert!(err.starts_with("tenure: error: "), "{err:?}");
 }
 
+/// Runs `tenure ARGS`, which must exit `code` with a one-line error that
+/// says each of `says` and never shows the password "hunter2".
+fn fails_saying(args: &[&str], code: i32, says: &[&str]) {
+    let (got, err) = fails(args);
+    assert_eq!(got, code, "{err}");
+    one_line(&err);
+    for s in says {
+        assert!(err.contains(s), "{err}");
+    }
+    assert!(!err.contains("hunter2"), "a password leaked: {err}");
+}
+
 #[test]
 fn bad_store_urls_are_usage_errors() {
     for (url, needle) in [
@@ -27,11 +39,7 @@ fn bad_store_urls_are_usage_errors() {
         ("pstgres://app:hunter2@db:5432/x", "not a tenure store"),
         ("memory://", "memory://"),
     ] {
-        let (code, err) = fails(&["status", "--group", "g", "--store", url]);
-        assert_eq!(code, 2, "{url}: {err}");
-        one_line(&err);
-        assert!(err.contains(needle), "{url}: {err}");
-        assert!(!err.contains("hunter2"), "a password leaked: {err}");
+        fails_saying(&["status", "--group", "g", "--store", url], 2, &[needle]);
     }
     // The same through the environment, for another command.
     let out = run_to_end(
@@ -60,15 +68,11 @@ fn networked_stores_fail_cleanly_without_leaking_passwords() {
         ),
         ("etcd://app:hunter2@127.0.0.1:1", cfg!(feature = "etcd")),
     ] {
-        let (code, err) = fails(&["status", "--group", "g", "--store", url]);
-        one_line(&err);
-        assert!(!err.contains("hunter2"), "a password leaked: {err}");
+        let args = ["status", "--group", "g", "--store", url];
         if feature_on {
-            assert_eq!(code, 1, "{url}: {err}");
-            assert!(err.contains("cannot open the store"), "{url}: {err}");
+            fails_saying(&args, 1, &["cannot open the store"]);
         } else {
-            assert_eq!(code, 2, "{url}: {err}");
-            assert!(err.contains("--features"), "{url}: {err}");
+            fails_saying(&args, 2, &["--features"]);
         }
     }
 }
@@ -76,16 +80,12 @@ fn networked_stores_fail_cleanly_without_leaking_passwords() {
 #[test]
 fn a_store_that_cannot_be_opened_is_a_one_line_failure() {
     let s = Scratch::new("unopenable");
-    let (code, err) = fails(&[
-        "status",
-        "--group",
-        "g",
-        "--store",
-        &format!("sqlite://{}/missing-dir/x.db", s.dir.display()),
-    ]);
-    assert_eq!(code, 1, "{err}");
-    one_line(&err);
-    assert!(err.contains("missing-dir"), "{err}");
+    let missing = format!("sqlite://{}/missing-dir/x.db", s.dir.display());
+    fails_saying(
+        &["status", "--group", "g", "--store", &missing],
+        1,
+        &["missing-dir"],
+    );
 
     let not_db = s.path("notes.txt");
     std::fs::write(
@@ -93,28 +93,25 @@ fn a_store_that_cannot_be_opened_is_a_one_line_failure() {
         "this is not a database, just text long enough to look like a file",
     )
     .unwrap();
-    let (code, err) = fails(&[
-        "status",
-        "--group",
-        "g",
-        "--store",
-        &format!("sqlite://{}", not_db.display()),
-    ]);
-    assert_eq!(code, 1, "{err}");
-    one_line(&err);
-    assert!(err.contains("not a SQLite database"), "{err}");
+    let not_db = format!("sqlite://{}", not_db.display());
+    fails_saying(
+        &["status", "--group", "g", "--store", &not_db],
+        1,
+        &["not a SQLite database"],
+    );
 }
 
 #[test]
 fn bad_timing_and_names_are_usage_errors() {
     let s = Scratch::new("usage");
     let store = s.store();
-    let (code, err) = fails(&[
-        "run", "--group", "g", "--store", &store, "--term", "0s", "--", "true",
-    ]);
-    assert_eq!(code, 2, "{err}");
-    one_line(&err);
-    assert!(err.contains("term is zero"), "{err}");
+    fails_saying(
+        &[
+            "run", "--group", "g", "--store", &store, "--term", "0s", "--", "true",
+        ],
+        2,
+        &["term is zero"],
+    );
 
     let (code, err) = fails(&["run", "--group", "", "--store", &store, "--", "true"]);
     assert_eq!(code, 2, "{err}");
@@ -134,16 +131,13 @@ fn bad_timing_and_names_are_usage_errors() {
 #[test]
 fn kafka_term_and_heartbeat_timeout_must_agree() {
     let store = "kafka://127.0.0.1:9/t?heartbeat_timeout=5s&sasl.password=hunter2";
-    let (code, err) = fails(&[
-        "run", "--group", "g", "--store", store, "--term", "2s", "--", "true",
-    ]);
-    assert_eq!(code, 2, "{err}");
-    one_line(&err);
-    assert!(
-        err.contains("--term 2s") && err.contains("heartbeat_timeout=5s"),
-        "{err}"
+    fails_saying(
+        &[
+            "run", "--group", "g", "--store", store, "--term", "2s", "--", "true",
+        ],
+        2,
+        &["--term 2s", "heartbeat_timeout=5s"],
     );
-    assert!(!err.contains("hunter2"), "a password leaked: {err}");
 }
 
 /// On kafka:// leadership follows the consumer group's assignment: there
@@ -156,14 +150,11 @@ fn kafka_release_is_refused_as_there_is_no_lease_to_write() {
     for extra in [&[][..], &["--force"], &["--to", "b"]] {
         let mut args = vec!["release", "--group", "g", "--store", store];
         args.extend_from_slice(extra);
-        let (code, err) = fails(&args);
-        assert_eq!(code, 2, "{err}");
-        one_line(&err);
-        assert!(
-            err.contains("no lease to write") && err.contains("stop or restart the leader"),
-            "{err}"
+        fails_saying(
+            &args,
+            2,
+            &["no lease to write", "stop or restart the leader"],
         );
-        assert!(!err.contains("hunter2"), "a password leaked: {err}");
     }
 }
 

@@ -20,8 +20,7 @@ fn status_json_has_the_documented_fields() {
     assert!(v["leader"].is_null() && v["token"].is_null());
     assert_eq!(v["group"], "g");
 
-    let mut a = e.candidate("a", &["--metadata", "address=10.0.0.7:8080"]);
-    e.started(0, SLACK).expect("a leads");
+    let (mut a, _) = e.leader("a", &["--metadata", "address=10.0.0.7:8080"], SLACK);
     let v = e.status();
     assert_eq!(v["state"], "held");
     assert_eq!(v["token"], 1);

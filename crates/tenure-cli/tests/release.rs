@@ -21,8 +21,7 @@ fn release(e: &Election) -> (Option<i32>, String, String) {
 #[test]
 fn refuses_while_the_holder_is_alive() {
     let mut e = Election::new("release-alive");
-    let _a = e.candidate("a", &[]);
-    let line = e.started(0, SLACK).expect("a leads");
+    let (_a, line) = e.leader("a", &[], SLACK);
 
     let (code, stdout, stderr) = release(&e);
     assert_eq!(code, Some(3), "{stdout}{stderr}");
@@ -40,8 +39,7 @@ fn refuses_while_the_holder_is_alive() {
 #[test]
 fn clears_the_lease_of_a_dead_holder_keeping_the_token() {
     let mut e = Election::new("release-dead");
-    let a = e.candidate("a", &[]);
-    e.started(0, SLACK).expect("a leads");
+    let (a, _) = e.leader("a", &[], SLACK);
     a.signal(libc::SIGKILL);
 
     let started = Instant::now();
@@ -142,8 +140,7 @@ fn force_supersedes_a_live_holder_without_two_leaders_on_postgres() {
 #[test]
 fn unsafe_clear_releases_at_once_and_says_what_it_risks() {
     let mut e = Election::new("unsafe-clear");
-    let _a = e.candidate("a", &[]);
-    e.started(0, SLACK).expect("a leads");
+    let _a = e.leader("a", &[], SLACK);
     let started = Instant::now();
     let out = run_to_end(tenure().args([
         "release",

@@ -171,13 +171,7 @@ fn four_processes_share_sixteen_shards_on(s: &Scratch, store: &str, group: &str)
     let before = running(&log);
 
     // status shows the set.
-    let out = run_to_end(tenure().args(["status", "--group", group, "--json", "--store", store]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let v = status_json(store, group);
     assert_eq!(v["kind"], "sharded");
     assert_eq!(v["members"].as_array().map(Vec::len), Some(4));
     assert_eq!(v["leases"].as_array().map(Vec::len), Some(SHARDS));
@@ -266,58 +260,32 @@ fn slots_run_at_most_n_copies_one_per_process() {
 
 #[test]
 fn wait_gives_up_with_exit_4_when_another_leads() {
-    let s = Scratch::new("wait");
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let _a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().next()
-    })
-    .expect("a leads");
+    let mut e = Election::new("wait");
+    let _a = e.leader("a", &[], bounds().crash_failover + SLACK);
     for wait in ["0", "1s"] {
         let began = Instant::now();
-        let out = run_to_end(&mut run_cmd(&s, "b", &["--wait", wait], &child));
+        let out = run_to_end(&mut run_cmd(&e.s, "b", &["--wait", wait], &e.child));
         assert_eq!(out.status.code(), Some(4), "--wait {wait}");
         assert!(began.elapsed() < Duration::from_secs(10));
     }
-    assert_eq!(child_lines(&log).len(), 1, "b never ran CMD");
+    assert_eq!(e.starts().len(), 1, "b never ran CMD");
 }
 
 #[test]
 fn release_to_hands_leadership_to_the_named_candidate() {
-    let s = Scratch::new("release-to");
-    let child = recording_child(&s);
-    let log = s.path("children.log");
-    let _a = Running::spawn(&mut run_cmd(&s, "a", &[], &child));
-    wait_for(bounds().crash_failover + SLACK, || {
-        child_lines(&log).into_iter().next()
-    })
-    .expect("a leads");
-    let _b = Running::spawn(&mut run_cmd(&s, "b", &[], &child));
-    let _c = Running::spawn(&mut run_cmd(&s, "c", &[], &child));
+    let mut e = Election::new("release-to");
+    let _a = e.leader("a", &[], bounds().crash_failover + SLACK);
+    let _b = e.candidate("b", &[]);
+    let _c = e.candidate("c", &[]);
     std::thread::sleep(Duration::from_secs(1));
-    let out = run_to_end(tenure().args([
-        "release",
-        "--group",
-        "g",
-        "--to",
-        "c",
-        "--store",
-        &s.store(),
-    ]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let next = wait_for(Duration::from_secs(2) + SLACK, || {
-        child_lines(&log).get(1).cloned()
-    })
-    .expect("a second CMD started");
+    succeeds(tenure().args(["release", "--group", "g", "--to", "c", "--store", &e.store]));
+    let next = e
+        .started(1, Duration::from_secs(2) + SLACK)
+        .expect("a second CMD started");
     assert_eq!(next.id, "c");
     assert_eq!(next.token, 2);
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(child_lines(&log).len(), 2, "b never took it");
+    assert_eq!(e.starts().len(), 2, "b never took it");
 }
 
 #[test]

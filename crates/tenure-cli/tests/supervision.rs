@@ -72,8 +72,7 @@ sleep 1000"#,
 #[test]
 fn once_never_runs_cmd_twice_after_a_lost_term() {
     let mut e = Election::new("once-lost");
-    let mut a = e.candidate("a", &["--once"]);
-    let first = e.started(0, SLACK).expect("a leads");
+    let (mut a, first) = e.leader("a", &["--once"], SLACK);
 
     succeeds(tenure().args(["release", "--group", "g", "--force", "--store", &e.store]));
     let status = a

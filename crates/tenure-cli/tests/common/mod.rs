@@ -410,6 +410,19 @@ impl Election {
         ))
     }
 
+    /// Starts candidate `id` with `extra` flags, and waits up to `within`
+    /// for its CMD to start: the process, and that start.
+    pub fn leader(&mut self, id: &str, extra: &[&str], within: Duration) -> (Running, ChildLine) {
+        let candidate = self.candidate(id, extra);
+        let start = self.started(0, within).unwrap_or_else(|| {
+            panic!(
+                "{id} did not lead within {within:?}; see {id}.log in {}",
+                self.s.dir.display()
+            )
+        });
+        (candidate, start)
+    }
+
     /// Starts candidates "a" and "b", and waits up to `within` for the
     /// first CMD to start: the two, and that start.
     pub fn two_candidates(&mut self, within: Duration) -> (Running, Running, ChildLine) {
