@@ -45,8 +45,9 @@ use std::io;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use anyhow::Context;
 use tenure::{Clock, MonoTime, SystemClock, Term};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdout, Command};
 
 use crate::signals::Stop;
 use crate::watchdog::Watchdog;
@@ -365,6 +366,33 @@ pub fn dies_with_us(cmd: &mut Command) {
     unsafe {
         cmd.pre_exec(move || die_with_parent(parent));
     }
+}
+
+/// A helper process this one started (a demo candidate, a benchmark
+/// member): its handle, its pid, and its stdout to read reports from.
+pub struct Helper {
+    pub child: Child,
+    pub pid: libc::pid_t,
+    pub stdout: ChildStdout,
+}
+
+/// Starts `cmd` as a helper of this process (`what` names it in errors):
+/// stdin closed, stdout piped to us, killed when its handle is dropped, and
+/// dying with this process ([`dies_with_us`]).
+pub fn spawn_helper(cmd: &mut Command, what: &str) -> anyhow::Result<Helper> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    dies_with_us(cmd);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start a {what} process"))?;
+    let pid = child
+        .id()
+        .and_then(|p| libc::pid_t::try_from(p).ok())
+        .with_context(|| format!("a {what} exited at once"))?;
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    Ok(Helper { child, pid, stdout })
 }
 
 /// Sends `sig` to one process of ours, `pid`: a child we spawned and have

@@ -1,8 +1,9 @@
 //! Exit codes, and the errors that carry them out of the commands.
 //!
 //! Commands return `anyhow::Result<u8>`: `Ok(code)` for a normal exit (0, or
-//! a child's status), `Err` for a failure. A failure wrapping [`Usage`] exits
-//! 2 like clap's own errors; [`Refused`] exits 3; anything else exits 1.
+//! a child's status), `Err` for a failure. A failure made by [`usage`] exits
+//! 2 like clap's own errors; one made by [`refused`] exits 3; anything else
+//! exits 1.
 //! `run --wait` that does not lead in time exits [`NOT_LEADING`] (4).
 
 use std::fmt;
@@ -20,44 +21,54 @@ pub const NOT_LEADING: u8 = 4;
 /// (sysexits.h): try again later.
 pub const LOST: u8 = 75;
 
-/// A usage error: the user must change the command line.
+/// A failure that exits with a code of its own, [`USAGE`] or [`REFUSED`],
+/// rather than [`FAILURE`]; the message says why.
 #[derive(Debug)]
-pub struct Usage(pub String);
+struct Coded {
+    code: u8,
+    message: String,
+}
 
-impl fmt::Display for Usage {
+impl fmt::Display for Coded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
-impl std::error::Error for Usage {}
+impl std::error::Error for Coded {}
 
-/// Wraps any displayable error as a usage error.
+impl Coded {
+    fn error(code: u8, message: impl fmt::Display) -> anyhow::Error {
+        anyhow::Error::new(Coded {
+            code,
+            message: message.to_string(),
+        })
+    }
+}
+
+/// Wraps any displayable error as a usage error: the user must change the
+/// command line.
 pub fn usage(e: impl fmt::Display) -> anyhow::Error {
-    anyhow::Error::new(Usage(e.to_string()))
+    Coded::error(USAGE, e)
 }
 
-/// An operation refused for a reason the message explains.
-#[derive(Debug)]
-pub struct Refused(pub String);
+/// An operation refused for the reason `why` explains.
+pub fn refused(why: impl fmt::Display) -> anyhow::Error {
+    Coded::error(REFUSED, why)
+}
 
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+/// An elector or sharded set that could not start: a bad configuration is
+/// the user's to fix (a usage error), anything else a failure.
+pub fn start_error(e: tenure::ElectorError) -> anyhow::Error {
+    match e {
+        tenure::ElectorError::Config(c) => usage(c),
+        other => anyhow::Error::new(other),
     }
 }
-
-impl std::error::Error for Refused {}
 
 /// The exit code for a failure.
 pub fn code_of(e: &anyhow::Error) -> u8 {
-    if e.downcast_ref::<Usage>().is_some() {
-        USAGE
-    } else if e.downcast_ref::<Refused>().is_some() {
-        REFUSED
-    } else {
-        FAILURE
-    }
+    e.downcast_ref::<Coded>().map_or(FAILURE, |c| c.code)
 }
 
 /// A failure as one line: the error and its causes joined by ": ", with any

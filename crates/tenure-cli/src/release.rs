@@ -30,7 +30,7 @@ use tenure::{
 
 use crate::cli::ReleaseArgs;
 use crate::connect::{self, Connected};
-use crate::exit::Refused;
+use crate::exit::refused;
 use crate::out;
 use crate::view;
 
@@ -239,17 +239,15 @@ async fn force(conn: &Connected, group: &GroupName, first: &Versioned) -> anyhow
         match read(conn, group).await? {
             Some(v) => current = v,
             None => {
-                return Err(Refused(format!(
+                return Err(refused(format!(
                 "the record of group {group} disappeared while tenure wrote it; leaving it alone"
-            ))
-                .into())
+            )))
             }
         }
     }
-    Err(Refused(format!(
+    Err(refused(format!(
         "group {group} changed {FORCE_ATTEMPTS} times while tenure tried to write it; try again"
-    ))
-    .into())
+    )))
 }
 
 /// How often `--force` retries a write that a renewal beat.
@@ -284,27 +282,24 @@ fn changed(group: &GroupName, first: &Versioned, now: Option<&Versioned>) -> any
     let before = view::escape(first.record.holder_id().unwrap_or("?"));
     match now.map(|v| (&v.record.holder, v.record.token)) {
         Some((Some(h), token)) if Some(h) == first.record.holder.as_ref() => {
-            Err(Refused(format!(
+            Err(refused(format!(
                 "group {group} is held by {} (token {token}), which renewed its lease while tenure watched, so it is alive: stop that process, or use --force to take leadership away from it",
                 view::escape(&h.id)
-            ))
-            .into())
+            )))
         }
-        Some((Some(h), token)) => Err(Refused(format!(
+        Some((Some(h), token)) => Err(refused(format!(
             "group {group} changed hands while tenure watched: {before} was replaced by {} (token {token}), which is alive; stop that process, or use --force",
             view::escape(&h.id)
-        ))
-        .into()),
+        ))),
         Some((None, token)) => {
             out::print(&format!(
                 "nothing to do: {before} released group {group} itself (last token {token})"
             ))?;
             Ok(0)
         }
-        None => Err(Refused(format!(
+        None => Err(refused(format!(
             "the record of group {group} disappeared while tenure watched; leaving it alone"
-        ))
-        .into()),
+        ))),
     }
 }
 

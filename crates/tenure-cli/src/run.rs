@@ -181,10 +181,7 @@ impl Runner {
                 .config(self.config.clone())
                 .metadata(self.metadata.clone())
                 .start()
-                .map_err(|e| match e {
-                    ElectorError::Config(c) => usage(c),
-                    other => anyhow::Error::new(other),
-                })?;
+                .map_err(exit::start_error)?;
             self.electors.send_replace(Some(elector.clone()));
             tracing::info!(store = %self.conn.url, term = ?self.config.term, "standing");
             let events = tokio::spawn(log_events(elector.events()).in_current_span());

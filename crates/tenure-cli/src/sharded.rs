@@ -18,7 +18,7 @@ use tenure::{Config, Elector, ElectorError, Metadata, Shards, Term};
 
 use crate::cli::RunArgs;
 use crate::connect::Connected;
-use crate::exit::usage;
+use crate::exit::start_error;
 use crate::signals::Stop;
 use crate::supervise::{self, CmdPlan, Ran};
 
@@ -29,6 +29,19 @@ struct Common {
     plan: CmdPlan,
     stop: Stop,
     term: Duration,
+}
+
+impl Common {
+    /// What every CMD of `group` shares, from the set-up.
+    fn new(group: &str, setup: &Setup) -> Common {
+        Common {
+            group: group.to_owned(),
+            id: setup.id.clone(),
+            plan: setup.plan.clone(),
+            stop: setup.stop.clone(),
+            term: setup.config.term,
+        }
+    }
 }
 
 /// What `tenure run` has set up before it knows how many leases it runs.
@@ -43,32 +56,15 @@ pub struct Setup {
 
 /// Runs `tenure run --shards N`.
 pub async fn run_shards(args: &RunArgs, setup: Setup, count: u32) -> anyhow::Result<u8> {
-    let Setup {
-        conn,
-        config,
-        metadata,
-        plan,
-        stop,
-        id,
-    } = setup;
-    let shards = Shards::builder(conn.store()?, &args.group)
-        .member_id(id.clone())
+    let common = Arc::new(Common::new(&args.group, &setup));
+    let shards = Shards::builder(setup.conn.store()?, &args.group)
+        .member_id(setup.id)
         .shards(count as usize)
-        .config(config.clone())
-        .metadata(metadata)
+        .config(setup.config)
+        .metadata(setup.metadata)
         .start()
-        .map_err(|e| match e {
-            ElectorError::Config(c) => usage(c),
-            other => anyhow::Error::new(other),
-        })?;
-    tracing::info!(store = %conn.url, shards = count, "joined the set");
-    let common = Arc::new(Common {
-        group: args.group.clone(),
-        id,
-        plan,
-        stop: stop.clone(),
-        term: config.term,
-    });
+        .map_err(start_error)?;
+    tracing::info!(store = %setup.conn.url, shards = count, "joined the set");
     let runner = shards.clone();
     let work = tokio::spawn(async move {
         runner
@@ -85,7 +81,7 @@ pub async fn run_shards(args: &RunArgs, setup: Setup, count: u32) -> anyhow::Res
             })
             .await
     });
-    stop.stopped().await;
+    setup.stop.stopped().await;
     tracing::info!("leaving the set: stopping every shard's CMD and releasing");
     shards.shutdown().await;
     work.await
@@ -116,33 +112,17 @@ async fn run_one(common: &Common, term: &Term, env: &[(String, String)], what: &
 
 /// Runs `tenure run --slots N`.
 pub async fn run_slots(args: &RunArgs, setup: Setup, count: u32) -> anyhow::Result<u8> {
-    let Setup {
-        conn,
-        config,
-        metadata,
-        plan,
-        stop,
-        id,
-    } = setup;
-    let common = Common {
-        group: args.group.clone(),
-        id: id.clone(),
-        plan,
-        stop: stop.clone(),
-        term: config.term,
-    };
+    let common = Common::new(&args.group, &setup);
+    let stop = &setup.stop;
     let stand = |slot: u32| {
-        Elector::builder(conn.store()?, format!("{}/slots/{slot}", args.group))
-            .candidate_id(id.clone())
-            .config(config.clone())
-            .metadata(metadata.clone())
+        Elector::builder(setup.conn.store()?, format!("{}/slots/{slot}", args.group))
+            .candidate_id(setup.id.clone())
+            .config(setup.config.clone())
+            .metadata(setup.metadata.clone())
             .start()
-            .map_err(|e| match e {
-                ElectorError::Config(c) => usage(c),
-                other => anyhow::Error::new(other),
-            })
+            .map_err(start_error)
     };
-    tracing::info!(store = %conn.url, slots = count, "standing for a slot");
+    tracing::info!(store = %setup.conn.url, slots = count, "standing for a slot");
     loop {
         let electors: Vec<Elector> = (0..count).map(stand).collect::<anyhow::Result<_>>()?;
         // The first slot won; any other won at the same time is given back.

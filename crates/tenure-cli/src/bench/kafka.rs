@@ -90,14 +90,9 @@ impl Pool {
             .args(["--id", &format!("bench-{idx}")])
             .arg("--term")
             .arg(humantime::format_duration(self.term).to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
-        // The candidates die with the bench.
-        crate::child::dies_with_us(&mut cmd);
-        let mut child = cmd.spawn().context("cannot start a candidate process")?;
-        let stdout = child.stdout.take().context("no stdout pipe")?;
+            .stderr(Stdio::null());
+        let crate::child::Helper { child, stdout, .. } =
+            crate::child::spawn_helper(&mut cmd, "candidate")?;
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();

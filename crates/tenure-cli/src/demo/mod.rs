@@ -13,7 +13,6 @@ mod summary;
 mod timeline;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -199,18 +198,8 @@ impl Demo {
             .args(["--store", &self.store, "--group", GROUP, "--id", &id])
             .arg("--term")
             .arg(humantime::format_duration(self.timing.term).to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(self.log.try_clone()?)
-            .kill_on_drop(true);
-        // If the demo dies, its candidates die too.
-        child::dies_with_us(&mut cmd);
-        let mut child = cmd.spawn().context("cannot start a candidate process")?;
-        let pid = child
-            .id()
-            .and_then(|p| libc::pid_t::try_from(p).ok())
-            .context("a candidate exited at once")?;
-        let stdout = child.stdout.take().context("no stdout pipe")?;
+            .stderr(self.log.try_clone()?);
+        let child::Helper { child, pid, stdout } = child::spawn_helper(&mut cmd, "candidate")?;
         let tx = self.tx.clone().context("the demo is finishing")?;
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();

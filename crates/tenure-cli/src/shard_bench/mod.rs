@@ -15,7 +15,6 @@ mod report;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -310,18 +309,8 @@ impl Run<'_> {
             .arg(self.shards.to_string())
             .arg("--term")
             .arg(humantime::format_duration(self.term).to_string())
-            .env("TENURE_STORE", raw)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true);
-        // If the bench dies, its members die too.
-        child::dies_with_us(&mut cmd);
-        let mut child = cmd.spawn().context("cannot start a member process")?;
-        let pid = child
-            .id()
-            .and_then(|p| libc::pid_t::try_from(p).ok())
-            .context("a member exited at once")?;
-        let stdout = child.stdout.take().context("no stdout pipe")?;
+            .env("TENURE_STORE", raw);
+        let child::Helper { child, pid, stdout } = child::spawn_helper(&mut cmd, "member")?;
         let ledger = self.ledger.clone();
         let member = id.clone();
         let reader = tokio::spawn(async move {
