@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use tenure::testkit::TermLog;
+use tenure::Timing;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -21,6 +22,7 @@ use crate::clock::SimTime;
 use crate::elector::clock::{SimClock, TIMER_RESOLUTION};
 use crate::elector::plan::Planned as Window;
 use crate::elector::windows::StoreView;
+use crate::faults::between;
 use crate::params::{Shared, SimError};
 use crate::report::{term_violations, Violation, ViolationKind, Violations};
 use crate::scheduler::Queue;
@@ -159,13 +161,16 @@ pub(crate) struct NewProcess {
     pub(crate) work_seed: u64,
 }
 
-/// The end of a window of store trouble on one process, planned when the
-/// window opens.
-#[derive(Debug)]
-pub(crate) struct WindowEnd {
-    node: usize,
-    life: u32,
-    kind: Window,
+/// An event on a stage's timeline: one the tier planned, or the end of a
+/// window of store trouble, which the stage handles itself.
+enum Planned<E> {
+    Tier(E),
+    /// The window of `kind` on process `life` of slot `node` ends.
+    WindowEnd {
+        node: usize,
+        life: u32,
+        kind: Window,
+    },
 }
 
 /// One seed's stage: the timeline of planned events `E`, what the tasks
@@ -175,18 +180,21 @@ pub(crate) struct Stage<E, H> {
     pub(crate) seed: u64,
     /// Real instant zero of the run.
     pub(crate) origin: Instant,
-    pub(crate) queue: Queue<E>,
+    queue: Queue<Planned<E>>,
     /// The real (simulated) instant of the event being handled.
     pub(crate) now: SimTime,
     pub(crate) findings: Arc<Mutex<Findings>>,
     pub(crate) slots: Vec<Slot<H>>,
     /// Processes started (first starts and restarts).
     pub(crate) incarnations: u64,
+    /// When the fault phase ends: restarts planned in it happen by then.
+    pub(crate) fault_end: SimTime,
 }
 
-impl<E: From<WindowEnd>, H> Stage<E, H> {
-    /// An empty stage at real instant zero, keeping trace lines if `trace`.
-    pub(crate) fn new(seed: u64, trace: bool) -> Self {
+impl<E, H> Stage<E, H> {
+    /// An empty stage at real instant zero whose fault phase lasts
+    /// `fault_phase`, keeping trace lines if `trace`.
+    pub(crate) fn new(seed: u64, fault_phase: Duration, trace: bool) -> Self {
         Stage {
             seed,
             origin: Instant::now(),
@@ -195,16 +203,49 @@ impl<E: From<WindowEnd>, H> Stage<E, H> {
             findings: Arc::new(Mutex::new(Findings::new(seed, trace))),
             slots: Vec::new(),
             incarnations: 0,
+            fault_end: SimTime::from_duration(fault_phase),
         }
     }
 
-    /// Sleeps until the next planned event and returns it, or `None` once
-    /// nothing is planned.
+    /// Plans the tier's event `ev` at `at`.
+    pub(crate) fn push(&mut self, at: SimTime, ev: E) {
+        self.queue.push(at, Planned::Tier(ev));
+    }
+
+    /// Plans the restart `ev` at an instant drawn from `rng` between `min`
+    /// and `max` from now, but no later than the end of the fault phase.
+    pub(crate) fn restart(&mut self, rng: &mut impl Rng, (min, max): (Duration, Duration), ev: E) {
+        let after = between(rng, min, max);
+        self.push(self.now.after(after).min(self.fault_end), ev);
+    }
+
+    /// Plans the first start of every slot, `start(i)` for slot `i`, each
+    /// at an instant drawn from `rng` within `within` of the beginning.
+    pub(crate) fn push_first_starts(
+        &mut self,
+        rng: &mut impl Rng,
+        within: Duration,
+        start: impl Fn(usize) -> E,
+    ) {
+        for i in 0..self.slots.len() {
+            let at = SimTime::from_duration(between(rng, Duration::ZERO, within));
+            self.push(at, start(i));
+        }
+    }
+
+    /// Sleeps until the next event the tier planned and returns it, or
+    /// `None` once nothing is planned; closes the windows of store trouble
+    /// that end on the way.
     pub(crate) async fn next(&mut self) -> Option<E> {
-        let (at, ev) = self.queue.pop()?;
-        tokio::time::sleep_until(self.origin + at.as_duration()).await;
-        self.now = at;
-        Some(ev)
+        loop {
+            let (at, ev) = self.queue.pop()?;
+            tokio::time::sleep_until(self.origin + at.as_duration()).await;
+            self.now = at;
+            match ev {
+                Planned::Tier(ev) => return Some(ev),
+                Planned::WindowEnd { node, life, kind } => self.window_end(node, life, kind),
+            }
+        }
     }
 
     /// Records an event of the run in the trace.
@@ -223,6 +264,19 @@ impl<E: From<WindowEnd>, H> Stage<E, H> {
     /// A tokio instant as real (simulated) time.
     pub(crate) fn sim_time(&self, t: Instant) -> SimTime {
         SimTime::from_duration(t.saturating_duration_since(self.origin))
+    }
+
+    /// Records a violation found now.
+    pub(crate) fn violation(
+        &self,
+        kind: ViolationKind,
+        nodes: Vec<usize>,
+        tokens: Vec<u64>,
+        detail: String,
+    ) {
+        lock(&self.findings)
+            .violations
+            .add(kind, self.now, nodes, tokens, detail);
     }
 
     /// The violations a term log of `place` (a group or a shard) shows.
@@ -304,6 +358,23 @@ impl<E: From<WindowEnd>, H> Stage<E, H> {
     }
 
     /// Opens a window of store trouble of `kind` for slot `n`'s current
+    /// process, as long as `kind`'s windows last (drawn from `rng`); a slow
+    /// operation in it takes from the ordinary `latency` bound up to 1.5
+    /// operation timeouts.
+    pub(crate) fn trouble(
+        &mut self,
+        n: usize,
+        kind: Window,
+        rng: &mut impl Rng,
+        latency: Duration,
+        timing: &Timing,
+    ) {
+        let d = kind.window(rng, timing.term);
+        let slow = between(rng, latency, timing.op_timeout * 3 / 2);
+        self.window(n, kind, self.now.after(d), slow);
+    }
+
+    /// Opens a window of store trouble of `kind` for slot `n`'s current
     /// process until `until`; `slow` is the latency of a slow one.
     pub(crate) fn window(&mut self, n: usize, kind: Window, until: SimTime, slow: Duration) {
         let slot = &mut self.slots[n];
@@ -317,22 +388,17 @@ impl<E: From<WindowEnd>, H> Stage<E, H> {
         self.event(Some(n), "WINDOW", &[kind as u64, until.as_nanos()], || {
             format!("{kind:?} until {until} (slow ops take {slow:?})")
         });
-        let end = WindowEnd {
+        let end = Planned::WindowEnd {
             node: n,
             life,
             kind,
         };
-        self.queue.push(until, end.into());
+        self.queue.push(until, end);
     }
 
     /// Closes a window of store trouble, if the process it was opened on
     /// still runs.
-    pub(crate) fn window_end(&mut self, end: WindowEnd) {
-        let WindowEnd {
-            node: n,
-            life,
-            kind,
-        } = end;
+    fn window_end(&mut self, n: usize, life: u32, kind: Window) {
         let t = self.now;
         let slot = &mut self.slots[n];
         let Some(inc) = slot.current.as_mut().filter(|inc| inc.life == life) else {

@@ -55,9 +55,9 @@ use tenure::{Config, Elector, MemoryStore, Timing};
 
 use crate::checker::LivenessBounds;
 use crate::clock::SimTime;
-use crate::faults::{between, FaultCounts};
+use crate::faults::FaultCounts;
 use crate::params::SimError;
-use crate::paused::{self, lock, run_paused, Findings, Stage, WindowEnd};
+use crate::paused::{self, lock, run_paused, Findings, Stage};
 use crate::report::ViolationKind;
 
 pub(crate) mod behaviour;
@@ -106,19 +106,12 @@ type Incarnation = paused::Incarnation<Vec<Elector>>;
 enum Ev {
     Start(usize),
     Inject(Planned),
-    WindowEnd(WindowEnd),
     Storm,
     TailStart,
     HealCheck,
     TailCrash,
     CrashCheck,
     End,
-}
-
-impl From<WindowEnd> for Ev {
-    fn from(end: WindowEnd) -> Self {
-        Ev::WindowEnd(end)
-    }
 }
 
 /// One seed's cluster.
@@ -138,7 +131,6 @@ struct Cluster {
     /// Per group, spans of every term the electors published.
     published: Vec<TermLog>,
     faults: FaultCounts,
-    fault_end: SimTime,
     skew: Option<Duration>,
     bounds: LivenessBounds,
     /// Per group, the leader when the heal bound had passed.
@@ -159,11 +151,10 @@ impl Cluster {
         // Slow windows make operations take up to 1.5 operation timeouts.
         let slow = timing.op_timeout.mul_f64(1.5);
         let bounds = LivenessBounds::new(&timing, params.latency, slow);
-        let mut stage = Stage::new(seed, params.trace);
+        let mut stage = Stage::new(seed, params.fault_phase, params.trace);
         for i in 0..n {
             stage.add_slot(format!("node-{i}"), &mut rng, &params.shared(), skew);
         }
-        let fault_end = SimTime::from_duration(params.fault_phase);
         let mut cluster = Cluster {
             params: params.clone(),
             config,
@@ -176,7 +167,6 @@ impl Cluster {
             work: (0..groups).map(|_| TermLog::default()).collect(),
             published: (0..groups).map(|_| TermLog::default()).collect(),
             faults: FaultCounts::default(),
-            fault_end,
             skew,
             bounds,
             heal_leaders: vec![None; groups],
@@ -188,40 +178,34 @@ impl Cluster {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        for i in 0..self.stage.slots.len() {
-            let at = SimTime::from_duration(between(&mut self.rng, Duration::ZERO, term / 2));
-            self.stage.queue.push(at, Ev::Start(i));
-        }
+        self.stage
+            .push_first_starts(&mut self.rng, term / 2, Ev::Start);
         let pulses = self.timing.liveness_timeout.is_some();
         let planned = plan::plan(
             &mut self.rng,
             &self.params.faults,
-            self.fault_end,
+            self.stage.fault_end,
             term,
             pulses,
         );
         for (at, kind) in planned {
-            self.stage.queue.push(at, Ev::Inject(kind));
+            self.stage.push(at, Ev::Inject(kind));
         }
         if self.params.faults.storms && self.rng.gen_range(0..4) == 0 {
             self.stage
-                .queue
-                .push(self.fault_end.before(term * 5 / 2), Ev::Storm);
+                .push(self.stage.fault_end.before(term * 5 / 2), Ev::Storm);
         }
         let b = self.bounds;
-        let tail_crash = self.fault_end.after(b.heal.max(b.quiet) + term / 2);
-        self.stage.queue.push(self.fault_end, Ev::TailStart);
+        let tail_crash = self.stage.fault_end.after(b.heal.max(b.quiet) + term / 2);
+        self.stage.push(self.stage.fault_end, Ev::TailStart);
         self.stage
-            .queue
-            .push(self.fault_end.after(b.heal), Ev::HealCheck);
-        self.stage.queue.push(tail_crash, Ev::TailCrash);
-        self.stage.queue.push(
+            .push(self.stage.fault_end.after(b.heal), Ev::HealCheck);
+        self.stage.push(tail_crash, Ev::TailCrash);
+        self.stage.push(
             tail_crash.after(b.crash + Duration::from_millis(1)),
             Ev::CrashCheck,
         );
-        self.stage
-            .queue
-            .push(tail_crash.after(b.crash + term), Ev::End);
+        self.stage.push(tail_crash.after(b.crash + term), Ev::End);
     }
 
     async fn run(mut self) -> ElectorReport {
@@ -229,7 +213,6 @@ impl Cluster {
             match ev {
                 Ev::Start(n) => self.start(n),
                 Ev::Inject(kind) => self.inject(kind),
-                Ev::WindowEnd(end) => self.stage.window_end(end),
                 Ev::Storm => self.storm(),
                 Ev::TailStart => self
                     .stage
@@ -259,13 +242,8 @@ impl Cluster {
     /// Records a liveness violation in group `g`, found now.
     fn liveness_violation(&self, g: usize, nodes: Vec<usize>, tokens: Vec<u64>, what: String) {
         let detail = format!("group {}: {what}", group_name(g));
-        lock(&self.stage.findings).violations.add(
-            ViolationKind::Liveness,
-            self.stage.now,
-            nodes,
-            tokens,
-            detail,
-        );
+        self.stage
+            .violation(ViolationKind::Liveness, nodes, tokens, detail);
     }
 
     fn heal_check(&mut self) {
@@ -305,7 +283,7 @@ impl Cluster {
         self.crash(n);
         self.tail_crash = Some((self.stage.now, led));
         let at = self.stage.now.after(self.timing.term / 2);
-        self.stage.queue.push(at, Ev::Start(n));
+        self.stage.push(at, Ev::Start(n));
     }
 
     /// The groups the crashed leader led must each have a new term by now.
@@ -356,7 +334,7 @@ impl Cluster {
                     }
                 }
             }
-            let fault_end = self.fault_end;
+            let fault_end = self.stage.fault_end;
             let heal_gap = spans.iter().find_map(|s| {
                 let start = self.stage.sim_time(s.elected);
                 let end = s

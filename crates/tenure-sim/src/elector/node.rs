@@ -201,13 +201,9 @@ impl Cluster {
             match started {
                 Ok(e) => electors.push(e),
                 Err(e) => {
-                    lock(&self.stage.findings).violations.add(
-                        ViolationKind::Contract,
-                        self.stage.now,
-                        vec![n],
-                        vec![],
-                        format!("node {n} could not start its elector: {e}"),
-                    );
+                    let detail = format!("node {n} could not start its elector: {e}");
+                    self.stage
+                        .violation(ViolationKind::Contract, vec![n], vec![], detail);
                     return;
                 }
             }
@@ -226,7 +222,7 @@ impl Cluster {
                 findings: self.stage.findings.clone(),
                 rng: rng.clone(),
                 term: self.timing.term,
-                fault_end: self.fault_end,
+                fault_end: self.stage.fault_end,
             };
             tasks.push(tokio::spawn(app(elector.clone(), ctx)));
             tasks.push(tokio::spawn(listen(
@@ -285,10 +281,8 @@ impl Cluster {
         match kind {
             Planned::Crash => {
                 self.crash(n);
-                let down = between(&mut self.rng, term / 5, term * 3);
                 self.stage
-                    .queue
-                    .push(t.after(down).min(self.fault_end), Ev::Start(n));
+                    .restart(&mut self.rng, (term / 5, term * 3), Ev::Start(n));
             }
             Planned::Shutdown => {
                 let Some(inc) = self.stage.slots[n].current.take() else {
@@ -300,10 +294,8 @@ impl Cluster {
                 for e in inc.handle {
                     tokio::spawn(async move { e.shutdown().await });
                 }
-                let down = between(&mut self.rng, term / 5, term * 2);
                 self.stage
-                    .queue
-                    .push(t.after(down).min(self.fault_end), Ev::Start(n));
+                    .restart(&mut self.rng, (term / 5, term * 2), Ev::Start(n));
             }
             Planned::Resign => {
                 self.stage.event(Some(n), "RESIGN", &[g as u64], || {
@@ -327,13 +319,9 @@ impl Cluster {
                 self.stalled_until[n].fetch_max(until, Ordering::Relaxed);
             }
             Planned::Partition | Planned::Slow | Planned::Failing | Planned::LostReplies => {
-                let d = kind.window(&mut self.rng, term);
-                let slow = between(
-                    &mut self.rng,
-                    self.params.latency,
-                    self.timing.op_timeout * 3 / 2,
-                );
-                self.stage.window(n, kind, t.after(d), slow);
+                let latency = self.params.latency;
+                self.stage
+                    .trouble(n, kind, &mut self.rng, latency, &self.timing);
             }
         }
     }
@@ -347,7 +335,7 @@ impl Cluster {
             if self.stage.slots[n].current.is_some() {
                 self.faults[Planned::Partition.kind()] += 1;
                 self.stage
-                    .window(n, Planned::Partition, self.fault_end, Duration::ZERO);
+                    .window(n, Planned::Partition, self.stage.fault_end, Duration::ZERO);
             }
         }
     }

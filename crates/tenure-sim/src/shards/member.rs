@@ -300,13 +300,9 @@ impl Set {
         let shards = match started {
             Ok(s) => s,
             Err(e) => {
-                lock(&self.stage.findings).violations.add(
-                    ViolationKind::Contract,
-                    self.stage.now,
-                    vec![n],
-                    vec![],
-                    format!("member {} could not start: {e}", slot.name),
-                );
+                let detail = format!("member {} could not start: {e}", slot.name);
+                self.stage
+                    .violation(ViolationKind::Contract, vec![n], vec![], detail);
                 return;
             }
         };
@@ -321,7 +317,7 @@ impl Set {
             findings: self.stage.findings.clone(),
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(new.work_seed))),
             term: self.timing.term,
-            fault_end: self.fault_end,
+            fault_end: self.stage.fault_end,
         };
         let tasks = vec![
             tokio::spawn(app(shards.clone(), ctx)),
@@ -369,20 +365,16 @@ impl Set {
             Planned::Crash => {
                 self.faults[FaultKind::Crash] += 1;
                 self.crash(n);
-                let down = between(&mut self.rng, term / 5, term * 3);
                 self.stage
-                    .queue
-                    .push(t.after(down).min(self.fault_end), Ev::Start(n));
+                    .restart(&mut self.rng, (term / 5, term * 3), Ev::Start(n));
             }
             Planned::Leave => {
                 self.faults[FaultKind::Shutdown] += 1;
                 self.leave(n);
                 // Two in three come back under the same id.
                 if self.rng.gen_range(0..3) > 0 {
-                    let down = between(&mut self.rng, term / 5, term * 2);
                     self.stage
-                        .queue
-                        .push(t.after(down).min(self.fault_end), Ev::Start(n));
+                        .restart(&mut self.rng, (term / 5, term * 2), Ev::Start(n));
                 }
             }
             Planned::Pause => {
@@ -403,17 +395,13 @@ impl Set {
                     .event(Some(n), "PAUSE", &[d.as_nanos() as u64], || {
                         format!("the process is frozen for {d:?}")
                     });
-                self.stage.queue.push(until, Ev::Thaw { node: n, life });
+                self.stage.push(until, Ev::Thaw { node: n, life });
             }
             Planned::Window(w) => {
                 self.faults[w.kind()] += 1;
-                let d = w.window(&mut self.rng, term);
-                let slow = between(
-                    &mut self.rng,
-                    self.params.latency,
-                    self.timing.op_timeout * 3 / 2,
-                );
-                self.stage.window(n, w, t.after(d), slow);
+                let latency = self.params.latency;
+                self.stage
+                    .trouble(n, w, &mut self.rng, latency, &self.timing);
             }
         }
     }

@@ -49,9 +49,9 @@ use tenure::testkit::TermLog;
 use tenure::{Config, MemoryStore, Shards, Timing};
 
 use crate::clock::SimTime;
-use crate::faults::{between, FaultCounts, FaultKind};
+use crate::faults::{FaultCounts, FaultKind};
 use crate::params::SimError;
-use crate::paused::{self, lock, run_paused, Findings, Stage, WindowEnd};
+use crate::paused::{self, lock, run_paused, Findings, Stage};
 use crate::report::ViolationKind;
 
 mod bounds;
@@ -104,7 +104,6 @@ type Incarnation = paused::Incarnation<Member>;
 enum Ev {
     Start(usize),
     Inject(Planned),
-    WindowEnd(WindowEnd),
     Thaw {
         node: usize,
         life: u32,
@@ -118,12 +117,6 @@ enum Ev {
     /// The next change of the tail.
     Tail(Phase),
     End,
-}
-
-impl From<WindowEnd> for Ev {
-    fn from(end: WindowEnd) -> Self {
-        Ev::WindowEnd(end)
-    }
 }
 
 /// Who holds each shard (by index) with a valid term: a member (by slot).
@@ -156,7 +149,6 @@ struct Set {
     joins: u64,
     /// `MembersChanged` events seen.
     views: Arc<AtomicU64>,
-    fault_end: SimTime,
     skew: Option<Duration>,
     bounds: ShardBounds,
     /// Crashed processes' handles, kept so that they do not leave
@@ -181,21 +173,19 @@ impl Set {
         let timing = params.timing(skew)?;
         let slow = timing.op_timeout.mul_f64(1.5);
         let bounds = ShardBounds::new(&timing, params.latency, slow);
-        let fault_end = SimTime::from_duration(params.fault_phase);
         let mut set = Set {
             params: params.clone(),
             config,
             timing,
             rng,
             store: MemoryStore::new(),
-            stage: Stage::new(seed, params.trace),
+            stage: Stage::new(seed, params.fault_phase, params.trace),
             // Not `vec![..; shards]`: clones of a log share its spans.
             work: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
             terms: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
             faults: FaultCounts::default(),
             joins: 0,
             views: Arc::default(),
-            fault_end,
             skew,
             bounds,
             zombies: Vec::new(),
@@ -213,28 +203,30 @@ impl Set {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        for i in 0..self.stage.slots.len() {
-            let at = SimTime::from_duration(between(&mut self.rng, Duration::ZERO, term / 2));
-            self.stage.queue.push(at, Ev::Start(i));
-        }
-        for (at, kind) in plan::plan(&mut self.rng, &self.params.faults, self.fault_end, term) {
-            self.stage.queue.push(at, Ev::Inject(kind));
+        self.stage
+            .push_first_starts(&mut self.rng, term / 2, Ev::Start);
+        for (at, kind) in plan::plan(
+            &mut self.rng,
+            &self.params.faults,
+            self.stage.fault_end,
+            term,
+        ) {
+            self.stage.push(at, Ev::Inject(kind));
         }
         // Restarts planned for the end of the fault phase come first.
-        self.stage.queue.push(
-            self.fault_end.after(Duration::from_millis(1)),
+        self.stage.push(
+            self.stage.fault_end.after(Duration::from_millis(1)),
             Ev::TailStart,
         );
         self.change = Some(Change {
             phase: Phase::Settle,
-            at: self.fault_end,
+            at: self.stage.fault_end,
             before: Holders::new(),
             member: None,
             bound: self.bounds.settle,
         });
         self.stage
-            .queue
-            .push(self.fault_end.after(self.bounds.settle), Ev::Check);
+            .push(self.stage.fault_end.after(self.bounds.settle), Ev::Check);
     }
 
     async fn run(mut self) -> ShardReport {
@@ -242,7 +234,6 @@ impl Set {
             match ev {
                 Ev::Start(n) => self.start(n),
                 Ev::Inject(kind) => self.inject(kind),
-                Ev::WindowEnd(end) => self.stage.window_end(end),
                 Ev::Thaw { node, life } => {
                     if self.stage.slots[node]
                         .current
@@ -261,12 +252,6 @@ impl Set {
             }
         }
         self.report()
-    }
-
-    fn violation(&self, kind: ViolationKind, nodes: Vec<usize>, detail: String) {
-        lock(&self.stage.findings)
-            .violations
-            .add(kind, self.stage.now, nodes, vec![], detail);
     }
 
     /// Who holds each shard with a valid term, as the running members
@@ -291,7 +276,8 @@ impl Set {
                     "shard {s}: {} and {} both report a valid term (the latter with token {token})",
                     self.stage.slots[a].name, self.stage.slots[b].name
                 );
-                self.violation(ViolationKind::Overlap, vec![a, b], detail);
+                self.stage
+                    .violation(ViolationKind::Overlap, vec![a, b], vec![], detail);
             }
         }
         out
@@ -402,9 +388,10 @@ impl Set {
         });
         let nodes = change.member.into_iter().collect::<Vec<_>>();
         if !unsettled.is_empty() {
-            self.violation(
+            self.stage.violation(
                 ViolationKind::Liveness,
                 nodes.clone(),
+                vec![],
                 format!(
                     "not settled {:.3?} (the bound) after the {} at {}: {}",
                     change.bound,
@@ -415,9 +402,10 @@ impl Set {
             );
         }
         if !unbalanced.is_empty() {
-            self.violation(
+            self.stage.violation(
                 ViolationKind::Balance,
                 nodes,
+                vec![],
                 format!(
                     "after the {} at {}: {}",
                     change.phase,
@@ -437,7 +425,6 @@ impl Set {
         if settled {
             self.settled = Some(holders);
             self.stage
-                .queue
                 .push(self.stage.now.after(self.sample_every()), Ev::Sample);
         }
         let next = match change.phase {
@@ -447,7 +434,7 @@ impl Set {
             Phase::Leave => None,
         };
         let at = self.stage.now.after(self.timing.term);
-        self.stage.queue.push(at, next.map_or(Ev::End, Ev::Tail));
+        self.stage.push(at, next.map_or(Ev::End, Ev::Tail));
     }
 
     fn sample_every(&self) -> Duration {
@@ -489,8 +476,9 @@ impl Set {
                     )
                 })
                 .collect();
-            self.violation(
+            self.stage.violation(
                 ViolationKind::Balance,
+                vec![],
                 vec![],
                 format!(
                     "the settled assignment changed with no membership change: {}",
@@ -500,7 +488,6 @@ impl Set {
             return;
         }
         self.stage
-            .queue
             .push(self.stage.now.after(self.sample_every()), Ev::Sample);
     }
 
@@ -541,9 +528,7 @@ impl Set {
             member: Some(member),
             bound,
         });
-        self.stage
-            .queue
-            .push(self.stage.now.after(bound), Ev::Check);
+        self.stage.push(self.stage.now.after(bound), Ev::Check);
     }
 
     fn report(self) -> ShardReport {
