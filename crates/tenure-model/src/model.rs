@@ -370,11 +370,7 @@ impl ElectionModel {
                 token, deadline, ..
             } => {
                 let g = &mut s.ghost;
-                match g
-                    .terms
-                    .iter_mut()
-                    .find(|t| t.node == n && t.incarnation == inc && t.open)
-                {
+                match g.open_term(n, inc) {
                     None => g.flaw(Flaw::Contract),
                     Some(t) => {
                         let changed = t.token != *token;
@@ -391,11 +387,7 @@ impl ElectionModel {
                 ..
             } => {
                 let g = &mut s.ghost;
-                match g
-                    .terms
-                    .iter_mut()
-                    .find(|t| t.node == n && t.incarnation == inc && t.open)
-                {
+                match g.open_term(n, inc) {
                     Some(t) if t.token == *token => {
                         t.open = false;
                         t.work_deadline = Some(*work_deadline);

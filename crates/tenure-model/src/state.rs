@@ -284,4 +284,12 @@ impl Ghost {
     pub fn has(&self, f: Flaw) -> bool {
         self.flaws & f as u16 != 0
     }
+
+    /// The open term of `node`'s process `incarnation`, if it holds one:
+    /// the term its renewals extend and its `EndTerm` ends.
+    pub fn open_term(&mut self, node: u8, incarnation: u64) -> Option<&mut GhostTerm> {
+        self.terms
+            .iter_mut()
+            .find(|t| t.node == node && t.incarnation == incarnation && t.open)
+    }
 }

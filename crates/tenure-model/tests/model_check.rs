@@ -27,6 +27,12 @@ fn faults(kinds: &[FaultKind], n: u8) -> Params {
     }
 }
 
+/// A negative control: the checker must find two valid terms at once.
+fn overlap(params: Params) {
+    let outcome = check_until_failure(params, THREADS).expect("valid parameters");
+    assert!(outcome.violated(ONE_VALID_TERM), "{outcome}");
+}
+
 fn holds(params: Params) -> Outcome {
     let outcome = check(params, THREADS).expect("valid parameters");
     println!("{outcome}");
@@ -133,40 +139,34 @@ fn three_nodes_elect_one() {
 /// challenger's wait end before the crashed leader's deadline.
 #[test]
 fn drift_beyond_the_bound_is_caught() {
-    let params = Params {
+    overlap(Params {
         rates: vec![Rate::new(6, 8), Rate::new(10, 8)],
         horizon: Some(secs(10.0)),
         ..faults(&[FaultKind::Crash], 1)
-    };
-    let outcome = check_until_failure(params, THREADS).unwrap();
-    assert!(outcome.violated(ONE_VALID_TERM), "{outcome}");
+    });
 }
 
 /// Negative control: a deadline anchored at the reply's receipt outlasts a
 /// challenger's wait by the reply's delay.
 #[test]
 fn deadlines_anchored_at_the_receipt_are_caught() {
-    let params = Params {
+    overlap(Params {
         anchor_at_receive: true,
         horizon: Some(secs(10.0)),
         ..faults(&[FaultKind::Crash], 1)
-    };
-    let outcome = check_until_failure(params, THREADS).unwrap();
-    assert!(outcome.violated(ONE_VALID_TERM), "{outcome}");
+    });
 }
 
 /// Negative control of the skew path: wall clocks further from true time
 /// than half the skew bound let the early takeover come too early.
 #[test]
 fn wall_clocks_beyond_half_the_skew_are_caught() {
-    let params = Params {
+    overlap(Params {
         skew: Some(Skew {
             bound: secs(2.0),
             offset: secs(2.0),
         }),
         horizon: Some(secs(12.0)),
         ..faults(&[FaultKind::Crash], 1)
-    };
-    let outcome = check_until_failure(params, THREADS).unwrap();
-    assert!(outcome.violated(ONE_VALID_TERM), "{outcome}");
+    });
 }

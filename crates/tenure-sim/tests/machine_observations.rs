@@ -18,6 +18,15 @@ fn cas_op(actions: &[Action]) -> OpId {
     }
 }
 
+/// The reply to compare-and-swap `op`: applied, the record now at
+/// `version`.
+fn applied(op: OpId, version: u64) -> Input {
+    Input::CasDone {
+        op,
+        result: Ok(CasOutcome::Applied(Version(version))),
+    }
+}
+
 /// A leader paused (GC, SIGSTOP) right after sending a renewal whose reply
 /// arrives during the pause: on resume it processes the reply before any
 /// timer, so the term whose deadline lapsed during the pause is renewed, and
@@ -36,13 +45,7 @@ fn a_lapsed_term_is_revived_by_a_renewal_processed_after_a_pause() {
         },
     );
     let op = cas_op(&acquire);
-    let elected = m.step(
-        at(20),
-        Input::CasDone {
-            op,
-            result: Ok(CasOutcome::Applied(Version(1))),
-        },
-    );
+    let elected = m.step(at(20), applied(op, 1));
     // Deadline: acquire sent at 10 ms + 2 s × 0.99 = 1990 ms.
     assert!(elected.contains(&Action::Elected {
         token: 1,
@@ -53,13 +56,7 @@ fn a_lapsed_term_is_revived_by_a_renewal_processed_after_a_pause() {
     let op = cas_op(&renew);
     // The process pauses from 678 ms to 2200 ms; the reply arrived at 690 ms
     // and is the first thing processed. The old deadline (1990 ms) passed.
-    let resumed = m.step(
-        at(2200),
-        Input::CasDone {
-            op,
-            result: Ok(CasOutcome::Applied(Version(2))),
-        },
-    );
+    let resumed = m.step(at(2200), applied(op, 2));
     assert_eq!(
         resumed.first(),
         Some(&Action::Renewed {

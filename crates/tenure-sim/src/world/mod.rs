@@ -35,8 +35,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::machine::{Action, Input, Machine, OpId, WritePurpose};
 use tenure::{
-    CasOutcome, GroupName, Holder, LeaseRecord, MemoryStore, Metadata, StoreError, Timing, Version,
-    Versioned,
+    CasOutcome, GroupName, Holder, LeaseRecord, MemoryStore, Metadata, MonoTime, StoreError,
+    Timing, Version, Versioned,
 };
 
 use crate::checker::{Checker, LivenessBounds};

@@ -340,6 +340,19 @@ impl World {
         self.deliver_at(at, n, Msg::Tick(gen));
     }
 
+    /// Traces node `n`'s term of `token` lasting until `deadline` on its
+    /// clock (elected or renewed, as `tag` says), with its real instant.
+    fn trace_term(&mut self, n: usize, tag: &'static str, token: u64, deadline: MonoTime) {
+        let real = self.nodes[n].clock.real_at(deadline);
+        self.trace.event(
+            self.now,
+            Some(n),
+            tag,
+            &[token, deadline.as_nanos()],
+            || format!("token {token} until {} (real {real})", deadline.as_nanos()),
+        );
+    }
+
     pub(super) fn act(&mut self, n: usize, action: Action) {
         let t = self.now;
         match action {
@@ -386,21 +399,13 @@ impl World {
                 self.send(n, op, Req::Cas { expected, record }, deadline);
             }
             Action::Elected { token, deadline } => {
-                let real = self.nodes[n].clock.real_at(deadline);
-                self.trace
-                    .event(t, Some(n), "ELECTED", &[token, deadline.as_nanos()], || {
-                        format!("token {token} until {} (real {real})", deadline.as_nanos())
-                    });
+                self.trace_term(n, "ELECTED", token, deadline);
                 self.checker.elected(t, n, token, deadline);
             }
             Action::Renewed {
                 token, deadline, ..
             } => {
-                let real = self.nodes[n].clock.real_at(deadline);
-                self.trace
-                    .event(t, Some(n), "renewed", &[token, deadline.as_nanos()], || {
-                        format!("token {token} until {} (real {real})", deadline.as_nanos())
-                    });
+                self.trace_term(n, "renewed", token, deadline);
                 self.checker.renewed(t, n, token, deadline);
             }
             Action::EndTerm {
