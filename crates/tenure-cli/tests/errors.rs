@@ -12,11 +12,6 @@ fn fails(args: &[&str]) -> (i32, String) {
     (out.status.code().expect("exit code"), err)
 }
 
-fn one_line(err: &str) {
-    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
-    assert!(err.starts_with("tenure: error: "), "{err:?}");
-}
-
 /// Runs `tenure ARGS`, which must exit `code` with a one-line error that
 /// says each of `says` and never shows the password "hunter2".
 fn fails_saying(args: &[&str], code: i32, says: &[&str]) {
@@ -27,6 +22,11 @@ fn fails_saying(args: &[&str], code: i32, says: &[&str]) {
         assert!(err.contains(s), "{err}");
     }
     assert!(!err.contains("hunter2"), "a password leaked: {err}");
+}
+
+fn one_line(err: &str) {
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("tenure: error: "), "{err:?}");
 }
 
 #[test]
