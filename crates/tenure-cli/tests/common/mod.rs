@@ -410,8 +410,9 @@ impl Election {
         ))
     }
 
-    /// Starts candidate `id` with `extra` flags, and waits up to `within`
-    /// for its CMD to start: the process, and that start.
+    /// Starts candidate `id` with `extra` flags as the election's first,
+    /// and waits up to `within` for its CMD to start: the process, and
+    /// that start.
     pub fn leader(&mut self, id: &str, extra: &[&str], within: Duration) -> (Running, ChildLine) {
         let candidate = self.candidate(id, extra);
         let start = self.started(0, within).unwrap_or_else(|| {
