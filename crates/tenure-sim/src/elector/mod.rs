@@ -11,7 +11,7 @@
 //! groups' operations; every group is checked on its own.
 //!
 //! * **Clocks**: each candidate has its own drifting, offset
-//!   [`NodeClock`] (as in the machine tier), read on
+//!   [`NodeClock`](crate::NodeClock) (as in the machine tier), read on
 //!   tokio's paused timeline, which is the run's real time. Tokio's timers
 //!   fire on whole milliseconds, up to 1 ms after the instant asked for.
 //! * **Faults**, planned from the seed: crashes (the application and its
