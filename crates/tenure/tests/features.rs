@@ -8,11 +8,39 @@ use std::time::Duration;
 
 use tenure::{
     Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health, Holder,
-    LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role,
+    LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role, Term,
     TokioClock,
 };
 
 const TERM: Duration = Duration::from_secs(10);
+
+/// The `jobs` group on a fresh memory store, on tokio's (paused) clock.
+struct Jobs {
+    clock: Arc<TokioClock>,
+    store: MemoryStore,
+}
+
+impl Jobs {
+    fn new() -> Jobs {
+        Jobs {
+            clock: Arc::new(TokioClock::new()),
+            store: MemoryStore::new(),
+        }
+    }
+
+    /// A candidate named `id`, publishing `id:1` as its address.
+    fn candidate(&self, id: &str) -> Elector {
+        candidate(&self.store, id, &self.clock)
+    }
+
+    /// `a` elected, with its first term, and `b` standing.
+    async fn a_leads_b_stands(&self) -> (Elector, Term, Elector) {
+        let a = self.candidate("a");
+        let first = a.wait_for_leadership().await.unwrap();
+        let b = self.candidate("b");
+        (a, first, b)
+    }
+}
 
 fn candidate(store: &MemoryStore, id: &str, clock: &Arc<TokioClock>) -> Elector {
     Elector::builder(store.clone(), "jobs")
@@ -26,18 +54,15 @@ fn candidate(store: &MemoryStore, id: &str, clock: &Arc<TokioClock>) -> Elector 
 
 #[tokio::test(start_paused = true)]
 async fn transfer_hands_over_to_the_named_candidate_only() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let a = candidate(&store, "a", &clock);
-    let first = a.wait_for_leadership().await.unwrap();
-    let b = candidate(&store, "b", &clock);
-    let c = candidate(&store, "c", &clock);
+    let jobs = Jobs::new();
+    let (a, first, b) = jobs.a_leads_b_stands().await;
+    let c = jobs.candidate("c");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut events = a.events();
-    let began = clock.now().mono;
+    let began = jobs.clock.now().mono;
     a.transfer_to("c").unwrap();
     let term = c.wait_for_leadership().await.unwrap();
-    let took = clock.now().mono.saturating_since(began);
+    let took = jobs.clock.now().mono.saturating_since(began);
     assert!(took < Duration::from_millis(100), "took {took:?}");
     assert_eq!(term.token(), first.token() + 1);
     assert!(!b.is_leader() && !a.is_leader());
@@ -60,13 +85,10 @@ async fn transfer_hands_over_to_the_named_candidate_only() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let a = candidate(&store, "a", &clock);
-    a.wait_for_leadership().await.unwrap();
-    let b = candidate(&store, "b", &clock);
+    let jobs = Jobs::new();
+    let (a, _, b) = jobs.a_leads_b_stands().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let began = clock.now().mono;
+    let began = jobs.clock.now().mono;
     a.transfer_to("nobody").unwrap();
     let term = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -74,7 +96,7 @@ async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
             break t;
         }
     };
-    let took = clock.now().mono.saturating_since(began);
+    let took = jobs.clock.now().mono.saturating_since(began);
     let wait = Config::new(TERM).validate().unwrap().takeover_wait(TERM);
     assert!(
         took >= wait,
@@ -89,17 +111,14 @@ async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
 /// keeping holder and token; the leader honours it at its next look.
 #[tokio::test(start_paused = true)]
 async fn a_transfer_request_in_the_record_is_honoured() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let a = candidate(&store, "a", &clock);
-    a.wait_for_leadership().await.unwrap();
-    let b = candidate(&store, "b", &clock);
+    let jobs = Jobs::new();
+    let (a, _, b) = jobs.a_leads_b_stands().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let group = GroupName::new("jobs").unwrap();
-    let current = store.read(&group).await.unwrap().unwrap();
+    let current = jobs.store.read(&group).await.unwrap().unwrap();
     let mut asked = current.record.clone();
     asked.metadata.insert(tenure::record::TRANSFER_TO_KEY, "b");
-    store
+    jobs.store
         .compare_and_swap(&group, Some(current.version), &asked)
         .await
         .unwrap();
@@ -111,14 +130,13 @@ async fn a_transfer_request_in_the_record_is_honoured() {
 
 #[tokio::test(start_paused = true)]
 async fn bounded_waits() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let a = candidate(&store, "a", &clock);
+    let jobs = Jobs::new();
+    let a = jobs.candidate("a");
     assert!(
         a.try_acquire().await.unwrap().is_some(),
         "a free lease is taken"
     );
-    let b = candidate(&store, "b", &clock);
+    let b = jobs.candidate("b");
     assert!(
         b.try_acquire().await.unwrap().is_none(),
         "a held one is not"
@@ -139,13 +157,10 @@ async fn bounded_waits() {
 
 #[tokio::test(start_paused = true)]
 async fn new_metadata_reaches_followers_and_observers_at_once() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let a = candidate(&store, "a", &clock);
-    a.wait_for_leadership().await.unwrap();
-    let b = candidate(&store, "b", &clock);
-    let mut observer = Observer::builder(store.clone(), "jobs")
-        .clock(clock.clone())
+    let jobs = Jobs::new();
+    let (a, _, b) = jobs.a_leads_b_stands().await;
+    let mut observer = Observer::builder(jobs.store.clone(), "jobs")
+        .clock(jobs.clock.clone())
         .start()
         .unwrap();
     observer.wait_for_leader().await.unwrap();
@@ -168,9 +183,8 @@ async fn new_metadata_reaches_followers_and_observers_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn health_is_bad_only_for_a_wedged_leader_or_a_fault() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let a = candidate(&store, "a", &clock);
+    let jobs = Jobs::new();
+    let a = jobs.candidate("a");
     a.wait_for_leadership().await.unwrap();
     assert_eq!(a.health(), Health::Healthy);
     a.shutdown().await;
@@ -178,7 +192,7 @@ async fn health_is_bad_only_for_a_wedged_leader_or_a_fault() {
 
     // A fault: a token that cannot rise.
     let group = GroupName::new("jobs").unwrap();
-    let current = store.read(&group).await.unwrap().unwrap();
+    let current = jobs.store.read(&group).await.unwrap().unwrap();
     let maxed = LeaseRecord {
         holder: Some(Holder {
             id: "x".into(),
@@ -187,11 +201,11 @@ async fn health_is_bad_only_for_a_wedged_leader_or_a_fault() {
         token: u64::MAX,
         ..current.record
     };
-    store
+    jobs.store
         .compare_and_swap(&group, Some(current.version), &maxed)
         .await
         .unwrap();
-    let b = candidate(&store, "b", &clock);
+    let b = jobs.candidate("b");
     let err = b
         .run_while_leader(|_term| async { Ok::<(), ElectorError>(()) })
         .await
@@ -205,8 +219,7 @@ async fn health_is_bad_only_for_a_wedged_leader_or_a_fault() {
 
 #[tokio::test(start_paused = true)]
 async fn a_duty_keeps_its_period_across_leaders() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
+    let jobs = Jobs::new();
     let period = Duration::from_secs(60);
     let runs = Arc::new(AtomicU32::new(0));
     let spawn_duty = |e: Elector, periodic: Periodic| {
@@ -222,8 +235,8 @@ async fn a_duty_keeps_its_period_across_leaders() {
             .await
         })
     };
-    let a = candidate(&store, "a", &clock);
-    let b = candidate(&store, "b", &clock);
+    let a = jobs.candidate("a");
+    let b = jobs.candidate("b");
     let da = spawn_duty(a.clone(), Periodic::every(period));
     let db = spawn_duty(b.clone(), Periodic::every(period));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -251,9 +264,9 @@ async fn a_duty_keeps_its_period_across_leaders() {
     db.await.unwrap().unwrap();
 
     // Opting out: every new term runs at once.
-    let store = MemoryStore::new();
+    let jobs = Jobs::new();
     runs.store(0, Ordering::SeqCst);
-    let a = candidate(&store, "a", &clock);
+    let a = jobs.candidate("a");
     let da = spawn_duty(a.clone(), Periodic::every(period).at_every_new_term());
     tokio::time::sleep(Duration::from_secs(1)).await;
     a.resign();
@@ -265,9 +278,8 @@ async fn a_duty_keeps_its_period_across_leaders() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_duty_is_an_event() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let a = candidate(&store, "a", &clock);
+    let jobs = Jobs::new();
+    let a = jobs.candidate("a");
     let mut events = a.events();
     let runner = a.clone();
     let duty = tokio::spawn(async move {
