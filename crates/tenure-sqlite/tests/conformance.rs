@@ -5,9 +5,7 @@ mod common;
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance() {
     let scratch = common::Scratch::new("conformance");
-    let harness = common::SqliteHarness {
-        path: scratch.path("leases.db"),
-    };
+    let harness = scratch.harness();
     tenure::testkit::run_conformance(&harness).await;
 }
 
@@ -16,9 +14,7 @@ async fn conformance() {
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_twice_on_one_file() {
     let scratch = common::Scratch::new("conformance-twice");
-    let harness = common::SqliteHarness {
-        path: scratch.path("leases.db"),
-    };
+    let harness = scratch.harness();
     tenure::testkit::run_conformance(&harness).await;
     tenure::testkit::run_conformance(&harness).await;
 }

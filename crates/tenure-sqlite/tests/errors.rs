@@ -6,8 +6,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{raw, Scratch};
+use rusqlite::types::Value;
 use tenure::testkit::{held_by, unique_group};
-use tenure::{CasOutcome, LeaseStore, LeaseView, RecordError, StoreError};
+use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_sqlite::{SqliteOptions, SqliteStore, SqliteStoreError, SCHEMA_VERSION};
 
 #[tokio::test]
@@ -140,8 +141,7 @@ async fn foreign_tables_and_broken_schema_rows_are_refused() {
 #[tokio::test]
 async fn a_dropped_table_is_a_misconfiguration() {
     let scratch = Scratch::new("dropped");
-    let path = scratch.path("leases.db");
-    let store = SqliteStore::connect(&path).await.unwrap();
+    let (path, store) = scratch.store().await;
     raw(&path)
         .execute_batch("DROP TABLE tenure_leases;")
         .unwrap();
@@ -195,72 +195,57 @@ async fn bad_paths_are_refused() {
 #[tokio::test]
 async fn hand_edited_rows_are_typed_errors() {
     let scratch = Scratch::new("hand-edited");
-    let path = scratch.path("leases.db");
-    let store = SqliteStore::connect(&path).await.unwrap();
+    let (path, store) = scratch.store().await;
 
-    let g = unique_group("text");
     let text = String::from_utf8(held_by("a", 4).encode()).unwrap();
-    raw(&path)
-        .execute(
-            "INSERT INTO tenure_leases (group_name, version, record) VALUES (?1, 1, ?2)",
-            rusqlite::params![g.as_str(), text],
-        )
-        .unwrap();
+    let g = plant_row(&path, "text", Value::Integer(1), Value::Text(text));
     let got = store.read(&g).await.unwrap().unwrap();
     assert_eq!(got.record.token, 4);
 
-    let g = unique_group("integer-record");
-    raw(&path)
-        .execute(
-            "INSERT INTO tenure_leases (group_name, version, record) VALUES (?1, 1, 42)",
-            [g.as_str()],
-        )
-        .unwrap();
-    let err = store.read(&g).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            StoreError::Record {
-                source: RecordError::Foreign { .. },
-                ..
-            }
-        ),
-        "{err}"
+    let g = plant_row(
+        &path,
+        "integer-record",
+        Value::Integer(1),
+        Value::Integer(42),
     );
+    let err = record_error(store.read(&g).await.unwrap_err());
+    assert!(matches!(err, RecordError::Foreign { .. }), "{err}");
 
-    let g = unique_group("text-version");
-    raw(&path)
-        .execute(
-            "INSERT INTO tenure_leases (group_name, version, record) VALUES (?1, 'seven', ?2)",
-            rusqlite::params![g.as_str(), held_by("a", 1).encode()],
-        )
-        .unwrap();
-    let err = store.read(&g).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            StoreError::Record {
-                source: RecordError::Corrupt { .. },
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let record = || Value::Blob(held_by("a", 1).encode());
+    let g = plant_row(&path, "text-version", Value::Text("seven".into()), record());
+    let err = record_error(store.read(&g).await.unwrap_err());
+    assert!(matches!(err, RecordError::Corrupt { .. }), "{err}");
     let err = store
         .compare_and_swap(&g, Some(tenure::Version(7)), &held_by("a", 2))
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Record { .. }), "{err}");
 
-    let g = unique_group("negative-version");
-    raw(&path)
-        .execute(
-            "INSERT INTO tenure_leases (group_name, version, record) VALUES (?1, -3, ?2)",
-            rusqlite::params![g.as_str(), held_by("a", 1).encode()],
-        )
-        .unwrap();
+    let g = plant_row(&path, "negative-version", Value::Integer(-3), record());
     let err = store.read(&g).await.unwrap_err();
     assert!(matches!(err, StoreError::Record { .. }), "{err}");
+}
+
+/// The record error `err` carries; panics if it is another kind of error.
+fn record_error(err: StoreError) -> RecordError {
+    match err {
+        StoreError::Record { source, .. } => source,
+        other => panic!("expected a record error, got {other}"),
+    }
+}
+
+/// Plants a row by hand in the database at `path`, for a fresh group named
+/// after `label`: `version` and `record` as SQLite will hold them, of
+/// whatever type.
+fn plant_row(path: &std::path::Path, label: &str, version: Value, record: Value) -> GroupName {
+    let g = unique_group(label);
+    raw(path)
+        .execute(
+            "INSERT INTO tenure_leases (group_name, version, record) VALUES (?1, ?2, ?3)",
+            rusqlite::params![g.as_str(), version, record],
+        )
+        .unwrap();
+    g
 }
 
 /// A writer that holds the lock is waited for within the busy timeout;
@@ -272,13 +257,7 @@ async fn a_locked_database_is_retried_then_reported() {
     let options = SqliteOptions::default().with_busy_timeout(Duration::from_millis(300));
     let store = SqliteStore::connect_with(&path, options).await.unwrap();
     let g = unique_group("g");
-    let CasOutcome::Applied(v1) = store
-        .compare_and_swap(&g, None, &held_by("a", 1))
-        .await
-        .unwrap()
-    else {
-        panic!("conflict on an empty group")
-    };
+    let v1 = tenure::testkit::applied(&store, &g, None, &held_by("a", 1)).await;
 
     // Another process's long write transaction.
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
@@ -296,14 +275,18 @@ async fn a_locked_database_is_retried_then_reported() {
         }
     });
 
+    // The other process takes the lock for `hold`.
+    let lock_for = |hold: Duration| {
+        release_tx.send(hold).unwrap();
+        locked_rx.recv().unwrap();
+    };
+    let record = held_by("a", 1);
+    let renew = || store.compare_and_swap(&g, Some(v1), &record);
+
     // Held for longer than the busy timeout: a clear, transient error.
-    release_tx.send(Duration::from_millis(1500)).unwrap();
-    locked_rx.recv().unwrap();
+    lock_for(Duration::from_millis(1500));
     let started = Instant::now();
-    let err = store
-        .compare_and_swap(&g, Some(v1), &held_by("a", 1))
-        .await
-        .unwrap_err();
+    let err = renew().await.unwrap_err();
     let waited = started.elapsed();
     assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
     assert!(err.is_transient());
@@ -324,13 +307,9 @@ async fn a_locked_database_is_retried_then_reported() {
     );
     // Let the holder finish, then hold briefly: the write waits and applies.
     std::thread::sleep(Duration::from_millis(1600).saturating_sub(started.elapsed()));
-    release_tx.send(Duration::from_millis(100)).unwrap();
-    locked_rx.recv().unwrap();
+    lock_for(Duration::from_millis(100));
     let started = Instant::now();
-    let outcome = store
-        .compare_and_swap(&g, Some(v1), &held_by("a", 1))
-        .await
-        .unwrap();
+    let outcome = renew().await.unwrap();
     assert!(matches!(outcome, CasOutcome::Applied(_)), "{outcome:?}");
     eprintln!("waited {:?} for a 100 ms lock", started.elapsed());
     drop(release_tx);
@@ -343,16 +322,9 @@ async fn a_locked_database_is_retried_then_reported() {
 #[tokio::test]
 async fn a_hand_edit_changes_the_version() {
     let scratch = Scratch::new("hand-edit");
-    let path = scratch.path("leases.db");
-    let store = SqliteStore::connect(&path).await.unwrap();
+    let (path, store) = scratch.store().await;
     let g = unique_group("g");
-    let CasOutcome::Applied(v1) = store
-        .compare_and_swap(&g, None, &held_by("a", 1))
-        .await
-        .unwrap()
-    else {
-        panic!("conflict on an empty group")
-    };
+    let v1 = tenure::testkit::applied(&store, &g, None, &held_by("a", 1)).await;
     raw(&path)
         .execute(
             "UPDATE tenure_leases SET record = ?2 WHERE group_name = ?1",
@@ -364,17 +336,8 @@ async fn a_hand_edit_changes_the_version() {
         .await
         .unwrap();
     assert_eq!(outcome, CasOutcome::Conflict);
-    let err = store.read(&g).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            StoreError::Record {
-                source: RecordError::Foreign { .. },
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let err = record_error(store.read(&g).await.unwrap_err());
+    assert!(matches!(err, RecordError::Foreign { .. }), "{err}");
     // The store's own writes still advance the version by exactly one.
     let raw_version = |path: &std::path::Path| -> i64 {
         raw(path)

@@ -89,9 +89,7 @@ async fn a_write_on_another_handle_wakes_the_watcher() {
 #[tokio::test(flavor = "current_thread")]
 async fn dropping_the_feed_ends_its_poller() {
     let scratch = Scratch::new("feed-drop");
-    let store = SqliteStore::connect(scratch.path("leases.db"))
-        .await
-        .unwrap();
+    let (_, store) = scratch.store().await;
     let g = unique_group("g");
     let feed = async { store.changes(&g).await.unwrap().unwrap() };
     let started = tenure::testkit::tasks_end_with_feed(feed, Duration::from_secs(2)).await;

@@ -36,6 +36,21 @@ impl Scratch {
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+
+    /// The conformance harness on `leases.db` in this directory.
+    pub fn harness(&self) -> SqliteHarness {
+        SqliteHarness {
+            path: self.path("leases.db"),
+        }
+    }
+
+    /// A store on `leases.db` in this directory (created on the way), and
+    /// the file's path for raw access.
+    pub async fn store(&self) -> (PathBuf, SqliteStore) {
+        let path = self.path("leases.db");
+        let store = SqliteStore::connect(&path).await.unwrap();
+        (path, store)
+    }
 }
 
 impl Drop for Scratch {
