@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, held_by, released, TermLog};
-use tenure::{CasOutcome, Config, Elector, LeaseStore, LeaseView, Role, StoreError};
+use tenure::testkit::{self, held_by, released, scenarios, TermLog};
+use tenure::{CasOutcome, Config, Elector, LeaseStore, LeaseView, StoreError};
 use tenure_dynamodb::aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
@@ -210,8 +210,6 @@ async fn elector_acquires_and_refreshes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn elector_steals_after_expiry() {
     let Some(url) = endpoint() else { return };
-    let g = testkit::unique_group("elector-steal");
-    let term = Duration::from_secs(3);
     let upstream: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
     let proxy = tenure::testkit::TcpProxy::start(upstream).await.unwrap();
     let via_proxy = tenure_dynamodb::DynamoDbStore::connect_with(options(
@@ -220,35 +218,9 @@ async fn elector_steals_after_expiry() {
     ))
     .await
     .unwrap();
-    let a = elector(via_proxy, &g, "a", term);
-    let a_term = a.wait_for_leadership().await.unwrap();
-    let b = elector(store(&url).await, &g, "b", term);
-    let log = TermLog::watch(&[&a, &b]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(matches!(b.role(), Role::Follower { .. }), "{:?}", b.role());
-    proxy.cut();
-    let cut = Instant::now();
-    let b_term = tokio::time::timeout(Duration::from_secs(20), b.wait_for_leadership())
-        .await
-        .expect("b steals the expired lease")
-        .unwrap();
-    let took = cut.elapsed();
-    assert!(a_term.is_cancelled(), "a stopped before b started");
-    assert_eq!(b_term.token(), a_term.token() + 1);
-    let bound = b.timing().bounds().crash_failover;
-    eprintln!("steal after expiry on DynamoDB: {took:?} (bound {bound:?} + round trips)");
-    assert!(
-        took >= Duration::from_millis(1_000),
-        "b did not wait for the lease to expire: {took:?}"
-    );
-    assert!(
-        took < bound + Duration::from_secs(2),
-        "{took:?} > {bound:?}"
-    );
-    log.check();
-    b.shutdown().await;
-    proxy.heal();
-    a.shutdown().await;
+    let direct = store(&url).await;
+    scenarios::crashed_leader_replaced_within_the_bound(via_proxy, direct, &proxy, "DynamoDB")
+        .await;
 }
 
 /// A graceful stop deregisters (REMOVE holder): the waiting candidate
@@ -256,40 +228,18 @@ async fn elector_steals_after_expiry() {
 #[tokio::test(flavor = "multi_thread")]
 async fn elector_deregisters_and_the_next_takes_over_at_once() {
     let Some(url) = endpoint() else { return };
-    let g = testkit::unique_group("elector-deregister");
     // The default term: the hand-over must take one poll (≤ 3.5 s), not
     // the 10 s a crashed leader's lease takes to expire.
-    let term = Config::default().term;
-    let a = elector(store(&url).await, &g, "a", term);
-    let a_term = a.wait_for_leadership().await.unwrap();
-    let b = elector(store(&url).await, &g, "b", term);
-    let log = TermLog::watch(&[&a, &b]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t0 = Instant::now();
-    a.shutdown().await;
+    let (a, b) = (store(&url).await, store(&url).await);
+    let handed = scenarios::graceful_stop_hands_over_within_one_poll(a, b, "DynamoDB").await;
     let raw = store(&url).await;
-    let b_term = tokio::time::timeout(Duration::from_secs(15), b.wait_for_leadership())
-        .await
-        .expect("b takes over")
-        .unwrap();
-    let took = t0.elapsed();
-    let poll = b.timing().bounds().graceful_failover_polling;
-    eprintln!(
-        "hand-over after deregistration on DynamoDB: {took:?} (one poll: {poll:?}; term {term:?})"
-    );
-    assert!(
-        took < poll + Duration::from_secs(1),
-        "{took:?}: not within one poll"
-    );
-    assert_eq!(b_term.token(), a_term.token() + 1);
-    let item = raw_item(raw.client(), TABLE, &g).await.unwrap();
+    let item = raw_item(raw.client(), TABLE, &handed.group).await.unwrap();
     assert_eq!(item["holder"], AttributeValue::S("b".into()));
-    log.check();
-    b.shutdown().await;
+    handed.successor.shutdown().await;
     // b's own shutdown deregistered it: no holder, token kept.
-    let item = raw_item(raw.client(), TABLE, &g).await.unwrap();
+    let item = raw_item(raw.client(), TABLE, &handed.group).await.unwrap();
     assert!(!item.contains_key("holder"), "{item:?}");
-    assert_eq!(n(&item["token"]), b_term.token());
+    assert_eq!(n(&item["token"]), handed.term.token());
 }
 
 /// The hand edit the crate docs describe: an `operator` holder with the

@@ -3,12 +3,11 @@
 //! scenarios, the objects as the crate docs describe them, and hostile
 //! objects in the bucket.
 
-use std::time::{Duration, Instant};
-
-use tenure::testkit::{self, held_by, released, scenarios, TcpProxy, TermLog};
-use tenure::{CasOutcome, Config, LeaseStore, LeaseView, RecordError, StoreError, Version};
+use tenure::testkit::{self, held_by, released, scenarios, TcpProxy};
+use tenure::{CasOutcome, LeaseStore, LeaseView, RecordError, StoreError, Version};
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
+use tenure_object_store::BucketStore;
 
 mod support;
 use support::{endpoint, raw_object, store, unique_prefix, url, BucketHarness, BUCKET};
@@ -192,15 +191,7 @@ async fn a_cut_off_leader_stops_first() {
     let Some(e) = endpoint() else { return };
     let prefix = unique_prefix("cutoff");
     let direct = store(&e, &prefix).await;
-    let upstream = e.trim_start_matches("http://").parse().unwrap();
-    let proxy = TcpProxy::start(upstream).await.unwrap();
-    let via = tenure_object_store::BucketStore::connect(&url(
-        &format!("http://{}", proxy.addr()),
-        BUCKET,
-        &prefix,
-    ))
-    .await
-    .unwrap();
+    let (proxy, via) = behind_a_proxy(&e, &prefix).await;
     let cut = scenarios::cut_off_leader_stops_first(via, direct, &proxy).await;
     eprintln!("S3 (moto), cut-off leader: {cut:?}");
 }
@@ -212,35 +203,9 @@ async fn a_cut_off_leader_stops_first() {
 async fn a_graceful_stop_hands_over_within_one_poll() {
     let Some(e) = endpoint() else { return };
     let prefix = unique_prefix("handover");
-    let g = testkit::unique_group("handover");
-    let term = Config::default().term;
-    let a = scenarios::elector(store(&e, &prefix).await, &g, "a", term);
-    let a_term = tokio::time::timeout(Duration::from_secs(10), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .unwrap();
-    let b = scenarios::elector(store(&e, &prefix).await, &g, "b", term);
-    let log = TermLog::watch(&[&a, &b]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t0 = Instant::now();
-    a.shutdown().await;
-    let b_term = tokio::time::timeout(Duration::from_secs(15), b.wait_for_leadership())
-        .await
-        .expect("b takes over")
-        .unwrap();
-    let took = t0.elapsed();
-    let poll = b.timing().bounds().graceful_failover_polling;
-    eprintln!(
-        "S3 (moto), hand-over after a graceful stop: {took:?} (one poll: {poll:?}; term {term:?})"
-    );
-    assert!(
-        took < poll + Duration::from_secs(1),
-        "{took:?}: not within one poll"
-    );
-    assert!(took < term, "b did not wait out the term");
-    assert_eq!(b_term.token(), a_term.token() + 1);
-    log.check();
-    b.shutdown().await;
+    let (a, b) = (store(&e, &prefix).await, store(&e, &prefix).await);
+    let handed = scenarios::graceful_stop_hands_over_within_one_poll(a, b, "S3 (moto)").await;
+    handed.successor.shutdown().await;
 }
 
 /// A crashed leader (its store cut off for good) is replaced within the
@@ -249,40 +214,17 @@ async fn a_graceful_stop_hands_over_within_one_poll() {
 async fn a_crashed_leader_is_replaced_within_the_bound() {
     let Some(e) = endpoint() else { return };
     let prefix = unique_prefix("crash");
-    let g = testkit::unique_group("crash");
-    let term = Duration::from_secs(3);
-    let upstream = e.trim_start_matches("http://").parse().unwrap();
+    let (proxy, via) = behind_a_proxy(&e, &prefix).await;
+    let direct = store(&e, &prefix).await;
+    scenarios::crashed_leader_replaced_within_the_bound(via, direct, &proxy, "S3 (moto)").await;
+}
+
+/// A store on `prefix` that reaches moto through a proxy a test can cut.
+async fn behind_a_proxy(endpoint: &str, prefix: &str) -> (TcpProxy, BucketStore) {
+    let upstream = endpoint.trim_start_matches("http://").parse().unwrap();
     let proxy = TcpProxy::start(upstream).await.unwrap();
-    let via = tenure_object_store::BucketStore::connect(&url(
-        &format!("http://{}", proxy.addr()),
-        BUCKET,
-        &prefix,
-    ))
-    .await
-    .unwrap();
-    let a = scenarios::elector(via, &g, "a", term);
-    let a_term = a.wait_for_leadership().await.unwrap();
-    let b = scenarios::elector(store(&e, &prefix).await, &g, "b", term);
-    let log = TermLog::watch(&[&a, &b]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    proxy.cut();
-    let cut = Instant::now();
-    let b_term = tokio::time::timeout(Duration::from_secs(20), b.wait_for_leadership())
+    let via = BucketStore::connect(&url(&format!("http://{}", proxy.addr()), BUCKET, prefix))
         .await
-        .expect("b takes over")
         .unwrap();
-    let took = cut.elapsed();
-    let bound = b.timing().bounds().crash_failover;
-    eprintln!("S3 (moto), takeover after the leader was cut off: {took:?} (bound {bound:?})");
-    assert!(a_term.is_cancelled(), "a stopped before b started");
-    assert_eq!(b_term.token(), a_term.token() + 1);
-    assert!(took >= term / 2, "b did not wait for the term: {took:?}");
-    assert!(
-        took < bound + Duration::from_secs(2),
-        "{took:?} > {bound:?}"
-    );
-    log.check();
-    b.shutdown().await;
-    proxy.heal();
-    a.shutdown().await;
+    (proxy, via)
 }

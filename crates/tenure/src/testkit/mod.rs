@@ -59,6 +59,7 @@ mod feed_checks;
 mod hand_over;
 mod hostile_password;
 pub mod many_groups;
+mod polled;
 mod proxy;
 mod sample;
 pub mod scenarios;

@@ -12,6 +12,11 @@ use crate::record::GroupName;
 use crate::role::Role;
 use crate::store::LeaseStore;
 
+pub use super::polled::{
+    crashed_leader_replaced_within_the_bound, graceful_stop_hands_over_within_one_poll,
+    PolledHandOver,
+};
+
 use super::many_groups::{all_lead, electors_for_groups, shutdown_all};
 use super::TcpProxy;
 
