@@ -52,9 +52,7 @@ async fn store_acquire_refresh_steal_deregister() {
 
     // Acquire: the first write creates the item.
     let rec_a = held_by("a", 1);
-    let CasOutcome::Applied(v1) = a.compare_and_swap(&g, None, &rec_a).await.unwrap() else {
-        panic!("acquire conflicted")
-    };
+    let v1 = testkit::applied(&a, &g, None, &rec_a).await;
     let item = raw_item(a.client(), TABLE, &g).await.unwrap();
     assert_eq!(item["holder"], AttributeValue::S("a".into()));
     assert_eq!(n(&item["token"]), 1);
@@ -72,9 +70,7 @@ async fn store_acquire_refresh_steal_deregister() {
     let mut renewal = rec_a.clone();
     renewal.renewed_at = rec_a.renewed_at + Duration::from_secs(3);
     renewal.expires_at = renewal.renewed_at + renewal.term;
-    let CasOutcome::Applied(v2) = a.compare_and_swap(&g, Some(v1), &renewal).await.unwrap() else {
-        panic!("refresh conflicted")
-    };
+    let v2 = testkit::applied(&a, &g, Some(v1), &renewal).await;
     let item = raw_item(a.client(), TABLE, &g).await.unwrap();
     assert_eq!(n(&item["version"]), 2);
     assert_eq!(n(&item["token"]), 1);
@@ -125,13 +121,7 @@ async fn store_acquire_refresh_steal_deregister() {
         CasOutcome::Conflict
     );
     // Immediate takeover: no expiry to wait for.
-    let CasOutcome::Applied(_) = a
-        .compare_and_swap(&g, Some(v4), &held_by("a", 3))
-        .await
-        .unwrap()
-    else {
-        panic!("takeover after release conflicted")
-    };
+    let _ = testkit::applied(&a, &g, Some(v4), &held_by("a", 3)).await;
     assert_eq!(a.read(&g).await.unwrap().unwrap().record.token, 3);
 }
 
@@ -379,6 +369,19 @@ async fn elector_sixteen_racers_one_leader() {
 
 // ---- the table ----
 
+/// The text of `e`, after checking it is a misconfiguration (`what` names
+/// the case in a failure).
+fn misconfigured(e: &DynamoDbStoreError, what: &str) -> String {
+    assert!(
+        matches!(
+            e,
+            DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
+        ),
+        "{what}: {e:?}"
+    );
+    e.to_string()
+}
+
 async fn raw_client(url: &str) -> Client {
     store(url).await.client().clone()
 }
@@ -390,14 +393,7 @@ async fn a_missing_table_is_a_clear_error_and_create_makes_it() {
     let e = DynamoDbStore::connect_with(options(&url, &table))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
-        ),
-        "{e:?}"
-    );
-    let text = e.to_string();
+    let text = misconfigured(&e, "connecting");
     assert!(
         text.contains(&format!("table {table} does not exist")),
         "{text}"
@@ -473,9 +469,13 @@ async fn a_missing_table_is_a_clear_error_and_create_makes_it() {
             .unwrap(),
         CasOutcome::Applied(_)
     ));
+    delete_table(&client, &table).await;
+}
+
+async fn delete_table(client: &Client, table: &str) {
     client
         .delete_table()
-        .table_name(&table)
+        .table_name(table)
         .send()
         .await
         .unwrap();
@@ -538,14 +538,7 @@ async fn a_table_with_another_key_schema_is_refused_naming_it() {
             let e = DynamoDbStore::connect_with(options(&url, &table).create_if_missing(create))
                 .await
                 .unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
-                ),
-                "{label}: {e:?}"
-            );
-            let text = e.to_string();
+            let text = misconfigured(&e, label);
             assert!(text.contains(shown), "{label}: {text}");
             assert!(
                 text.contains("hash key group_name of type S"),
@@ -564,12 +557,7 @@ async fn a_table_with_another_key_schema_is_refused_naming_it() {
             "{label}: {e:?}"
         );
         assert!(e.to_string().contains("key schema"), "{label}: {e}");
-        client
-            .delete_table()
-            .table_name(&table)
-            .send()
-            .await
-            .unwrap();
+        delete_table(&client, &table).await;
     }
 }
 
@@ -748,13 +736,7 @@ async fn a_restarted_server_is_transient_and_the_lease_survives() {
         .await
         .unwrap();
     let g = testkit::unique_group("restart");
-    let CasOutcome::Applied(v) = s
-        .compare_and_swap(&g, None, &held_by("a", 1))
-        .await
-        .unwrap()
-    else {
-        panic!()
-    };
+    let v = testkit::applied(&s, &g, None, &held_by("a", 1)).await;
     server.kill().await;
     let e = s.read(&g).await.unwrap_err();
     assert!(e.is_transient(), "{e:?}");
@@ -792,14 +774,7 @@ async fn https_with_a_private_ca_needs_ca() {
     let e = DynamoDbStore::connect_with(options(&server.endpoint(), TABLE).create_if_missing(true))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
-        ),
-        "{e:?}"
-    );
-    let text = e.to_string();
+    let text = misconfigured(&e, "connecting");
     assert!(text.contains("TLS") && text.contains("ca="), "{text}");
     let ca = server.tls().unwrap().ca.display().to_string();
     for option in ["ca_file", "ca"] {
@@ -872,14 +847,7 @@ async fn no_region_or_credentials_in_the_chain_are_clear_errors() {
     let e = DynamoDbStore::connect(&format!("dynamodb://{TABLE}?endpoint={url}&region=local"))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            DynamoDbStoreError::Store(StoreError::Misconfigured { .. })
-        ),
-        "{e:?}"
-    );
-    let text = e.to_string();
+    let text = misconfigured(&e, "connecting");
     assert!(
         text.contains("no usable AWS credentials") && text.contains("AWS_ACCESS_KEY_ID"),
         "{text}"
@@ -1032,12 +1000,7 @@ async fn periodic_shard_cache_refresh_is_fenced() {
     for d in duties {
         d.await.unwrap().unwrap();
     }
-    client
-        .delete_table()
-        .table_name(&metadata_table)
-        .send()
-        .await
-        .unwrap();
+    delete_table(&client, &metadata_table).await;
 }
 
 // ---- a metrics recorder that counts counters ----

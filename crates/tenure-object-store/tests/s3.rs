@@ -31,13 +31,7 @@ async fn the_object_holds_the_record_and_its_version_counter() {
     let s = store(&e, &prefix).await;
     let g = testkit::unique_group("object");
     let before = tenure::WallTime::now().as_millis() * 1000;
-    let CasOutcome::Applied(v1) = s
-        .compare_and_swap(&g, None, &held_by("a", 1))
-        .await
-        .unwrap()
-    else {
-        panic!("acquire conflicted")
-    };
+    let v1 = testkit::applied(&s, &g, None, &held_by("a", 1)).await;
     assert!(
         v1.0 >= before,
         "the first version comes from the clock: {v1} < {before}"
@@ -75,16 +69,12 @@ async fn identical_records_never_bring_an_etag_back() {
     let b = store(&e, &prefix).await;
     let g = testkit::unique_group("aba");
     let rec = held_by("a", 1);
-    let CasOutcome::Applied(v1) = a.compare_and_swap(&g, None, &rec).await.unwrap() else {
-        panic!()
-    };
+    let v1 = testkit::applied(&a, &g, None, &rec).await;
     let key = Path::parse(a.object_key(&g)).unwrap();
     let etag1 = a.object_store().head(&key).await.unwrap().e_tag;
     // b replaces it with the very same record.
     assert_eq!(b.read(&g).await.unwrap().unwrap().version, v1);
-    let CasOutcome::Applied(v2) = b.compare_and_swap(&g, Some(v1), &rec).await.unwrap() else {
-        panic!()
-    };
+    let v2 = testkit::applied(&b, &g, Some(v1), &rec).await;
     let etag2 = a.object_store().head(&key).await.unwrap().e_tag;
     assert_ne!(etag1, etag2, "same record, new contents, new ETag");
     // a still remembers v1 and its ETag: its write is refused.
@@ -103,13 +93,7 @@ async fn a_version_read_elsewhere_is_checked_before_the_write() {
     let prefix = unique_prefix("elsewhere");
     let writer = store(&e, &prefix).await;
     let g = testkit::unique_group("elsewhere");
-    let CasOutcome::Applied(v) = writer
-        .compare_and_swap(&g, None, &held_by("a", 1))
-        .await
-        .unwrap()
-    else {
-        panic!()
-    };
+    let v = testkit::applied(&writer, &g, None, &held_by("a", 1)).await;
     let fresh = store(&e, &prefix).await;
     for wrong in [Version(v.0 - 1), Version(v.0 + 1), Version(1)] {
         assert_eq!(

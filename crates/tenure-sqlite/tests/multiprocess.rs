@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tenure::testkit::held_by;
+use tenure::testkit::{self, held_by};
 use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, Version};
 use tenure_sqlite::{SqliteOptions, SqliteStore};
 
@@ -192,13 +192,7 @@ async fn sixteen_processes_race() {
     std::fs::create_dir_all(&dir).unwrap();
     let group = tenure::testkit::unique_group("multi-process");
     let store = SqliteStore::connect(dir.join("leases.db")).await.unwrap();
-    let CasOutcome::Applied(v) = store
-        .compare_and_swap(&group, None, &held_by("first", 1))
-        .await
-        .unwrap()
-    else {
-        panic!("the first write conflicted")
-    };
+    let v = testkit::applied(&store, &group, None, &held_by("first", 1)).await;
     // The parent watches: a commit by another process reaches its feed.
     let mut feed = store.changes(&group).await.unwrap().unwrap();
     race("existing record, CAS(Some(v))", &dir, &group, Some(v)).await;

@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Harness};
+use tenure::testkit::{self, Harness, HttpFront};
 use tenure::GroupName;
 use tenure_dynamodb::aws_sdk_dynamodb::types::AttributeValue;
 use tenure_dynamodb::aws_sdk_dynamodb::Client;
 use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// An item as the SDK returns it.
 pub type Item = HashMap<String, AttributeValue>;
@@ -286,29 +286,15 @@ struct Plan {
 /// with DynamoDB's own error replies, byte for byte as DynamoDB sends them,
 /// so the SDK parses and the store handles them as it would in AWS.
 pub struct FaultProxy {
-    addr: SocketAddr,
+    front: HttpFront,
     plan: Arc<Mutex<Plan>>,
     injected: Arc<AtomicU64>,
     forwarded: Arc<AtomicU64>,
     by_op: Arc<Mutex<HashMap<String, u64>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl FaultProxy {
     pub async fn start(upstream: &str) -> FaultProxy {
-        let upstream: SocketAddr = upstream
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .parse()
-            .expect("upstream host:port");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let plan = Arc::new(Mutex::new(Plan::default()));
         let injected = Arc::new(AtomicU64::new(0));
         let forwarded = Arc::new(AtomicU64::new(0));
@@ -319,26 +305,24 @@ impl FaultProxy {
             forwarded.clone(),
             by_op.clone(),
         );
-        let task = tokio::spawn(async move {
-            while let Ok((conn, _)) = listener.accept().await {
-                let (p, i, f, o) = (p.clone(), i.clone(), f.clone(), o.clone());
-                tokio::spawn(async move {
-                    let _ = serve(conn, upstream, p, i, f, o).await;
-                });
+        let front = HttpFront::start(upstream, move |conn, upstream| {
+            let (p, i, f, o) = (p.clone(), i.clone(), f.clone(), o.clone());
+            async move {
+                let _ = serve(conn, upstream, p, i, f, o).await;
             }
-        });
+        })
+        .await;
         FaultProxy {
-            addr,
+            front,
             plan,
             injected,
             forwarded,
             by_op,
-            task,
         }
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        self.front.endpoint()
     }
 
     /// Answers the next request for `op` (any operation if `None`) with

@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Harness};
+use tenure::testkit::{self, Harness, HttpFront};
 use tenure::GroupName;
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
 use tenure_object_store::{BucketOptions, BucketStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// The bucket `scripts/servers.sh` creates on the shared moto.
 pub const BUCKET: &str = "tenure-test";
@@ -225,45 +225,30 @@ struct ProxyState {
 /// says otherwise. One request per client connection (it answers with
 /// `Connection: close`), which reqwest handles by reconnecting.
 pub struct FaultProxy {
-    addr: SocketAddr,
+    front: HttpFront,
     state: Arc<ProxyState>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl FaultProxy {
     pub async fn start(upstream: &str) -> FaultProxy {
-        let upstream: SocketAddr = upstream
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .parse()
-            .expect("upstream host:port");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let state = Arc::new(ProxyState {
             faults: Mutex::new(VecDeque::new()),
             forwarded: AtomicU64::new(0),
             requests: Mutex::new(Vec::new()),
         });
         let st = state.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let st = st.clone();
-                tokio::spawn(async move {
-                    let _ = serve(client, upstream, st).await;
-                });
+        let front = HttpFront::start(upstream, move |client, upstream| {
+            let st = st.clone();
+            async move {
+                let _ = serve(client, upstream, st).await;
             }
-        });
-        FaultProxy { addr, state, task }
+        })
+        .await;
+        FaultProxy { front, state }
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        self.front.endpoint()
     }
 
     /// Queues a fault for the next request with this method.

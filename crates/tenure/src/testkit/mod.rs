@@ -77,7 +77,7 @@ pub use hostile_password::{
     assert_hostile_password_handled, assert_password_never_shown, assert_raw_password_refused,
     assert_url_refusals, HOSTILE_PASSWORD, HOSTILE_PASSWORD_ESCAPED, REFUSED_URL_PASSWORD,
 };
-pub use proxy::TcpProxy;
+pub use proxy::{HttpFront, TcpProxy};
 pub use sample::sample_record;
 pub use servers::server_url;
 pub use support::{free_port, signal, unique_suffix, wait_for_port, ServerProcess, TempDir};

@@ -140,3 +140,64 @@ async fn pump(inbound: TcpStream, outbound: TcpStream, mut mode: watch::Receiver
         }
     }
 }
+
+/// A loopback port whose every connection is handed to a function on a
+/// task of its own, until dropped: the front of a test's HTTP fault proxy
+/// (which must see whole requests, unlike [`TcpProxy`]), forwarding to
+/// the server at [`upstream`](HttpFront::upstream).
+#[derive(Debug)]
+pub struct HttpFront {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HttpFront {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HttpFront {
+    /// Listens on `127.0.0.1:0` and calls `serve(connection, upstream)`
+    /// for each connection, where `upstream` is the `host:port` of
+    /// `upstream_url` (`http://host:port`, a trailing `/` allowed).
+    ///
+    /// # Panics
+    ///
+    /// If `upstream_url` is not `http://` and a socket address, or no
+    /// loopback port is free.
+    pub async fn start<F, Fut>(upstream_url: &str, serve: F) -> HttpFront
+    where
+        F: Fn(TcpStream, SocketAddr) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let upstream: SocketAddr = upstream_url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse()
+            .expect("upstream host:port");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let task = tokio::spawn(async move {
+            while let Ok((connection, _)) = listener.accept().await {
+                tokio::spawn(serve(connection, upstream));
+            }
+        });
+        HttpFront {
+            addr,
+            upstream,
+            task,
+        }
+    }
+
+    /// Where clients send their requests: `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The server requests are forwarded to.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+}
