@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::DynamoDbStoreError;
-use tenure::url::{mask_key_id, redact};
+use tenure::url::{check_http_endpoint, mask_key_id, ShownQuery};
 
 /// The default time a store operation keeps retrying while DynamoDB
 /// throttles it. An [`Elector`](tenure::Elector) cancels an operation at its
@@ -264,54 +264,33 @@ impl DynamoDbOptions {
     /// The options as a `dynamodb://` URL with the secret key and session
     /// token replaced by `***` and the access key id shortened, for logs.
     pub fn redacted_url(&self) -> String {
-        let mut params = Vec::new();
-        if let Some(r) = &self.region {
-            params.push(format!("region={r}"));
+        let mut shown = ShownQuery::default();
+        shown
+            .value("region", self.region.as_ref())
+            .endpoint(self.endpoint.as_deref())
+            .value("profile", self.profile.as_ref())
+            .flag("create", self.create_if_missing)
+            .duration(
+                "throttle_budget",
+                self.throttle_budget,
+                DEFAULT_THROTTLE_BUDGET,
+            );
+        if let Some((option, ca)) = &self.ca {
+            shown.value(option, Some(ca.display()));
         }
-        if let Some(e) = &self.endpoint {
-            params.push(format!("endpoint={}", redact(e)));
-        }
-        if let Some(p) = &self.profile {
-            params.push(format!("profile={p}"));
-        }
-        if self.create_if_missing {
-            params.push("create=true".to_owned());
-        }
-        if self.throttle_budget != DEFAULT_THROTTLE_BUDGET {
-            params.push(format!(
-                "throttle_budget={}",
-                humantime::format_duration(self.throttle_budget)
-            ));
-        }
-        if let Some((option, c)) = &self.ca {
-            params.push(format!("{option}={}", c.display()));
-        }
-        if let Some(k) = &self.credentials {
-            params.push(format!("access_key_id={}", mask_key_id(&k.access_key_id)));
-            params.push("secret_access_key=***".to_owned());
-            if k.session_token.is_some() {
-                params.push("session_token=***".to_owned());
-            }
-        }
-        if params.is_empty() {
-            format!("dynamodb://{}", self.table)
-        } else {
-            format!("dynamodb://{}?{}", self.table, params.join("&"))
-        }
+        shown.access_keys(
+            self.credentials.as_ref().map(|k| k.access_key_id.as_str()),
+            self.credentials
+                .as_ref()
+                .is_some_and(|k| k.session_token.is_some()),
+        );
+        shown.url(&format!("dynamodb://{}", self.table))
     }
 
     /// Checks what builder methods could not: the endpoint's form.
     pub(crate) fn check(&self) -> Result<(), String> {
         if let Some(e) = &self.endpoint {
-            let ok = ["http://", "https://"]
-                .iter()
-                .any(|s| e.strip_prefix(s).is_some_and(|rest| !rest.is_empty()));
-            if !ok {
-                return Err(format!(
-                    "endpoint {:?} is not an http:// or https:// URL (e.g. endpoint=http://127.0.0.1:8000)",
-                    redact(e)
-                ));
-            }
+            check_http_endpoint(e, "http://127.0.0.1:8000")?;
         }
         if self.region.as_deref() == Some("") {
             return Err("the region is empty: give one such as eu-west-1".into());

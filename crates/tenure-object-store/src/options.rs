@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::BucketStoreError;
-use tenure::url::{is_secret_key, mask_key_id, redact};
+use tenure::url::{check_http_endpoint, is_secret_key, ShownQuery};
 
 use crate::error::BackendKind;
 use crate::key::Layout;
@@ -361,66 +361,41 @@ impl BucketOptions {
     /// The options as a URL without secrets: the only form that appears
     /// in logs, errors and [`describe`](tenure::LeaseView::describe).
     pub fn redacted_url(&self) -> String {
-        let mut params = Vec::new();
-        if let Some(r) = &self.region {
-            params.push(format!("region={r}"));
+        let mut shown = ShownQuery::default();
+        shown
+            .value("region", self.region.as_ref())
+            .endpoint(self.endpoint.as_deref())
+            .value("account", self.account.as_ref())
+            .flag("emulator", self.emulator)
+            .flag("anonymous", self.anonymous)
+            .flag("virtual_hosted", self.virtual_hosted)
+            .value(
+                "service_account",
+                self.service_account.as_ref().map(|s| s.display()),
+            )
+            .duration("timeout", self.timeout, DEFAULT_TIMEOUT)
+            .duration(
+                "connect_timeout",
+                self.connect_timeout,
+                DEFAULT_CONNECT_TIMEOUT,
+            );
+        if let Some((option, ca)) = &self.ca {
+            shown.value(option, Some(ca.display()));
         }
-        if let Some(e) = &self.endpoint {
-            // Redacted, not merely stripped of a user info: a refused
-            // endpoint may hold a password with a '/' in it.
-            params.push(format!("endpoint={}", redact(e)));
-        }
-        if let Some(a) = &self.account {
-            params.push(format!("account={a}"));
-        }
-        if self.emulator {
-            params.push("emulator=true".into());
-        }
-        if self.anonymous {
-            params.push("anonymous=true".into());
-        }
-        if self.virtual_hosted {
-            params.push("virtual_hosted=true".into());
-        }
-        if let Some(s) = &self.service_account {
-            params.push(format!("service_account={}", s.display()));
-        }
-        if self.timeout != DEFAULT_TIMEOUT {
-            params.push(format!(
-                "timeout={}",
-                humantime::format_duration(self.timeout)
-            ));
-        }
-        if self.connect_timeout != DEFAULT_CONNECT_TIMEOUT {
-            params.push(format!(
-                "connect_timeout={}",
-                humantime::format_duration(self.connect_timeout)
-            ));
-        }
-        if let Some((option, c)) = &self.ca {
-            params.push(format!("{option}={}", c.display()));
-        }
-        if let Some(k) = &self.keys {
-            params.push(format!("access_key_id={}", mask_key_id(&k.access_key_id)));
-            params.push("secret_access_key=***".into());
-            if k.session_token.is_some() {
-                params.push("session_token=***".into());
-            }
-        }
-        if self.access_key.is_some() {
-            params.push("access_key=***".into());
-        }
-        let base = format!(
+        shown
+            .access_keys(
+                self.keys.as_ref().map(|k| k.access_key_id.as_str()),
+                self.keys
+                    .as_ref()
+                    .is_some_and(|k| k.session_token.is_some()),
+            )
+            .secret("access_key", self.access_key.is_some());
+        shown.url(&format!(
             "{}://{}/{}",
             scheme(self.kind),
             self.bucket,
             self.layout.prefix()
-        );
-        if params.is_empty() {
-            base
-        } else {
-            format!("{base}?{}", params.join("&"))
-        }
+        ))
     }
 
     /// The secrets these options hold, to scrub from any message.
@@ -457,15 +432,7 @@ impl BucketOptions {
     /// Checks what builder methods could not.
     pub(crate) fn check(&self) -> Result<(), String> {
         if let Some(e) = &self.endpoint {
-            let ok = ["http://", "https://"]
-                .iter()
-                .any(|s| e.strip_prefix(s).is_some_and(|rest| !rest.is_empty()));
-            if !ok {
-                return Err(format!(
-                    "endpoint {:?} is not an http:// or https:// URL (e.g. endpoint=http://127.0.0.1:9000)",
-                    redact(e)
-                ));
-            }
+            check_http_endpoint(e, "http://127.0.0.1:9000")?;
             // Object stores take no user:password@ (requests are signed
             // with the keys), and the client would show one in its errors.
             if e.contains('@') {
