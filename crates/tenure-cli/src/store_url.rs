@@ -314,9 +314,10 @@ impl StoreUrl {
                     scheme,
                     feature: known.feature,
                 }),
-                None => Err(UrlError::UnknownScheme {
-                    scheme: redact(&scheme),
-                }),
+                None if tenure::url::is_scheme(&scheme) => Err(UrlError::UnknownScheme { scheme }),
+                // Text before "://" that is no scheme may be a password
+                // holding "://": shown only as redact shows the whole URL.
+                None => Err(UrlError::NoScheme { url: redact(url) }),
             },
         }
     }
@@ -528,6 +529,18 @@ mod tests {
             StoreUrl::parse("/var/lib/t.db"),
             Err(UrlError::NoScheme { .. })
         ));
+    }
+
+    #[test]
+    fn a_url_without_a_scheme_never_shows_a_password_holding_colon_slash_slash() {
+        for url in [
+            "app:Qa1://Qb2@h:6379",
+            "app:Qa1@h://x",
+            "redis:/app:Qa1://Qb2@h",
+        ] {
+            let e = StoreUrl::parse(url).unwrap_err().to_string().to_lowercase();
+            assert!(!e.contains("qa1") && !e.contains("qb2"), "{url}: {e}");
+        }
     }
 
     #[test]

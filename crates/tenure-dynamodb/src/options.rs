@@ -113,7 +113,11 @@ impl DynamoDbOptions {
         // Until parsed, nothing of the URL may be echoed: it can hold a
         // secret key. Errors show a redaction of the raw text instead.
         let shown = tenure::url::redact(url);
-        let Some(rest) = url.strip_prefix("dynamodb://") else {
+        let Some(rest) = url
+            .split_once("://")
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("dynamodb"))
+            .map(|(_, rest)| rest)
+        else {
             return Err(bad(&shown, "it must start with dynamodb://"));
         };
         let (table, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -346,7 +350,7 @@ mod tests {
         );
         // Unencoded endpoints work too: the query is split on & only.
         let o =
-            DynamoDbOptions::from_url("dynamodb://t.x-1?endpoint=http://localhost:8000").unwrap();
+            DynamoDbOptions::from_url("DynamoDB://t.x-1?endpoint=http://localhost:8000").unwrap();
         assert_eq!(o.endpoint.as_deref(), Some("http://localhost:8000"));
         assert_eq!(o.region, None);
         assert!(!o.create_if_missing);
@@ -394,6 +398,17 @@ mod tests {
             .to_string();
         assert!(e.contains("not an http:// or https:// URL"), "{e}");
         assert!(!e.contains("pw@"), "{e}");
+    }
+
+    #[test]
+    fn text_before_colon_slash_slash_that_is_no_scheme_never_shows() {
+        for url in [
+            "dynamodb://leases?endpoint=u:Qa1://Qb2@127.0.0.1:8000",
+            "app:Qa1://Qb2@leases",
+        ] {
+            let e = DynamoDbOptions::from_url(url).unwrap_err().to_string();
+            assert!(!e.contains("Qa1") && !e.contains("Qb2"), "{url}: {e}");
+        }
     }
 
     #[test]

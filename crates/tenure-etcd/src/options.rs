@@ -79,12 +79,18 @@ impl EtcdOptions {
         let (user, password) =
             tenure::url::user_and_password(parts.userinfo, "etcd://user:password@host:port")
                 .map_err(bad)?;
-        let list = parts
-            .hosts
-            .split(',')
-            .map(check_host)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(bad)?;
+        if parts.hosts.is_empty() {
+            return Err(bad("no endpoint: write etcd://host:2379".into()));
+        }
+        // No default port (0 marks none given): etcd serves on 2379 and,
+        // often on the same hosts, peers on 2380.
+        let list = tenure::url::host_list(parts.hosts, 0, "endpoint").map_err(bad)?;
+        if let Some(i) = list.iter().position(|h| h.ends_with(":0")) {
+            return Err(bad(format!(
+                "endpoint {} has no port: write host:2379",
+                i + 1
+            )));
+        }
         if single && list.len() > 1 {
             return Err(bad(
                 "several endpoints need etcd:// or etcds://, not http(s)://".into(),
@@ -188,35 +194,6 @@ impl EtcdOptions {
     }
 }
 
-/// Checks `host:port` (or `[v6]:port`); the port is required, since etcd
-/// has two well-known ones (2379 for clients, 2380 for peers).
-fn check_host(s: &str) -> Result<String, String> {
-    let port = if let Some(rest) = s.strip_prefix('[') {
-        let (h, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("endpoint {s:?}: an IPv6 address without its closing ]"))?;
-        if h.is_empty() {
-            return Err(format!("endpoint {s:?} has no host"));
-        }
-        after.strip_prefix(':')
-    } else {
-        match s.rsplit_once(':') {
-            Some((h, p)) if !h.is_empty() => Some(p),
-            Some(_) => return Err(format!("endpoint {s:?} has no host")),
-            None => None,
-        }
-    };
-    if s.is_empty() {
-        return Err("no endpoint: write etcd://host:2379".into());
-    }
-    let port = port.ok_or_else(|| format!("endpoint {s:?} has no port: write host:2379"))?;
-    port.parse::<u16>()
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(|| format!("endpoint {s:?}: port {port:?} is not a number from 1 to 65535"))?;
-    Ok(s.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +227,9 @@ mod tests {
                 ("u:pw-secret://h:1", "scheme"),
                 ("etcd://u:pw-secret@h", "no port"),
                 ("etcd://u:pw-secret@h:0", "port"),
+                // No '@': "u:pw-secret" is a host and a port, never echoed.
+                ("etcd://u:pw-secret", "port"),
+                ("etcd://::1:2379", "brackets"),
                 ("etcd://u:pw-secret@h:1/path", "path"),
                 ("etcd://u:pw-secret@h:1?ca=/x", "etcds://"),
                 ("etcds://u:pw-secret@h:1", "?ca="),

@@ -501,6 +501,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn text_before_colon_slash_slash_that_is_no_scheme_never_shows() {
+        let e = BucketOptions::from_url("key:Qa1://Qb2@bucket/p")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("Qa1") && !e.contains("Qb2"), "{e}");
+    }
+
+    #[test]
     fn parses_every_parameter() {
         let o = BucketOptions::from_url(
             "s3://b-1.x/a/b/?region=eu-west-1&endpoint=http://127.0.0.1:9000&access_key_id=AKIDEXAMPLE&secret_access_key=a%2Fb+c&session_token=tok3n-value&timeout=2s&connect_timeout=500ms&ca=/ca.pem&virtual_hosted=true",

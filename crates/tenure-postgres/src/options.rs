@@ -249,6 +249,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn text_before_colon_slash_slash_that_is_no_scheme_never_shows() {
+        let e = PostgresOptions::from_url("app:Qa1://Qb2@127.0.0.1:5432/db")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("Qa1") && !e.contains("Qb2"), "{e}");
+    }
+
+    #[test]
     fn parses_tenure_parameters_and_passes_the_rest_through() {
         let o = PostgresOptions::from_url(
             "postgres://app:s3cret@db:5433/leases?sslmode=require&table=ops.tenure&sslrootcert=/ca.pem&application_name=x",

@@ -93,7 +93,7 @@ pub fn split_userinfo(rest: &str) -> Result<(Option<&str>, &str), UserinfoError>
 }
 
 /// A store URL split by [`split_store_url`] into its parts, none of them
-/// decoded yet. Its `Debug` masks the user info.
+/// decoded yet. Its `Debug` masks the user info and the query's secrets.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct UrlParts<'a> {
     /// The scheme, as written in the list given to [`split_store_url`]
@@ -111,6 +111,20 @@ pub struct UrlParts<'a> {
     pub query: &'a str,
 }
 
+impl UrlParts<'_> {
+    /// The query as [`redact`] shows it in the whole URL (the scheme is a
+    /// scheme and the query holds no raw `@`, so only its secrets mask).
+    fn shown_query(&self) -> String {
+        let url = format!(
+            "{}://{}{}?{}",
+            self.scheme, self.hosts, self.path, self.query
+        );
+        redact(&url)
+            .split_once('?')
+            .map_or_else(String::new, |(_, q)| q.to_owned())
+    }
+}
+
 impl std::fmt::Debug for UrlParts<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UrlParts")
@@ -118,9 +132,24 @@ impl std::fmt::Debug for UrlParts<'_> {
             .field("userinfo", &self.userinfo.map(|_| "***"))
             .field("hosts", &self.hosts)
             .field("path", &self.path)
-            .field("query", &self.query)
+            .field("query", &self.shown_query())
             .finish()
     }
+}
+
+/// Whether `text` may be a URL scheme (RFC 3986: a letter, then letters,
+/// digits, `+ - .`). Text before `://` that is not one may be a secret: in
+/// `app:pw://x@h` (no scheme, a password holding `://`) it is user info.
+///
+/// ```
+/// assert!(tenure::url::is_scheme("nats+tls"));
+/// assert!(!tenure::url::is_scheme("app:pw"));
+/// ```
+pub fn is_scheme(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_alphabetic())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
 }
 
 /// Splits a store URL whose scheme is one of `schemes` (compared without
@@ -153,11 +182,7 @@ pub fn split_store_url<'a>(
         .find(|s| s.eq_ignore_ascii_case(written))
         .copied()
     else {
-        let looks_like_a_scheme = written.starts_with(|c: char| c.is_ascii_alphabetic())
-            && written
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
-        let shown = if looks_like_a_scheme {
+        let shown = if is_scheme(written) {
             written
         } else {
             "(none)"
@@ -429,26 +454,30 @@ pub fn mask_key_id(id: &str) -> String {
 }
 
 /// Drops `user:password@` from a URL (an endpoint option, say), in case
-/// one was given; the rest is kept as it is.
+/// one was given, and masks what else [`redact`] masks.
 ///
-/// The user info ends at the *last* `@`: a password written with a raw
-/// `/ ? #` would otherwise be taken for the path and shown. Where an `@`
-/// stands in the path or query instead, more than the user info is
-/// dropped: the price of never showing a piece of a secret.
+/// Where the user info cannot be told apart (a raw `@` after the host: a
+/// password's raw `/ ? #`, or an `@` in the query), this is [`redact`]'s
+/// result: never a piece of a secret, at the price of masking more.
 ///
 /// ```
+/// # #![allow(deprecated)]
 /// use tenure::url::strip_userinfo;
-/// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y"), "http://h:9000/x?y");
-/// assert_eq!(strip_userinfo("http://u:pa/ss?#x@h:9000"), "http://h:9000");
-/// assert_eq!(strip_userinfo("http://h:9000"), "http://h:9000");
+/// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y=1"), "http://h:9000/x?y=1");
+/// assert_eq!(strip_userinfo("http://u:pa/ss?#x@h:9000"), "http://u:***@h:9000");
+/// assert_eq!(strip_userinfo("http://h:9000/?token=a@b"), "http://h:***");
 /// ```
+#[deprecated(
+    since = "0.1.0",
+    note = "use redact: stripping cannot always tell the user info from an @ in the path or query"
+)]
 pub fn strip_userinfo(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| is_scheme(s)) else {
+        return redact(url);
     };
-    match rest.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://{host}"),
-        None => url.to_owned(),
+    match split_userinfo(rest) {
+        Ok((Some(_), after)) => redact(&format!("{scheme}://{after}")),
+        _ => redact(url),
     }
 }
 
@@ -473,7 +502,11 @@ pub fn strip_userinfo(url: &str) -> String {
 /// assert_eq!(redact("postgres://h/db?password=x&a=b"), "postgres://h/db?password=***&a=b");
 /// ```
 pub fn redact(url: &str) -> String {
-    let start = url.find("://").map_or(0, |i| i + 3);
+    // Text before "://" that is no scheme (`app:pw://x@h`) is user info.
+    let start = url
+        .find("://")
+        .filter(|&i| is_scheme(&url[..i]))
+        .map_or(0, |i| i + 3);
     let mut masked = vec![false; url.len()];
     let mut mask = |from: usize, to: usize| {
         for m in &mut masked[from..to] {
@@ -713,6 +746,43 @@ mod tests {
         assert!(e.contains("%26") && !e.contains("Qb2"), "{e}");
         assert_eq!(percent_decode("%2"), None);
         assert_eq!(percent_decode("%+1"), None, "a sign is not a hex digit");
+    }
+    #[test]
+    fn text_before_colon_slash_slash_that_is_no_scheme_is_user_info() {
+        for url in [
+            "app:Qa1://Qb2@127.0.0.1:5432/db",
+            "app:Qa1/Qb2://x@h",
+            "redis:/app:Qa1://Qb2@h:6379",
+        ] {
+            let shown = redact(url);
+            assert!(
+                !shown.contains("Qa1") && !shown.contains("Qb2"),
+                "{url}: {shown}"
+            );
+        }
+    }
+
+    #[test]
+    #[allow(
+        deprecated,
+        reason = "the deprecated function must still never show a secret"
+    )]
+    fn stripping_shows_no_tail_of_a_query_secret() {
+        let shown = strip_userinfo("http://h:9000/?X-Amz-Security-Token=Qa1@Qb2");
+        assert!(!shown.contains("Qa1") && !shown.contains("Qb2"), "{shown}");
+    }
+
+    #[test]
+    fn url_parts_debug_masks_secret_query_values() {
+        let p = split_store_url(
+            "kafka://u:Qa1@h:1/t?sasl.password=Qb2&x=1",
+            &["kafka"],
+            "kafka://",
+        )
+        .unwrap();
+        let shown = format!("{p:?}");
+        assert!(!shown.contains("Qa1") && !shown.contains("Qb2"), "{shown}");
+        assert!(shown.contains("x=1"), "{shown}");
     }
 }
 
