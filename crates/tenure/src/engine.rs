@@ -36,6 +36,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -44,6 +45,7 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::clock::{Clock, MonoTime, Now};
+use crate::config::Timing;
 use crate::coordinator::{Command, Session};
 use crate::elector::ElectorBuilder;
 use crate::error::{ElectorError, StoreError};
@@ -417,20 +419,22 @@ struct Slot {
     hints: Option<AbortHandle>,
 }
 
-/// A queued read.
-struct QueuedRead {
+/// A queued store operation of one group: `item` is the group to read or
+/// the compare-and-swap to make.
+struct Queued<T> {
     id: GroupId,
     op: OpId,
     deadline: MonoTime,
-    group: GroupName,
+    item: T,
 }
 
-/// A queued compare-and-swap.
-struct QueuedWrite {
-    id: GroupId,
-    op: OpId,
+/// The operations of a batch about to be sent: whose they are, the latest
+/// of their deadlines (the batch is abandoned once all have passed), and
+/// what to send.
+struct Outgoing<T> {
+    ids: Vec<(GroupId, OpId)>,
     deadline: MonoTime,
-    request: CasRequest,
+    items: Vec<T>,
 }
 
 /// A finished batch.
@@ -466,8 +470,8 @@ struct Task {
     deadlines: BinaryHeap<Reverse<OpDeadline>>,
     renewals: BTreeSet<(MonoTime, GroupId)>,
     polls: BTreeSet<(MonoTime, GroupId)>,
-    reads: Vec<QueuedRead>,
-    writes: Vec<QueuedWrite>,
+    reads: Vec<Queued<GroupName>>,
+    writes: Vec<Queued<CasRequest>>,
     /// Whether this turn queued a scheduled renewal or poll, which the
     /// nearly-due ones then join.
     renewing: bool,
@@ -669,11 +673,11 @@ impl Task {
                 } => {
                     slot.op = Some((op, OpKind::Read(purpose)));
                     self.polling |= purpose == ReadPurpose::Poll;
-                    self.reads.push(QueuedRead {
+                    self.reads.push(Queued {
                         id,
                         op,
                         deadline,
-                        group: slot.group.clone(),
+                        item: slot.group.clone(),
                     });
                     self.deadlines.push(Reverse(OpDeadline {
                         at: deadline,
@@ -690,11 +694,11 @@ impl Task {
                 } => {
                     slot.op = Some((op, OpKind::Write(purpose)));
                     self.renewing |= purpose == WritePurpose::Renew;
-                    self.writes.push(QueuedWrite {
+                    self.writes.push(Queued {
                         id,
                         op,
                         deadline,
-                        request: CasRequest {
+                        item: CasRequest {
                             group: slot.group.clone(),
                             expected,
                             record,
@@ -856,34 +860,14 @@ impl Task {
     fn coalesce(&mut self) {
         let now = self.clock.now().mono;
         if std::mem::take(&mut self.renewing) {
-            let due: Vec<GroupId> = self
-                .renewals
-                .iter()
-                .take_while(|(t, _)| *t <= now + self.renew_window)
-                .filter(|(t, id)| {
-                    self.slots
-                        .get(id)
-                        .is_some_and(|s| *t <= now + s.machine.timing().renew_interval / 2)
-                })
-                .map(|(_, id)| *id)
-                .collect();
+            let due = self.nearly_due(&self.renewals, now, self.renew_window, |t| t.renew_interval);
             for id in due {
                 self.step(id, Input::RenewEarly);
             }
             self.renewing = false;
         }
         if std::mem::take(&mut self.polling) {
-            let due: Vec<GroupId> = self
-                .polls
-                .iter()
-                .take_while(|(t, _)| *t <= now + self.poll_window)
-                .filter(|(t, id)| {
-                    self.slots
-                        .get(id)
-                        .is_some_and(|s| *t <= now + s.machine.timing().retry_interval / 2)
-                })
-                .map(|(_, id)| *id)
-                .collect();
+            let due = self.nearly_due(&self.polls, now, self.poll_window, |t| t.retry_interval);
             for id in due {
                 self.step(id, Input::PollEarly);
             }
@@ -891,60 +875,101 @@ impl Task {
         }
     }
 
+    /// The groups of `wakes` due within `window` of `now`, each no earlier
+    /// than half its own `interval` (so that coalescing never more than
+    /// halves a group's renewal or poll period).
+    fn nearly_due(
+        &self,
+        wakes: &BTreeSet<(MonoTime, GroupId)>,
+        now: MonoTime,
+        window: Duration,
+        interval: fn(&Timing) -> Duration,
+    ) -> Vec<GroupId> {
+        wakes
+            .iter()
+            .take_while(|(t, _)| *t <= now + window)
+            .filter(|(t, id)| {
+                self.slots
+                    .get(id)
+                    .is_some_and(|s| *t <= now + interval(s.machine.timing()) / 2)
+            })
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
     /// Sends queued operations as batches while there is room in flight.
     fn flush(&mut self) {
         // Writes first: renewals are what keeps leaders leading.
         while !self.writes.is_empty() && self.batches.len() < self.options.max_in_flight {
             let take = self.writes.len().min(self.options.max_batch);
-            let chunk: Vec<QueuedWrite> = self.writes.drain(..take).collect();
-            let live: Vec<QueuedWrite> = chunk
-                .into_iter()
-                .filter(|w| self.is_current(w.id, w.op))
-                .collect();
-            if live.is_empty() {
+            let chunk: Vec<_> = self.writes.drain(..take).collect();
+            let Some(out) = self.still_current(chunk) else {
                 continue;
-            }
-            // Abandoned once every operation in it has timed out.
-            let deadline = live.iter().map(|w| w.deadline).max().unwrap_or_default();
-            let ids: Vec<(GroupId, OpId)> = live.iter().map(|w| (w.id, w.op)).collect();
-            let requests: Vec<CasRequest> = live.into_iter().map(|w| w.request).collect();
+            };
             Counters::add(&self.counters.write_batches, 1);
-            Counters::add(&self.counters.writes, requests.len());
-            let (store, clock) = (self.store.clone(), self.clock.clone());
-            let waited = deadline.saturating_since(clock.now().mono);
-            self.batches.spawn(async move {
-                let result = tokio::select! {
-                    r = store.compare_and_swap_many(&requests) => r,
-                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
-                };
-                BatchReply::Writes(ids, result)
-            });
+            Counters::add(&self.counters.writes, out.items.len());
+            self.send(
+                out,
+                |store, requests| async move { store.compare_and_swap_many(&requests).await },
+                BatchReply::Writes,
+            );
         }
         while !self.reads.is_empty() && self.batches.len() < self.options.max_in_flight {
             let take = self.reads.len().min(self.options.max_batch);
-            let chunk: Vec<QueuedRead> = self.reads.drain(..take).collect();
-            let live: Vec<QueuedRead> = chunk
-                .into_iter()
-                .filter(|r| self.is_current(r.id, r.op))
-                .collect();
-            if live.is_empty() {
+            let chunk: Vec<_> = self.reads.drain(..take).collect();
+            let Some(out) = self.still_current(chunk) else {
                 continue;
-            }
-            let deadline = live.iter().map(|r| r.deadline).max().unwrap_or_default();
-            let ids: Vec<(GroupId, OpId)> = live.iter().map(|r| (r.id, r.op)).collect();
-            let groups: Vec<GroupName> = live.into_iter().map(|r| r.group).collect();
+            };
             Counters::add(&self.counters.read_batches, 1);
-            Counters::add(&self.counters.reads, groups.len());
-            let (store, clock) = (self.store.clone(), self.clock.clone());
-            let waited = deadline.saturating_since(clock.now().mono);
-            self.batches.spawn(async move {
-                let result = tokio::select! {
-                    r = store.read_many(&groups) => r,
-                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
-                };
-                BatchReply::Reads(ids, result)
-            });
+            Counters::add(&self.counters.reads, out.items.len());
+            self.send(
+                out,
+                |store, groups| async move { store.read_many(&groups).await },
+                BatchReply::Reads,
+            );
         }
+    }
+
+    /// The operations of `chunk` that are still their groups' operations in
+    /// flight, as a batch to send; `None` if none is.
+    fn still_current<T>(&self, chunk: Vec<Queued<T>>) -> Option<Outgoing<T>> {
+        let live: Vec<Queued<T>> = chunk
+            .into_iter()
+            .filter(|q| self.is_current(q.id, q.op))
+            .collect();
+        let deadline = live.iter().map(|q| q.deadline).max()?;
+        let ids = live.iter().map(|q| (q.id, q.op)).collect();
+        let items = live.into_iter().map(|q| q.item).collect();
+        Some(Outgoing {
+            ids,
+            deadline,
+            items,
+        })
+    }
+
+    /// Sends a batch through `call` in a task of its own, its reply made
+    /// by `reply`; at its deadline the batch is abandoned (every operation
+    /// in it has timed out) and fails as a whole.
+    fn send<T, R, Fut>(
+        &mut self,
+        out: Outgoing<T>,
+        call: impl FnOnce(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
+        reply: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchReply,
+    ) where
+        R: 'static,
+        Fut: Future<Output = BatchResult<R>> + Send + 'static,
+    {
+        let clock = self.clock.clone();
+        let waited = out.deadline.saturating_since(clock.now().mono);
+        let (ids, deadline) = (out.ids, out.deadline);
+        let work = call(self.store.clone(), out.items);
+        self.batches.spawn(async move {
+            let result = tokio::select! {
+                r = work => r,
+                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
+            };
+            reply(ids, result)
+        });
     }
 
     /// Whether `op` is still the group's operation in flight (it may have
