@@ -55,6 +55,18 @@ PG_PASSWORD="${PG_PASSWORD:-tenure-test}"
 
 _log() { printf '    [servers] %s\n' "$*" >&2; }
 
+# _launched NAME PORT SECONDS: records the server just started in the
+# background ($!) as NAME, and waits for it to open PORT on 127.0.0.1,
+# showing the end of its log if it does not.
+_launched() {
+  echo $! >"$TENURE_SERVERS_DIR/$1.pid"
+  _wait_port 127.0.0.1 "$2" "$3" ||
+    { _log "$1 did not start"; tail -20 "$TENURE_SERVERS_DIR/$1/server.log" >&2; return 1; }
+}
+
+# _serving NAME PORT: says the server is up, with its pid.
+_serving() { _log "$1 on 127.0.0.1:$2 (pid $(cat "$TENURE_SERVERS_DIR/$1.pid"))"; }
+
 _wait_port() { # host port seconds
   local i
   for ((i = 0; i < $3 * 10; i++)); do
@@ -205,7 +217,7 @@ _start_postgres() {
     { _log "postgres did not start"; tail -20 "$dir/server.log" >&2; return 1; }
   head -1 "$dir/data/postmaster.pid" >"$TENURE_SERVERS_DIR/postgres.pid"
   export TENURE_TEST_POSTGRES="postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres"
-  _log "postgres on 127.0.0.1:$PG_PORT (pid $(cat "$TENURE_SERVERS_DIR/postgres.pid"))"
+  _serving postgres "$PG_PORT"
 }
 
 _start_redis() {
@@ -213,10 +225,9 @@ _start_redis() {
   rm -rf "$dir" && mkdir -p "$dir"
   redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
     --dir "$dir" --daemonize no >"$dir/server.log" 2>&1 &
-  echo $! >"$TENURE_SERVERS_DIR/redis.pid"
-  _wait_port 127.0.0.1 "$REDIS_PORT" 20 || { _log "redis did not start"; cat "$dir/server.log" >&2; return 1; }
+  _launched redis "$REDIS_PORT" 20 || return 1
   export TENURE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
-  _log "redis on 127.0.0.1:$REDIS_PORT (pid $(cat "$TENURE_SERVERS_DIR/redis.pid"))"
+  _serving redis "$REDIS_PORT"
 }
 
 _start_etcd() {
@@ -228,10 +239,9 @@ _start_etcd() {
     --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
     --initial-cluster "tenure-test=http://127.0.0.1:$peer" \
     --listen-metrics-urls "http://127.0.0.1:$metrics" >"$dir/server.log" 2>&1 &
-  echo $! >"$TENURE_SERVERS_DIR/etcd.pid"
-  _wait_port 127.0.0.1 "$ETCD_PORT" 30 || { _log "etcd did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  _launched etcd "$ETCD_PORT" 30 || return 1
   export TENURE_TEST_ETCD="http://127.0.0.1:$ETCD_PORT"
-  _log "etcd on 127.0.0.1:$ETCD_PORT (pid $(cat "$TENURE_SERVERS_DIR/etcd.pid"))"
+  _serving etcd "$ETCD_PORT"
 }
 
 _start_dynalite() {
@@ -239,10 +249,9 @@ _start_dynalite() {
   rm -rf "$dir" && mkdir -p "$dir"
   "$TENURE_NPM_DIR/node_modules/.bin/dynalite" --port "$DYNALITE_PORT" \
     --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 >"$dir/server.log" 2>&1 &
-  echo $! >"$TENURE_SERVERS_DIR/dynalite.pid"
-  _wait_port 127.0.0.1 "$DYNALITE_PORT" 20 || { _log "dynalite did not start"; cat "$dir/server.log" >&2; return 1; }
+  _launched dynalite "$DYNALITE_PORT" 20 || return 1
   export TENURE_TEST_DYNAMODB="http://127.0.0.1:$DYNALITE_PORT"
-  _log "dynalite on 127.0.0.1:$DYNALITE_PORT (pid $(cat "$TENURE_SERVERS_DIR/dynalite.pid"))"
+  _serving dynalite "$DYNALITE_PORT"
 }
 
 _start_tansu() {
@@ -252,11 +261,10 @@ _start_tansu() {
   (cd "$dir" && RUST_LOG=warn exec "$TENURE_TANSU_DIR/tansu" broker \
     --listener-url "tcp://127.0.0.1:$TANSU_PORT" --advertised-listener-url "tcp://127.0.0.1:$TANSU_PORT" \
     --storage-engine memory://tansu/ >"$dir/server.log" 2>&1) &
-  echo $! >"$TENURE_SERVERS_DIR/tansu.pid"
-  _wait_port 127.0.0.1 "$TANSU_PORT" 20 || { _log "tansu did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  _launched tansu "$TANSU_PORT" 20 || return 1
   export TENURE_TEST_KAFKA="127.0.0.1:$TANSU_PORT"
   export TENURE_TANSU_BIN="$TENURE_TANSU_DIR/tansu"
-  _log "tansu on 127.0.0.1:$TANSU_PORT (pid $(cat "$TENURE_SERVERS_DIR/tansu.pid"))"
+  _serving tansu "$TANSU_PORT"
 }
 
 _start_zookeeper() {
@@ -270,8 +278,7 @@ _start_zookeeper() {
     "maxClientCnxns=0" "admin.enableServer=false" "4lw.commands.whitelist=srvr" >"$dir/zoo.cfg"
   java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$ZK_CLASSPATH" \
     org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/server.log" 2>&1 &
-  echo $! >"$TENURE_SERVERS_DIR/zookeeper.pid"
-  _wait_port 127.0.0.1 "$ZK_PORT" 30 || { _log "zookeeper did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  _launched zookeeper "$ZK_PORT" 30 || return 1
   # It opens its port before it serves; `srvr` names its version once it does.
   local i
   for ((i = 0; i < 300; i++)); do
@@ -282,7 +289,7 @@ _start_zookeeper() {
     sleep 0.1
   done
   export TENURE_TEST_ZOOKEEPER="zk://127.0.0.1:$ZK_PORT"
-  _log "zookeeper on 127.0.0.1:$ZK_PORT (pid $(cat "$TENURE_SERVERS_DIR/zookeeper.pid"))"
+  _serving zookeeper "$ZK_PORT"
 }
 
 _start_nats() {
@@ -292,18 +299,16 @@ _start_nats() {
   # restart keeps the buckets, as in production).
   nats-server --addr 127.0.0.1 --port "$NATS_PORT" --jetstream --store_dir "$dir/store" \
     >"$dir/server.log" 2>&1 &
-  echo $! >"$TENURE_SERVERS_DIR/nats.pid"
-  _wait_port 127.0.0.1 "$NATS_PORT" 20 || { _log "nats-server did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  _launched nats "$NATS_PORT" 20 || return 1
   export TENURE_TEST_NATS="nats://127.0.0.1:$NATS_PORT"
-  _log "nats-server on 127.0.0.1:$NATS_PORT (pid $(cat "$TENURE_SERVERS_DIR/nats.pid"))"
+  _serving nats "$NATS_PORT"
 }
 
 _start_moto() {
   local dir="$TENURE_SERVERS_DIR/moto"
   rm -rf "$dir" && mkdir -p "$dir"
   "$TENURE_MOTO_DIR/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$dir/server.log" 2>&1 &
-  echo $! >"$TENURE_SERVERS_DIR/moto.pid"
-  _wait_port 127.0.0.1 "$MOTO_PORT" 30 || { _log "moto did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  _launched moto "$MOTO_PORT" 30 || return 1
   # The bucket the tests share (moto checks no signature by default).
   "$TENURE_MOTO_DIR/bin/python" - "$MOTO_PORT" <<'PY' || { _log "creating the moto bucket failed"; return 1; }
 import sys, urllib.request
@@ -312,7 +317,7 @@ urllib.request.urlopen(req, timeout=10).read()
 PY
   export TENURE_TEST_S3="http://127.0.0.1:$MOTO_PORT"
   export TENURE_MOTO_BIN="$TENURE_MOTO_DIR/bin/moto_server"
-  _log "moto on 127.0.0.1:$MOTO_PORT (pid $(cat "$TENURE_SERVERS_DIR/moto.pid"))"
+  _serving moto "$MOTO_PORT"
 }
 
 _start_azurite() {
@@ -320,8 +325,7 @@ _start_azurite() {
   rm -rf "$dir" && mkdir -p "$dir"
   (cd "$dir" && exec "$TENURE_AZURITE_DIR/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 \
     --blobPort "$AZURITE_PORT" --inMemoryPersistence --silent >"$dir/server.log" 2>&1) &
-  echo $! >"$TENURE_SERVERS_DIR/azurite.pid"
-  _wait_port 127.0.0.1 "$AZURITE_PORT" 30 || { _log "azurite did not start"; tail -20 "$dir/server.log" >&2; return 1; }
+  _launched azurite "$AZURITE_PORT" 30 || return 1
   # The container the tests share, created with Azurite's documented
   # development account and key (Shared Key signature).
   "$TENURE_MOTO_DIR/bin/python" - "$AZURITE_PORT" <<'PY' || { _log "creating the azurite container failed"; return 1; }
@@ -340,7 +344,7 @@ r = c.getresponse()
 sys.exit(0 if r.status in (201, 409) else f"{r.status} {r.read()[:300]!r}")
 PY
   export TENURE_TEST_AZURE="http://127.0.0.1:$AZURITE_PORT"
-  _log "azurite on 127.0.0.1:$AZURITE_PORT (pid $(cat "$TENURE_SERVERS_DIR/azurite.pid"))"
+  _serving azurite "$AZURITE_PORT"
 }
 
 servers_stop() {
