@@ -55,6 +55,7 @@ use crate::record::{GroupName, Holder, LeaseRecord, Metadata, Version};
 use crate::store::{CasOutcome, LeaseStore};
 
 mod conformance;
+mod connect_checks;
 mod feed_checks;
 mod hand_over;
 mod hostile_password;
@@ -67,6 +68,7 @@ mod servers;
 mod support;
 mod term_log;
 mod tls;
+pub use connect_checks::{tls_to_a_plain_server_fails, unreachable_is_unavailable};
 pub use feed_checks::{
     expect_hint, expect_quiet, expect_written, next_change, next_change_about,
     resyncs_then_carries_writes, tasks_end_with_feed, write_carried_whole, write_seen_on_feed,
