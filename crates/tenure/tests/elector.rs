@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure::testkit;
 use tenure::{
     Clock, Config, ElectorError, EndReason, Event, Faults, GroupName, LeaseStore, LeaseView,
     MemoryStore, Metadata, Observer, Role, TokioClock,
@@ -31,20 +32,10 @@ fn start_with(store: impl LeaseStore, id: &str, config: Config) -> tenure::Elect
         .expect("valid config")
 }
 
+/// The one of `electors` that leads, once one does (the paused clock runs
+/// through the election at once; the bound is real time, for a hang).
 async fn leader_of(electors: &[&tenure::Elector]) -> usize {
-    loop {
-        let leaders: Vec<usize> = electors
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.is_leader())
-            .map(|(i, _)| i)
-            .collect();
-        assert!(leaders.len() <= 1, "two leaders at once: {leaders:?}");
-        if let [one] = leaders[..] {
-            return one;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testkit::scenarios::one_leader(electors, Duration::from_secs(30)).await
 }
 
 #[tokio::test(start_paused = true)]

@@ -302,16 +302,23 @@ async fn a_maxed_token_stops_the_elector_with_a_typed_error() {
     assert!(saw, "no Failed event");
 }
 
-/// Review item 9: the observer read the clock *before* the read and called
-/// that the first sight of the record, so with a slow store it declared a
-/// silent leader gone one read latency early.
-#[tokio::test(start_paused = true)]
-async fn the_observer_counts_a_lapse_from_the_reply() {
+/// A memory store holding `jobs` as `x` wrote it now (token 3) before
+/// going silent, and the clock it was written by.
+async fn a_silent_leaders_record() -> (MemoryStore, Arc<TokioClock>) {
     let store = MemoryStore::new();
     let clock = Arc::new(TokioClock::new());
     let group = GroupName::new("jobs").unwrap();
     let record = held_by("x", 3, clock.now());
     store.compare_and_swap(&group, None, &record).await.unwrap();
+    (store, clock)
+}
+
+/// Review item 9: the observer read the clock *before* the read and called
+/// that the first sight of the record, so with a slow store it declared a
+/// silent leader gone one read latency early.
+#[tokio::test(start_paused = true)]
+async fn the_observer_counts_a_lapse_from_the_reply() {
+    let (store, clock) = a_silent_leaders_record().await;
     let faults = Faults::new();
     faults.set_latency(Duration::from_secs(1));
     let began = clock.now().mono;
@@ -335,11 +342,7 @@ async fn the_observer_counts_a_lapse_from_the_reply() {
 /// reporting a leader that had died, for ever.
 #[tokio::test(start_paused = true)]
 async fn an_observer_whose_reads_hang_still_sees_a_silent_leader_lapse() {
-    let store = MemoryStore::new();
-    let clock = Arc::new(TokioClock::new());
-    let group = GroupName::new("jobs").unwrap();
-    let record = held_by("x", 3, clock.now());
-    store.compare_and_swap(&group, None, &record).await.unwrap();
+    let (store, clock) = a_silent_leaders_record().await;
     let faults = Faults::new();
     let mut observer = Observer::builder(faults.wrap(store, "obs"), "jobs")
         .poll_interval(Duration::from_secs(1))
