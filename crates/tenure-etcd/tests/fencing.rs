@@ -36,6 +36,29 @@ async fn the_example_refuses_the_leader_whose_term_ended() {
         .expect("the example's story holds");
 }
 
+/// A fence key and a data key of their own under `fence-test/`.
+struct TestKeys(String);
+
+impl TestKeys {
+    fn fresh() -> TestKeys {
+        TestKeys(format!("fence-test/{:x}/", testkit::unique_suffix()))
+    }
+
+    fn fence(&self) -> String {
+        format!("{}fence", self.0)
+    }
+
+    fn data(&self) -> String {
+        format!("{}data", self.0)
+    }
+
+    /// Deletes both.
+    async fn remove(&self, client: &mut Client) {
+        let prefix = Some(etcd_client::DeleteOptions::new().with_prefix());
+        client.delete(self.0.as_str(), prefix).await.unwrap();
+    }
+}
+
 async fn value(client: &mut Client, key: &str) -> Option<Vec<u8>> {
     let got = client.get(key, None).await.unwrap();
     got.kvs().first().map(|kv| kv.value().to_vec())
@@ -49,11 +72,8 @@ async fn tokens_compare_as_numbers_and_a_missing_fence_admits() {
     // (admitted, then refused): unpadded, etcd's byte comparison would
     // order 9 above 10.
     for (higher, lower) in [(10, 9), (100, 99), (u64::MAX, u64::MAX - 1)] {
-        let id = testkit::unique_suffix();
-        let (fence_key, data) = (
-            format!("fence-test/{id:x}/fence"),
-            format!("fence-test/{id:x}/data"),
-        );
+        let keys = TestKeys::fresh();
+        let (fence_key, data) = (keys.fence(), keys.data());
         let set = |token: u64, body: &'static str| {
             let mut client = client.clone();
             let (fence_key, data) = (fence_key.clone(), data.clone());
@@ -89,13 +109,7 @@ async fn tokens_compare_as_numbers_and_a_missing_fence_admits() {
             Some(fence::fence_value(higher).into_bytes())
         );
         assert_eq!(value(&mut client, &data).await, Some(b"again".to_vec()));
-        client
-            .delete(
-                format!("fence-test/{id:x}/"),
-                Some(etcd_client::DeleteOptions::new().with_prefix()),
-            )
-            .await
-            .unwrap();
+        keys.remove(&mut client).await;
     }
 }
 
@@ -104,11 +118,8 @@ async fn a_fence_key_holding_something_else_is_an_error_not_a_token() {
     let Some(mut client) = connect().await else {
         return;
     };
-    let id = testkit::unique_suffix();
-    let (fence_key, data) = (
-        format!("fence-test/{id:x}/fence"),
-        format!("fence-test/{id:x}/data"),
-    );
+    let keys = TestKeys::fresh();
+    let (fence_key, data) = (keys.fence(), keys.data());
     client.put(fence_key.as_str(), "zzz", None).await.unwrap();
     let writes = vec![TxnOp::put(data.as_str(), "v", None)];
     let e = fence::fenced_txn(&mut client, &fence_key, 5, writes)
@@ -120,11 +131,5 @@ async fn a_fence_key_holding_something_else_is_an_error_not_a_token() {
         "{e}"
     );
     assert_eq!(value(&mut client, &data).await, None, "nothing was written");
-    client
-        .delete(
-            format!("fence-test/{id:x}/"),
-            Some(etcd_client::DeleteOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
+    keys.remove(&mut client).await;
 }
