@@ -71,17 +71,12 @@ async fn foreign_keys_and_values_under_the_prefix_do_not_stop_the_feed() {
     kv.put(prefix.as_str(), "the prefix itself", None)
         .await
         .unwrap();
-    kv.put(format!("{prefix}bad"), b"\x00not a record".to_vec(), None)
-        .await
-        .unwrap();
-    kv.put(format!("{prefix}json"), r#"{"v":1,"token":"many"}"#, None)
-        .await
-        .unwrap();
-    let bad = GroupName::new("bad").unwrap();
-    let json = GroupName::new("json").unwrap();
-    for (want, what) in [(&bad, "binary garbage"), (&json, "JSON that is no record")] {
-        expect_hint(next_change(&mut feed, WITHIN, what).await, want, what);
+    for (name, value) in testkit::FOREIGN_VALUES {
+        kv.put(format!("{prefix}{name}"), value, None)
+            .await
+            .unwrap();
     }
+    testkit::expect_foreign_values_hinted(&mut feed).await;
     let ok = GroupName::new("ok").unwrap();
     write_seen_on_feed(&store, &mut feed, &ok, None, "a").await;
     kv.delete(format!("{prefix}ok"), None).await.unwrap();

@@ -166,3 +166,21 @@ pub async fn resyncs_then_carries_writes<S: LeaseStore + ?Sized>(
         other => panic!("after the resync: {other:?}"),
     }
 }
+
+/// Values a foreign program might leave for a group (bytes that are no
+/// record, JSON that is no record), by group name: what store tests plant
+/// to check that a feed reports them as hints and goes on.
+pub const FOREIGN_VALUES: [(&str, &[u8]); 2] = [
+    ("bad", b"\x00not a record"),
+    ("json", br#"{"v":1,"token":"many"}"#),
+];
+
+/// Expects the next changes on `feed` to be hints for the groups of
+/// [`FOREIGN_VALUES`], in that order (planted in that order).
+pub async fn expect_foreign_values_hinted(feed: &mut StoreFeed) {
+    for (name, _) in FOREIGN_VALUES {
+        let group = GroupName::new(name).expect("a valid group name");
+        let what = format!("the foreign value of {name}");
+        expect_hint(next_change(feed, FEED_WITHIN, &what).await, &group, &what);
+    }
+}

@@ -70,9 +70,9 @@ mod term_log;
 mod tls;
 pub use connect_checks::{tls_to_a_plain_server_fails, unreachable_is_unavailable};
 pub use feed_checks::{
-    expect_hint, expect_quiet, expect_written, next_change, next_change_about,
-    resyncs_then_carries_writes, tasks_end_with_feed, write_carried_whole, write_seen_on_feed,
-    FEED_WITHIN,
+    expect_foreign_values_hinted, expect_hint, expect_quiet, expect_written, next_change,
+    next_change_about, resyncs_then_carries_writes, tasks_end_with_feed, write_carried_whole,
+    write_seen_on_feed, FEED_WITHIN, FOREIGN_VALUES,
 };
 pub use hand_over::{url_argument, HandOver, StoryError};
 pub use hostile_password::{
