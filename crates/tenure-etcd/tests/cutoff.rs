@@ -6,11 +6,9 @@ mod common;
 use tenure::testkit::{scenarios, TcpProxy};
 use tenure_etcd::EtcdStore;
 
-use common::EtcdServer;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_leader_stops_before_the_other_is_elected() {
-    let server = EtcdServer::start();
+    let server = common::Etcd::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
     let direct = EtcdStore::connect(&server.url()).await.unwrap();
     let via_proxy = EtcdStore::connect(&format!("etcd://{}?timeout=1s", proxy.addr()))

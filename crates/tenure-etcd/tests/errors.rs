@@ -6,8 +6,6 @@ mod common;
 use tenure::{testkit, LeaseStore, LeaseView, StoreError};
 use tenure_etcd::{EtcdStore, EtcdStoreError};
 
-use common::EtcdServer;
-
 const SECRET: &str = "pw-Secret-7f3a";
 
 fn assert_no_secret(what: &str, text: &str) {
@@ -20,7 +18,7 @@ fn ok(r: (bool, String)) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn auth_errors_are_misconfigured_and_secret_free() {
-    let server = EtcdServer::start();
+    let server = common::Etcd::start();
     ok(server.ctl(&["user", "add", &format!("root:{SECRET}")]));
     ok(server.ctl(&["user", "grant-role", "root", "root"]));
     ok(server.ctl(&["user", "add", "bystander:bystander-pw"]));
@@ -160,7 +158,7 @@ const WRITER_SECRET_ESCAPED: &str = "wr1ter-S3cret%2F%3F%23%40+x";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_to_a_plain_server_fails_clearly_and_quickly() {
-    let server = EtcdServer::start();
+    let server = common::Etcd::start();
     let err = testkit::tls_to_a_plain_server_fails(
         Box::pin(EtcdStore::connect(&format!(
             "etcds://root:{SECRET}@127.0.0.1:{}?timeout=1s&ca=/etc/ssl/certs/ca-certificates.crt",

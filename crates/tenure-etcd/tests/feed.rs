@@ -100,7 +100,7 @@ struct CutWatch {
 }
 
 async fn two_writes_while_cut() -> CutWatch {
-    let server = EtcdServer::start();
+    let server = common::Etcd::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
     let watcher = EtcdStore::connect(&format!("etcd://{}?timeout=1s", proxy.addr()))
         .await
@@ -161,7 +161,7 @@ async fn a_watch_that_cannot_resume_after_compaction_resyncs() {
 /// happened, so the feed resyncs instead.
 #[tokio::test(flavor = "multi_thread")]
 async fn revisions_that_went_backwards_resync() {
-    let mut server = EtcdServer::start();
+    let mut server = common::Etcd::start();
     let url = format!("{}?timeout=1s", server.url());
     let watcher = EtcdStore::connect(&url).await.unwrap();
     let mut feed = watcher.watch().await.unwrap().unwrap();
@@ -172,7 +172,7 @@ async fn revisions_that_went_backwards_resync() {
         let got = write_seen_on_feed(&watcher, &mut feed, &g, v, &id).await;
         v = Some(got);
     }
-    server.wipe_and_restart();
+    common::wipe_and_restart(&mut server);
     let change = next_change(&mut feed, WITHIN, "after the wipe").await;
     assert_eq!(change, Change::Resync, "expected a resync");
     let fresh = write(&watcher, &g, None, "new").await;

@@ -7,11 +7,9 @@ mod common;
 use tenure::testkit::scenarios;
 use tenure_etcd::EtcdStore;
 
-use common::EtcdServer;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_keeps_one_leader_and_the_token_sequence() {
-    let mut server = EtcdServer::start();
+    let mut server = common::Etcd::start();
     let url = format!("{}?timeout=1s", server.url());
     let (a, b) = (EtcdStore::connect(&url), EtcdStore::connect(&url));
     let (a, b) = (a.await.unwrap(), b.await.unwrap());

@@ -11,8 +11,6 @@ use tenure::testkit::{self, held_by};
 use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_nats::NatsStore;
 
-use common::NatsServer;
-
 /// Polls `read` until the group's record is held by `holder`.
 async fn wait_for_holder(store: &NatsStore, group: &tenure::GroupName, holder: &str) -> bool {
     let until = Instant::now() + Duration::from_secs(10);
@@ -33,7 +31,7 @@ async fn wait_for_holder(store: &NatsStore, group: &tenure::GroupName, holder: &
 /// definite conflict.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
-    let server = NatsServer::start();
+    let server = common::Nats::start();
     let url = format!("{}?timeout=1s", server.url("lost"));
     let store = NatsStore::connect(&url).await.unwrap();
     let group = testkit::unique_group("lost-reply");
@@ -74,7 +72,7 @@ async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
 /// report "already exists"; tenure must report the timeout.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_reply_to_a_first_write_is_a_timeout_not_a_conflict() {
-    let server = NatsServer::start();
+    let server = common::Nats::start();
     let url = format!("{}?timeout=1s", server.url("lost-create"));
     let store = NatsStore::connect(&url).await.unwrap();
     let group = testkit::unique_group("lost-create");
@@ -97,7 +95,7 @@ async fn a_lost_reply_to_a_first_write_is_a_timeout_not_a_conflict() {
 /// and the record is as the server left it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_killed_mid_write_is_an_unknown_outcome_never_a_conflict() {
-    let mut server = NatsServer::start();
+    let mut server = common::Nats::start();
     let url = format!("{}?timeout=1s", server.url("killed"));
     let store = NatsStore::connect(&url).await.unwrap();
     let group = testkit::unique_group("killed-mid-write");
@@ -152,7 +150,7 @@ async fn a_server_killed_mid_write_is_an_unknown_outcome_never_a_conflict() {
 /// request of it is reported as a conflict.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unanswered_batch_is_unknown_for_every_write() {
-    let server = NatsServer::start();
+    let server = common::Nats::start();
     let url = format!("{}?timeout=1s", server.url("batch"));
     let store = NatsStore::connect(&url).await.unwrap();
     let groups: Vec<_> = (0..20)

@@ -6,11 +6,9 @@ mod common;
 use tenure::testkit::{scenarios, TcpProxy};
 use tenure_nats::NatsStore;
 
-use common::NatsServer;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_leader_stops_before_the_other_is_elected() {
-    let server = NatsServer::start();
+    let server = common::Nats::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
     let direct = NatsStore::connect(&server.url("cutoff")).await.unwrap();
     let via_proxy = NatsStore::connect(&format!("nats://{}/cutoff?timeout=1s", proxy.addr()))

@@ -12,8 +12,6 @@ use tenure::testkit::{self, held_by, TlsFiles};
 use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError};
 use tenure_nats::{NatsStore, NatsStoreError};
 
-use common::NatsServer;
-
 /// A password with every character that cuts a URL short.
 const SECRET: &str = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
 const PIECES: [&str; 6] = ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"];
@@ -55,7 +53,7 @@ async fn works(store: &NatsStore) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn user_and_password_errors_are_misconfigured_and_secret_free() {
-    let server = NatsServer::with_config(&format!(
+    let server = common::Nats::with_config(&format!(
         r#"authorization {{ users = [ {{ user: "tenure", password: "{SECRET}" }} ] }}"#
     ));
     let url = |userinfo: &str| {
@@ -103,7 +101,7 @@ async fn user_and_password_errors_are_misconfigured_and_secret_free() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn token_authentication_works_and_a_wrong_token_is_named() {
-    let server = NatsServer::with_config(&format!(r#"authorization {{ token: "{SECRET}" }}"#));
+    let server = common::Nats::with_config(&format!(r#"authorization {{ token: "{SECRET}" }}"#));
     let url = |token: &str| format!("nats://{token}@127.0.0.1:{}/tok?timeout=2s", server.port);
     let err = refused(&url("wrong-Qa1-Qf6")).await;
     assert!(matches!(err, NatsStoreError::Credentials { .. }), "{err:?}");
@@ -121,7 +119,7 @@ async fn token_authentication_works_and_a_wrong_token_is_named() {
 /// refused at connect, naming the permission.
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_permissions_are_named() {
-    let server = NatsServer::with_config(
+    let server = common::Nats::with_config(
         r#"authorization { users = [
             { user: "admin", password: "admin-pw" },
             { user: "reader", password: "reader-pw", permissions: {
@@ -158,7 +156,7 @@ async fn refused_permissions_are_named() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_with_a_ca_of_the_tests_own() {
     let tls = TlsFiles::make();
-    let server = NatsServer::with_config(&format!(
+    let server = common::Nats::with_config(&format!(
         "tls {{ cert_file: {:?}, key_file: {:?} }}\nauthorization {{ users = [ {{ user: \"tenure\", password: \"{SECRET}\" }} ] }}",
         tls.cert, tls.key
     ));
@@ -197,7 +195,7 @@ async fn tls_with_a_ca_of_the_tests_own() {
     );
 
     // TLS asked of a plain-text server.
-    let plain = NatsServer::start();
+    let plain = common::Nats::start();
     let err = refused(&format!(
         "nats+tls://127.0.0.1:{}/tls?ca={ca}&timeout=2s",
         plain.port
@@ -208,7 +206,7 @@ async fn tls_with_a_ca_of_the_tests_own() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_without_jetstream_is_named() {
-    let server = NatsServer::without_jetstream();
+    let server = common::Nats::without_jetstream();
     let err = refused(&format!("nats://127.0.0.1:{}/b?timeout=2s", server.port)).await;
     assert!(matches!(err, NatsStoreError::NoJetStream { .. }), "{err:?}");
     assert!(err.to_string().contains("-js"), "{err}");
@@ -226,7 +224,7 @@ async fn nothing_listening_is_unreachable_within_the_timeout() {
 /// refused, naming the setting: memory storage, entries that expire.
 #[tokio::test(flavor = "multi_thread")]
 async fn buckets_that_would_lose_leases_are_refused() {
-    let server = NatsServer::start();
+    let server = common::Nats::start();
     let client = async_nats::connect(server.addr().to_string())
         .await
         .unwrap();
@@ -278,7 +276,7 @@ async fn buckets_that_would_lose_leases_are_refused() {
 /// refused write itself still names the permission.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_timeout_is_no_permission_error_because_another_key_was_refused() {
-    let server = NatsServer::with_config(
+    let server = common::Nats::with_config(
         r#"authorization { users = [
             { user: "admin", password: "admin-pw" },
             { user: "some", password: "some-pw", permissions: {

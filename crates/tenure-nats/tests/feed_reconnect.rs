@@ -12,8 +12,6 @@ use tenure::testkit::{self, held_by, TcpProxy};
 use tenure::{Change, LeaseView, StoreFeed};
 use tenure_nats::NatsStore;
 
-use common::NatsServer;
-
 /// Generous: a reconnect takes the client's back-off and the feed's.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -33,7 +31,7 @@ async fn next_change(feed: &mut StoreFeed) -> Change {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_reconnect_resyncs_then_carries_writes_and_leaves_no_consumer_behind() {
-    let server = NatsServer::start();
+    let server = common::Nats::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
     let direct = NatsStore::connect(&server.url("reconnect")).await.unwrap();
     let via_proxy = NatsStore::connect(&format!("nats://{}/reconnect?timeout=1s", proxy.addr()))

@@ -12,11 +12,9 @@ use std::time::Duration;
 use tenure::testkit::scenarios;
 use tenure_nats::NatsStore;
 
-use common::NatsServer;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_keeps_one_leader_and_the_token_sequence() {
-    let mut server = NatsServer::start();
+    let mut server = common::Nats::start();
     let url = format!("{}?timeout=1s", server.url("restart"));
     let (sa, sb) = (NatsStore::connect(&url), NatsStore::connect(&url));
     let (sa, sb) = (sa.await.unwrap(), sb.await.unwrap());

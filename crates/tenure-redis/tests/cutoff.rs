@@ -6,11 +6,9 @@ mod common;
 use tenure::testkit::{scenarios, TcpProxy};
 use tenure_redis::RedisStore;
 
-use common::RedisServer;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_leader_stops_before_the_other_is_elected() {
-    let server = RedisServer::start(&[]);
+    let server = common::Redis::start(&[]);
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
     let direct = RedisStore::connect(&server.url()).await.unwrap();
     assert!(direct.adopt_empty().await.unwrap());

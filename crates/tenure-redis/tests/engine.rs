@@ -11,8 +11,6 @@ use tenure::testkit::{self, many_groups, scenarios};
 use tenure::{CasOutcome, CasRequest, Change, GroupName, LeaseStore, LeaseView, Version};
 use tenure_redis::RedisStore;
 
-use common::RedisServer;
-
 /// The shared server with a prefix of its own, adopted as new.
 async fn shared(label: &str) -> Option<(String, RedisStore)> {
     let server = testkit::server_url("TENURE_TEST_REDIS")?;
@@ -107,7 +105,7 @@ async fn the_feed_carries_records_and_foreign_messages_are_hints() {
 /// on reporting writes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_subscription_resubscribes_and_resyncs() {
-    let server = RedisServer::start(&[]);
+    let server = common::Redis::start(&[]);
     let store = RedisStore::connect(&server.url()).await.unwrap();
     assert!(store.adopt_empty().await.unwrap());
     let mut feed = store.watch().await.unwrap().expect("a feed");
@@ -126,7 +124,7 @@ async fn a_lost_subscription_resubscribes_and_resyncs() {
 /// store handle use its one command connection and one pub/sub connection.
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_stay_bounded_whatever_the_number_of_groups() {
-    let server = RedisServer::start(&[]);
+    let server = common::Redis::start(&[]);
     let store = RedisStore::connect(&server.url()).await.unwrap();
     assert!(store.adopt_empty().await.unwrap());
     // Every client but redis-cli's own.
@@ -150,7 +148,7 @@ async fn a_huge_batch_with_repeats_applies_in_order() {
 /// quarantine, the first marks the data set, and none is written.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_in_a_wiped_data_set_is_quarantined_whole() {
-    let server = RedisServer::start(&[]);
+    let server = common::Redis::start(&[]);
     let store = RedisStore::connect(&server.url()).await.unwrap();
     let (a, b) = (testkit::unique_group("q-a"), testkit::unique_group("q-b"));
     let request = |g: &GroupName| CasRequest {

@@ -7,8 +7,6 @@ use redis::AsyncCommands;
 use tenure::{testkit, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_redis::{RedisStore, RedisStoreError};
 
-use common::RedisServer;
-
 const SECRET: &str = "pw-Secret-7f3a";
 
 fn assert_no_secret(what: &str, text: &str) {
@@ -17,7 +15,7 @@ fn assert_no_secret(what: &str, text: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_credentials_are_misconfigured_and_secret_free() {
-    let server = RedisServer::start(&[]);
+    let server = common::Redis::start(&[]);
     server.cli(&[
         "ACL",
         "SETUSER",
@@ -60,7 +58,7 @@ async fn wrong_credentials_are_misconfigured_and_secret_free() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_password_and_missing_permissions_name_the_fix() {
-    let server = RedisServer::start(&["--requirepass", SECRET]);
+    let server = common::Redis::start(&["--requirepass", SECRET]);
     let err = RedisStore::connect(&server.url()).await.unwrap_err();
     assert!(matches!(err, RedisStoreError::NoAuth { .. }), "{err:?}");
     assert!(
@@ -105,7 +103,7 @@ async fn a_missing_password_and_missing_permissions_name_the_fix() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn keys_of_another_type_are_reported_and_never_overwritten() {
-    let server = RedisServer::start(&[]);
+    let server = common::Redis::start(&[]);
     let store = RedisStore::connect(&server.url()).await.unwrap();
     assert!(store.adopt_empty().await.unwrap());
     let group = testkit::unique_group("wrongtype");
@@ -162,7 +160,7 @@ async fn keys_of_another_type_are_reported_and_never_overwritten() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_to_a_plain_server_fails_clearly_and_quickly() {
-    let server = RedisServer::start(&[]);
+    let server = common::Redis::start(&[]);
     let err = testkit::tls_to_a_plain_server_fails(
         RedisStore::connect(&format!(
             "rediss://:{SECRET}@127.0.0.1:{}?timeout=1s",
@@ -189,7 +187,7 @@ async fn tls_to_a_plain_server_fails_clearly_and_quickly() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_evicting_server_and_an_absent_one_are_told_apart() {
-    let server = RedisServer::start(&["--maxmemory-policy", "allkeys-lru"]);
+    let server = common::Redis::start(&["--maxmemory-policy", "allkeys-lru"]);
     let err = RedisStore::connect(&server.url()).await.unwrap_err();
     assert!(matches!(err, RedisStoreError::Eviction { .. }), "{err:?}");
     assert!(err.to_string().contains("noeviction"), "{err}");

@@ -13,8 +13,6 @@ use tenure::{
 };
 use tenure_redis::RedisStore;
 
-use common::RedisServer;
-
 /// One term as its holder recorded it on the host's boot clock: from the
 /// send of its acquiring write (its first deadline minus the validity) to
 /// its last deadline. The term was valid at most within these bounds,
@@ -67,7 +65,7 @@ fn assert_no_overlap(spans: &[Span]) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_empty_restart_never_yields_two_leaders_and_tokens_keep_rising() {
-    let mut server = RedisServer::start(&[]);
+    let mut server = common::Redis::start(&[]);
     let url = server.url();
     let a_store = RedisStore::connect(&url).await.unwrap();
     assert!(a_store.adopt_empty().await.unwrap());
@@ -145,7 +143,7 @@ async fn an_empty_restart_never_yields_two_leaders_and_tokens_keep_rising() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recovered_data_set_quarantines_then_continues_above_the_floor() {
-    let server = RedisServer::start(&[]);
+    let server = common::Redis::start(&[]);
     let store = RedisStore::connect(&server.url()).await.unwrap();
     let group = testkit::unique_group("recovered");
     let mut rec = testkit::held_by("a", 1);

@@ -11,8 +11,6 @@ use tenure::testkit::{self, held_by, released, TcpProxy};
 use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError, Version};
 use tenure_zookeeper::ZkStore;
 
-use common::ZkServer;
-
 fn ambiguous(result: Result<CasOutcome, StoreError>, what: &str) {
     match result {
         Err(e) if e.is_transient() => {
@@ -112,7 +110,7 @@ async fn a_write_whose_reply_is_lost_is_reported_as_unknown() {
 /// session-bound), and both change feeds come back.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_session_is_replaced_and_the_store_goes_on() {
-    let server = ZkServer::start();
+    let server = common::Zk::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
     let via = ZkStore::connect(&format!(
         "zk://{}/expiry?timeout=1s&session_timeout=1s",

@@ -6,11 +6,9 @@ mod common;
 use tenure::testkit::{scenarios, TcpProxy};
 use tenure_zookeeper::ZkStore;
 
-use common::ZkServer;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_leader_stops_before_the_other_is_elected() {
-    let server = ZkServer::start();
+    let server = common::Zk::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
     let direct = ZkStore::connect(&server.url()).await.unwrap();
     let via_proxy = ZkStore::connect(&format!("zk://{}?timeout=1s", proxy.addr()))

@@ -8,7 +8,6 @@ mod common;
 
 use std::time::Duration;
 
-use common::ZkServer;
 use tenure::testkit::{
     self, expect_hint, expect_quiet, expect_written, held_by, next_change, write_seen_on_feed,
     TcpProxy,
@@ -73,7 +72,7 @@ async fn foreign_nodes_under_the_prefix_do_not_stop_the_feed() {
 /// writes are reported again.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_connection_resyncs_and_the_feed_goes_on() {
-    let server = ZkServer::start();
+    let server = common::Zk::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
     let watcher = ZkStore::connect(&format!(
         "zk://{}/feed?timeout=1s&session_timeout=30s",

@@ -8,11 +8,9 @@ mod common;
 use tenure::testkit::scenarios;
 use tenure_zookeeper::ZkStore;
 
-use common::ZkServer;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_keeps_one_leader_and_the_token_sequence() {
-    let mut server = ZkServer::start();
+    let mut server = common::Zk::start();
     let url = format!("{}?timeout=1s", server.url());
     let (a, b) = (ZkStore::connect(&url), ZkStore::connect(&url));
     let (a, b) = (a.await.unwrap(), b.await.unwrap());

@@ -83,11 +83,10 @@ impl Raw {
 #[allow(unused_imports, reason = "not every test binary uses them")]
 pub use tenure::testkit::scenarios::{elector, one_leader};
 
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tenure::testkit::{free_port, ServerProcess, TempDir};
+use tenure::testkit::{free_port, Launch, PrivateServer, TempDir};
 
 /// Where Debian's ZooKeeper jar and a logging backend are (what
 /// `scripts/servers.sh` installs); `TENURE_ZOOKEEPER_CLASSPATH` overrides.
@@ -97,33 +96,41 @@ fn classpath() -> String {
 }
 
 /// A private standalone ZooKeeper on a free port whose data directory
-/// survives restarts, killed by PID on drop. Sessions may be as short as
-/// 1 s (tickTime 500 ms).
-pub struct ZkServer {
+/// survives restarts. Sessions may be as short as 1 s (tickTime 500 ms).
+pub type ZkServer = PrivateServer<Zk>;
+
+/// How to run a private standalone ZooKeeper.
+pub struct Zk {
     pub port: u16,
     dir: TempDir,
-    child: ServerProcess,
 }
 
-impl ZkServer {
+impl Zk {
     pub fn start() -> ZkServer {
-        let dir = TempDir::new("zookeeper");
-        let port = free_port();
-        let cfg = format!(
-            "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=60000\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n",
-            dir.path().join("data").display()
-        );
-        std::fs::write(dir.path().join("zoo.cfg"), cfg).expect("zoo.cfg");
-        let mut s = ZkServer {
-            port,
-            dir,
-            child: ServerProcess::default(),
-        };
-        s.spawn();
-        s
+        PrivateServer::start(Zk {
+            port: free_port(),
+            dir: TempDir::new("zookeeper"),
+        })
     }
 
-    fn spawn(&mut self) {
+    pub fn url(&self) -> String {
+        format!("zk://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Launch for Zk {
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn command(&self) -> Command {
+        let cfg = format!(
+            "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=60000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n",
+            self.dir.path().join("data").display(),
+            self.port
+        );
+        let zoo_cfg = self.dir.path().join("zoo.cfg");
+        std::fs::write(&zoo_cfg, cfg).expect("zoo.cfg");
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log");
         let mut cmd = Command::new("java");
         cmd.args([
@@ -133,12 +140,13 @@ impl ZkServer {
         ])
         .arg(classpath())
         .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-        .arg(self.dir.path().join("zoo.cfg"))
+        .arg(zoo_cfg)
         .stdout(Stdio::null())
         .stderr(log);
-        self.child
-            .start(&mut cmd)
-            .expect("java is installed (scripts/servers.sh installs ZooKeeper)");
+        cmd
+    }
+
+    fn wait_until_serving(&self) {
         for _ in 0..600 {
             if serving(self.port) {
                 return;
@@ -146,25 +154,6 @@ impl ZkServer {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("ZooKeeper on port {} did not start in 30 s", self.port);
-    }
-
-    pub fn url(&self) -> String {
-        format!("zk://127.0.0.1:{}", self.port)
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    /// SIGKILL; the data directory stays.
-    pub fn kill(&mut self) {
-        self.child.kill();
-    }
-
-    /// Starts again on the same port and data.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
     }
 }
 
@@ -185,14 +174,4 @@ pub fn serving(port: u16) -> bool {
 /// A prefix node of its own for a test on the shared server.
 pub fn unique_prefix(label: &str) -> String {
     format!("/tenure-{label}-{:x}", tenure::testkit::unique_suffix())
-}
-
-impl tenure::testkit::scenarios::Restart for ZkServer {
-    fn kill(&mut self) {
-        ZkServer::kill(self);
-    }
-
-    fn restart(&mut self) {
-        ZkServer::restart(self);
-    }
 }

@@ -61,6 +61,7 @@ mod hand_over;
 mod hostile_password;
 pub mod many_groups;
 mod polled;
+mod private_server;
 mod proxy;
 mod sample;
 pub mod scenarios;
@@ -79,6 +80,7 @@ pub use hostile_password::{
     assert_hostile_password_handled, assert_password_never_shown, assert_raw_password_refused,
     assert_url_refusals, HOSTILE_PASSWORD, HOSTILE_PASSWORD_ESCAPED, REFUSED_URL_PASSWORD,
 };
+pub use private_server::{Launch, PrivateServer};
 pub use proxy::{HttpFront, TcpProxy};
 pub use sample::sample_record;
 pub use servers::server_url;
