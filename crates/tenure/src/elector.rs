@@ -32,6 +32,14 @@ enum Backend {
     Coordinator(Box<dyn Coordinator>),
 }
 
+/// What runs an elector's campaign: the engine of its store (its machine
+/// among the engine's groups), or a coordinator that decides leadership
+/// itself.
+enum Runner {
+    Engine(Arc<EngineShared>),
+    Coordinator(Box<dyn Coordinator>),
+}
+
 /// Configures and starts an [`Elector`]; see [`Elector::builder`].
 pub struct ElectorBuilder {
     backend: Backend,
@@ -139,11 +147,11 @@ impl ElectorBuilder {
                 self.metadata.clone(),
             )
         };
-        // The engine that will run this elector's machine, or the
-        // coordinator that decides leadership itself.
-        let engine = match self.backend {
-            Backend::Coordinator(coordinator) => Err(coordinator),
-            Backend::Lease(store) => Ok(EngineShared::for_store(store, &self.clock, &runtime)),
+        let runner = match self.backend {
+            Backend::Coordinator(coordinator) => Runner::Coordinator(coordinator),
+            Backend::Lease(store) => {
+                Runner::Engine(EngineShared::for_store(store, &self.clock, &runtime))
+            }
             Backend::Engine(engine) => {
                 if !std::ptr::addr_eq(Arc::as_ptr(&engine.clock), Arc::as_ptr(&self.clock)) {
                     return Err(ConfigError::timing(
@@ -151,11 +159,11 @@ impl ElectorBuilder {
                     )
                     .into());
                 }
-                Ok(engine)
+                Runner::Engine(engine)
             }
         };
-        let (link, engine) = match engine {
-            Err(coordinator) => {
+        let (link, engine) = match runner {
+            Runner::Coordinator(coordinator) => {
                 let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
                 let (drained_tx, drained_rx) = mpsc::unbounded_channel();
                 let session =
@@ -163,7 +171,7 @@ impl ElectorBuilder {
                 runtime.spawn(coordinator.run(session));
                 (Link::Channel(cmd_tx), None)
             }
-            Ok(engine) => {
+            Runner::Engine(engine) => {
                 let id = engine.next_id();
                 let session = make_session(
                     DrainedTo::Engine {

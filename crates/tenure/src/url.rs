@@ -454,30 +454,27 @@ pub fn mask_key_id(id: &str) -> String {
 }
 
 /// Drops `user:password@` from a URL (an endpoint option, say), in case
-/// one was given, and masks what else [`redact`] masks.
+/// one was given; the rest is kept as it is.
 ///
 /// Where the user info cannot be told apart (a raw `@` after the host: a
-/// password's raw `/ ? #`, or an `@` in the query), this is [`redact`]'s
-/// result: never a piece of a secret, at the price of masking more.
+/// password's raw `/ ? #`, or an `@` in the query), or the text before
+/// `://` is no scheme, this is [`redact`]'s result instead: never a piece
+/// of a secret, at the price of masking more.
 ///
 /// ```
-/// # #![allow(deprecated)]
 /// use tenure::url::strip_userinfo;
-/// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y=1"), "http://h:9000/x?y=1");
+/// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y"), "http://h:9000/x?y");
+/// assert_eq!(strip_userinfo("http://h:9000"), "http://h:9000");
 /// assert_eq!(strip_userinfo("http://u:pa/ss?#x@h:9000"), "http://u:***@h:9000");
 /// assert_eq!(strip_userinfo("http://h:9000/?token=a@b"), "http://h:***");
 /// ```
-#[deprecated(
-    since = "0.1.0",
-    note = "use redact: stripping cannot always tell the user info from an @ in the path or query"
-)]
 pub fn strip_userinfo(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| is_scheme(s)) else {
         return redact(url);
     };
     match split_userinfo(rest) {
-        Ok((Some(_), after)) => redact(&format!("{scheme}://{after}")),
-        _ => redact(url),
+        Ok((_, after)) => format!("{scheme}://{after}"),
+        Err(_) => redact(url),
     }
 }
 
