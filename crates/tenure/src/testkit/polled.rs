@@ -12,7 +12,7 @@ use crate::role::Role;
 use crate::store::LeaseStore;
 use crate::term::Term;
 
-use super::scenarios::elector;
+use super::scenarios::{elector, leads_within};
 use super::{TcpProxy, TermLog};
 
 /// What [`graceful_stop_hands_over_within_one_poll`] leaves for the test
@@ -28,6 +28,39 @@ pub struct PolledHandOver {
     pub took: Duration,
 }
 
+/// Two candidates of a fresh group, `a` leading and `b` waiting, watched.
+struct Standing {
+    group: GroupName,
+    a: Elector,
+    a_term: Term,
+    b: Elector,
+    log: TermLog,
+}
+
+/// Starts `a` on store `a` and, once it leads, `b` on store `b`, both with
+/// `term`, for a fresh group named after `label`; gives `b` half a second
+/// to see `a` lead.
+async fn a_leads_b_waits(
+    a: impl LeaseStore,
+    b: impl LeaseStore,
+    label: &str,
+    term: Duration,
+) -> Standing {
+    let group = super::unique_group(label);
+    let a = elector(a, &group, "a", term);
+    let a_term = leads_within(&a, Duration::from_secs(10), "a elected").await;
+    let b = elector(b, &group, "b", term);
+    let log = TermLog::watch(&[&a, &b]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Standing {
+        group,
+        a,
+        a_term,
+        b,
+        log,
+    }
+}
+
 /// Two candidates on stores `a` and `b`, with the default term: `a` leads,
 /// `b` waits; `a` stops gracefully, releasing the lease, and `b`, polling,
 /// takes over within one poll (and a second of round trips), far sooner
@@ -38,22 +71,17 @@ pub async fn graceful_stop_hands_over_within_one_poll(
     b: impl LeaseStore,
     name: &str,
 ) -> PolledHandOver {
-    let group = super::unique_group("handover");
     let term = Config::default().term;
-    let a = elector(a, &group, "a", term);
-    let a_term = tokio::time::timeout(Duration::from_secs(10), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .expect("a running");
-    let b = elector(b, &group, "b", term);
-    let log = TermLog::watch(&[&a, &b]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let Standing {
+        group,
+        a,
+        a_term,
+        b,
+        log,
+    } = a_leads_b_waits(a, b, "handover", term).await;
     let t0 = Instant::now();
     a.shutdown().await;
-    let b_term = tokio::time::timeout(Duration::from_secs(15), b.wait_for_leadership())
-        .await
-        .expect("b takes over")
-        .expect("b running");
+    let b_term = leads_within(&b, Duration::from_secs(15), "b takes over").await;
     let took = t0.elapsed();
     let poll = b.timing().bounds().graceful_failover_polling;
     eprintln!(
@@ -88,23 +116,19 @@ pub async fn crashed_leader_replaced_within_the_bound(
     proxy: &TcpProxy,
     name: &str,
 ) -> Duration {
-    let group = super::unique_group("crash");
     let term = Duration::from_secs(3);
-    let a = elector(via_proxy, &group, "a", term);
-    let a_term = tokio::time::timeout(Duration::from_secs(10), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .expect("a running");
-    let b = elector(direct, &group, "b", term);
-    let log = TermLog::watch(&[&a, &b]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let Standing {
+        a, a_term, b, log, ..
+    } = a_leads_b_waits(via_proxy, direct, "crash", term).await;
     assert!(matches!(b.role(), Role::Follower { .. }), "{:?}", b.role());
     proxy.cut();
     let cut = Instant::now();
-    let b_term = tokio::time::timeout(Duration::from_secs(20), b.wait_for_leadership())
-        .await
-        .expect("b takes over the expired lease")
-        .expect("b running");
+    let b_term = leads_within(
+        &b,
+        Duration::from_secs(20),
+        "b takes over the expired lease",
+    )
+    .await;
     let took = cut.elapsed();
     let bound = b.timing().bounds().crash_failover;
     eprintln!("{name}, takeover after the leader was cut off: {took:?} (bound {bound:?})");

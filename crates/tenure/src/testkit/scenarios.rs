@@ -11,6 +11,7 @@ use crate::engine::EngineStats;
 use crate::record::GroupName;
 use crate::role::Role;
 use crate::store::LeaseStore;
+use crate::term::Term;
 
 pub use super::polled::{
     crashed_leader_replaced_within_the_bound, graceful_stop_hands_over_within_one_poll,
@@ -28,6 +29,15 @@ pub fn elector(store: impl LeaseStore, group: &GroupName, id: &str, term: Durati
         .config(Config::new(term))
         .start()
         .expect("a valid configuration")
+}
+
+/// Waits up to `within` for `elector` to lead and returns its term;
+/// panics with `what` if it does not, or if the elector stops.
+pub async fn leads_within(elector: &Elector, within: Duration, what: &str) -> Term {
+    tokio::time::timeout(within, elector.wait_for_leadership())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {within:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// Waits until exactly one of `electors` leads and returns its index;
@@ -67,10 +77,7 @@ pub async fn graceful_handover_via_feed(
     let group = super::unique_group("handover");
     let term = Duration::from_secs(60);
     let a = elector(a, &group, "a", term);
-    let a_term = tokio::time::timeout(Duration::from_secs(5), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .expect("a running");
+    let a_term = leads_within(&a, Duration::from_secs(5), "a elected").await;
     let b = elector(b, &group, "b", term);
     let poll = b.timing().bounds().graceful_failover_polling;
     let mut roles = b.watch_role();
@@ -86,10 +93,7 @@ pub async fn graceful_handover_via_feed(
 
     let t0 = Instant::now();
     a.shutdown().await;
-    let b_term = tokio::time::timeout(Duration::from_secs(10), b.wait_for_leadership())
-        .await
-        .expect("b elected")
-        .expect("b running");
+    let b_term = leads_within(&b, Duration::from_secs(10), "b elected").await;
     let took = t0.elapsed();
     assert!(
         took < within,
@@ -132,10 +136,7 @@ pub async fn cut_off_leader_stops_first(
     let group = super::unique_group("cutoff");
     let term = Duration::from_secs(2);
     let a = elector(via_proxy, &group, "a", term);
-    let a_term = tokio::time::timeout(Duration::from_secs(5), a.wait_for_leadership())
-        .await
-        .expect("a elected")
-        .expect("a running");
+    let a_term = leads_within(&a, Duration::from_secs(5), "a elected").await;
     let b = elector(direct, &group, "b", term);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(a.is_leader() && !b.is_leader());
@@ -143,10 +144,7 @@ pub async fn cut_off_leader_stops_first(
     let clock = SystemClock;
     let t_cut = clock.now().mono;
     proxy.cut();
-    let b_term = tokio::time::timeout(Duration::from_secs(15), b.wait_for_leadership())
-        .await
-        .expect("b elected")
-        .expect("b running");
+    let b_term = leads_within(&b, Duration::from_secs(15), "b elected").await;
     // Read at once, long before b's first renewal (a third of a term on):
     // b's deadline is then its acquiring write's send instant plus the
     // validity, so this is that send instant.
