@@ -3,8 +3,8 @@
 //! whether it overrides the defaults or not.
 
 use super::{
-    applied, conflicted, expect_record, held_by, released, CaseFuture, CaseResult, Ctx, Harness,
-    Run, Verdict,
+    applied, conflicted, expect_record, held_by, released, write_applies, CaseFuture, CaseResult,
+    Ctx, Harness, Run, Verdict,
 };
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
@@ -66,14 +66,8 @@ async fn batch_read<H: Harness>(h: &H, run: &Run) -> CaseResult {
     );
     // Records are built once: each carries the wall time it was made at.
     let (x3, r9) = (held_by("x", 3), released(9));
-    let va = applied(
-        s.compare_and_swap(&a, None, &x3).await.ctx("write a")?,
-        "write a",
-    )?;
-    let vb = applied(
-        s.compare_and_swap(&b, None, &r9).await.ctx("write b")?,
-        "write b",
-    )?;
+    let va = write_applies(&s, &a, None, &x3, "write a").await?;
+    let vb = write_applies(&s, &b, None, &r9, "write b").await?;
     h.plant_raw(&bad, b"\x00not a tenure record").await;
     let groups = vec![a.clone(), empty.clone(), bad.clone(), b.clone(), a.clone()];
     let got = one_each(s.read_many(&groups).await, groups.len(), "read_many")?;
@@ -117,30 +111,10 @@ async fn batch_cas_independent<H: Harness>(h: &H, run: &Run) -> CaseResult {
         run.group("batch-cas-taken")?,
     );
     let (a1, b1, b2) = (held_by("a", 1), held_by("b", 1), held_by("b", 2));
-    let v_held = applied(
-        s.compare_and_swap(&held, None, &a1)
-            .await
-            .ctx("prepare held")?,
-        "prepare held",
-    )?;
-    let v_stale = applied(
-        s.compare_and_swap(&stale, None, &a1)
-            .await
-            .ctx("prepare stale")?,
-        "prepare stale",
-    )?;
-    let v_stale_now = applied(
-        s.compare_and_swap(&stale, Some(v_stale), &a1)
-            .await
-            .ctx("move stale on")?,
-        "move stale on",
-    )?;
-    applied(
-        s.compare_and_swap(&taken, None, &a1)
-            .await
-            .ctx("prepare taken")?,
-        "prepare taken",
-    )?;
+    let v_held = write_applies(&s, &held, None, &a1, "prepare held").await?;
+    let v_stale = write_applies(&s, &stale, None, &a1, "prepare stale").await?;
+    let v_stale_now = write_applies(&s, &stale, Some(v_stale), &a1, "move stale on").await?;
+    write_applies(&s, &taken, None, &a1, "prepare taken").await?;
     let batch = vec![
         request(&fresh, None, b1.clone()),
         request(&held, Some(v_held), a1.clone()),

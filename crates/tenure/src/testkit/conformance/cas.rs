@@ -24,12 +24,7 @@ pub(super) async fn acquire_on_empty<H: Harness>(h: &H, run: &Run) -> CaseResult
         "read of a never-written group returned {before:?}, expected None"
     );
     let rec = held_by("a", 1);
-    let v = applied(
-        s.compare_and_swap(&g, None, &rec)
-            .await
-            .ctx("CAS(None) on an empty group")?,
-        "CAS(None) on an empty group",
-    )?;
+    let v = write_applies(&s, &g, None, &rec, "CAS(None) on an empty group").await?;
     expect_record(&s, &g, &rec, v, "read after acquiring").await?;
     let other = h.store().await;
     expect_record(
@@ -50,12 +45,7 @@ pub(super) async fn conflict<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let empty = run.group("conflict-empty")?;
     for guess in wrong_versions(None) {
         let what = format!("CAS({guess}) on a never-written group");
-        conflicted(
-            s.compare_and_swap(&empty, Some(guess), &held_by("x", 1))
-                .await
-                .ctx(&what)?,
-            &what,
-        )?;
+        write_conflicts(&s, &empty, Some(guess), &held_by("x", 1), &what).await?;
     }
     let after = s.read(&empty).await.ctx("read after refused writes")?;
     ensure!(
@@ -65,27 +55,19 @@ pub(super) async fn conflict<H: Harness>(h: &H, run: &Run) -> CaseResult {
 
     let g = run.group("conflict")?;
     let rec = held_by("a", 1);
-    let v = applied(
-        s.compare_and_swap(&g, None, &rec)
-            .await
-            .ctx("first CAS(None)")?,
-        "first CAS(None)",
-    )?;
-    conflicted(
-        s.compare_and_swap(&g, None, &held_by("b", 2))
-            .await
-            .ctx("CAS(None) over an existing record")?,
+    let v = write_applies(&s, &g, None, &rec, "first CAS(None)").await?;
+    write_conflicts(
+        &s,
+        &g,
+        None,
+        &held_by("b", 2),
         "CAS(None) over an existing record",
-    )?;
+    )
+    .await?;
     expect_record(&s, &g, &rec, v, "read after a refused CAS(None)").await?;
     for guess in wrong_versions(Some(v)) {
         let what = format!("CAS({guess}) when the version is {v}");
-        conflicted(
-            s.compare_and_swap(&g, Some(guess), &held_by("b", 2))
-                .await
-                .ctx(&what)?,
-            &what,
-        )?;
+        write_conflicts(&s, &g, Some(guess), &held_by("b", 2), &what).await?;
     }
     expect_record(&s, &g, &rec, v, "read after refused wrong-version writes").await?;
     Ok(Verdict::Pass)
@@ -97,19 +79,18 @@ pub(super) async fn renew_keeps_token<H: Harness>(h: &H, run: &Run) -> CaseResul
     let s = h.store().await;
     let g = run.group("renew")?;
     let first = held_by("a", 7);
-    let v1 = applied(
-        s.compare_and_swap(&g, None, &first).await.ctx("acquire")?,
-        "acquire",
-    )?;
+    let v1 = write_applies(&s, &g, None, &first, "acquire").await?;
     let mut renewal = first.clone();
     renewal.renewed_at = first.renewed_at + Duration::from_millis(3_000);
     renewal.expires_at = renewal.renewed_at + renewal.term;
-    let v2 = applied(
-        s.compare_and_swap(&g, Some(v1), &renewal)
-            .await
-            .ctx("renewal with the current version")?,
+    let v2 = write_applies(
+        &s,
+        &g,
+        Some(v1),
+        &renewal,
         "renewal with the current version",
-    )?;
+    )
+    .await?;
     ensure!(
         v2 != v1,
         "the renewal applied but the version stayed {v1}: every applied write must change the version"
@@ -119,12 +100,14 @@ pub(super) async fn renew_keeps_token<H: Harness>(h: &H, run: &Run) -> CaseResul
         read_some(&s, &g, "read after renewal").await?.record.token == 7,
         "the renewal changed the token"
     );
-    conflicted(
-        s.compare_and_swap(&g, Some(v1), &renewal)
-            .await
-            .ctx("a second renewal with the pre-renewal version")?,
+    write_conflicts(
+        &s,
+        &g,
+        Some(v1),
+        &renewal,
         "a second renewal with the pre-renewal version",
-    )?;
+    )
+    .await?;
     Ok(Verdict::Pass)
 }
 
@@ -134,12 +117,7 @@ pub(super) async fn takeover_raises_token<H: Harness>(h: &H, run: &Run) -> CaseR
     let a = h.store().await;
     let b = h.store().await;
     let g = run.group("takeover")?;
-    let v1 = applied(
-        a.compare_and_swap(&g, None, &held_by("a", 1))
-            .await
-            .ctx("a acquires")?,
-        "a acquires",
-    )?;
+    let v1 = write_applies(&a, &g, None, &held_by("a", 1), "a acquires").await?;
     let seen = read_some(&b, &g, "b reads a's record").await?;
     ensure!(
         seen.version == v1,
@@ -147,19 +125,23 @@ pub(super) async fn takeover_raises_token<H: Harness>(h: &H, run: &Run) -> CaseR
         seen.version
     );
     let takeover = held_by("b", seen.record.token + 1);
-    let v2 = applied(
-        b.compare_and_swap(&g, Some(seen.version), &takeover)
-            .await
-            .ctx("b takes over with token + 1")?,
+    let v2 = write_applies(
+        &b,
+        &g,
+        Some(seen.version),
+        &takeover,
         "b takes over with token + 1",
-    )?;
+    )
+    .await?;
     expect_record(&a, &g, &takeover, v2, "a reads after b's takeover").await?;
-    conflicted(
-        a.compare_and_swap(&g, Some(v1), &held_by("a", 1))
-            .await
-            .ctx("a renews with its stale version")?,
+    write_conflicts(
+        &a,
+        &g,
+        Some(v1),
+        &held_by("a", 1),
         "a renews with its stale version after b took over",
-    )?;
+    )
+    .await?;
     expect_record(&b, &g, &takeover, v2, "read after a's refused renewal").await?;
     Ok(Verdict::Pass)
 }
@@ -170,19 +152,9 @@ pub(super) async fn release_then_acquire<H: Harness>(h: &H, run: &Run) -> CaseRe
     let a = h.store().await;
     let b = h.store().await;
     let g = run.group("release")?;
-    let v1 = applied(
-        a.compare_and_swap(&g, None, &held_by("a", 3))
-            .await
-            .ctx("a acquires")?,
-        "a acquires",
-    )?;
+    let v1 = write_applies(&a, &g, None, &held_by("a", 3), "a acquires").await?;
     let rel = released(3);
-    let v2 = applied(
-        a.compare_and_swap(&g, Some(v1), &rel)
-            .await
-            .ctx("a releases")?,
-        "a releases",
-    )?;
+    let v2 = write_applies(&a, &g, Some(v1), &rel, "a releases").await?;
     ensure!(v2 != v1, "the release applied but the version stayed {v1}");
     expect_record(
         &b,
@@ -192,19 +164,16 @@ pub(super) async fn release_then_acquire<H: Harness>(h: &H, run: &Run) -> CaseRe
         "b reads the released record (it must not be deleted)",
     )
     .await?;
-    conflicted(
-        b.compare_and_swap(&g, None, &held_by("b", 1))
-            .await
-            .ctx("CAS(None) over a released record")?,
-        "CAS(None) over a released record (a release must not delete the record, or tokens restart)",
-    )?;
+    write_conflicts(&b, &g, None, &held_by("b", 1), "CAS(None) over a released record (a release must not delete the record, or tokens restart)").await?;
     let next = held_by("b", 4);
-    let v3 = applied(
-        b.compare_and_swap(&g, Some(v2), &next)
-            .await
-            .ctx("b acquires the released lease with token + 1")?,
+    let v3 = write_applies(
+        &b,
+        &g,
+        Some(v2),
+        &next,
         "b acquires the released lease with token + 1",
-    )?;
+    )
+    .await?;
     expect_record(&a, &g, &next, v3, "a reads b's record").await?;
     Ok(Verdict::Pass)
 }
@@ -243,12 +212,14 @@ pub(super) async fn record_round_trip<H: Harness>(h: &H, run: &Run) -> CaseResul
         incarnation: u64::MAX,
     });
     rec.metadata = md;
-    let v = applied(
-        s.compare_and_swap(&g, None, &rec)
-            .await
-            .ctx("write of a record with 4 KiB of metadata")?,
+    let v = write_applies(
+        &s,
+        &g,
+        None,
+        &rec,
         "write of a record with 4 KiB of metadata",
-    )?;
+    )
+    .await?;
     expect_record(&s, &g, &rec, v, "read of a record with 4 KiB of metadata").await?;
 
     // Tokens near the top of the range survive too (2^53 + 1 above is the
@@ -256,12 +227,14 @@ pub(super) async fn record_round_trip<H: Harness>(h: &H, run: &Run) -> CaseResul
     let mut top = held_by("b", u64::MAX - 1);
     top.renewed_at = WallTime::from_millis(u64::MAX / 2);
     top.expires_at = top.renewed_at + top.term;
-    let v2 = applied(
-        s.compare_and_swap(&g, Some(v), &top)
-            .await
-            .ctx("write of a record with token u64::MAX - 1")?,
+    let v2 = write_applies(
+        &s,
+        &g,
+        Some(v),
+        &top,
         "write of a record with token u64::MAX - 1",
-    )?;
+    )
+    .await?;
     let other = h.store().await;
     expect_record(
         &other,
@@ -341,10 +314,7 @@ pub(super) async fn odd_group_names<H: Harness>(h: &H, run: &Run) -> CaseResult 
     for (i, g) in names.iter().enumerate() {
         let rec = held_by("a", i as u64 + 1);
         let what = format!("CAS(None) on group {:?}", g.as_str());
-        versions.push(applied(
-            s.compare_and_swap(g, None, &rec).await.ctx(&what)?,
-            &what,
-        )?);
+        versions.push(write_applies(&s, g, None, &rec, &what).await?);
     }
     // Read everything back after all writes, so a collision shows as a
     // wrong token.
@@ -361,13 +331,7 @@ pub(super) async fn odd_group_names<H: Harness>(h: &H, run: &Run) -> CaseResult 
             i + 1
         );
         let what = format!("renewal on group {:?}", g.as_str());
-        applied(
-            other
-                .compare_and_swap(g, Some(*v), &held_by("a", i as u64 + 1))
-                .await
-                .ctx(&what)?,
-            &what,
-        )?;
+        write_applies(&other, g, Some(*v), &held_by("a", i as u64 + 1), &what).await?;
     }
     Ok(Verdict::Pass)
 }
@@ -379,12 +343,7 @@ pub(super) async fn versions_change<H: Harness>(h: &H, run: &Run) -> CaseResult 
     let g = run.group("versions")?;
     let mut seen = Vec::new();
     let mut token = 1;
-    let mut current = applied(
-        s.compare_and_swap(&g, None, &held_by("a", token))
-            .await
-            .ctx("acquire")?,
-        "acquire",
-    )?;
+    let mut current = write_applies(&s, &g, None, &held_by("a", token), "acquire").await?;
     seen.push(current);
     for i in 0..24 {
         // Renew, release, take over: every kind of write.
@@ -397,12 +356,7 @@ pub(super) async fn versions_change<H: Harness>(h: &H, run: &Run) -> CaseResult 
             }
         };
         let what = format!("write {} (token {token})", i + 2);
-        let next = applied(
-            s.compare_and_swap(&g, Some(current), &rec)
-                .await
-                .ctx(&what)?,
-            &what,
-        )?;
+        let next = write_applies(&s, &g, Some(current), &rec, &what).await?;
         ensure!(
             !seen.contains(&next),
             "{what} returned {next}, a version the group already had ({seen:?}): \
@@ -416,12 +370,7 @@ pub(super) async fn versions_change<H: Harness>(h: &H, run: &Run) -> CaseResult 
     ensure!(unique.len() == seen.len(), "versions repeated: {seen:?}");
     for stale in &seen[..seen.len() - 1] {
         let what = format!("CAS with the stale version {stale}");
-        conflicted(
-            s.compare_and_swap(&g, Some(*stale), &held_by("late", token + 1))
-                .await
-                .ctx(&what)?,
-            &what,
-        )?;
+        write_conflicts(&s, &g, Some(*stale), &held_by("late", token + 1), &what).await?;
     }
     Ok(Verdict::Pass)
 }

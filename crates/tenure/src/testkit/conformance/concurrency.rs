@@ -101,12 +101,7 @@ pub(super) async fn concurrent_acquire<H: Harness>(h: &H, run: &Run) -> CaseResu
 pub(super) async fn concurrent_takeover<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let g = run.group("race-takeover")?;
     let s = h.store().await;
-    let mut version = applied(
-        s.compare_and_swap(&g, None, &held_by("first", 1))
-            .await
-            .ctx("initial acquire")?,
-        "initial acquire",
-    )?;
+    let mut version = write_applies(&s, &g, None, &held_by("first", 1), "initial acquire").await?;
     for round in 0..5u64 {
         let token = round + 2;
         let results = race(h, &g, Some(version), token).await?;

@@ -42,12 +42,14 @@ pub(super) async fn undecodable<H: Harness>(
             }
         }
     }
-    conflicted(
-        s.compare_and_swap(g, None, &held_by("a", 1))
-            .await
-            .ctx("CAS(None) over an undecodable record")?,
+    write_conflicts(
+        &s,
+        g,
+        None,
+        &held_by("a", 1),
         "CAS(None) over an undecodable record",
-    )?;
+    )
+    .await?;
     let raw = h.read_raw(g).await;
     ensure!(
         raw.as_deref() == Some(bytes),
@@ -189,12 +191,14 @@ pub(super) async fn elector_never_overwrites_undecodable<H: Harness>(
     // B: the candidate saw a valid record held by another, then the record
     // became undecodable before the holder's term ran out.
     let g = run.group("elector-went-bad")?;
-    applied(
-        s.compare_and_swap(&g, None, &held_by("other", 5))
-            .await
-            .ctx("write of the other holder's record")?,
+    write_applies(
+        &s,
+        &g,
+        None,
+        &held_by("other", 5),
         "write of the other holder's record",
-    )?;
+    )
+    .await?;
     let mut clock = 1;
     let mut m = Machine::new(timing, me, Metadata::new(), 2, start);
     let first = drive_machine(&mut m, &s, &g, &mut clock, Duration::ZERO, 4).await;

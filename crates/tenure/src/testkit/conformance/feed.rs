@@ -58,22 +58,24 @@ pub(super) async fn changes_feed<H: Harness>(h: &H, run: &Run) -> CaseResult {
     // Extra hints are allowed; let any that come with subscribing pass, so
     // the hint checked below is the write's.
     drain(&mut feed).await?;
-    let v1 = applied(
-        writer
-            .compare_and_swap(&g, None, &held_by("a", 1))
-            .await
-            .ctx("the other handle's first write")?,
+    let v1 = write_applies(
+        &writer,
+        &g,
+        None,
+        &held_by("a", 1),
         "the other handle's first write",
-    )?;
+    )
+    .await?;
     hint(&mut feed, "after another handle's first write").await?;
     drain(&mut feed).await?;
-    applied(
-        writer
-            .compare_and_swap(&g, Some(v1), &released(1))
-            .await
-            .ctx("the other handle's release")?,
+    write_applies(
+        &writer,
+        &g,
+        Some(v1),
+        &released(1),
         "the other handle's release",
-    )?;
+    )
+    .await?;
     hint(&mut feed, "after another handle's release").await?;
     Ok(Verdict::Pass)
 }
@@ -133,21 +135,9 @@ pub(super) async fn watch_reports_writes<H: Harness>(h: &H, run: &Run) -> CaseRe
     };
     let (a, b) = (run.group("watch-a")?, run.group("watch-b")?);
     let (w1, w5) = (held_by("w", 1), held_by("w", 5));
-    let v1 = applied(
-        writer
-            .compare_and_swap(&a, None, &w1)
-            .await
-            .ctx("first write")?,
-        "first write",
-    )?;
+    let v1 = write_applies(&writer, &a, None, &w1, "first write").await?;
     report_of(&mut feed, &a, v1, &w1, "a first write").await?;
-    let v2 = applied(
-        writer
-            .compare_and_swap(&a, Some(v1), &w1)
-            .await
-            .ctx("renewal")?,
-        "renewal",
-    )?;
+    let v2 = write_applies(&writer, &a, Some(v1), &w1, "renewal").await?;
     report_of(&mut feed, &a, v2, &w1, "a renewal").await?;
     let batch = vec![
         request(&b, None, w5.clone()),

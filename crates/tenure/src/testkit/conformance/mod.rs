@@ -97,6 +97,36 @@ fn conflicted(outcome: CasOutcome, what: &str) -> Result<(), String> {
     }
 }
 
+/// Writes `record` to `g` expecting `expected`; the write must apply.
+/// `what` names the step in a failure.
+async fn write_applies<S: LeaseStore>(
+    s: &S,
+    g: &GroupName,
+    expected: Option<Version>,
+    record: &LeaseRecord,
+    what: &str,
+) -> Result<Version, String> {
+    applied(
+        s.compare_and_swap(g, expected, record).await.ctx(what)?,
+        what,
+    )
+}
+
+/// Writes `record` to `g` expecting `expected`; the write must be refused
+/// as a conflict. `what` names the step in a failure.
+async fn write_conflicts<S: LeaseStore>(
+    s: &S,
+    g: &GroupName,
+    expected: Option<Version>,
+    record: &LeaseRecord,
+    what: &str,
+) -> Result<(), String> {
+    conflicted(
+        s.compare_and_swap(g, expected, record).await.ctx(what)?,
+        what,
+    )
+}
+
 /// Reads a record that must exist.
 async fn read_some<S: LeaseStore>(s: &S, g: &GroupName, what: &str) -> Result<Versioned, String> {
     s.read(g)
