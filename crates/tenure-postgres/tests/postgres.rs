@@ -32,6 +32,23 @@ async fn raw(url: &str) -> tokio_postgres::Client {
     raw
 }
 
+/// A store whose connections carry an application name of their own
+/// (`tenure_{label}_…`), to find them in `pg_stat_activity`; and the name.
+async fn named_store(url: &str, label: &str) -> (PostgresStore, String) {
+    let app = format!("tenure_{label}_{:x}", testkit::unique_suffix());
+    let store = PostgresStore::connect(&format!("{url}?application_name={app}"))
+        .await
+        .unwrap();
+    (store, app)
+}
+
+/// `SELECT aggregate FROM pg_stat_activity` over the connections of
+/// application `app`.
+async fn over_connections(admin: &tokio_postgres::Client, aggregate: &str, app: &str) -> i64 {
+    let sql = format!("SELECT {aggregate} FROM pg_stat_activity WHERE application_name = $1");
+    admin.query_one(&sql, &[&app]).await.unwrap().get(0)
+}
+
 /// An operator's open transaction holding a lease row's lock.
 struct RowLock(tokio_postgres::Client);
 
@@ -746,23 +763,13 @@ async fn forged_and_garbage_notifications_never_pass_for_records() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_listen_connection_reconnects_and_resyncs() {
     let Some(url) = url() else { return };
-    let app = format!("tenure_resync_{:x}", testkit::unique_suffix());
-    let watcher = PostgresStore::connect(&format!("{url}?application_name={app}"))
-        .await
-        .unwrap();
+    let (watcher, app) = named_store(&url, "resync").await;
     let mut feed = tenure::LeaseView::watch(&watcher)
         .await
         .unwrap()
         .expect("a feed");
-    let killed: i64 = raw(&url)
-        .await
-        .query_one(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
-            &[&app],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let admin = raw(&url).await;
+    let killed = over_connections(&admin, "count(pg_terminate_backend(pid))", &app).await;
     assert!(killed >= 1, "the watcher's connections were found");
     let writer = PostgresStore::connect(&url).await.unwrap();
     testkit::resyncs_then_carries_writes(
@@ -779,21 +786,11 @@ async fn a_lost_listen_connection_reconnects_and_resyncs() {
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_stay_bounded_whatever_the_number_of_groups() {
     let Some(url) = url() else { return };
-    let app = format!("tenure_pool_{:x}", testkit::unique_suffix());
-    let store = PostgresStore::connect(&format!("{url}?application_name={app}"))
-        .await
-        .unwrap();
+    let (store, app) = named_store(&url, "pool").await;
     let prefix = testkit::unique_group("pg-pool");
     let admin = raw(&url).await;
     let most = many_groups::peak_while_groups_lead(&store, prefix.as_str(), 500, || async {
-        let n: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-                &[&app],
-            )
-            .await
-            .unwrap()
-            .get(0);
+        let n = over_connections(&admin, "count(*)", &app).await;
         usize::try_from(n).expect("a count")
     })
     .await;
