@@ -117,6 +117,12 @@ async fn token_authentication_works_and_a_wrong_token_is_named() {
 /// refused by the server, and the store names the permission rather than
 /// reporting a bare timeout. A user who may not even ask JetStream is
 /// refused at connect, naming the permission.
+/// The URL of `rest` (a bucket and query) on `server` as `user`, whose
+/// password the tests' authorization blocks set to `{user}-pw`.
+fn as_user(server: &common::NatsServer, user: &str, rest: &str) -> String {
+    format!("nats://{user}:{user}-pw@127.0.0.1:{}/{rest}", server.port)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_permissions_are_named() {
     let server = common::Nats::with_config(
@@ -128,12 +134,8 @@ async fn refused_permissions_are_named() {
                 publish: { deny: [">"] }, subscribe: { allow: ["_INBOX.>"] } } }
         ] }"#,
     );
-    let url = |user: &str| {
-        format!(
-            "nats://{user}:{user}-pw@127.0.0.1:{}/perm?timeout=1s",
-            server.port
-        )
-    };
+    let url = |user: &str| as_user(&server, user, "perm?timeout=1s");
+    // The admin's connection creates the bucket.
     NatsStore::connect(&url("admin")).await.unwrap();
 
     let reader = NatsStore::connect(&url("reader")).await.unwrap();
@@ -284,12 +286,8 @@ async fn a_timeout_is_no_permission_error_because_another_key_was_refused() {
                 subscribe: { allow: ["_INBOX.>"] } } }
         ] }"#,
     );
-    let url = |user: &str| {
-        format!(
-            "nats://{user}:{user}-pw@127.0.0.1:{}/part?timeout=2s",
-            server.port
-        )
-    };
+    let url = |user: &str| as_user(&server, user, "part?timeout=2s");
+    // The admin's connection creates the bucket.
     NatsStore::connect(&url("admin")).await.unwrap();
     let store = NatsStore::connect(&url("some")).await.unwrap();
     let mine = GroupName::new("mine").unwrap();

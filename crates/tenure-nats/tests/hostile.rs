@@ -20,16 +20,30 @@ async fn next_change(feed: &mut tenure::StoreFeed) -> Change {
         .expect("the feed is open")
 }
 
+/// A bucket on the shared server made as `nats kv add` makes it (so that
+/// `nats kv purge` works), a store on it and raw access to it.
+struct OperatorBucket {
+    url: String,
+    store: NatsStore,
+    raw: async_nats::jetstream::kv::Store,
+}
+
+impl OperatorBucket {
+    async fn make(label: &str) -> Option<OperatorBucket> {
+        let url = common::shared_url(label)?;
+        let (server, bucket) = common::split_bucket(&url);
+        common::nats_kv_add(server, bucket).await;
+        let store = NatsStore::connect(&url).await.unwrap();
+        let raw = common::raw_bucket(server, bucket).await;
+        Some(OperatorBucket { url, store, raw })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn foreign_keys_and_values_neither_stop_nor_fool_the_feed_or_the_listing() {
-    let Some(url) = common::shared_url("hostile") else {
+    let Some(OperatorBucket { store, raw, .. }) = OperatorBucket::make("hostile").await else {
         return;
     };
-    let (server, bucket) = common::split_bucket(&url);
-    // Made as `nats kv add` makes it, so that `nats kv purge` works.
-    common::nats_kv_add(server, bucket).await;
-    let store = NatsStore::connect(&url).await.unwrap();
-    let raw = common::raw_bucket(server, bucket).await;
     let mut feed = store.watch().await.unwrap().expect("a feed");
 
     let run = testkit::unique_group("hostile");
@@ -123,13 +137,10 @@ async fn foreign_keys_and_values_neither_stop_nor_fool_the_feed_or_the_listing()
 /// elector reads and reports that error), never carries it as written.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deleted_purged_or_unknown_marker_is_an_error_never_a_fresh_start() {
-    let Some(url) = common::shared_url("deleted") else {
+    let Some(OperatorBucket { url, store, raw }) = OperatorBucket::make("deleted").await else {
         return;
     };
     let (server, bucket) = common::split_bucket(&url);
-    common::nats_kv_add(server, bucket).await;
-    let store = NatsStore::connect(&url).await.unwrap();
-    let raw = common::raw_bucket(server, bucket).await;
     let js = jetstream::new(
         async_nats::connect(server.trim_start_matches("nats://"))
             .await
