@@ -298,15 +298,13 @@ async fn an_operator_can_take_the_lease_by_hand_without_overlap() {
     // The next leader is whichever candidate wins once the operator's
     // record has stood for its term: b, or a, which stands again after
     // being ousted.
-    let next = tokio::time::timeout(Duration::from_secs(15), async {
-        tokio::select! {
-            t = a.wait_for_leadership() => t,
-            t = b.wait_for_leadership() => t,
-        }
-    })
-    .await
-    .expect("a candidate takes over once the operator's record expired")
-    .unwrap();
+    let next = scenarios::either_leads(
+        &a,
+        &b,
+        Duration::from_secs(15),
+        "a candidate takes over once the operator's record expired",
+    )
+    .await;
     assert!(
         edited.elapsed() >= term,
         "the next leader waited out the operator's term: {:?}",

@@ -40,15 +40,7 @@ async fn a_restarted_moto_loses_the_bucket_and_no_token_goes_back_in_running_can
     let term = Duration::from_secs(2);
     let a = scenarios::elector(store(&moto).await, &g, "a", term);
     let b = scenarios::elector(store(&moto).await, &g, "b", term);
-    let first = tokio::time::timeout(Duration::from_secs(10), async {
-        tokio::select! {
-            t = a.wait_for_leadership() => t,
-            t = b.wait_for_leadership() => t,
-        }
-    })
-    .await
-    .expect("someone leads")
-    .unwrap();
+    let first = scenarios::either_leads(&a, &b, Duration::from_secs(10), "someone leads").await;
     let old_token = first.token();
     let probe = store(&moto).await;
 
@@ -81,15 +73,13 @@ async fn a_restarted_moto_loses_the_bucket_and_no_token_goes_back_in_running_can
     // The operator recreates the bucket: the running candidates go on
     // above the tokens they saw.
     create_bucket(&moto.endpoint(), BUCKET).await;
-    let next = tokio::time::timeout(Duration::from_secs(20), async {
-        tokio::select! {
-            t = a.wait_for_leadership() => t,
-            t = b.wait_for_leadership() => t,
-        }
-    })
-    .await
-    .expect("someone leads once the bucket is back")
-    .unwrap();
+    let next = scenarios::either_leads(
+        &a,
+        &b,
+        Duration::from_secs(20),
+        "someone leads once the bucket is back",
+    )
+    .await;
     eprintln!(
         "after the loss: token {} (before: {old_token})",
         next.token()

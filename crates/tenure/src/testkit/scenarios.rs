@@ -40,6 +40,21 @@ pub async fn leads_within(elector: &Elector, within: Duration, what: &str) -> Te
         .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// Waits up to `within` for `a` or `b`, whichever first, to lead and
+/// returns that term; panics with `what` if neither does, or one stops.
+pub async fn either_leads(a: &Elector, b: &Elector, within: Duration, what: &str) -> Term {
+    let first = async {
+        tokio::select! {
+            t = a.wait_for_leadership() => t,
+            t = b.wait_for_leadership() => t,
+        }
+    };
+    tokio::time::timeout(within, first)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {within:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
 /// Waits until exactly one of `electors` leads and returns its index;
 /// panics if two ever lead at once, or nobody does within `within`.
 pub async fn one_leader(electors: &[&Elector], within: Duration) -> usize {
