@@ -460,13 +460,7 @@ async fn a_missing_table_is_a_clear_error_and_create_makes_it() {
         "already there"
     );
     let g = testkit::unique_group("fresh-table");
-    assert!(matches!(
-        stores[1]
-            .compare_and_swap(&g, None, &held_by("a", 1))
-            .await
-            .unwrap(),
-        CasOutcome::Applied(_)
-    ));
+    testkit::applied(&stores[1], &g, None, &held_by("a", 1)).await;
     delete_table(&client, &table).await;
 }
 
@@ -751,12 +745,7 @@ async fn a_restarted_server_is_transient_and_the_lease_survives() {
     server.start_again().await;
     let got = s.read(&g).await.unwrap().unwrap();
     assert_eq!(got.version, v);
-    assert!(matches!(
-        s.compare_and_swap(&g, Some(v), &held_by("a", 1))
-            .await
-            .unwrap(),
-        CasOutcome::Applied(_)
-    ));
+    testkit::applied(&s, &g, Some(v), &held_by("a", 1)).await;
 }
 
 /// HTTPS to a server whose certificate comes from a private CA: refused
@@ -796,12 +785,7 @@ async fn https_with_a_private_ca_needs_ca() {
     .await
     .expect("trusted with ca");
     let g = testkit::unique_group("tls");
-    assert!(matches!(
-        s.compare_and_swap(&g, None, &held_by("a", 1))
-            .await
-            .unwrap(),
-        CasOutcome::Applied(_)
-    ));
+    testkit::applied(&s, &g, None, &held_by("a", 1)).await;
     assert_eq!(s.read(&g).await.unwrap().unwrap().record.token, 1);
 }
 

@@ -102,12 +102,7 @@ async fn signed_requests_pass_and_wrong_keys_are_refused_clearly() {
     };
     let read = good.read(&g).await.expect("a signed read").unwrap();
     assert_eq!(read.version, v);
-    assert!(matches!(
-        good.compare_and_swap(&g, Some(v), &held_by("a", 1))
-            .await
-            .unwrap(),
-        CasOutcome::Applied(_)
-    ));
+    testkit::applied(&good, &g, Some(v), &held_by("a", 1)).await;
 
     let wrong_secret = format!("{}x", &secret[..secret.len() - 1]);
     for (label, s, shown_secret) in [

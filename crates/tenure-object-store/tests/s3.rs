@@ -106,13 +106,7 @@ async fn a_version_read_elsewhere_is_checked_before_the_write() {
         );
     }
     let fresh = store(&e, &prefix).await;
-    assert!(matches!(
-        fresh
-            .compare_and_swap(&g, Some(v), &held_by("b", 2))
-            .await
-            .unwrap(),
-        CasOutcome::Applied(_)
-    ));
+    testkit::applied(&fresh, &g, Some(v), &held_by("b", 2)).await;
     assert_eq!(writer.read(&g).await.unwrap().unwrap().record.token, 2);
 }
 

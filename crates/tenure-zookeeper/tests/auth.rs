@@ -5,7 +5,7 @@
 mod common;
 
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
+use tenure::{LeaseStore, LeaseView, StoreError};
 use tenure_zookeeper::{ZkStore, ZkStoreError};
 use zookeeper_client as zk;
 
@@ -36,14 +36,7 @@ async fn nodes_belong_to_the_digest_user_and_others_are_refused() {
     shows_no_password(&alice.describe());
     shows_no_password(&format!("{alice:?}"));
     let g = testkit::unique_group("auth");
-    let v1 = match alice
-        .compare_and_swap(&g, None, &held_by("alice", 1))
-        .await
-        .unwrap()
-    {
-        CasOutcome::Applied(v) => v,
-        other => panic!("{other:?}"),
-    };
+    let v1 = testkit::applied(&alice, &g, None, &held_by("alice", 1)).await;
     assert_eq!(
         alice.read(&g).await.unwrap().unwrap().record.holder_id(),
         Some("alice")
@@ -112,11 +105,5 @@ async fn nodes_belong_to_the_digest_user_and_others_are_refused() {
     assert!(!e.is_transient());
 
     // Alice goes on.
-    assert!(matches!(
-        alice
-            .compare_and_swap(&g, Some(v1), &held_by("alice", 1))
-            .await
-            .unwrap(),
-        CasOutcome::Applied(_)
-    ));
+    testkit::applied(&alice, &g, Some(v1), &held_by("alice", 1)).await;
 }
