@@ -11,9 +11,9 @@ use tenure_kafka::{KafkaObserver, State};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_candidate_acquires_with_a_token_and_observers_see_it() {
-    let Some(brokers) = broker() else { return };
-    let group = unique("acquire");
-    let cfg = config(&brokers);
+    let Some((group, cfg)) = shared_group("acquire") else {
+        return;
+    };
     let started = Instant::now();
     let (a, status) = candidate(&cfg, &group, "a");
     let rec = Recorder::default();
@@ -74,9 +74,9 @@ fn child_candidate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_hand_over_takes_one_rebalance_and_tokens_rise() {
-    let Some(brokers) = broker() else { return };
-    let group = unique("graceful");
-    let cfg = config(&brokers);
+    let Some((group, cfg)) = shared_group("graceful") else {
+        return;
+    };
     let rec = Recorder::default();
     let (a, _) = rec.candidate(&cfg, &group, "a");
     let ta = leads(&a, Duration::from_secs(30), "a elected").await;
@@ -260,9 +260,9 @@ async fn a_stopped_broker_fences_the_leader_before_its_session_can_expire_and_it
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoke_waits_for_the_leaders_work_to_drain() {
-    let Some(brokers) = broker() else { return };
-    let group = unique("barrier");
-    let cfg = config(&brokers);
+    let Some((group, cfg)) = shared_group("barrier") else {
+        return;
+    };
     let rec = Recorder::default();
     let (a, _) = rec.candidate(&cfg, &group, "a");
     // a's work takes 1.5 s to wind down after its term is cancelled.
@@ -346,9 +346,9 @@ fn pulsing_candidate(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pulsing_is_cheap_and_an_application_that_stops_pulsing_loses_leadership() {
-    let Some(brokers) = broker() else { return };
-    let group = unique("pulse");
-    let cfg = config(&brokers);
+    let Some((group, cfg)) = shared_group("pulse") else {
+        return;
+    };
     let rec = Recorder::default();
     let (a, status) = pulsing_candidate(&cfg, &group, "a", Duration::from_secs(3));
     rec.watch("a", &a);
@@ -418,9 +418,9 @@ async fn pulsing_is_cheap_and_an_application_that_stops_pulsing_loses_leadership
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pulse_timeout_waits_for_leadership_and_fails_once_stopped() {
     use tenure_kafka::PulseExt;
-    let Some(brokers) = broker() else { return };
-    let group = unique("pulse-timeout");
-    let cfg = config(&brokers);
+    let Some((group, cfg)) = shared_group("pulse-timeout") else {
+        return;
+    };
     let (a, _) = pulsing_candidate(&cfg, &group, "a", Duration::from_secs(6));
     assert!(!a.pulse_timeout(Duration::from_millis(50)).await.unwrap());
     assert!(a.pulse_timeout(Duration::from_secs(30)).await.unwrap());
@@ -430,9 +430,9 @@ async fn pulse_timeout_waits_for_leadership_and_fails_once_stopped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resigning_hands_over_in_one_rebalance() {
-    let Some(brokers) = broker() else { return };
-    let group = unique("resign");
-    let cfg = config(&brokers);
+    let Some((group, cfg)) = shared_group("resign") else {
+        return;
+    };
     let rec = Recorder::default();
     let (a, _) = rec.candidate(&cfg, &group, "a");
     leads(&a, Duration::from_secs(30), "a elected").await;

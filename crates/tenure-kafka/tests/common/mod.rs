@@ -34,6 +34,13 @@ pub fn broker() -> Option<String> {
     tenure::testkit::server_url("TENURE_TEST_KAFKA")
 }
 
+/// A group of its own (named after `label`) on the shared broker, and the
+/// test configuration for that broker; `None` (skip) outside CI.
+pub fn shared_group(label: &str) -> Option<(String, KafkaConfig)> {
+    let brokers = broker()?;
+    Some((unique(label), config(&brokers)))
+}
+
 /// A name no other test (or earlier run against the same broker) uses.
 pub fn unique(label: &str) -> String {
     let n: u32 = rand_u32();
