@@ -36,12 +36,11 @@ fn fresh_groups(label: &str, n: usize) -> Vec<GroupName> {
         .collect()
 }
 
-/// `n` groups written straight to dynalite with records held by `c0`,
-/// `c1`, …, and a handle that reaches dynalite through a fault proxy with
-/// the given throttle budget.
 /// The throttle budget of the tests whose faults must be outlasted.
 const PATIENT: Duration = Duration::from_secs(5);
 
+/// A handle that reaches dynalite through a fault proxy, and the groups
+/// written for the test.
 struct Behind {
     url: String,
     groups: Vec<GroupName>,
@@ -49,17 +48,10 @@ struct Behind {
     store: DynamoDbStore,
 }
 
-async fn written_behind_a_proxy(label: &str, n: usize, budget: Duration) -> Option<Behind> {
+/// A handle that reaches dynalite through a fault proxy with the given
+/// throttle budget; no groups written.
+async fn behind_a_proxy(budget: Duration) -> Option<Behind> {
     let url = endpoint()?;
-    let groups = fresh_groups(label, n);
-    let outcomes = store(&url)
-        .await
-        .compare_and_swap_many(&creations(&groups, |i| format!("c{i}")))
-        .await
-        .unwrap();
-    for r in outcomes {
-        assert!(matches!(r, Ok(CasOutcome::Applied(_))), "{r:?}");
-    }
     let proxy = FaultProxy::start(&url).await;
     let store =
         DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE).throttle_budget(budget))
@@ -67,10 +59,26 @@ async fn written_behind_a_proxy(label: &str, n: usize, budget: Duration) -> Opti
             .unwrap();
     Some(Behind {
         url,
-        groups,
+        groups: Vec::new(),
         proxy,
         store,
     })
+}
+
+/// `n` groups written straight to dynalite with records held by `c0`,
+/// `c1`, …, behind a proxy as [`behind_a_proxy`] makes one.
+async fn written_behind_a_proxy(label: &str, n: usize, budget: Duration) -> Option<Behind> {
+    let mut behind = behind_a_proxy(budget).await?;
+    behind.groups = fresh_groups(label, n);
+    let outcomes = store(&behind.url)
+        .await
+        .compare_and_swap_many(&creations(&behind.groups, |i| format!("c{i}")))
+        .await
+        .unwrap();
+    for r in outcomes {
+        assert!(matches!(r, Ok(CasOutcome::Applied(_))), "{r:?}");
+    }
+    Some(behind)
 }
 
 /// Each of `got` read the record [`written_behind_a_proxy`] wrote: the
@@ -168,7 +176,7 @@ async fn without_batch_get_permission_reads_fall_back_to_get_item() {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_failed_write_among_many_fails_alone() {
     // Nothing written beforehand: the batch creates its groups.
-    let Some(b) = written_behind_a_proxy("none", 0, PATIENT).await else {
+    let Some(b) = behind_a_proxy(PATIENT).await else {
         return;
     };
     let groups = fresh_groups("one-fails", 6);

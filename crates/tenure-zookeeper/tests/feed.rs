@@ -23,6 +23,9 @@ async fn write(store: &ZkStore, g: &GroupName, expected: Option<Version>, id: &s
     testkit::applied(store, g, expected, &held_by(id, 1)).await
 }
 
+/// Nodes under the prefix written by something else: a child whose name
+/// tenure did not give and a grandchild are skipped; undecodable data and
+/// a deletion are hints; the feed goes on.
 #[tokio::test(flavor = "multi_thread")]
 async fn foreign_nodes_under_the_prefix_do_not_stop_the_feed() {
     let Some(server) = testkit::server_url("TENURE_TEST_ZOOKEEPER") else {

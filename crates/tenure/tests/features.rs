@@ -263,8 +263,8 @@ async fn a_duty_keeps_its_period_across_leaders() {
     da.await.unwrap().unwrap();
     db.await.unwrap().unwrap();
 
-    // Opting out: every new term runs at once.
-    let jobs = Jobs::new();
+    // Opting out, on the same store (whose record says when the duty last
+    // ran): every new term runs at once.
     runs.store(0, Ordering::SeqCst);
     let a = jobs.candidate("a");
     let da = spawn_duty(a.clone(), Periodic::every(period).at_every_new_term());
