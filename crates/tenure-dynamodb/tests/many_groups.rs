@@ -52,6 +52,9 @@ struct Behind {
 /// throttle budget; no groups written.
 async fn behind_a_proxy(budget: Duration) -> Option<Behind> {
     let url = endpoint()?;
+    // A direct handle creates the table if it is missing; the proxied one
+    // (opened without create=true) expects it.
+    store(&url).await;
     let proxy = FaultProxy::start(&url).await;
     let store =
         DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE).throttle_budget(budget))
