@@ -44,6 +44,11 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
+# Broken intra-doc links are warnings to rustdoc: refused here. (The CLI's
+# binary is named like the library, so its docs would overwrite them.)
+step "cargo doc -D warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked --exclude tenure-cli
+
 step "tests (nextest)"
 cargo nextest run --workspace --all-features --locked --profile ci
 

@@ -2,7 +2,7 @@
 //! fencing tokens in the bucket you already have, on Amazon S3 (and
 //! S3-compatible servers with conditional writes), Google Cloud Storage
 //! and Azure Blob Storage, through Apache Arrow's
-//! [`object_store`](object_store) crate.
+//! [`object_store`] crate.
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Redis lease store for [tenure](tenure): leader election with fencing
+//! Redis lease store for [tenure]: leader election with fencing
 //! tokens on the Redis you already run.
 //!
 //! ```no_run

@@ -84,7 +84,7 @@
 //!   the read, so no other writer can slip in between.
 //! * Lock waits are bounded by the busy timeout (1 s by default, see
 //!   [`SqliteOptions`]); past it an operation fails with
-//!   [`StoreError::Unavailable`] and the elector retries.
+//!   [`StoreError::Unavailable`](tenure::StoreError::Unavailable) and the elector retries.
 //! * `synchronous = FULL`: a commit survives a power cut, so a fencing
 //!   token is never handed out twice.
 //! * Each [`SqliteStore`] holds one connection; SQLite calls run on tokio's
@@ -97,8 +97,8 @@
 //!
 //! Electors built from clones of one [`SqliteStore`] share one engine
 //! ([`tenure::Engine`]): its batches are one transaction each, a
-//! [`LeaseView::read_many`] reads every group from one snapshot, and a
-//! [`LeaseStore::compare_and_swap_many`] checks and writes every group
+//! [`LeaseView::read_many`](tenure::LeaseView::read_many) reads every group from one snapshot, and a
+//! [`LeaseStore::compare_and_swap_many`](tenure::LeaseStore::compare_and_swap_many) checks and writes every group
 //! under one `BEGIN IMMEDIATE` lock and commits them with one fsync.
 //!
 //! # Change feed
@@ -107,13 +107,13 @@
 //! data_version` changes whenever another connection commits to the file,
 //! and reading it costs one in-memory counter. So:
 //!
-//! * [`LeaseView::watch`], the store-wide feed an engine uses: one
+//! * [`LeaseView::watch`](tenure::LeaseView::watch), the store-wide feed an engine uses: one
 //!   connection polls `data_version` every 50 ms
 //!   ([`SqliteOptions::with_change_poll_interval`]); after a commit it scans
 //!   the groups' names and versions and reports each changed group with its
 //!   record, so followers learn of renewals without reading. One poller per
 //!   store handle, whatever the number of groups.
-//! * [`LeaseView::changes`], a feed of one group (what an
+//! * [`LeaseView::changes`](tenure::LeaseView::changes), a feed of one group (what an
 //!   [`Observer`](tenure::Observer) uses): the same poll, hinting when that
 //!   group's row version moved.
 //!

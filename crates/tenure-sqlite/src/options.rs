@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// Settings of a [`SqliteStore`].
+/// Settings of a [`SqliteStore`](crate::SqliteStore).
 ///
 /// ```
 /// use std::time::Duration;

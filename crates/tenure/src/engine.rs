@@ -9,7 +9,7 @@
 //!   of all its groups (a heap), not a task and a sleep per group.
 //! * **Batched store operations.** Every read and compare-and-swap the
 //!   machines ask for in one turn goes out together, through
-//!   [`LeaseView::read_many`] and [`LeaseStore::compare_and_swap_many`]
+//!   [`LeaseView::read_many`](crate::LeaseView::read_many) and [`LeaseStore::compare_and_swap_many`]
 //!   (one statement, one script call, a pipeline), with a bounded number of
 //!   batches in flight, so connections do not grow with the groups.
 //! * **Renewals that coalesce.** When one group's renewal falls due, every
@@ -20,7 +20,7 @@
 //!   a renewal later than its schedule. The leaders settle into at most two
 //!   or three batches per renew interval. Polls of waiting candidates (on a
 //!   store that cannot notify) coalesce the same way.
-//! * **One change feed per store** ([`LeaseView::watch`]), demultiplexed by
+//! * **One change feed per store** ([`LeaseView::watch`](crate::LeaseView::watch)), demultiplexed by
 //!   group. A feed that carries the written record spares followers a read
 //!   per renewal; while it is up they do not poll at all.
 //!

@@ -8,7 +8,7 @@
 //!
 //! * **Membership.** Each process is a member of a named set, with a lease
 //!   of its own (group `SET/members/ID`) carrying its metadata. Every member
-//!   lists the member records ([`LeaseView::list`]) and counts a member as
+//!   lists the member records ([`LeaseView::list`](crate::LeaseView::list)) and counts a member as
 //!   live by the lease rule: until its record has been seen unchanged for
 //!   its term × (1 + drift). A member that stops gracefully releases its
 //!   record and is gone at once; a crashed one is gone after that wait,
@@ -340,7 +340,7 @@ pub struct ShardHolding {
 impl Shards {
     /// Starts configuring a member of `set` on `store`. Shards and member
     /// leases are groups of that store named `SET/shards/SHARD` and
-    /// `SET/members/ID`; the store must support [`LeaseView::list`].
+    /// `SET/members/ID`; the store must support [`LeaseView::list`](crate::LeaseView::list).
     pub fn builder(store: impl LeaseStore, set: impl Into<String>) -> ShardsBuilder {
         ShardsBuilder {
             store: Arc::new(store),

@@ -134,7 +134,7 @@ pub trait Harness: Send + Sync {
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Feeds {
-    /// [`LeaseView::changes`] returns a feed.
+    /// [`LeaseView::changes`](crate::LeaseView::changes) returns a feed.
     pub per_group: bool,
     /// [`LeaseView::watch`](crate::LeaseView::watch) returns a feed.
     pub store_wide: bool,
@@ -146,7 +146,7 @@ impl Feeds {
         per_group: false,
         store_wide: false,
     };
-    /// A feed per group ([`LeaseView::changes`]).
+    /// A feed per group ([`LeaseView::changes`](crate::LeaseView::changes)).
     pub const PER_GROUP: Feeds = Feeds {
         per_group: true,
         store_wide: false,
@@ -183,7 +183,7 @@ pub async fn check_conformance<H: Harness>(harness: &H) -> ConformanceReport {
 /// The results of one run of the suite.
 #[derive(Clone, Debug)]
 pub struct ConformanceReport {
-    /// The store as it describes itself ([`LeaseView::describe`]).
+    /// The store as it describes itself ([`LeaseView::describe`](crate::LeaseView::describe)).
     pub store: String,
     /// The random prefix of every group name this run used.
     pub run_id: String,
