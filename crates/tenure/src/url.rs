@@ -612,6 +612,109 @@ fn conninfo_secrets(text: &str) -> Vec<(usize, usize)> {
     ranges
 }
 
+/// The query of a URL as it may be shown (in `redacted_url`, `Debug`,
+/// errors): each option written only when it is set, endpoints redacted,
+/// secrets as `***`, access key ids shortened.
+///
+/// ```
+/// use std::time::Duration;
+/// use tenure::url::ShownQuery;
+/// let mut q = ShownQuery::default();
+/// q.value("region", Some("eu-west-1"))
+///     .endpoint(Some("http://u:pw@h:1"))
+///     .flag("create", true)
+///     .duration("timeout", Duration::from_secs(3), Duration::from_secs(3))
+///     .access_keys(Some("AKIDEXAMPLE"), true);
+/// assert_eq!(
+///     q.url("dynamodb://t"),
+///     "dynamodb://t?region=eu-west-1&endpoint=http://u:***@h:1&create=true\
+///      &access_key_id=***MPLE&secret_access_key=***&session_token=***"
+/// );
+/// assert_eq!(ShownQuery::default().url("dynamodb://t"), "dynamodb://t");
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct ShownQuery(Vec<String>);
+
+impl ShownQuery {
+    /// `name=value` when there is a value.
+    pub fn value(&mut self, name: &str, value: Option<impl std::fmt::Display>) -> &mut Self {
+        if let Some(v) = value {
+            self.0.push(format!("{name}={v}"));
+        }
+        self
+    }
+
+    /// `name=true` when `on`.
+    pub fn flag(&mut self, name: &str, on: bool) -> &mut Self {
+        self.value(name, on.then_some("true"))
+    }
+
+    /// `name=DURATION` when it is not `default`.
+    pub fn duration(&mut self, name: &str, value: Duration, default: Duration) -> &mut Self {
+        self.value(
+            name,
+            (value != default).then(|| humantime::format_duration(value)),
+        )
+    }
+
+    /// `endpoint=URL`, [redacted](redact): an endpoint may carry a user
+    /// info, with a password written in any form.
+    pub fn endpoint(&mut self, url: Option<&str>) -> &mut Self {
+        self.value("endpoint", url.map(redact))
+    }
+
+    /// `name=***` when the secret is there.
+    pub fn secret(&mut self, name: &str, present: bool) -> &mut Self {
+        self.value(name, present.then_some("***"))
+    }
+
+    /// A key pair: its id [shortened](mask_key_id), its secret key and
+    /// session token (when there is one) as `***`.
+    pub fn access_keys(&mut self, key_id: Option<&str>, session_token: bool) -> &mut Self {
+        if let Some(id) = key_id {
+            self.value("access_key_id", Some(mask_key_id(id)))
+                .secret("secret_access_key", true)
+                .secret("session_token", session_token);
+        }
+        self
+    }
+
+    /// `base`, followed by `?` and the options when there are any.
+    pub fn url(&self, base: &str) -> String {
+        if self.0.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", self.0.join("&"))
+        }
+    }
+}
+
+/// Checks that an endpoint option is an `http://` or `https://` URL with
+/// something after the scheme; the error shows it [redacted](redact) and
+/// `example`, such as `http://127.0.0.1:8000`.
+///
+/// ```
+/// use tenure::url::check_http_endpoint;
+/// assert!(check_http_endpoint("https://h:1", "http://h:1").is_ok());
+/// let e = check_http_endpoint("ftp://u:pw@h", "http://h:1").unwrap_err();
+/// assert!(e.contains("not an http:// or https:// URL") && !e.contains("pw"), "{e}");
+/// ```
+pub fn check_http_endpoint(endpoint: &str, example: &str) -> Result<(), String> {
+    let ok = ["http://", "https://"].iter().any(|s| {
+        endpoint
+            .strip_prefix(s)
+            .is_some_and(|rest| !rest.is_empty())
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "endpoint {:?} is not an http:// or https:// URL (e.g. endpoint={example})",
+            redact(endpoint)
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -780,108 +883,5 @@ mod tests {
         let shown = format!("{p:?}");
         assert!(!shown.contains("Qa1") && !shown.contains("Qb2"), "{shown}");
         assert!(shown.contains("x=1"), "{shown}");
-    }
-}
-
-/// The query of a URL as it may be shown (in `redacted_url`, `Debug`,
-/// errors): each option written only when it is set, endpoints redacted,
-/// secrets as `***`, access key ids shortened.
-///
-/// ```
-/// use std::time::Duration;
-/// use tenure::url::ShownQuery;
-/// let mut q = ShownQuery::default();
-/// q.value("region", Some("eu-west-1"))
-///     .endpoint(Some("http://u:pw@h:1"))
-///     .flag("create", true)
-///     .duration("timeout", Duration::from_secs(3), Duration::from_secs(3))
-///     .access_keys(Some("AKIDEXAMPLE"), true);
-/// assert_eq!(
-///     q.url("dynamodb://t"),
-///     "dynamodb://t?region=eu-west-1&endpoint=http://u:***@h:1&create=true\
-///      &access_key_id=***MPLE&secret_access_key=***&session_token=***"
-/// );
-/// assert_eq!(ShownQuery::default().url("dynamodb://t"), "dynamodb://t");
-/// ```
-#[derive(Debug, Default, Clone)]
-pub struct ShownQuery(Vec<String>);
-
-impl ShownQuery {
-    /// `name=value` when there is a value.
-    pub fn value(&mut self, name: &str, value: Option<impl std::fmt::Display>) -> &mut Self {
-        if let Some(v) = value {
-            self.0.push(format!("{name}={v}"));
-        }
-        self
-    }
-
-    /// `name=true` when `on`.
-    pub fn flag(&mut self, name: &str, on: bool) -> &mut Self {
-        self.value(name, on.then_some("true"))
-    }
-
-    /// `name=DURATION` when it is not `default`.
-    pub fn duration(&mut self, name: &str, value: Duration, default: Duration) -> &mut Self {
-        self.value(
-            name,
-            (value != default).then(|| humantime::format_duration(value)),
-        )
-    }
-
-    /// `endpoint=URL`, [redacted](redact): an endpoint may carry a user
-    /// info, with a password written in any form.
-    pub fn endpoint(&mut self, url: Option<&str>) -> &mut Self {
-        self.value("endpoint", url.map(redact))
-    }
-
-    /// `name=***` when the secret is there.
-    pub fn secret(&mut self, name: &str, present: bool) -> &mut Self {
-        self.value(name, present.then_some("***"))
-    }
-
-    /// A key pair: its id [shortened](mask_key_id), its secret key and
-    /// session token (when there is one) as `***`.
-    pub fn access_keys(&mut self, key_id: Option<&str>, session_token: bool) -> &mut Self {
-        if let Some(id) = key_id {
-            self.value("access_key_id", Some(mask_key_id(id)))
-                .secret("secret_access_key", true)
-                .secret("session_token", session_token);
-        }
-        self
-    }
-
-    /// `base`, followed by `?` and the options when there are any.
-    pub fn url(&self, base: &str) -> String {
-        if self.0.is_empty() {
-            base.to_owned()
-        } else {
-            format!("{base}?{}", self.0.join("&"))
-        }
-    }
-}
-
-/// Checks that an endpoint option is an `http://` or `https://` URL with
-/// something after the scheme; the error shows it [redacted](redact) and
-/// `example`, such as `http://127.0.0.1:8000`.
-///
-/// ```
-/// use tenure::url::check_http_endpoint;
-/// assert!(check_http_endpoint("https://h:1", "http://h:1").is_ok());
-/// let e = check_http_endpoint("ftp://u:pw@h", "http://h:1").unwrap_err();
-/// assert!(e.contains("not an http:// or https:// URL") && !e.contains("pw"), "{e}");
-/// ```
-pub fn check_http_endpoint(endpoint: &str, example: &str) -> Result<(), String> {
-    let ok = ["http://", "https://"].iter().any(|s| {
-        endpoint
-            .strip_prefix(s)
-            .is_some_and(|rest| !rest.is_empty())
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "endpoint {:?} is not an http:// or https:// URL (e.g. endpoint={example})",
-            redact(endpoint)
-        ))
     }
 }
