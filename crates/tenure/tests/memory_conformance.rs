@@ -1,37 +1,55 @@
-//! The conformance suite against the in-process [`MemoryStore`].
+//! The conformance suite against the in-process [`MemoryStore`], and the
+//! suite's own checks: a broken store and a store that breaks its promise of
+//! feeds are reported, not passed.
 
 use async_trait::async_trait;
 use tenure::testkit::{self, Feeds, Harness};
-use tenure::{GroupName, MemoryStore};
+use tenure::{Faults, GroupName, LeaseStore, MemoryStore};
 
-/// Clones of one [`MemoryStore`] share its records, so a clone is the
-/// memory store's "new connection".
-struct MemoryHarness(MemoryStore);
+/// The memory store as `view` shows it. Clones of one [`MemoryStore`] share
+/// its records, so a clone is the memory store's "new connection"; `view`
+/// turns that clone into the store under test (the memory store itself, or a
+/// wrapper that breaks something on purpose).
+struct MemoryHarness<S> {
+    records: MemoryStore,
+    view: fn(MemoryStore) -> S,
+    feeds: Feeds,
+}
+
+impl<S> MemoryHarness<S> {
+    fn new(view: fn(MemoryStore) -> S, feeds: Feeds) -> Self {
+        MemoryHarness {
+            records: MemoryStore::new(),
+            view,
+            feeds,
+        }
+    }
+}
 
 #[async_trait]
-impl Harness for MemoryHarness {
-    type Store = MemoryStore;
+impl<S: LeaseStore> Harness for MemoryHarness<S> {
+    type Store = S;
 
-    async fn store(&self) -> MemoryStore {
-        self.0.clone()
+    async fn store(&self) -> S {
+        (self.view)(self.records.clone())
     }
 
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
-        self.0.put_raw(group, bytes);
+        self.records.put_raw(group, bytes);
     }
 
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
-        self.0.get_raw(group)
+        self.records.get_raw(group)
     }
 
     fn promised_feeds(&self) -> Feeds {
-        Feeds::ALL
+        self.feeds
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance() {
-    testkit::run_conformance(&MemoryHarness(MemoryStore::new())).await;
+    testkit::run_conformance(&MemoryHarness::new(|store| store, Feeds::ALL)).await;
 }
 
 /// The suite reports a broken store instead of passing it: a store whose
@@ -39,7 +57,7 @@ async fn conformance() {
 /// and race cases, by name.
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_catches_a_broken_store() {
-    use tenure::{CasOutcome, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned};
+    use tenure::{CasOutcome, LeaseRecord, LeaseView, StoreError, Version, Versioned};
 
     /// Writes whatever it is given: a last-writer-wins "store".
     #[derive(Clone)]
@@ -68,23 +86,7 @@ async fn conformance_catches_a_broken_store() {
         }
     }
 
-    struct BlindHarness(MemoryStore);
-
-    #[async_trait]
-    impl Harness for BlindHarness {
-        type Store = Blind;
-        async fn store(&self) -> Blind {
-            Blind(self.0.clone())
-        }
-        async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
-            self.0.put_raw(group, bytes);
-        }
-        async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
-            self.0.get_raw(group)
-        }
-    }
-
-    let report = testkit::check_conformance(&BlindHarness(MemoryStore::new())).await;
+    let report = testkit::check_conformance(&MemoryHarness::new(Blind, Feeds::NONE)).await;
     let failed: Vec<_> = report.failures().map(|c| c.name).collect();
     for must_fail in ["conflict", "concurrent_acquire", "concurrent_takeover"] {
         assert!(
@@ -109,51 +111,11 @@ async fn conformance_catches_a_broken_store() {
 /// cases instead of skipping them (a skip counts as a pass).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_promised_feed_that_is_missing_fails() {
-    use tenure::{CasOutcome, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned};
-
     /// The memory store with its feeds taken away.
-    #[derive(Clone)]
-    struct Deaf(MemoryStore);
-
-    #[async_trait]
-    impl LeaseView for Deaf {
-        async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-            self.0.read(group).await
-        }
-        fn describe(&self) -> String {
-            "deaf://".into()
-        }
-    }
-
-    #[async_trait]
-    impl LeaseStore for Deaf {
-        async fn compare_and_swap(
-            &self,
-            group: &GroupName,
-            expected: Option<Version>,
-            record: &LeaseRecord,
-        ) -> Result<CasOutcome, StoreError> {
-            self.0.compare_and_swap(group, expected, record).await
-        }
-    }
-
-    struct DeafHarness(MemoryStore, Feeds);
-
-    #[async_trait]
-    impl Harness for DeafHarness {
-        type Store = Deaf;
-        async fn store(&self) -> Deaf {
-            Deaf(self.0.clone())
-        }
-        async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
-            self.0.put_raw(group, bytes);
-        }
-        async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
-            self.0.get_raw(group)
-        }
-        fn promised_feeds(&self) -> Feeds {
-            self.1
-        }
+    fn deaf(store: MemoryStore) -> tenure::FaultyStore<MemoryStore> {
+        let faults = Faults::new();
+        faults.set_no_notifications(true);
+        faults.wrap(store, "deaf")
     }
 
     let outcome = |report: &testkit::ConformanceReport, name: &str| {
@@ -165,7 +127,7 @@ async fn a_promised_feed_that_is_missing_fails() {
             .outcome
             .clone()
     };
-    let promised = testkit::check_conformance(&DeafHarness(MemoryStore::new(), Feeds::ALL)).await;
+    let promised = testkit::check_conformance(&MemoryHarness::new(deaf, Feeds::ALL)).await;
     let failed: Vec<_> = promised.failures().map(|c| c.name).collect();
     assert_eq!(failed.len(), 2, "{promised}");
     assert!(matches!(
@@ -173,7 +135,7 @@ async fn a_promised_feed_that_is_missing_fails() {
         testkit::CaseOutcome::Failed(_)
     ));
     let unpromised =
-        testkit::check_conformance(&DeafHarness(MemoryStore::new(), Feeds::NONE)).await;
+        testkit::check_conformance(&MemoryHarness::new(deaf, Feeds::NONE)).await;
     assert!(unpromised.passed(), "{unpromised}");
     assert!(matches!(
         outcome(&unpromised, "changes_feed"),
