@@ -134,8 +134,7 @@ async fn a_promised_feed_that_is_missing_fails() {
         outcome(&promised, "changes_feed"),
         testkit::CaseOutcome::Failed(_)
     ));
-    let unpromised =
-        testkit::check_conformance(&MemoryHarness::new(deaf, Feeds::NONE)).await;
+    let unpromised = testkit::check_conformance(&MemoryHarness::new(deaf, Feeds::NONE)).await;
     assert!(unpromised.passed(), "{unpromised}");
     assert!(matches!(
         outcome(&unpromised, "changes_feed"),

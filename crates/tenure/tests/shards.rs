@@ -28,6 +28,17 @@ impl Set {
         }
     }
 
+    /// Members `a` to `d`, once each holds its share; with how long that
+    /// took.
+    async fn of_four_balanced() -> (Set, Duration) {
+        let mut set = Set::new();
+        for id in ["a", "b", "c", "d"] {
+            set.join(id);
+        }
+        let settle = set.until(TERM * 3, |h| balanced(h, 4)).await;
+        (set, settle)
+    }
+
     fn join(&mut self, id: &str) {
         let shards = Shards::builder(self.faults.wrap(self.store.clone(), id), "ingest")
             .member_id(id)
@@ -90,11 +101,7 @@ fn balanced(h: &BTreeMap<String, String>, members: usize) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn four_members_settle_at_four_shards_each_and_a_crash_moves_only_its_shards() {
-    let mut set = Set::new();
-    for id in ["a", "b", "c", "d"] {
-        set.join(id);
-    }
-    let settle = set.until(TERM * 3, |h| balanced(h, 4)).await;
+    let (set, settle) = Set::of_four_balanced().await;
     eprintln!("settled in {settle:?}");
     let before = set.holders();
     assert!(
@@ -148,11 +155,7 @@ async fn four_members_settle_at_four_shards_each_and_a_crash_moves_only_its_shar
 
 #[tokio::test(start_paused = true)]
 async fn a_joining_member_takes_its_share_and_a_graceful_leave_hands_over_at_once() {
-    let mut set = Set::new();
-    for id in ["a", "b", "c", "d"] {
-        set.join(id);
-    }
-    set.until(TERM * 3, |h| balanced(h, 4)).await;
+    let (mut set, _) = Set::of_four_balanced().await;
     let before = set.holders();
     set.join("e");
     let took = set.until(TERM * 3, |h| balanced(h, 5)).await;
@@ -389,11 +392,7 @@ async fn a_shard_retargeted_while_draining_is_worked_once() {
 /// takes its share at once.
 #[tokio::test(start_paused = true)]
 async fn a_member_joining_after_a_crash_is_not_held_up_by_the_dead_members_record() {
-    let mut set = Set::new();
-    for id in ["a", "b", "c", "d"] {
-        set.join(id);
-    }
-    set.until(TERM * 3, |h| balanced(h, 4)).await;
+    let (mut set, _) = Set::of_four_balanced().await;
     set.faults.partition("c");
     set.members.remove("c");
     set.until(TERM * 3, |h| balanced(h, 3)).await;
