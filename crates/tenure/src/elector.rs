@@ -13,7 +13,7 @@ use crate::config::{Config, Timing};
 use crate::coordinator::{Command, Coordinator, Session};
 use crate::engine::{Engine, EngineShared, Joining, ToEngine};
 use crate::error::{ConfigError, ElectorError};
-use crate::link::{DrainedTo, Link};
+use crate::link::{Link, Route};
 use crate::machine::Fault;
 use crate::publish::{self, Events, Publisher};
 use crate::record::{
@@ -166,29 +166,26 @@ impl ElectorBuilder {
             Runner::Coordinator(coordinator) => {
                 let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
                 let (drained_tx, drained_rx) = mpsc::unbounded_channel();
-                let session =
-                    make_session(DrainedTo::Channel(drained_tx), Some((cmd_rx, drained_rx)));
+                let session = make_session(Route::Channel(drained_tx), Some((cmd_rx, drained_rx)));
                 runtime.spawn(coordinator.run(session));
-                (Link::Channel(cmd_tx), None)
+                (Link(Route::Channel(cmd_tx)), None)
             }
             Runner::Engine(engine) => {
                 let id = engine.next_id();
-                let session = make_session(
-                    DrainedTo::Engine {
-                        engine: engine.clone(),
-                        id,
-                    },
-                    None,
-                );
+                let route = Route::Engine {
+                    engine: engine.clone(),
+                    id,
+                };
+                let session = make_session(route, None);
                 engine.send(ToEngine::Join(Box::new(Joining {
                     id,
                     session,
                     seed: rand::random(),
                 })));
-                let link = Link::Engine {
+                let link = Link(Route::Engine {
                     engine: engine.clone(),
                     id,
-                };
+                });
                 (link, Some(engine))
             }
         };

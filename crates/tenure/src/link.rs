@@ -9,11 +9,14 @@ use tokio::sync::mpsc;
 use crate::coordinator::Command;
 use crate::engine::{EngineShared, GroupId, ToEngine};
 
-/// The handle's side: commands and pulses.
-pub(crate) enum Link {
-    /// A coordinator reads commands through its [`Session`](crate::Session);
-    /// it sees the channel close when the last handle is gone.
-    Channel(mpsc::UnboundedSender<Command>),
+/// Where messages of one kind go: a coordinator's own channel, or the
+/// engine, tagged with the group they are for.
+#[derive(Clone)]
+pub(crate) enum Route<T> {
+    /// A coordinator reads the channel through its
+    /// [`Session`](crate::Session); it sees the channel close when the last
+    /// sender is gone.
+    Channel(mpsc::UnboundedSender<T>),
     /// One group among many in an engine.
     Engine {
         engine: Arc<EngineShared>,
@@ -21,22 +24,34 @@ pub(crate) enum Link {
     },
 }
 
+impl<T> Route<T> {
+    /// Delivers `msg`; `for_engine` tags it with the group for the engine.
+    /// A coordinator that has stopped is past caring, so a closed channel
+    /// is not an error.
+    fn deliver(&self, msg: T, for_engine: fn(GroupId, T) -> ToEngine) {
+        match self {
+            Route::Channel(tx) => {
+                let _ = tx.send(msg);
+            }
+            Route::Engine { engine, id } => engine.send(for_engine(*id, msg)),
+        }
+    }
+}
+
+/// The handle's side: commands and pulses.
+pub(crate) struct Link(pub(crate) Route<Command>);
+
 impl Link {
     pub(crate) fn command(&self, cmd: Command) {
-        match self {
-            Link::Channel(commands) => {
-                let _ = commands.send(cmd);
-            }
-            Link::Engine { engine, id } => engine.send(ToEngine::Command(*id, cmd)),
-        }
+        self.0.deliver(cmd, ToEngine::Command);
     }
 
     /// Sends an engine-only request; `false` for a coordinator, which has no
     /// way to act on it.
     pub(crate) fn to_engine(&self, msg: impl FnOnce(GroupId) -> ToEngine) -> bool {
-        match self {
-            Link::Channel(_) => false,
-            Link::Engine { engine, id } => {
+        match &self.0 {
+            Route::Channel(_) => false,
+            Route::Engine { engine, id } => {
                 engine.send(msg(*id));
                 true
             }
@@ -46,38 +61,23 @@ impl Link {
     /// A pulse came while the backend waits for one. Coordinators read the
     /// last pulse when they need it, so only the engine is woken.
     pub(crate) fn pulse(&self) {
-        if let Link::Engine { engine, id } = self {
-            engine.send(ToEngine::Pulse(*id));
-        }
+        self.to_engine(ToEngine::Pulse);
     }
 }
 
 impl Drop for Link {
     /// The last handle is gone: the candidate stops, as after `shutdown`.
+    /// (A coordinator sees its command channel close instead.)
     fn drop(&mut self) {
-        if let Link::Engine { engine, id } = self {
-            engine.send(ToEngine::Command(*id, Command::Shutdown));
-        }
+        self.to_engine(|id| ToEngine::Command(id, Command::Shutdown));
     }
 }
 
 /// The publisher's side: telling the backend that a term's work drained.
-#[derive(Clone)]
-pub(crate) enum DrainedTo {
-    Channel(mpsc::UnboundedSender<u64>),
-    Engine {
-        engine: Arc<EngineShared>,
-        id: GroupId,
-    },
-}
+pub(crate) type DrainedTo = Route<u64>;
 
 impl DrainedTo {
     pub(crate) fn drained(&self, token: u64) {
-        match self {
-            DrainedTo::Channel(drained) => {
-                let _ = drained.send(token);
-            }
-            DrainedTo::Engine { engine, id } => engine.send(ToEngine::Drained(*id, token)),
-        }
+        self.deliver(token, ToEngine::Drained);
     }
 }

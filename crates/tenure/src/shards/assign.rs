@@ -211,6 +211,20 @@ mod tests {
         assert_eq!(assign_names(&shards, &members, &s), s);
     }
 
+    /// Every way one member can leave the settled assignment `before`:
+    /// the leaver, the members left, and the assignment they compute.
+    fn each_leave<'a>(
+        shards: &'a [String],
+        members: &'a [String],
+        before: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = (&'a String, Vec<String>, BTreeMap<String, String>)> + 'a {
+        members.iter().map(move |leaver| {
+            let rest: Vec<String> = members.iter().filter(|x| *x != leaver).cloned().collect();
+            let after = assign_names(shards, &rest, before);
+            (leaver, rest, after)
+        })
+    }
+
     #[test]
     fn a_leave_moves_exactly_the_leavers_shards() {
         for (n, m) in [(16, 4), (64, 8), (5, 4), (7, 6), (100, 7), (3, 2), (12, 5)] {
@@ -218,10 +232,7 @@ mod tests {
                 let shards = names(&format!("shard{seed}-"), n);
                 let members = names(&format!("h{seed}-"), m);
                 let before = settled(&shards, &members);
-                for leaver in &members {
-                    let rest: Vec<String> =
-                        members.iter().filter(|x| *x != leaver).cloned().collect();
-                    let after = assign_names(&shards, &rest, &before);
+                for (leaver, rest, after) in each_leave(&shards, &members, &before) {
                     let own = before.values().filter(|h| *h == leaver).count();
                     assert_eq!(
                         moved(&before, &after),
@@ -317,10 +328,7 @@ mod tests {
                 let shards = names(&format!("s{seed}-"), n);
                 let members = names(&format!("m{seed}-"), m);
                 let before = settled(&shards, &members);
-                for leaver in &members {
-                    let rest: Vec<String> =
-                        members.iter().filter(|x| *x != leaver).cloned().collect();
-                    let after = assign_names(&shards, &rest, &before);
+                for (leaver, rest, after) in each_leave(&shards, &members, &before) {
                     assert_steady_move(
                         &shards,
                         &rest,
