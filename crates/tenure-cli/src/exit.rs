@@ -23,19 +23,12 @@ pub const LOST: u8 = 75;
 
 /// A failure that exits with a code of its own, [`USAGE`] or [`REFUSED`],
 /// rather than [`FAILURE`]; the message says why.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 struct Coded {
     code: u8,
     message: String,
 }
-
-impl fmt::Display for Coded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Coded {}
 
 impl Coded {
     fn error(code: u8, message: impl fmt::Display) -> anyhow::Error {

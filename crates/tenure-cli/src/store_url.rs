@@ -273,18 +273,11 @@ impl fmt::Display for UrlError {
 impl std::error::Error for UrlError {}
 
 /// Why a store could not be opened.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 pub struct OpenError {
     message: String,
 }
-
-impl fmt::Display for OpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for OpenError {}
 
 impl StoreUrl {
     /// Parses a URL.

@@ -152,10 +152,7 @@ fn engine_shared_across_runtimes() {
     });
     // Runtime A is idle now (not dropped, just not driven), as a
     // current-thread runtime is between block_on calls.
-    let b_rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let b_rt = tokio::runtime::Runtime::new().unwrap();
     let elected = b_rt.block_on(async {
         let b = Elector::builder(store.clone(), "b")
             .candidate_id("y")
@@ -252,35 +249,14 @@ async fn no_spin() {
     let hung = faults.wrap(mem.clone(), "hung");
     faults.partition("hung");
     let cfg = Config::new(Duration::from_secs(10));
-    let mk = |s: &dyn Fn() -> Elector| s();
-    let _e1 = mk(&|| {
-        Elector::builder(mem.clone(), "huge")
-            .config(cfg.clone())
-            .clock(clock.clone())
-            .start()
-            .unwrap()
-    });
-    let _e2 = mk(&|| {
-        Elector::builder(hung.clone(), "hung")
-            .config(cfg.clone())
-            .clock(clock.clone())
-            .start()
-            .unwrap()
-    });
-    let lead = Elector::builder(mem.clone(), "steady")
-        .config(cfg.clone())
-        .clock(clock.clone())
-        .start()
-        .unwrap();
-    let _follow = Elector::builder(mem.clone(), "steady")
-        .config(cfg.clone())
-        .clock(clock.clone())
-        .start()
-        .unwrap();
-    let _silent = Elector::builder(mem.clone(), "steady")
-        .config(cfg.clone())
+    // Every elector here has the same configuration and the counting clock.
+    let on = |builder: tenure::ElectorBuilder| builder.config(cfg.clone()).clock(clock.clone());
+    let _e1 = on(Elector::builder(mem.clone(), "huge")).start().unwrap();
+    let _e2 = on(Elector::builder(hung.clone(), "hung")).start().unwrap();
+    let lead = on(Elector::builder(mem.clone(), "steady")).start().unwrap();
+    let _follow = on(Elector::builder(mem.clone(), "steady")).start().unwrap();
+    let _silent = on(Elector::builder(mem.clone(), "steady"))
         .liveness_timeout(Duration::from_secs(1))
-        .clock(clock.clone())
         .start()
         .unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
