@@ -31,6 +31,38 @@ fn candidates(engine: &Engine, groups: usize, id: &str) -> Vec<Elector> {
         .collect()
 }
 
+/// Two processes on one store (two views of it, so two engines), standing
+/// as `a` and `b` in `groups` groups each, once `a` leads every one.
+struct TwoProcesses {
+    clock: Arc<TokioClock>,
+    faults: Faults,
+    second: Engine,
+    a: Vec<Elector>,
+    b: Vec<Elector>,
+}
+
+impl TwoProcesses {
+    async fn a_leading(groups: usize) -> TwoProcesses {
+        let clock = Arc::new(TokioClock::new());
+        let store = MemoryStore::new();
+        let faults = Faults::new();
+        let first = engine_on(faults.wrap(store.clone(), "a"), &clock);
+        let second = engine_on(faults.wrap(store, "b"), &clock);
+        let a = candidates(&first, groups, "a");
+        for e in &a {
+            e.wait_for_leadership().await.unwrap();
+        }
+        let b = candidates(&second, groups, "b");
+        TwoProcesses {
+            clock,
+            faults,
+            second,
+            a,
+            b,
+        }
+    }
+}
+
 fn leaders(electors: &[Elector]) -> usize {
     electors.iter().filter(|e| e.is_leader()).count()
 }
@@ -133,16 +165,13 @@ async fn renewals_coalesce_into_few_batches_without_extra_writes() {
 /// every group through the store's feed: no reads while the leaders renew.
 #[tokio::test(start_paused = true)]
 async fn followers_learn_every_renewal_from_the_feed_without_reads() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let leading = engine_on(faults.wrap(store.clone(), "a"), &clock);
-    let following = engine_on(faults.wrap(store, "b"), &clock);
-    let a = candidates(&leading, 200, "a");
-    for e in &a {
-        e.wait_for_leadership().await.unwrap();
-    }
-    let b = candidates(&following, 200, "b");
+    let TwoProcesses {
+        clock,
+        second: following,
+        a,
+        b,
+        ..
+    } = TwoProcesses::a_leading(200).await;
     tokio::time::sleep(TERM).await;
     assert_eq!(leaders(&b), 0);
     assert!(b.iter().all(|e| matches!(e.role(), Role::Follower { .. })));
@@ -178,16 +207,13 @@ async fn followers_learn_every_renewal_from_the_feed_without_reads() {
 /// to the other within the crash bound, and no group ever has two leaders.
 #[tokio::test(start_paused = true)]
 async fn a_cut_off_engine_loses_every_group_and_none_has_two_leaders() {
-    let clock = Arc::new(TokioClock::new());
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let first = engine_on(faults.wrap(store.clone(), "a"), &clock);
-    let second = engine_on(faults.wrap(store, "b"), &clock);
-    let a = candidates(&first, 100, "a");
-    for e in &a {
-        e.wait_for_leadership().await.unwrap();
-    }
-    let b = candidates(&second, 100, "b");
+    let TwoProcesses {
+        clock,
+        faults,
+        a,
+        b,
+        ..
+    } = TwoProcesses::a_leading(100).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     faults.partition("a");
     let cut = clock.now().mono;
