@@ -94,6 +94,14 @@ struct JumpClock {
 }
 
 impl JumpClock {
+    /// Tokio's paused clock, not jumped yet.
+    fn paused() -> Arc<JumpClock> {
+        Arc::new(JumpClock {
+            inner: TokioClock::new(),
+            jumped: AtomicU64::new(0),
+        })
+    }
+
     fn jump(&self, by: Duration) {
         self.jumped
             .fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
@@ -120,10 +128,7 @@ impl Clock for JumpClock {
 /// `wait_for_leadership` handed it out as if it were valid.
 #[tokio::test(start_paused = true)]
 async fn a_term_past_its_deadline_is_not_handed_out() {
-    let clock = Arc::new(JumpClock {
-        inner: TokioClock::new(),
-        jumped: AtomicU64::new(0),
-    });
+    let clock = JumpClock::paused();
     let e = start(MemoryStore::new(), "a", clock.clone());
     let term = e.wait_for_leadership().await.unwrap();
     // The host sleeps through the term; nothing has run since.
@@ -155,16 +160,22 @@ impl Coordinator for Wedged {
     }
 }
 
-/// Review item 8: `run_while_leader` dropped work that ignores cancellation
-/// only when the backend ended the term; a wedged backend left it running
-/// past the deadline. The work now races the deadline itself.
-#[tokio::test(start_paused = true)]
-async fn work_is_dropped_at_the_deadline_even_if_the_backend_wedges() {
+/// An elector on a [`Wedged`] backend, on tokio's paused clock.
+fn wedged() -> (Arc<TokioClock>, Elector) {
     let clock = Arc::new(TokioClock::new());
     let e = Elector::with_coordinator(Wedged, "jobs")
         .clock(clock.clone())
         .start()
         .unwrap();
+    (clock, e)
+}
+
+/// Review item 8: `run_while_leader` dropped work that ignores cancellation
+/// only when the backend ended the term; a wedged backend left it running
+/// past the deadline. The work now races the deadline itself.
+#[tokio::test(start_paused = true)]
+async fn work_is_dropped_at_the_deadline_even_if_the_backend_wedges() {
+    let (clock, e) = wedged();
     let began = clock.now().mono;
     let stopper = e.clone();
     let ran = tokio::spawn(async move {
@@ -197,11 +208,7 @@ impl Drop for DropAt {
 
 #[tokio::test(start_paused = true)]
 async fn wedged_backend_work_is_dropped_exactly_at_the_deadline() {
-    let clock = Arc::new(TokioClock::new());
-    let e = Elector::with_coordinator(Wedged, "jobs")
-        .clock(clock.clone())
-        .start()
-        .unwrap();
+    let (clock, e) = wedged();
     let dropped = Arc::new(AtomicU64::new(0));
     let (d, c) = (dropped.clone(), clock.clone());
     let runner = e.clone();
@@ -369,10 +376,7 @@ fn wall_time_rounds_durations_up() {
 /// unhealthy until its term is ended: what a liveness probe must see.
 #[tokio::test(start_paused = true)]
 async fn a_leader_past_its_deadline_is_unhealthy() {
-    let clock = Arc::new(JumpClock {
-        inner: TokioClock::new(),
-        jumped: AtomicU64::new(0),
-    });
+    let clock = JumpClock::paused();
     let e = start(MemoryStore::new(), "a", clock.clone());
     e.wait_for_leadership().await.unwrap();
     assert!(e.health().is_healthy());
