@@ -32,6 +32,16 @@ fn start_with(store: impl LeaseStore, id: &str, config: Config) -> tenure::Elect
         .expect("valid config")
 }
 
+/// `a` elected, then `b` standing as its follower for a second.
+async fn a_leads_then_b_stands() -> (tenure::Elector, tenure::Elector) {
+    let store = MemoryStore::new();
+    let a = start(store.clone(), "a");
+    a.wait_for_leadership().await.unwrap();
+    let b = start(store, "b");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    (a, b)
+}
+
 /// The one of `electors` that leads, once one does (the paused clock runs
 /// through the election at once; the bound is real time, for a hang).
 async fn leader_of(electors: &[&tenure::Elector]) -> usize {
@@ -89,11 +99,7 @@ async fn exactly_one_of_three_leads_and_the_others_follow_it() {
 
 #[tokio::test(start_paused = true)]
 async fn graceful_shutdown_hands_over_at_once_with_notifications() {
-    let store = MemoryStore::new();
-    let a = start(store.clone(), "a");
-    a.wait_for_leadership().await.unwrap();
-    let b = start(store.clone(), "b");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (a, b) = a_leads_then_b_stands().await;
     let t0 = Instant::now();
     a.shutdown().await;
     let term = b.wait_for_leadership().await.unwrap();
@@ -289,11 +295,7 @@ async fn work_returning_an_error_resigns_and_reports_it() {
 
 #[tokio::test(start_paused = true)]
 async fn resign_hands_over_and_the_resigned_candidate_keeps_standing() {
-    let store = MemoryStore::new();
-    let a = start(store.clone(), "a");
-    a.wait_for_leadership().await.unwrap();
-    let b = start(store.clone(), "b");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (a, b) = a_leads_then_b_stands().await;
     let mut a_events = a.events();
     a.resign();
     let b_term = b.wait_for_leadership().await.unwrap();
