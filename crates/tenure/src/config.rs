@@ -260,15 +260,27 @@ impl Config {
         let stop_grace = self.stop_grace.unwrap_or(term / 10);
         let op_timeout = self.op_timeout.unwrap_or(term / 4);
         let leader_validity = term.mul_f64(1.0 - self.drift);
-        if renew_interval.is_zero() {
-            return Err(ConfigError::timing(
+        // Each of these must be positive; the first that is zero is named.
+        let positive = [
+            (
+                renew_interval,
                 "renew interval is zero: leave it unset (term / 3) or give a positive value",
-            ));
-        }
-        if stop_grace.is_zero() {
-            return Err(ConfigError::timing(
+            ),
+            (
+                stop_grace,
                 "stop grace is zero: the work would be told to stop only at the deadline, with no margin; leave it unset (term / 10) or give a positive value",
-            ));
+            ),
+            (
+                retry_interval,
+                "retry interval is zero: leave it unset (term / 4) or give a positive value",
+            ),
+            (
+                op_timeout,
+                "operation timeout is zero: leave it unset (term / 4) or give a positive value",
+            ),
+        ];
+        if let Some((_, why)) = positive.iter().find(|(value, _)| value.is_zero()) {
+            return Err(ConfigError::timing(*why));
         }
         let renew_and_stop = renew_interval.checked_add(stop_grace);
         if renew_and_stop.is_none_or(|d| d >= leader_validity) {
@@ -276,16 +288,6 @@ impl Config {
                 "renew interval ({renew_interval:?}) + stop grace ({stop_grace:?}) must be shorter than term × (1 − drift) ({leader_validity:?}), \
                  or the leader would have to stop before its first renewal: shorten the renew interval or lengthen the term"
             )));
-        }
-        if retry_interval.is_zero() {
-            return Err(ConfigError::timing(
-                "retry interval is zero: leave it unset (term / 4) or give a positive value",
-            ));
-        }
-        if op_timeout.is_zero() {
-            return Err(ConfigError::timing(
-                "operation timeout is zero: leave it unset (term / 4) or give a positive value",
-            ));
         }
         if let Some(skew) = self.max_clock_skew {
             if skew.checked_mul(2).is_none_or(|twice| term < twice) {
@@ -444,36 +446,30 @@ mod tests {
         assert!(err(Config::new(Duration::ZERO)).contains("term is zero"));
         assert!(err(Config::new(MAX_TERM + Duration::from_secs(1))).contains("longest supported"));
         assert!(Config::new(MAX_TERM).validate().is_ok());
-        let c = Config {
-            drift: 0.7,
-            ..Config::default()
-        };
-        assert!(err(c).contains("drift"));
-        let c = Config {
-            renew_interval: Some(secs(9.0)),
-            ..Config::default()
-        };
-        assert!(err(c).contains("renew interval"));
-        let c = Config {
-            max_clock_skew: Some(secs(6.0)),
-            ..Config::default()
-        };
-        assert!(err(c).contains("at least twice the clock-skew bound"));
-        let c = Config {
-            retry_interval: Some(Duration::ZERO),
-            ..Config::default()
-        };
-        assert!(err(c).contains("retry interval"));
-        let c = Config {
-            liveness_timeout: Some(Duration::ZERO),
-            ..Config::default()
-        };
-        assert!(err(c).contains("liveness"));
-        let c = Config {
-            stop_grace: Some(Duration::ZERO),
-            ..Config::default()
-        };
-        assert!(err(c).contains("stop grace is zero"));
+        // One setting out of range at a time, and what the error must name.
+        let cases: [(fn(&mut Config), &str); 7] = [
+            (|c| c.drift = 0.7, "drift"),
+            (|c| c.renew_interval = Some(secs(9.0)), "renew interval"),
+            (
+                |c| c.max_clock_skew = Some(secs(6.0)),
+                "at least twice the clock-skew bound",
+            ),
+            (
+                |c| c.retry_interval = Some(Duration::ZERO),
+                "retry interval",
+            ),
+            (|c| c.liveness_timeout = Some(Duration::ZERO), "liveness"),
+            (
+                |c| c.stop_grace = Some(Duration::ZERO),
+                "stop grace is zero",
+            ),
+        ];
+        for (set, names) in cases {
+            let mut c = Config::default();
+            set(&mut c);
+            let e = err(c);
+            assert!(e.contains(names), "{e} does not name {names}");
+        }
     }
 
     #[test]
