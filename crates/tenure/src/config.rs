@@ -463,6 +463,10 @@ mod tests {
                 |c| c.stop_grace = Some(Duration::ZERO),
                 "stop grace is zero",
             ),
+            (
+                |c| c.op_timeout = Some(Duration::ZERO),
+                "operation timeout is zero",
+            ),
         ];
         for (set, names) in cases {
             let mut c = Config::default();
