@@ -447,7 +447,8 @@ mod tests {
         assert!(err(Config::new(MAX_TERM + Duration::from_secs(1))).contains("longest supported"));
         assert!(Config::new(MAX_TERM).validate().is_ok());
         // One setting out of range at a time, and what the error must name.
-        let cases: [(fn(&mut Config), &str); 7] = [
+        type Setting = fn(&mut Config);
+        let cases: [(Setting, &str); 7] = [
             (|c| c.drift = 0.7, "drift"),
             (|c| c.renew_interval = Some(secs(9.0)), "renew interval"),
             (
