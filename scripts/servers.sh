@@ -64,8 +64,19 @@ _launched() {
     { _log "$1 did not start"; tail -20 "$TENURE_SERVERS_DIR/$1/server.log" >&2; return 1; }
 }
 
-# _serving NAME PORT: says the server is up, with its pid.
-_serving() { _log "$1 on 127.0.0.1:$2 (pid $(cat "$TENURE_SERVERS_DIR/$1.pid"))"; }
+# _serving NAME PORT VAR URL: the server is up: exports VAR=URL (what the
+# tests read) and says so, with its pid.
+_serving() {
+  export "$3=$4"
+  _log "$1 on 127.0.0.1:$2 (pid $(cat "$TENURE_SERVERS_DIR/$1.pid"))"
+}
+
+# _fresh_dir NAME: prints the server's working directory (its data and log),
+# emptied first, so that every start begins from nothing.
+_fresh_dir() {
+  local dir="$TENURE_SERVERS_DIR/$1"
+  rm -rf "$dir" && mkdir -p "$dir" && echo "$dir"
+}
 
 _wait_port() { # host port seconds
   local i
@@ -204,8 +215,8 @@ _install_tansu() {
 }
 
 _start_postgres() {
-  local dir="$TENURE_SERVERS_DIR/postgres"
-  rm -rf "$dir" && mkdir -p "$dir"
+  local dir
+  dir=$(_fresh_dir postgres) || return 1
   chown postgres:postgres "$dir"
   # Password auth over TCP, so that wrong credentials are really refused.
   echo "$PG_PASSWORD" >"$dir/pwfile" && chown postgres:postgres "$dir/pwfile"
@@ -216,23 +227,21 @@ _start_postgres() {
     -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $dir -c fsync=off" start >/dev/null ||
     { _log "postgres did not start"; tail -20 "$dir/server.log" >&2; return 1; }
   head -1 "$dir/data/postmaster.pid" >"$TENURE_SERVERS_DIR/postgres.pid"
-  export TENURE_TEST_POSTGRES="postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres"
-  _serving postgres "$PG_PORT"
+  _serving postgres "$PG_PORT" TENURE_TEST_POSTGRES "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres"
 }
 
 _start_redis() {
-  local dir="$TENURE_SERVERS_DIR/redis"
-  rm -rf "$dir" && mkdir -p "$dir"
+  local dir
+  dir=$(_fresh_dir redis) || return 1
   redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
     --dir "$dir" --daemonize no >"$dir/server.log" 2>&1 &
   _launched redis "$REDIS_PORT" 20 || return 1
-  export TENURE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
-  _serving redis "$REDIS_PORT"
+  _serving redis "$REDIS_PORT" TENURE_TEST_REDIS "redis://127.0.0.1:$REDIS_PORT"
 }
 
 _start_etcd() {
-  local dir="$TENURE_SERVERS_DIR/etcd"
-  rm -rf "$dir" && mkdir -p "$dir"
+  local dir
+  dir=$(_fresh_dir etcd) || return 1
   local peer=$((ETCD_PORT + 1)) metrics=$((ETCD_PORT + 2))
   ETCD_UNSUPPORTED_ARCH="${ETCD_UNSUPPORTED_ARCH:-}" etcd --name tenure-test --data-dir "$dir/data" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -240,36 +249,34 @@ _start_etcd() {
     --initial-cluster "tenure-test=http://127.0.0.1:$peer" \
     --listen-metrics-urls "http://127.0.0.1:$metrics" >"$dir/server.log" 2>&1 &
   _launched etcd "$ETCD_PORT" 30 || return 1
-  export TENURE_TEST_ETCD="http://127.0.0.1:$ETCD_PORT"
-  _serving etcd "$ETCD_PORT"
+  _serving etcd "$ETCD_PORT" TENURE_TEST_ETCD "http://127.0.0.1:$ETCD_PORT"
 }
 
 _start_dynalite() {
-  local dir="$TENURE_SERVERS_DIR/dynalite"
-  rm -rf "$dir" && mkdir -p "$dir"
+  local dir
+  dir=$(_fresh_dir dynalite) || return 1
   "$TENURE_NPM_DIR/node_modules/.bin/dynalite" --port "$DYNALITE_PORT" \
     --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 >"$dir/server.log" 2>&1 &
   _launched dynalite "$DYNALITE_PORT" 20 || return 1
-  export TENURE_TEST_DYNAMODB="http://127.0.0.1:$DYNALITE_PORT"
-  _serving dynalite "$DYNALITE_PORT"
+  _serving dynalite "$DYNALITE_PORT" TENURE_TEST_DYNAMODB "http://127.0.0.1:$DYNALITE_PORT"
 }
 
 _start_tansu() {
-  local dir="$TENURE_SERVERS_DIR/tansu"
-  rm -rf "$dir" && mkdir -p "$dir"
+  local dir
+  dir=$(_fresh_dir tansu) || return 1
   # No RUST_LOG=info: tansu then logs every request.
   (cd "$dir" && RUST_LOG=warn exec "$TENURE_TANSU_DIR/tansu" broker \
     --listener-url "tcp://127.0.0.1:$TANSU_PORT" --advertised-listener-url "tcp://127.0.0.1:$TANSU_PORT" \
     --storage-engine memory://tansu/ >"$dir/server.log" 2>&1) &
   _launched tansu "$TANSU_PORT" 20 || return 1
-  export TENURE_TEST_KAFKA="127.0.0.1:$TANSU_PORT"
   export TENURE_TANSU_BIN="$TENURE_TANSU_DIR/tansu"
-  _serving tansu "$TANSU_PORT"
+  _serving tansu "$TANSU_PORT" TENURE_TEST_KAFKA "127.0.0.1:$TANSU_PORT"
 }
 
 _start_zookeeper() {
-  local dir="$TENURE_SERVERS_DIR/zookeeper"
-  rm -rf "$dir" && mkdir -p "$dir/data"
+  local dir
+  dir=$(_fresh_dir zookeeper) || return 1
+  mkdir -p "$dir/data"
   # A short tick lets tests ask for sessions down to 1 s; no admin server
   # (it would take port 8080); no limit on connections from 127.0.0.1 (the
   # tests open many).
@@ -288,25 +295,23 @@ _start_zookeeper() {
     fi
     sleep 0.1
   done
-  export TENURE_TEST_ZOOKEEPER="zk://127.0.0.1:$ZK_PORT"
-  _serving zookeeper "$ZK_PORT"
+  _serving zookeeper "$ZK_PORT" TENURE_TEST_ZOOKEEPER "zk://127.0.0.1:$ZK_PORT"
 }
 
 _start_nats() {
-  local dir="$TENURE_SERVERS_DIR/nats"
-  rm -rf "$dir" && mkdir -p "$dir"
+  local dir
+  dir=$(_fresh_dir nats) || return 1
   # JetStream on, with file storage in the servers directory (so that a
   # restart keeps the buckets, as in production).
   nats-server --addr 127.0.0.1 --port "$NATS_PORT" --jetstream --store_dir "$dir/store" \
     >"$dir/server.log" 2>&1 &
   _launched nats "$NATS_PORT" 20 || return 1
-  export TENURE_TEST_NATS="nats://127.0.0.1:$NATS_PORT"
-  _serving nats "$NATS_PORT"
+  _serving nats "$NATS_PORT" TENURE_TEST_NATS "nats://127.0.0.1:$NATS_PORT"
 }
 
 _start_moto() {
-  local dir="$TENURE_SERVERS_DIR/moto"
-  rm -rf "$dir" && mkdir -p "$dir"
+  local dir
+  dir=$(_fresh_dir moto) || return 1
   "$TENURE_MOTO_DIR/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$dir/server.log" 2>&1 &
   _launched moto "$MOTO_PORT" 30 || return 1
   # The bucket the tests share (moto checks no signature by default).
@@ -315,14 +320,13 @@ import sys, urllib.request
 req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/tenure-test", data=b"", method="PUT")
 urllib.request.urlopen(req, timeout=10).read()
 PY
-  export TENURE_TEST_S3="http://127.0.0.1:$MOTO_PORT"
   export TENURE_MOTO_BIN="$TENURE_MOTO_DIR/bin/moto_server"
-  _serving moto "$MOTO_PORT"
+  _serving moto "$MOTO_PORT" TENURE_TEST_S3 "http://127.0.0.1:$MOTO_PORT"
 }
 
 _start_azurite() {
-  local dir="$TENURE_SERVERS_DIR/azurite"
-  rm -rf "$dir" && mkdir -p "$dir"
+  local dir
+  dir=$(_fresh_dir azurite) || return 1
   (cd "$dir" && exec "$TENURE_AZURITE_DIR/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 \
     --blobPort "$AZURITE_PORT" --inMemoryPersistence --silent >"$dir/server.log" 2>&1) &
   _launched azurite "$AZURITE_PORT" 30 || return 1
@@ -343,8 +347,7 @@ c.request("PUT", f"/{account}/tenure-test?restype=container", body=b"", headers=
 r = c.getresponse()
 sys.exit(0 if r.status in (201, 409) else f"{r.status} {r.read()[:300]!r}")
 PY
-  export TENURE_TEST_AZURE="http://127.0.0.1:$AZURITE_PORT"
-  _serving azurite "$AZURITE_PORT"
+  _serving azurite "$AZURITE_PORT" TENURE_TEST_AZURE "http://127.0.0.1:$AZURITE_PORT"
 }
 
 servers_stop() {
