@@ -181,11 +181,7 @@ impl EtcdOptions {
     /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
         let scheme = if self.tls { "etcds" } else { "etcd" };
-        let user = self
-            .user
-            .as_deref()
-            .map(|u| format!("{u}@"))
-            .unwrap_or_default();
+        let user = tenure::url::shown_user(self.user.as_deref());
         format!(
             "{scheme}://{user}{} (prefix {:?})",
             self.target(),

@@ -240,6 +240,29 @@ impl EtcdStore {
             })
     }
 
+    /// Sends `ops` as one `Txn` without a condition, bounded like every
+    /// request (`what` names it in errors), and checks that etcd answered
+    /// each operation (`batch` names them if not): the response and the
+    /// operations' answers, in order.
+    async fn txn(
+        &self,
+        what: &'static str,
+        batch: &str,
+        ops: Vec<TxnOp>,
+    ) -> Result<(TxnResponse, Vec<TxnOpResponse>), StoreError> {
+        let sent = ops.len();
+        let mut kv = self.client.kv_client();
+        let resp = self.bounded(what, kv.txn(Txn::new().and_then(ops))).await?;
+        let answers = resp.op_responses();
+        tenure::store::check_batch_answer(
+            &format!("etcd at {}", self.options.target()),
+            batch,
+            sent,
+            answers.len(),
+        )?;
+        Ok((resp, answers))
+    }
+
     /// Many groups' compare-and-swaps in ONE `Txn` that is not
     /// all-or-nothing: an outer `Txn` without a condition whose operations
     /// are one nested `Txn` per group, each with its own compare and put,
@@ -260,18 +283,13 @@ impl EtcdStore {
         if nested.is_empty() {
             return Ok(out.into_iter().flatten().collect());
         }
-        let sent = nested.len();
-        let mut kv = self.client.kv_client();
-        let resp = self
-            .bounded("compare-and-swap", kv.txn(Txn::new().and_then(nested)))
+        let (resp, answers) = self
+            .txn(
+                "compare-and-swap",
+                "a batch of nested compare-and-swaps",
+                nested,
+            )
             .await?;
-        let answers = resp.op_responses();
-        tenure::store::check_batch_answer(
-            &format!("etcd at {}", self.options.target()),
-            "a batch of nested compare-and-swaps",
-            sent,
-            answers.len(),
-        )?;
         // Every nested write that applied has the outer Txn's revision.
         let revision = self.revision_of(&resp);
         let mut answers = answers.into_iter();
@@ -304,17 +322,7 @@ impl EtcdStore {
             .iter()
             .map(|g| TxnOp::get(self.key(g), None))
             .collect();
-        let mut kv = self.client.kv_client();
-        let resp = self
-            .bounded("read", kv.txn(Txn::new().and_then(gets)))
-            .await?;
-        let answers = resp.op_responses();
-        tenure::store::check_batch_answer(
-            &format!("etcd at {}", self.options.target()),
-            "a read of keys",
-            groups.len(),
-            answers.len(),
-        )?;
+        let (_, answers) = self.txn("read", "a read of keys", gets).await?;
         Ok(groups
             .iter()
             .zip(answers)
@@ -382,7 +390,7 @@ impl LeaseView for EtcdStore {
         let off = self.feeds_off.clone();
         let key = self.key(group);
         tokio::spawn(async move {
-            if let watch::Ended::Refused(e) = watch::run(client, options, key, tx).await {
+            if let Err(e) = watch::run(client, options, key, tx).await {
                 tracing::warn!(
                     error = %e,
                     "etcd refused the watch; candidates poll instead of taking over at once"

@@ -11,47 +11,21 @@ use tokio::sync::mpsc;
 use crate::error::{Ctx, EtcdStoreError};
 use crate::options::EtcdOptions;
 
-/// Why the feed stopped for good.
-pub(crate) enum Ended {
-    /// The elector dropped the feed.
-    Dropped,
-    /// Something an operator must fix (a permission): electors poll.
-    Refused(EtcdStoreError),
-}
-
-fn hint(tx: &mpsc::Sender<()>) -> bool {
-    // A full channel already holds a hint: the elector re-reads once and
-    // sees this change too.
-    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_)))
-}
-
-/// Watches `key` and hints `tx` on every change until `tx` closes or etcd
-/// refuses the watch for good.
+/// Watches `key` and hints `tx` on every change until `tx` closes (`Ok`)
+/// or etcd refuses the watch for good (`Err`: something an operator must
+/// fix, a permission; electors poll).
 pub(crate) async fn run(
     client: etcd_client::Client,
     options: std::sync::Arc<EtcdOptions>,
     key: Vec<u8>,
     tx: mpsc::Sender<()>,
-) -> Ended {
-    let mut failures = 0u32;
-    loop {
-        let outcome = tokio::select! {
-            _ = tx.closed() => return Ended::Dropped,
-            r = watching(&client, &options, &key, &tx, &mut failures) => r,
-        };
-        match outcome {
-            Ok(()) => return Ended::Dropped,
-            Err(e) if !e.is_transient() => return Ended::Refused(e),
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                tracing::debug!(error = %e, "etcd watch lost; watching again");
-            }
-        }
-        tokio::select! {
-            _ = tx.closed() => return Ended::Dropped,
-            _ = tokio::time::sleep(tenure::store::feed_backoff(failures)) => {}
-        }
-    }
+) -> Result<(), EtcdStoreError> {
+    tenure::store::keep_hinting(
+        &tx,
+        |attempt| watching(&client, &options, &key, &tx, attempt),
+        |e| tracing::debug!(error = %e, "etcd watch lost; watching again"),
+    )
+    .await
 }
 
 /// One watch: `Ok(())` once the receiver is gone, `Err` when it broke.
@@ -60,7 +34,7 @@ async fn watching(
     options: &EtcdOptions,
     key: &[u8],
     tx: &mpsc::Sender<()>,
-    failures: &mut u32,
+    attempt: tenure::store::HintAttempt,
 ) -> Result<(), EtcdStoreError> {
     let ctx = crate::store::ctx(options);
     let mut watch = client.watch_client();
@@ -76,9 +50,9 @@ async fn watching(
                     return Err(cancelled(&ctx, resp.cancel_reason()));
                 }
                 if resp.created() {
-                    *failures = 0;
+                    attempt.connected();
                 }
-                if (resp.created() || !resp.events().is_empty()) && !hint(tx) {
+                if (resp.created() || !resp.events().is_empty()) && !tenure::store::send_hint(tx) {
                     return Ok(());
                 }
             }

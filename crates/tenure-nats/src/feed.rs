@@ -35,7 +35,6 @@ use futures_util::StreamExt;
 use tenure::{
     Change, ChangeFeed, GroupName, LeaseRecord, StoreFeed, StoreFeedSender, Version, Versioned,
 };
-use tokio::sync::mpsc;
 
 use crate::error::{Concerning, NatsStoreError};
 use crate::keys;
@@ -211,7 +210,7 @@ pub(crate) async fn per_group(
             }
         };
         loop {
-            if !hint(&tx) {
+            if !tenure::store::send_hint(&tx) {
                 return;
             }
             let restart = tokio::select! {
@@ -229,11 +228,4 @@ pub(crate) async fn per_group(
         }
     });
     Ok(feed)
-}
-
-/// Hints without waiting: a full channel already holds a hint, and the
-/// elector's read will see this change too. `false` once the elector is
-/// gone.
-fn hint(tx: &mpsc::Sender<()>) -> bool {
-    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_)))
 }

@@ -27,7 +27,7 @@ use tenure::{Change, FeedRelay, GroupName, LeaseRecord, StoreFeed, Version, Vers
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::conn::{backoff, open};
+use crate::conn::open;
 use crate::error::RedisStoreError;
 use crate::options::RedisOptions;
 
@@ -163,49 +163,22 @@ fn bytes(v: Option<Value>) -> Option<Vec<u8>> {
     }
 }
 
-/// Why the feed stopped for good.
-pub(crate) enum Ended {
-    /// The elector dropped the feed.
-    Dropped,
-    /// A setting an operator must fix (a permission, credentials, TLS, a
-    /// server without RESP3): electors fall back to polling.
-    Refused(RedisStoreError),
-}
-
-/// Sends a hint; `false` once the receiver is gone.
-fn hint(tx: &mpsc::Sender<()>) -> bool {
-    // A full channel already holds a hint: the elector re-reads once and
-    // sees this change too.
-    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_)))
-}
-
 /// Keeps a subscription to `channel` alive and hints `tx` on every message,
-/// until `tx` closes or the server refuses the subscription for good.
+/// until `tx` closes (`Ok`) or the server refuses the subscription for good
+/// (`Err`: a setting an operator must fix, a permission, credentials, TLS,
+/// a server without RESP3; electors fall back to polling).
 pub(crate) async fn run(
     client: redis::Client,
     options: RedisOptions,
     channel: String,
     tx: mpsc::Sender<()>,
-) -> Ended {
-    let mut failures = 0u32;
-    loop {
-        let outcome = tokio::select! {
-            _ = tx.closed() => return Ended::Dropped,
-            r = subscribed(&client, &options, &channel, &tx, &mut failures) => r,
-        };
-        match outcome {
-            Ok(()) => return Ended::Dropped,
-            Err(e) if !e.is_transient() => return Ended::Refused(e),
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                tracing::debug!(channel, error = %e, "Redis change feed lost; resubscribing");
-            }
-        }
-        tokio::select! {
-            _ = tx.closed() => return Ended::Dropped,
-            _ = tokio::time::sleep(backoff(failures)) => {}
-        }
-    }
+) -> Result<(), RedisStoreError> {
+    tenure::store::keep_hinting(
+        &tx,
+        |attempt| subscribed(&client, &options, &channel, &tx, attempt),
+        |e| tracing::debug!(channel, error = %e, "Redis change feed lost; resubscribing"),
+    )
+    .await
 }
 
 /// One subscription: `Ok(())` once the receiver is gone, `Err` when the
@@ -215,17 +188,17 @@ async fn subscribed(
     options: &RedisOptions,
     channel: &str,
     tx: &mpsc::Sender<()>,
-    failures: &mut u32,
+    attempt: tenure::store::HintAttempt,
 ) -> Result<(), RedisStoreError> {
     let mut sub = Subscription::open(client, options, Topic::Channel(channel)).await?;
-    *failures = 0;
+    attempt.connected();
     // Changes made while unsubscribed were not delivered: re-read once.
-    if !hint(tx) {
+    if !tenure::store::send_hint(tx) {
         return Ok(());
     }
     loop {
         sub.next().await?;
-        if !hint(tx) {
+        if !tenure::store::send_hint(tx) {
             return Ok(());
         }
     }

@@ -488,7 +488,7 @@ impl LeaseView for RedisStore {
         tokio::spawn(async move {
             let client = store.inner.feed_client.clone();
             let options = store.options().clone();
-            if let feed::Ended::Refused(e) = feed::run(client, options, channel.clone(), tx).await {
+            if let Err(e) = feed::run(client, options, channel.clone(), tx).await {
                 tracing::warn!(
                     channel,
                     error = %e,

@@ -175,11 +175,7 @@ impl ZkOptions {
     /// The URL without the password: what
     /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
-        let user = self
-            .user
-            .as_deref()
-            .map(|u| format!("{u}@"))
-            .unwrap_or_default();
+        let user = tenure::url::shown_user(self.user.as_deref());
         format!("zk://{user}{}{}", self.connect_string(), self.prefix)
     }
 }

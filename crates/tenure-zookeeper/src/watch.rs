@@ -25,12 +25,6 @@ pub(crate) fn start(store: ZkStore, path: String) -> ChangeFeed {
     feed
 }
 
-/// Sends a hint; `false` once the feed is dropped. A full channel already
-/// holds a hint: the elector reads once and sees this change too.
-fn hint(tx: &mpsc::Sender<()>) -> bool {
-    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_)))
-}
-
 async fn run(store: ZkStore, path: String, tx: mpsc::Sender<()>) {
     let mut failures = 0u32;
     loop {
@@ -60,7 +54,7 @@ async fn run(store: ZkStore, path: String, tx: mpsc::Sender<()>) {
             }
         };
         failures = 0;
-        if !hint(&tx) {
+        if !tenure::store::send_hint(&tx) {
             return;
         }
         let event = tokio::select! {

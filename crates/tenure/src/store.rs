@@ -387,6 +387,83 @@ pub fn feed_backoff(failures: u32) -> std::time::Duration {
     (FIRST * 2u32.pow(exp)).min(MOST)
 }
 
+/// Hints the reader of a [`ChangeFeed`] without waiting; `false` once the
+/// reader is gone. A full channel already holds a hint: the reader re-reads
+/// once and sees this change too.
+///
+/// ```
+/// let (tx, mut feed) = tenure::ChangeFeed::channel();
+/// assert!(tenure::store::send_hint(&tx));
+/// assert!(tenure::store::send_hint(&tx), "a full channel is no error");
+/// drop(feed);
+/// assert!(!tenure::store::send_hint(&tx));
+/// ```
+pub fn send_hint(tx: &mpsc::Sender<()>) -> bool {
+    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_)))
+}
+
+/// What [`keep_hinting`] hands each attempt of a per-group hint feed (one
+/// watch or subscription): the attempt calls
+/// [`connected`](HintAttempt::connected) once it is up, so that the
+/// back-off after a later failure starts again from the shortest.
+#[derive(Clone, Debug, Default)]
+pub struct HintAttempt {
+    connected: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl HintAttempt {
+    /// The watch or subscription is up: the failures before it no longer
+    /// count.
+    pub fn connected(&self) {
+        self.connected
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Keeps a per-group hint feed alive for as long as its reader (`tx`'s
+/// receiver) is there. `attempt` is one watch or subscription: it hints
+/// until the reader is gone (`Ok(())`) or the connection breaks (`Err`).
+/// After a transient failure (reported to `lost`) it runs again, once
+/// [`feed_backoff`] of the failures in a row has passed (a failure after
+/// the attempt [connected](HintAttempt::connected) is the first in a row).
+/// `Ok(())` once the reader is gone; `Err` with the first failure an
+/// operator must fix (a permission, say), after which the store's electors
+/// poll.
+pub async fn keep_hinting<E, F, A>(
+    tx: &mpsc::Sender<()>,
+    mut attempt: F,
+    mut lost: impl FnMut(&E),
+) -> Result<(), E>
+where
+    E: crate::error::BackendError,
+    F: FnMut(HintAttempt) -> A,
+    A: Future<Output = Result<(), E>>,
+{
+    let mut failures = 0u32;
+    loop {
+        let this = HintAttempt::default();
+        let outcome = tokio::select! {
+            _ = tx.closed() => return Ok(()),
+            r = attempt(this.clone()) => r,
+        };
+        match outcome {
+            Ok(()) => return Ok(()),
+            Err(e) if !e.is_transient() => return Err(e),
+            Err(e) => {
+                if this.connected.load(std::sync::atomic::Ordering::Relaxed) {
+                    failures = 0;
+                }
+                failures = failures.saturating_add(1);
+                lost(&e);
+            }
+        }
+        tokio::select! {
+            _ = tx.closed() => return Ok(()),
+            _ = tokio::time::sleep(feed_backoff(failures)) => {}
+        }
+    }
+}
+
 /// Per-item results of a batch, or the failure of the batch as a whole.
 pub type BatchResult<T> = Result<Vec<Result<T, StoreError>>, StoreError>;
 
@@ -674,5 +751,60 @@ mod tests {
         let (tx, _feed) = StoreFeed::channel(1);
         let mut relay = FeedRelay::new(tx);
         assert_eq!(relay.next(async { 7 }).await, Some(7));
+    }
+
+    /// A transient failure is tried again after the back-off of the
+    /// failures in a row (reset by an attempt that connects); the first
+    /// failure an operator must fix ends the feed with it; a gone reader
+    /// ends it quietly.
+    #[tokio::test(start_paused = true)]
+    async fn keep_hinting_retries_transient_failures_and_stops_at_a_refusal() {
+        use crate::error::ConnectError;
+        let (tx, _feed) = ChangeFeed::channel();
+        let start = tokio::time::Instant::now();
+        let mut calls = Vec::new();
+        let mut lost = 0;
+        let ended = keep_hinting(
+            &tx,
+            |attempt: HintAttempt| {
+                calls.push(start.elapsed());
+                let n = calls.len();
+                async move {
+                    if n == 3 {
+                        attempt.connected();
+                    }
+                    if n < 5 {
+                        Err(ConnectError::Store(StoreError::unavailable("down", "io")))
+                    } else {
+                        Err(ConnectError::InvalidUrl {
+                            store: "test",
+                            url: "t://h".into(),
+                            reason: "refused".into(),
+                        })
+                    }
+                }
+            },
+            |e: &ConnectError| {
+                assert!(e.is_transient());
+                lost += 1;
+            },
+        )
+        .await;
+        assert!(matches!(ended, Err(ConnectError::InvalidUrl { .. })));
+        assert_eq!(lost, 4);
+        let ms = |m| Duration::from_millis(m);
+        // 50 ms after the first failure, 100 ms after the second; the third
+        // came after the attempt connected: 50 ms again.
+        assert_eq!(calls, [ms(0), ms(50), ms(150), ms(200), ms(300)]);
+
+        let (tx, feed) = ChangeFeed::channel();
+        drop(feed);
+        let gone = keep_hinting(
+            &tx,
+            |_| std::future::pending(),
+            |_: &ConnectError| panic!("nothing failed"),
+        )
+        .await;
+        assert!(gone.is_ok());
     }
 }

@@ -453,6 +453,17 @@ pub fn mask_key_id(id: &str) -> String {
     }
 }
 
+/// The user info a described store URL shows before its hosts: `user@`,
+/// or nothing without a user. The password never shows.
+///
+/// ```
+/// assert_eq!(tenure::url::shown_user(Some("app")), "app@");
+/// assert_eq!(tenure::url::shown_user(None), "");
+/// ```
+pub fn shown_user(user: Option<&str>) -> String {
+    user.map(|u| format!("{u}@")).unwrap_or_default()
+}
+
 /// Drops `user:password@` from a URL (an endpoint option, say), in case
 /// one was given; the rest is kept as it is.
 ///
