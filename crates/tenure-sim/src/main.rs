@@ -150,7 +150,7 @@ fn parse_notify(s: &str) -> Result<Notify, String> {
 /// Sets what every tier shares from the command line. The skew bound and
 /// liveness timeout scale with the term unless given: the defaults are a
 /// fifth of a 2 s term and one term.
-fn apply_shared(args: &Args, mut s: Shared) -> Shared {
+fn apply_shared(args: &Args, s: &mut Shared) {
     if let Some(ms) = args.term_ms {
         s.term = Duration::from_millis(ms);
         s.skew = SkewBound::Random(s.term / 5);
@@ -177,7 +177,6 @@ fn apply_shared(args: &Args, mut s: Shared) -> Shared {
         s.latency = Duration::from_millis(ms);
     }
     s.trace = args.trace && args.seed.is_some();
-    s
 }
 
 fn elector_params(args: &Args) -> ElectorParams {
@@ -188,7 +187,7 @@ fn elector_params(args: &Args) -> ElectorParams {
     if let Some(g) = &args.groups {
         p.groups = g.clone();
     }
-    p.set_shared(apply_shared(args, p.shared()));
+    apply_shared(args, &mut p.shared);
     if args.no_faults {
         p.faults = ElectorFaultRates::none();
     }
@@ -207,7 +206,7 @@ fn shard_params(args: &Args) -> ShardParams {
     if let Some(s) = &args.shard_count {
         p.shards = s.clone();
     }
-    p.set_shared(apply_shared(args, p.shared()));
+    apply_shared(args, &mut p.shared);
     if args.no_faults {
         p.faults = ShardFaultRates::none();
     }
@@ -219,7 +218,7 @@ fn params(args: &Args) -> SimParams {
     if let Some(n) = &args.nodes {
         p.nodes = n.clone();
     }
-    p.set_shared(apply_shared(args, p.shared()));
+    apply_shared(args, &mut p.shared);
     p.anchor_at_receive = args.anchor_at_receive;
     if args.crash_only {
         p.faults = FaultRates::crash_only();

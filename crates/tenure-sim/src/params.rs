@@ -128,33 +128,60 @@ impl Notify {
 
 /// The settings every tier has (machines, electors, sharded sets), so that
 /// their checks, their command-line flags and their replay commands are
-/// written once. Each tier's parameters lend theirs with `shared()` and take
-/// them back with `set_shared()`.
+/// written once. Each tier's parameters hold theirs in a field `shared`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Shared {
     /// The configured term; every other timing setting derives from it.
     pub term: Duration,
     /// The configured drift bound ρ.
     pub drift: f64,
-    /// How far clocks actually drift, if not within the bound (a negative
-    /// control).
+    /// How far clocks actually drift, if not within the configured bound.
+    /// Setting it beyond `drift` breaks the timing assumption on purpose (a
+    /// negative control), to show that the checker catches the resulting
+    /// overlap.
     pub actual_drift: Option<f64>,
     /// The wall-clock skew bound.
     pub skew: SkewBound,
-    /// How far wall clocks actually stray, if not within half the skew
-    /// bound (a negative control).
+    /// How far wall clocks actually stray from true time, if not within half
+    /// the skew bound: each node's offset is drawn from `[-x, +x]` (a third
+    /// on an edge) instead of staying within `skew / 2`. Setting it beyond
+    /// `skew / 2` breaks the early takeover's assumption on purpose (a
+    /// negative control). Matters only in seeds with a skew bound.
     pub actual_wall_offset: Option<Duration>,
-    /// Change notifications.
+    /// Change notifications: with [`Notify::Random`], drawn per seed in the
+    /// machine tier and per candidate (or member) in the others.
     pub notify: Notify,
     /// Application liveness pulses; `None` for a tier without them (sharded
     /// sets).
     pub liveness: Option<Liveness>,
-    /// How long faults are injected.
+    /// How long faults are injected; a fault-free tail follows, in which
+    /// the tier's liveness checks run.
     pub fault_phase: Duration,
-    /// Upper bound of the ordinary store latency.
+    /// Upper bound of the ordinary one-way store latency (the machine tier
+    /// draws each operation's from 0.5 ms up to it, the others each
+    /// process's from 1 ms). Slow operations (a fault) exceed it.
     pub latency: Duration,
     /// Keep a human-readable trace in the report.
     pub trace: bool,
+}
+
+impl Default for Shared {
+    /// The settings of the machine and elector tiers' defaults (the sharded
+    /// tier has no liveness pulses).
+    fn default() -> Self {
+        Shared {
+            term: Duration::from_secs(2),
+            drift: 0.01,
+            actual_drift: None,
+            skew: SkewBound::Random(Duration::from_millis(400)),
+            actual_wall_offset: None,
+            notify: Notify::Random,
+            liveness: Some(Liveness::Random(Duration::from_secs(2))),
+            fault_phase: Duration::from_secs(60),
+            latency: Duration::from_millis(20),
+            trace: false,
+        }
+    }
 }
 
 impl Shared {
@@ -190,6 +217,12 @@ impl Shared {
         }
         self.timing(self.skew.limit(), self.liveness.and_then(Liveness::limit))
             .map(|_| ())
+    }
+
+    /// The liveness timeout this seed configures: none in a tier without
+    /// liveness pulses, otherwise drawn as [`Liveness::draw`] does.
+    pub fn draw_liveness(&self, rng: &mut impl rand::Rng) -> Option<Duration> {
+        self.liveness.and_then(|l| l.draw(rng))
     }
 
     /// How far clocks really drift.
@@ -264,50 +297,6 @@ impl Shared {
     }
 }
 
-/// Implements `shared` and `set_shared` for a tier's parameters, whose
-/// fields of the same names hold the settings every tier has (and, where
-/// the tier has one, its liveness setting in the field named).
-macro_rules! shared_settings {
-    ($tier:ty $(, $liveness:ident)?) => {
-        impl $tier {
-            /// The settings every tier has.
-            pub fn shared(&self) -> $crate::params::Shared {
-                $crate::params::Shared {
-                    term: self.term,
-                    drift: self.drift,
-                    actual_drift: self.actual_drift,
-                    skew: self.skew,
-                    actual_wall_offset: self.actual_wall_offset,
-                    notify: self.notify,
-                    liveness: None $(.or(Some(self.$liveness)))?,
-                    fault_phase: self.fault_phase,
-                    latency: self.latency,
-                    trace: self.trace,
-                }
-            }
-
-            /// Takes the settings every tier has.
-            pub fn set_shared(&mut self, s: $crate::params::Shared) {
-                self.term = s.term;
-                self.drift = s.drift;
-                self.actual_drift = s.actual_drift;
-                self.skew = s.skew;
-                self.actual_wall_offset = s.actual_wall_offset;
-                self.notify = s.notify;
-                $(if let Some(l) = s.liveness {
-                    self.$liveness = l;
-                })?
-                self.fault_phase = s.fault_phase;
-                self.latency = s.latency;
-                self.trace = s.trace;
-            }
-        }
-    };
-}
-pub(crate) use shared_settings;
-
-shared_settings!(SimParams, liveness);
-
 /// A count range's flag in a replay command, ` --name A..B`, if the range
 /// differs from the `default` one.
 pub(crate) fn range_flag(
@@ -356,61 +345,29 @@ pub(crate) fn check_range(
 pub struct SimParams {
     /// How many candidates, drawn per seed from this range (2 to 20 allowed).
     pub nodes: RangeInclusive<usize>,
-    /// The configured term; every other timing setting derives from it.
-    pub term: Duration,
-    /// The configured drift bound ρ ([`tenure::Config::drift`]).
-    pub drift: f64,
-    /// How far clocks actually drift, if different from the configured bound.
-    /// Setting it beyond `drift` breaks the timing assumption on purpose, to
-    /// show that the checker catches the resulting overlap.
-    pub actual_drift: Option<f64>,
-    /// The wall-clock skew bound.
-    pub skew: SkewBound,
-    /// How far wall clocks actually stray from true time, if not within half
-    /// the skew bound: each node's offset is drawn from `[-x, +x]` (a third
-    /// on an edge) instead of staying within `skew / 2`. Setting it beyond
-    /// `skew / 2` breaks the early takeover's assumption on purpose, to show
-    /// that the checker catches the overlap that follows. Matters only in
-    /// seeds with a skew bound.
-    pub actual_wall_offset: Option<Duration>,
+    /// The settings every tier has: term, clocks, notifications, liveness
+    /// pulses, fault phase (100 s by default, then the tail in which
+    /// liveness and crash failover are checked), latency and trace.
+    pub shared: Shared,
     /// Run every node's machine with the test-only mutation
     /// [`tenure::machine::Machine::anchor_deadlines_at_receive`]: deadlines
     /// counted from a write's reply instead of its send, which the timing
     /// argument forbids. A negative control: the checker must catch it.
     pub anchor_at_receive: bool,
-    /// Change notifications.
-    pub notify: Notify,
-    /// Application liveness pulses.
-    pub liveness: Liveness,
-    /// How long faults are injected; a fault-free tail follows in which
-    /// liveness and crash failover are checked.
-    pub fault_phase: Duration,
-    /// Upper bound of the ordinary one-way latency between a node and the
-    /// store (drawn uniformly from 0.5 ms up to it). Slow operations (a
-    /// fault) exceed it.
-    pub latency: Duration,
     /// How often each kind of fault happens.
     pub faults: FaultRates,
-    /// Keep a human-readable trace of every event in the report.
-    pub trace: bool,
 }
 
 impl Default for SimParams {
     fn default() -> Self {
         SimParams {
             nodes: 3..=7,
-            term: Duration::from_secs(2),
-            drift: 0.01,
-            actual_drift: None,
-            skew: SkewBound::Random(Duration::from_millis(400)),
-            actual_wall_offset: None,
+            shared: Shared {
+                fault_phase: Duration::from_secs(100),
+                ..Shared::default()
+            },
             anchor_at_receive: false,
-            notify: Notify::Random,
-            liveness: Liveness::Random(Duration::from_secs(2)),
-            fault_phase: Duration::from_secs(100),
-            latency: Duration::from_millis(20),
             faults: FaultRates::default(),
-            trace: false,
         }
     }
 }
@@ -434,22 +391,7 @@ impl SimParams {
     pub fn check(&self) -> Result<(), SimError> {
         check_range("node count", &self.nodes, 2, 20)?;
         self.faults.check()?;
-        self.shared().check(Duration::from_nanos(1))
-    }
-
-    /// The validated timing of the election with this skew bound and
-    /// liveness timeout.
-    pub fn timing(
-        &self,
-        skew: Option<Duration>,
-        liveness: Option<Duration>,
-    ) -> Result<Timing, SimError> {
-        self.shared().timing(skew, liveness)
-    }
-
-    /// How far clocks really drift.
-    pub fn effective_drift(&self) -> f64 {
-        self.shared().effective_drift()
+        self.shared.check(Duration::from_nanos(1))
     }
 
     /// The command that replays `seed` with these parameters, with a trace.
@@ -457,7 +399,7 @@ impl SimParams {
         let mut cmd = format!("cargo run -p tenure-sim --release -- --seed {seed} --trace");
         let d = SimParams::default();
         cmd += &range_flag("nodes", &self.nodes, &d.nodes);
-        cmd += &self.shared().flags(&d.shared());
+        cmd += &self.shared.flags(&d.shared);
         if self.anchor_at_receive {
             cmd += " --anchor-at-receive";
         }

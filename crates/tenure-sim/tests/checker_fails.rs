@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use tenure_sim::{run_seed, SimParams, SkewBound, ViolationKind};
 
+mod controls;
 mod runs;
+use controls::{clocks_30_percent_off, wall_clocks_beyond_half_the_skew_bound, SKEW};
 use runs::{first_violation, run_clean};
 
 /// The first overlap in `seeds`, checked for its particulars, with the
@@ -29,14 +31,8 @@ fn first_overlap(params: &SimParams, seeds: Range<u64>) -> Option<(u64, String)>
 
 #[test]
 fn clocks_30_percent_off_with_a_1_percent_bound_overlap() {
-    // Only monotonic clocks: the overlap comes from the drift argument
-    // alone, not from the wall-clock early takeover.
-    let params = SimParams {
-        drift: 0.01,
-        actual_drift: Some(0.3),
-        skew: SkewBound::Off,
-        ..SimParams::default()
-    };
+    let mut params = SimParams::default();
+    clocks_30_percent_off(&mut params.shared);
     let (_, found) = first_overlap(&params, 0..10).expect("no overlap found with 30 % drift");
     assert!(found.contains("--actual-drift 0.3"), "{found}");
     assert!(found.contains("--skew off"), "{found}");
@@ -46,25 +42,15 @@ fn clocks_30_percent_off_with_a_1_percent_bound_overlap() {
 fn the_same_seeds_are_clean_within_the_bound() {
     // Control: the very seeds that overlap above are clean when clocks keep
     // to the configured bound.
-    let params = SimParams {
-        skew: SkewBound::Off,
-        ..SimParams::default()
-    };
+    let mut params = SimParams::default();
+    params.shared.skew = SkewBound::Off;
     run_clean(&params, 0..10);
 }
 
-const SKEW: Duration = Duration::from_millis(400);
-
 #[test]
 fn wall_clocks_beyond_half_the_skew_bound_overlap_through_the_early_takeover() {
-    // Every wall clock within 400 ms of true time, so two of them differ by
-    // up to 800 ms: twice what a 400 ms bound allows. Drift stays within
-    // its bound, so only the wall-clock rule can cause the overlap.
-    let params = SimParams {
-        skew: SkewBound::On(SKEW),
-        actual_wall_offset: Some(SKEW),
-        ..SimParams::default()
-    };
+    let mut params = SimParams::default();
+    wall_clocks_beyond_half_the_skew_bound(&mut params.shared);
     let (seed, found) = first_overlap(&params, 0..10).expect("no overlap with wall clocks 2x off");
     assert!(
         found.contains("--skew on:400 --actual-wall-offset-ms 400"),
@@ -79,10 +65,8 @@ fn wall_clocks_beyond_half_the_skew_bound_overlap_through_the_early_takeover() {
 
 #[test]
 fn the_same_seeds_are_clean_with_wall_clocks_within_half_the_bound() {
-    let params = SimParams {
-        skew: SkewBound::On(SKEW),
-        ..SimParams::default()
-    };
+    let mut params = SimParams::default();
+    params.shared.skew = SkewBound::On(SKEW);
     run_clean(&params, 0..10);
 }
 
@@ -90,11 +74,10 @@ fn the_same_seeds_are_clean_with_wall_clocks_within_half_the_bound() {
 /// applied; a deadline counted from the reply then outlives the challenger's
 /// wait, which counts from its own first sight of the write.
 fn slow_replies() -> SimParams {
-    SimParams {
-        latency: Duration::from_millis(100),
-        skew: SkewBound::Off,
-        ..SimParams::default()
-    }
+    let mut params = SimParams::default();
+    params.shared.latency = Duration::from_millis(100);
+    params.shared.skew = SkewBound::Off;
+    params
 }
 
 #[test]

@@ -4,12 +4,13 @@
 //! or wall clocks beyond their bounds it reports overlapping terms.
 
 use std::ops::Range;
-use std::time::Duration;
 
 use tenure_sim::elector::{ElectorParams, ElectorSummary};
 use tenure_sim::{FaultKind, SkewBound, ViolationKind};
 
+mod controls;
 mod runs;
+use controls::{clocks_30_percent_off, wall_clocks_beyond_half_the_skew_bound, SKEW};
 use runs::{first_violation, run_clean};
 
 fn assert_exercised(summary: &ElectorSummary) {
@@ -81,34 +82,25 @@ fn first_overlap(params: &ElectorParams, seeds: Range<u64>) -> Option<String> {
 
 #[test]
 fn clocks_30_percent_off_make_the_real_electors_overlap() {
-    let params = ElectorParams {
-        actual_drift: Some(0.3),
-        skew: SkewBound::Off,
-        ..ElectorParams::default()
-    };
+    let mut params = ElectorParams::default();
+    clocks_30_percent_off(&mut params.shared);
     let found = first_overlap(&params, 0..50).expect("no overlap with 30 % drift");
     assert!(found.contains("--actual-drift 0.3 --skew off"), "{found}");
 }
 
 #[test]
 fn wall_clocks_beyond_half_the_skew_bound_make_the_real_electors_overlap() {
-    let skew = Duration::from_millis(400);
-    let params = ElectorParams {
-        skew: SkewBound::On(skew),
-        actual_wall_offset: Some(skew),
-        ..ElectorParams::default()
-    };
+    let mut params = ElectorParams::default();
+    wall_clocks_beyond_half_the_skew_bound(&mut params.shared);
     let found = first_overlap(&params, 0..80).expect("no overlap with wall clocks 2x off");
     assert!(found.contains("--actual-wall-offset-ms 400"), "{found}");
 }
 
 #[test]
 fn the_same_seeds_are_clean_within_the_bounds() {
-    for skew in [SkewBound::Off, SkewBound::On(Duration::from_millis(400))] {
-        let params = ElectorParams {
-            skew,
-            ..ElectorParams::default()
-        };
+    for skew in [SkewBound::Off, SkewBound::On(SKEW)] {
+        let mut params = ElectorParams::default();
+        params.shared.skew = skew;
         run_clean(&params, 0..10);
     }
 }

@@ -9,12 +9,12 @@ use tenure_sim::{run_seed, FaultRates, LivenessBounds, Notify, SimParams, SkewBo
 
 #[test]
 fn crash_failover_stays_within_the_bound() {
-    let params = SimParams {
+    let mut params = SimParams {
         faults: FaultRates::crash_only(),
-        notify: Notify::Off,
-        skew: SkewBound::Off,
         ..SimParams::default()
     };
+    params.shared.notify = Notify::Off;
+    params.shared.skew = SkewBound::Off;
     let mut gaps = Vec::new();
     let mut bound = Duration::ZERO;
     for seed in 0..60 {
@@ -39,11 +39,15 @@ fn crash_failover_stays_within_the_bound() {
     // must wait out the term (2 s × 1.01 on their clocks) after they last
     // saw the record change, which is at most one renewal interval (2 s / 3)
     // plus a round trip before the crash.
-    let timing = params.timing(None, None).unwrap();
+    let timing = params.shared.timing(None, None).unwrap();
     let floor = timing.term.checked_sub(timing.renew_interval).unwrap();
     assert!(max > floor, "max gap {max:?} below {floor:?}");
     // And the library's own figure plus our round trips is what we check.
-    let derived = LivenessBounds::new(&timing, params.latency, timing.op_timeout.mul_f64(1.5));
+    let derived = LivenessBounds::new(
+        &timing,
+        params.shared.latency,
+        timing.op_timeout.mul_f64(1.5),
+    );
     assert_eq!(bound, derived.crash);
     assert!(derived.crash > timing.bounds().crash_failover);
     assert!(derived.crash < timing.bounds().crash_failover + Duration::from_millis(250));
@@ -51,16 +55,14 @@ fn crash_failover_stays_within_the_bound() {
 
 #[test]
 fn notifications_shorten_the_failover() {
-    let base = SimParams {
+    let mut base = SimParams {
         faults: FaultRates::crash_only(),
-        skew: SkewBound::Off,
         ..SimParams::default()
     };
+    base.shared.skew = SkewBound::Off;
     let median = |notify| {
-        let params = SimParams {
-            notify,
-            ..base.clone()
-        };
+        let mut params = base.clone();
+        params.shared.notify = notify;
         let mut gaps: Vec<Duration> = (0..20)
             .flat_map(|seed| run_seed(seed, &params).unwrap().crash_gaps)
             .filter(|c| c.clean)

@@ -4,11 +4,11 @@ use tenure_sim::{run_seed, SimParams};
 
 #[test]
 fn a_seed_replays_byte_identically() {
-    let params = SimParams {
-        trace: true,
+    let mut params = SimParams {
         nodes: 5..=12,
         ..SimParams::default()
     };
+    params.shared.trace = true;
     for seed in [3, 1_000_003] {
         let a = run_seed(seed, &params).unwrap();
         let b = run_seed(seed, &params).unwrap();
@@ -22,10 +22,8 @@ fn a_seed_replays_byte_identically() {
 
 #[test]
 fn keeping_a_trace_does_not_change_the_run() {
-    let traced = SimParams {
-        trace: true,
-        ..SimParams::default()
-    };
+    let mut traced = SimParams::default();
+    traced.shared.trace = true;
     let plain = SimParams::default();
     let a = run_seed(11, &traced).unwrap();
     let b = run_seed(11, &plain).unwrap();
@@ -65,40 +63,42 @@ fn every_tier_s_replay_command_names_every_non_default_parameter() {
 
     use tenure_sim::elector::{ElectorFaultRates, ElectorParams};
     use tenure_sim::shards::{ShardFaultRates, ShardParams};
-    use tenure_sim::{FaultRates, Liveness, Notify, SkewBound};
+    use tenure_sim::{FaultRates, Liveness, Notify, Shared, SkewBound};
 
     let machines = SimParams {
         nodes: 4..=9,
-        term: Duration::from_millis(1500),
-        drift: 0.02,
-        actual_drift: Some(0.3),
-        skew: SkewBound::On(Duration::from_millis(300)),
-        actual_wall_offset: Some(Duration::from_millis(400)),
-        notify: Notify::Off,
-        liveness: Liveness::On(Duration::from_secs(3)),
-        fault_phase: Duration::from_secs(40),
-        latency: Duration::from_millis(15),
+        shared: Shared {
+            term: Duration::from_millis(1500),
+            drift: 0.02,
+            actual_drift: Some(0.3),
+            skew: SkewBound::On(Duration::from_millis(300)),
+            actual_wall_offset: Some(Duration::from_millis(400)),
+            notify: Notify::Off,
+            liveness: Some(Liveness::On(Duration::from_secs(3))),
+            fault_phase: Duration::from_secs(40),
+            latency: Duration::from_millis(15),
+            trace: false,
+        },
         anchor_at_receive: true,
         faults: FaultRates::none(),
-        ..SimParams::default()
     };
-    let electors = ElectorParams {
+    let mut electors = ElectorParams {
         nodes: 3..=4,
         groups: 2..=2,
-        skew: SkewBound::Off,
-        liveness: Liveness::Off,
         faults: ElectorFaultRates::none(),
         ..ElectorParams::default()
     };
-    let shards = ShardParams {
+    electors.shared.skew = SkewBound::Off;
+    electors.shared.liveness = Some(Liveness::Off);
+    let mut shards = ShardParams {
         members: 3..=6,
         max_members: 10,
         shards: 8..=12,
-        term: Duration::from_secs(1),
-        notify: Notify::On,
         faults: ShardFaultRates::none(),
         ..ShardParams::default()
     };
+    shards.shared.term = Duration::from_secs(1);
+    shards.shared.notify = Notify::On;
     // Fault rates that no flag sets.
     let mut custom_machines = SimParams::default();
     custom_machines.faults.crash_every = None;

@@ -11,9 +11,11 @@ use std::ops::Range;
 use std::time::Duration;
 
 use tenure_sim::shards::{Phase, ShardParams, ShardSummary};
-use tenure_sim::{FaultKind, SkewBound, ViolationKind};
+use tenure_sim::{FaultKind, ViolationKind};
 
+mod controls;
 mod runs;
+use controls::{clocks_30_percent_off, wall_clocks_beyond_half_the_skew_bound};
 use runs::{first_violation, run_clean};
 
 fn assert_exercised(summary: &ShardSummary) {
@@ -64,11 +66,9 @@ fn shard_seeds_8_to_16_hold_every_invariant() {
 }
 
 /// A short fault phase: the controls below search seeds for an overlap.
-fn control(params: ShardParams) -> ShardParams {
-    ShardParams {
-        fault_phase: Duration::from_secs(20),
-        ..params
-    }
+fn control(mut params: ShardParams) -> ShardParams {
+    params.shared.fault_phase = Duration::from_secs(20);
+    params
 }
 
 /// The first overlap of two members' work on one shard in `seeds`, with
@@ -92,23 +92,16 @@ fn first_overlap(params: &ShardParams, seeds: Range<u64>) -> Option<String> {
 
 #[test]
 fn clocks_30_percent_off_make_two_members_work_one_shard() {
-    let params = control(ShardParams {
-        actual_drift: Some(0.3),
-        skew: SkewBound::Off,
-        ..ShardParams::default()
-    });
+    let mut params = control(ShardParams::default());
+    clocks_30_percent_off(&mut params.shared);
     let found = first_overlap(&params, 0..40).expect("no overlap with 30 % drift");
     assert!(found.contains("--actual-drift 0.3 --skew off"), "{found}");
 }
 
 #[test]
 fn wall_clocks_beyond_half_the_skew_bound_make_two_members_work_one_shard() {
-    let skew = Duration::from_millis(400);
-    let params = control(ShardParams {
-        skew: SkewBound::On(skew),
-        actual_wall_offset: Some(skew),
-        ..ShardParams::default()
-    });
+    let mut params = control(ShardParams::default());
+    wall_clocks_beyond_half_the_skew_bound(&mut params.shared);
     let found = first_overlap(&params, 0..40).expect("no overlap with wall clocks 2x off");
     assert!(found.contains("--actual-wall-offset-ms 400"), "{found}");
 }

@@ -13,10 +13,8 @@ use runs::run_clean;
 
 #[test]
 fn early_takeovers_happen_in_the_skew_seeds_and_are_safe() {
-    let params = SimParams {
-        skew: SkewBound::On(Duration::from_millis(400)),
-        ..SimParams::default()
-    };
+    let mut params = SimParams::default();
+    params.shared.skew = SkewBound::On(Duration::from_millis(400));
     let summary = run_clean(&params, 0..40);
     assert_eq!(summary.skew_seeds, 40);
     assert!(
@@ -33,10 +31,8 @@ fn early_takeovers_happen_in_the_skew_seeds_and_are_safe() {
 
 #[test]
 fn without_a_skew_bound_no_takeover_is_early() {
-    let params = SimParams {
-        skew: SkewBound::Off,
-        ..SimParams::default()
-    };
+    let mut params = SimParams::default();
+    params.shared.skew = SkewBound::Off;
     for seed in 0..20 {
         let report = run_seed(seed, &params).unwrap();
         assert_eq!(report.early_takeovers, 0, "seed {seed}");

@@ -144,16 +144,16 @@ impl Cluster {
         let mut rng = StdRng::seed_from_u64(seed);
         let n = rng.gen_range(params.nodes.clone());
         let groups = rng.gen_range(params.groups.clone());
-        let skew = params.skew.draw(&mut rng);
-        let liveness = params.liveness.draw(&mut rng);
-        let config = params.config(skew, liveness);
-        let timing = params.timing(skew, liveness)?;
+        let skew = params.shared.skew.draw(&mut rng);
+        let liveness = params.shared.draw_liveness(&mut rng);
+        let config = params.shared.config(skew, liveness);
+        let timing = params.shared.timing(skew, liveness)?;
         // Slow windows make operations take up to 1.5 operation timeouts.
         let slow = timing.op_timeout.mul_f64(1.5);
-        let bounds = LivenessBounds::new(&timing, params.latency, slow);
-        let mut stage = Stage::new(seed, params.fault_phase, params.trace);
+        let bounds = LivenessBounds::new(&timing, params.shared.latency, slow);
+        let mut stage = Stage::new(seed, params.shared.fault_phase, params.shared.trace);
         for i in 0..n {
-            stage.add_slot(format!("node-{i}"), &mut rng, &params.shared(), skew);
+            stage.add_slot(format!("node-{i}"), &mut rng, &params.shared, skew);
         }
         let mut cluster = Cluster {
             params: params.clone(),

@@ -184,7 +184,7 @@ impl Cluster {
     /// Starts a new process of candidate `n`, unless one is running: an
     /// elector for every group on one store handle, and its application.
     pub(super) fn start(&mut self, n: usize) {
-        let latency = self.params.latency;
+        let latency = self.params.shared.latency;
         let Some(new) = self.stage.next_process(n, &mut self.rng, latency) else {
             return;
         };
@@ -319,7 +319,7 @@ impl Cluster {
                 self.stalled_until[n].fetch_max(until, Ordering::Relaxed);
             }
             Planned::Partition | Planned::Slow | Planned::Failing | Planned::LostReplies => {
-                let latency = self.params.latency;
+                let latency = self.params.shared.latency;
                 self.stage
                     .trouble(n, kind, &mut self.rng, latency, &self.timing);
             }

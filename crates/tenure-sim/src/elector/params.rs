@@ -3,11 +3,7 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use tenure::{Config, Timing};
-
-use crate::params::{
-    check_range, faults_flag, range_flag, shared_settings, Liveness, Notify, SimError, SkewBound,
-};
+use crate::params::{check_range, faults_flag, range_flag, Shared, SimError};
 
 /// How often each fault strikes in the elector tier: mean intervals of
 /// exponential distributions over the whole cluster; `None` turns a kind
@@ -98,33 +94,12 @@ pub struct ElectorParams {
     /// How many groups every candidate stands in, on one store handle (so
     /// one engine runs them all), drawn per seed from this range (1 to 16).
     pub groups: RangeInclusive<usize>,
-    /// The configured term; every other timing setting derives from it.
-    pub term: Duration,
-    /// The configured drift bound ρ; each candidate's clock drifts within it
-    /// (a third exactly on the edge).
-    pub drift: f64,
-    /// How far clocks actually drift, if not within the configured bound (a
-    /// negative control).
-    pub actual_drift: Option<f64>,
-    /// The wall-clock skew bound.
-    pub skew: SkewBound,
-    /// How far wall clocks actually stray from true time, if not within half
-    /// the skew bound (a negative control).
-    pub actual_wall_offset: Option<Duration>,
-    /// Change notifications: with [`Notify::Random`], each candidate's view
-    /// of the store notifies or not, drawn per candidate.
-    pub notify: Notify,
-    /// Application liveness pulses.
-    pub liveness: Liveness,
-    /// How long faults are injected; a fault-free tail follows.
-    pub fault_phase: Duration,
-    /// Upper bound of a candidate's ordinary store latency (each
-    /// incarnation draws its own, from 1 ms up to it).
-    pub latency: Duration,
+    /// The settings every tier has: term, clocks, notifications (drawn
+    /// per candidate), liveness pulses, fault phase, latency (each
+    /// incarnation draws its own) and trace.
+    pub shared: Shared,
     /// How often each kind of fault happens.
     pub faults: ElectorFaultRates,
-    /// Keep a human-readable trace of faults and terms in the report.
-    pub trace: bool,
 }
 
 impl Default for ElectorParams {
@@ -132,22 +107,11 @@ impl Default for ElectorParams {
         ElectorParams {
             nodes: 2..=5,
             groups: 1..=3,
-            term: Duration::from_secs(2),
-            drift: 0.01,
-            actual_drift: None,
-            skew: SkewBound::Random(Duration::from_millis(400)),
-            actual_wall_offset: None,
-            notify: Notify::Random,
-            liveness: Liveness::Random(Duration::from_secs(2)),
-            fault_phase: Duration::from_secs(60),
-            latency: Duration::from_millis(20),
+            shared: Shared::default(),
             faults: ElectorFaultRates::default(),
-            trace: false,
         }
     }
 }
-
-shared_settings!(ElectorParams, liveness);
 
 impl ElectorParams {
     /// Checks the parameters that the election configuration does not.
@@ -161,26 +125,7 @@ impl ElectorParams {
                 )));
             }
         }
-        self.shared().check(Duration::from_millis(1))
-    }
-
-    /// The election configuration with this skew bound and liveness timeout.
-    pub fn config(&self, skew: Option<Duration>, liveness: Option<Duration>) -> Config {
-        self.shared().config(skew, liveness)
-    }
-
-    /// The validated timing with this skew bound and liveness timeout.
-    pub fn timing(
-        &self,
-        skew: Option<Duration>,
-        liveness: Option<Duration>,
-    ) -> Result<Timing, SimError> {
-        self.shared().timing(skew, liveness)
-    }
-
-    /// How far clocks really drift.
-    pub fn effective_drift(&self) -> f64 {
-        self.shared().effective_drift()
+        self.shared.check(Duration::from_millis(1))
     }
 
     /// The command that runs `seed` again with these parameters.
@@ -190,7 +135,7 @@ impl ElectorParams {
         let d = ElectorParams::default();
         cmd += &range_flag("nodes", &self.nodes, &d.nodes);
         cmd += &range_flag("groups", &self.groups, &d.groups);
-        cmd += &self.shared().flags(&d.shared());
+        cmd += &self.shared.flags(&d.shared);
         let how = "elector::run_seed and the same ElectorParams";
         cmd += &faults_flag(&self.faults, &ElectorFaultRates::none(), &d.faults, how);
         cmd

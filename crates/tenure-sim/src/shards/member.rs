@@ -269,14 +269,14 @@ impl Set {
     /// A new member slot (an id never used before), with its own clock.
     pub(super) fn add_slot(&mut self) -> usize {
         let name = format!("m{}", self.stage.slots.len());
-        let shared = self.params.shared();
+        let shared = self.params.shared;
         self.stage.add_slot(name, &mut self.rng, &shared, self.skew)
     }
 
     /// Starts a new process of member `n`, unless one is running: its
     /// [`Shards`] member on its own view of the store, and its application.
     pub(super) fn start(&mut self, n: usize) {
-        let latency = self.params.latency;
+        let latency = self.params.shared.latency;
         let Some(new) = self.stage.next_process(n, &mut self.rng, latency) else {
             return;
         };
@@ -399,7 +399,7 @@ impl Set {
             }
             Planned::Window(w) => {
                 self.faults[w.kind()] += 1;
-                let latency = self.params.latency;
+                let latency = self.params.shared.latency;
                 self.stage
                     .trouble(n, w, &mut self.rng, latency, &self.timing);
             }

@@ -168,18 +168,18 @@ impl Set {
         let mut rng = StdRng::seed_from_u64(seed);
         let members = rng.gen_range(params.members.clone());
         let shards = rng.gen_range(params.shards.clone());
-        let skew = params.skew.draw(&mut rng);
-        let config = params.config(skew);
-        let timing = params.timing(skew)?;
+        let skew = params.shared.skew.draw(&mut rng);
+        let config = params.shared.config(skew, None);
+        let timing = params.shared.timing(skew, None)?;
         let slow = timing.op_timeout.mul_f64(1.5);
-        let bounds = ShardBounds::new(&timing, params.latency, slow);
+        let bounds = ShardBounds::new(&timing, params.shared.latency, slow);
         let mut set = Set {
             params: params.clone(),
             config,
             timing,
             rng,
             store: MemoryStore::new(),
-            stage: Stage::new(seed, params.fault_phase, params.trace),
+            stage: Stage::new(seed, params.shared.fault_phase, params.shared.trace),
             // Not `vec![..; shards]`: clones of a log share its spans.
             work: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
             terms: Arc::new((0..shards).map(|_| TermLog::default()).collect()),

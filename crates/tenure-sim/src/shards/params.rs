@@ -3,11 +3,7 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use tenure::{Config, Timing};
-
-use crate::params::{
-    check_range, faults_flag, range_flag, shared_settings, Notify, SimError, SkewBound,
-};
+use crate::params::{check_range, faults_flag, range_flag, Shared, SimError};
 
 /// How often each membership change and fault strikes in the sharded tier:
 /// mean intervals of exponential distributions over the whole set; `None`
@@ -80,32 +76,13 @@ pub struct ShardParams {
     /// How many shards the set has, drawn per seed from this range (1 to
     /// 64).
     pub shards: RangeInclusive<usize>,
-    /// The configured term of every lease (membership and shards).
-    pub term: Duration,
-    /// The configured drift bound ρ; each member's clock drifts within it
-    /// (a third exactly on the edge).
-    pub drift: f64,
-    /// How far clocks actually drift, if not within the configured bound (a
-    /// negative control).
-    pub actual_drift: Option<f64>,
-    /// The wall-clock skew bound.
-    pub skew: SkewBound,
-    /// How far wall clocks actually stray from true time, if not within half
-    /// the skew bound (a negative control).
-    pub actual_wall_offset: Option<Duration>,
-    /// Change notifications: with [`Notify::Random`], each member's view of
-    /// the store notifies or not, drawn per member.
-    pub notify: Notify,
-    /// How long membership changes and faults are injected; the tail's
-    /// checks follow.
-    pub fault_phase: Duration,
-    /// Upper bound of a member's ordinary store latency (each process draws
-    /// its own, from 1 ms up to it).
-    pub latency: Duration,
+    /// The settings every tier has, for every lease (membership and
+    /// shards): term, clocks, notifications (drawn per member), fault
+    /// phase (membership changes too), latency (each process draws its own)
+    /// and trace; no liveness pulses.
+    pub shared: Shared,
     /// How often each kind of change and fault happens.
     pub faults: ShardFaultRates,
-    /// Keep a human-readable trace in the report.
-    pub trace: bool,
 }
 
 impl Default for ShardParams {
@@ -114,21 +91,14 @@ impl Default for ShardParams {
             members: 2..=5,
             max_members: 8,
             shards: 4..=24,
-            term: Duration::from_secs(2),
-            drift: 0.01,
-            actual_drift: None,
-            skew: SkewBound::Random(Duration::from_millis(400)),
-            actual_wall_offset: None,
-            notify: Notify::Random,
-            fault_phase: Duration::from_secs(60),
-            latency: Duration::from_millis(20),
+            shared: Shared {
+                liveness: None,
+                ..Shared::default()
+            },
             faults: ShardFaultRates::default(),
-            trace: false,
         }
     }
 }
-
-shared_settings!(ShardParams);
 
 impl ShardParams {
     /// Checks the parameters that the lease configuration does not.
@@ -162,22 +132,7 @@ impl ShardParams {
                 )));
             }
         }
-        self.shared().check(Duration::from_millis(1))
-    }
-
-    /// The lease configuration with this skew bound.
-    pub fn config(&self, skew: Option<Duration>) -> Config {
-        self.shared().config(skew, None)
-    }
-
-    /// The validated timing with this skew bound.
-    pub fn timing(&self, skew: Option<Duration>) -> Result<Timing, SimError> {
-        self.shared().timing(skew, None)
-    }
-
-    /// How far clocks really drift.
-    pub fn effective_drift(&self) -> f64 {
-        self.shared().effective_drift()
+        self.shared.check(Duration::from_millis(1))
     }
 
     /// The command that runs `seed` again with these parameters.
@@ -190,7 +145,7 @@ impl ShardParams {
             cmd += &format!(" --max-members {}", self.max_members);
         }
         cmd += &range_flag("shard-count", &self.shards, &d.shards);
-        cmd += &self.shared().flags(&d.shared());
+        cmd += &self.shared.flags(&d.shared);
         let how = "shards::run_seed and the same ShardParams";
         cmd += &faults_flag(&self.faults, &ShardFaultRates::none(), &d.faults, how);
         cmd

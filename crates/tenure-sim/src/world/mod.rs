@@ -234,19 +234,19 @@ impl World {
         params.check()?;
         let mut rng = StdRng::seed_from_u64(seed);
         let n = rng.gen_range(params.nodes.clone());
-        let skew = params.skew.draw(&mut rng);
-        let notify = params.notify.draw(&mut rng);
-        let liveness = params.liveness.draw(&mut rng);
-        let timing = params.timing(skew, liveness)?;
+        let skew = params.shared.skew.draw(&mut rng);
+        let notify = params.shared.notify.draw(&mut rng);
+        let liveness = params.shared.draw_liveness(&mut rng);
+        let timing = params.shared.timing(skew, liveness)?;
         let group = GroupName::new("sim")?;
         // Slow requests and replies take up to 1.5 operation timeouts, so
         // some writes apply after their sender has given up on them.
         let slow = timing.op_timeout.mul_f64(1.5);
-        let bounds = LivenessBounds::new(&timing, params.latency, slow);
+        let bounds = LivenessBounds::new(&timing, params.shared.latency, slow);
         let clocks: Vec<NodeClock> = (0..n)
-            .map(|_| params.shared().draw_clock(&mut rng, skew))
+            .map(|_| params.shared.draw_clock(&mut rng, skew))
             .collect();
-        let fault_end = SimTime::from_duration(params.fault_phase);
+        let fault_end = SimTime::from_duration(params.shared.fault_phase);
         let term = timing.term;
         // The tail: the heal check, then (once the cluster has been quiet
         // long enough for a crash to be judged) a deliberate leader crash,
@@ -285,7 +285,7 @@ impl World {
             queue: Queue::new(),
             now: SimTime(0),
             checker,
-            trace: Trace::new(params.trace),
+            trace: Trace::new(params.shared.trace),
             faults: FaultCounts::default(),
             events: 0,
             fault_end,
@@ -338,9 +338,9 @@ impl World {
 
     fn latency(&mut self, slow: bool) -> Duration {
         if slow {
-            between(&mut self.rng, self.params.latency, self.slow)
+            between(&mut self.rng, self.params.shared.latency, self.slow)
         } else {
-            between(&mut self.rng, MIN_LATENCY, self.params.latency)
+            between(&mut self.rng, MIN_LATENCY, self.params.shared.latency)
         }
     }
 

@@ -238,7 +238,7 @@ impl World {
                     Ok(None) => 0,
                     Err(_) => u64::MAX,
                 };
-                let text = if self.params.trace {
+                let text = if self.params.shared.trace {
                     match result {
                         Ok(Some(v)) => format!(
                             "read {} -> {} holder {:?} token {}",
@@ -261,7 +261,7 @@ impl World {
                     Ok(CasOutcome::Conflict) => 0,
                     Err(_) => u64::MAX,
                 };
-                let text = if self.params.trace {
+                let text = if self.params.shared.trace {
                     match result {
                         Ok(o) => format!("cas {} -> {o:?}", op.0),
                         Err(e) => format!("cas {} -> error: {e}", op.0),
@@ -297,7 +297,7 @@ impl World {
 
     /// Trace text, built only when a trace is kept.
     pub(super) fn text(&self, f: impl FnOnce() -> String) -> String {
-        if self.params.trace {
+        if self.params.shared.trace {
             f()
         } else {
             String::new()
