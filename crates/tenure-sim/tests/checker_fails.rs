@@ -16,7 +16,7 @@ use tenure_sim::{run_seed, SimParams, SkewBound, ViolationKind};
 
 mod controls;
 mod runs;
-use controls::{clocks_30_percent_off, wall_clocks_beyond_half_the_skew_bound, SKEW};
+use controls::{DRIFT, SKEW, WALL_CLOCKS};
 use runs::{first_violation, run_clean};
 
 /// The first overlap in `seeds`, checked for its particulars, with the
@@ -32,10 +32,10 @@ fn first_overlap(params: &SimParams, seeds: Range<u64>) -> Option<(u64, String)>
 #[test]
 fn clocks_30_percent_off_with_a_1_percent_bound_overlap() {
     let mut params = SimParams::default();
-    clocks_30_percent_off(&mut params.shared);
-    let (_, found) = first_overlap(&params, 0..10).expect("no overlap found with 30 % drift");
-    assert!(found.contains("--actual-drift 0.3"), "{found}");
-    assert!(found.contains("--skew off"), "{found}");
+    (DRIFT.apply)(&mut params.shared);
+    let (_, found) =
+        first_overlap(&params, 0..10).unwrap_or_else(|| panic!("no overlap with {}", DRIFT.name));
+    assert!(found.contains(DRIFT.flags), "{found}");
 }
 
 #[test]
@@ -50,12 +50,10 @@ fn the_same_seeds_are_clean_within_the_bound() {
 #[test]
 fn wall_clocks_beyond_half_the_skew_bound_overlap_through_the_early_takeover() {
     let mut params = SimParams::default();
-    wall_clocks_beyond_half_the_skew_bound(&mut params.shared);
-    let (seed, found) = first_overlap(&params, 0..10).expect("no overlap with wall clocks 2x off");
-    assert!(
-        found.contains("--skew on:400 --actual-wall-offset-ms 400"),
-        "{found}"
-    );
+    (WALL_CLOCKS.apply)(&mut params.shared);
+    let (seed, found) = first_overlap(&params, 0..10)
+        .unwrap_or_else(|| panic!("no overlap with {}", WALL_CLOCKS.name));
+    assert!(found.contains(WALL_CLOCKS.flags), "{found}");
     let report = run_seed(seed, &params).unwrap();
     assert!(
         report.early_takeovers > 0,

@@ -7,14 +7,21 @@ use std::time::Duration;
 
 use tenure_sim::{run_seed, FaultRates, LivenessBounds, Notify, SimParams, SkewBound};
 
-#[test]
-fn crash_failover_stays_within_the_bound() {
+/// Crashes only, and no skew bound: every failover waits out the term on
+/// the monotonic clock.
+fn crashes_only() -> SimParams {
     let mut params = SimParams {
         faults: FaultRates::crash_only(),
         ..SimParams::default()
     };
-    params.shared.notify = Notify::Off;
     params.shared.skew = SkewBound::Off;
+    params
+}
+
+#[test]
+fn crash_failover_stays_within_the_bound() {
+    let mut params = crashes_only();
+    params.shared.notify = Notify::Off;
     let mut gaps = Vec::new();
     let mut bound = Duration::ZERO;
     for seed in 0..60 {
@@ -55,13 +62,8 @@ fn crash_failover_stays_within_the_bound() {
 
 #[test]
 fn notifications_shorten_the_failover() {
-    let mut base = SimParams {
-        faults: FaultRates::crash_only(),
-        ..SimParams::default()
-    };
-    base.shared.skew = SkewBound::Off;
     let median = |notify| {
-        let mut params = base.clone();
+        let mut params = crashes_only();
         params.shared.notify = notify;
         let mut gaps: Vec<Duration> = (0..20)
             .flat_map(|seed| run_seed(seed, &params).unwrap().crash_gaps)

@@ -15,7 +15,7 @@ use tenure_sim::{FaultKind, ViolationKind};
 
 mod controls;
 mod runs;
-use controls::{clocks_30_percent_off, wall_clocks_beyond_half_the_skew_bound};
+use controls::CLOCK_CONTROLS;
 use runs::{first_violation, run_clean};
 
 fn assert_exercised(summary: &ShardSummary) {
@@ -65,12 +65,6 @@ fn shard_seeds_8_to_16_hold_every_invariant() {
     assert_exercised(&summary);
 }
 
-/// A short fault phase: the controls below search seeds for an overlap.
-fn control(mut params: ShardParams) -> ShardParams {
-    params.shared.fault_phase = Duration::from_secs(20);
-    params
-}
-
 /// The first overlap of two members' work on one shard in `seeds`, with
 /// its replay command.
 ///
@@ -91,17 +85,14 @@ fn first_overlap(params: &ShardParams, seeds: Range<u64>) -> Option<String> {
 }
 
 #[test]
-fn clocks_30_percent_off_make_two_members_work_one_shard() {
-    let mut params = control(ShardParams::default());
-    clocks_30_percent_off(&mut params.shared);
-    let found = first_overlap(&params, 0..40).expect("no overlap with 30 % drift");
-    assert!(found.contains("--actual-drift 0.3 --skew off"), "{found}");
-}
-
-#[test]
-fn wall_clocks_beyond_half_the_skew_bound_make_two_members_work_one_shard() {
-    let mut params = control(ShardParams::default());
-    wall_clocks_beyond_half_the_skew_bound(&mut params.shared);
-    let found = first_overlap(&params, 0..40).expect("no overlap with wall clocks 2x off");
-    assert!(found.contains("--actual-wall-offset-ms 400"), "{found}");
+fn clocks_beyond_their_bounds_make_two_members_work_one_shard() {
+    for control in &CLOCK_CONTROLS {
+        let mut params = ShardParams::default();
+        // A short fault phase: the search runs many seeds.
+        params.shared.fault_phase = Duration::from_secs(20);
+        (control.apply)(&mut params.shared);
+        let found = first_overlap(&params, 0..40)
+            .unwrap_or_else(|| panic!("no overlap with {}", control.name));
+        assert!(found.contains(control.flags), "{found}");
+    }
 }
