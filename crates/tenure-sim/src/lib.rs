@@ -33,8 +33,8 @@
 //!   takeovers that only the wall-clock rule allowed
 //!   ([`SimReport::early_takeovers`]), so those seeds demonstrably exercise
 //!   it.
-//! * **Negative controls** ([`SimParams::actual_drift`],
-//!   [`SimParams::actual_wall_offset`], [`SimParams::anchor_at_receive`])
+//! * **Negative controls** ([`Shared::actual_drift`],
+//!   [`Shared::actual_wall_offset`], [`SimParams::anchor_at_receive`])
 //!   break one assumption of the timing argument each; the checker must
 //!   then report overlaps.
 //!
