@@ -27,6 +27,18 @@ fn faults(kinds: &[FaultKind], n: u8) -> Params {
     }
 }
 
+/// One graceful release of `kind`, asked for before `fault_end`, explored
+/// up to `horizon` (both in seconds).
+fn one_release(kind: ReleaseKind, fault_end: f64, horizon: f64) -> Params {
+    Params {
+        releases: 1,
+        release_kinds: vec![kind],
+        fault_end: secs(fault_end),
+        horizon: Some(secs(horizon)),
+        ..Params::default()
+    }
+}
+
 /// A negative control: the checker must find two valid terms at once.
 fn overlap(params: Params) {
     let outcome = check_until_failure(params, THREADS).expect("valid parameters");
@@ -87,26 +99,14 @@ fn a_paused_node_breaks_nothing() {
 
 #[test]
 fn a_graceful_release_hands_over_within_the_bound() {
-    let outcome = holds(Params {
-        releases: 1,
-        release_kinds: vec![ReleaseKind::Shutdown],
-        fault_end: secs(0.5),
-        horizon: Some(secs(6.0)),
-        ..Params::default()
-    });
+    let outcome = holds(one_release(ReleaseKind::Shutdown, 0.5, 6.0));
     assert!(outcome.reached.contains(&RELEASED), "{outcome}");
     assert!(outcome.reached.contains(&HANDOVER), "{outcome}");
 }
 
 #[test]
 fn a_resignation_hands_over_within_the_bound() {
-    let outcome = holds(Params {
-        releases: 1,
-        release_kinds: vec![ReleaseKind::Resign],
-        fault_end: secs(0.3),
-        horizon: Some(secs(5.0)),
-        ..Params::default()
-    });
+    let outcome = holds(one_release(ReleaseKind::Resign, 0.3, 5.0));
     assert!(outcome.reached.contains(&RELEASED), "{outcome}");
 }
 

@@ -97,11 +97,8 @@ impl LivenessBounds {
     /// The bounds for `timing`, ordinary one-way latency up to `latency`, and
     /// slow requests up to `slow`.
     pub fn new(timing: &Timing, latency: Duration, slow: Duration) -> Self {
-        let rho = timing.drift;
-        let stretch = |d: Duration| d.mul_f64(1.0 / (1.0 - rho));
-        let rtt = latency * 2;
-        let poll = stretch(timing.retry_interval + timing.retry_jitter);
-        let wait = timing.term.mul_f64((1.0 + rho) / (1.0 - rho));
+        let BoundTerms { rtt, poll, wait } = BoundTerms::new(timing, latency);
+        let stretch = |d| BoundTerms::stretch(timing, d);
         // One extra millisecond absorbs the rounding of durations to
         // nanoseconds and of wall times to milliseconds.
         let slack = Duration::from_millis(1);
@@ -110,6 +107,39 @@ impl LivenessBounds {
             heal: slow.max(stretch(timing.op_timeout)) + poll + wait + rtt * 4 + slack,
             quiet: stretch(timing.term + timing.op_timeout) + poll + rtt * 4 + slack,
         }
+    }
+}
+
+/// The terms every derived liveness bound (the machine and elector tiers'
+/// [`LivenessBounds`], the sharded tier's bounds) is a sum of, for a timing
+/// and an ordinary one-way latency.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BoundTerms {
+    /// A store round trip: `2·L`.
+    pub(crate) rtt: Duration,
+    /// A polling candidate's longest gap between reads, on the slowest
+    /// clock allowed: `(R + J)/(1 − ρ)`.
+    pub(crate) poll: Duration,
+    /// The takeover wait: the term, measured on the fastest clock and
+    /// waited out on the slowest, `T(1 + ρ)/(1 − ρ)`.
+    pub(crate) wait: Duration,
+}
+
+impl BoundTerms {
+    /// The terms for `timing` and ordinary one-way latency up to `latency`.
+    pub(crate) fn new(timing: &Timing, latency: Duration) -> Self {
+        let rho = timing.drift;
+        BoundTerms {
+            rtt: latency * 2,
+            poll: Self::stretch(timing, timing.retry_interval + timing.retry_jitter),
+            wait: timing.term.mul_f64((1.0 + rho) / (1.0 - rho)),
+        }
+    }
+
+    /// How long `d` of a clock's time can take in real time, on the slowest
+    /// clock `timing`'s drift bound allows: `d/(1 − ρ)`.
+    pub(crate) fn stretch(timing: &Timing, d: Duration) -> Duration {
+        d.mul_f64(1.0 / (1.0 - timing.drift))
     }
 }
 

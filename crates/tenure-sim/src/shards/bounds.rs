@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tenure::Timing;
 
-use crate::checker::LivenessBounds;
+use crate::checker::{BoundTerms, LivenessBounds};
 
 /// How long after a membership change every shard is held again, by its
 /// target, with every member's load within `⌈N/M⌉`. All are real
@@ -100,14 +100,10 @@ impl ShardBounds {
     /// The bounds for `timing`, ordinary one-way latency up to `latency`,
     /// and slow requests up to `slow`.
     pub fn new(timing: &Timing, latency: Duration, slow: Duration) -> Self {
-        let rho = timing.drift;
-        let stretch = |d: Duration| d.mul_f64(1.0 / (1.0 - rho));
-        let rtt = latency * 2;
+        let BoundTerms { rtt, poll, wait } = BoundTerms::new(timing, latency);
         let r = timing.retry_interval;
-        let list = stretch(r + r / 4) + rtt * 2;
+        let list = BoundTerms::stretch(timing, r + r / 4) + rtt * 2;
         let see = list + rtt;
-        let wait = timing.term.mul_f64((1.0 + rho) / (1.0 - rho));
-        let poll = stretch(r + timing.retry_jitter);
         let tick = Duration::from_millis(1);
         let drain = timing.term + tick;
         let take_released = poll + rtt * 3;

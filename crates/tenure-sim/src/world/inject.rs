@@ -60,57 +60,78 @@ impl World {
                 let life = self.nodes[n].life;
                 self.push(t.after(d), Ev::PauseEnd { node: n, life });
             }
-            Planned::Partition => {
-                let Some(n) = self.target(0.5, |_| true) else {
-                    return;
-                };
-                self.count(FaultKind::Partition);
-                let d = between(&mut self.rng, term / 5, term * 4);
-                self.trace
-                    .event(t, Some(n), "PARTITION", &[d.as_nanos() as u64], || {
-                        format!("cut off from the store for {d:?}")
-                    });
-                self.checker.disturb(t);
-                let node = &mut self.nodes[n];
-                node.partitioned_until = node.partitioned_until.max(t.after(d));
-                self.push(t.after(d), Ev::PartitionEnd);
-            }
-            Planned::Resign => {
-                let Some(n) = self.target(0.8, |_| true) else {
-                    return;
-                };
-                self.count(FaultKind::Resign);
-                self.checker.disturb(t);
-                self.trace
-                    .event(t, Some(n), "RESIGN", &[], || "asked to resign".into());
-                self.deliver_at(t, n, Msg::Resign);
-            }
-            Planned::Stall => {
-                let Some(n) = self.target(0.7, |_| true) else {
-                    return;
-                };
-                self.count(FaultKind::Stall);
-                let d = between(&mut self.rng, term / 2, term * 3);
-                self.trace
-                    .event(t, Some(n), "STALL", &[d.as_nanos() as u64], || {
-                        format!("application stops pulsing for {d:?}")
-                    });
-                self.checker.disturb(t);
-                let node = &mut self.nodes[n];
-                node.stalled_until = node.stalled_until.max(t.after(d));
-                self.push(t.after(d), Ev::StallEnd);
-            }
-            Planned::Shutdown => {
-                let Some(n) = self.target(0.5, |_| true) else {
-                    return;
-                };
-                self.count(FaultKind::Shutdown);
-                self.checker.disturb(t);
-                self.trace
-                    .event(t, Some(n), "SHUTDOWN", &[], || "asked to shut down".into());
-                self.deliver_at(t, n, Msg::Shutdown);
-            }
+            Planned::Partition => self.open_window(
+                (FaultKind::Partition, 0.5),
+                (term / 5, term * 4),
+                ("PARTITION", |d| format!("cut off from the store for {d:?}")),
+                Ev::PartitionEnd,
+                |node| &mut node.partitioned_until,
+            ),
+            Planned::Resign => self.ask(
+                (FaultKind::Resign, 0.8),
+                ("RESIGN", "asked to resign"),
+                Msg::Resign,
+            ),
+            Planned::Stall => self.open_window(
+                (FaultKind::Stall, 0.7),
+                (term / 2, term * 3),
+                ("STALL", |d| format!("application stops pulsing for {d:?}")),
+                Ev::StallEnd,
+                |node| &mut node.stalled_until,
+            ),
+            Planned::Shutdown => self.ask(
+                (FaultKind::Shutdown, 0.5),
+                ("SHUTDOWN", "asked to shut down"),
+                Msg::Shutdown,
+            ),
         }
+    }
+
+    /// Opens a window of trouble (a partition, a stall) of `kind` on a
+    /// node that is up (the leader with probability `p_leader`), if any:
+    /// counts it, draws its length between `lengths`, traces it (its tag,
+    /// and its text for that length), tells the checker, extends the node's
+    /// window that `until` picks, and schedules `end` for when it closes.
+    fn open_window(
+        &mut self,
+        (kind, p_leader): (FaultKind, f64),
+        lengths: (Duration, Duration),
+        (tag, text): (&'static str, impl FnOnce(Duration) -> String),
+        end: Ev,
+        until: impl FnOnce(&mut Node) -> &mut SimTime,
+    ) {
+        let Some(n) = self.target(p_leader, |_| true) else {
+            return;
+        };
+        self.count(kind);
+        let d = between(&mut self.rng, lengths.0, lengths.1);
+        let t = self.now;
+        self.trace
+            .event(t, Some(n), tag, &[d.as_nanos() as u64], || text(d));
+        self.checker.disturb(t);
+        let until = until(&mut self.nodes[n]);
+        *until = (*until).max(t.after(d));
+        self.push(t.after(d), end);
+    }
+
+    /// Has the application of a node that is up (the leader with
+    /// probability `p_leader`), if any, ask its machine to `msg` (resign,
+    /// shut down): counts it as a fault of `kind`, tells the checker, and
+    /// traces it (its tag and text).
+    fn ask(
+        &mut self,
+        (kind, p_leader): (FaultKind, f64),
+        (tag, text): (&'static str, &'static str),
+        msg: Msg,
+    ) {
+        let Some(n) = self.target(p_leader, |_| true) else {
+            return;
+        };
+        self.count(kind);
+        let t = self.now;
+        self.checker.disturb(t);
+        self.trace.event(t, Some(n), tag, &[], || text.into());
+        self.deliver_at(t, n, msg);
     }
 
     pub(super) fn storm(&mut self, storm: Storm) {
