@@ -112,78 +112,58 @@ where
     let table = &target.table;
     let place = &target.place;
     let code_text = code.as_deref().unwrap_or("no error code");
-    match kind {
-        Kind::ConditionFailed => Failure::ConditionFailed,
-        Kind::Throttled => Failure::Throttled(StoreError::unavailable(
-            format!("DynamoDB throttled the {what} on table {table} {place} ({code_text}: {message})"),
-            err,
-        )),
-        Kind::MissingTable => Failure::Other(StoreError::misconfigured(
-            missing_table(target, &message),
-            err,
-        )),
-        Kind::WrongKey => Failure::Other(StoreError::misconfigured(
-            format!(
-                "DynamoDB table {table} {place} does not have tenure's key schema ({message}): tenure needs a \
-                 table whose only key is the hash key group_name of type S; choose another table name or let \
-                 create=true make one"
-            ),
-            err,
-        )),
-        Kind::Invalid => Failure::Other(StoreError::misconfigured(
-            format!("DynamoDB rejected the {what} on table {table} {place} as invalid ({code_text}: {message})"),
-            err,
-        )),
-        Kind::AccessDenied => Failure::Other(StoreError::misconfigured(
-            format!(
-                "the AWS credentials lack permission for the {what} on table {table} {place} ({message}): grant {PERMISSIONS}"
-            ),
-            err,
-        )),
-        Kind::ClockSkew => Failure::Other(StoreError::misconfigured(
-            format!(
-                "DynamoDB {place} refused the request's signature as expired ({message}): this host's clock is off \
-                 by more than five minutes; fix its time synchronisation (NTP)"
-            ),
-            err,
-        )),
-        Kind::BadCredentials => Failure::Other(StoreError::misconfigured(
-            format!(
-                "DynamoDB {place} refused the credentials ({code_text}: {message}): check the access key, secret key \
-                 and session token in use (environment, profile or store URL), and that they belong to this region's partition"
-            ),
-            err,
-        )),
-        Kind::NoCredentials => Failure::Other(StoreError::misconfigured(
-            format!(
-                "no usable AWS credentials for DynamoDB {place} ({detail}): set AWS_ACCESS_KEY_ID and \
-                 AWS_SECRET_ACCESS_KEY, choose a profile with ?profile=, run with an IAM role, or (local servers) \
-                 put access_key_id and secret_access_key in the store URL"
-            ),
-            err,
-        )),
-        Kind::Unreachable => Failure::Other(StoreError::unavailable(
-            format!("could not reach DynamoDB {place} for the {what} on table {table}: {detail}"),
-            err,
-        )),
-        Kind::Tls => Failure::Other(StoreError::misconfigured(
-            format!(
-                "TLS with DynamoDB {place} failed ({detail}): check that the endpoint URL names the server's \
-                 certificate, or trust a private CA with ca= in the store URL"
-            ),
-            err,
-        )),
-        Kind::BadRequestSetup => Failure::Other(StoreError::misconfigured(
-            format!(
-                "the {what} on table {table} could not be sent to DynamoDB {place} ({detail}): check the endpoint \
-                 URL and region"
-            ),
-            err,
-        )),
-        Kind::Transient => Failure::Other(StoreError::unavailable(
-            format!("DynamoDB {place} failed the {what} on table {table}: {detail}"),
-            err,
-        )),
+    let text = match kind {
+        Kind::ConditionFailed => return Failure::ConditionFailed,
+        Kind::Throttled => format!(
+            "DynamoDB throttled the {what} on table {table} {place} ({code_text}: {message})"
+        ),
+        Kind::MissingTable => missing_table(target, &message),
+        Kind::WrongKey => format!(
+            "DynamoDB table {table} {place} does not have tenure's key schema ({message}): tenure needs a \
+             table whose only key is the hash key group_name of type S; choose another table name or let \
+             create=true make one"
+        ),
+        Kind::Invalid => format!(
+            "DynamoDB rejected the {what} on table {table} {place} as invalid ({code_text}: {message})"
+        ),
+        Kind::AccessDenied => format!(
+            "the AWS credentials lack permission for the {what} on table {table} {place} ({message}): grant {PERMISSIONS}"
+        ),
+        Kind::ClockSkew => format!(
+            "DynamoDB {place} refused the request's signature as expired ({message}): this host's clock is off \
+             by more than five minutes; fix its time synchronisation (NTP)"
+        ),
+        Kind::BadCredentials => format!(
+            "DynamoDB {place} refused the credentials ({code_text}: {message}): check the access key, secret key \
+             and session token in use (environment, profile or store URL), and that they belong to this region's partition"
+        ),
+        Kind::NoCredentials => format!(
+            "no usable AWS credentials for DynamoDB {place} ({detail}): set AWS_ACCESS_KEY_ID and \
+             AWS_SECRET_ACCESS_KEY, choose a profile with ?profile=, run with an IAM role, or (local servers) \
+             put access_key_id and secret_access_key in the store URL"
+        ),
+        Kind::Unreachable => format!(
+            "could not reach DynamoDB {place} for the {what} on table {table}: {detail}"
+        ),
+        Kind::Tls => format!(
+            "TLS with DynamoDB {place} failed ({detail}): check that the endpoint URL names the server's \
+             certificate, or trust a private CA with ca= in the store URL"
+        ),
+        Kind::BadRequestSetup => format!(
+            "the {what} on table {table} could not be sent to DynamoDB {place} ({detail}): check the endpoint \
+             URL and region"
+        ),
+        Kind::Transient => format!("DynamoDB {place} failed the {what} on table {table}: {detail}"),
+    };
+    let error = if kind.is_transient() {
+        StoreError::unavailable(text, err)
+    } else {
+        StoreError::misconfigured(text, err)
+    };
+    if kind == Kind::Throttled {
+        Failure::Throttled(error)
+    } else {
+        Failure::Other(error)
     }
 }
 
@@ -203,6 +183,15 @@ pub(crate) enum Kind {
     Tls,
     BadRequestSetup,
     Transient,
+}
+
+impl Kind {
+    /// Whether retrying may succeed: DynamoDB throttled the request, could
+    /// not be reached, or failed on its side. Every other failure names
+    /// something an operator must fix.
+    fn is_transient(self) -> bool {
+        matches!(self, Kind::Throttled | Kind::Unreachable | Kind::Transient)
+    }
 }
 
 pub(crate) fn kind_of<E, R>(
@@ -322,6 +311,25 @@ pub(crate) mod tests {
         }
     }
 
+    /// A read that DynamoDB refused (status 400) with `code` and `message`,
+    /// classified.
+    fn refused_read(code: &str, message: &str) -> Failure {
+        classify(get(generic(code, message), 400), &target(), "read")
+    }
+
+    /// The message of `e` classified as a read's failure, which must be
+    /// transient: throttling if `throttled`, another failure if not.
+    fn transient_read(e: SdkError<GetItemError, Response>, throttled: bool) -> String {
+        let (err, was_throttled) = match classify(e, &target(), "read") {
+            Failure::Throttled(err) => (err, true),
+            Failure::Other(err) => (err, false),
+            Failure::ConditionFailed => panic!("a failed condition, not a transient failure"),
+        };
+        assert_eq!(was_throttled, throttled, "{err}");
+        assert!(err.is_transient(), "{err}");
+        err.to_string()
+    }
+
     #[test]
     fn throttling_is_told_apart_by_every_code() {
         let cases = [
@@ -355,17 +363,11 @@ pub(crate) mod tests {
             get(generic("SomethingNew", "slow down"), 429),
         ];
         for e in cases {
-            match classify(e, &target(), "read") {
-                Failure::Throttled(err) => {
-                    assert!(err.is_transient());
-                    assert!(
-                        err.to_string()
-                            .contains("throttled the read on table leases in eu-west-1"),
-                        "{err}"
-                    );
-                }
-                other => panic!("not throttling: {other:?}"),
-            }
+            let m = transient_read(e, true);
+            assert!(
+                m.contains("throttled the read on table leases in eu-west-1"),
+                "{m}"
+            );
         }
     }
 
@@ -410,25 +412,17 @@ pub(crate) mod tests {
         );
         assert!(text.contains("create=true"), "{text}");
 
-        let key = get(
-            generic(
-                "ValidationException",
-                "The provided key element does not match the schema",
-            ),
-            400,
-        );
-        let text = message(classify(key, &target(), "read"));
+        let text = message(refused_read(
+            "ValidationException",
+            "The provided key element does not match the schema",
+        ));
         assert!(text.contains("does not have tenure's key schema"), "{text}");
         assert!(text.contains("group_name of type S"), "{text}");
 
-        let denied = get(
-            generic(
-                "AccessDeniedException",
-                "User: arn:aws:iam::123456789012:user/app is not authorized to perform: dynamodb:GetItem",
-            ),
-            400,
+        let f = refused_read(
+            "AccessDeniedException",
+            "User: arn:aws:iam::123456789012:user/app is not authorized to perform: dynamodb:GetItem",
         );
-        let f = classify(denied, &target(), "read");
         assert!(matches!(
             &f,
             Failure::Other(StoreError::Misconfigured { .. })
@@ -440,46 +434,27 @@ pub(crate) mod tests {
         );
 
         for code in ["UnrecognizedClientException", "InvalidSignatureException"] {
-            let e = get(
-                generic(
-                    code,
-                    "The security token included in the request is invalid.",
-                ),
-                400,
-            );
-            let text = message(classify(e, &target(), "read"));
+            let text = message(refused_read(
+                code,
+                "The security token included in the request is invalid.",
+            ));
             assert!(text.contains("refused the credentials"), "{code}: {text}");
         }
-        let skew = get(
-            generic(
-                "InvalidSignatureException",
-                "Signature expired: 20240101T000000Z is now earlier than 20240101T001000Z",
-            ),
-            400,
+        let skew = refused_read(
+            "InvalidSignatureException",
+            "Signature expired: 20240101T000000Z is now earlier than 20240101T001000Z",
         );
-        assert!(message(classify(skew, &target(), "read")).contains("clock is off"));
+        assert!(message(skew).contains("clock is off"));
     }
 
     #[test]
     fn server_and_network_failures_are_transient() {
         let e = get(generic("InternalServerError", "Internal server error"), 500);
-        match classify(e, &target(), "read") {
-            Failure::Other(err) => assert!(err.is_transient(), "{err}"),
-            other => panic!("{other:?}"),
-        }
+        transient_read(e, false);
         let e: SdkError<GetItemError, Response> =
             SdkError::dispatch_failure(ConnectorError::io("connection refused".into()));
-        match classify(e, &target(), "read") {
-            Failure::Other(err) => {
-                assert!(err.is_transient());
-                assert!(
-                    err.to_string()
-                        .contains("could not reach DynamoDB in eu-west-1"),
-                    "{err}"
-                );
-            }
-            other => panic!("{other:?}"),
-        }
+        let m = transient_read(e, false);
+        assert!(m.contains("could not reach DynamoDB in eu-west-1"), "{m}");
         let e: SdkError<GetItemError, Response> =
             SdkError::dispatch_failure(ConnectorError::timeout("timed out".into()));
         assert!(matches!(

@@ -325,22 +325,19 @@ impl KafkaConfig {
         }
         // librdkafka checks names and values of every property here,
         // without connecting, so a typo fails at construction.
-        self.client_config(&self.consumer_properties("group"))
-            .create_native_config()
-            .map_err(|e| {
-                KafkaBackendError::config(format!(
-                    "librdkafka rejects the properties: {}",
-                    self.scrub(&e.to_string())
-                ))
-            })?;
-        self.client_config(&self.producer_properties())
-            .create_native_config()
-            .map_err(|e| {
-                KafkaBackendError::config(format!(
-                    "librdkafka rejects the properties: {}",
-                    self.scrub(&e.to_string())
-                ))
-            })?;
+        for props in [
+            self.consumer_properties("group"),
+            self.producer_properties(),
+        ] {
+            self.client_config(&props)
+                .create_native_config()
+                .map_err(|e| {
+                    KafkaBackendError::config(format!(
+                        "librdkafka rejects the properties: {}",
+                        self.scrub(&e.to_string())
+                    ))
+                })?;
+        }
         Ok(())
     }
 
@@ -377,18 +374,19 @@ impl KafkaConfig {
     /// off, `session.timeout.ms` = 3 × heartbeat timeout).
     pub fn consumer_properties(&self, group: &str) -> BTreeMap<String, String> {
         let mut props = self.base_properties();
-        let managed = self.managed_properties(group);
-        for key in [
-            "group.id",
-            "enable.auto.commit",
-            "session.timeout.ms",
-            "enable.partition.eof",
-            "group.protocol",
-            "allow.auto.create.topics",
-            "statistics.interval.ms",
-        ] {
-            props.insert(key.into(), managed[key].clone());
-        }
+        self.set_managed(
+            &mut props,
+            group,
+            &[
+                "group.id",
+                "enable.auto.commit",
+                "session.timeout.ms",
+                "enable.partition.eof",
+                "group.protocol",
+                "allow.auto.create.topics",
+                "statistics.interval.ms",
+            ],
+        );
         // The group coordinator learns of a rebalance (a member joined,
         // left or died) at the next group heartbeat: a fifth of the
         // heartbeat timeout keeps hand-overs quick, and far inside the
@@ -397,12 +395,7 @@ impl KafkaConfig {
         props
             .entry("heartbeat.interval.ms".into())
             .or_insert_with(|| (millis(self.heartbeat_timeout) / 5).max(1).to_string());
-        // A fence should follow a stalled broker quickly; the default
-        // (500 ms) would add that much to every heartbeat's round trip
-        // on brokers that hold fetches open.
-        props
-            .entry("fetch.wait.max.ms".into())
-            .or_insert_with(|| millis(self.min_poll_interval).min(500).to_string());
+        self.default_fetch_wait(&mut props);
         props
     }
 
@@ -410,20 +403,21 @@ impl KafkaConfig {
     /// then `delivery.timeout.ms` = heartbeat timeout and `linger.ms` = 0.
     pub fn producer_properties(&self) -> BTreeMap<String, String> {
         let mut props = self.base_properties();
-        let managed = self.managed_properties("group");
         // The producer learns of the topic from metadata; with
         // auto-creation a heartbeat would create a deleted topic anew
         // (with offsets, hence tokens, from 0: librdkafka's producers
         // allow it by default).
         props.remove("request.required.acks");
-        for key in [
-            "delivery.timeout.ms",
-            "linger.ms",
-            "allow.auto.create.topics",
-            "acks",
-        ] {
-            props.insert(key.into(), managed[key].clone());
-        }
+        self.set_managed(
+            &mut props,
+            "group",
+            &[
+                "delivery.timeout.ms",
+                "linger.ms",
+                "allow.auto.create.topics",
+                "acks",
+            ],
+        );
         // librdkafka requires message.timeout (= delivery.timeout) to be at
         // least linger.ms and, for the default, request.timeout.ms must
         // not exceed it.
@@ -451,15 +445,32 @@ impl KafkaConfig {
         // skip to the end past records it has not read. Offsets that then
         // go back are reported.
         props.insert("auto.offset.reset".into(), "earliest".into());
-        props
-            .entry("fetch.wait.max.ms".into())
-            .or_insert_with(|| millis(self.min_poll_interval).min(500).to_string());
+        self.default_fetch_wait(&mut props);
         props
     }
 
     /// Properties of the admin client that creates the topic.
     pub(crate) fn admin_properties(&self) -> BTreeMap<String, String> {
         self.base_properties()
+    }
+
+    /// Sets `keys` in `props` to the values tenure-kafka manages for
+    /// tenure group `group`, over any passed through.
+    fn set_managed(&self, props: &mut BTreeMap<String, String>, group: &str, keys: &[&str]) {
+        let managed = self.managed_properties(group);
+        for key in keys {
+            props.insert((*key).into(), managed[*key].clone());
+        }
+    }
+
+    /// `fetch.wait.max.ms`, unless passed through: the minimum poll
+    /// interval, at most 500 ms. A fence should follow a stalled broker
+    /// quickly; the default (500 ms) would add that much to every
+    /// heartbeat's round trip on brokers that hold fetches open.
+    fn default_fetch_wait(&self, props: &mut BTreeMap<String, String>) {
+        props
+            .entry("fetch.wait.max.ms".into())
+            .or_insert_with(|| millis(self.min_poll_interval).min(500).to_string());
     }
 
     fn base_properties(&self) -> BTreeMap<String, String> {
@@ -606,65 +617,59 @@ mod tests {
     #[test]
     fn rejects_bad_settings_naming_the_fix() {
         let err = |c: KafkaConfig| c.validate().unwrap_err().to_string();
-        assert!(err(KafkaConfig::new(" ")).contains("no brokers"));
-        assert!(err(KafkaConfig {
-            leader_topic: Some("a/b".into()),
-            ..KafkaConfig::default()
-        })
-        .contains("'/'"));
-        assert!(err(KafkaConfig {
-            leader_topic: Some(String::new()),
-            ..KafkaConfig::default()
-        })
-        .contains("empty"));
-        assert!(err(KafkaConfig {
-            leader_topic: Some("..".into()),
-            ..KafkaConfig::default()
-        })
-        .contains("not allowed"));
-        assert!(err(KafkaConfig {
-            leader_topic: Some("t".repeat(250)),
-            ..KafkaConfig::default()
-        })
-        .contains("249"));
-        assert!(err(KafkaConfig {
-            group_id: Some("g h".into()),
-            ..KafkaConfig::default()
-        })
-        .contains("' '"));
-        assert!(err(KafkaConfig {
-            poll_duration: Duration::ZERO,
-            ..KafkaConfig::default()
-        })
-        .contains("poll duration"));
-        assert!(err(KafkaConfig {
-            min_poll_interval: Duration::from_micros(10),
-            ..KafkaConfig::default()
-        })
-        .contains("minimum poll interval"));
-        assert!(err(KafkaConfig {
-            heartbeat_timeout: Duration::ZERO,
-            ..KafkaConfig::default()
-        })
-        .contains("heartbeat timeout"));
-        assert!(err(KafkaConfig {
-            close_timeout: Duration::ZERO,
-            ..KafkaConfig::default()
-        })
-        .contains("close timeout"));
-        assert!(err(KafkaConfig {
-            min_poll_interval: Duration::from_secs(6),
-            ..KafkaConfig::default()
-        })
-        .contains("shorter than the heartbeat timeout"));
-        let e = err(KafkaConfig::default().property("session.timeout.ms", "45000"));
-        assert!(e.contains("heartbeat_timeout"), "{e}");
-        let e = err(KafkaConfig::default().property("group.id", "x"));
-        assert!(e.contains("group_id"), "{e}");
-        let e = err(KafkaConfig::default().property("enable.auto.commit", "true"));
-        assert!(e.contains("never committed"), "{e}");
-        let e = err(KafkaConfig::default().property("no.such.property", "1"));
-        assert!(e.contains("librdkafka rejects"), "{e}");
+        let changed = |change: fn(&mut KafkaConfig)| {
+            let mut c = KafkaConfig::default();
+            change(&mut c);
+            c
+        };
+        let cases = [
+            (KafkaConfig::new(" "), "no brokers"),
+            (changed(|c| c.leader_topic = Some("a/b".into())), "'/'"),
+            (changed(|c| c.leader_topic = Some(String::new())), "empty"),
+            (
+                changed(|c| c.leader_topic = Some("..".into())),
+                "not allowed",
+            ),
+            (changed(|c| c.leader_topic = Some("t".repeat(250))), "249"),
+            (changed(|c| c.group_id = Some("g h".into())), "' '"),
+            (
+                changed(|c| c.poll_duration = Duration::ZERO),
+                "poll duration",
+            ),
+            (
+                changed(|c| c.min_poll_interval = Duration::from_micros(10)),
+                "minimum poll interval",
+            ),
+            (
+                changed(|c| c.heartbeat_timeout = Duration::ZERO),
+                "heartbeat timeout",
+            ),
+            (
+                changed(|c| c.close_timeout = Duration::ZERO),
+                "close timeout",
+            ),
+            (
+                changed(|c| c.min_poll_interval = Duration::from_secs(6)),
+                "shorter than the heartbeat timeout",
+            ),
+            (
+                KafkaConfig::default().property("session.timeout.ms", "45000"),
+                "heartbeat_timeout",
+            ),
+            (KafkaConfig::default().property("group.id", "x"), "group_id"),
+            (
+                KafkaConfig::default().property("enable.auto.commit", "true"),
+                "never committed",
+            ),
+            (
+                KafkaConfig::default().property("no.such.property", "1"),
+                "librdkafka rejects",
+            ),
+        ];
+        for (c, expected) in cases {
+            let e = err(c);
+            assert!(e.contains(expected), "{expected}: {e}");
+        }
         // librdkafka quotes a bad value (here a password pasted into the
         // wrong property): a secret one is masked.
         let e = err(KafkaConfig::default()

@@ -196,20 +196,40 @@ impl PostgresStore {
         &self,
         groups: Vec<String>,
     ) -> Result<HashMap<String, (i64, Vec<u8>)>, StoreError> {
+        let rows = self.lease_rows("read", |s| &s.read, groups).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(group, version, record)| (group, (version, record)))
+            .collect())
+    }
+
+    /// Runs the query `statement` picks, with `param`, whose rows are
+    /// leases (`what` names it in errors): each row's group name, version
+    /// and record.
+    async fn lease_rows<P>(
+        &self,
+        what: &'static str,
+        statement: fn(&batch::Statements) -> &tokio_postgres::Statement,
+        param: P,
+    ) -> Result<Vec<(String, i64, Vec<u8>)>, StoreError>
+    where
+        P: tokio_postgres::types::ToSql + Sync + Send + 'static,
+    {
         let rows = self
-            .run("read", |c| {
-                Box::pin(async move { c.client.query(&c.statements.read, &[&groups]).await })
+            .run(what, move |c| {
+                Box::pin(async move { c.client.query(statement(&c.statements), &[&param]).await })
             })
             .await?;
-        let mut found = HashMap::with_capacity(rows.len());
-        for row in rows {
-            let get = |e| error::classify("read", self.target(), e);
-            let group: String = row.try_get(0).map_err(get)?;
-            let version: i64 = row.try_get(1).map_err(get)?;
-            let record: Vec<u8> = row.try_get(2).map_err(get)?;
-            found.insert(group, (version, record));
-        }
-        Ok(found)
+        let get = |e| error::classify(what, self.target(), e);
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get(0).map_err(get)?,
+                    row.try_get(1).map_err(get)?,
+                    row.try_get(2).map_err(get)?,
+                ))
+            })
+            .collect()
     }
 }
 
@@ -287,17 +307,9 @@ impl LeaseView for PostgresStore {
     /// (compared literally, character for character).
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
         let prefix = prefix.to_owned();
-        let rows = self
-            .run("list", |c| {
-                Box::pin(async move { c.client.query(&c.statements.list, &[&prefix]).await })
-            })
-            .await?;
+        let rows = self.lease_rows("list", |s| &s.list, prefix).await?;
         let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let get = |e| error::classify("list", self.target(), e);
-            let name: String = row.try_get(0).map_err(get)?;
-            let version: i64 = row.try_get(1).map_err(get)?;
-            let record: Vec<u8> = row.try_get(2).map_err(get)?;
+        for (name, version, record) in rows {
             // A name tenure would refuse was written by hand: skip it.
             let Ok(group) = GroupName::new(name) else {
                 continue;

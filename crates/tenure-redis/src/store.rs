@@ -389,22 +389,13 @@ impl RedisStore {
         for g in groups {
             invocation.key(self.key(g));
         }
-        let reply: Value = self
-            .inner
-            .conn
-            .run("read", |mut c| async move {
-                invocation.invoke_async(&mut c).await
-            })
+        let replies = self
+            .invoke_each("read", invocation, groups.len(), ReadReply::parse)
             .await?;
-        let replies = script::each(&reply, groups.len(), ReadReply::parse)
-            .map_err(|d| self.protocol("read", d))?;
         Ok(groups
             .iter()
             .zip(replies)
-            .map(|(g, r)| {
-                let r = r.map_err(|d| StoreError::from(self.protocol("read", d)))?;
-                self.versioned(g, r)
-            })
+            .map(|(g, r)| self.versioned(g, r?))
             .collect())
     }
 
@@ -419,23 +410,43 @@ impl RedisStore {
                 .arg(r.record.encode())
                 .arg(u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX));
         }
-        let reply: Value = self
-            .inner
-            .conn
-            .run("compare-and-swap", |mut c| async move {
-                invocation.invoke_async(&mut c).await
-            })
+        let replies = self
+            .invoke_each(
+                "compare-and-swap",
+                invocation,
+                requests.len(),
+                CasReply::parse,
+            )
             .await?;
-        let replies = script::each(&reply, requests.len(), CasReply::parse)
-            .map_err(|d| self.protocol("compare-and-swap", d))?;
         Ok(requests
             .iter()
             .zip(replies)
-            .map(|(r, reply)| {
-                let reply =
-                    reply.map_err(|d| StoreError::from(self.protocol("compare-and-swap", d)))?;
-                self.outcome(&r.group, reply)
+            .map(|(r, reply)| self.outcome(&r.group, reply?))
+            .collect())
+    }
+
+    /// Runs one script call for `n` requests (`what` names it in errors)
+    /// and parses its reply's entries, one per request, each on its own: a
+    /// reply without `n` entries fails the call, a malformed entry only its
+    /// request.
+    async fn invoke_each<T>(
+        &self,
+        what: &'static str,
+        invocation: redis::ScriptInvocation<'static>,
+        n: usize,
+        parse: impl Fn(&Value) -> Result<T, String>,
+    ) -> BatchResult<T> {
+        let reply: Value = self
+            .inner
+            .conn
+            .run(what, |mut c| async move {
+                invocation.invoke_async(&mut c).await
             })
+            .await?;
+        let replies = script::each(&reply, n, parse).map_err(|d| self.protocol(what, d))?;
+        Ok(replies
+            .into_iter()
+            .map(|r| r.map_err(|d| StoreError::from(self.protocol(what, d))))
             .collect())
     }
 }
