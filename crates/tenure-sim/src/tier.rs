@@ -76,7 +76,7 @@ impl Tier for ElectorParams {
             r.groups,
             r.skew_bound,
             r.liveness_timeout,
-            r.terms,
+            r.counts.terms,
             r.digest
         );
         (r.trace.clone(), line)
@@ -123,7 +123,7 @@ impl Tier for ShardParams {
             r.members,
             r.notifying,
             r.skew_bound,
-            r.terms,
+            r.counts.terms,
             r.digest,
             settled.join("; ")
         );

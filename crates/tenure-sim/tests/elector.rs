@@ -16,8 +16,8 @@ use runs::{first_violation, run_clean};
 fn assert_exercised(summary: &ElectorSummary) {
     // The runs did what they are for: many terms and hand-overs under every
     // kind of fault, several groups per process, and measured fail-overs.
-    assert!(summary.terms > summary.seeds * 10, "{summary}");
-    assert!(summary.handovers > summary.seeds * 5, "{summary}");
+    assert!(summary.counts.terms > summary.seeds * 10, "{summary}");
+    assert!(summary.counts.handovers > summary.seeds * 5, "{summary}");
     assert!(summary.groups > summary.seeds, "{summary}");
     for kind in [
         FaultKind::Crash,
@@ -29,11 +29,18 @@ fn assert_exercised(summary: &ElectorSummary) {
         FaultKind::Shutdown,
         FaultKind::Stall,
     ] {
-        assert!(summary.faults[kind] > 0, "no {kind} injected:\n{summary}");
+        assert!(
+            summary.counts.faults[kind] > 0,
+            "no {kind} injected:\n{summary}"
+        );
     }
     for reason in ["resigned", "renewal_failed", "shutdown", "liveness_lost"] {
         assert!(
-            summary.end_reasons.get(reason).is_some_and(|&n| n > 0),
+            summary
+                .counts
+                .end_reasons
+                .get(reason)
+                .is_some_and(|&n| n > 0),
             "no term ended as {reason}:\n{summary}"
         );
     }

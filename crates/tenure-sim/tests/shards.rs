@@ -22,9 +22,12 @@ fn assert_exercised(summary: &ShardSummary) {
     // The runs did what they are for: members came and went in every way,
     // under every kind of store trouble, shards changed hands many times,
     // and every change of the tail settled and was measured.
-    assert!(summary.acquisitions > summary.shards * 3, "{summary}");
-    assert!(summary.joins > 0, "{summary}");
-    assert!(summary.incarnations > summary.members, "{summary}");
+    assert!(
+        summary.counts.acquisitions > summary.shards * 3,
+        "{summary}"
+    );
+    assert!(summary.counts.joins > 0, "{summary}");
+    assert!(summary.counts.incarnations > summary.members, "{summary}");
     for kind in [
         FaultKind::Crash,
         FaultKind::LongPause,
@@ -35,11 +38,14 @@ fn assert_exercised(summary: &ShardSummary) {
         FaultKind::LostReply,
         FaultKind::Shutdown,
     ] {
-        assert!(summary.faults[kind] > 0, "no {kind} injected:\n{summary}");
+        assert!(
+            summary.counts.faults[kind] > 0,
+            "no {kind} injected:\n{summary}"
+        );
     }
     for reason in ["resigned", "renewal_failed", "shutdown"] {
         assert!(
-            summary.releases.get(reason).is_some_and(|&n| n > 0),
+            summary.counts.releases.get(reason).is_some_and(|&n| n > 0),
             "no shard term ended as {reason}:\n{summary}"
         );
     }

@@ -69,7 +69,7 @@ pub(crate) mod report;
 pub(crate) mod windows;
 
 pub use params::{ElectorFaultRates, ElectorParams};
-pub use report::{ElectorReport, ElectorSummary};
+pub use report::{ElectorCounts, ElectorReport, ElectorSummary};
 
 use clock::SimClock;
 use plan::Planned;
@@ -365,13 +365,15 @@ impl Cluster {
             sim_time: self.stage.now.as_duration(),
             skew_bound: self.skew,
             liveness_timeout: self.timing.liveness_timeout,
-            terms,
-            elections: f.elections,
-            handovers,
-            incarnations: self.stage.incarnations,
-            end_reasons: f.end_reasons.clone(),
-            store_alarms: f.store_alarms,
-            faults: self.faults.clone(),
+            counts: ElectorCounts {
+                terms,
+                elections: f.elections,
+                handovers,
+                incarnations: self.stage.incarnations,
+                end_reasons: f.end_reasons.clone(),
+                store_alarms: f.store_alarms,
+                faults: self.faults.clone(),
+            },
             heal_gaps,
             heal_bound: self.bounds.heal,
             crash_gaps,

@@ -27,21 +27,8 @@ pub struct ElectorReport {
     pub skew_bound: Option<Duration>,
     /// The liveness timeout this seed configured, if any.
     pub liveness_timeout: Option<Duration>,
-    /// Terms whose work ran, over all groups (a term's work run again after
-    /// it failed counts again).
-    pub terms: u64,
-    /// `Event::Elected` events.
-    pub elections: u64,
-    /// Successive works of different candidates in a group.
-    pub handovers: u64,
-    /// Processes started (first starts and restarts).
-    pub incarnations: u64,
-    /// Terms ended, by [`tenure::EndReason::label`], from `Event::Ousted`.
-    pub end_reasons: BTreeMap<&'static str, u64>,
-    /// `Event::StoreHealth` events reporting a failure.
-    pub store_alarms: u64,
-    /// Faults injected, by kind.
-    pub faults: FaultCounts,
+    /// What the run counted.
+    pub counts: ElectorCounts,
     /// Per group, time from the last fault healing to a term's work
     /// running.
     pub heal_gaps: Vec<Duration>,
@@ -63,6 +50,39 @@ pub struct ElectorReport {
     pub trace: Vec<String>,
 }
 
+/// What an elector-tier run counts; a summary sums them over its runs.
+#[derive(Clone, Debug, Default)]
+pub struct ElectorCounts {
+    /// Terms whose work ran, over all groups (a term's work run again after
+    /// it failed counts again).
+    pub terms: u64,
+    /// `Event::Elected` events.
+    pub elections: u64,
+    /// Successive works of different candidates in a group.
+    pub handovers: u64,
+    /// Processes started (first starts and restarts).
+    pub incarnations: u64,
+    /// Terms ended, by [`tenure::EndReason::label`], from `Event::Ousted`.
+    pub end_reasons: BTreeMap<&'static str, u64>,
+    /// `Event::StoreHealth` events reporting a failure.
+    pub store_alarms: u64,
+    /// Faults injected, by kind.
+    pub faults: FaultCounts,
+}
+
+impl ElectorCounts {
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &ElectorCounts) {
+        self.terms += other.terms;
+        self.elections += other.elections;
+        self.handovers += other.handovers;
+        self.incarnations += other.incarnations;
+        add_counts(&mut self.end_reasons, &other.end_reasons);
+        self.store_alarms += other.store_alarms;
+        self.faults.add(&other.faults);
+    }
+}
+
 /// Totals over many elector-tier runs, for the binary's table.
 #[derive(Clone, Debug, Default)]
 pub struct ElectorSummary {
@@ -72,20 +92,8 @@ pub struct ElectorSummary {
     pub groups: u64,
     /// Total simulated time.
     pub sim_time: Duration,
-    /// Terms whose work ran.
-    pub terms: u64,
-    /// Elections announced.
-    pub elections: u64,
-    /// Hand-overs between candidates.
-    pub handovers: u64,
-    /// Processes started.
-    pub incarnations: u64,
-    /// Terms ended, by reason.
-    pub end_reasons: BTreeMap<&'static str, u64>,
-    /// Store alarms.
-    pub store_alarms: u64,
-    /// Faults by kind.
-    pub faults: FaultCounts,
+    /// The runs' counts, summed.
+    pub counts: ElectorCounts,
     /// Heal gaps with their bound.
     pub heal_gaps: Vec<(Duration, Duration)>,
     /// Tail crash gaps with their bound.
@@ -102,13 +110,7 @@ impl ElectorSummary {
         self.seeds += 1;
         self.groups += r.groups as u64;
         self.sim_time += r.sim_time;
-        self.terms += r.terms;
-        self.elections += r.elections;
-        self.handovers += r.handovers;
-        self.incarnations += r.incarnations;
-        add_counts(&mut self.end_reasons, &r.end_reasons);
-        self.store_alarms += r.store_alarms;
-        self.faults.add(&r.faults);
+        self.counts.add(&r.counts);
         self.heal_gaps
             .extend(r.heal_gaps.iter().map(|&g| (g, r.heal_bound)));
         self.crash_gaps
@@ -145,13 +147,14 @@ impl fmt::Display for ElectorSummary {
         row(f, "seeds run (elector tier)", self.seeds)?;
         row(f, "groups checked", self.groups)?;
         simulated_time(f, self.sim_time)?;
-        row(f, "processes started", self.incarnations)?;
-        row(f, "elections", self.elections)?;
-        row(f, "terms whose work ran", self.terms)?;
-        row(f, "hand-overs (new leader)", self.handovers)?;
-        by_reason(f, "terms ended, by reason", &self.end_reasons)?;
-        row(f, "store alarms", self.store_alarms)?;
-        fault_lines(f, &self.faults, true, FaultKind::label)?;
+        let c = &self.counts;
+        row(f, "processes started", c.incarnations)?;
+        row(f, "elections", c.elections)?;
+        row(f, "terms whose work ran", c.terms)?;
+        row(f, "hand-overs (new leader)", c.handovers)?;
+        by_reason(f, "terms ended, by reason", &c.end_reasons)?;
+        row(f, "store alarms", c.store_alarms)?;
+        fault_lines(f, &c.faults, true, FaultKind::label)?;
         writeln!(f, "leaderless gaps")?;
         gap_line(f, "after the tail's leader crashed", &self.crash_gaps)?;
         gap_line(f, "after every fault healed", &self.heal_gaps)?;

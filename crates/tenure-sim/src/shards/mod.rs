@@ -63,7 +63,7 @@ mod report;
 
 pub use bounds::ShardBounds;
 pub use params::{ShardFaultRates, ShardParams};
-pub use report::{Phase, Settling, ShardReport, ShardSummary};
+pub use report::{Phase, Settling, ShardCounts, ShardReport, ShardSummary};
 
 use pause::Pause;
 use plan::{pause_length, Planned};
@@ -555,13 +555,15 @@ impl Set {
             notifying: self.stage.slots.iter().filter(|s| s.notify).count(),
             sim_time: self.stage.now.as_duration(),
             skew_bound: self.skew,
-            terms,
-            acquisitions: f.elections,
-            releases: f.end_reasons.clone(),
-            views: self.views.load(std::sync::atomic::Ordering::Relaxed),
-            incarnations: self.stage.incarnations,
-            joins: self.joins,
-            faults: self.faults.clone(),
+            counts: ShardCounts {
+                terms,
+                acquisitions: f.elections,
+                releases: f.end_reasons.clone(),
+                views: self.views.load(std::sync::atomic::Ordering::Relaxed),
+                incarnations: self.stage.incarnations,
+                joins: self.joins,
+                faults: self.faults.clone(),
+            },
             settlings: self.settlings.clone(),
             documented_crash_bound: self.bounds.documented_crash,
             violations,

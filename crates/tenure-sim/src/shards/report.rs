@@ -72,6 +72,24 @@ pub struct ShardReport {
     pub sim_time: Duration,
     /// The skew bound this seed configured, if any.
     pub skew_bound: Option<Duration>,
+    /// What the run counted.
+    pub counts: ShardCounts,
+    /// How the set settled after each change of the tail.
+    pub settlings: Vec<Settling>,
+    /// The library's documented crash bound, for comparison with the
+    /// derived one in [`settlings`](Self::settlings).
+    pub documented_crash_bound: Duration,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// A digest of the changes, faults and the terms' work.
+    pub digest: u64,
+    /// The changes, faults and the terms' work, line by line, if asked for.
+    pub trace: Vec<String>,
+}
+
+/// What a sharded-tier run counts; a summary sums them over its runs.
+#[derive(Clone, Debug, Default)]
+pub struct ShardCounts {
     /// Terms worked, over all shards.
     pub terms: u64,
     /// `ShardEvent::Acquired` events.
@@ -87,17 +105,19 @@ pub struct ShardReport {
     pub joins: u64,
     /// Faults injected, by kind (graceful leaves count as shutdowns).
     pub faults: FaultCounts,
-    /// How the set settled after each change of the tail.
-    pub settlings: Vec<Settling>,
-    /// The library's documented crash bound, for comparison with the
-    /// derived one in [`settlings`](Self::settlings).
-    pub documented_crash_bound: Duration,
-    /// Broken invariants.
-    pub violations: Vec<Violation>,
-    /// A digest of the changes, faults and the terms' work.
-    pub digest: u64,
-    /// The changes, faults and the terms' work, line by line, if asked for.
-    pub trace: Vec<String>,
+}
+
+impl ShardCounts {
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &ShardCounts) {
+        self.terms += other.terms;
+        self.acquisitions += other.acquisitions;
+        add_counts(&mut self.releases, &other.releases);
+        self.views += other.views;
+        self.incarnations += other.incarnations;
+        self.joins += other.joins;
+        self.faults.add(&other.faults);
+    }
 }
 
 /// Totals over many sharded-tier runs, for the binary's table.
@@ -111,20 +131,8 @@ pub struct ShardSummary {
     pub members: u64,
     /// Total simulated time.
     pub sim_time: Duration,
-    /// Processes started.
-    pub incarnations: u64,
-    /// New members that joined.
-    pub joins: u64,
-    /// Terms worked.
-    pub terms: u64,
-    /// Shard terms acquired.
-    pub acquisitions: u64,
-    /// Terms ended, by reason.
-    pub releases: BTreeMap<&'static str, u64>,
-    /// Changes of the member list seen by members.
-    pub views: u64,
-    /// Faults by kind.
-    pub faults: FaultCounts,
+    /// The runs' counts, summed.
+    pub counts: ShardCounts,
     /// Per phase, each settling time with its bound.
     pub gaps: BTreeMap<Phase, Vec<(Duration, Duration)>>,
     /// Per phase, shards moved and the minimum, summed.
@@ -142,13 +150,7 @@ impl ShardSummary {
         self.shards += r.shards as u64;
         self.members += r.members as u64;
         self.sim_time += r.sim_time;
-        self.incarnations += r.incarnations;
-        self.joins += r.joins;
-        self.terms += r.terms;
-        self.acquisitions += r.acquisitions;
-        add_counts(&mut self.releases, &r.releases);
-        self.views += r.views;
-        self.faults.add(&r.faults);
+        self.counts.add(&r.counts);
         for s in &r.settlings {
             if let Some(took) = s.took {
                 self.gaps.entry(s.phase).or_default().push((took, s.bound));
@@ -170,14 +172,15 @@ impl fmt::Display for ShardSummary {
         row(f, "shards checked", self.shards)?;
         row(f, "member ids", self.members)?;
         simulated_time(f, self.sim_time)?;
-        row(f, "processes started", self.incarnations)?;
-        row(f, "new members joined", self.joins)?;
-        row(f, "shard terms acquired", self.acquisitions)?;
-        row(f, "terms worked", self.terms)?;
-        row(f, "member-list changes seen", self.views)?;
-        by_reason(f, "shard terms ended, by reason", &self.releases)?;
+        let c = &self.counts;
+        row(f, "processes started", c.incarnations)?;
+        row(f, "new members joined", c.joins)?;
+        row(f, "shard terms acquired", c.acquisitions)?;
+        row(f, "terms worked", c.terms)?;
+        row(f, "member-list changes seen", c.views)?;
+        by_reason(f, "shard terms ended, by reason", &c.releases)?;
         // A member's graceful leave is counted as a shutdown.
-        fault_lines(f, &self.faults, true, |k| match k {
+        fault_lines(f, &c.faults, true, |k| match k {
             FaultKind::Shutdown => "graceful leave",
             _ => k.label(),
         })?;
