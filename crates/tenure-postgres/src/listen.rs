@@ -193,24 +193,15 @@ pub(crate) async fn watch(
                     }
                 }
                 None => {
-                    if relay.is_closed() {
+                    let reopen = Listener::open(&options, tls.clone(), &channel);
+                    let lost = |e: StoreError| {
+                        tracing::debug!(error = %e, "LISTEN connection lost; the engine polls until it subscribes again");
+                    };
+                    let Some(again) = relay.reconnect(reopen, lost).await else {
                         return;
-                    }
-                    match Listener::open(&options, tls.clone(), &channel).await {
-                        Ok(again) => {
-                            tracing::debug!(
-                                "LISTEN connection re-established; resyncing every group"
-                            );
-                            listener = again;
-                            if !relay.missed() {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %e, "LISTEN connection lost; the engine polls until it subscribes again");
-                            return;
-                        }
-                    }
+                    };
+                    tracing::debug!("LISTEN connection re-established; resyncing every group");
+                    listener = again;
                 }
             }
         }

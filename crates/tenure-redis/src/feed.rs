@@ -268,22 +268,15 @@ pub(crate) async fn watch(
                     }
                 }
                 Err(e) => {
-                    if relay.is_closed() {
+                    let reopen = Subscription::open(&client, &options, Topic::Pattern(&topic));
+                    let lost = |again: RedisStoreError| {
+                        tracing::debug!(error = %again, "Redis change feed lost; the engine polls until it subscribes again");
+                    };
+                    let Some(again) = relay.reconnect(reopen, lost).await else {
                         return;
-                    }
-                    match Subscription::open(&client, &options, Topic::Pattern(&topic)).await {
-                        Ok(again) => {
-                            tracing::debug!(error = %e, "Redis change feed re-subscribed; resyncing every group");
-                            sub = again;
-                            if !relay.missed() {
-                                return;
-                            }
-                        }
-                        Err(again) => {
-                            tracing::debug!(error = %again, "Redis change feed lost; the engine polls until it subscribes again");
-                            return;
-                        }
-                    }
+                    };
+                    tracing::debug!(error = %e, "Redis change feed re-subscribed; resyncing every group");
+                    sub = again;
                 }
             }
         }

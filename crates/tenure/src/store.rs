@@ -294,6 +294,29 @@ impl FeedRelay {
         self.settle()
     }
 
+    /// After the connection feeding the relay failed: unless the reader is
+    /// gone, opens a new one (`reopen`) and, once it is open, owes the
+    /// reader a resync (changes made meanwhile were missed) and offers it.
+    /// The new connection, or `None` when the feed should end: the reader
+    /// is gone, or reopening failed (`failed` is told why; the engine then
+    /// polls until it subscribes again).
+    pub async fn reconnect<S, E>(
+        &mut self,
+        reopen: impl Future<Output = Result<S, E>>,
+        failed: impl FnOnce(E),
+    ) -> Option<S> {
+        if self.is_closed() {
+            return None;
+        }
+        match reopen.await {
+            Ok(again) => self.missed().then_some(again),
+            Err(e) => {
+                failed(e);
+                None
+            }
+        }
+    }
+
     /// Offers the resync owed, if any; `false` once the reader is gone.
     /// Call it now and then while one is owed: nothing else may come to
     /// carry it.
@@ -806,5 +829,33 @@ mod tests {
         )
         .await;
         assert!(gone.is_ok());
+    }
+
+    /// A reconnect owes and offers a resync; a failed one is reported and
+    /// ends the feed; with the reader gone nothing is reopened.
+    #[tokio::test]
+    async fn reconnect_resyncs_after_reopening_and_ends_when_it_cannot() {
+        let (tx, mut feed) = StoreFeed::channel(4);
+        let mut relay = FeedRelay::new(tx);
+        let again = relay
+            .reconnect(async { Ok::<_, String>(7) }, |e| panic!("{e}"))
+            .await;
+        assert_eq!(again, Some(7));
+        assert_eq!(feed.try_next(), Some(Change::Resync));
+        let mut told = None;
+        let failed = relay
+            .reconnect(async { Err::<u8, _>("refused".to_owned()) }, |e| {
+                told = Some(e)
+            })
+            .await;
+        assert_eq!((failed, told.as_deref()), (None, Some("refused")));
+        drop(feed);
+        let gone = relay
+            .reconnect(
+                async { panic!("reopened for a reader that is gone") },
+                |e: String| panic!("{e}"),
+            )
+            .await;
+        assert_eq!(gone, None::<u8>);
     }
 }
