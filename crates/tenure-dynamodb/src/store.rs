@@ -10,8 +10,10 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::config::{Credentials, Region};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
+use aws_smithy_runtime_api::http::Response;
 use tenure::concurrent::InFlight;
 use tenure::{
     BatchResult, CasOutcome, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed,
@@ -63,6 +65,28 @@ struct Inner {
     /// The credentials may not call `BatchGetItem`: batched reads are
     /// single reads in flight together.
     batch_get_denied: AtomicBool,
+}
+
+impl Inner {
+    /// Sends a request without a condition (`what` names it in errors),
+    /// again after a back-off while DynamoDB throttles it: its output, or
+    /// its failure as a [`StoreError`].
+    async fn unconditional<T, E, Fut>(
+        &self,
+        what: &'static str,
+        send: impl Fn() -> Fut,
+    ) -> Result<T, StoreError>
+    where
+        Fut: std::future::Future<Output = Result<T, SdkError<E, Response>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        self.throttle
+            .run(what, || async {
+                send().await.map_err(|e| classify(e, &self.target, what))
+            })
+            .await
+            .map_err(|f| store_error(f, what, &self.target))
+    }
 }
 
 impl std::fmt::Debug for DynamoDbStore {
@@ -327,8 +351,7 @@ impl LeaseView for DynamoDbStore {
         let i = &self.inner;
         let key = Self::key(group);
         let out = i
-            .throttle
-            .run("read", || async {
+            .unconditional("read", || {
                 i.client
                     .get_item()
                     .table_name(&i.target.table)
@@ -338,11 +361,8 @@ impl LeaseView for DynamoDbStore {
                     // and the challenger would wait on a stale record.
                     .consistent_read(true)
                     .send()
-                    .await
-                    .map_err(|e| classify(e, &i.target, "read"))
             })
-            .await
-            .map_err(|f| store_error(f, "read", &i.target))?;
+            .await?;
         let Some(found) = out.item else {
             return Ok(None);
         };
@@ -376,8 +396,7 @@ impl LeaseView for DynamoDbStore {
         let mut start: Option<std::collections::HashMap<String, AttributeValue>> = None;
         loop {
             let page = i
-                .throttle
-                .run("list", || async {
+                .unconditional("list", || {
                     i.client
                         .scan()
                         .table_name(&i.target.table)
@@ -387,11 +406,8 @@ impl LeaseView for DynamoDbStore {
                         .expression_attribute_values(":p", AttributeValue::S(prefix.to_owned()))
                         .set_exclusive_start_key(start.clone())
                         .send()
-                        .await
-                        .map_err(|e| classify(e, &i.target, "list"))
                 })
-                .await
-                .map_err(|f| store_error(f, "list", &i.target))?;
+                .await?;
             for found in page.items() {
                 let Some(AttributeValue::S(name)) = found.get(KEY) else {
                     continue;
