@@ -469,81 +469,45 @@ mod tests {
 
     #[test]
     fn damaged_items_are_corrupt_never_a_panic() {
-        type Damage = Box<dyn Fn(&mut HashMap<String, AttributeValue>)>;
-        let cases: Vec<(&str, Damage)> = vec![
-            (
-                "format as text",
-                Box::new(|i| drop(i.insert(FORMAT.into(), s("1")))),
-            ),
-            (
-                "format fractional",
-                Box::new(|i| drop(i.insert(FORMAT.into(), n("1.5")))),
-            ),
-            (
-                "format zero",
-                Box::new(|i| drop(i.insert(FORMAT.into(), n("0")))),
-            ),
-            ("no version", Box::new(|i| drop(i.remove(VERSION)))),
-            (
-                "negative version",
-                Box::new(|i| drop(i.insert(VERSION.into(), n("-1")))),
-            ),
-            (
-                "huge token",
-                Box::new(|i| drop(i.insert(TOKEN.into(), n("18446744073709551616")))),
-            ),
-            (
-                "token as text",
-                Box::new(|i| drop(i.insert(TOKEN.into(), s("7")))),
-            ),
-            ("no term", Box::new(|i| drop(i.remove(TERM_MS)))),
-            (
-                "holder as number",
-                Box::new(|i| drop(i.insert(HOLDER.into(), n("7")))),
-            ),
-            (
-                "holder without incarnation",
-                Box::new(|i| drop(i.remove(INCARNATION))),
-            ),
-            (
-                "incarnation without holder",
-                Box::new(|i| drop(i.remove(HOLDER))),
-            ),
-            (
-                "empty holder",
-                Box::new(|i| drop(i.insert(HOLDER.into(), s("")))),
-            ),
-            (
-                "held with token 0",
-                Box::new(|i| drop(i.insert(TOKEN.into(), n("0")))),
-            ),
-            (
-                "metadata not JSON",
-                Box::new(|i| drop(i.insert(METADATA.into(), s("{oops")))),
-            ),
-            (
-                "metadata of numbers",
-                Box::new(|i| drop(i.insert(METADATA.into(), s(r#"{"a":1}"#)))),
-            ),
+        /// What a case does to a valid item.
+        enum Damage {
+            Set(&'static str, AttributeValue),
+            Remove(&'static str),
+        }
+        use Damage::{Remove, Set};
+        let big = format!(r#"{{"x":"{}"}}"#, "y".repeat(5000));
+        let cases = [
+            ("format as text", Set(FORMAT, s("1"))),
+            ("format fractional", Set(FORMAT, n("1.5"))),
+            ("format zero", Set(FORMAT, n("0"))),
+            ("no version", Remove(VERSION)),
+            ("negative version", Set(VERSION, n("-1"))),
+            ("huge token", Set(TOKEN, n("18446744073709551616"))),
+            ("token as text", Set(TOKEN, s("7"))),
+            ("no term", Remove(TERM_MS)),
+            ("holder as number", Set(HOLDER, n("7"))),
+            ("holder without incarnation", Remove(INCARNATION)),
+            ("incarnation without holder", Remove(HOLDER)),
+            ("empty holder", Set(HOLDER, s(""))),
+            ("held with token 0", Set(TOKEN, n("0"))),
+            ("metadata not JSON", Set(METADATA, s("{oops"))),
+            ("metadata of numbers", Set(METADATA, s(r#"{"a":1}"#))),
             (
                 "metadata as a map",
-                Box::new(|i| drop(i.insert(METADATA.into(), AttributeValue::M(HashMap::new())))),
+                Set(METADATA, AttributeValue::M(HashMap::new())),
             ),
-            (
-                "metadata too large",
-                Box::new(|i| {
-                    let big = format!(r#"{{"x":"{}"}}"#, "y".repeat(5000));
-                    i.insert(METADATA.into(), s(&big));
-                }),
-            ),
+            ("metadata too large", Set(METADATA, s(&big))),
             (
                 "renewed_at as bool",
-                Box::new(|i| drop(i.insert(RENEWED_AT_MS.into(), AttributeValue::Bool(true)))),
+                Set(RENEWED_AT_MS, AttributeValue::Bool(true)),
             ),
         ];
         for (label, damage) in cases {
             let mut i = valid();
-            damage(&mut i);
+            match damage {
+                Set(key, value) => drop(i.insert(key.into(), value)),
+                Remove(key) => drop(i.remove(key)),
+            }
             match decode(&i) {
                 Err(RecordError::Corrupt { detail }) => assert!(!detail.is_empty(), "{label}"),
                 other => panic!("{label}: expected Corrupt, got {other:?}"),
