@@ -757,6 +757,21 @@ mod tests {
         MonoTime::from_nanos(1_000_000_000_000 + ms * 1_000_000)
     }
 
+    /// Asserts that `decisions` are one election, handing out `token`.
+    #[track_caller]
+    fn assert_elected(decisions: &[Decision], token: u64) {
+        assert!(
+            matches!(decisions, [Decision::Elected { token: t, .. }] if *t == token),
+            "expected an election with token {token}: {decisions:?}"
+        );
+    }
+
+    /// The decision that the partition went back: tokens up to `highest`
+    /// may have been handed out, it offers `next`.
+    fn regressed(highest: u64, next: u64) -> Decision {
+        Decision::Regressed { highest, next }
+    }
+
     /// The quiet period for H = 5 s and ρ = 1 %: 6 s × 1.01/0.99.
     fn quiet() -> Duration {
         Duration::from_secs_f64(6.0 * 1.01 / 0.99)
@@ -874,10 +889,7 @@ mod tests {
         // and not a forgery that would hold the election back.
         assert!(n.record(1, &late, at(30_000), LIVE).is_empty());
         let hb = send(&mut n, 200, at(30_000), 1);
-        assert!(matches!(
-            n.record(2, &hb, at(30_010), LIVE).as_slice(),
-            [Decision::Elected { token: 3, .. }]
-        ));
+        assert_elected(&n.record(2, &hb, at(30_010), LIVE), 3);
     }
 
     #[test]
@@ -898,10 +910,7 @@ mod tests {
             .record(2, &hb, t - Duration::from_millis(1), LIVE)
             .is_empty());
         let hb = send(&mut n, 4, t, 1);
-        assert!(matches!(
-            n.record(3, &hb, t, LIVE).as_slice(),
-            [Decision::Elected { token: 4, .. }]
-        ));
+        assert_elected(&n.record(3, &hb, t, LIVE), 4);
     }
 
     /// Hole 1: the old holder, cut off from the group coordinator only,
@@ -929,10 +938,7 @@ mod tests {
             "one millisecond too early"
         );
         let hb = send(&mut n, 3, last + quiet(), 1);
-        assert!(matches!(
-            n.record(112, &hb, last + quiet(), LIVE).as_slice(),
-            [Decision::Elected { token: 113, .. }]
-        ));
+        assert_elected(&n.record(112, &hb, last + quiet(), LIVE), 113);
     }
 
     #[test]
@@ -977,10 +983,7 @@ mod tests {
         };
         n.record(104, &released, at(10_150), LIVE);
         let hb = send(&mut n, 2, at(10_200), 1);
-        assert!(matches!(
-            n.record(105, &hb, at(10_210), LIVE).as_slice(),
-            [Decision::Elected { token: 106, .. }]
-        ));
+        assert_elected(&n.record(105, &hb, at(10_210), LIVE), 106);
         // A claim after the release counts again.
         n.record(106, &foreign(8, 6, None), at(10_300), LIVE);
         assert!(!n.is_quiet(at(10_400)));
@@ -1034,10 +1037,7 @@ mod tests {
         };
         assert!(n.record(5, &other, at(10_050), LIVE).is_empty());
         let hb = send(&mut n, 3, at(10_060), 3);
-        assert!(matches!(
-            n.record(6, &hb, at(10_070), LIVE).as_slice(),
-            [Decision::Elected { token: 7, .. }]
-        ));
+        assert_elected(&n.record(6, &hb, at(10_070), LIVE), 7);
     }
 
     /// Hole 1, the other half: the leader stops at once when another
@@ -1105,10 +1105,7 @@ mod tests {
         assert!(n.record(101, &hb, at(10_110), LIVE).is_empty());
         let t = at(10_000) + quiet();
         let hb = send(&mut n, 2, t, 1);
-        assert!(matches!(
-            n.record(102, &hb, t, LIVE).as_slice(),
-            [Decision::Elected { token: 103, .. }]
-        ));
+        assert_elected(&n.record(102, &hb, t, LIVE), 103);
     }
 
     /// Hole 1, bounded by what librdkafka exposes: a leader whose group
@@ -1148,10 +1145,7 @@ mod tests {
         // A rebalance holding this member's join counts as contact.
         n.membership(at(16_200), None);
         let hb = send(&mut n, 5, at(16_300), 1);
-        assert!(matches!(
-            n.record(21, &hb, at(16_310), LIVE).as_slice(),
-            [Decision::Elected { token: 22, .. }]
-        ));
+        assert_elected(&n.record(21, &hb, at(16_310), LIVE), 22);
     }
 
     /// Hole 2: after a pause or suspend longer than the session can be
@@ -1242,21 +1236,9 @@ mod tests {
         let mut n = neli();
         leader(&mut n, 10_000, 500);
         assert_eq!(n.offset(501), None);
-        assert_eq!(
-            n.offset(3),
-            Some(Decision::Regressed {
-                highest: 502,
-                next: 4
-            })
-        );
+        assert_eq!(n.offset(3), Some(regressed(502, 4)));
         let hb = send(&mut n, 2, at(10_100), 1);
-        assert_eq!(
-            n.record(0, &hb, at(10_110), LIVE),
-            vec![Decision::Regressed {
-                highest: 502,
-                next: 1
-            }]
-        );
+        assert_eq!(n.record(0, &hb, at(10_110), LIVE), vec![regressed(502, 1)]);
     }
 
     #[test]
@@ -1266,13 +1248,7 @@ mod tests {
         send(&mut n, 2, at(10_100), 1);
         assert_eq!(n.delivered(2, 331), None);
         send(&mut n, 3, at(10_200), 1);
-        assert_eq!(
-            n.delivered(3, 20),
-            Some(Decision::Regressed {
-                highest: 331,
-                next: 21
-            })
-        );
+        assert_eq!(n.delivered(3, 20), Some(regressed(331, 21)));
         assert_eq!(n.delivered(99, 0), None, "not sent by this instance");
     }
 
@@ -1290,10 +1266,7 @@ mod tests {
         // The reader goes on at 521 in the new topic, where this
         // candidate's own heartbeat got offset 521: token 522 > 500, fine.
         let hb = send(&mut n, 1, at(20_000), 2);
-        assert!(matches!(
-            n.record(521, &hb, at(20_010), LIVE).as_slice(),
-            [Decision::Elected { token: 522, .. }]
-        ));
+        assert_elected(&n.record(521, &hb, at(20_010), LIVE), 522);
         // Its own earlier token counts too.
         let mut n = neli();
         leader(&mut n, 10_000, 700);
@@ -1303,10 +1276,7 @@ mod tests {
         let hb = send(&mut n, 2, at(20_000), 2);
         assert_eq!(
             n.record(400, &hb, at(20_010), LIVE),
-            vec![Decision::Regressed {
-                highest: 701,
-                next: 401
-            }]
+            vec![regressed(701, 401)]
         );
     }
 
