@@ -245,6 +245,15 @@ mod tests {
     use super::*;
     use tenure::testkit::{assert_hostile_password_handled, assert_url_refusals};
 
+    /// Whether `o` authenticates with `user` and `password`.
+    fn signs_in_as(o: &NatsOptions, user: &str, password: &str) -> bool {
+        o.auth
+            == Auth::UserPassword {
+                user: user.into(),
+                password: password.into(),
+            }
+    }
+
     #[test]
     fn parses_the_forms_users_write() {
         let o = NatsOptions::from_url("nats://127.0.0.1:54222/leases").unwrap();
@@ -258,13 +267,7 @@ mod tests {
         let o = NatsOptions::from_url("nats://u:p%40ss@a:1,[::1]:2/?timeout=250ms").unwrap();
         assert_eq!(o.servers(), ["nats://a:1", "nats://[::1]:2"]);
         assert_eq!(o.bucket(), "tenure");
-        assert!(
-            o.auth
-                == Auth::UserPassword {
-                    user: "u".into(),
-                    password: "p@ss".into()
-                }
-        );
+        assert!(signs_in_as(&o, "u", "p@ss"));
         assert_eq!(o.timeout, Duration::from_millis(250));
         let o = NatsOptions::from_url("nats://s3cr3t-token@h:1/b").unwrap();
         assert!(o.auth == Auth::Token("s3cr3t-token".into()));
@@ -276,25 +279,13 @@ mod tests {
     #[test]
     fn a_raw_colon_is_user_and_password_an_escaped_one_is_a_token() {
         let o = NatsOptions::from_url("nats://tok:en@h:1/b").unwrap();
-        assert!(
-            o.auth
-                == Auth::UserPassword {
-                    user: "tok".into(),
-                    password: "en".into()
-                }
-        );
+        assert!(signs_in_as(&o, "tok", "en"));
         assert_eq!(o.describe(), "nats://tok@h:1/b");
         let o = NatsOptions::from_url("nats://tok%3Aen@h:1/b").unwrap();
         assert!(o.auth == Auth::Token("tok:en".into()));
         assert_eq!(o.describe(), "nats://***@h:1/b");
         let o = NatsOptions::from_url("nats://u%3Ax:p%3Ay@h:1/b").unwrap();
-        assert!(
-            o.auth
-                == Auth::UserPassword {
-                    user: "u:x".into(),
-                    password: "p:y".into()
-                }
-        );
+        assert!(signs_in_as(&o, "u:x", "p:y"));
         let o =
             NatsOptions::from_url("nats+tls://h:1/b?ca=/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
         assert!(o.tls && o.tls_files.key.is_some() && o.tls_files.ca.is_some());
