@@ -366,6 +366,17 @@ mod tests {
         }
     }
 
+    /// Panics unless `url` is refused with an error that names `names` and
+    /// holds none of `hides`.
+    #[track_caller]
+    fn assert_refused(url: &str, names: &str, hides: &[&str]) {
+        let e = DynamoDbOptions::from_url(url).unwrap_err().to_string();
+        assert!(e.contains(names), "{e}");
+        for secret in hides {
+            assert!(!e.contains(secret), "{secret}: {e}");
+        }
+    }
+
     #[test]
     fn secrets_never_show() {
         let url = "dynamodb://leases?region=r&access_key_id=AKIDEXAMPLEWXYZ&secret_access_key=TOPSECRET&session_token=SESSIONSECRET";
@@ -381,23 +392,21 @@ mod tests {
         assert_eq!(keys.session_token.as_deref(), Some("SESSIONSECRET"));
 
         // A URL that does not parse is echoed redacted in the error.
-        let e = DynamoDbOptions::from_url(
+        assert_refused(
             "dynamodb://leases?secret_access_key=TOPSECRET&access_key_id=AKIDX&bogus=1",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("unknown parameter \"bogus\""), "{e}");
-        assert!(!e.contains("TOPSECRET") && !e.contains("AKIDX"), "{e}");
-        let e = DynamoDbOptions::from_url("dynamodb://leases?secret_access_key=TOPSECRET")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("need both access_key_id"), "{e}");
-        assert!(!e.contains("TOPSECRET"), "{e}");
-        let e = DynamoDbOptions::from_url("dynamodb://leases?endpoint=ftp://u:pw@h")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not an http:// or https:// URL"), "{e}");
-        assert!(!e.contains("pw@"), "{e}");
+            "unknown parameter \"bogus\"",
+            &["TOPSECRET", "AKIDX"],
+        );
+        assert_refused(
+            "dynamodb://leases?secret_access_key=TOPSECRET",
+            "need both access_key_id",
+            &["TOPSECRET"],
+        );
+        assert_refused(
+            "dynamodb://leases?endpoint=ftp://u:pw@h",
+            "not an http:// or https:// URL",
+            &["pw@"],
+        );
     }
 
     #[test]
@@ -430,11 +439,11 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("endpoint=http://u:***@h:8000"), "{shown}");
-        let e = DynamoDbOptions::from_url("dynamodb://leases?endpoint=ftp://u:pw%2Fsecret@h")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not an http:// or https:// URL"), "{e}");
-        assert!(!e.contains("secret"), "{e}");
+        assert_refused(
+            "dynamodb://leases?endpoint=ftp://u:pw%2Fsecret@h",
+            "not an http:// or https:// URL",
+            &["secret"],
+        );
     }
 
     #[test]
