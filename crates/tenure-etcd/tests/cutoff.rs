@@ -10,10 +10,6 @@ use tenure_etcd::EtcdStore;
 async fn a_cut_off_leader_stops_before_the_other_is_elected() {
     let server = common::Etcd::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
-    let direct = EtcdStore::connect(&server.url()).await.unwrap();
-    let via_proxy = EtcdStore::connect(&format!("etcd://{}?timeout=1s", proxy.addr()))
-        .await
-        .unwrap();
-    let figures = scenarios::cut_off_leader_stops_first(via_proxy, direct, &proxy).await;
-    eprintln!("etcd cut-off: {figures:?}");
+    let proxied = format!("etcd://{}?timeout=1s", proxy.addr());
+    scenarios::reported_cut_off("etcd", &server.url(), &proxied, &proxy, EtcdStore::connect).await;
 }

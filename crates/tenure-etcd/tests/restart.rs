@@ -11,7 +11,5 @@ use tenure_etcd::EtcdStore;
 async fn a_restart_keeps_one_leader_and_the_token_sequence() {
     let mut server = common::Etcd::start();
     let url = format!("{}?timeout=1s", server.url());
-    let (a, b) = (EtcdStore::connect(&url), EtcdStore::connect(&url));
-    let (a, b) = (a.await.unwrap(), b.await.unwrap());
-    scenarios::one_leader_across_a_restart(a, b, "etcd", &mut server).await;
+    scenarios::reported_restart("etcd", &url, EtcdStore::connect, &mut server).await;
 }

@@ -57,14 +57,14 @@ async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
         wait_for_holder(&store, &group, "b").await,
         "the write reported as timed out was applied once the server thawed"
     );
-    assert_eq!(
-        store
-            .compare_and_swap(&group, Some(v1), &held_by("c", 2))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict,
-        "now the old version is definitely stale"
-    );
+    testkit::conflicts(
+        &store,
+        &group,
+        Some(v1),
+        &held_by("c", 2),
+        "now the old version is definitely stale",
+    )
+    .await;
 }
 
 /// The same for a group's first write: the client library's own `create`

@@ -10,10 +10,13 @@ use tenure_nats::NatsStore;
 async fn a_cut_off_leader_stops_before_the_other_is_elected() {
     let server = common::Nats::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
-    let direct = NatsStore::connect(&server.url("cutoff")).await.unwrap();
-    let via_proxy = NatsStore::connect(&format!("nats://{}/cutoff?timeout=1s", proxy.addr()))
-        .await
-        .unwrap();
-    let figures = scenarios::cut_off_leader_stops_first(via_proxy, direct, &proxy).await;
-    eprintln!("nats cut-off: {figures:?}");
+    let proxied = format!("nats://{}/cutoff?timeout=1s", proxy.addr());
+    scenarios::reported_cut_off(
+        "nats",
+        &server.url("cutoff"),
+        &proxied,
+        &proxy,
+        NatsStore::connect,
+    )
+    .await;
 }

@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use tenure::testkit::scenarios;
 use tenure_nats::NatsStore;
 
@@ -13,8 +11,5 @@ async fn a_release_is_taken_over_at_once_not_after_a_poll() {
     let Some(url) = common::shared_url("handover") else {
         return;
     };
-    let a = NatsStore::connect(&url).await.unwrap();
-    let b = NatsStore::connect(&url).await.unwrap();
-    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_secs(2)).await;
-    eprintln!("nats hand-over: {took:?}");
+    scenarios::reported_graceful_handover("nats", &url, NatsStore::connect).await;
 }

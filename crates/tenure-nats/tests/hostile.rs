@@ -195,14 +195,14 @@ async fn a_deleted_purged_or_unknown_marker_is_an_error_never_a_fresh_start() {
             .await
             .unwrap_err();
         assert!(names_the_key_and_the_fix(&e), "{how}: a fresh start: {e}");
-        assert_eq!(
-            store
-                .compare_and_swap(&group, Some(v1), &held_by("b", 8))
-                .await
-                .unwrap(),
-            CasOutcome::Conflict,
-            "{how}: a version from before the marker"
-        );
+        testkit::conflicts(
+            &store,
+            &group,
+            Some(v1),
+            &held_by("b", 8),
+            &format!("{how}: a version from before the marker"),
+        )
+        .await;
         let e = store.read(&group).await.unwrap_err();
         assert!(
             names_the_key_and_the_fix(&e),

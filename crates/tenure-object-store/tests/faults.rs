@@ -65,12 +65,14 @@ async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
     assert_eq!(after.version.0, now.version.0 + 1);
     // The handle forgot what it saw: a write on the old version conflicts
     // (the store reads first), it does not send a stale If-Match blindly.
-    assert_eq!(
-        s.compare_and_swap(&g, Some(now.version), &held_by("a", 3))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict
-    );
+    testkit::conflicts(
+        &s,
+        &g,
+        Some(now.version),
+        &held_by("a", 3),
+        "a write on the version the handle forgot",
+    )
+    .await;
 }
 
 /// A 5xx is an unknown outcome (Unavailable), sent once; a 412 and S3's
@@ -111,13 +113,7 @@ async fn server_errors_and_refused_conditions() {
         (409, "ConditionalRequestConflict"),
     ] {
         proxy.push("PUT", Fault::Reply { status, code });
-        assert_eq!(
-            s.compare_and_swap(&g, Some(v), &held_by("a", 1))
-                .await
-                .unwrap(),
-            CasOutcome::Conflict,
-            "{status}"
-        );
+        testkit::conflicts(&s, &g, Some(v), &held_by("a", 1), &format!("{status}")).await;
     }
     assert_eq!(puts(&proxy), sent + 4, "never retried");
 

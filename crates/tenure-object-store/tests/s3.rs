@@ -78,10 +78,14 @@ async fn identical_records_never_bring_an_etag_back() {
     let etag2 = a.object_store().head(&key).await.unwrap().e_tag;
     assert_ne!(etag1, etag2, "same record, new contents, new ETag");
     // a still remembers v1 and its ETag: its write is refused.
-    assert_eq!(
-        a.compare_and_swap(&g, Some(v1), &rec).await.unwrap(),
-        CasOutcome::Conflict
-    );
+    testkit::conflicts(
+        &a,
+        &g,
+        Some(v1),
+        &rec,
+        "a write on the version and ETag a remembers",
+    )
+    .await;
     assert_eq!(a.read(&g).await.unwrap().unwrap().version, v2);
 }
 
@@ -96,14 +100,14 @@ async fn a_version_read_elsewhere_is_checked_before_the_write() {
     let v = testkit::applied(&writer, &g, None, &held_by("a", 1)).await;
     let fresh = store(&e, &prefix).await;
     for wrong in [Version(v.0 - 1), Version(v.0 + 1), Version(1)] {
-        assert_eq!(
-            fresh
-                .compare_and_swap(&g, Some(wrong), &held_by("b", 2))
-                .await
-                .unwrap(),
-            CasOutcome::Conflict,
-            "{wrong}"
-        );
+        testkit::conflicts(
+            &fresh,
+            &g,
+            Some(wrong),
+            &held_by("b", 2),
+            &format!("{wrong}"),
+        )
+        .await;
     }
     let fresh = store(&e, &prefix).await;
     testkit::applied(&fresh, &g, Some(v), &held_by("b", 2)).await;
@@ -135,13 +139,7 @@ async fn hostile_objects_are_refused_and_never_listed_as_groups() {
         }) => assert!(detail.contains("1048576 bytes"), "{detail}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        s.compare_and_swap(&huge, None, &held_by("a", 1))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict,
-        "never written over"
-    );
+    testkit::conflicts(&s, &huge, None, &held_by("a", 1), "never written over").await;
 
     let ok = testkit::unique_group("ok");
     s.compare_and_swap(&ok, None, &held_by("a", 1))

@@ -623,21 +623,9 @@ async fn an_abandoned_operation_does_not_hold_up_the_next() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {
     let Some(url) = url() else { return };
-    let figures = scenarios::many_groups_followed_without_reads(
-        PostgresStore::connect(&url).await.unwrap(),
-        PostgresStore::connect(&url).await.unwrap(),
-        1000,
-        Duration::from_secs(6),
-    )
-    .await;
-    eprintln!("PostgreSQL, 1000 groups: {figures:?}");
     // The target: at most three batched round trips per renew
     // interval (the window is one term, three renew intervals).
-    assert!(
-        figures.leaders.write_batches <= 9,
-        "the leaders' renewals went out in {} batches in one term",
-        figures.leaders.write_batches
-    );
+    scenarios::reported_thousand_groups("PostgreSQL", &url, PostgresStore::connect, Some(9)).await;
 }
 
 const CHANNEL: &str = "tenure:public.tenure_leases";

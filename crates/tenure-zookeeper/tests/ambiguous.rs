@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use tenure::testkit::{self, held_by, released, TcpProxy};
-use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError, Version};
+use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError};
 use tenure_zookeeper::ZkStore;
 
 fn ambiguous(result: Result<CasOutcome, StoreError>, what: &str) {
@@ -21,11 +21,6 @@ fn ambiguous(result: Result<CasOutcome, StoreError>, what: &str) {
         }
         other => panic!("{what}: a lost reply must be an error of unknown outcome, got {other:?}"),
     }
-}
-
-/// Writes `g` held by `id`; the write must apply.
-async fn applied(store: &ZkStore, g: &GroupName, expected: Option<Version>, id: &str) -> Version {
-    testkit::applied(store, g, expected, &held_by(id, 1)).await
 }
 
 /// The proxy lets the requests through and throws the replies away: the
@@ -51,10 +46,10 @@ async fn a_write_whose_reply_is_lost_is_reported_as_unknown() {
         testkit::unique_group("created"),
         testkit::unique_group("replaced"),
     );
-    let v1 = applied(&via, &old, None, "a").await;
+    let v1 = common::write_held_by(&via, &old, None, "a").await;
     // Renewed once: the first write over a node gives it its guard (one
     // more request, which would be the one whose reply is lost).
-    let v1 = applied(&via, &old, Some(v1), "a").await;
+    let v1 = common::write_held_by(&via, &old, Some(v1), "a").await;
 
     proxy.drop_replies();
     ambiguous(
@@ -95,12 +90,14 @@ async fn a_write_whose_reply_is_lost_is_reported_as_unknown() {
         via.read(&old).await.unwrap().unwrap().version,
         replaced.version
     );
-    assert_eq!(
-        via.compare_and_swap(&fresh, None, &held_by("again", 1))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict
-    );
+    testkit::conflicts(
+        &via,
+        &fresh,
+        None,
+        &held_by("again", 1),
+        "creating the group whose lost create applied",
+    )
+    .await;
 }
 
 /// Cut off for longer than its session timeout, the handle's session
@@ -124,7 +121,7 @@ async fn an_expired_session_is_replaced_and_the_store_goes_on() {
     let g = GroupName::new("g").unwrap();
     let mut feed = via.watch().await.unwrap().expect("a store-wide feed");
     let mut hints = via.changes(&g).await.unwrap().expect("a per-group feed");
-    let v1 = applied(&via, &g, None, "a").await;
+    let v1 = common::write_held_by(&via, &g, None, "a").await;
 
     proxy.cut();
     ambiguous(
@@ -162,7 +159,7 @@ async fn an_expired_session_is_replaced_and_the_store_goes_on() {
             break;
         }
     }
-    let v3 = applied(&direct, &g, Some(v2), "b").await;
+    let v3 = common::write_held_by(&direct, &g, Some(v2), "b").await;
     loop {
         let change = tokio::time::timeout(within, feed.next())
             .await
@@ -179,7 +176,7 @@ async fn an_expired_session_is_replaced_and_the_store_goes_on() {
         .await
         .is_ok()
     {}
-    applied(&direct, &g, Some(v3), "c").await;
+    common::write_held_by(&direct, &g, Some(v3), "c").await;
     tokio::time::timeout(within, hints.changed())
         .await
         .expect("a hint after the session expired")

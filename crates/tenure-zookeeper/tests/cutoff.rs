@@ -10,10 +10,13 @@ use tenure_zookeeper::ZkStore;
 async fn a_cut_off_leader_stops_before_the_other_is_elected() {
     let server = common::Zk::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
-    let direct = ZkStore::connect(&server.url()).await.unwrap();
-    let via_proxy = ZkStore::connect(&format!("zk://{}?timeout=1s", proxy.addr()))
-        .await
-        .unwrap();
-    let figures = scenarios::cut_off_leader_stops_first(via_proxy, direct, &proxy).await;
-    eprintln!("zookeeper cut-off: {figures:?}");
+    let proxied = format!("zk://{}?timeout=1s", proxy.addr());
+    scenarios::reported_cut_off(
+        "zookeeper",
+        &server.url(),
+        &proxied,
+        &proxy,
+        ZkStore::connect,
+    )
+    .await;
 }

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use tenure::testkit::{self, scenarios};
 use tenure_zookeeper::ZkStore;
 
@@ -17,12 +15,5 @@ async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {
         return;
     };
     let url = format!("{server}{}", common::unique_prefix("engine"));
-    let figures = scenarios::many_groups_followed_without_reads(
-        ZkStore::connect(&url).await.unwrap(),
-        ZkStore::connect(&url).await.unwrap(),
-        1000,
-        Duration::from_secs(6),
-    )
-    .await;
-    eprintln!("zookeeper, 1000 groups: {figures:?}");
+    scenarios::reported_thousand_groups("zookeeper", &url, ZkStore::connect, None).await;
 }

@@ -9,19 +9,13 @@ mod common;
 use std::time::Duration;
 
 use tenure::testkit::{
-    self, expect_hint, expect_quiet, expect_written, held_by, next_change, write_seen_on_feed,
-    TcpProxy,
+    self, expect_hint, expect_quiet, expect_written, next_change, write_seen_on_feed, TcpProxy,
 };
-use tenure::{Change, GroupName, LeaseView, Version};
+use tenure::{Change, GroupName, LeaseView};
 use tenure_zookeeper::ZkStore;
 use zookeeper_client as zk;
 
 const WITHIN: Duration = Duration::from_secs(10);
-
-/// Writes `group` held by `id`; the write must apply.
-async fn write(store: &ZkStore, g: &GroupName, expected: Option<Version>, id: &str) -> Version {
-    testkit::applied(store, g, expected, &held_by(id, 1)).await
-}
 
 /// Nodes under the prefix written by something else: a child whose name
 /// tenure did not give and a grandchild are skipped; undecodable data and
@@ -58,7 +52,7 @@ async fn foreign_nodes_under_the_prefix_do_not_stop_the_feed() {
     raw.delete(&format!("{prefix}/ok"), None).await.unwrap();
     let deletion = next_change(&mut feed, WITHIN, "a deletion").await;
     expect_hint(deletion, &ok, "a deletion");
-    let v2 = write(&store, &ok, None, "b").await;
+    let v2 = common::write_held_by(&store, &ok, None, "b").await;
     assert!(v2 > v, "a node created again gets a higher version");
     expect_written(
         next_change(&mut feed, WITHIN, "a write after all that").await,
@@ -91,7 +85,7 @@ async fn a_broken_connection_resyncs_and_the_feed_goes_on() {
     let v1 = write_seen_on_feed(&writer, &mut feed, &g, None, "a").await;
 
     proxy.cut();
-    let v2 = write(&writer, &g, Some(v1), "b").await;
+    let v2 = common::write_held_by(&writer, &g, Some(v1), "b").await;
     // Long enough for the client to give the connection up (1 s).
     tokio::time::sleep(Duration::from_secs(2)).await;
     proxy.heal();

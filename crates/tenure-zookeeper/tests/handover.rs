@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use tenure::testkit::{self, scenarios};
 use tenure_zookeeper::ZkStore;
 
@@ -14,8 +12,5 @@ async fn a_release_is_taken_over_at_once_not_after_a_poll() {
         return;
     };
     let url = format!("{server}{}", common::unique_prefix("handover"));
-    let a = ZkStore::connect(&url).await.unwrap();
-    let b = ZkStore::connect(&url).await.unwrap();
-    let took = scenarios::graceful_handover_via_feed(a, b, Duration::from_secs(2)).await;
-    eprintln!("zookeeper hand-over: {took:?}");
+    scenarios::reported_graceful_handover("zookeeper", &url, ZkStore::connect).await;
 }

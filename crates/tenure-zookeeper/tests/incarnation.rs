@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use tenure::testkit::{self, held_by, scenarios};
-use tenure::{CasOutcome, GroupName, LeaseRecord, LeaseStore, LeaseView, Version};
+use tenure::{GroupName, LeaseRecord, LeaseView, Version};
 use tenure_zookeeper::ZkStore;
 use zookeeper_client as zk;
 
@@ -24,13 +24,14 @@ async fn written_three_times(store: &ZkStore, g: &GroupName, holder: &str, token
 /// Panics unless the old handle's renewal at `v`, the version of the
 /// node before it was deleted, conflicts.
 async fn stale_renewal_conflicts(old: &ZkStore, g: &GroupName, v: Version) {
-    assert_eq!(
-        old.compare_and_swap(g, Some(v), &held_by("a", 3))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict,
-        "a renewal of the deleted node applied to the new one"
-    );
+    testkit::conflicts(
+        old,
+        g,
+        Some(v),
+        &held_by("a", 3),
+        "a renewal of the deleted node applied to the new one",
+    )
+    .await;
 }
 
 /// Creates `g`'s node again by hand, with `acls`, holding another
@@ -78,12 +79,14 @@ async fn a_stale_write_never_applies_to_a_node_created_again() {
     // The new node is written through tenure as usual.
     let w = testkit::applied(&old, &g, Some(now.version), &held_by("c", 10)).await;
     assert!(w > now.version);
-    assert_eq!(
-        old.compare_and_swap(&g, Some(now.version), &held_by("a", 3))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict
-    );
+    testkit::conflicts(
+        &old,
+        &g,
+        Some(now.version),
+        &held_by("a", 3),
+        "the old handle's write on the version it read before",
+    )
+    .await;
 }
 
 /// The same with the node created again by tenure (a candidate that finds
@@ -134,25 +137,25 @@ async fn a_deleted_node_reads_as_released_above_its_tokens() {
         batch.into_iter().next().unwrap().unwrap(),
         Some(gone.clone())
     );
-    assert_eq!(
-        fresh
-            .compare_and_swap(&g, None, &held_by("b", 1))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict,
-        "expecting no record where a released one reads"
-    );
+    testkit::conflicts(
+        &fresh,
+        &g,
+        None,
+        &held_by("b", 1),
+        "expecting no record where a released one reads",
+    )
+    .await;
 
     let next = held_by("b", gone.record.token + 1);
     let w = testkit::applied(&fresh, &g, Some(gone.version), &next).await;
-    assert_eq!(
-        store
-            .compare_and_swap(&g, Some(gone.version), &held_by("c", gone.record.token + 1))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict,
-        "the floor's version was used"
-    );
+    testkit::conflicts(
+        &store,
+        &g,
+        Some(gone.version),
+        &held_by("c", gone.record.token + 1),
+        "the floor's version was used",
+    )
+    .await;
     let now = store.read(&g).await.unwrap().unwrap();
     assert_eq!((now.version, &now.record), (w, &next));
 
@@ -215,14 +218,14 @@ async fn no_guard_of_an_old_incarnation_is_left_under_a_node_created_again() {
     let path = raw.path(&g);
 
     for (who, store) in [("the old leader", &old), ("another handle", &other)] {
-        assert_eq!(
-            store
-                .compare_and_swap(&g, Some(v), &held_by("a", 3))
-                .await
-                .unwrap(),
-            CasOutcome::Conflict,
-            "{who}: a write of the deleted node applied to the new one"
-        );
+        testkit::conflicts(
+            store,
+            &g,
+            Some(v),
+            &held_by("a", 3),
+            &format!("{who}: a write of the deleted node applied to the new one"),
+        )
+        .await;
     }
     let now = raw.get(&g).await.expect("the new node");
     assert_eq!(LeaseRecord::decode(&now).unwrap().holder_id(), Some("b"));

@@ -12,7 +12,5 @@ use tenure_zookeeper::ZkStore;
 async fn a_restart_keeps_one_leader_and_the_token_sequence() {
     let mut server = common::Zk::start();
     let url = format!("{}?timeout=1s", server.url());
-    let (a, b) = (ZkStore::connect(&url), ZkStore::connect(&url));
-    let (a, b) = (a.await.unwrap(), b.await.unwrap());
-    scenarios::one_leader_across_a_restart(a, b, "ZooKeeper", &mut server).await;
+    scenarios::reported_restart("ZooKeeper", &url, ZkStore::connect, &mut server).await;
 }

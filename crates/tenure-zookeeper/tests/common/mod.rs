@@ -175,3 +175,14 @@ pub fn serving(port: u16) -> bool {
 pub fn unique_prefix(label: &str) -> String {
     format!("/tenure-{label}-{:x}", tenure::testkit::unique_suffix())
 }
+
+/// Writes `g` held by `id` (token 1) expecting `expected`; the write must
+/// apply. Returns the new version.
+pub async fn write_held_by(
+    store: &tenure_zookeeper::ZkStore,
+    g: &GroupName,
+    expected: Option<tenure::Version>,
+    id: &str,
+) -> tenure::Version {
+    tenure::testkit::applied(store, g, expected, &tenure::testkit::held_by(id, 1)).await
+}

@@ -63,6 +63,7 @@ pub mod many_groups;
 mod polled;
 mod private_server;
 mod proxy;
+mod reported;
 mod sample;
 pub mod scenarios;
 mod servers;
@@ -300,6 +301,25 @@ pub async fn applied<S: LeaseStore + ?Sized>(
     match store.compare_and_swap(group, expected, record).await {
         Ok(CasOutcome::Applied(version)) => version,
         other => panic!("writing {group}: {other:?}"),
+    }
+}
+
+/// Writes `record` to `group` expecting `expected`; panics, naming `what`
+/// and what the store answered, unless the write is refused as a conflict
+/// (for tests whose write must not apply: a stale version, a fenced-out
+/// writer, a record that must not be created).
+pub async fn conflicts<S: LeaseStore + ?Sized>(
+    store: &S,
+    group: &GroupName,
+    expected: Option<Version>,
+    record: &LeaseRecord,
+    what: &str,
+) {
+    match store.compare_and_swap(group, expected, record).await {
+        Ok(CasOutcome::Conflict) => {}
+        other => {
+            panic!("{what}: writing {group} expecting {expected:?}: {other:?}, expected Conflict")
+        }
     }
 }
 

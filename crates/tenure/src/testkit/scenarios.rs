@@ -17,6 +17,9 @@ pub use super::polled::{
     crashed_leader_replaced_within_the_bound, graceful_stop_hands_over_within_one_poll,
     PolledHandOver,
 };
+pub use super::reported::{
+    reported_cut_off, reported_graceful_handover, reported_restart, reported_thousand_groups,
+};
 
 use super::many_groups::{all_lead, electors_for_groups, shutdown_all};
 use super::TcpProxy;
