@@ -81,30 +81,15 @@ async fn store_acquire_refresh_steal_deregister() {
     let seen = b.read(&g).await.unwrap().unwrap();
     assert_eq!(seen.version, v2);
     let rec_b = held_by("b", seen.record.token + 1);
-    let CasOutcome::Applied(v3) = b
-        .compare_and_swap(&g, Some(seen.version), &rec_b)
-        .await
-        .unwrap()
-    else {
-        panic!("steal conflicted")
-    };
+    let v3 = testkit::applied(&b, &g, Some(seen.version), &rec_b).await;
     // The old holder is fenced: its stale version is refused.
-    assert_eq!(
-        a.compare_and_swap(&g, Some(v2), &renewal).await.unwrap(),
-        CasOutcome::Conflict
-    );
+    testkit::conflicts(&a, &g, Some(v2), &renewal, "the old holder's renewal").await;
     let item = raw_item(a.client(), TABLE, &g).await.unwrap();
     assert_eq!(item["holder"], AttributeValue::S("b".into()));
     assert_eq!(n(&item["token"]), 2);
 
     // Deregister: REMOVE holder under the version condition, token kept.
-    let CasOutcome::Applied(v4) = b
-        .compare_and_swap(&g, Some(v3), &released(2))
-        .await
-        .unwrap()
-    else {
-        panic!("release conflicted")
-    };
+    let v4 = testkit::applied(&b, &g, Some(v3), &released(2)).await;
     let item = raw_item(a.client(), TABLE, &g).await.unwrap();
     assert!(
         !item.contains_key("holder"),
@@ -114,12 +99,14 @@ async fn store_acquire_refresh_steal_deregister() {
     assert_eq!(n(&item["token"]), 2, "the token survives the release");
     // A release with a stale version is refused too (a deposed leader
     // cannot deregister its successor).
-    assert_eq!(
-        b.compare_and_swap(&g, Some(v3), &released(2))
-            .await
-            .unwrap(),
-        CasOutcome::Conflict
-    );
+    testkit::conflicts(
+        &b,
+        &g,
+        Some(v3),
+        &released(2),
+        "a release on a stale version",
+    )
+    .await;
     // Immediate takeover: no expiry to wait for.
     let _ = testkit::applied(&a, &g, Some(v4), &held_by("a", 3)).await;
     assert_eq!(a.read(&g).await.unwrap().unwrap().record.token, 3);
@@ -155,13 +142,7 @@ async fn store_sixteen_racers_one_winner() {
         }
         assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
         // Release, so the next round races over a released lease.
-        let CasOutcome::Applied(v) = stores[0]
-            .compare_and_swap(&g, Some(winners[0]), &released(round + 1))
-            .await
-            .unwrap()
-        else {
-            panic!("release")
-        };
+        let v = testkit::applied(&stores[0], &g, Some(winners[0]), &released(round + 1)).await;
         expected = Some(v);
     }
 }

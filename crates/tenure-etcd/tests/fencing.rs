@@ -1,8 +1,6 @@
 //! Fencing etcd keys (docs/fencing.md), against the real server: the
 //! example itself, and the transaction's comparison of tokens.
 
-use std::time::Duration;
-
 use etcd_client::{Client, TxnOp};
 use tenure::fence::StaleToken;
 use tenure::testkit;
@@ -30,10 +28,7 @@ async fn the_example_refuses_the_leader_whose_term_ended() {
     let Some(url) = testkit::server_url("TENURE_TEST_ETCD") else {
         return;
     };
-    tokio::time::timeout(Duration::from_secs(60), example::run(&url))
-        .await
-        .expect("the example finishes within a minute")
-        .expect("the example's story holds");
+    tenure::testkit::story_holds(example::run(&url)).await;
 }
 
 /// A fence key and a data key of their own under `fence-test/`.

@@ -11,6 +11,15 @@ use tenure::testkit::{self, held_by};
 use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_nats::NatsStore;
 
+/// A private server, and a handle on its bucket `bucket` with a 1 s
+/// operation timeout: the test freezes or kills the server under it.
+async fn private_with_short_timeout(bucket: &str) -> (common::NatsServer, NatsStore) {
+    let server = common::Nats::start();
+    let url = format!("{}?timeout=1s", server.url(bucket));
+    let store = NatsStore::connect(&url).await.unwrap();
+    (server, store)
+}
+
 /// Polls `read` until the group's record is held by `holder`.
 async fn wait_for_holder(store: &NatsStore, group: &tenure::GroupName, holder: &str) -> bool {
     let until = Instant::now() + Duration::from_secs(10);
@@ -31,9 +40,7 @@ async fn wait_for_holder(store: &NatsStore, group: &tenure::GroupName, holder: &
 /// definite conflict.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
-    let server = common::Nats::start();
-    let url = format!("{}?timeout=1s", server.url("lost"));
-    let store = NatsStore::connect(&url).await.unwrap();
+    let (server, store) = private_with_short_timeout("lost").await;
     let group = testkit::unique_group("lost-reply");
     let v1 = testkit::applied(&store, &group, None, &held_by("a", 1)).await;
 
@@ -72,9 +79,7 @@ async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
 /// report "already exists"; tenure must report the timeout.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_reply_to_a_first_write_is_a_timeout_not_a_conflict() {
-    let server = common::Nats::start();
-    let url = format!("{}?timeout=1s", server.url("lost-create"));
-    let store = NatsStore::connect(&url).await.unwrap();
+    let (server, store) = private_with_short_timeout("lost-create").await;
     let group = testkit::unique_group("lost-create");
     server.freeze();
     let got = store.compare_and_swap(&group, None, &held_by("a", 1)).await;
@@ -95,9 +100,7 @@ async fn a_lost_reply_to_a_first_write_is_a_timeout_not_a_conflict() {
 /// and the record is as the server left it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_killed_mid_write_is_an_unknown_outcome_never_a_conflict() {
-    let mut server = common::Nats::start();
-    let url = format!("{}?timeout=1s", server.url("killed"));
-    let store = NatsStore::connect(&url).await.unwrap();
+    let (mut server, store) = private_with_short_timeout("killed").await;
     let group = testkit::unique_group("killed-mid-write");
     let v1 = testkit::applied(&store, &group, None, &held_by("a", 1)).await;
 
@@ -150,9 +153,7 @@ async fn a_server_killed_mid_write_is_an_unknown_outcome_never_a_conflict() {
 /// request of it is reported as a conflict.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unanswered_batch_is_unknown_for_every_write() {
-    let server = common::Nats::start();
-    let url = format!("{}?timeout=1s", server.url("batch"));
-    let store = NatsStore::connect(&url).await.unwrap();
+    let (server, store) = private_with_short_timeout("batch").await;
     let groups: Vec<_> = (0..20)
         .map(|i| testkit::unique_group(&format!("batch-{i}")))
         .collect();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, Change, GroupName, LeaseStore, LeaseView, RecordError, StoreError};
+use tenure::{Change, GroupName, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_nats::NatsStore;
 
 async fn next_change(feed: &mut tenure::StoreFeed) -> Change {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use tenure::testkit::{self, held_by};
-use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
+use tenure::{LeaseStore, LeaseView, StoreError};
 use tenure_object_store::{BucketOptions, BucketStore, BucketStoreError};
 
 mod support;
@@ -18,6 +18,15 @@ async fn through(proxy: &FaultProxy, prefix: &str, timeout: Duration) -> BucketS
     BucketStore::connect_with(options(&proxy.endpoint(), BUCKET, prefix).timeout(timeout))
         .await
         .expect("connect through the proxy")
+}
+
+/// A new fault proxy in front of `endpoint`, and a store on a prefix of
+/// its own (named after `label`) that reaches the server through it, with
+/// a 5 s operation timeout.
+async fn behind_a_new_fault_proxy(endpoint: &str, label: &str) -> (FaultProxy, BucketStore) {
+    let proxy = FaultProxy::start(endpoint).await;
+    let s = through(&proxy, &unique_prefix(label), Duration::from_secs(5)).await;
+    (proxy, s)
 }
 
 fn puts(proxy: &FaultProxy) -> usize {
@@ -80,9 +89,7 @@ async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
 #[tokio::test(flavor = "multi_thread")]
 async fn server_errors_and_refused_conditions() {
     let Some(e) = endpoint() else { return };
-    let prefix = unique_prefix("status");
-    let proxy = FaultProxy::start(&e).await;
-    let s = through(&proxy, &prefix, Duration::from_secs(5)).await;
+    let (proxy, s) = behind_a_new_fault_proxy(&e, "status").await;
     let g = testkit::unique_group("status");
     let v = testkit::applied(&s, &g, None, &held_by("a", 1)).await;
     let sent = puts(&proxy);
@@ -135,9 +142,7 @@ async fn server_errors_and_refused_conditions() {
 #[tokio::test(flavor = "multi_thread")]
 async fn refusals_name_the_fix_and_never_the_secret() {
     let Some(e) = endpoint() else { return };
-    let prefix = unique_prefix("refused");
-    let proxy = FaultProxy::start(&e).await;
-    let s = through(&proxy, &prefix, Duration::from_secs(5)).await;
+    let (proxy, s) = behind_a_new_fault_proxy(&e, "refused").await;
     let g = testkit::unique_group("refused");
     let cases: [(&str, u16, &str, &str); 7] = [
         (

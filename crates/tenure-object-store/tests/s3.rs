@@ -4,7 +4,7 @@
 //! objects in the bucket.
 
 use tenure::testkit::{self, held_by, released, scenarios, TcpProxy};
-use tenure::{CasOutcome, LeaseStore, LeaseView, RecordError, StoreError, Version};
+use tenure::{LeaseStore, LeaseView, RecordError, StoreError, Version};
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
 use tenure_object_store::BucketStore;
@@ -43,13 +43,7 @@ async fn the_object_holds_the_record_and_its_version_counter() {
     assert_eq!(o["v"], 1);
     assert_eq!(s.object_key(&g), format!("{prefix}/{g}"));
 
-    let CasOutcome::Applied(v2) = s
-        .compare_and_swap(&g, Some(v1), &released(1))
-        .await
-        .unwrap()
-    else {
-        panic!("release conflicted")
-    };
+    let v2 = testkit::applied(&s, &g, Some(v1), &released(1)).await;
     assert_eq!(v2, Version(v1.0 + 1));
     let o = raw_object(&s, &g).await.unwrap();
     assert_eq!(o["store_version"], v2.0);

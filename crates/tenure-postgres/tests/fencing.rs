@@ -30,10 +30,7 @@ async fn connect(url: &str) -> Client {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_refuses_the_leader_whose_term_ended() {
     let Some(url) = url() else { return };
-    tokio::time::timeout(Duration::from_secs(60), example::run(&url))
-        .await
-        .expect("the example finishes within a minute")
-        .expect("the example's story holds");
+    tenure::testkit::story_holds(example::run(&url)).await;
 }
 
 /// A table of its own with the trigger, dropped at the end.

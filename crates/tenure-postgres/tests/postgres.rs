@@ -224,28 +224,15 @@ async fn a_leader_cut_off_from_postgres_steps_down_before_another_takes_over() {
     eprintln!("PostgreSQL cut-off: {figures:?}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_restarted_server_never_yields_two_leaders() {
-    if url().is_none() {
-        return;
-    }
-    let server = PrivatePostgres::start().await;
-    let group = testkit::unique_group("pg-restart");
-    let term = Duration::from_secs(2);
-    let a = elector(
-        PostgresStore::connect(&server.url()).await.unwrap(),
-        &group,
-        "a",
-        term,
-    );
-    let b = elector(
-        PostgresStore::connect(&server.url()).await.unwrap(),
-        &group,
-        "b",
-        term,
-    );
-    let spans = TermLog::watch(&[&a, &b]);
-    let first = tokio::time::timeout(Duration::from_secs(10), async {
+/// The term of whichever of `a` and `b` leads first, polled every 20 ms;
+/// panics with `what` if neither leads within `within`.
+async fn term_of_either(
+    a: &tenure::Elector,
+    b: &tenure::Elector,
+    within: Duration,
+    what: &str,
+) -> tenure::Term {
+    tokio::time::timeout(within, async {
         loop {
             if let Some(t) = a.current_term().or_else(|| b.current_term()) {
                 return t;
@@ -254,7 +241,32 @@ async fn a_restarted_server_never_yields_two_leaders() {
         }
     })
     .await
-    .expect("a leader");
+    .expect(what)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_server_never_yields_two_leaders() {
+    if url().is_none() {
+        return;
+    }
+    let server = PrivatePostgres::start().await;
+    let group = testkit::unique_group("pg-restart");
+    let term = Duration::from_secs(2);
+    let url = server.url();
+    let a = elector(
+        PostgresStore::connect(&url).await.unwrap(),
+        &group,
+        "a",
+        term,
+    );
+    let b = elector(
+        PostgresStore::connect(&url).await.unwrap(),
+        &group,
+        "b",
+        term,
+    );
+    let spans = TermLog::watch(&[&a, &b]);
+    let first = term_of_either(&a, &b, Duration::from_secs(10), "a leader").await;
     server.stop().await;
     // Down for longer than a term: the leader must step down on time.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -264,16 +276,13 @@ async fn a_restarted_server_never_yields_two_leaders() {
     );
     assert!(!a.is_leader() && !b.is_leader());
     server.start_again().await;
-    let next = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            if let Some(t) = a.current_term().or_else(|| b.current_term()) {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("a leader after the restart");
+    let next = term_of_either(
+        &a,
+        &b,
+        Duration::from_secs(20),
+        "a leader after the restart",
+    )
+    .await;
     assert!(
         next.token() > first.token(),
         "the token survives the restart and rises"

@@ -1,8 +1,6 @@
 //! Fencing Redis keys (docs/fencing.md), against the real server: the
 //! example itself, and the script's comparison of tokens.
 
-use std::time::Duration;
-
 use redis::AsyncCommands;
 use tenure::fence::StaleToken;
 use tenure::testkit;
@@ -41,10 +39,7 @@ async fn the_example_refuses_the_leader_whose_term_ended() {
     let Some(url) = testkit::server_url("TENURE_TEST_REDIS") else {
         return;
     };
-    tokio::time::timeout(Duration::from_secs(60), example::run(&url))
-        .await
-        .expect("the example finishes within a minute")
-        .expect("the example's story holds");
+    tenure::testkit::story_holds(example::run(&url)).await;
 }
 
 #[tokio::test]

@@ -22,10 +22,7 @@ use example::FencedDir;
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_refuses_the_leader_whose_term_ended() {
     let parent = TempDir::new("fencing-file");
-    tokio::time::timeout(Duration::from_secs(60), example::run(parent.path()))
-        .await
-        .expect("the example finishes within a minute")
-        .expect("the example's story holds");
+    tenure::testkit::story_holds(example::run(parent.path())).await;
 }
 
 fn read(dir: &TempDir, name: &str) -> String {

@@ -654,13 +654,7 @@ impl PrivateDynalite {
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
         self.child = Some(cmd.spawn().expect("start dynalite"));
-        for _ in 0..200 {
-            if TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("dynalite did not listen on {} within 5 s", self.port);
+        testkit::wait_for_listener("dynalite", self.port, Duration::from_secs(5)).await;
     }
 
     /// SIGKILL, as a crash.

@@ -187,13 +187,7 @@ impl PrivateMoto {
             .stderr(Stdio::null())
             .kill_on_drop(true);
         self.child = Some(cmd.spawn().expect("start moto_server (TENURE_MOTO_BIN)"));
-        for _ in 0..200 {
-            if TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("moto_server did not listen on {} within 10 s", self.port);
+        testkit::wait_for_listener("moto_server", self.port, Duration::from_secs(10)).await;
     }
 
     pub async fn kill(&mut self) {

@@ -24,6 +24,21 @@ pub fn url_argument(env: &str, what: &str) -> Result<String, StoryError> {
         .ok_or_else(|| format!("give {what} as the first argument or in {env}").into())
 }
 
+/// Runs a `fencing_*` example's story (its `run(url)`) as the example's
+/// test does: the story must finish within a minute and end `Ok`. The
+/// story is boxed at once, so the test's future stays small.
+pub fn story_holds<E: Debug>(
+    story: impl Future<Output = Result<(), E>>,
+) -> impl Future<Output = ()> {
+    let story = Box::pin(story);
+    async move {
+        tokio::time::timeout(std::time::Duration::from_secs(60), story)
+            .await
+            .expect("the example finishes within a minute")
+            .expect("the example's story holds");
+    }
+}
+
 /// What the examples' `run` returns on any step going differently.
 pub type StoryError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -76,7 +76,7 @@ pub use feed_checks::{
     next_change_about, resyncs_then_carries_writes, tasks_end_with_feed, write_carried_whole,
     write_seen_on_feed, FEED_WITHIN, FOREIGN_VALUES,
 };
-pub use hand_over::{url_argument, HandOver, StoryError};
+pub use hand_over::{story_holds, url_argument, HandOver, StoryError};
 pub use hostile_password::{
     assert_hostile_password_handled, assert_password_never_shown, assert_raw_password_refused,
     assert_url_refusals, HOSTILE_PASSWORD, HOSTILE_PASSWORD_ESCAPED, REFUSED_URL_PASSWORD,
@@ -85,7 +85,9 @@ pub use private_server::{Launch, PrivateServer};
 pub use proxy::{HttpFront, TcpProxy};
 pub use sample::sample_record;
 pub use servers::server_url;
-pub use support::{free_port, signal, unique_suffix, wait_for_port, ServerProcess, TempDir};
+pub use support::{
+    free_port, signal, unique_suffix, wait_for_listener, wait_for_port, ServerProcess, TempDir,
+};
 pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
 pub use tls::TlsFiles;
 

@@ -74,6 +74,23 @@ pub fn wait_for_port(port: u16, within: std::time::Duration) {
     panic!("nothing listens on port {port} after {within:?}");
 }
 
+/// Waits until `what` accepts connections on `127.0.0.1:port`, without
+/// blocking the runtime (for a server a test restarts while electors run
+/// on it); panics naming `what` after `within`.
+pub async fn wait_for_listener(what: &str, port: u16, within: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("{what} did not listen on {port} within {within:?}");
+}
+
 /// A random suffix for names that must not collide between test runs.
 pub fn unique_suffix() -> u64 {
     rand::random()
