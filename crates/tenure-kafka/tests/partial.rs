@@ -299,13 +299,7 @@ async fn records_forged_by_a_plain_producer_neither_depose_renew_nor_poison() {
     let term = leads(&a, Duration::from_secs(30), "a elected").await;
     let observer = tenure_kafka::KafkaObserver::start(cfg.clone(), &group).unwrap();
     let mut seen = observer.watch();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        seen.wait_for(|l| l.as_ref().is_some_and(|l| l.candidate == "a")),
-    )
-    .await
-    .expect("the observer sees a")
-    .unwrap();
+    observer_sees(&mut seen, "a").await;
 
     let mine = last_heartbeat_of(&brokers, &topic, "a");
     let mut records = Vec::new();
@@ -358,13 +352,7 @@ async fn records_forged_by_a_plain_producer_neither_depose_renew_nor_poison() {
     let (b, _) = candidate(&cfg, &group, "b");
     a.shutdown().await;
     let b_term = leads(&b, Duration::from_secs(30), "b elected").await;
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        seen.wait_for(|l| l.as_ref().is_some_and(|l| l.candidate == "b")),
-    )
-    .await
-    .expect("the observer sees b")
-    .unwrap();
+    observer_sees(&mut seen, "b").await;
     assert!(b_term.token() > term.token());
     b.shutdown().await;
     log.check();

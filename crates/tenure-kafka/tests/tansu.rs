@@ -120,15 +120,7 @@ async fn graceful_hand_over_takes_one_rebalance_and_tokens_rise() {
         "a graceful hand-over does not wait for the session timeout: {took:?}"
     );
     let mut w = observer.watch();
-    let seen = tokio::time::timeout(
-        Duration::from_secs(10),
-        w.wait_for(|l| l.as_ref().is_some_and(|l| l.candidate == second_id)),
-    )
-    .await
-    .expect("the observer sees the new leader")
-    .unwrap()
-    .clone()
-    .unwrap();
+    let seen = observer_sees(&mut w, &second_id).await;
     assert_eq!(seen.token, token);
     second.shutdown().await;
 }
@@ -187,18 +179,8 @@ async fn a_killed_leader_is_replaced_after_the_session_timeout() {
         .await;
     let took = kill.elapsed();
     let token: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    eprintln!(
-        "MEASURE crash takeover: {took:?} (session timeout {:?})",
-        cfg.session_timeout()
-    );
+    taken_over_after_the_session("crash takeover", took, &cfg);
     assert!(token > old_token, "tokens rise: {old_token} then {token}");
-    assert!(
-        took >= cfg
-            .session_timeout()
-            .checked_sub(Duration::from_secs(1))
-            .unwrap(),
-        "nobody takes over before the dead leader's session expires: {took:?}"
-    );
     let mut w = observer.watch();
     tokio::time::timeout(
         Duration::from_secs(10),

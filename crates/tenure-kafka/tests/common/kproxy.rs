@@ -181,12 +181,8 @@ async fn connection(
         let api_versions = api_versions.clone();
         async move {
             loop {
-                let mut size = [0u8; 4];
-                client_r.read_exact(&mut size).await?;
-                let len = i32::from_be_bytes(size).max(0) as usize;
-                let mut frame = vec![0u8; len];
-                client_r.read_exact(&mut frame).await?;
-                let h = header(&frame);
+                let frame = read_frame(&mut client_r).await?;
+                let h = header(&frame[4..]);
                 let snapshot = {
                     let mut s = seen.lock().unwrap();
                     if let Some(h) = &h {
@@ -217,7 +213,6 @@ async fn connection(
                     stall_until_healed(&cuts, &seen, &mut changed).await;
                     return Ok::<(), std::io::Error>(());
                 }
-                server_w.write_all(&size).await?;
                 server_w.write_all(&frame).await?;
             }
         }
@@ -229,12 +224,7 @@ async fn connection(
         let cuts = cuts.clone();
         async move {
             loop {
-                let mut size = [0u8; 4];
-                server_r.read_exact(&mut size).await?;
-                let len = i32::from_be_bytes(size).max(0) as usize;
-                let mut frame = vec![0u8; 4 + len];
-                frame[..4].copy_from_slice(&size);
-                server_r.read_exact(&mut frame[4..]).await?;
+                let mut frame = read_frame(&mut server_r).await?;
                 let correlation = frame
                     .get(4..8)
                     .map(|b| i32::from_be_bytes(b.try_into().unwrap()));
@@ -302,6 +292,18 @@ struct Header {
     version: i16,
     correlation: i32,
     client: Option<String>,
+}
+
+/// Reads one whole frame, its 4-byte big-endian size first (a negative
+/// size reads as empty): the bytes as they came, size included.
+async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Vec<u8>> {
+    let mut size = [0u8; 4];
+    r.read_exact(&mut size).await?;
+    let len = i32::from_be_bytes(size).max(0) as usize;
+    let mut frame = vec![0u8; 4 + len];
+    frame[..4].copy_from_slice(&size);
+    r.read_exact(&mut frame[4..]).await?;
+    Ok(frame)
 }
 
 /// The header of a request frame (without its size).

@@ -152,6 +152,38 @@ pub async fn leads(elector: &Elector, limit: Duration, what: &str) -> Term {
         .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// Prints `took`, from a leader's crash (or hang) until another led, as
+/// the `MEASURE` line of `what`, and panics unless it is at least the
+/// session timeout less a second: nobody takes over before the dead
+/// leader's session expires.
+pub fn taken_over_after_the_session(what: &str, took: Duration, cfg: &KafkaConfig) {
+    let session = cfg.session_timeout();
+    eprintln!("MEASURE {what}: {took:?} (session timeout {session:?})");
+    let least = session
+        .checked_sub(Duration::from_secs(1))
+        .expect("a session timeout of more than a second");
+    assert!(
+        took >= least,
+        "{what}: nobody takes over before the dead leader's session expires: {took:?}"
+    );
+}
+
+/// Waits up to 10 s for an observer's view (`seen`, from
+/// `KafkaObserver::watch`) to show `candidate` leading; returns what it
+/// shows.
+pub async fn observer_sees(
+    seen: &mut tokio::sync::watch::Receiver<Option<tenure::LeaderInfo>>,
+    candidate: &str,
+) -> tenure::LeaderInfo {
+    let shown = seen.wait_for(|l| l.as_ref().is_some_and(|l| l.candidate == candidate));
+    tokio::time::timeout(Duration::from_secs(10), shown)
+        .await
+        .unwrap_or_else(|_| panic!("the observer sees {candidate} within 10 s"))
+        .expect("the observer runs")
+        .clone()
+        .expect("a leader")
+}
+
 /// Waits for `cond`, polling, up to `limit`.
 pub async fn eventually<F: FnMut() -> bool>(limit: Duration, what: &str, mut cond: F) {
     let start = Instant::now();
