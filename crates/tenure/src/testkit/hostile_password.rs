@@ -2,6 +2,8 @@
 //! store: taken percent-encoded, refused raw (the refusal naming the fix),
 //! and never shown in an error, a `Debug` or a `describe()`.
 
+use crate::store::LeaseView;
+
 /// A password with `/ ? # @ +` in it, each between pieces no output may
 /// show.
 pub const HOSTILE_PASSWORD: &str = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
@@ -27,6 +29,30 @@ pub fn assert_password_never_shown(shown: &[&str]) {
     for text in shown {
         for piece in PIECES {
             assert!(!text.contains(piece), "{text}");
+        }
+    }
+}
+
+/// Panics unless `store`, opened from a URL that carried a secret, shows
+/// itself without it: its `describe()` begins with `shown` (the scheme,
+/// user and host), and neither `describe()` nor its `Debug` holds any of
+/// `secret_pieces`.
+pub fn assert_store_shown_without_secret<S: LeaseView + std::fmt::Debug>(
+    store: &S,
+    shown: &str,
+    secret_pieces: &[&str],
+) {
+    let described = store.describe();
+    assert!(
+        described.starts_with(shown),
+        "describe() is {described:?}, expected it to begin with {shown:?}"
+    );
+    for (what, text) in [("describe", described), ("Debug", format!("{store:?}"))] {
+        for piece in secret_pieces {
+            assert!(
+                !text.contains(piece),
+                "{what} shows the secret or a piece of it: {text}"
+            );
         }
     }
 }

@@ -79,7 +79,8 @@ pub use feed_checks::{
 pub use hand_over::{story_holds, url_argument, HandOver, StoryError};
 pub use hostile_password::{
     assert_hostile_password_handled, assert_password_never_shown, assert_raw_password_refused,
-    assert_url_refusals, HOSTILE_PASSWORD, HOSTILE_PASSWORD_ESCAPED, REFUSED_URL_PASSWORD,
+    assert_store_shown_without_secret, assert_url_refusals, HOSTILE_PASSWORD,
+    HOSTILE_PASSWORD_ESCAPED, REFUSED_URL_PASSWORD,
 };
 pub use private_server::{Launch, PrivateServer};
 pub use proxy::{HttpFront, TcpProxy};

@@ -19,34 +19,38 @@ use super::scenarios::{
 };
 use super::TcpProxy;
 
-/// Opens a handle with `connect(url)`; panics naming the store and the
-/// error if it cannot.
-async fn open<'a, S, E, Fut>(name: &str, url: &'a str, connect: impl Fn(&'a str) -> Fut) -> S
+/// How the `reported_*` scenarios open a store's handles: any
+/// `async fn(&str) -> Result<S, E>`, such as `EtcdStore::connect`.
+pub trait Connect<'a, S> {
+    /// Opens a handle on `url`; panics naming the store (`name`) and the
+    /// error if it cannot.
+    fn open(&self, name: &str, url: &'a str) -> impl Future<Output = S>;
+}
+
+impl<'a, S, E, Fut, F> Connect<'a, S> for F
 where
+    F: Fn(&'a str) -> Fut,
     Fut: Future<Output = Result<S, E>>,
     E: Debug,
 {
-    match connect(url).await {
-        Ok(store) => store,
-        Err(e) => panic!("{name}: connect: {e:?}"),
+    async fn open(&self, name: &str, url: &'a str) -> S {
+        match self(url).await {
+            Ok(store) => store,
+            Err(e) => panic!("{name}: connect: {e:?}"),
+        }
     }
 }
 
 /// [`graceful_handover_via_feed`] on two handles opened from `url`, with a
 /// 2 s bound (a second or two on a loaded machine, far below the 15 s
 /// poll); prints `{name} hand-over: {took:?}` and returns the time taken.
-pub async fn reported_graceful_handover<'a, S, E, Fut>(
+pub async fn reported_graceful_handover<'a, S: LeaseStore>(
     name: &str,
     url: &'a str,
-    connect: impl Fn(&'a str) -> Fut,
-) -> Duration
-where
-    S: LeaseStore,
-    Fut: Future<Output = Result<S, E>>,
-    E: Debug,
-{
-    let a = open(name, url, &connect).await;
-    let b = open(name, url, &connect).await;
+    connect: impl Connect<'a, S>,
+) -> Duration {
+    let a = connect.open(name, url).await;
+    let b = connect.open(name, url).await;
     let took = Box::pin(graceful_handover_via_feed(a, b, Duration::from_secs(2))).await;
     eprintln!("{name} hand-over: {took:?}");
     took
@@ -56,20 +60,15 @@ where
 /// the other from `proxied_url`, which leads to the store through `proxy`
 /// (give it a short operation timeout, such as `?timeout=1s`); prints
 /// `{name} cut-off: {figures:?}` and returns the figures.
-pub async fn reported_cut_off<'a, S, E, Fut>(
+pub async fn reported_cut_off<'a, S: LeaseStore>(
     name: &str,
     direct_url: &'a str,
     proxied_url: &'a str,
     proxy: &TcpProxy,
-    connect: impl Fn(&'a str) -> Fut,
-) -> CutOff
-where
-    S: LeaseStore,
-    Fut: Future<Output = Result<S, E>>,
-    E: Debug,
-{
-    let direct = open(name, direct_url, &connect).await;
-    let via_proxy = open(name, proxied_url, &connect).await;
+    connect: impl Connect<'a, S>,
+) -> CutOff {
+    let direct = connect.open(name, direct_url).await;
+    let via_proxy = connect.open(name, proxied_url).await;
     let figures = Box::pin(cut_off_leader_stops_first(via_proxy, direct, proxy)).await;
     eprintln!("{name} cut-off: {figures:?}");
     figures
@@ -81,19 +80,14 @@ where
 /// batched renewals, `max_write_batches` bounds the leaders' write batches
 /// in the one-term window (three renew intervals: 9 is three round trips
 /// an interval); `None` where it promises no such bound.
-pub async fn reported_thousand_groups<'a, S, E, Fut>(
+pub async fn reported_thousand_groups<'a, S: LeaseStore + Clone>(
     name: &str,
     url: &'a str,
-    connect: impl Fn(&'a str) -> Fut,
+    connect: impl Connect<'a, S>,
     max_write_batches: Option<u64>,
-) -> ManyGroups
-where
-    S: LeaseStore + Clone,
-    Fut: Future<Output = Result<S, E>>,
-    E: Debug,
-{
-    let leading = open(name, url, &connect).await;
-    let following = open(name, url, &connect).await;
+) -> ManyGroups {
+    let leading = connect.open(name, url).await;
+    let following = connect.open(name, url).await;
     let run = many_groups_followed_without_reads(leading, following, 1000, Duration::from_secs(6));
     let figures = Box::pin(run).await;
     eprintln!("{name}, 1000 groups: {figures:?}");
@@ -111,17 +105,13 @@ where
 /// from `url` (give it a short operation timeout, such as `?timeout=1s`);
 /// `name` names the server in the messages, which say how long the leader
 /// took to step down and the next to be elected.
-pub async fn reported_restart<'a, S, E, Fut>(
+pub async fn reported_restart<'a, S: LeaseStore>(
     name: &str,
     url: &'a str,
-    connect: impl Fn(&'a str) -> Fut,
+    connect: impl Connect<'a, S>,
     server: &mut impl Restart,
-) where
-    S: LeaseStore,
-    Fut: Future<Output = Result<S, E>>,
-    E: Debug,
-{
-    let a = open(name, url, &connect).await;
-    let b = open(name, url, &connect).await;
+) {
+    let a = connect.open(name, url).await;
+    let b = connect.open(name, url).await;
     Box::pin(one_leader_across_a_restart(a, b, name, server)).await;
 }

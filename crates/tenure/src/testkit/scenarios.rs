@@ -78,6 +78,22 @@ pub async fn one_leader(electors: &[&Elector], within: Duration) -> usize {
     }
 }
 
+/// Starts `a` on store `a` for a fresh group named after `label` and, once
+/// it leads (within 5 s), `b` on store `b`; both with `term`. Returns `a`,
+/// its term and `b`.
+async fn a_leads_then_b_stands(
+    a: impl LeaseStore,
+    b: impl LeaseStore,
+    label: &str,
+    term: Duration,
+) -> (Elector, Term, Elector) {
+    let group = super::unique_group(label);
+    let a = elector(a, &group, "a", term);
+    let a_term = leads_within(&a, Duration::from_secs(5), "a elected").await;
+    let b = elector(b, &group, "b", term);
+    (a, a_term, b)
+}
+
 /// A graceful stop is taken over within one round trip through the
 /// store's change feed, not after a poll: with a 60 s term (polls every
 /// 15 s plus up to 6 s of jitter) the follower must lead within `within`
@@ -92,11 +108,7 @@ pub async fn graceful_handover_via_feed(
     b: impl LeaseStore,
     within: Duration,
 ) -> Duration {
-    let group = super::unique_group("handover");
-    let term = Duration::from_secs(60);
-    let a = elector(a, &group, "a", term);
-    let a_term = leads_within(&a, Duration::from_secs(5), "a elected").await;
-    let b = elector(b, &group, "b", term);
+    let (a, a_term, b) = a_leads_then_b_stands(a, b, "handover", Duration::from_secs(60)).await;
     let poll = b.timing().bounds().graceful_failover_polling;
     let mut roles = b.watch_role();
     tokio::time::timeout(
@@ -151,11 +163,8 @@ pub async fn cut_off_leader_stops_first(
     direct: impl LeaseStore,
     proxy: &TcpProxy,
 ) -> CutOff {
-    let group = super::unique_group("cutoff");
     let term = Duration::from_secs(2);
-    let a = elector(via_proxy, &group, "a", term);
-    let a_term = leads_within(&a, Duration::from_secs(5), "a elected").await;
-    let b = elector(direct, &group, "b", term);
+    let (a, a_term, b) = a_leads_then_b_stands(via_proxy, direct, "cutoff", term).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(a.is_leader() && !b.is_leader());
 

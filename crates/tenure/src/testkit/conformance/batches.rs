@@ -3,8 +3,8 @@
 //! whether it overrides the defaults or not.
 
 use super::{
-    applied, conflicted, expect_record, held_by, released, write_applies, CaseFuture, CaseResult,
-    Ctx, Harness, Run, Verdict,
+    applied, case, conflicted, expect_record, held_by, released, write_applies, CaseFuture,
+    CaseResult, Ctx, Harness, Run, Verdict,
 };
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
@@ -16,14 +16,11 @@ const LARGE: usize = 300;
 
 pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Vec<(&'static str, CaseFuture<'a>)> {
     vec![
-        ("batch_read", Box::pin(batch_read(h, r))),
-        (
-            "batch_cas_independent",
-            Box::pin(batch_cas_independent(h, r)),
-        ),
-        ("batch_cas_same_group", Box::pin(batch_cas_same_group(h, r))),
-        ("batch_large", Box::pin(batch_large(h, r))),
-        ("batch_empty", Box::pin(batch_empty(h))),
+        case("batch_read", batch_read(h, r)),
+        case("batch_cas_independent", batch_cas_independent(h, r)),
+        case("batch_cas_same_group", batch_cas_same_group(h, r)),
+        case("batch_large", batch_large(h, r)),
+        case("batch_empty", batch_empty(h)),
     ]
 }
 
@@ -37,6 +34,29 @@ pub(super) fn request(
         expected,
         record,
     }
+}
+
+/// Sends `batch` in one `compare_and_swap_many`: one outcome per request,
+/// in order, or the case fails naming the batch (`what`).
+pub(super) async fn cas_many<S: LeaseStore>(
+    s: &S,
+    batch: &[CasRequest],
+    what: &str,
+) -> Result<Vec<Result<CasOutcome, StoreError>>, String> {
+    one_each(s.compare_and_swap_many(batch).await, batch.len(), what)
+}
+
+/// Entry `i` of a batch's outcomes; an error fails the case as
+/// "`what` failed".
+fn entry(
+    got: &[Result<CasOutcome, StoreError>],
+    i: usize,
+    what: &str,
+) -> Result<CasOutcome, String> {
+    got[i]
+        .as_ref()
+        .map(|o| *o)
+        .map_err(|e| format!("{what} failed: {e}"))
 }
 
 /// One result per request, in order, or the case fails naming the batch.
@@ -121,17 +141,8 @@ async fn batch_cas_independent<H: Harness>(h: &H, run: &Run) -> CaseResult {
         request(&stale, Some(v_stale), b2.clone()),
         request(&taken, None, b2),
     ];
-    let got = one_each(
-        s.compare_and_swap_many(&batch).await,
-        batch.len(),
-        "compare_and_swap_many",
-    )?;
-    let outcome = |i: usize| -> Result<CasOutcome, String> {
-        got[i]
-            .as_ref()
-            .map(|o| *o)
-            .map_err(|e| format!("compare_and_swap_many entry {i} failed: {e}"))
-    };
+    let got = cas_many(&s, &batch, "compare_and_swap_many").await?;
+    let outcome = |i: usize| entry(&got, i, &format!("compare_and_swap_many entry {i}"));
     let v_fresh = applied(outcome(0)?, "batch entry 0: acquire an empty group")?;
     let v_held2 = applied(outcome(1)?, "batch entry 1: renew with the right version")?;
     conflicted(outcome(2)?, "batch entry 2: a stale version")?;
@@ -171,20 +182,12 @@ async fn batch_cas_same_group<H: Harness>(h: &H, run: &Run) -> CaseResult {
         request(&g, None, first1.clone()),
         request(&g, None, second1),
     ];
-    let got = one_each(
-        s.compare_and_swap_many(&batch).await,
-        batch.len(),
-        "two acquisitions of one group in one batch",
-    )?;
-    let first = got[0]
-        .as_ref()
-        .map_err(|e| format!("first acquisition failed: {e}"))?;
-    let second = got[1]
-        .as_ref()
-        .map_err(|e| format!("second acquisition failed: {e}"))?;
-    let v = applied(*first, "the first acquisition in the batch")?;
+    let got = cas_many(&s, &batch, "two acquisitions of one group in one batch").await?;
+    let first = entry(&got, 0, "first acquisition")?;
+    let second = entry(&got, 1, "second acquisition")?;
+    let v = applied(first, "the first acquisition in the batch")?;
     conflicted(
-        *second,
+        second,
         "the second acquisition of the same group in the batch",
     )?;
     expect_record(&s, &g, &first1, v, "the group after the batch").await?;
@@ -193,19 +196,11 @@ async fn batch_cas_same_group<H: Harness>(h: &H, run: &Run) -> CaseResult {
         request(&g, Some(v), first1.clone()),
         request(&g, Some(v), second2),
     ];
-    let got = one_each(
-        s.compare_and_swap_many(&batch).await,
-        batch.len(),
-        "a renewal and a stale write in one batch",
-    )?;
-    let renewed = got[0]
-        .as_ref()
-        .map_err(|e| format!("the renewal failed: {e}"))?;
-    let v2 = applied(*renewed, "the renewal first in the batch")?;
-    let stale = got[1]
-        .as_ref()
-        .map_err(|e| format!("the stale write failed: {e}"))?;
-    conflicted(*stale, "a write with the version the renewal replaced")?;
+    let got = cas_many(&s, &batch, "a renewal and a stale write in one batch").await?;
+    let renewed = entry(&got, 0, "the renewal")?;
+    let v2 = applied(renewed, "the renewal first in the batch")?;
+    let stale = entry(&got, 1, "the stale write")?;
+    conflicted(stale, "a write with the version the renewal replaced")?;
     expect_record(&s, &g, &first1, v2, "the group after the renewal").await?;
     Ok(Verdict::Pass)
 }
@@ -226,11 +221,7 @@ async fn batch_large<H: Harness>(h: &H, run: &Run) -> CaseResult {
         .zip(&records)
         .map(|(g, record)| request(g, None, record.clone()))
         .collect();
-    let got = one_each(
-        s.compare_and_swap_many(&acquire).await,
-        LARGE,
-        "acquiring 300 groups",
-    )?;
+    let got = cas_many(&s, &acquire, "acquiring 300 groups").await?;
     let mut versions = Vec::with_capacity(LARGE);
     for (i, r) in got.into_iter().enumerate() {
         let outcome = r.map_err(|e| format!("acquisition {i} failed: {e}"))?;
@@ -255,11 +246,7 @@ async fn batch_large<H: Harness>(h: &H, run: &Run) -> CaseResult {
         .enumerate()
         .map(|(i, g)| request(g, Some(versions[i]), released(i as u64 + 1)))
         .collect();
-    let got = one_each(
-        s.compare_and_swap_many(&release).await,
-        LARGE,
-        "releasing 300 groups",
-    )?;
+    let got = cas_many(&s, &release, "releasing 300 groups").await?;
     for (i, r) in got.into_iter().enumerate() {
         let outcome = r.map_err(|e| format!("release {i} failed: {e}"))?;
         applied(outcome, &format!("release {i}"))?;

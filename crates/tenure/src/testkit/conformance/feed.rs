@@ -2,7 +2,7 @@
 //! the store-wide one reports every group's writes, with the record where
 //! it can.
 
-use super::batches::{one_each, request};
+use super::batches::{cas_many, request};
 use super::*;
 use crate::store::{Change, StoreFeed};
 
@@ -143,11 +143,7 @@ pub(super) async fn watch_reports_writes<H: Harness>(h: &H, run: &Run) -> CaseRe
         request(&b, None, w5.clone()),
         request(&a, Some(v2), released(1)),
     ];
-    let got = one_each(
-        writer.compare_and_swap_many(&batch).await,
-        2,
-        "a batch of two writes",
-    )?;
+    let got = cas_many(&writer, &batch, "a batch of two writes").await?;
     let vb = match &got[0] {
         Ok(CasOutcome::Applied(v)) => *v,
         other => return Err(format!("batched acquisition: got {other:?}")),

@@ -176,6 +176,14 @@ fn wrong_versions(actual: Option<Version>) -> Vec<Version> {
 
 type CaseFuture<'a> = Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
 
+/// One entry of the list of cases: its name and its boxed run.
+fn case<'a>(
+    name: &'static str,
+    run: impl Future<Output = CaseResult> + Send + 'a,
+) -> (&'static str, CaseFuture<'a>) {
+    (name, Box::pin(run))
+}
+
 pub(super) async fn run_all<H: Harness>(h: &H) -> ConformanceReport {
     let run = Run { id: random_id() };
     // The first handle may panic (an unreachable server); report that as a
@@ -203,55 +211,36 @@ pub(super) async fn run_all<H: Harness>(h: &H) -> ConformanceReport {
         }
     };
     let r = &run;
-    let cases: Vec<(&'static str, CaseFuture<'_>)> = vec![
-        ("describe", Box::pin(cas::describe(h))),
-        ("acquire_on_empty", Box::pin(cas::acquire_on_empty(h, r))),
-        ("conflict", Box::pin(cas::conflict(h, r))),
-        ("renew_keeps_token", Box::pin(cas::renew_keeps_token(h, r))),
-        (
-            "takeover_raises_token",
-            Box::pin(cas::takeover_raises_token(h, r)),
-        ),
-        (
-            "release_then_acquire",
-            Box::pin(cas::release_then_acquire(h, r)),
-        ),
-        ("record_round_trip", Box::pin(cas::record_round_trip(h, r))),
-        ("odd_group_names", Box::pin(cas::odd_group_names(h, r))),
-        (
-            "concurrent_acquire",
-            Box::pin(concurrency::concurrent_acquire(h, r)),
-        ),
-        (
+    let mut cases: Vec<(&'static str, CaseFuture<'_>)> = vec![
+        case("describe", cas::describe(h)),
+        case("acquire_on_empty", cas::acquire_on_empty(h, r)),
+        case("conflict", cas::conflict(h, r)),
+        case("renew_keeps_token", cas::renew_keeps_token(h, r)),
+        case("takeover_raises_token", cas::takeover_raises_token(h, r)),
+        case("release_then_acquire", cas::release_then_acquire(h, r)),
+        case("record_round_trip", cas::record_round_trip(h, r)),
+        case("odd_group_names", cas::odd_group_names(h, r)),
+        case("concurrent_acquire", concurrency::concurrent_acquire(h, r)),
+        case(
             "concurrent_takeover",
-            Box::pin(concurrency::concurrent_takeover(h, r)),
+            concurrency::concurrent_takeover(h, r),
         ),
-        (
-            "corrupt_record_foreign",
-            Box::pin(corrupt::corrupt_foreign(h, r)),
-        ),
-        (
-            "corrupt_record_too_new",
-            Box::pin(corrupt::corrupt_too_new(h, r)),
-        ),
-        (
-            "corrupt_record_damaged",
-            Box::pin(corrupt::corrupt_damaged(h, r)),
-        ),
-        (
+        case("corrupt_record_foreign", corrupt::corrupt_foreign(h, r)),
+        case("corrupt_record_too_new", corrupt::corrupt_too_new(h, r)),
+        case("corrupt_record_damaged", corrupt::corrupt_damaged(h, r)),
+        case(
             "elector_never_overwrites_undecodable",
-            Box::pin(corrupt::elector_never_overwrites_undecodable(h, r)),
+            corrupt::elector_never_overwrites_undecodable(h, r),
         ),
-        ("versions_change", Box::pin(cas::versions_change(h, r))),
-        ("changes_feed", Box::pin(feed::changes_feed(h, r))),
+        case("versions_change", cas::versions_change(h, r)),
+        case("changes_feed", feed::changes_feed(h, r)),
     ];
-    let mut cases = cases;
     cases.extend(batches::cases(h, r));
-    cases.push((
+    cases.push(case(
         "watch_reports_writes",
-        Box::pin(feed::watch_reports_writes(h, r)),
+        feed::watch_reports_writes(h, r),
     ));
-    cases.push(("list_by_prefix", Box::pin(listing::list_by_prefix(h, r))));
+    cases.push(case("list_by_prefix", listing::list_by_prefix(h, r)));
     let mut reports = Vec::with_capacity(cases.len());
     for (name, case) in cases {
         reports.push(run_case(name, CASE_LIMIT, case).await);
