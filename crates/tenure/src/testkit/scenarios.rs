@@ -19,6 +19,7 @@ pub use super::polled::{
 };
 pub use super::reported::{
     reported_cut_off, reported_graceful_handover, reported_restart, reported_thousand_groups,
+    Connect,
 };
 
 use super::many_groups::{all_lead, electors_for_groups, shutdown_all};
