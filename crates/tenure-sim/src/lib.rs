@@ -44,7 +44,8 @@
 //!
 //! ```
 //! use tenure_sim::{run_seed, SimParams};
-//! let params = SimParams { fault_phase: std::time::Duration::from_secs(20), ..SimParams::default() };
+//! let mut params = SimParams::default();
+//! params.shared.fault_phase = std::time::Duration::from_secs(20);
 //! let a = run_seed(7, &params)?;
 //! let b = run_seed(7, &params)?;
 //! assert_eq!(a.digest, b.digest);

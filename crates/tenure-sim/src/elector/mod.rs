@@ -87,9 +87,10 @@ fn group_name(g: usize) -> String {
 ///
 /// ```
 /// use tenure_sim::elector::{run_seed, ElectorParams};
-/// let params = ElectorParams { fault_phase: std::time::Duration::from_secs(20), ..ElectorParams::default() };
+/// let mut params = ElectorParams::default();
+/// params.shared.fault_phase = std::time::Duration::from_secs(20);
 /// let report = run_seed(7, &params)?;
-/// assert!(report.terms > 0);
+/// assert!(report.counts.terms > 0);
 /// assert!(report.violations.is_empty(), "{:?}", report.violations);
 /// # Ok::<(), tenure_sim::SimError>(())
 /// ```

@@ -79,9 +79,10 @@ const SET: &str = "sim";
 ///
 /// ```
 /// use tenure_sim::shards::{run_seed, ShardParams};
-/// let params = ShardParams { fault_phase: std::time::Duration::from_secs(20), ..ShardParams::default() };
+/// let mut params = ShardParams::default();
+/// params.shared.fault_phase = std::time::Duration::from_secs(20);
 /// let report = run_seed(7, &params)?;
-/// assert!(report.terms > 0);
+/// assert!(report.counts.terms > 0);
 /// assert!(report.violations.is_empty(), "{:?}", report.violations);
 /// # Ok::<(), tenure_sim::SimError>(())
 /// ```
