@@ -193,7 +193,7 @@ pub(crate) async fn watch(
                     }
                 }
                 None => {
-                    let reopen = Listener::open(&options, tls.clone(), &channel);
+                    let reopen = || Listener::open(&options, tls.clone(), &channel);
                     let lost = |e: StoreError| {
                         tracing::debug!(error = %e, "LISTEN connection lost; the engine polls until it subscribes again");
                     };

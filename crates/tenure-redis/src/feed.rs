@@ -268,7 +268,7 @@ pub(crate) async fn watch(
                     }
                 }
                 Err(e) => {
-                    let reopen = Subscription::open(&client, &options, Topic::Pattern(&topic));
+                    let reopen = || Subscription::open(&client, &options, Topic::Pattern(&topic));
                     let lost = |again: RedisStoreError| {
                         tracing::debug!(error = %again, "Redis change feed lost; the engine polls until it subscribes again");
                     };

@@ -214,6 +214,7 @@ impl Config {
     /// The rules, each reported with its values when broken:
     /// * the term is positive;
     /// * the drift bound is in `[0, 0.5)`;
+    /// * renew interval and stop grace are positive;
     /// * the leader renews and still has time to stop its work before its
     ///   deadline: `renew_interval + stop_grace < term · (1 − drift)`;
     /// * retry interval and operation timeout are positive;
@@ -260,8 +261,9 @@ impl Config {
         let stop_grace = self.stop_grace.unwrap_or(term / 10);
         let op_timeout = self.op_timeout.unwrap_or(term / 4);
         let leader_validity = term.mul_f64(1.0 - self.drift);
-        // Each of these must be positive; the first that is zero is named.
-        let positive = [
+        // The rules in the order the docs above list them, the first broken
+        // one named: a config with two mistakes always reports the same.
+        first_zero(&[
             (
                 renew_interval,
                 "renew interval is zero: leave it unset (term / 3) or give a positive value",
@@ -270,6 +272,15 @@ impl Config {
                 stop_grace,
                 "stop grace is zero: the work would be told to stop only at the deadline, with no margin; leave it unset (term / 10) or give a positive value",
             ),
+        ])?;
+        let renew_and_stop = renew_interval.checked_add(stop_grace);
+        if renew_and_stop.is_none_or(|d| d >= leader_validity) {
+            return Err(ConfigError::timing(format!(
+                "renew interval ({renew_interval:?}) + stop grace ({stop_grace:?}) must be shorter than term × (1 − drift) ({leader_validity:?}), \
+                 or the leader would have to stop before its first renewal: shorten the renew interval or lengthen the term"
+            )));
+        }
+        first_zero(&[
             (
                 retry_interval,
                 "retry interval is zero: leave it unset (term / 4) or give a positive value",
@@ -278,17 +289,7 @@ impl Config {
                 op_timeout,
                 "operation timeout is zero: leave it unset (term / 4) or give a positive value",
             ),
-        ];
-        if let Some((_, why)) = positive.iter().find(|(value, _)| value.is_zero()) {
-            return Err(ConfigError::timing(*why));
-        }
-        let renew_and_stop = renew_interval.checked_add(stop_grace);
-        if renew_and_stop.is_none_or(|d| d >= leader_validity) {
-            return Err(ConfigError::timing(format!(
-                "renew interval ({renew_interval:?}) + stop grace ({stop_grace:?}) must be shorter than term × (1 − drift) ({leader_validity:?}), \
-                 or the leader would have to stop before its first renewal: shorten the renew interval or lengthen the term"
-            )));
-        }
+        ])?;
         if let Some(skew) = self.max_clock_skew {
             if skew.checked_mul(2).is_none_or(|twice| term < twice) {
                 return Err(ConfigError::timing(format!(
@@ -412,6 +413,14 @@ impl fmt::Display for Bounds {
     }
 }
 
+/// `Err` naming the first of `settings` that is zero, with its text.
+fn first_zero(settings: &[(Duration, &str)]) -> Result<(), ConfigError> {
+    match settings.iter().find(|(value, _)| value.is_zero()) {
+        Some((_, why)) => Err(ConfigError::timing(*why)),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,6 +478,15 @@ mod tests {
                 "operation timeout is zero",
             ),
         ];
+        // Two mistakes: the rule listed first is named, whatever the other.
+        let c = Config {
+            renew_interval: Some(secs(9.0)),
+            retry_interval: Some(Duration::ZERO),
+            op_timeout: Some(Duration::ZERO),
+            ..Config::default()
+        };
+        let e = err(c);
+        assert!(e.contains("must be shorter than term"), "{e}");
         for (set, names) in cases {
             let mut c = Config::default();
             set(&mut c);

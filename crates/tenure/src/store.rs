@@ -295,20 +295,24 @@ impl FeedRelay {
     }
 
     /// After the connection feeding the relay failed: unless the reader is
-    /// gone, opens a new one (`reopen`) and, once it is open, owes the
-    /// reader a resync (changes made meanwhile were missed) and offers it.
-    /// The new connection, or `None` when the feed should end: the reader
-    /// is gone, or reopening failed (`failed` is told why; the engine then
-    /// polls until it subscribes again).
-    pub async fn reconnect<S, E>(
+    /// gone, opens a new one (`reopen`, not called when the reader is gone)
+    /// and, once it is open, owes the reader a resync (changes made
+    /// meanwhile were missed) and offers it. The new connection, or `None`
+    /// when the feed should end: the reader is gone, or reopening failed
+    /// (`failed` is told why; the engine then polls until it subscribes
+    /// again).
+    pub async fn reconnect<S, E, Fut>(
         &mut self,
-        reopen: impl Future<Output = Result<S, E>>,
+        reopen: impl FnOnce() -> Fut,
         failed: impl FnOnce(E),
-    ) -> Option<S> {
+    ) -> Option<S>
+    where
+        Fut: Future<Output = Result<S, E>>,
+    {
         if self.is_closed() {
             return None;
         }
-        match reopen.await {
+        match reopen().await {
             Ok(again) => self.missed().then_some(again),
             Err(e) => {
                 failed(e);
@@ -838,21 +842,24 @@ mod tests {
         let (tx, mut feed) = StoreFeed::channel(4);
         let mut relay = FeedRelay::new(tx);
         let again = relay
-            .reconnect(async { Ok::<_, String>(7) }, |e| panic!("{e}"))
+            .reconnect(|| async { Ok::<_, String>(7) }, |e| panic!("{e}"))
             .await;
         assert_eq!(again, Some(7));
         assert_eq!(feed.try_next(), Some(Change::Resync));
         let mut told = None;
         let failed = relay
-            .reconnect(async { Err::<u8, _>("refused".to_owned()) }, |e| {
-                told = Some(e)
-            })
+            .reconnect(
+                || async { Err::<u8, _>("refused".to_owned()) },
+                |e| told = Some(e),
+            )
             .await;
         assert_eq!((failed, told.as_deref()), (None, Some("refused")));
         drop(feed);
         let gone = relay
             .reconnect(
-                async { panic!("reopened for a reader that is gone") },
+                || -> std::future::Ready<Result<u8, String>> {
+                    panic!("reopened for a reader that is gone")
+                },
                 |e: String| panic!("{e}"),
             )
             .await;
