@@ -177,8 +177,13 @@ pub const FOREIGN_VALUES: [(&str, &[u8]); 2] = [
 
 /// Expects the next changes on `feed` to be hints for the groups of
 /// [`FOREIGN_VALUES`], in that order (planted in that order).
+///
+/// # Panics
+///
+/// If a change is missing, late or another than that hint.
 pub async fn expect_foreign_values_hinted(feed: &mut StoreFeed) {
     for (name, _) in FOREIGN_VALUES {
+        // The names are the constants above, all valid group names.
         let group = GroupName::new(name).expect("a valid group name");
         let what = format!("the foreign value of {name}");
         expect_hint(next_change(feed, FEED_WITHIN, &what).await, &group, &what);

@@ -27,6 +27,11 @@ pub fn url_argument(env: &str, what: &str) -> Result<String, StoryError> {
 /// Runs a `fencing_*` example's story (its `run(url)`) as the example's
 /// test does: the story must finish within a minute and end `Ok`. The
 /// story is boxed at once, so the test's future stays small.
+///
+/// # Panics
+///
+/// If the story takes longer than a minute, or ends in an error (the
+/// assertion this helper is for).
 pub fn story_holds<E: Debug>(
     story: impl Future<Output = Result<(), E>>,
 ) -> impl Future<Output = ()> {

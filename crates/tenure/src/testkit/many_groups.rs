@@ -89,6 +89,11 @@ where
 /// repeats conflict, which only the batch's own order makes right; read
 /// back in one call, every group holds the record its creation wrote, at
 /// the version the creation returned.
+///
+/// # Panics
+///
+/// If `{prefix}-{i}` is no valid group name (the caller's prefix), or the
+/// store answers any of it otherwise.
 pub async fn huge_batch_with_repeats_applies_in_order<S: LeaseStore + ?Sized>(
     store: &S,
     prefix: &str,

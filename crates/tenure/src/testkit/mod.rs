@@ -1,6 +1,12 @@
 //! The conformance suite every [`LeaseStore`] runs, and helpers for store
 //! tests. Enabled by the `testkit` feature.
 //!
+//! The helpers are assertions: like `assert!`, they panic, naming what went
+//! differently, when the store under test or the server behind it does not
+//! behave (each says when under "Panics"). Nothing in this module is built
+//! without the `testkit` feature, so no input, configuration or store
+//! contents can reach those panics in a service.
+//!
 //! A store crate implements [`Harness`] for its store (a few lines: open a
 //! fresh handle, plant and read raw bytes) and runs the whole suite in one
 //! test:

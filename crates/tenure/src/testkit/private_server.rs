@@ -98,7 +98,8 @@ impl<L: Launch> PrivateServer<L> {
     ///
     /// # Panics
     ///
-    /// If it does not run, or not every thread stopped within 2 s.
+    /// If it does not run (no pid, or its threads under `/proc` cannot be
+    /// listed: it died), or not every thread stopped within 2 s.
     pub fn freeze(&self) {
         let pid = self.pid().expect("the server runs");
         self.signal(libc::SIGSTOP);
