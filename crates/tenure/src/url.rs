@@ -465,7 +465,8 @@ pub fn shown_user(user: Option<&str>) -> String {
 }
 
 /// Drops `user:password@` from a URL (an endpoint option, say), in case
-/// one was given; the rest is kept as it is.
+/// one was given, for showing it; the query's secrets are masked as
+/// [`redact`] masks them.
 ///
 /// Where the user info cannot be told apart (a raw `@` after the host: a
 /// password's raw `/ ? #`, or an `@` in the query), or the text before
@@ -474,8 +475,9 @@ pub fn shown_user(user: Option<&str>) -> String {
 ///
 /// ```
 /// use tenure::url::strip_userinfo;
-/// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y"), "http://h:9000/x?y");
+/// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y=1"), "http://h:9000/x?y=1");
 /// assert_eq!(strip_userinfo("http://h:9000"), "http://h:9000");
+/// assert_eq!(strip_userinfo("http://h:9000/?password=pw"), "http://h:9000/?password=***");
 /// assert_eq!(strip_userinfo("http://u:pa/ss?#x@h:9000"), "http://u:***@h:9000");
 /// assert_eq!(strip_userinfo("http://h:9000/?token=a@b"), "http://h:***");
 /// ```
@@ -484,7 +486,7 @@ pub fn strip_userinfo(url: &str) -> String {
         return redact(url);
     };
     match split_userinfo(rest) {
-        Ok((_, after)) => format!("{scheme}://{after}"),
+        Ok((_, after)) => redact(&format!("{scheme}://{after}")),
         Err(_) => redact(url),
     }
 }
