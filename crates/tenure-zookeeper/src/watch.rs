@@ -11,10 +11,12 @@
 //!
 //! [`LeaseView::changes`]: tenure::LeaseView::changes
 
+use tenure::store::{keep_hinting, send_hint, HintAttempt};
 use tenure::ChangeFeed;
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
+use crate::error::ZkStoreError;
 use crate::store::ZkStore;
 
 /// A feed of hints for the node at `path`, kept by a task that ends when
@@ -25,42 +27,44 @@ pub(crate) fn start(store: ZkStore, path: String) -> ChangeFeed {
     feed
 }
 
+/// Keeps the watch armed (again after a transient failure, with the
+/// shared back-off) until the feed is dropped or ZooKeeper refuses it.
 async fn run(store: ZkStore, path: String, tx: mpsc::Sender<()>) {
-    let mut failures = 0u32;
+    let watched = keep_hinting(
+        &tx,
+        |attempt| watch(&store, &path, &tx, attempt),
+        |e| tracing::debug!(error = %e, "ZooKeeper watch not armed; trying again"),
+    )
+    .await;
+    if let Err(e) = watched {
+        // Ending the feed makes the elector poll.
+        tracing::warn!(error = %e, "ZooKeeper refused the watch of a group; its electors poll");
+    }
+}
+
+/// Arms the watch, hints, and arms it again after every event: `Ok(())`
+/// once the feed is dropped, `Err` when the watch cannot be armed.
+async fn watch(
+    store: &ZkStore,
+    path: &str,
+    tx: &mpsc::Sender<()>,
+    attempt: HintAttempt,
+) -> Result<(), ZkStoreError> {
     loop {
-        let path = path.clone();
-        let armed = tokio::select! {
-            _ = tx.closed() => return,
-            r = store.request("watch", |c| async move {
-                c.check_and_watch_stat(&path).await.map(|(_, watcher)| watcher)
-            }) => r,
-        };
-        let watcher = match armed {
-            Ok(watcher) => watcher,
-            Err(e) => {
-                let e = store.zk_error("watch", e);
-                if !e.is_transient() {
-                    // Ending the feed makes the elector poll.
-                    tracing::warn!(error = %e, "ZooKeeper refused the watch of a group; its electors poll");
-                    return;
-                }
-                failures = failures.saturating_add(1);
-                tracing::debug!(error = %e, "ZooKeeper watch not armed; trying again");
-                tokio::select! {
-                    _ = tx.closed() => return,
-                    _ = tokio::time::sleep(tenure::store::feed_backoff(failures)) => {}
-                }
-                continue;
-            }
-        };
-        failures = 0;
-        if !tenure::store::send_hint(&tx) {
-            return;
+        let path = path.to_owned();
+        let watcher = store
+            .request("watch", |c| async move {
+                c.check_and_watch_stat(&path)
+                    .await
+                    .map(|(_, watcher)| watcher)
+            })
+            .await
+            .map_err(|e| store.zk_error("watch", e))?;
+        attempt.connected();
+        if !send_hint(tx) {
+            return Ok(());
         }
-        let event = tokio::select! {
-            _ = tx.closed() => return,
-            event = watcher.changed() => event,
-        };
+        let event = watcher.changed().await;
         // A node event, or the end of the session (the only session event
         // a one-shot watch is told): either way, arm again and hint.
         if event.event_type == zk::EventType::Session {
