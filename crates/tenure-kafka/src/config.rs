@@ -455,11 +455,14 @@ impl KafkaConfig {
     }
 
     /// Sets `keys` in `props` to the values tenure-kafka manages for
-    /// tenure group `group`, over any passed through.
+    /// tenure group `group`, over any passed through. (Every key named here
+    /// is one `managed_properties` sets; the tests check each value.)
     fn set_managed(&self, props: &mut BTreeMap<String, String>, group: &str, keys: &[&str]) {
-        let managed = self.managed_properties(group);
+        let mut managed = self.managed_properties(group);
         for key in keys {
-            props.insert((*key).into(), managed[*key].clone());
+            if let Some(value) = managed.remove(*key) {
+                props.insert((*key).into(), value);
+            }
         }
     }
 
