@@ -224,26 +224,6 @@ async fn a_leader_cut_off_from_postgres_steps_down_before_another_takes_over() {
     eprintln!("PostgreSQL cut-off: {figures:?}");
 }
 
-/// The term of whichever of `a` and `b` leads first, polled every 20 ms;
-/// panics with `what` if neither leads within `within`.
-async fn term_of_either(
-    a: &tenure::Elector,
-    b: &tenure::Elector,
-    within: Duration,
-    what: &str,
-) -> tenure::Term {
-    tokio::time::timeout(within, async {
-        loop {
-            if let Some(t) = a.current_term().or_else(|| b.current_term()) {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect(what)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_server_never_yields_two_leaders() {
     if url().is_none() {
@@ -266,7 +246,7 @@ async fn a_restarted_server_never_yields_two_leaders() {
         term,
     );
     let spans = TermLog::watch(&[&a, &b]);
-    let first = term_of_either(&a, &b, Duration::from_secs(10), "a leader").await;
+    let first = scenarios::either_leads(&a, &b, Duration::from_secs(10), "a leader").await;
     server.stop().await;
     // Down for longer than a term: the leader must step down on time.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -276,7 +256,7 @@ async fn a_restarted_server_never_yields_two_leaders() {
     );
     assert!(!a.is_leader() && !b.is_leader());
     server.start_again().await;
-    let next = term_of_either(
+    let next = scenarios::either_leads(
         &a,
         &b,
         Duration::from_secs(20),

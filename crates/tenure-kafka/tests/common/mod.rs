@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tenure::{Elector, EndReason, Event, Metadata, Term};
+use tenure::{Elector, EndReason, Event, Metadata};
 use tenure_kafka::{KafkaConfig, KafkaCoordinator};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -143,14 +143,9 @@ impl Recorder {
     }
 }
 
-/// Waits up to `limit` for `elector` to lead and returns its term; panics
-/// naming `what` if it does not, or if the elector stops.
-pub async fn leads(elector: &Elector, limit: Duration, what: &str) -> Term {
-    tokio::time::timeout(limit, elector.wait_for_leadership())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
-}
+/// Waits up to a limit for an elector to lead and returns its term; panics
+/// naming the step if it does not, or if the elector stops.
+pub use tenure::testkit::scenarios::leads_within as leads;
 
 /// Prints `took`, from a leader's crash (or hang) until another led, as
 /// the `MEASURE` line of `what`, and panics unless it is at least the

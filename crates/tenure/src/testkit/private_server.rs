@@ -64,7 +64,7 @@ impl<L: Launch> PrivateServer<L> {
     }
 
     /// Its process id, while it runs.
-    pub fn pid(&self) -> Option<i32> {
+    fn pid(&self) -> Option<i32> {
         self.process.pid()
     }
 
@@ -87,7 +87,7 @@ impl<L: Launch> PrivateServer<L> {
     }
 
     /// Sends signal `sig`, if it runs.
-    pub fn signal(&self, sig: i32) {
+    fn signal(&self, sig: i32) {
         if let Some(pid) = self.pid() {
             let _ = super::signal(pid, sig);
         }

@@ -38,9 +38,9 @@ pub fn elector(store: impl LeaseStore, group: &GroupName, id: &str, term: Durati
 /// Waits up to `within` for `elector` to lead and returns its term;
 /// panics with `what` if it does not, or if the elector stops.
 pub async fn leads_within(elector: &Elector, within: Duration, what: &str) -> Term {
-    tokio::time::timeout(within, elector.wait_for_leadership())
+    elector
+        .wait_for_leadership_within(within)
         .await
-        .unwrap_or_else(|_| panic!("{what}: not within {within:?}"))
         .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
