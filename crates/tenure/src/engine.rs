@@ -673,17 +673,8 @@ impl Task {
                 } => {
                     slot.op = Some((op, OpKind::Read(purpose)));
                     self.polling |= purpose == ReadPurpose::Poll;
-                    self.reads.push(Queued {
-                        id,
-                        op,
-                        deadline,
-                        item: slot.group.clone(),
-                    });
-                    self.deadlines.push(Reverse(OpDeadline {
-                        at: deadline,
-                        id,
-                        op: op.0,
-                    }));
+                    let group = slot.group.clone();
+                    self.enqueue(|engine| &mut engine.reads, id, op, deadline, group);
                 }
                 Action::Cas {
                     op,
@@ -694,21 +685,12 @@ impl Task {
                 } => {
                     slot.op = Some((op, OpKind::Write(purpose)));
                     self.renewing |= purpose == WritePurpose::Renew;
-                    self.writes.push(Queued {
-                        id,
-                        op,
-                        deadline,
-                        item: CasRequest {
-                            group: slot.group.clone(),
-                            expected,
-                            record,
-                        },
-                    });
-                    self.deadlines.push(Reverse(OpDeadline {
-                        at: deadline,
-                        id,
-                        op: op.0,
-                    }));
+                    let request = CasRequest {
+                        group: slot.group.clone(),
+                        expected,
+                        record,
+                    };
+                    self.enqueue(|engine| &mut engine.writes, id, op, deadline, request);
                 }
                 Action::Elected { token, deadline } => {
                     let predecessor = slot.machine.predecessor().clone();
@@ -736,6 +718,29 @@ impl Task {
             }
         }
         stopped
+    }
+
+    /// Queues one group's operation for the next batch of its kind, and
+    /// files the deadline by which its reply must have come.
+    fn enqueue<T>(
+        &mut self,
+        queue: fn(&mut Self) -> &mut Vec<Queued<T>>,
+        id: GroupId,
+        op: OpId,
+        deadline: MonoTime,
+        item: T,
+    ) {
+        queue(self).push(Queued {
+            id,
+            op,
+            deadline,
+            item,
+        });
+        self.deadlines.push(Reverse(OpDeadline {
+            at: deadline,
+            id,
+            op: op.0,
+        }));
     }
 
     /// Files the group's next wake-up and its due renewal or poll.
@@ -900,33 +905,43 @@ impl Task {
     /// Sends queued operations as batches while there is room in flight.
     fn flush(&mut self) {
         // Writes first: renewals are what keeps leaders leading.
-        while !self.writes.is_empty() && self.batches.len() < self.options.max_in_flight {
-            let take = self.writes.len().min(self.options.max_batch);
-            let chunk: Vec<_> = self.writes.drain(..take).collect();
+        self.flush_queue(
+            |engine| &mut engine.writes,
+            |counters| (&counters.write_batches, &counters.writes),
+            |store, requests| async move { store.compare_and_swap_many(&requests).await },
+            BatchReply::Writes,
+        );
+        self.flush_queue(
+            |engine| &mut engine.reads,
+            |counters| (&counters.read_batches, &counters.reads),
+            |store, groups| async move { store.read_many(&groups).await },
+            BatchReply::Reads,
+        );
+    }
+
+    /// Sends one queue's operations as batches of up to `max_batch`, while
+    /// there is room in flight, through `call`; `counted` names the
+    /// counters of its batches and of its operations.
+    fn flush_queue<T, R, Fut>(
+        &mut self,
+        queue: fn(&mut Self) -> &mut Vec<Queued<T>>,
+        counted: fn(&Counters) -> (&AtomicU64, &AtomicU64),
+        call: impl Fn(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
+        reply: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchReply,
+    ) where
+        R: 'static,
+        Fut: Future<Output = BatchResult<R>> + Send + 'static,
+    {
+        while !queue(self).is_empty() && self.batches.len() < self.options.max_in_flight {
+            let take = queue(self).len().min(self.options.max_batch);
+            let chunk: Vec<_> = queue(self).drain(..take).collect();
             let Some(out) = self.still_current(chunk) else {
                 continue;
             };
-            Counters::add(&self.counters.write_batches, 1);
-            Counters::add(&self.counters.writes, out.items.len());
-            self.send(
-                out,
-                |store, requests| async move { store.compare_and_swap_many(&requests).await },
-                BatchReply::Writes,
-            );
-        }
-        while !self.reads.is_empty() && self.batches.len() < self.options.max_in_flight {
-            let take = self.reads.len().min(self.options.max_batch);
-            let chunk: Vec<_> = self.reads.drain(..take).collect();
-            let Some(out) = self.still_current(chunk) else {
-                continue;
-            };
-            Counters::add(&self.counters.read_batches, 1);
-            Counters::add(&self.counters.reads, out.items.len());
-            self.send(
-                out,
-                |store, groups| async move { store.read_many(&groups).await },
-                BatchReply::Reads,
-            );
+            let (batches, operations) = counted(&self.counters);
+            Counters::add(batches, 1);
+            Counters::add(operations, out.items.len());
+            self.send(out, &call, reply);
         }
     }
 

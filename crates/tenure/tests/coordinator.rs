@@ -1,9 +1,12 @@
 //! A coordinator drives the same elector handle as a lease store does.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::from_now;
 use tenure::{Command, Coordinator, Elector, EndReason, Event, Role, Session, TokioClock};
 use tokio::sync::mpsc;
 
@@ -23,12 +26,10 @@ impl Coordinator for Scripted {
                 assigned = self.assignments.recv() => match assigned {
                     Some(true) => {
                         token += 10;
-                        let deadline = session.clock().now().mono + Duration::from_secs(60);
-                        session.elected(token, deadline);
+                        session.elected(token, from_now(&session, Duration::from_secs(60)));
                     }
                     Some(false) => {
-                        let deadline = session.clock().now().mono + Duration::from_secs(5);
-                        session.end_term_and_drain(EndReason::Revoked, deadline).await;
+                        session.end_term_and_drain(EndReason::Revoked, from_now(&session, Duration::from_secs(5))).await;
                         let _ = self.barrier_done.send(());
                     }
                     None => return,
@@ -39,8 +40,7 @@ impl Coordinator for Scripted {
                         session.end_term(EndReason::Resigned, now);
                     }
                     Command::Shutdown => {
-                        let deadline = session.clock().now().mono + Duration::from_secs(5);
-                        session.end_term_and_drain(EndReason::Shutdown, deadline).await;
+                        session.end_term_and_drain(EndReason::Shutdown, from_now(&session, Duration::from_secs(5))).await;
                         return;
                     }
                 },
@@ -102,8 +102,7 @@ struct Failing;
 #[async_trait]
 impl Coordinator for Failing {
     async fn run(self: Box<Self>, mut session: Session) {
-        let deadline = session.clock().now().mono + Duration::from_secs(60);
-        session.elected(5, deadline);
+        session.elected(5, from_now(&session, Duration::from_secs(60)));
         let now = session.clock().now().mono;
         session.end_term(EndReason::Failed, now);
         session.fail(tenure::Fault::TokenRegressed {

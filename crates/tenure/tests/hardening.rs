@@ -2,11 +2,14 @@
 //! elector, observer), each pinned on tokio's paused clock: every one failed
 //! before its fix.
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::from_now;
 use tenure::clock::Sleep;
 use tenure::{CasOutcome, ChangeFeed, Version};
 use tenure::{
@@ -150,8 +153,7 @@ struct Wedged;
 #[async_trait]
 impl Coordinator for Wedged {
     async fn run(self: Box<Self>, mut session: Session) {
-        let deadline = session.clock().now().mono + Duration::from_secs(5);
-        session.elected(1, deadline);
+        session.elected(1, from_now(&session, Duration::from_secs(5)));
         loop {
             if session.command().await == tenure::Command::Shutdown {
                 return;
@@ -238,7 +240,7 @@ async fn a_second_election_ends_the_first_term() {
     #[async_trait]
     impl Coordinator for Twice {
         async fn run(self: Box<Self>, mut session: Session) {
-            let deadline = session.clock().now().mono + Duration::from_secs(60);
+            let deadline = from_now(&session, Duration::from_secs(60));
             session.elected(1, deadline);
             tokio::time::sleep(Duration::from_secs(1)).await;
             session.elected(2, deadline);
