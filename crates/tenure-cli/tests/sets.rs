@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
+use tenure::testkit::holders::{held_by, loads, moved, Holders};
 
 const SLACK: Duration = Duration::from_secs(8);
 const SHARDS: usize = 16;
@@ -76,8 +77,8 @@ fn starts(log: &Path) -> Vec<Start> {
 }
 
 /// Who runs each shard now (live process groups only).
-fn running(log: &Path) -> BTreeMap<String, String> {
-    let mut out: BTreeMap<String, String> = BTreeMap::new();
+fn running(log: &Path) -> Holders {
+    let mut out = Holders::new();
     for s in starts(log) {
         if !group_members(s.pgid).is_empty() {
             if let Some(other) = out.insert(s.key.clone(), s.id.clone()) {
@@ -88,24 +89,12 @@ fn running(log: &Path) -> BTreeMap<String, String> {
     out
 }
 
-fn loads(r: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for id in r.values() {
-        *out.entry(id.clone()).or_default() += 1;
-    }
-    out
-}
-
 fn member(s: &Scratch, id: &str, child: &Path, extra: &[&str]) -> Running {
     Running::spawn(&mut run_on(s, &s.store(), "ingest", id, extra, child))
 }
 
 /// Waits until `done` holds of who runs what, checking every 50 ms.
-fn until(
-    log: &Path,
-    within: Duration,
-    mut done: impl FnMut(&BTreeMap<String, String>) -> bool,
-) -> Duration {
+fn until(log: &Path, within: Duration, mut done: impl FnMut(&Holders) -> bool) -> Duration {
     let start = Instant::now();
     loop {
         let r = running(log);
@@ -182,16 +171,8 @@ fn four_processes_share_sixteen_shards_on(s: &Scratch, store: &str, group: &str)
         r.len() == SHARDS && !r.values().any(|id| id == "d")
     });
     let after = running(&log);
-    let moved: Vec<&String> = before
-        .keys()
-        .filter(|k| after.get(*k) != before.get(*k))
-        .collect();
-    let had: Vec<&String> = before
-        .iter()
-        .filter(|(_, id)| *id == "d")
-        .map(|(k, _)| k)
-        .collect();
-    assert_eq!(moved, had, "only d's shards moved");
+    let had = held_by(&before, "d");
+    assert_eq!(moved(&before, &after), had, "only d's shards moved");
     eprintln!(
         "crash: {} shards moved in {took:?} (bound {crash_bound:?} + process slack)",
         had.len()
@@ -203,11 +184,7 @@ fn four_processes_share_sixteen_shards_on(s: &Scratch, store: &str, group: &str)
         r.len() == SHARDS && loads(r).get("e") == Some(&4) && loads(r).values().all(|&l| l == 4)
     });
     let joined = running(&log);
-    let moved = after
-        .keys()
-        .filter(|k| joined.get(*k) != after.get(*k))
-        .count();
-    assert_eq!(moved, 4, "only e's share moved");
+    assert_eq!(moved(&after, &joined).len(), 4, "only e's share moved");
     // Tokens rise per shard.
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
     for st in starts(&log) {

@@ -2,10 +2,11 @@
 //! (each its own view of one memory store, so its own engine), joins,
 //! graceful leaves and crashes, and the per-shard guarantee throughout.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure::testkit::holders::{held_by, loads, moved, Holders};
 use tenure::{Clock, Config, Faults, MemoryStore, ShardEvent, Shards, TokioClock};
 
 const TERM: Duration = Duration::from_secs(10);
@@ -51,7 +52,7 @@ impl Set {
     }
 
     /// Who holds each shard with a valid term; panics if two do.
-    fn holders(&self) -> BTreeMap<String, String> {
+    fn holders(&self) -> Holders {
         let mut out = BTreeMap::new();
         for (id, m) in &self.members {
             for shard in m.held().keys() {
@@ -65,11 +66,7 @@ impl Set {
 
     /// Advances time in small steps, checking the per-shard guarantee at
     /// every step, until `done` holds or `within` passes.
-    async fn until(
-        &self,
-        within: Duration,
-        mut done: impl FnMut(&BTreeMap<String, String>) -> bool,
-    ) -> Duration {
+    async fn until(&self, within: Duration, mut done: impl FnMut(&Holders) -> bool) -> Duration {
         let start = self.clock.now().mono;
         loop {
             let h = self.holders();
@@ -83,15 +80,7 @@ impl Set {
     }
 }
 
-fn loads(h: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for id in h.values() {
-        *out.entry(id.clone()).or_default() += 1;
-    }
-    out
-}
-
-fn balanced(h: &BTreeMap<String, String>, members: usize) -> bool {
+fn balanced(h: &Holders, members: usize) -> bool {
     h.len() == SHARDS
         && loads(h).len() == members
         && loads(h)
@@ -125,21 +114,8 @@ async fn four_members_settle_at_four_shards_each_and_a_crash_moves_only_its_shar
         })
         .await;
     let after = set.holders();
-    let moved: Vec<&String> = before
-        .iter()
-        .filter(|(s, id)| after.get(*s) != Some(*id))
-        .map(|(s, _)| s)
-        .collect();
-    let c_had: BTreeSet<&String> = before
-        .iter()
-        .filter(|(_, id)| *id == "c")
-        .map(|(s, _)| s)
-        .collect();
-    assert_eq!(
-        moved.into_iter().collect::<BTreeSet<_>>(),
-        c_had,
-        "only c's shards moved"
-    );
+    let c_had = held_by(&before, "c");
+    assert_eq!(moved(&before, &after), c_had, "only c's shards moved");
     assert!(took <= bound, "took {took:?}, documented bound {bound:?}");
     eprintln!(
         "crash moved {} shards in {took:?} (bound {bound:?})",
@@ -160,12 +136,12 @@ async fn a_joining_member_takes_its_share_and_a_graceful_leave_hands_over_at_onc
     set.join("e");
     let took = set.until(TERM * 3, |h| balanced(h, 5)).await;
     let after = set.holders();
-    let moved = before
-        .iter()
-        .filter(|(s, id)| after.get(*s) != Some(*id))
-        .count();
-    let took_over = after.values().filter(|id| *id == "e").count();
-    assert_eq!(moved, took_over, "only the newcomer's share moved");
+    let took_over = held_by(&after, "e").len();
+    assert_eq!(
+        moved(&before, &after).len(),
+        took_over,
+        "only the newcomer's share moved"
+    );
     assert!((3..=4).contains(&took_over), "e took {took_over}");
     eprintln!("join: {took_over} shards moved in {took:?}");
 
@@ -293,7 +269,7 @@ async fn a_shard_retargeted_while_draining_is_worked_once() {
             .start()
             .expect("valid")
     };
-    let held = |members: &[&Shards]| -> BTreeMap<String, String> {
+    let held = |members: &[&Shards]| -> Holders {
         let mut out = BTreeMap::new();
         for m in members {
             for shard in m.held().keys() {

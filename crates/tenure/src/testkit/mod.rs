@@ -64,6 +64,7 @@ mod conformance;
 mod connect_checks;
 mod feed_checks;
 mod hand_over;
+pub mod holders;
 mod hostile_password;
 pub mod many_groups;
 mod polled;
