@@ -142,10 +142,7 @@ pub(crate) fn filter_all() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn g(s: &str) -> GroupName {
-        GroupName::new(s).unwrap()
-    }
+    use tenure::testkit::group;
 
     /// What NATS accepts as a key (async-nats checks the same).
     fn valid_key(k: &str) -> bool {
@@ -159,12 +156,12 @@ mod tests {
 
     #[test]
     fn names_become_readable_keys() {
-        assert_eq!(key_of(&g("nightly-billing")), "tenure.nightly-billing");
-        assert_eq!(key_of(&g("set/members/h1")), "tenure.set.members.h1");
-        assert_eq!(key_of(&g("a.b c")), "tenure.a=2Eb=20c");
-        assert_eq!(key_of(&g("/x//")), "tenure.=.x.=.=");
-        assert_eq!(key_of(&g("épée")), "tenure.=C3=A9p=C3=A9e");
-        assert_eq!(key_of(&g("a=b*>")), "tenure.a=3Db=2A=3E");
+        assert_eq!(key_of(&group("nightly-billing")), "tenure.nightly-billing");
+        assert_eq!(key_of(&group("set/members/h1")), "tenure.set.members.h1");
+        assert_eq!(key_of(&group("a.b c")), "tenure.a=2Eb=20c");
+        assert_eq!(key_of(&group("/x//")), "tenure.=.x.=.=");
+        assert_eq!(key_of(&group("épée")), "tenure.=C3=A9p=C3=A9e");
+        assert_eq!(key_of(&group("a=b*>")), "tenure.a=3Db=2A=3E");
     }
 
     #[test]
@@ -189,15 +186,15 @@ mod tests {
             "tenure.x",
         ];
         for n in names {
-            let key = key_of(&g(n));
+            let key = key_of(&group(n));
             assert!(valid_key(&key), "{n:?} -> {key:?}");
-            assert_eq!(group_of(&key), Some(g(n)), "{n:?} -> {key:?}");
+            assert_eq!(group_of(&key), Some(group(n)), "{n:?} -> {key:?}");
         }
         // The longest names fit: 255 bytes of escapes are 765 characters.
         let long = "é".repeat(127);
-        let key = key_of(&g(&long));
+        let key = key_of(&group(&long));
         assert!(valid_key(&key) && key.len() < 800);
-        assert_eq!(group_of(&key), Some(g(&long)));
+        assert_eq!(group_of(&key), Some(group(&long)));
     }
 
     #[test]
@@ -226,11 +223,15 @@ mod tests {
 
     #[test]
     fn a_prefix_filter_matches_exactly_the_names_under_it_up_to_its_partial_segment() {
-        assert_eq!(filter_for_prefix(""), "tenure.>");
-        assert_eq!(filter_for_prefix("set/members/"), "tenure.set.members.>");
-        assert_eq!(filter_for_prefix("set/mem"), "tenure.set.>");
-        assert_eq!(filter_for_prefix("a.b/"), "tenure.a=2Eb.>");
-        assert_eq!(filter_for_prefix("/"), "tenure.=.>");
+        for (prefix, filter) in [
+            ("", "tenure.>"),
+            ("set/members/", "tenure.set.members.>"),
+            ("set/mem", "tenure.set.>"),
+            ("a.b/", "tenure.a=2Eb.>"),
+            ("/", "tenure.=.>"),
+        ] {
+            assert_eq!(filter_for_prefix(prefix), filter, "{prefix:?}");
+        }
         // Every name under a prefix has a key the filter matches.
         let matches = |filter: &str, key: &str| {
             let f: Vec<&str> = filter.split('.').collect();
@@ -252,7 +253,7 @@ mod tests {
             for n in names {
                 if n.starts_with(prefix) {
                     assert!(
-                        matches(&filter_for_prefix(prefix), &key_of(&g(n))),
+                        matches(&filter_for_prefix(prefix), &key_of(&group(n))),
                         "{prefix:?} should match {n:?}"
                     );
                 }
@@ -260,8 +261,8 @@ mod tests {
         }
         assert!(!matches(
             &filter_for_prefix("set/members/"),
-            &key_of(&g("set/membersX"))
+            &key_of(&group("set/membersX"))
         ));
-        assert!(!matches(&filter_for_prefix("set/"), &key_of(&g("set"))));
+        assert!(!matches(&filter_for_prefix("set/"), &key_of(&group("set"))));
     }
 }

@@ -74,14 +74,6 @@ impl BackendKind {
     }
 }
 
-impl std::fmt::Debug for Place {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Place")
-            .field("describe", &self.describe)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Place {
     /// Removes every known secret (and anything that looks like a
     /// signature in a query string) from a text.

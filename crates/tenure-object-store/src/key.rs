@@ -137,19 +137,16 @@ fn decode(encoded: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn g(s: &str) -> GroupName {
-        GroupName::new(s).unwrap()
-    }
+    use tenure::testkit::group;
 
     #[test]
     fn readable_names_stay_readable() {
         let l = Layout::new("/tenure/").unwrap();
         assert_eq!(
-            l.key(&g("nightly-billing")).as_ref(),
+            l.key(&group("nightly-billing")).as_ref(),
             "tenure/nightly-billing"
         );
-        assert_eq!(l.key(&g("a.b_c~d")).as_ref(), "tenure/a.b_c~d");
+        assert_eq!(l.key(&group("a.b_c~d")).as_ref(), "tenure/a.b_c~d");
     }
 
     #[test]
@@ -163,9 +160,9 @@ mod tests {
             ("épée 🦀", "leases/prod/%C3%A9p%C3%A9e%20%F0%9F%A6%80"),
             ("a?b#c", "leases/prod/a%3Fb%23c"),
         ] {
-            let k = l.key(&g(name));
+            let k = l.key(&group(name));
             assert_eq!(k.as_ref(), key, "{name}");
-            assert_eq!(l.group_of(&k), Some(g(name)), "{name} round trips");
+            assert_eq!(l.group_of(&k), Some(group(name)), "{name} round trips");
         }
     }
 
@@ -215,7 +212,7 @@ mod tests {
         }
         assert_eq!(
             l.group_of(&Path::parse("tenure/ok").unwrap()),
-            Some(g("ok"))
+            Some(group("ok"))
         );
     }
 

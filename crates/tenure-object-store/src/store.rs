@@ -1,8 +1,7 @@
 //! The [`LeaseStore`] on a bucket: GET to read, conditional PUT to
 //! compare-and-swap, LIST to enumerate.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -11,6 +10,7 @@ use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion,
 };
 use tenure::concurrent::InFlight;
+use tenure::store::LastSeen;
 use tenure::{
     CasOutcome, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed, RecordError,
     StoreError, Version, Versioned, WallTime,
@@ -65,7 +65,7 @@ struct Inner {
     place: Place,
     /// The last object seen of each group: its version and what a
     /// conditional put must name to replace exactly it.
-    seen: Mutex<HashMap<GroupName, Seen>>,
+    seen: LastSeen<Seen>,
     in_flight: InFlight,
     engine: EngineSlot,
 }
@@ -187,7 +187,7 @@ impl BucketStore {
                 store,
                 layout,
                 place,
-                seen: Mutex::new(HashMap::new()),
+                seen: LastSeen::default(),
                 in_flight: InFlight::new(IN_FLIGHT),
                 engine: EngineSlot::new(),
             }),
@@ -222,29 +222,6 @@ impl BucketStore {
     /// the same connections.
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner.store
-    }
-
-    fn remember(&self, group: &GroupName, seen: Option<Seen>) {
-        let mut map = match self.inner.seen.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        match seen {
-            Some(s) => {
-                map.insert(group.clone(), s);
-            }
-            None => {
-                map.remove(group);
-            }
-        }
-    }
-
-    fn recall(&self, group: &GroupName) -> Option<Seen> {
-        let map = match self.inner.seen.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        map.get(group).cloned()
     }
 
     /// GETs a group's object; a record too large to be a lease is refused
@@ -328,7 +305,7 @@ impl BucketStore {
         let body = PutPayload::from(object::encode(record, version));
         match i.store.put_opts(&path, body, opts).await {
             Ok(put) => {
-                self.remember(
+                self.inner.seen.remember(
                     group,
                     Some(Seen {
                         version,
@@ -343,13 +320,13 @@ impl BucketStore {
             Err(e) => match classify(e, &format!("conditional write of {path}"), &i.place) {
                 Failure::Conflict | Failure::Missing => {
                     // Whatever is stored now is not what was seen.
-                    self.remember(group, None);
+                    self.inner.seen.remember(group, None);
                     Ok(CasOutcome::Conflict)
                 }
                 Failure::Store(e) => {
                     // The write may have been applied: what was seen may
                     // be gone.
-                    self.remember(group, None);
+                    self.inner.seen.remember(group, None);
                     Err(e)
                 }
             },
@@ -364,12 +341,12 @@ impl LeaseView for BucketStore {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
         match self.fetch(group).await? {
             Fetched::Missing => {
-                self.remember(group, None);
+                self.inner.seen.remember(group, None);
                 Ok(None)
             }
             Fetched::Found { decoded, tag } => match decoded {
                 Ok((record, version)) => {
-                    self.remember(
+                    self.inner.seen.remember(
                         group,
                         Some(Seen {
                             version: version.0,
@@ -379,7 +356,7 @@ impl LeaseView for BucketStore {
                     Ok(Some(Versioned { record, version }))
                 }
                 Err(source) => {
-                    self.remember(group, None);
+                    self.inner.seen.remember(group, None);
                     Err(StoreError::Record {
                         group: group.clone(),
                         source,
@@ -465,7 +442,7 @@ impl LeaseStore for BucketStore {
             let first = object::first_version(WallTime::now());
             return self.put(group, PutMode::Create, record, first).await;
         };
-        let seen = match self.recall(group) {
+        let seen = match self.inner.seen.recall(group) {
             Some(s) if s.version == expected => s,
             _ => match self.fetch(group).await? {
                 Fetched::Found {

@@ -231,7 +231,7 @@ async fn report(store: &ZkStore, changed: &mut Vec<GroupName>, relay: &mut FeedR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{held_by, server_url, unique_suffix};
+    use tenure::testkit::{group, held_by, server_url, unique_suffix};
     use tenure::LeaseStore;
 
     /// A reader that does not keep up costs a resync, not memory: with
@@ -272,9 +272,8 @@ mod tests {
 
     #[test]
     fn only_direct_children_named_by_tenure_are_groups() {
-        let g = |s: &str| GroupName::new(s).unwrap();
-        assert_eq!(group_of("/t", "/t/jobs"), Some(g("jobs")));
-        assert_eq!(group_of("/t", "/t/a%2Fb"), Some(g("a/b")));
+        assert_eq!(group_of("/t", "/t/jobs"), Some(group("jobs")));
+        assert_eq!(group_of("/t", "/t/a%2Fb"), Some(group("a/b")));
         assert_eq!(group_of("/t", "/t"), None);
         assert_eq!(group_of("/t", "/tx/jobs"), None);
         assert_eq!(group_of("/t", "/t/jobs/child"), None);

@@ -63,10 +63,7 @@ pub(crate) fn decode(node: &str) -> Option<GroupName> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn g(s: &str) -> GroupName {
-        GroupName::new(s).unwrap()
-    }
+    use tenure::testkit::group;
 
     #[test]
     fn names_round_trip_as_one_valid_node_name() {
@@ -86,13 +83,13 @@ mod tests {
             "épée/🦀",
             "%2F",
         ] {
-            let node = encode(&g(name));
+            let node = encode(&group(name));
             assert!(is_valid_node_name(&node), "{name:?} -> {node:?}");
-            assert_eq!(decode(&node), Some(g(name)), "{name:?} -> {node:?}");
+            assert_eq!(decode(&node), Some(group(name)), "{name:?} -> {node:?}");
         }
-        assert_eq!(encode(&g("set/members/a")), "set%2Fmembers%2Fa");
-        assert_eq!(encode(&g("..")), "%2E%2E");
-        assert_eq!(encode(&g("100%")), "100%25");
+        assert_eq!(encode(&group("set/members/a")), "set%2Fmembers%2Fa");
+        assert_eq!(encode(&group("..")), "%2E%2E");
+        assert_eq!(encode(&group("100%")), "100%25");
     }
 
     #[test]
@@ -100,6 +97,6 @@ mod tests {
         for node in ["%zz", "%2f", "%61", "%2e", "a%00b", "%FF"] {
             assert_eq!(decode(node), None, "{node}");
         }
-        assert_eq!(decode("%2E%2E"), Some(g("..")));
+        assert_eq!(decode("%2E%2E"), Some(group("..")));
     }
 }

@@ -27,14 +27,6 @@ pub(crate) struct Session {
     opening: tokio::sync::Mutex<()>,
 }
 
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("options", &self.options)
-            .finish()
-    }
-}
-
 impl Session {
     /// Opens the first session.
     pub(crate) async fn open(options: ZkOptions, ctx: Ctx) -> Result<Session, ZkStoreError> {

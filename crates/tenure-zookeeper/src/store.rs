@@ -1,12 +1,12 @@
 //! [`ZkStore`]: the [`LeaseStore`] over ZooKeeper's conditional writes.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure::concurrent::InFlight;
+use tenure::store::LastSeen;
 use tenure::{
     BatchResult, CasOutcome, ChangeFeed, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
     Listed, StoreError, StoreFeed, Version, Versioned,
@@ -74,7 +74,7 @@ pub(crate) struct Inner {
     /// The last `(mzxid, dataVersion, czxid)` seen of each group, so that
     /// a compare-and-swap on a version read (or written, or reported by
     /// the feed) through this handle needs no read first.
-    seen: Mutex<HashMap<GroupName, Seen>>,
+    seen: LastSeen<Seen>,
     in_flight: InFlight,
     engine: EngineSlot,
 }
@@ -148,7 +148,7 @@ impl ZkStore {
                 session,
                 options,
                 ctx,
-                seen: Mutex::new(HashMap::new()),
+                seen: LastSeen::default(),
                 in_flight: InFlight::new(IN_FLIGHT),
                 engine: EngineSlot::new(),
             }),
@@ -215,33 +215,23 @@ impl ZkStore {
         self.zk_error(what, e).into()
     }
 
-    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<GroupName, Seen>> {
-        self.inner.seen.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     pub(crate) fn remember(&self, group: &GroupName, stat: &zk::Stat) {
-        self.seen().insert(
-            group.clone(),
-            Seen::Node {
-                mzxid: stat.mzxid,
-                data_version: stat.version,
-                czxid: stat.czxid,
-            },
-        );
+        let node = Seen::Node {
+            mzxid: stat.mzxid,
+            data_version: stat.version,
+            czxid: stat.czxid,
+        };
+        self.inner.seen.remember(group, Some(node));
     }
 
     /// Notes that the group has no node, and reads as released at `floor`
     /// (or as never written, without one).
     fn remember_missing(&self, group: &GroupName, floor: Option<u64>) {
-        let mut seen = self.seen();
-        match floor {
-            Some(_) => seen.insert(group.clone(), Seen::Floor),
-            None => seen.remove(group),
-        };
+        self.inner.seen.remember(group, floor.map(|_| Seen::Floor));
     }
 
     fn recall(&self, group: &GroupName) -> Option<Seen> {
-        self.seen().get(group).copied()
+        self.inner.seen.recall(group)
     }
 
     /// Reads one node, and the prefix node's token floor if it is missing.

@@ -13,6 +13,9 @@ use crate::engine::EngineSlot;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
 
+mod last_seen;
+pub use last_seen::LastSeen;
+
 /// The result of a compare-and-swap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CasOutcome {

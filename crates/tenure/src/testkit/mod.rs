@@ -374,6 +374,24 @@ pub fn unique_group(label: &str) -> GroupName {
     }
 }
 
+/// The group named `name`, for tests that name their groups literally.
+///
+/// ```
+/// let g = tenure::testkit::group("nightly-billing");
+/// assert_eq!(g.as_str(), "nightly-billing");
+/// ```
+///
+/// # Panics
+///
+/// If `name` is not a valid group name (empty, longer than 255 bytes, or
+/// containing a control character): a test's own mistake.
+pub fn group(name: &str) -> GroupName {
+    match GroupName::new(name) {
+        Ok(g) => g,
+        Err(e) => panic!("group({name:?}): {e}"),
+    }
+}
+
 /// 16 random hex digits.
 fn random_id() -> String {
     format!("{:016x}", rand::random::<u64>())
