@@ -536,20 +536,9 @@ mod tests {
         }
     }
 
+    /// (How each form of URL is shown redacted is `tenure::url`'s to test.)
     #[test]
-    fn secrets_never_show() {
-        assert_eq!(
-            redact("postgres://app:hunter2@db:5432/x?sslmode=require&password=pw2"),
-            "postgres://app:***@db:5432/x?sslmode=require&password=***"
-        );
-        assert_eq!(redact("redis://tok3n@cache:6379"), "redis://***@cache:6379");
-        assert_eq!(redact("etcd://node1:2379"), "etcd://node1:2379");
-        assert_eq!(redact("nats://t0ken@h:4222/b"), "nats://***@h:4222/b");
-        assert_eq!(redact("user:pw@host"), "user:***@host");
-        assert_eq!(
-            redact("postgres://app:pa/ss@127.0.0.1:55432/postgres"),
-            "postgres://app:***@127.0.0.1:55432/postgres"
-        );
+    fn a_refused_url_never_shows_its_secret() {
         let err = StoreUrl::parse("nope:hunter2@x").unwrap_err().to_string();
         assert!(!err.contains("hunter2"), "{err}");
         let err = StoreUrl::parse("pstgres://app:hunter2@db/x")

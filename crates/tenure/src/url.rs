@@ -748,6 +748,15 @@ mod tests {
             redact("dynamodb://t?secret_access_key=a/b+c&x=1&tail"),
             "dynamodb://t?secret_access_key=***&x=1&***"
         );
+        assert_eq!(
+            redact("postgres://app:hunter2@db:5432/x?sslmode=require&password=pw2"),
+            "postgres://app:***@db:5432/x?sslmode=require&password=***"
+        );
+        assert_eq!(redact("nats://t0ken@h:4222/b"), "nats://***@h:4222/b");
+        assert_eq!(
+            redact("postgres://app:pa/ss@127.0.0.1:55432/postgres"),
+            "postgres://app:***@127.0.0.1:55432/postgres"
+        );
     }
 
     /// A libpq `key=value` string (not a URL) handed where a URL goes is
