@@ -8,6 +8,8 @@ use tenure::error::{error_chain, BackendError, BoxError};
 use tenure::StoreError;
 use tonic::Code;
 
+use crate::options::EtcdOptions;
+
 /// A failure of the etcd store.
 ///
 /// [`EtcdStore::connect`](crate::EtcdStore::connect) returns it directly;
@@ -123,20 +125,26 @@ impl From<EtcdStoreError> for StoreError {
     }
 }
 
-/// Context for classifying a client error.
+/// Context for classifying a client error: the options (user, prefix,
+/// TLS, timeout) and the endpoints as messages name them.
 pub(crate) struct Ctx<'a> {
+    pub(crate) options: &'a EtcdOptions,
     pub(crate) target: String,
-    pub(crate) user: Option<&'a str>,
-    pub(crate) prefix: &'a str,
-    pub(crate) tls: bool,
-    pub(crate) timeout: Duration,
 }
 
 impl Ctx<'_> {
+    /// Who is connecting, for messages: never the password.
+    pub(crate) fn who(&self) -> String {
+        match &self.options.user {
+            Some(u) => format!("user {u:?}"),
+            None => "an anonymous client".into(),
+        }
+    }
+
     pub(crate) fn timeout(&self) -> EtcdStoreError {
         EtcdStoreError::Timeout {
             target: self.target.clone(),
-            after: self.timeout,
+            after: self.options.timeout,
         }
     }
 
@@ -145,15 +153,12 @@ impl Ctx<'_> {
         let target = self.target.clone();
         let text = error_chain(&e);
         let lower = text.to_ascii_lowercase();
-        let who = match self.user {
-            Some(u) => format!("user {u:?}"),
-            None => "an anonymous client".into(),
-        };
+        let who = self.who();
         if let etcd_client::Error::GRpcStatus(status) = &e {
             let msg = status.message().to_owned();
             match status.code() {
                 _ if msg.contains("authentication failed") || msg.contains("invalid user") => {
-                    return match self.user {
+                    return match self.options.user.as_deref() {
                         Some(u) => EtcdStoreError::Credentials {
                             target,
                             user: u.to_owned(),
@@ -168,12 +173,12 @@ impl Ctx<'_> {
                     return EtcdStoreError::Permission {
                         target,
                         who,
-                        prefix: self.prefix.to_owned(),
+                        prefix: self.options.prefix.clone(),
                         detail: msg,
                     }
                 }
                 Code::DeadlineExceeded => return self.timeout(),
-                Code::Unauthenticated if self.user.is_none() => {
+                Code::Unauthenticated if self.options.user.is_none() => {
                     return EtcdStoreError::AuthRequired { target }
                 }
                 _ => {}
@@ -184,7 +189,7 @@ impl Ctx<'_> {
         // Only failures to set up a connection: a reset of an established
         // one is a broken connection, not a TLS setting to fix.
         let connecting = lower.contains("connecterror") && !lower.contains("refused");
-        if self.tls
+        if self.options.tls
             && connecting
             && [
                 "eof",

@@ -74,10 +74,7 @@ impl fmt::Debug for EtcdStore {
 pub(crate) fn ctx(options: &EtcdOptions) -> Ctx<'_> {
     Ctx {
         target: options.target(),
-        user: options.user.as_deref(),
-        prefix: &options.prefix,
-        tls: options.tls,
-        timeout: options.timeout,
+        options,
     }
 }
 

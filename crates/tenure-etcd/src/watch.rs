@@ -71,10 +71,8 @@ pub(crate) fn cancelled(ctx: &Ctx<'_>, reason: &str) -> EtcdStoreError {
     if reason.contains("permission denied") {
         EtcdStoreError::Permission {
             target: ctx.target.clone(),
-            who: ctx
-                .user
-                .map_or("an anonymous client".into(), |u| format!("user {u:?}")),
-            prefix: ctx.prefix.to_owned(),
+            who: ctx.who(),
+            prefix: ctx.options.prefix.clone(),
             detail: reason.to_owned(),
         }
     } else {

@@ -80,10 +80,7 @@ fn silent_tls(options: &RedisOptions) -> RedisStoreError {
 pub(crate) fn ctx(options: &RedisOptions) -> Ctx<'_> {
     Ctx {
         target: options.target(),
-        user: options.user.as_deref(),
-        prefix: &options.prefix,
-        tls: options.tls,
-        timeout: options.timeout,
+        options,
     }
 }
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 use tenure::error::{BackendError, BoxError};
 use tenure::StoreError;
 
+use crate::options::RedisOptions;
+
 /// A failure of the Redis store.
 ///
 /// [`RedisStore::connect`](crate::RedisStore::connect) returns it directly;
@@ -184,13 +186,11 @@ pub(crate) fn who(user: Option<&str>) -> String {
     }
 }
 
-/// Context for classifying a `redis` error.
+/// Context for classifying a `redis` error: the options (user, prefix,
+/// TLS, timeout) and the server as messages name it.
 pub(crate) struct Ctx<'a> {
+    pub(crate) options: &'a RedisOptions,
     pub(crate) target: String,
-    pub(crate) user: Option<&'a str>,
-    pub(crate) prefix: &'a str,
-    pub(crate) tls: bool,
-    pub(crate) timeout: Duration,
 }
 
 impl Ctx<'_> {
@@ -203,15 +203,15 @@ impl Ctx<'_> {
             "WRONGPASS" => {
                 return RedisStoreError::Credentials {
                     target,
-                    who: who(self.user),
+                    who: who(self.options.user.as_deref()),
                 }
             }
             "NOAUTH" => return RedisStoreError::NoAuth { target },
             "NOPERM" => {
                 return RedisStoreError::Permission {
                     target,
-                    who: who(self.user),
-                    prefix: self.prefix.to_owned(),
+                    who: who(self.options.user.as_deref()),
+                    prefix: self.options.prefix.clone(),
                     detail,
                 }
             }
@@ -221,18 +221,18 @@ impl Ctx<'_> {
         if e.kind() == redis::ErrorKind::AuthenticationFailed {
             return RedisStoreError::Credentials {
                 target,
-                who: who(self.user),
+                who: who(self.options.user.as_deref()),
             };
         }
         if e.is_timeout() {
             return RedisStoreError::Timeout {
                 target,
-                after: self.timeout,
+                after: self.options.timeout,
             };
         }
         // Only while connecting: a reset later on is a broken connection, not
         // a TLS setting to fix.
-        if self.tls && what == "connect" && looks_like_tls_failure(&e) {
+        if self.options.tls && what == "connect" && looks_like_tls_failure(&e) {
             return RedisStoreError::Tls {
                 target,
                 detail: e.to_string(),
