@@ -211,22 +211,36 @@ impl FaultRates {
                 )));
             }
         }
-        for (name, every) in [
-            ("crash", self.crash_every),
-            ("pause", self.pause_every),
-            ("partition", self.partition_every),
-            ("resign", self.resign_every),
-            ("shutdown", self.shutdown_every),
-            ("stall", self.stall_every),
-        ] {
-            if every.is_some_and(|d| d < Duration::from_millis(100)) {
-                return Err(SimError::Params(format!(
-                    "mean interval between {name} faults must be at least 100 ms"
-                )));
-            }
-        }
-        Ok(())
+        check_intervals(self.kinds(true))
     }
+
+    /// Every planned kind with its mean interval, in the order a run's plan
+    /// draws them in; pulse stalls only if the application `pulses`.
+    pub(crate) fn kinds(&self, pulses: bool) -> [(Planned, Option<Duration>); 6] {
+        [
+            (Planned::Crash, self.crash_every),
+            (Planned::Pause, self.pause_every),
+            (Planned::Partition, self.partition_every),
+            (Planned::Resign, self.resign_every),
+            (Planned::Shutdown, self.shutdown_every),
+            (Planned::Stall, self.stall_every.filter(|_| pulses)),
+        ]
+    }
+}
+
+/// Checks that no kind of planned fault that is on has a mean interval
+/// under 100 ms, the least every tier accepts.
+pub(crate) fn check_intervals<K: fmt::Debug>(
+    kinds: impl IntoIterator<Item = (K, Option<Duration>)>,
+) -> Result<(), SimError> {
+    for (kind, every) in kinds {
+        if every.is_some_and(|d| d < Duration::from_millis(100)) {
+            return Err(SimError::Params(format!(
+                "mean interval between {kind:?} faults must be at least 100 ms"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A process-level fault to inject at a planned instant; the target is
@@ -266,43 +280,21 @@ pub(crate) fn heal_time(kind: Planned, term: Duration) -> Duration {
     }
 }
 
-/// The planned faults of a run, sorted by time.
-pub(crate) fn plan(
-    rng: &mut impl Rng,
-    rates: &FaultRates,
-    fault_end: SimTime,
-    term: Duration,
-    pulses: bool,
-) -> Vec<(SimTime, Planned)> {
-    let kinds = [
-        (Planned::Crash, rates.crash_every),
-        (Planned::Pause, rates.pause_every),
-        (Planned::Partition, rates.partition_every),
-        (Planned::Resign, rates.resign_every),
-        (Planned::Shutdown, rates.shutdown_every),
-        (Planned::Stall, rates.stall_every),
-    ]
-    .into_iter()
-    .filter(|&(kind, _)| kind != Planned::Stall || pulses)
-    .filter_map(|(kind, every)| Some((kind, every?)));
-    // Give the cluster half a term to elect its first leader.
-    let start = SimTime::from_duration(term / 2);
-    schedule(rng, kinds, start, fault_end, |kind| heal_time(kind, term))
-}
-
 /// The instants each kind of fault strikes, a Poisson process per kind
-/// with mean interval `every`, from `start` until the kind's `heal_time`
-/// before `fault_end`; sorted by time with a stable sort, so that equal
-/// instants keep the order of `kinds` and runs stay deterministic.
+/// with mean interval `every` (none for a kind that is off), from `start`
+/// until the kind's `heal_time` before `fault_end`; sorted by time with a
+/// stable sort, so that equal instants keep the order of `kinds` and runs
+/// stay deterministic.
 pub(crate) fn schedule<K: Copy>(
     rng: &mut impl Rng,
-    kinds: impl IntoIterator<Item = (K, Duration)>,
+    kinds: impl IntoIterator<Item = (K, Option<Duration>)>,
     start: SimTime,
     fault_end: SimTime,
     heal_time: impl Fn(K) -> Duration,
 ) -> Vec<(SimTime, K)> {
     let mut out = Vec::new();
     for (kind, every) in kinds {
+        let Some(every) = every else { continue };
         let end = fault_end.before(heal_time(kind));
         out.extend(
             arrivals(rng, every, start, end)

@@ -22,7 +22,7 @@ use crate::clock::SimTime;
 use crate::elector::clock::{SimClock, TIMER_RESOLUTION};
 use crate::elector::plan::Planned as Window;
 use crate::elector::windows::StoreView;
-use crate::faults::between;
+use crate::faults::{self, between};
 use crate::params::{Shared, SimError};
 use crate::report::{term_violations, Violation, ViolationKind, Violations};
 use crate::scheduler::Queue;
@@ -230,6 +230,24 @@ impl<E, H> Stage<E, H> {
         for i in 0..self.slots.len() {
             let at = SimTime::from_duration(between(rng, Duration::ZERO, within));
             self.push(at, start(i));
+        }
+    }
+
+    /// Plans the tier's faults from `rng`: each kind, with its mean interval
+    /// (none for a kind that is off), strikes as a Poisson process from
+    /// `start` until its `heal_time` before the fault phase ends, as the
+    /// tier's event `inject(kind)`.
+    pub(crate) fn push_faults<K: Copy>(
+        &mut self,
+        rng: &mut impl Rng,
+        kinds: impl IntoIterator<Item = (K, Option<Duration>)>,
+        start: Duration,
+        heal_time: impl Fn(K) -> Duration,
+        inject: impl Fn(K) -> E,
+    ) {
+        let start = SimTime::from_duration(start);
+        for (at, kind) in faults::schedule(rng, kinds, start, self.fault_end, heal_time) {
+            self.push(at, inject(kind));
         }
     }
 

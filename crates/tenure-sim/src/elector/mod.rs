@@ -70,6 +70,7 @@ pub(crate) mod windows;
 
 pub use params::{ElectorFaultRates, ElectorParams};
 pub use report::{ElectorCounts, ElectorReport, ElectorSummary};
+pub use windows::StoreTroubleRates;
 
 use clock::SimClock;
 use plan::Planned;
@@ -182,16 +183,14 @@ impl Cluster {
         self.stage
             .push_first_starts(&mut self.rng, term / 2, Ev::Start);
         let pulses = self.timing.liveness_timeout.is_some();
-        let planned = plan::plan(
+        // Give the cluster half a term to elect its first leader.
+        self.stage.push_faults(
             &mut self.rng,
-            &self.params.faults,
-            self.stage.fault_end,
-            term,
-            pulses,
+            self.params.faults.kinds(pulses),
+            term / 2,
+            |kind| kind.heal_time(term),
+            Ev::Inject,
         );
-        for (at, kind) in planned {
-            self.stage.push(at, Ev::Inject(kind));
-        }
         if self.params.faults.storms && self.rng.gen_range(0..4) == 0 {
             self.stage
                 .push(self.stage.fault_end.before(term * 5 / 2), Ev::Storm);

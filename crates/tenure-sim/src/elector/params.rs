@@ -3,7 +3,11 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
+use crate::faults::check_intervals;
 use crate::params::{check_range, faults_flag, range_flag, Shared, SimError};
+
+use super::plan::Planned;
+use super::windows::StoreTroubleRates;
 
 /// How often each fault strikes in the elector tier: mean intervals of
 /// exponential distributions over the whole cluster; `None` turns a kind
@@ -14,16 +18,9 @@ pub struct ElectorFaultRates {
     /// A candidate's process dies: its application and work stop at once,
     /// it never reaches the store again, and a new incarnation starts later.
     pub crash_every: Option<Duration>,
-    /// A candidate is cut off from the store (its operations hang until
-    /// they time out) for a while.
-    pub partition_every: Option<Duration>,
-    /// A candidate's operations are slow, often slower than the operation
-    /// timeout, for a while.
-    pub slow_every: Option<Duration>,
-    /// The store fails a candidate's operations for a while.
-    pub failing_every: Option<Duration>,
-    /// A candidate's writes apply but their replies are lost, for a while.
-    pub lost_replies_every: Option<Duration>,
+    /// Windows in which a candidate's view of the store is cut off, slow,
+    /// failing or losing replies.
+    pub store_trouble: StoreTroubleRates,
     /// The application resigns (the leader, mostly).
     pub resign_every: Option<Duration>,
     /// The application shuts its elector down gracefully and starts a new
@@ -41,10 +38,12 @@ impl Default for ElectorFaultRates {
     fn default() -> Self {
         ElectorFaultRates {
             crash_every: Some(Duration::from_secs(15)),
-            partition_every: Some(Duration::from_secs(10)),
-            slow_every: Some(Duration::from_secs(10)),
-            failing_every: Some(Duration::from_secs(15)),
-            lost_replies_every: Some(Duration::from_secs(12)),
+            store_trouble: StoreTroubleRates {
+                partition_every: Some(Duration::from_secs(10)),
+                slow_every: Some(Duration::from_secs(10)),
+                failing_every: Some(Duration::from_secs(15)),
+                lost_replies_every: Some(Duration::from_secs(12)),
+            },
             resign_every: Some(Duration::from_secs(12)),
             shutdown_every: Some(Duration::from_secs(20)),
             stall_every: Some(Duration::from_secs(15)),
@@ -58,10 +57,7 @@ impl ElectorFaultRates {
     pub fn none() -> Self {
         ElectorFaultRates {
             crash_every: None,
-            partition_every: None,
-            slow_every: None,
-            failing_every: None,
-            lost_replies_every: None,
+            store_trouble: StoreTroubleRates::none(),
             resign_every: None,
             shutdown_every: None,
             stall_every: None,
@@ -69,19 +65,18 @@ impl ElectorFaultRates {
         }
     }
 
-    /// Every kind with its mean interval.
-    pub(crate) fn kinds(&self) -> [(super::plan::Planned, Option<Duration>); 8] {
-        use super::plan::Planned;
-        [
-            (Planned::Crash, self.crash_every),
-            (Planned::Partition, self.partition_every),
-            (Planned::Slow, self.slow_every),
-            (Planned::Failing, self.failing_every),
-            (Planned::LostReplies, self.lost_replies_every),
+    /// Every kind with its mean interval, in the order a run's plan draws
+    /// them in; pulse stalls only if the application `pulses`.
+    pub(crate) fn kinds(&self, pulses: bool) -> impl Iterator<Item = (Planned, Option<Duration>)> {
+        let application = [
             (Planned::Resign, self.resign_every),
             (Planned::Shutdown, self.shutdown_every),
-            (Planned::Stall, self.stall_every),
-        ]
+            (Planned::Stall, self.stall_every.filter(|_| pulses)),
+        ];
+        [(Planned::Crash, self.crash_every)]
+            .into_iter()
+            .chain(self.store_trouble.kinds())
+            .chain(application)
     }
 }
 
@@ -118,13 +113,7 @@ impl ElectorParams {
     pub fn check(&self) -> Result<(), SimError> {
         check_range("node count", &self.nodes, 2, 20)?;
         check_range("group count", &self.groups, 1, 16)?;
-        for (kind, every) in self.faults.kinds() {
-            if every.is_some_and(|d| d < Duration::from_millis(100)) {
-                return Err(SimError::Params(format!(
-                    "mean interval between {kind:?} faults must be at least 100 ms"
-                )));
-            }
-        }
+        check_intervals(self.faults.kinds(true))?;
         self.shared.check(Duration::from_millis(1))
     }
 

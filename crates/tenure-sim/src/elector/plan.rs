@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::clock::SimTime;
 use crate::faults::FaultKind;
-
-use super::params::ElectorFaultRates;
 
 /// A fault to inject at a planned instant.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,22 +73,4 @@ impl Planned {
         };
         crate::faults::between(rng, lo, hi)
     }
-}
-
-/// The planned faults of a run, sorted by time.
-pub(crate) fn plan(
-    rng: &mut impl Rng,
-    rates: &ElectorFaultRates,
-    fault_end: SimTime,
-    term: Duration,
-    pulses: bool,
-) -> Vec<(SimTime, Planned)> {
-    let kinds = rates
-        .kinds()
-        .into_iter()
-        .filter(|&(kind, _)| kind != Planned::Stall || pulses)
-        .filter_map(|(kind, every)| Some((kind, every?)));
-    // Give the cluster half a term to elect its first leader.
-    let start = SimTime::from_duration(term / 2);
-    crate::faults::schedule(rng, kinds, start, fault_end, |kind| kind.heal_time(term))
 }

@@ -19,6 +19,46 @@ const KINDS: [Planned; 4] = [
     Planned::LostReplies,
 ];
 
+/// How often each kind of store trouble opens a window on one process's
+/// view of the store, in the elector and sharded tiers: mean intervals of
+/// exponential distributions over all processes; `None` turns a kind off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreTroubleRates {
+    /// A process is cut off from the store (its operations hang until they
+    /// time out) for a while.
+    pub partition_every: Option<Duration>,
+    /// A process's store operations are slow, often past the operation
+    /// timeout, for a while.
+    pub slow_every: Option<Duration>,
+    /// The store fails a process's operations for a while.
+    pub failing_every: Option<Duration>,
+    /// A process's writes apply but their replies are lost, for a while.
+    pub lost_replies_every: Option<Duration>,
+}
+
+impl StoreTroubleRates {
+    /// No store trouble at all.
+    pub fn none() -> Self {
+        StoreTroubleRates {
+            partition_every: None,
+            slow_every: None,
+            failing_every: None,
+            lost_replies_every: None,
+        }
+    }
+
+    /// Every kind of window with its mean interval, in the order of
+    /// [`KINDS`] (the order a run's plan draws them in).
+    pub(crate) fn kinds(&self) -> [(Planned, Option<Duration>); 4] {
+        [
+            (Planned::Partition, self.partition_every),
+            (Planned::Slow, self.slow_every),
+            (Planned::Failing, self.failing_every),
+            (Planned::LostReplies, self.lost_replies_every),
+        ]
+    }
+}
+
 /// One process's view of the store, and until when each kind of window
 /// lasts on it.
 pub(crate) struct StoreView {

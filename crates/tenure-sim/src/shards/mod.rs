@@ -206,14 +206,14 @@ impl Set {
         let term = self.timing.term;
         self.stage
             .push_first_starts(&mut self.rng, term / 2, Ev::Start);
-        for (at, kind) in plan::plan(
+        // Give the set a term to settle first.
+        self.stage.push_faults(
             &mut self.rng,
-            &self.params.faults,
-            self.stage.fault_end,
+            self.params.faults.kinds(),
             term,
-        ) {
-            self.stage.push(at, Ev::Inject(kind));
-        }
+            |kind| kind.heal_time(term),
+            Ev::Inject,
+        );
         // Restarts planned for the end of the fault phase come first.
         self.stage.push(
             self.stage.fault_end.after(Duration::from_millis(1)),

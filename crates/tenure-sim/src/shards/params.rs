@@ -3,7 +3,11 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
+use crate::elector::StoreTroubleRates;
+use crate::faults::check_intervals;
 use crate::params::{check_range, faults_flag, range_flag, Shared, SimError};
+
+use super::plan::Planned;
 
 /// How often each membership change and fault strikes in the sharded tier:
 /// mean intervals of exponential distributions over the whole set; `None`
@@ -23,15 +27,9 @@ pub struct ShardFaultRates {
     /// A member's process stops running for a while (70 % of the time for
     /// longer than a term), its clock still counting.
     pub pause_every: Option<Duration>,
-    /// A member is cut off from the store for a while.
-    pub partition_every: Option<Duration>,
-    /// A member's store operations are slow, often past the operation
-    /// timeout, for a while.
-    pub slow_every: Option<Duration>,
-    /// The store fails a member's operations for a while.
-    pub failing_every: Option<Duration>,
-    /// A member's writes apply but their replies are lost, for a while.
-    pub lost_replies_every: Option<Duration>,
+    /// Windows in which a member's view of the store is cut off, slow,
+    /// failing or losing replies.
+    pub store_trouble: StoreTroubleRates,
 }
 
 impl Default for ShardFaultRates {
@@ -41,10 +39,12 @@ impl Default for ShardFaultRates {
             leave_every: Some(Duration::from_secs(20)),
             crash_every: Some(Duration::from_secs(20)),
             pause_every: Some(Duration::from_secs(15)),
-            partition_every: Some(Duration::from_secs(20)),
-            slow_every: Some(Duration::from_secs(20)),
-            failing_every: Some(Duration::from_secs(20)),
-            lost_replies_every: Some(Duration::from_secs(12)),
+            store_trouble: StoreTroubleRates {
+                partition_every: Some(Duration::from_secs(20)),
+                slow_every: Some(Duration::from_secs(20)),
+                failing_every: Some(Duration::from_secs(20)),
+                lost_replies_every: Some(Duration::from_secs(12)),
+            },
         }
     }
 }
@@ -57,11 +57,25 @@ impl ShardFaultRates {
             leave_every: None,
             crash_every: None,
             pause_every: None,
-            partition_every: None,
-            slow_every: None,
-            failing_every: None,
-            lost_replies_every: None,
+            store_trouble: StoreTroubleRates::none(),
         }
+    }
+
+    /// Every kind of change and fault with its mean interval, in the order
+    /// a run's plan draws them in.
+    pub(crate) fn kinds(&self) -> impl Iterator<Item = (Planned, Option<Duration>)> {
+        let windows = self
+            .store_trouble
+            .kinds()
+            .map(|(w, every)| (Planned::Window(w), every));
+        [
+            (Planned::Join, self.join_every),
+            (Planned::Leave, self.leave_every),
+            (Planned::Crash, self.crash_every),
+            (Planned::Pause, self.pause_every),
+        ]
+        .into_iter()
+        .chain(windows)
     }
 }
 
@@ -112,26 +126,7 @@ impl ShardParams {
             )));
         }
         check_range("shard count", &self.shards, 1, 64)?;
-        let f = &self.faults;
-        for every in [
-            f.join_every,
-            f.leave_every,
-            f.crash_every,
-            f.pause_every,
-            f.partition_every,
-            f.slow_every,
-            f.failing_every,
-            f.lost_replies_every,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if every < Duration::from_millis(100) {
-                return Err(SimError::Params(format!(
-                    "a mean interval of {every:?} between faults: give at least 100 ms"
-                )));
-            }
-        }
+        check_intervals(self.faults.kinds())?;
         self.shared.check(Duration::from_millis(1))
     }
 

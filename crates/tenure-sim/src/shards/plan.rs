@@ -5,11 +5,8 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::clock::SimTime;
 use crate::elector::plan::Planned as Window;
 use crate::faults::between;
-
-use super::params::ShardFaultRates;
 
 /// A change or fault to inject at a planned instant.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -30,7 +27,7 @@ pub(crate) enum Planned {
 impl Planned {
     /// The longest a change of this kind takes to play out: changes are
     /// planned only early enough to be over before the tail.
-    fn heal_time(self, term: Duration) -> Duration {
+    pub(crate) fn heal_time(self, term: Duration) -> Duration {
         match self {
             // A join needs nothing healed.
             Planned::Join => Duration::ZERO,
@@ -47,32 +44,4 @@ impl Planned {
 /// pause takes to heal, above), so 70 % of pauses outlast the term.
 pub(crate) fn pause_length(rng: &mut impl Rng, term: Duration) -> Duration {
     between(rng, term / 5, term * 3)
-}
-
-/// The planned changes of a run, sorted by time.
-pub(crate) fn plan(
-    rng: &mut impl Rng,
-    rates: &ShardFaultRates,
-    fault_end: SimTime,
-    term: Duration,
-) -> Vec<(SimTime, Planned)> {
-    let kinds = [
-        (Planned::Join, rates.join_every),
-        (Planned::Leave, rates.leave_every),
-        (Planned::Crash, rates.crash_every),
-        (Planned::Pause, rates.pause_every),
-        (Planned::Window(Window::Partition), rates.partition_every),
-        (Planned::Window(Window::Slow), rates.slow_every),
-        (Planned::Window(Window::Failing), rates.failing_every),
-        (
-            Planned::Window(Window::LostReplies),
-            rates.lost_replies_every,
-        ),
-    ];
-    let kinds = kinds
-        .into_iter()
-        .filter_map(|(kind, every)| Some((kind, every?)));
-    // Give the set a term to settle first.
-    let start = SimTime::from_duration(term);
-    crate::faults::schedule(rng, kinds, start, fault_end, |kind| kind.heal_time(term))
 }

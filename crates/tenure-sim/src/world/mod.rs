@@ -304,8 +304,11 @@ impl World {
             world.push(at, Ev::Restart { node: i });
         }
         let pulses = world.timing.liveness_timeout.is_some();
-        let planned = faults::plan(&mut world.rng, &params.faults, fault_end, term, pulses);
-        for (at, kind) in planned {
+        // Give the cluster half a term to elect its first leader.
+        let start = SimTime::from_duration(term / 2);
+        let kinds = params.faults.kinds(pulses);
+        let heal_time = |kind| faults::heal_time(kind, term);
+        for (at, kind) in faults::schedule(&mut world.rng, kinds, start, fault_end, heal_time) {
             world.push(at, Ev::Inject(kind));
         }
         // Half of the seeds end the fault phase with a storm of 2.5 terms
