@@ -43,13 +43,13 @@
 //! replay command (`cargo run -p tenure-sim --release -- --seed N --trace`).
 //!
 //! ```
-//! use tenure_sim::{run_seed, SimParams};
+//! use tenure_sim::{run_seed, SimParams, Tier};
 //! let mut params = SimParams::default();
 //! params.shared.fault_phase = std::time::Duration::from_secs(20);
 //! let a = run_seed(7, &params)?;
 //! let b = run_seed(7, &params)?;
-//! assert_eq!(a.digest, b.digest);
-//! assert!(a.violations.is_empty(), "{}", params.replay_command(7));
+//! assert_eq!(a.run.digest, b.run.digest);
+//! assert!(a.run.violations.is_empty(), "{}", params.replay_command(7));
 //! # Ok::<(), tenure_sim::SimError>(())
 //! ```
 
@@ -71,13 +71,13 @@ pub use checker::LivenessBounds;
 pub use clock::{NodeClock, SimTime};
 pub use faults::{FaultCounts, FaultKind, FaultRates};
 pub use params::{Liveness, Notify, Shared, SimError, SimParams, SkewBound};
-pub use report::{CrashGap, SimReport, Summary, Violation, ViolationKind};
-pub use tier::Tier;
+pub use report::{CrashGap, RunRecord, SimReport, Summary, Totals, Violation, ViolationKind};
+pub use tier::{Tier, TierReport, TierSummary};
 
 /// Runs one seed to the end and reports what the checker found.
 ///
 /// Fails only if the parameters are invalid; violations of the election's
-/// invariants are in [`SimReport::violations`].
+/// invariants are in the report's [`RunRecord::violations`].
 pub fn run_seed(seed: u64, params: &SimParams) -> Result<SimReport, SimError> {
     Ok(world::World::new(seed, params)?.run())
 }

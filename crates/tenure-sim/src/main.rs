@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use tenure_sim::elector::{ElectorFaultRates, ElectorParams};
 use tenure_sim::shards::{ShardFaultRates, ShardParams};
-use tenure_sim::{FaultRates, Liveness, Notify, Shared, SimParams, SkewBound, Tier};
+use tenure_sim::{
+    FaultRates, Liveness, Notify, Shared, SimParams, SkewBound, Tier, TierReport, TierSummary,
+};
 
 /// Deterministic simulation of tenure elections with an invariant checker.
 #[derive(Parser, Debug)]
@@ -261,23 +263,23 @@ fn drive<T: Tier>(args: &Args, tier: T) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        let run = report.record();
         if args.seed.is_some() {
-            let (trace, line) = tier.describe(&report);
-            for l in &trace {
+            for l in &run.trace {
                 println!("{l}");
             }
-            println!("{line}");
+            println!("{report}");
         }
-        for v in tier.violations(&report) {
+        for v in &run.violations {
             println!("VIOLATION {v}");
             println!("  replay: {}", tier.replay_command(seed));
         }
-        tier.add(&mut summary, &report);
+        summary.add(&report);
         let done = i as u64 + 1;
         if count > 1 && (done % step == 0 || done == count) {
             eprint!(
                 "\r{done}/{count} seeds, {} violations, {:.1?} elapsed   ",
-                tier.violation_count(&summary),
+                summary.totals().violations.len(),
                 started.elapsed()
             );
             let _ = std::io::stderr().flush();
@@ -291,7 +293,7 @@ fn drive<T: Tier>(args: &Args, tier: T) -> ExitCode {
         "wall time                                {:.2?}",
         started.elapsed()
     );
-    if tier.violation_count(&summary) == 0 {
+    if summary.totals().violations.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -9,6 +9,8 @@ use tenure::{Config, Timing};
 
 use crate::clock::NodeClock;
 use crate::faults::FaultRates;
+use crate::report::{SimReport, Summary};
+use crate::tier::Tier;
 
 /// Whether a seed configures [`tenure::Config::max_clock_skew`] (which turns
 /// on the wall-clock early takeover).
@@ -386,16 +388,21 @@ pub enum SimError {
     Runtime(std::io::Error),
 }
 
-impl SimParams {
-    /// Checks the parameters that the election configuration does not.
-    pub fn check(&self) -> Result<(), SimError> {
+impl Tier for SimParams {
+    type Report = SimReport;
+    type Summary = Summary;
+
+    fn check(&self) -> Result<(), SimError> {
         check_range("node count", &self.nodes, 2, 20)?;
         self.faults.check()?;
         self.shared.check(Duration::from_nanos(1))
     }
 
-    /// The command that replays `seed` with these parameters, with a trace.
-    pub fn replay_command(&self, seed: u64) -> String {
+    fn run(&self, seed: u64) -> Result<SimReport, SimError> {
+        crate::run_seed(seed, self)
+    }
+
+    fn replay_command(&self, seed: u64) -> String {
         let mut cmd = format!("cargo run -p tenure-sim --release -- --seed {seed} --trace");
         let d = SimParams::default();
         cmd += &range_flag("nodes", &self.nodes, &d.nodes);

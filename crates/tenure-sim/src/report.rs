@@ -9,6 +9,8 @@ use tokio::time::Instant;
 
 use crate::clock::SimTime;
 use crate::faults::{FaultCounts, FaultKind};
+use crate::tier::{TierReport, TierSummary};
+use crate::trace::Trace;
 
 /// The kind of a broken invariant.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -194,6 +196,67 @@ impl fmt::Display for Violation {
     }
 }
 
+/// What every tier's report of one seed's run holds: the seed that
+/// replays it, the simulated span, the skew bound the seed drew, the
+/// invariants it broke, and the digest and trace that tell one run from
+/// another.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    /// The seed that replays the run.
+    pub seed: u64,
+    /// The simulated span.
+    pub sim_time: Duration,
+    /// The skew bound this seed configured, if any.
+    pub skew_bound: Option<Duration>,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// A digest of the run's trace (kept or not), for replay comparisons.
+    pub digest: u64,
+    /// The human-readable trace, if asked for.
+    pub trace: Vec<String>,
+}
+
+impl RunRecord {
+    /// The record of run `seed`, which ended at `end`, with its `trace`.
+    pub(crate) fn new(
+        seed: u64,
+        end: SimTime,
+        skew_bound: Option<Duration>,
+        violations: Vec<Violation>,
+        trace: Trace,
+    ) -> Self {
+        RunRecord {
+            seed,
+            sim_time: end.as_duration(),
+            skew_bound,
+            violations,
+            digest: trace.digest(),
+            trace: trace.into_lines(),
+        }
+    }
+}
+
+/// What every tier's summary totals over its runs: how many, how much
+/// simulated time, and every violation.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Total simulated time.
+    pub sim_time: Duration,
+    /// Every violation.
+    pub violations: Vec<Violation>,
+}
+
+impl Totals {
+    /// Adds one run.
+    pub fn add(&mut self, run: &RunRecord) {
+        self.seeds += 1;
+        self.sim_time += run.sim_time;
+        self.violations.extend(run.violations.iter().cloned());
+    }
+}
+
 /// A crash of a node that held a valid term, and how long until the next
 /// election.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -216,14 +279,11 @@ pub struct CrashGap {
 /// Everything one seed's run found.
 #[derive(Clone, Debug)]
 pub struct SimReport {
-    /// The seed that replays the run.
-    pub seed: u64,
+    /// The seed, the simulated span, the skew bound, the violations, the
+    /// digest of every event and action, and the trace.
+    pub run: RunRecord,
     /// How many candidates ran.
     pub nodes: usize,
-    /// The simulated span.
-    pub sim_time: Duration,
-    /// The skew bound this seed configured, if any.
-    pub skew_bound: Option<Duration>,
     /// Whether the store sent change notifications.
     pub notify: bool,
     /// The liveness timeout this seed configured, if any.
@@ -247,8 +307,6 @@ pub struct SimReport {
     /// The least real time from the end of one term's validity to the next
     /// election: how close the run came to an overlap.
     pub closest_handover: Option<Duration>,
-    /// Broken invariants.
-    pub violations: Vec<Violation>,
     /// Allowed but noteworthy machine behaviour, counted.
     pub notes: BTreeMap<&'static str, u64>,
     /// Terms ended, by [`tenure::machine::EndReason::label`].
@@ -262,19 +320,31 @@ pub struct SimReport {
     pub earliest_takeover: Option<Duration>,
     /// Events processed.
     pub events: u64,
-    /// A digest of every event and action, for replay comparisons.
-    pub digest: u64,
-    /// The human-readable trace, if asked for.
-    pub trace: Vec<String>,
+}
+
+impl fmt::Display for SimReport {
+    /// The run in one line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.run;
+        write!(
+            f,
+            "seed {}: {} nodes, skew bound {:?}, liveness timeout {:?}, notifications {}, digest {:016x}",
+            r.seed, self.nodes, r.skew_bound, self.liveness_timeout, self.notify, r.digest
+        )
+    }
+}
+
+impl TierReport for SimReport {
+    fn record(&self) -> &RunRecord {
+        &self.run
+    }
 }
 
 /// Totals over many runs, for the binary's table.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
-    /// Seeds run.
-    pub seeds: u64,
-    /// Total simulated time.
-    pub sim_time: Duration,
+    /// Seeds, simulated time, violations.
+    pub runs: Totals,
     /// Total elections.
     pub elections: u64,
     /// Total hand-overs.
@@ -307,15 +377,11 @@ pub struct Summary {
     pub early_takeovers: u64,
     /// The most any early takeover came before the monotonic wait.
     pub earliest_takeover: Option<Duration>,
-    /// Every violation.
-    pub violations: Vec<Violation>,
 }
 
-impl Summary {
-    /// Adds one run.
-    pub fn add(&mut self, r: &SimReport) {
-        self.seeds += 1;
-        self.sim_time += r.sim_time;
+impl TierSummary<SimReport> for Summary {
+    fn add(&mut self, r: &SimReport) {
+        self.runs.add(&r.run);
         self.elections += r.elections;
         self.handovers += r.handovers;
         self.renewals += r.renewals;
@@ -335,10 +401,10 @@ impl Summary {
         if let Some(g) = r.heal_gap {
             self.heal_gaps.push((g, r.heal_bound));
         }
-        keep_closest(&mut self.closest_handover, r.closest_handover, r.seed);
+        keep_closest(&mut self.closest_handover, r.closest_handover, r.run.seed);
         add_counts(&mut self.notes, &r.notes);
         add_counts(&mut self.end_reasons, &r.end_reasons);
-        if r.skew_bound.is_some() {
+        if r.run.skew_bound.is_some() {
             self.skew_seeds += 1;
             if r.early_takeovers > 0 {
                 self.skew_seeds_with_early_takeover += 1;
@@ -348,7 +414,10 @@ impl Summary {
         if let Some(e) = r.earliest_takeover {
             self.earliest_takeover = Some(self.earliest_takeover.map_or(e, |x| x.max(e)));
         }
-        self.violations.extend(r.violations.iter().cloned());
+    }
+
+    fn totals(&self) -> &Totals {
+        &self.runs
     }
 }
 
@@ -463,8 +532,8 @@ pub(crate) fn by_reason(
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        row(f, "seeds run", self.seeds)?;
-        simulated_time(f, self.sim_time)?;
+        row(f, "seeds run", self.runs.seeds)?;
+        simulated_time(f, self.runs.sim_time)?;
         row(f, "events processed", self.events)?;
         row(f, "elections", self.elections)?;
         row(f, "hand-overs (new leader)", self.handovers)?;
@@ -516,6 +585,6 @@ impl fmt::Display for Summary {
                 writeln!(f, "  {k:<70} {v}")?;
             }
         }
-        violations_line(f, &self.violations)
+        violations_line(f, &self.runs.violations)
     }
 }

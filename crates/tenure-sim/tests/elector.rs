@@ -16,9 +16,12 @@ use runs::{first_violation, run_clean};
 fn assert_exercised(summary: &ElectorSummary) {
     // The runs did what they are for: many terms and hand-overs under every
     // kind of fault, several groups per process, and measured fail-overs.
-    assert!(summary.counts.terms > summary.seeds * 10, "{summary}");
-    assert!(summary.counts.handovers > summary.seeds * 5, "{summary}");
-    assert!(summary.groups > summary.seeds, "{summary}");
+    assert!(summary.counts.terms > summary.runs.seeds * 10, "{summary}");
+    assert!(
+        summary.counts.handovers > summary.runs.seeds * 5,
+        "{summary}"
+    );
+    assert!(summary.groups > summary.runs.seeds, "{summary}");
     for kind in [
         FaultKind::Crash,
         FaultKind::Partition,

@@ -26,7 +26,7 @@ fn crash_failover_stays_within_the_bound() {
     let mut bound = Duration::ZERO;
     for seed in 0..60 {
         let r = run_seed(seed, &params).unwrap();
-        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert!(r.run.violations.is_empty(), "{:?}", r.run.violations);
         bound = r.crash_bound;
         let tail = r
             .crash_gaps
@@ -82,7 +82,7 @@ fn a_leader_is_back_within_the_heal_bound_after_every_fault() {
     let params = SimParams::default();
     for seed in 500..530 {
         let r = run_seed(seed, &params).unwrap();
-        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert!(r.run.violations.is_empty(), "{:?}", r.run.violations);
         let gap = r.heal_gap.expect("a term after the faults healed");
         assert!(
             gap <= r.heal_bound,

@@ -1,6 +1,6 @@
 //! A seed replays exactly: same events, same actions, same digest.
 
-use tenure_sim::{run_seed, SimParams};
+use tenure_sim::{run_seed, SimParams, Tier};
 
 #[test]
 fn a_seed_replays_byte_identically() {
@@ -12,9 +12,12 @@ fn a_seed_replays_byte_identically() {
     for seed in [3, 1_000_003] {
         let a = run_seed(seed, &params).unwrap();
         let b = run_seed(seed, &params).unwrap();
-        assert!(a.trace.len() > 1000, "a trace worth comparing");
-        assert_eq!(a.trace, b.trace, "trace of seed {seed} differs on replay");
-        assert_eq!(a.digest, b.digest);
+        assert!(a.run.trace.len() > 1000, "a trace worth comparing");
+        assert_eq!(
+            a.run.trace, b.run.trace,
+            "trace of seed {seed} differs on replay"
+        );
+        assert_eq!(a.run.digest, b.run.digest);
         assert_eq!(a.events, b.events);
         assert_eq!(a.elections, b.elections);
     }
@@ -27,8 +30,8 @@ fn keeping_a_trace_does_not_change_the_run() {
     let plain = SimParams::default();
     let a = run_seed(11, &traced).unwrap();
     let b = run_seed(11, &plain).unwrap();
-    assert_eq!(a.digest, b.digest);
-    assert!(b.trace.is_empty());
+    assert_eq!(a.run.digest, b.run.digest);
+    assert!(b.run.trace.is_empty());
 }
 
 #[test]
@@ -36,7 +39,7 @@ fn different_seeds_differ() {
     let params = SimParams::default();
     let a = run_seed(1, &params).unwrap();
     let b = run_seed(2, &params).unwrap();
-    assert_ne!(a.digest, b.digest);
+    assert_ne!(a.run.digest, b.run.digest);
 }
 
 #[test]

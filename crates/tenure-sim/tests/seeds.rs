@@ -11,7 +11,7 @@ use runs::run_clean;
 fn run_range(seeds: std::ops::Range<u64>) -> Summary {
     let summary = run_clean(&SimParams::default(), seeds);
     // The runs did what they are for: elections under every kind of fault.
-    assert!(summary.elections > summary.seeds * 5, "{summary}");
+    assert!(summary.elections > summary.runs.seeds * 5, "{summary}");
     for kind in FaultKind::ALL {
         assert!(summary.faults[kind] > 0, "no {kind} injected:\n{summary}");
     }

@@ -51,7 +51,7 @@ fn assert_exercised(summary: &ShardSummary) {
     }
     for phase in Phase::ALL {
         let settled = summary.gaps.get(&phase).map_or(0, Vec::len) as u64;
-        assert_eq!(settled, summary.seeds, "{phase}:\n{summary}");
+        assert_eq!(settled, summary.runs.seeds, "{phase}:\n{summary}");
     }
     for (phase, (moved, minimum)) in &summary.moves {
         assert_eq!(moved, minimum, "{phase}:\n{summary}");

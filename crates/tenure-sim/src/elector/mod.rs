@@ -58,7 +58,8 @@ use crate::clock::SimTime;
 use crate::faults::FaultCounts;
 use crate::params::SimError;
 use crate::paused::{self, lock, run_paused, Findings, Stage};
-use crate::report::ViolationKind;
+use crate::report::{RunRecord, ViolationKind};
+use crate::tier::Tier;
 
 pub(crate) mod behaviour;
 pub(crate) mod clock;
@@ -84,7 +85,8 @@ fn group_name(g: usize) -> String {
 /// checker found.
 ///
 /// Fails only if the parameters are invalid or the runtime cannot start;
-/// broken invariants are in [`ElectorReport::violations`].
+/// broken invariants are in the report's
+/// [`RunRecord::violations`](crate::RunRecord::violations).
 ///
 /// ```
 /// use tenure_sim::elector::{run_seed, ElectorParams};
@@ -92,7 +94,7 @@ fn group_name(g: usize) -> String {
 /// params.shared.fault_phase = std::time::Duration::from_secs(20);
 /// let report = run_seed(7, &params)?;
 /// assert!(report.counts.terms > 0);
-/// assert!(report.violations.is_empty(), "{:?}", report.violations);
+/// assert!(report.run.violations.is_empty(), "{:?}", report.run.violations);
 /// # Ok::<(), tenure_sim::SimError>(())
 /// ```
 pub fn run_seed(seed: u64, params: &ElectorParams) -> Result<ElectorReport, SimError> {
@@ -357,13 +359,18 @@ impl Cluster {
         });
         let crash_gaps = crash_gaps.collect();
         let f = lock(&self.stage.findings);
+        let run = RunRecord::new(
+            self.stage.seed,
+            self.stage.now,
+            self.skew,
+            violations,
+            trace,
+        );
         ElectorReport {
-            seed: self.stage.seed,
+            run,
             nodes: self.stage.slots.len(),
             groups: self.groups(),
             notifying: self.stage.slots.iter().filter(|s| s.notify).count(),
-            sim_time: self.stage.now.as_duration(),
-            skew_bound: self.skew,
             liveness_timeout: self.timing.liveness_timeout,
             counts: ElectorCounts {
                 terms,
@@ -379,9 +386,6 @@ impl Cluster {
             crash_gaps,
             crash_bound: self.bounds.crash,
             closest_handover: closest,
-            violations,
-            digest: trace.digest(),
-            trace: trace.into_lines(),
         }
     }
 }

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use crate::faults::check_intervals;
 use crate::params::{check_range, faults_flag, range_flag, Shared, SimError};
+use crate::tier::Tier;
 
 use super::plan::Planned;
+use super::report::{ElectorReport, ElectorSummary};
 use super::windows::StoreTroubleRates;
 
 /// How often each fault strikes in the elector tier: mean intervals of
@@ -108,17 +110,22 @@ impl Default for ElectorParams {
     }
 }
 
-impl ElectorParams {
-    /// Checks the parameters that the election configuration does not.
-    pub fn check(&self) -> Result<(), SimError> {
+impl Tier for ElectorParams {
+    type Report = ElectorReport;
+    type Summary = ElectorSummary;
+
+    fn check(&self) -> Result<(), SimError> {
         check_range("node count", &self.nodes, 2, 20)?;
         check_range("group count", &self.groups, 1, 16)?;
         check_intervals(self.faults.kinds(true))?;
         self.shared.check(Duration::from_millis(1))
     }
 
-    /// The command that runs `seed` again with these parameters.
-    pub fn replay_command(&self, seed: u64) -> String {
+    fn run(&self, seed: u64) -> Result<ElectorReport, SimError> {
+        super::run_seed(seed, self)
+    }
+
+    fn replay_command(&self, seed: u64) -> String {
         let mut cmd =
             format!("cargo run -p tenure-sim --release -- --elector --seed {seed} --trace");
         let d = ElectorParams::default();

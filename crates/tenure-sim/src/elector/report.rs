@@ -7,24 +7,22 @@ use std::time::Duration;
 use crate::faults::{FaultCounts, FaultKind};
 use crate::report::{
     add_counts, by_reason, fault_lines, keep_closest, row, simulated_time, violations_line,
-    Violation,
+    RunRecord, Totals,
 };
+use crate::tier::{TierReport, TierSummary};
 
 /// Everything one seed's elector-tier run found.
 #[derive(Clone, Debug)]
 pub struct ElectorReport {
-    /// The seed that replays the run.
-    pub seed: u64,
+    /// The seed, the simulated span, the skew bound, the violations, the
+    /// digest of the faults and the terms' work, and the trace of them.
+    pub run: RunRecord,
     /// How many candidates ran.
     pub nodes: usize,
     /// How many groups each stood in.
     pub groups: usize,
     /// How many of them saw change notifications.
     pub notifying: usize,
-    /// The simulated span.
-    pub sim_time: Duration,
-    /// The skew bound this seed configured, if any.
-    pub skew_bound: Option<Duration>,
     /// The liveness timeout this seed configured, if any.
     pub liveness_timeout: Option<Duration>,
     /// What the run counted.
@@ -42,12 +40,31 @@ pub struct ElectorReport {
     /// The least time from one candidate's work stopping to another's
     /// starting.
     pub closest_handover: Option<Duration>,
-    /// Broken invariants.
-    pub violations: Vec<Violation>,
-    /// A digest of the faults and the terms' work.
-    pub digest: u64,
-    /// The faults and the terms' work, line by line, if asked for.
-    pub trace: Vec<String>,
+}
+
+impl fmt::Display for ElectorReport {
+    /// The run in one line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.run;
+        write!(
+            f,
+            "seed {}: {} nodes ({} notified) in {} groups, skew bound {:?}, liveness timeout {:?}, {} terms, digest {:016x}",
+            r.seed,
+            self.nodes,
+            self.notifying,
+            self.groups,
+            r.skew_bound,
+            self.liveness_timeout,
+            self.counts.terms,
+            r.digest
+        )
+    }
+}
+
+impl TierReport for ElectorReport {
+    fn record(&self) -> &RunRecord {
+        &self.run
+    }
 }
 
 /// What an elector-tier run counts; a summary sums them over its runs.
@@ -86,12 +103,10 @@ impl ElectorCounts {
 /// Totals over many elector-tier runs, for the binary's table.
 #[derive(Clone, Debug, Default)]
 pub struct ElectorSummary {
-    /// Seeds run.
-    pub seeds: u64,
+    /// Seeds, simulated time, violations.
+    pub runs: Totals,
     /// Groups checked, over all seeds.
     pub groups: u64,
-    /// Total simulated time.
-    pub sim_time: Duration,
     /// The runs' counts, summed.
     pub counts: ElectorCounts,
     /// Heal gaps with their bound.
@@ -100,23 +115,22 @@ pub struct ElectorSummary {
     pub crash_gaps: Vec<(Duration, Duration)>,
     /// The least hand-over time, and its seed.
     pub closest_handover: Option<(Duration, u64)>,
-    /// Every violation.
-    pub violations: Vec<Violation>,
 }
 
-impl ElectorSummary {
-    /// Adds one run.
-    pub fn add(&mut self, r: &ElectorReport) {
-        self.seeds += 1;
+impl TierSummary<ElectorReport> for ElectorSummary {
+    fn add(&mut self, r: &ElectorReport) {
+        self.runs.add(&r.run);
         self.groups += r.groups as u64;
-        self.sim_time += r.sim_time;
         self.counts.add(&r.counts);
         self.heal_gaps
             .extend(r.heal_gaps.iter().map(|&g| (g, r.heal_bound)));
         self.crash_gaps
             .extend(r.crash_gaps.iter().map(|&g| (g, r.crash_bound)));
-        keep_closest(&mut self.closest_handover, r.closest_handover, r.seed);
-        self.violations.extend(r.violations.iter().cloned());
+        keep_closest(&mut self.closest_handover, r.closest_handover, r.run.seed);
+    }
+
+    fn totals(&self) -> &Totals {
+        &self.runs
     }
 }
 
@@ -144,9 +158,9 @@ pub(crate) fn gap_line(
 
 impl fmt::Display for ElectorSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        row(f, "seeds run (elector tier)", self.seeds)?;
+        row(f, "seeds run (elector tier)", self.runs.seeds)?;
         row(f, "groups checked", self.groups)?;
-        simulated_time(f, self.sim_time)?;
+        simulated_time(f, self.runs.sim_time)?;
         let c = &self.counts;
         row(f, "processes started", c.incarnations)?;
         row(f, "elections", c.elections)?;
@@ -165,6 +179,6 @@ impl fmt::Display for ElectorSummary {
                 "closest hand-over"
             )?;
         }
-        violations_line(f, &self.violations)
+        violations_line(f, &self.runs.violations)
     }
 }

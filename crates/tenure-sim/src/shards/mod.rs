@@ -52,7 +52,8 @@ use crate::clock::SimTime;
 use crate::faults::{FaultCounts, FaultKind};
 use crate::params::SimError;
 use crate::paused::{self, lock, run_paused, Findings, Stage};
-use crate::report::ViolationKind;
+use crate::report::{RunRecord, ViolationKind};
+use crate::tier::Tier;
 
 mod bounds;
 mod member;
@@ -75,7 +76,8 @@ const SET: &str = "sim";
 /// checker found.
 ///
 /// Fails only if the parameters are invalid or the runtime cannot start;
-/// broken invariants are in [`ShardReport::violations`].
+/// broken invariants are in the report's
+/// [`RunRecord::violations`](crate::RunRecord::violations).
 ///
 /// ```
 /// use tenure_sim::shards::{run_seed, ShardParams};
@@ -83,7 +85,7 @@ const SET: &str = "sim";
 /// params.shared.fault_phase = std::time::Duration::from_secs(20);
 /// let report = run_seed(7, &params)?;
 /// assert!(report.counts.terms > 0);
-/// assert!(report.violations.is_empty(), "{:?}", report.violations);
+/// assert!(report.run.violations.is_empty(), "{:?}", report.run.violations);
 /// # Ok::<(), tenure_sim::SimError>(())
 /// ```
 pub fn run_seed(seed: u64, params: &ShardParams) -> Result<ShardReport, SimError> {
@@ -549,13 +551,18 @@ impl Set {
         }
         violations.sort_by_key(|v| v.at);
         let f = lock(&self.stage.findings);
+        let run = RunRecord::new(
+            self.stage.seed,
+            self.stage.now,
+            self.skew,
+            violations,
+            trace,
+        );
         ShardReport {
-            seed: self.stage.seed,
+            run,
             members: self.stage.slots.len(),
             shards: self.work.len(),
             notifying: self.stage.slots.iter().filter(|s| s.notify).count(),
-            sim_time: self.stage.now.as_duration(),
-            skew_bound: self.skew,
             counts: ShardCounts {
                 terms,
                 acquisitions: f.elections,
@@ -567,9 +574,6 @@ impl Set {
             },
             settlings: self.settlings.clone(),
             documented_crash_bound: self.bounds.documented_crash,
-            violations,
-            digest: trace.digest(),
-            trace: trace.into_lines(),
         }
     }
 }

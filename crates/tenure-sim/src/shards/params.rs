@@ -6,8 +6,10 @@ use std::time::Duration;
 use crate::elector::StoreTroubleRates;
 use crate::faults::check_intervals;
 use crate::params::{check_range, faults_flag, range_flag, Shared, SimError};
+use crate::tier::Tier;
 
 use super::plan::Planned;
+use super::report::{ShardReport, ShardSummary};
 
 /// How often each membership change and fault strikes in the sharded tier:
 /// mean intervals of exponential distributions over the whole set; `None`
@@ -114,9 +116,12 @@ impl Default for ShardParams {
     }
 }
 
-impl ShardParams {
+impl Tier for ShardParams {
+    type Report = ShardReport;
+    type Summary = ShardSummary;
+
     /// Checks the parameters that the lease configuration does not.
-    pub fn check(&self) -> Result<(), SimError> {
+    fn check(&self) -> Result<(), SimError> {
         check_range("member count", &self.members, 2, 12)?;
         let most = *self.members.end();
         if self.max_members < most || self.max_members > 16 {
@@ -130,8 +135,11 @@ impl ShardParams {
         self.shared.check(Duration::from_millis(1))
     }
 
-    /// The command that runs `seed` again with these parameters.
-    pub fn replay_command(&self, seed: u64) -> String {
+    fn run(&self, seed: u64) -> Result<ShardReport, SimError> {
+        super::run_seed(seed, self)
+    }
+
+    fn replay_command(&self, seed: u64) -> String {
         let mut cmd =
             format!("cargo run -p tenure-sim --release -- --shards --seed {seed} --trace");
         let d = ShardParams::default();

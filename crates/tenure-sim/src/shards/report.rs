@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::elector::report::gap_line;
 use crate::faults::{FaultCounts, FaultKind};
 use crate::report::{
-    add_counts, by_reason, fault_lines, row, simulated_time, violations_line, Violation,
+    add_counts, by_reason, fault_lines, row, simulated_time, violations_line, RunRecord, Totals,
 };
+use crate::tier::{TierReport, TierSummary};
 
 /// A change of the tail after which the set must settle.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -60,18 +61,16 @@ pub struct Settling {
 /// Everything one seed's sharded-tier run found.
 #[derive(Clone, Debug)]
 pub struct ShardReport {
-    /// The seed that replays the run.
-    pub seed: u64,
+    /// The seed, the simulated span, the skew bound, the violations, the
+    /// digest of the changes, faults and the terms' work, and the trace of
+    /// them.
+    pub run: RunRecord,
     /// Member ids that ran.
     pub members: usize,
     /// Shards in the set.
     pub shards: usize,
     /// Members whose views of the store notified.
     pub notifying: usize,
-    /// The simulated span.
-    pub sim_time: Duration,
-    /// The skew bound this seed configured, if any.
-    pub skew_bound: Option<Duration>,
     /// What the run counted.
     pub counts: ShardCounts,
     /// How the set settled after each change of the tail.
@@ -79,12 +78,43 @@ pub struct ShardReport {
     /// The library's documented crash bound, for comparison with the
     /// derived one in [`settlings`](Self::settlings).
     pub documented_crash_bound: Duration,
-    /// Broken invariants.
-    pub violations: Vec<Violation>,
-    /// A digest of the changes, faults and the terms' work.
-    pub digest: u64,
-    /// The changes, faults and the terms' work, line by line, if asked for.
-    pub trace: Vec<String>,
+}
+
+impl fmt::Display for ShardReport {
+    /// The run in a line, and how the set settled after each change of the
+    /// tail in a second one.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.run;
+        let settled: Vec<String> = self
+            .settlings
+            .iter()
+            .map(|s| {
+                let took = s.took.map_or("not settled".into(), |t| format!("{t:.3?}"));
+                format!(
+                    "{}: {took} (bound {:.3?}), moved {} ({})",
+                    s.phase, s.bound, s.moved, s.minimum
+                )
+            })
+            .collect();
+        write!(
+            f,
+            "seed {}: {} shards over {} member ids ({} notified), skew bound {:?}, {} terms, digest {:016x}\n  settled after {}",
+            r.seed,
+            self.shards,
+            self.members,
+            self.notifying,
+            r.skew_bound,
+            self.counts.terms,
+            r.digest,
+            settled.join("; ")
+        )
+    }
+}
+
+impl TierReport for ShardReport {
+    fn record(&self) -> &RunRecord {
+        &self.run
+    }
 }
 
 /// What a sharded-tier run counts; a summary sums them over its runs.
@@ -123,14 +153,12 @@ impl ShardCounts {
 /// Totals over many sharded-tier runs, for the binary's table.
 #[derive(Clone, Debug, Default)]
 pub struct ShardSummary {
-    /// Seeds run.
-    pub seeds: u64,
+    /// Seeds, simulated time, violations.
+    pub runs: Totals,
     /// Shards checked, over all seeds.
     pub shards: u64,
     /// Member ids, over all seeds.
     pub members: u64,
-    /// Total simulated time.
-    pub sim_time: Duration,
     /// The runs' counts, summed.
     pub counts: ShardCounts,
     /// Per phase, each settling time with its bound.
@@ -139,17 +167,13 @@ pub struct ShardSummary {
     pub moves: BTreeMap<Phase, (u64, u64)>,
     /// The documented crash bound (the same for every seed of one run).
     pub documented_crash_bound: Option<Duration>,
-    /// Every violation.
-    pub violations: Vec<Violation>,
 }
 
-impl ShardSummary {
-    /// Adds one run.
-    pub fn add(&mut self, r: &ShardReport) {
-        self.seeds += 1;
+impl TierSummary<ShardReport> for ShardSummary {
+    fn add(&mut self, r: &ShardReport) {
+        self.runs.add(&r.run);
         self.shards += r.shards as u64;
         self.members += r.members as u64;
-        self.sim_time += r.sim_time;
         self.counts.add(&r.counts);
         for s in &r.settlings {
             if let Some(took) = s.took {
@@ -162,16 +186,19 @@ impl ShardSummary {
             }
         }
         self.documented_crash_bound = Some(r.documented_crash_bound);
-        self.violations.extend(r.violations.iter().cloned());
+    }
+
+    fn totals(&self) -> &Totals {
+        &self.runs
     }
 }
 
 impl fmt::Display for ShardSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        row(f, "seeds run (sharded tier)", self.seeds)?;
+        row(f, "seeds run (sharded tier)", self.runs.seeds)?;
         row(f, "shards checked", self.shards)?;
         row(f, "member ids", self.members)?;
-        simulated_time(f, self.sim_time)?;
+        simulated_time(f, self.runs.sim_time)?;
         let c = &self.counts;
         row(f, "processes started", c.incarnations)?;
         row(f, "new members joined", c.joins)?;
@@ -196,6 +223,6 @@ impl fmt::Display for ShardSummary {
         for (phase, (moved, minimum)) in &self.moves {
             writeln!(f, "  {:<38} {moved} ({minimum})", format!("by the {phase}"))?;
         }
-        violations_line(f, &self.violations)
+        violations_line(f, &self.runs.violations)
     }
 }

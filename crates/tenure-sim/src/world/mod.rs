@@ -43,9 +43,10 @@ use crate::checker::{Checker, LivenessBounds};
 use crate::clock::{NodeClock, SimTime};
 use crate::faults::{self, between, FaultCounts, FaultKind, OpFate, Planned};
 use crate::params::{SimError, SimParams};
-use crate::report::SimReport;
+use crate::report::{RunRecord, SimReport};
 use crate::scheduler::Queue;
 use crate::spin::{Spin, Wake};
+use crate::tier::Tier;
 use crate::trace::Trace;
 
 mod inject;
@@ -395,11 +396,10 @@ impl World {
 
     fn report(self) -> SimReport {
         let checker = self.checker;
+        let violations = checker.violations.into_vec();
         SimReport {
-            seed: self.seed,
+            run: RunRecord::new(self.seed, self.now, self.skew, violations, self.trace),
             nodes: self.nodes.len(),
-            sim_time: self.now.as_duration(),
-            skew_bound: self.skew,
             liveness_timeout: self.timing.liveness_timeout,
             notify: self.notify,
             elections: checker.elections,
@@ -411,14 +411,11 @@ impl World {
             heal_bound: self.bounds.heal,
             heal_gap: checker.heal_gap,
             closest_handover: checker.closest,
-            violations: checker.violations.into_vec(),
             notes: checker.notes,
             end_reasons: self.end_reasons,
             early_takeovers: self.early_takeovers,
             earliest_takeover: self.earliest_takeover,
             events: self.events,
-            digest: self.trace.digest(),
-            trace: self.trace.into_lines(),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use tenure_sim::{Tier, Violation};
+use tenure_sim::{Tier, TierReport, TierSummary, Violation};
 
 /// Runs `seeds` of the tier with these parameters and fails naming every
 /// violation with the command that replays its seed; otherwise returns the
@@ -12,13 +12,10 @@ pub fn run_clean<T: Tier>(params: &T, seeds: Range<u64>) -> T::Summary {
     let mut failures = Vec::new();
     for seed in seeds {
         let report = params.run(seed).unwrap();
-        for v in params.violations(&report) {
-            failures.push(format!(
-                "{v}\n  replay: {}",
-                Tier::replay_command(params, seed)
-            ));
+        for v in &report.record().violations {
+            failures.push(format!("{v}\n  replay: {}", params.replay_command(seed)));
         }
-        params.add(&mut summary, &report);
+        summary.add(&report);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     summary
@@ -37,9 +34,9 @@ pub fn first_violation<T: Tier>(
 ) -> Option<(Violation, String)> {
     for seed in seeds {
         let report = params.run(seed).unwrap();
-        if let Some(v) = params.violations(&report).iter().find(|v| wanted(v)) {
+        if let Some(v) = report.record().violations.iter().find(|v| wanted(v)) {
             assert_eq!(v.seed, seed);
-            return Some((v.clone(), Tier::replay_command(params, seed)));
+            return Some((v.clone(), params.replay_command(seed)));
         }
     }
     None
