@@ -140,14 +140,8 @@ pub struct FaultRates {
     /// Mean time between pulse stalls (only in seeds with a liveness
     /// timeout).
     pub stall_every: Option<Duration>,
-    /// Probability that a write's reply is lost after it applied.
-    pub lost_reply: f64,
-    /// Probability that a request is lost before the store.
-    pub dropped_request: f64,
-    /// Probability that the store fails an operation transiently.
-    pub store_failure: f64,
-    /// Probability that a request or reply is slower than the timeout.
-    pub slow_op: f64,
+    /// How likely each fault of a single store operation is.
+    pub per_op: OpFaultOdds,
     /// End the fault phase, in half of the seeds, with a storm of 2.5
     /// terms that partitions or pauses every node at once.
     pub storms: bool,
@@ -162,10 +156,12 @@ impl Default for FaultRates {
             resign_every: Some(Duration::from_secs(15)),
             shutdown_every: Some(Duration::from_secs(25)),
             stall_every: Some(Duration::from_secs(15)),
-            lost_reply: 0.02,
-            dropped_request: 0.02,
-            store_failure: 0.01,
-            slow_op: 0.02,
+            per_op: OpFaultOdds {
+                lost_reply: 0.02,
+                dropped_request: 0.02,
+                store_failure: 0.01,
+                slow_op: 0.02,
+            },
             storms: true,
         }
     }
@@ -181,10 +177,7 @@ impl FaultRates {
             resign_every: None,
             shutdown_every: None,
             stall_every: None,
-            lost_reply: 0.0,
-            dropped_request: 0.0,
-            store_failure: 0.0,
-            slow_op: 0.0,
+            per_op: OpFaultOdds::none(),
             storms: false,
         }
     }
@@ -199,18 +192,7 @@ impl FaultRates {
     }
 
     pub(crate) fn check(&self) -> Result<(), SimError> {
-        for (name, p) in [
-            ("lost reply", self.lost_reply),
-            ("dropped request", self.dropped_request),
-            ("store failure", self.store_failure),
-            ("slow op", self.slow_op),
-        ] {
-            if !(p.is_finite() && (0.0..=0.5).contains(&p)) {
-                return Err(SimError::Params(format!(
-                    "{name} probability {p} is outside [0, 0.5]"
-                )));
-            }
-        }
+        self.per_op.check()?;
         check_intervals(self.kinds(true))
     }
 
@@ -225,6 +207,49 @@ impl FaultRates {
             (Planned::Shutdown, self.shutdown_every),
             (Planned::Stall, self.stall_every.filter(|_| pulses)),
         ]
+    }
+}
+
+/// How likely each fault of a single store operation is, in the machine
+/// tier: probabilities, drawn afresh for every operation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpFaultOdds {
+    /// That a write's reply is lost after it applied.
+    pub lost_reply: f64,
+    /// That a request is lost before the store.
+    pub dropped_request: f64,
+    /// That the store fails an operation transiently.
+    pub store_failure: f64,
+    /// That a request or reply is slower than the timeout.
+    pub slow_op: f64,
+}
+
+impl OpFaultOdds {
+    /// No operation ever fails.
+    pub fn none() -> Self {
+        OpFaultOdds {
+            lost_reply: 0.0,
+            dropped_request: 0.0,
+            store_failure: 0.0,
+            slow_op: 0.0,
+        }
+    }
+
+    /// Checks that each is a probability of at most one half.
+    fn check(&self) -> Result<(), SimError> {
+        for (name, p) in [
+            ("lost reply", self.lost_reply),
+            ("dropped request", self.dropped_request),
+            ("store failure", self.store_failure),
+            ("slow op", self.slow_op),
+        ] {
+            if !(p.is_finite() && (0.0..=0.5).contains(&p)) {
+                return Err(SimError::Params(format!(
+                    "{name} probability {p} is outside [0, 0.5]"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -353,7 +378,7 @@ pub(crate) enum OpFate {
 
 impl OpFate {
     /// Draws the fate of one operation.
-    pub(crate) fn draw(rng: &mut impl Rng, rates: &FaultRates) -> OpFate {
+    pub(crate) fn draw(rng: &mut impl Rng, rates: &OpFaultOdds) -> OpFate {
         let x: f64 = rng.gen();
         let mut edge = rates.dropped_request;
         if x < edge {

@@ -69,7 +69,7 @@ mod world;
 
 pub use checker::LivenessBounds;
 pub use clock::{NodeClock, SimTime};
-pub use faults::{FaultCounts, FaultKind, FaultRates};
+pub use faults::{FaultCounts, FaultKind, FaultRates, OpFaultOdds};
 pub use params::{Liveness, Notify, Shared, SimError, SimParams, SkewBound};
 pub use report::{CrashGap, RunRecord, SimReport, Summary, Totals, Violation, ViolationKind};
 pub use tier::{Tier, TierReport, TierSummary};

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use tenure::testkit::{TermLog, TermProblem, TermSpan};
+use tenure::Timing;
 use tokio::time::Instant;
 
 use crate::clock::SimTime;
@@ -197,9 +198,9 @@ impl fmt::Display for Violation {
 }
 
 /// What every tier's report of one seed's run holds: the seed that
-/// replays it, the simulated span, the skew bound the seed drew, the
-/// invariants it broke, and the digest and trace that tell one run from
-/// another.
+/// replays it, the simulated span, the skew bound and liveness timeout the
+/// seed drew, the invariants it broke, and the digest and trace that tell
+/// one run from another.
 #[derive(Clone, Debug)]
 pub struct RunRecord {
     /// The seed that replays the run.
@@ -208,6 +209,9 @@ pub struct RunRecord {
     pub sim_time: Duration,
     /// The skew bound this seed configured, if any.
     pub skew_bound: Option<Duration>,
+    /// The liveness timeout this seed configured, if any (never in the
+    /// sharded tier, whose members do not pulse).
+    pub liveness_timeout: Option<Duration>,
     /// Broken invariants.
     pub violations: Vec<Violation>,
     /// A digest of the run's trace (kept or not), for replay comparisons.
@@ -217,18 +221,20 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
-    /// The record of run `seed`, which ended at `end`, with its `trace`.
+    /// The record of run `seed`, which ended at `end` and ran with `timing`
+    /// (its skew bound and liveness timeout), with its `trace`.
     pub(crate) fn new(
         seed: u64,
         end: SimTime,
-        skew_bound: Option<Duration>,
+        timing: &Timing,
         violations: Vec<Violation>,
         trace: Trace,
     ) -> Self {
         RunRecord {
             seed,
             sim_time: end.as_duration(),
-            skew_bound,
+            skew_bound: timing.max_clock_skew,
+            liveness_timeout: timing.liveness_timeout,
             violations,
             digest: trace.digest(),
             trace: trace.into_lines(),
@@ -286,8 +292,6 @@ pub struct SimReport {
     pub nodes: usize,
     /// Whether the store sent change notifications.
     pub notify: bool,
-    /// The liveness timeout this seed configured, if any.
-    pub liveness_timeout: Option<Duration>,
     /// `Action::Elected` events.
     pub elections: u64,
     /// Elections of a different node than the previous election's.
@@ -329,7 +333,7 @@ impl fmt::Display for SimReport {
         write!(
             f,
             "seed {}: {} nodes, skew bound {:?}, liveness timeout {:?}, notifications {}, digest {:016x}",
-            r.seed, self.nodes, r.skew_bound, self.liveness_timeout, self.notify, r.digest
+            r.seed, self.nodes, r.skew_bound, r.liveness_timeout, self.notify, r.digest
         )
     }
 }

@@ -70,7 +70,7 @@ pub(crate) mod report;
 pub(crate) mod windows;
 
 pub use params::{ElectorFaultRates, ElectorParams};
-pub use report::{ElectorCounts, ElectorReport, ElectorSummary};
+pub use report::{CheckedGaps, ElectorCounts, ElectorReport, ElectorSummary};
 pub use windows::StoreTroubleRates;
 
 use clock::SimClock;
@@ -135,7 +135,6 @@ struct Cluster {
     /// Per group, spans of every term the electors published.
     published: Vec<TermLog>,
     faults: FaultCounts,
-    skew: Option<Duration>,
     bounds: LivenessBounds,
     /// Per group, the leader when the heal bound had passed.
     heal_leaders: Vec<Option<(usize, u64)>>,
@@ -171,7 +170,6 @@ impl Cluster {
             work: (0..groups).map(|_| TermLog::default()).collect(),
             published: (0..groups).map(|_| TermLog::default()).collect(),
             faults: FaultCounts::default(),
-            skew,
             bounds,
             heal_leaders: vec![None; groups],
             tail_crash: None,
@@ -362,7 +360,7 @@ impl Cluster {
         let run = RunRecord::new(
             self.stage.seed,
             self.stage.now,
-            self.skew,
+            &self.timing,
             violations,
             trace,
         );
@@ -371,7 +369,6 @@ impl Cluster {
             nodes: self.stage.slots.len(),
             groups: self.groups(),
             notifying: self.stage.slots.iter().filter(|s| s.notify).count(),
-            liveness_timeout: self.timing.liveness_timeout,
             counts: ElectorCounts {
                 terms,
                 elections: f.elections,
@@ -381,10 +378,14 @@ impl Cluster {
                 store_alarms: f.store_alarms,
                 faults: self.faults.clone(),
             },
-            heal_gaps,
-            heal_bound: self.bounds.heal,
-            crash_gaps,
-            crash_bound: self.bounds.crash,
+            heal: CheckedGaps {
+                gaps: heal_gaps,
+                bound: self.bounds.heal,
+            },
+            crash: CheckedGaps {
+                gaps: crash_gaps,
+                bound: self.bounds.crash,
+            },
             closest_handover: closest,
         }
     }

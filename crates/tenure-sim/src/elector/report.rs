@@ -23,20 +23,14 @@ pub struct ElectorReport {
     pub groups: usize,
     /// How many of them saw change notifications.
     pub notifying: usize,
-    /// The liveness timeout this seed configured, if any.
-    pub liveness_timeout: Option<Duration>,
     /// What the run counted.
     pub counts: ElectorCounts,
     /// Per group, time from the last fault healing to a term's work
-    /// running.
-    pub heal_gaps: Vec<Duration>,
-    /// The heal bound checked.
-    pub heal_bound: Duration,
+    /// running, and the heal bound.
+    pub heal: CheckedGaps,
     /// For each group the tail's crashed leader led, time from the crash to
-    /// the next term's work.
-    pub crash_gaps: Vec<Duration>,
-    /// The crash failover bound checked.
-    pub crash_bound: Duration,
+    /// the next term's work, and the crash failover bound.
+    pub crash: CheckedGaps,
     /// The least time from one candidate's work stopping to another's
     /// starting.
     pub closest_handover: Option<Duration>,
@@ -54,7 +48,7 @@ impl fmt::Display for ElectorReport {
             self.notifying,
             self.groups,
             r.skew_bound,
-            self.liveness_timeout,
+            r.liveness_timeout,
             self.counts.terms,
             r.digest
         )
@@ -64,6 +58,22 @@ impl fmt::Display for ElectorReport {
 impl TierReport for ElectorReport {
     fn record(&self) -> &RunRecord {
         &self.run
+    }
+}
+
+/// Leaderless gaps a run measured, and the bound they were checked against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckedGaps {
+    /// The gaps.
+    pub gaps: Vec<Duration>,
+    /// The bound each had to keep.
+    pub bound: Duration,
+}
+
+impl CheckedGaps {
+    /// Each gap with its bound, as a summary keeps them.
+    fn with_bound(&self) -> impl Iterator<Item = (Duration, Duration)> + '_ {
+        self.gaps.iter().map(|&gap| (gap, self.bound))
     }
 }
 
@@ -122,10 +132,8 @@ impl TierSummary<ElectorReport> for ElectorSummary {
         self.runs.add(&r.run);
         self.groups += r.groups as u64;
         self.counts.add(&r.counts);
-        self.heal_gaps
-            .extend(r.heal_gaps.iter().map(|&g| (g, r.heal_bound)));
-        self.crash_gaps
-            .extend(r.crash_gaps.iter().map(|&g| (g, r.crash_bound)));
+        self.heal_gaps.extend(r.heal.with_bound());
+        self.crash_gaps.extend(r.crash.with_bound());
         keep_closest(&mut self.closest_handover, r.closest_handover, r.run.seed);
     }
 

@@ -554,7 +554,7 @@ impl Set {
         let run = RunRecord::new(
             self.stage.seed,
             self.stage.now,
-            self.skew,
+            &self.timing,
             violations,
             trace,
         );

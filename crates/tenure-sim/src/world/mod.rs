@@ -221,7 +221,6 @@ pub(crate) struct World {
     events: u64,
     fault_end: SimTime,
     notify: bool,
-    skew: Option<Duration>,
     bounds: LivenessBounds,
     slow: Duration,
     heal_leader: Option<(usize, u64)>,
@@ -291,7 +290,6 @@ impl World {
             events: 0,
             fault_end,
             notify,
-            skew,
             bounds,
             slow,
             heal_leader: None,
@@ -398,9 +396,8 @@ impl World {
         let checker = self.checker;
         let violations = checker.violations.into_vec();
         SimReport {
-            run: RunRecord::new(self.seed, self.now, self.skew, violations, self.trace),
+            run: RunRecord::new(self.seed, self.now, &self.timing, violations, self.trace),
             nodes: self.nodes.len(),
-            liveness_timeout: self.timing.liveness_timeout,
             notify: self.notify,
             elections: checker.elections,
             handovers: checker.handovers,

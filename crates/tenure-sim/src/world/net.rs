@@ -14,7 +14,7 @@ impl World {
             return;
         }
         let fate = if t < self.fault_end {
-            OpFate::draw(&mut self.rng, &self.params.faults)
+            OpFate::draw(&mut self.rng, &self.params.faults.per_op)
         } else {
             OpFate::Normal
         };
