@@ -108,12 +108,6 @@ impl DynamoDbStore {
     }
 
     /// Connects with options built in code.
-    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
-    pub async fn with_options(options: DynamoDbOptions) -> Result<Self, DynamoDbStoreError> {
-        Self::connect_with(options).await
-    }
-
-    /// Connects with options built in code.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), tenure_dynamodb::DynamoDbStoreError> {
@@ -155,6 +149,13 @@ impl DynamoDbStore {
             store.check_table().await?;
         }
         Ok(store)
+    }
+
+    /// The same as [`connect_with`](DynamoDbStore::connect_with), under its
+    /// former name.
+    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
+    pub async fn with_options(options: DynamoDbOptions) -> Result<Self, DynamoDbStoreError> {
+        Self::connect_with(options).await
     }
 
     /// A store on an SDK client you configured yourself (a shared

@@ -105,12 +105,6 @@ impl BucketStore {
     }
 
     /// Connects with options built in code.
-    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
-    pub async fn with_options(options: BucketOptions) -> Result<Self, BucketStoreError> {
-        Self::connect_with(options).await
-    }
-
-    /// Connects with options built in code.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), tenure_object_store::BucketStoreError> {
@@ -129,6 +123,13 @@ impl BucketStore {
         let s = Self::open(options)?;
         s.check_bucket().await?;
         Ok(s)
+    }
+
+    /// The same as [`connect_with`](BucketStore::connect_with), under its
+    /// former name.
+    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
+    pub async fn with_options(options: BucketOptions) -> Result<Self, BucketStoreError> {
+        Self::connect_with(options).await
     }
 
     /// Builds the client without sending anything (no bucket check): the

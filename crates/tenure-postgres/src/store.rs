@@ -63,12 +63,6 @@ impl PostgresStore {
         Self::connect_with(PostgresOptions::from_url(url)?).await
     }
 
-    /// Connects with parsed options.
-    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
-    pub async fn with_options(options: PostgresOptions) -> Result<Self, PostgresStoreError> {
-        Self::connect_with(options).await
-    }
-
     /// Connects with parsed options; see [`connect`](PostgresStore::connect).
     pub async fn connect_with(options: PostgresOptions) -> Result<Self, PostgresStoreError> {
         let tls = tls::connector(options.ca.as_ref().map(|(o, p)| (*o, p.as_path())))?;
@@ -85,6 +79,13 @@ impl PostgresStore {
         let conn = store.open().await?;
         store.inner.pool.seed(conn).await;
         Ok(store)
+    }
+
+    /// The same as [`connect_with`](PostgresStore::connect_with), under its
+    /// former name.
+    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
+    pub async fn with_options(options: PostgresOptions) -> Result<Self, PostgresStoreError> {
+        Self::connect_with(options).await
     }
 
     /// The options in force.
