@@ -24,7 +24,7 @@ use crate::elector::plan::Planned as Window;
 use crate::elector::windows::StoreView;
 use crate::faults::{self, between};
 use crate::params::{Shared, SimError};
-use crate::report::{term_violations, Violation, ViolationKind, Violations};
+use crate::report::{term_violations, RunRecord, Violation, ViolationKind, Violations};
 use crate::scheduler::Queue;
 use crate::trace::Trace;
 
@@ -295,6 +295,18 @@ impl<E, H> Stage<E, H> {
         lock(&self.findings)
             .violations
             .add(kind, self.now, nodes, tokens, detail);
+    }
+
+    /// The run's record once it is over, with `timing`'s skew bound and
+    /// liveness timeout: what its tasks found and then what the tier's
+    /// closing checks found (`closing`), sorted by when each was found
+    /// (a stable sort: violations found at one instant keep that order),
+    /// and the trace.
+    pub(crate) fn record(&self, timing: &Timing, closing: Vec<Violation>) -> RunRecord {
+        let (mut violations, trace) = lock(&self.findings).take();
+        violations.extend(closing);
+        violations.sort_by_key(|v| v.at);
+        RunRecord::new(self.seed, self.now, timing, violations, trace)
     }
 
     /// The violations a term log of `place` (a group or a shard) shows.

@@ -58,7 +58,7 @@ use crate::clock::SimTime;
 use crate::faults::FaultCounts;
 use crate::params::SimError;
 use crate::paused::{self, lock, run_paused, Findings, Stage};
-use crate::report::{RunRecord, ViolationKind};
+use crate::report::ViolationKind;
 use crate::tier::Tier;
 
 pub(crate) mod behaviour;
@@ -307,7 +307,7 @@ impl Cluster {
     }
 
     fn report(self) -> ElectorReport {
-        let (mut violations, trace) = lock(&self.stage.findings).take();
+        let mut violations = Vec::new();
         let mut terms = 0;
         let mut handovers = 0;
         let mut closest: Option<Duration> = None;
@@ -344,7 +344,6 @@ impl Cluster {
             });
             heal_gaps.extend(heal_gap);
         }
-        violations.sort_by_key(|v| v.at);
         let crash_gaps = self.tail_crash.iter().flat_map(|(at, led)| {
             led.iter().filter_map(|&g| {
                 self.work[g]
@@ -356,14 +355,8 @@ impl Cluster {
             })
         });
         let crash_gaps = crash_gaps.collect();
+        let run = self.stage.record(&self.timing, violations);
         let f = lock(&self.stage.findings);
-        let run = RunRecord::new(
-            self.stage.seed,
-            self.stage.now,
-            &self.timing,
-            violations,
-            trace,
-        );
         ElectorReport {
             run,
             nodes: self.stage.slots.len(),

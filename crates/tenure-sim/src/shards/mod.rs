@@ -52,7 +52,7 @@ use crate::clock::SimTime;
 use crate::faults::{FaultCounts, FaultKind};
 use crate::params::SimError;
 use crate::paused::{self, lock, run_paused, Findings, Stage};
-use crate::report::{RunRecord, ViolationKind};
+use crate::report::ViolationKind;
 use crate::tier::Tier;
 
 mod bounds;
@@ -535,7 +535,7 @@ impl Set {
     }
 
     fn report(self) -> ShardReport {
-        let (mut violations, trace) = lock(&self.stage.findings).take();
+        let mut violations = Vec::new();
         let mut terms = 0;
         for s in 0..self.work.len() {
             let place = format!("shard {s}");
@@ -549,15 +549,8 @@ impl Set {
             );
             terms += self.terms[s].spans().len() as u64;
         }
-        violations.sort_by_key(|v| v.at);
+        let run = self.stage.record(&self.timing, violations);
         let f = lock(&self.stage.findings);
-        let run = RunRecord::new(
-            self.stage.seed,
-            self.stage.now,
-            &self.timing,
-            violations,
-            trace,
-        );
         ShardReport {
             run,
             members: self.stage.slots.len(),
