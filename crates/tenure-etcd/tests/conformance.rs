@@ -3,45 +3,31 @@
 mod common;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Feeds, Harness};
+use tenure::testkit::{self, Feeds, RawAccess, UrlHarness};
 use tenure::GroupName;
 use tenure_etcd::EtcdStore;
 
-struct EtcdHarness {
-    url: String,
-    raw: etcd_client::Client,
-    prefix: String,
+/// The store's keys, read and written by a plain client.
+struct EtcdKeys {
+    client: etcd_client::Client,
+    /// Names the keys ([`EtcdStore::key`]).
+    store: EtcdStore,
 }
 
 #[async_trait]
-impl Harness for EtcdHarness {
-    type Store = EtcdStore;
-
-    async fn store(&self) -> EtcdStore {
-        EtcdStore::connect(&self.url).await.expect("connect")
-    }
-
+impl RawAccess for EtcdKeys {
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
-        let key = format!("{}{}", self.prefix, group.as_str());
         // A plain put changes mod_revision, as any write does.
-        self.raw
-            .kv_client()
-            .put(key, bytes, None)
+        let mut kv = self.client.kv_client();
+        kv.put(self.store.key(group), bytes, None)
             .await
             .expect("plant");
     }
 
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
-        let key = format!("{}{}", self.prefix, group.as_str());
-        let resp = self.raw.kv_client().get(key, None).await.expect("read raw");
+        let mut kv = self.client.kv_client();
+        let resp = kv.get(self.store.key(group), None).await.expect("read raw");
         resp.kvs().first().map(|kv| kv.value().to_vec())
-    }
-
-    /// Every write notifies (issue 10, item 15: the feed case fails, not
-    /// skips, if that breaks).
-    /// A watch per group (observers) and the prefix watch (engines).
-    fn promised_feeds(&self) -> Feeds {
-        Feeds::ALL
     }
 }
 
@@ -50,11 +36,17 @@ async fn conformance() {
     let Some(server) = testkit::server_url("TENURE_TEST_ETCD") else {
         return;
     };
-    let prefix = format!("tenure-conformance-{:x}/", tenure::testkit::unique_suffix());
-    let url = format!("{server}?prefix={prefix}");
+    let prefix = format!("tenure-conformance-{:x}/", testkit::unique_suffix());
     let endpoint = server.trim_start_matches("http://").to_owned();
-    let raw = etcd_client::Client::connect([endpoint], None)
+    let client = etcd_client::Client::connect([endpoint], None)
         .await
         .unwrap();
-    testkit::run_conformance(&EtcdHarness { url, raw, prefix }).await;
+    let url = format!("{server}?prefix={prefix}");
+    let store = EtcdStore::connect(&url).await.expect("connect");
+    let keys = EtcdKeys { client, store };
+    // Every write notifies (issue 10, item 15: the feed case fails, not
+    // skips, if that breaks): a watch per group (observers) and the prefix
+    // watch (engines).
+    let harness = UrlHarness::new(url, EtcdStore::connect, keys).promising(Feeds::ALL);
+    testkit::run_conformance(&harness).await;
 }

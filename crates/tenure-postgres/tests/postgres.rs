@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::testkit::scenarios::elector;
-use tenure::testkit::{self, many_groups, scenarios, Feeds, Harness, TcpProxy, TermLog};
+use tenure::testkit::{
+    self, many_groups, scenarios, Feeds, RawAccess, TcpProxy, TermLog, UrlHarness,
+};
 use tenure::{GroupName, StoreError};
 use tenure_postgres::{PostgresStore, PostgresStoreError};
 
@@ -73,37 +75,17 @@ impl RowLock {
     }
 }
 
-struct PgHarness {
-    /// The URL the stores under test connect with.
-    url: String,
+/// The store's table, read and written by a plain client.
+struct LeaseTable {
+    client: tokio_postgres::Client,
     table: String,
-    raw: tokio_postgres::Client,
-}
-
-impl PgHarness {
-    async fn new(url: String) -> PgHarness {
-        // The store creates the table on connect.
-        PostgresStore::connect(&url).await.expect("connect");
-        let raw = raw(&url).await;
-        PgHarness {
-            url,
-            table: "tenure_leases".into(),
-            raw,
-        }
-    }
 }
 
 #[async_trait]
-impl Harness for PgHarness {
-    type Store = PostgresStore;
-
-    async fn store(&self) -> PostgresStore {
-        PostgresStore::connect(&self.url).await.expect("connect")
-    }
-
+impl RawAccess for LeaseTable {
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
         let t = &self.table;
-        self.raw
+        self.client
             .execute(
                 &format!(
                     "INSERT INTO {t} (group_name, version, record) VALUES ($1, 1, $2)
@@ -116,7 +98,7 @@ impl Harness for PgHarness {
     }
 
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
-        self.raw
+        self.client
             .query_opt(
                 &format!("SELECT record FROM {} WHERE group_name = $1", self.table),
                 &[&group.as_str()],
@@ -125,18 +107,21 @@ impl Harness for PgHarness {
             .expect("read raw")
             .map(|row| row.get(0))
     }
-
-    /// Every write notifies (issue 10, item 15: the feed case fails, not
-    /// skips, if that breaks).
-    fn promised_feeds(&self) -> Feeds {
-        Feeds::ALL
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance() {
     let Some(url) = url() else { return };
-    testkit::run_conformance(&PgHarness::new(url).await).await;
+    // The store creates the table on connect.
+    PostgresStore::connect(&url).await.expect("connect");
+    let table = LeaseTable {
+        client: raw(&url).await,
+        table: "tenure_leases".into(),
+    };
+    // Every write notifies (issue 10, item 15: the feed case fails, not
+    // skips, if that breaks).
+    let harness = UrlHarness::new(url, PostgresStore::connect, table).promising(Feeds::ALL);
+    testkit::run_conformance(&harness).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -341,11 +326,12 @@ async fn a_least_privilege_user_with_a_hostile_password_passes_the_suite() {
     for shown in [format!("{store:?}"), tenure::LeaseView::describe(&store)] {
         assert!(!shown.contains("Qb2") && !shown.contains("Qe5"), "{shown}");
     }
-    let harness = PgHarness {
-        url: role_url.clone(),
+    let table = LeaseTable {
+        client: raw(&url).await,
         table: lp.table.clone(),
-        raw: raw(&url).await,
     };
+    // The change feed included: a missing one fails its case.
+    let harness = UrlHarness::new(role_url, PostgresStore::connect, table).promising(Feeds::ALL);
     let report = testkit::check_conformance(&harness).await;
     lp.drop_all().await;
     assert!(report.passed(), "{report}");

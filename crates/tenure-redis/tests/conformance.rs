@@ -4,48 +4,37 @@ mod common;
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
-use tenure::testkit::{self, Feeds, Harness};
+use tenure::testkit::{self, Feeds, RawAccess, UrlHarness};
 use tenure::GroupName;
 use tenure_redis::RedisStore;
 
-struct RedisHarness {
-    url: String,
-    raw: redis::aio::MultiplexedConnection,
-    prefix: String,
+/// The store's hashes, read and written by a plain client.
+struct RedisKeys {
+    client: redis::aio::MultiplexedConnection,
+    /// Names the keys ([`RedisStore::key`]).
+    store: RedisStore,
 }
 
 #[async_trait]
-impl Harness for RedisHarness {
-    type Store = RedisStore;
-
-    async fn store(&self) -> RedisStore {
-        RedisStore::connect(&self.url).await.expect("connect")
-    }
-
+impl RawAccess for RedisKeys {
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
-        let key = format!("{}{}", self.prefix, group.as_str());
-        let mut c = self.raw.clone();
+        let key = self.store.key(group);
         // As a foreign program would: bytes in the record field, and a new
         // version, so a CAS with the version read before conflicts.
         let _: () = redis::pipe()
             .atomic()
             .hset(&key, "record", bytes)
             .hincr(&key, "v", 1)
-            .query_async(&mut c)
+            .query_async(&mut self.client.clone())
             .await
             .expect("plant");
     }
 
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
-        let key = format!("{}{}", self.prefix, group.as_str());
-        let mut c = self.raw.clone();
-        c.hget(&key, "record").await.expect("read raw")
-    }
-
-    /// Every write notifies (issue 10, item 15: the feed case fails, not
-    /// skips, if that breaks).
-    fn promised_feeds(&self) -> Feeds {
-        Feeds::ALL
+        let mut c = self.client.clone();
+        c.hget(self.store.key(group), "record")
+            .await
+            .expect("read raw")
     }
 }
 
@@ -60,12 +49,16 @@ async fn conformance() {
     let url = format!("{server}?prefix={prefix}");
     let store = RedisStore::connect(&url).await.expect("connect");
     assert!(store.adopt_empty().await.expect("adopt"));
-    let raw = redis::Client::open(server.as_str())
+    let client = redis::Client::open(server.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    testkit::run_conformance(&RedisHarness { url, raw, prefix }).await;
+    let keys = RedisKeys { client, store };
+    // Every write notifies (issue 10, item 15: the feed case fails, not
+    // skips, if that breaks).
+    let harness = UrlHarness::new(url, RedisStore::connect, keys).promising(Feeds::ALL);
+    testkit::run_conformance(&harness).await;
 }
 
 /// An ACL user with exactly the permissions the crate docs list passes the
@@ -96,18 +89,18 @@ async fn the_documented_acl_permissions_pass_the_suite() {
     let url = format!("redis://{user}:acl-pw@{host}?prefix={prefix}");
     let store = RedisStore::connect(&url).await.expect("connect");
     assert!(store.adopt_empty().await.expect("adopt"));
-    let report = testkit::check_conformance(&RedisHarness {
-        url,
-        raw: raw.clone(),
-        prefix,
-    })
-    .await;
+    let keys = RedisKeys {
+        client: raw.clone(),
+        store,
+    };
+    // Both feeds are promised: a missing one fails its case.
+    let harness = UrlHarness::new(url, RedisStore::connect, keys).promising(Feeds::ALL);
+    let report = testkit::check_conformance(&harness).await;
     let _: () = redis::cmd("ACL")
         .arg("DELUSER")
         .arg(&user)
         .query_async(&mut raw)
         .await
         .unwrap();
-    // Both feeds are promised: a missing one fails its case.
     assert!(report.passed(), "{report}");
 }

@@ -3,37 +3,20 @@
 mod common;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Feeds, Harness};
+use tenure::testkit::{self, Feeds, RawAccess, UrlHarness};
 use tenure::GroupName;
 use tenure_zookeeper::ZkStore;
 
-struct ZkHarness {
-    url: String,
-    raw: common::Raw,
-}
-
 #[async_trait]
-impl Harness for ZkHarness {
-    type Store = ZkStore;
-
-    async fn store(&self) -> ZkStore {
-        ZkStore::connect(&self.url).await.expect("connect")
-    }
-
+impl RawAccess for common::Raw {
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
         // An unconditional setData (or a create) moves the node's mzxid,
         // as any write does.
-        self.raw.plant(group, bytes).await;
+        self.plant(group, bytes).await;
     }
 
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
-        self.raw.get(group).await
-    }
-
-    /// A one-shot data watch per group (observers) and the persistent
-    /// recursive watch on the prefix node (engines).
-    fn promised_feeds(&self) -> Feeds {
-        Feeds::ALL
+        self.get(group).await
     }
 }
 
@@ -43,7 +26,10 @@ async fn conformance() {
         return;
     };
     let prefix = format!("/tenure-conformance-{:x}", testkit::unique_suffix());
-    let url = format!("{server}{prefix}");
     let raw = common::Raw::connect(&server, &prefix).await;
-    testkit::run_conformance(&ZkHarness { url, raw }).await;
+    // A one-shot data watch per group (observers) and the persistent
+    // recursive watch on the prefix node (engines).
+    let url = format!("{server}{prefix}");
+    let harness = UrlHarness::new(url, ZkStore::connect, raw).promising(Feeds::ALL);
+    testkit::run_conformance(&harness).await;
 }

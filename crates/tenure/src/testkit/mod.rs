@@ -7,9 +7,12 @@
 //! without the `testkit` feature, so no input, configuration or store
 //! contents can reach those panics in a service.
 //!
-//! A store crate implements [`Harness`] for its store (a few lines: open a
-//! fresh handle, plant and read raw bytes) and runs the whole suite in one
-//! test:
+//! A store crate gives the suite a [`Harness`] for its store (open a fresh
+//! handle, plant and read raw bytes) and runs the whole suite in one test.
+//! A store opened from a URL takes the ready [`UrlHarness`]: its author
+//! writes only the raw access ([`RawAccess`]) and names the feeds the store
+//! promises (see [`UrlHarness`] for an example). Any other store implements
+//! [`Harness`] itself:
 //!
 //! ```
 //! use async_trait::async_trait;
@@ -77,6 +80,7 @@ mod servers;
 mod support;
 mod term_log;
 mod tls;
+mod url_harness;
 pub use connect_checks::{tls_to_a_plain_server_fails, unreachable_is_unavailable};
 pub use feed_checks::{
     expect_foreign_values_hinted, expect_hint, expect_quiet, expect_written, next_change,
@@ -98,8 +102,11 @@ pub use support::{
 };
 pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
 pub use tls::TlsFiles;
+pub use url_harness::{RawAccess, UrlHarness};
 
-/// How a store's test gives the suite access to the store.
+/// How a store's test gives the suite access to the store. A store opened
+/// from a URL need not implement it: [`UrlHarness`] does, from the store's
+/// `connect` and a [`RawAccess`].
 ///
 /// Harness methods are test code: they may panic when the store cannot be
 /// reached or set up. The suite catches such a panic and reports it as the

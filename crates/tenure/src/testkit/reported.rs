@@ -24,13 +24,14 @@ use super::TcpProxy;
 pub trait Connect<'a, S> {
     /// Opens a handle on `url`; panics naming the store (`name`) and the
     /// error if it cannot.
-    fn open(&self, name: &str, url: &'a str) -> impl Future<Output = S>;
+    fn open(&self, name: &str, url: &'a str) -> impl Future<Output = S> + Send;
 }
 
 impl<'a, S, E, Fut, F> Connect<'a, S> for F
 where
-    F: Fn(&'a str) -> Fut,
-    Fut: Future<Output = Result<S, E>>,
+    F: Fn(&'a str) -> Fut + Sync,
+    Fut: Future<Output = Result<S, E>> + Send,
+    S: Send,
     E: Debug,
 {
     async fn open(&self, name: &str, url: &'a str) -> S {
