@@ -128,63 +128,20 @@ mod tests {
     //! The retry loop with real SDK throttling errors, on paused time, with
     //! a recorder that counts the metric.
 
-    use std::collections::HashMap;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
-
     use aws_sdk_dynamodb::error::SdkError;
     use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
     use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
     use aws_smithy_runtime_api::http::{Response, StatusCode};
     use aws_smithy_types::body::SdkBody;
-    use metrics::{
-        Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
-    };
+    use tenure::testkit::CountingRecorder;
 
     use super::*;
     use crate::error::tests::sdk_meta;
     use crate::error::{classify, Target};
 
-    #[derive(Default)]
-    struct Count(AtomicU64);
-    impl CounterFn for Count {
-        fn increment(&self, value: u64) {
-            self.0.fetch_add(value, Ordering::Relaxed);
-        }
-        fn absolute(&self, value: u64) {
-            self.0.store(value, Ordering::Relaxed);
-        }
-    }
-
-    /// Counts counters by name and labels; ignores the rest.
-    #[derive(Default)]
-    struct Counters(Mutex<HashMap<String, Arc<Count>>>);
-    impl Counters {
-        fn get(&self, key: &str) -> u64 {
-            let map = self.0.lock().unwrap();
-            map.get(key).map_or(0, |c| c.0.load(Ordering::Relaxed))
-        }
-    }
-    impl Recorder for Counters {
-        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-            let mut labels: Vec<_> = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            let name = format!("{}{{{}}}", key.name(), labels.join(","));
-            let c = self.0.lock().unwrap().entry(name).or_default().clone();
-            Counter::from_arc(c)
-        }
-        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-            Gauge::noop()
-        }
-        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-            Histogram::noop()
-        }
+    /// The labels of the metric for `op` on the table of [`throttle`].
+    const fn on_leases(op: &str) -> [(&str, &str); 2] {
+        [("op", op), ("table", "leases")]
     }
 
     fn throttled() -> Failure {
@@ -213,7 +170,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_throttling_then_succeeds_and_counts_it() {
-        let recorder = Counters::default();
+        let recorder = CountingRecorder::default();
         let _guard = metrics::set_default_local_recorder(&recorder);
         let mut calls = 0;
         let start = tokio::time::Instant::now();
@@ -232,11 +189,14 @@ mod tests {
             .await;
         assert_eq!(result.unwrap(), 4);
         assert_eq!(
-            recorder.get("tenure_dynamodb_throttled_total{op=write,table=leases}"),
+            recorder.count("tenure_dynamodb_throttled_total", &on_leases("write")),
             3
         );
         assert_eq!(
-            recorder.get("tenure_dynamodb_throttle_exhausted_total{op=write,table=leases}"),
+            recorder.count(
+                "tenure_dynamodb_throttle_exhausted_total",
+                &on_leases("write")
+            ),
             0
         );
         // Back-offs of at most 25 + 50 + 100 ms, at least half that.
@@ -249,7 +209,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn gives_up_at_the_budget_with_a_message_naming_the_fix() {
-        let recorder = Counters::default();
+        let recorder = CountingRecorder::default();
         let _guard = metrics::set_default_local_recorder(&recorder);
         let start = tokio::time::Instant::now();
         let result: Result<(), Failure> = throttle(Duration::from_secs(2))
@@ -263,9 +223,12 @@ mod tests {
         assert!(e.is_transient());
         let text = e.to_string();
         assert!(text.contains("on-demand capacity"), "{text}");
-        assert!(recorder.get("tenure_dynamodb_throttled_total{op=read,table=leases}") >= 5);
+        assert!(recorder.count("tenure_dynamodb_throttled_total", &on_leases("read")) >= 5);
         assert_eq!(
-            recorder.get("tenure_dynamodb_throttle_exhausted_total{op=read,table=leases}"),
+            recorder.count(
+                "tenure_dynamodb_throttle_exhausted_total",
+                &on_leases("read")
+            ),
             1
         );
     }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, held_by, released, scenarios, TermLog};
+use tenure::testkit::{self, held_by, released, scenarios, CountingRecorder, TermLog};
 use tenure::{CasOutcome, Config, Elector, LeaseStore, LeaseView, StoreError};
 use tenure_dynamodb::aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
@@ -543,7 +543,7 @@ async fn throttled_requests_are_retried_and_counted() {
     let Some(url) = endpoint() else { return };
     store(&url).await; // the table exists
     let proxy = FaultProxy::start(&url).await;
-    let recorder = Counters::default();
+    let recorder = CountingRecorder::default();
     let _guard = metrics::set_default_local_recorder(&recorder);
     let s = DynamoDbStore::connect_with(options(&proxy.endpoint(), TABLE))
         .await
@@ -567,8 +567,14 @@ async fn throttled_requests_are_retried_and_counted() {
     let got = s.read(&g).await.unwrap().unwrap();
     assert_eq!(got.record.holder_id(), Some("a"));
     assert_eq!(proxy.injected(), 4);
-    assert_eq!(recorder.get("tenure_dynamodb_throttled_total", "write"), 3);
-    assert_eq!(recorder.get("tenure_dynamodb_throttled_total", "read"), 1);
+    assert_eq!(
+        recorder.count("tenure_dynamodb_throttled_total", &[("op", "write")]),
+        3
+    );
+    assert_eq!(
+        recorder.count("tenure_dynamodb_throttled_total", &[("op", "read")]),
+        1
+    );
 
     // Throttled for longer than the budget: a transient error naming the
     // fix, and the write was never applied.
@@ -586,7 +592,10 @@ async fn throttled_requests_are_retried_and_counted() {
     assert!(e.is_transient(), "{e:?}");
     assert!(e.to_string().contains("on-demand capacity"), "{e}");
     assert_eq!(
-        recorder.get("tenure_dynamodb_throttle_exhausted_total", "write"),
+        recorder.count(
+            "tenure_dynamodb_throttle_exhausted_total",
+            &[("op", "write")]
+        ),
         1
     );
     assert_eq!(
@@ -601,10 +610,10 @@ async fn throttled_requests_are_retried_and_counted() {
 async fn throttling_never_makes_two_leaders() {
     let Some(url) = endpoint() else { return };
     store(&url).await;
-    let recorder = std::sync::Arc::new(Counters::default());
+    let recorder = std::sync::Arc::new(CountingRecorder::default());
     // nextest runs each test in its own process, so the global recorder is
     // this test's alone; under `cargo test` another test may hold it.
-    let global = metrics::set_global_recorder(CountersHandle(recorder.clone())).is_ok();
+    let global = metrics::set_global_recorder(recorder.clone()).is_ok();
     let proxy = FaultProxy::start(&url).await;
     proxy.throttle_ratio(0.33);
     let g = testkit::unique_group("throttled-electors");
@@ -640,7 +649,7 @@ async fn throttling_never_makes_two_leaders() {
     );
     assert!(proxy.injected() > 0);
     if global {
-        let throttled = recorder.total("tenure_dynamodb_throttled_total");
+        let throttled = recorder.count("tenure_dynamodb_throttled_total", &[]);
         assert!(
             throttled > 0 && throttled <= proxy.injected(),
             "{throttled} vs {}",
@@ -964,93 +973,4 @@ async fn periodic_shard_cache_refresh_is_fenced() {
         d.await.unwrap().unwrap();
     }
     delete_table(&client, &metadata_table).await;
-}
-
-// ---- a metrics recorder that counts counters ----
-
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use metrics::{
-    Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
-};
-
-#[derive(Default)]
-struct Count(AtomicU64);
-impl CounterFn for Count {
-    fn increment(&self, v: u64) {
-        self.0.fetch_add(v, Ordering::Relaxed);
-    }
-    fn absolute(&self, v: u64) {
-        self.0.store(v, Ordering::Relaxed);
-    }
-}
-
-/// Counters by name and `op` label.
-#[derive(Default)]
-struct Counters(Mutex<HashMap<(String, String), Arc<Count>>>);
-
-impl Counters {
-    fn get(&self, name: &str, op: &str) -> u64 {
-        let map = self.0.lock().unwrap();
-        map.get(&(name.to_owned(), op.to_owned()))
-            .map_or(0, |c| c.0.load(Ordering::Relaxed))
-    }
-    fn total(&self, name: &str) -> u64 {
-        let map = self.0.lock().unwrap();
-        map.iter()
-            .filter(|((n, _), _)| n == name)
-            .map(|(_, c)| c.0.load(Ordering::Relaxed))
-            .sum()
-    }
-}
-
-impl Recorder for Counters {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        let op = key
-            .labels()
-            .find(|l| l.key() == "op")
-            .map(|l| l.value().to_owned())
-            .unwrap_or_default();
-        let c = self
-            .0
-            .lock()
-            .unwrap()
-            .entry((key.name().to_owned(), op))
-            .or_default()
-            .clone();
-        Counter::from_arc(c)
-    }
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::noop()
-    }
-    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::noop()
-    }
-}
-
-struct CountersHandle(Arc<Counters>);
-impl Recorder for CountersHandle {
-    fn describe_counter(&self, k: KeyName, u: Option<Unit>, d: SharedString) {
-        self.0.describe_counter(k, u, d)
-    }
-    fn describe_gauge(&self, k: KeyName, u: Option<Unit>, d: SharedString) {
-        self.0.describe_gauge(k, u, d)
-    }
-    fn describe_histogram(&self, k: KeyName, u: Option<Unit>, d: SharedString) {
-        self.0.describe_histogram(k, u, d)
-    }
-    fn register_counter(&self, k: &Key, m: &Metadata<'_>) -> Counter {
-        self.0.register_counter(k, m)
-    }
-    fn register_gauge(&self, k: &Key, m: &Metadata<'_>) -> Gauge {
-        self.0.register_gauge(k, m)
-    }
-    fn register_histogram(&self, k: &Key, m: &Metadata<'_>) -> Histogram {
-        self.0.register_histogram(k, m)
-    }
 }

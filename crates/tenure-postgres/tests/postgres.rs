@@ -735,13 +735,7 @@ async fn a_lost_listen_connection_reconnects_and_resyncs() {
     let killed = over_connections(&admin, "count(pg_terminate_backend(pid))", &app).await;
     assert!(killed >= 1, "the watcher's connections were found");
     let writer = PostgresStore::connect(&url).await.unwrap();
-    testkit::resyncs_then_carries_writes(
-        &mut feed,
-        Duration::from_secs(15),
-        &writer,
-        "pg-after-resync",
-    )
-    .await;
+    testkit::resyncs_then_carries_writes(&mut feed, &writer, "pg-after-resync").await;
 }
 
 /// Connections do not grow with the number of groups: a few hundred

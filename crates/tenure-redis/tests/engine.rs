@@ -111,13 +111,7 @@ async fn a_lost_subscription_resubscribes_and_resyncs() {
     let mut feed = store.watch().await.unwrap().expect("a feed");
     let killed = server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed.trim(), "1", "the feed's connection was killed");
-    testkit::resyncs_then_carries_writes(
-        &mut feed,
-        Duration::from_secs(15),
-        &store,
-        "after-resync",
-    )
-    .await;
+    testkit::resyncs_then_carries_writes(&mut feed, &store, "after-resync").await;
 }
 
 /// Connections do not grow with the number of groups: 500 groups on one

@@ -109,15 +109,7 @@ async fn a_write_whose_reply_is_lost_is_reported_as_unknown() {
 async fn an_expired_session_is_replaced_and_the_store_goes_on() {
     let server = common::Zk::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
-    let via = ZkStore::connect(&format!(
-        "zk://{}/expiry?timeout=1s&session_timeout=1s",
-        proxy.addr()
-    ))
-    .await
-    .unwrap();
-    let direct = ZkStore::connect(&format!("{}/expiry", server.url()))
-        .await
-        .unwrap();
+    let (via, direct) = common::proxied_and_direct(&proxy, &server.url(), "/expiry", "1s").await;
     let g = GroupName::new("g").unwrap();
     let mut feed = via.watch().await.unwrap().expect("a store-wide feed");
     let mut hints = via.changes(&g).await.unwrap().expect("a per-group feed");

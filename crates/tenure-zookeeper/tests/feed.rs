@@ -71,15 +71,7 @@ async fn foreign_nodes_under_the_prefix_do_not_stop_the_feed() {
 async fn a_broken_connection_resyncs_and_the_feed_goes_on() {
     let server = common::Zk::start();
     let proxy = TcpProxy::start(server.addr()).await.unwrap();
-    let watcher = ZkStore::connect(&format!(
-        "zk://{}/feed?timeout=1s&session_timeout=30s",
-        proxy.addr()
-    ))
-    .await
-    .unwrap();
-    let writer = ZkStore::connect(&format!("{}/feed", server.url()))
-        .await
-        .unwrap();
+    let (watcher, writer) = common::proxied_and_direct(&proxy, &server.url(), "/feed", "30s").await;
     let mut feed = watcher.watch().await.unwrap().unwrap();
     let g = GroupName::new("g").unwrap();
     let v1 = write_seen_on_feed(&writer, &mut feed, &g, None, "a").await;

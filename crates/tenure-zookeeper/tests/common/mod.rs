@@ -3,8 +3,32 @@
 //! kill and restart, and the shared elector helpers.
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
+use tenure::testkit::TcpProxy;
 use tenure::GroupName;
+use tenure_zookeeper::ZkStore;
 use zookeeper_client as zk;
+
+/// Two handles on `path` (such as `/feed`) of the server at `server_url`
+/// (`zk://127.0.0.1:PORT`): the first through `proxy`, to be cut off, with
+/// a 1 s operation timeout and the given session timeout (such as `30s`);
+/// the second direct.
+pub async fn proxied_and_direct(
+    proxy: &TcpProxy,
+    server_url: &str,
+    path: &str,
+    session_timeout: &str,
+) -> (ZkStore, ZkStore) {
+    let via = ZkStore::connect(&format!(
+        "zk://{}{path}?timeout=1s&session_timeout={session_timeout}",
+        proxy.addr()
+    ))
+    .await
+    .expect("connect through the proxy");
+    let direct = ZkStore::connect(&format!("{server_url}{path}"))
+        .await
+        .expect("connect");
+    (via, direct)
+}
 
 /// A plain client on the same prefix node, bypassing tenure.
 pub struct Raw {

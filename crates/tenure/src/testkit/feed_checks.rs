@@ -144,21 +144,26 @@ pub async fn write_carried_whole<S: LeaseStore + ?Sized>(
     (record, version)
 }
 
-/// Waits up to `within` for `feed` to say [`Change::Resync`] (skipping
-/// what comes first), then checks that it goes on carrying writes: one to
-/// a fresh group (`label`) through `writer`. What a feed must do after it
-/// lost its connection, since what was sent meanwhile is gone.
+/// How long [`resyncs_then_carries_writes`] waits for the resync: a feed
+/// that lost its connection opens a new one and subscribes again, which a
+/// loaded machine may take seconds to do.
+pub const RESYNC_WITHIN: Duration = Duration::from_secs(15);
+
+/// Waits up to [`RESYNC_WITHIN`] for `feed` to say [`Change::Resync`]
+/// (skipping what comes first), then checks that it goes on carrying
+/// writes: one to a fresh group (`label`) through `writer`. What a feed
+/// must do after it lost its connection, since what was sent meanwhile is
+/// gone.
 pub async fn resyncs_then_carries_writes<S: LeaseStore + ?Sized>(
     feed: &mut StoreFeed,
-    within: Duration,
     writer: &S,
     label: &str,
 ) {
-    let resynced = tokio::time::timeout(within, async {
+    let resynced = tokio::time::timeout(RESYNC_WITHIN, async {
         while feed.next().await.expect("the feed stays open") != Change::Resync {}
     })
     .await;
-    assert!(resynced.is_ok(), "no resync within {within:?}");
+    assert!(resynced.is_ok(), "no resync within {RESYNC_WITHIN:?}");
     let group = super::unique_group(label);
     let version = super::applied(writer, &group, None, &super::held_by("a", 1)).await;
     match next_change_about(feed, &group).await {

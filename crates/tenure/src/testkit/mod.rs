@@ -65,6 +65,7 @@ use crate::store::{CasOutcome, LeaseStore};
 
 mod conformance;
 mod connect_checks;
+mod counting_recorder;
 mod feed_checks;
 mod hand_over;
 pub mod holders;
@@ -82,10 +83,11 @@ mod term_log;
 mod tls;
 mod url_harness;
 pub use connect_checks::{tls_to_a_plain_server_fails, unreachable_is_unavailable};
+pub use counting_recorder::CountingRecorder;
 pub use feed_checks::{
     expect_foreign_values_hinted, expect_hint, expect_quiet, expect_written, next_change,
     next_change_about, resyncs_then_carries_writes, tasks_end_with_feed, write_carried_whole,
-    write_seen_on_feed, FEED_WITHIN, FOREIGN_VALUES,
+    write_seen_on_feed, FEED_WITHIN, FOREIGN_VALUES, RESYNC_WITHIN,
 };
 pub use hand_over::{story_holds, url_argument, HandOver, StoryError};
 pub use hostile_password::{
