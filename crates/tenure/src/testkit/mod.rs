@@ -60,6 +60,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::clock::WallTime;
+use crate::error::StoreError;
 use crate::record::{GroupName, Holder, LeaseRecord, Metadata, Version};
 use crate::store::{CasOutcome, LeaseStore};
 
@@ -340,6 +341,35 @@ pub async fn conflicts<S: LeaseStore + ?Sized>(
             panic!("{what}: writing {group} expecting {expected:?}: {other:?}, expected Conflict")
         }
     }
+}
+
+/// Asserts that `err` is a [`StoreError::Misconfigured`] (an operator must
+/// act; retrying will not help) whose message contains `names`: the
+/// problem or the fix a store's error must name.
+///
+/// # Panics
+///
+/// If `err` is another kind of error or its message lacks `names`.
+///
+/// ```
+/// use tenure::StoreError;
+///
+/// let err = StoreError::Misconfigured {
+///     message: "the table leases does not exist: create it".into(),
+///     source: None,
+/// };
+/// tenure::testkit::assert_misconfigured(&err, "does not exist");
+/// ```
+pub fn assert_misconfigured(err: &StoreError, names: &str) {
+    assert!(
+        matches!(err, StoreError::Misconfigured { .. }),
+        "expected a misconfiguration naming {names:?}, got {err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(names),
+        "the error does not name {names:?}: {text}"
+    );
 }
 
 /// A released record keeping fencing token `token`: what a leader writes
