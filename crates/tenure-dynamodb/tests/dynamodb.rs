@@ -4,6 +4,7 @@
 //! error replies through a fault proxy. Tests that kill a server start
 //! their own.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tenure::testkit::{self, held_by, released, scenarios, CountingRecorder, TermLog};
@@ -609,7 +610,7 @@ async fn throttled_requests_are_retried_and_counted() {
 async fn throttling_never_makes_two_leaders() {
     let Some(url) = endpoint() else { return };
     store(&url).await;
-    let recorder = std::sync::Arc::new(CountingRecorder::default());
+    let recorder = Arc::new(CountingRecorder::default());
     // nextest runs each test in its own process, so the global recorder is
     // this test's alone; under `cargo test` another test may hold it.
     let global = metrics::set_global_recorder(recorder.clone()).is_ok();

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use tenure::testkit::{self, scenarios};
-use tenure::{LeaseStore, LeaseView, StoreError};
+use tenure::{LeaseStore, LeaseView};
 use tenure_object_store::BucketStore;
 
 mod support;
