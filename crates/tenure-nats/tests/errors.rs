@@ -106,31 +106,38 @@ async fn token_authentication_works_and_a_wrong_token_is_named() {
     assert_no_secret("Debug", &format!("{store:?}"));
 }
 
+/// The URL of `rest` (a bucket and query) on `server` as `user`, whose
+/// password [`with_users_and_bucket`] sets to `{user}-pw`.
+fn as_user(server: &common::NatsServer, user: &str, rest: &str) -> String {
+    format!("nats://{user}:{user}-pw@127.0.0.1:{}/{rest}", server.port)
+}
+
+/// A private server whose users are `admin`, who may do anything, and
+/// `users` (entries of an authorization block's user list, each password
+/// `{user}-pw`), with `bucket` created by the admin's connection.
+async fn with_users_and_bucket(users: &str, bucket: &str) -> common::NatsServer {
+    let server = common::Nats::with_config(&format!(
+        r#"authorization {{ users = [ {{ user: "admin", password: "admin-pw" }}, {users} ] }}"#
+    ));
+    NatsStore::connect(&as_user(&server, "admin", bucket))
+        .await
+        .expect("the admin creates the bucket");
+    server
+}
+
 /// A user who may use the JetStream API but not publish to the bucket's
 /// keys: connecting (which only reads the bucket) works, a write is
 /// refused by the server, and the store names the permission rather than
 /// reporting a bare timeout. A user who may not even ask JetStream is
 /// refused at connect, naming the permission.
-/// The URL of `rest` (a bucket and query) on `server` as `user`, whose
-/// password the tests' authorization blocks set to `{user}-pw`.
-fn as_user(server: &common::NatsServer, user: &str, rest: &str) -> String {
-    format!("nats://{user}:{user}-pw@127.0.0.1:{}/{rest}", server.port)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_permissions_are_named() {
-    let server = common::Nats::with_config(
-        r#"authorization { users = [
-            { user: "admin", password: "admin-pw" },
-            { user: "reader", password: "reader-pw", permissions: {
-                publish: { allow: ["$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } },
-            { user: "nobody", password: "nobody-pw", permissions: {
-                publish: { deny: [">"] }, subscribe: { allow: ["_INBOX.>"] } } }
-        ] }"#,
-    );
+    let reader = r#"{ user: "reader", password: "reader-pw", permissions: {
+        publish: { allow: ["$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } }"#;
+    let nobody = r#"{ user: "nobody", password: "nobody-pw", permissions: {
+        publish: { deny: [">"] }, subscribe: { allow: ["_INBOX.>"] } } }"#;
+    let server = with_users_and_bucket(&format!("{reader}, {nobody}"), "perm").await;
     let url = |user: &str| as_user(&server, user, "perm?timeout=1s");
-    // The admin's connection creates the bucket.
-    NatsStore::connect(&url("admin")).await.unwrap();
 
     let reader = NatsStore::connect(&url("reader")).await.unwrap();
     let group = testkit::unique_group("perm");
@@ -267,18 +274,13 @@ async fn buckets_that_would_lose_leases_are_refused() {
 /// refused write itself still names the permission.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_timeout_is_no_permission_error_because_another_key_was_refused() {
-    let server = common::Nats::with_config(
-        r#"authorization { users = [
-            { user: "admin", password: "admin-pw" },
-            { user: "some", password: "some-pw", permissions: {
-                publish: { allow: ["$JS.API.>", "$KV.part.tenure.mine"] },
-                subscribe: { allow: ["_INBOX.>"] } } }
-        ] }"#,
-    );
-    let url = |user: &str| as_user(&server, user, "part?timeout=2s");
-    // The admin's connection creates the bucket.
-    NatsStore::connect(&url("admin")).await.unwrap();
-    let store = NatsStore::connect(&url("some")).await.unwrap();
+    let some = r#"{ user: "some", password: "some-pw", permissions: {
+        publish: { allow: ["$JS.API.>", "$KV.part.tenure.mine"] },
+        subscribe: { allow: ["_INBOX.>"] } } }"#;
+    let server = with_users_and_bucket(some, "part").await;
+    let store = NatsStore::connect(&as_user(&server, "some", "part?timeout=2s"))
+        .await
+        .unwrap();
     let mine = GroupName::new("mine").unwrap();
     let theirs = GroupName::new("theirs").unwrap();
     assert_eq!(NatsStore::key_of(&mine), "tenure.mine");
