@@ -21,6 +21,19 @@ async fn written_three_times(store: &ZkStore, g: &GroupName, holder: &str, token
     v
 }
 
+/// The old leader `old` writes `g` three times as `a` with token 3
+/// ([`written_three_times`]), then the node is deleted by hand. Returns
+/// the version `old` remembers.
+async fn written_three_times_then_deleted(
+    old: &ZkStore,
+    raw: &common::Raw,
+    g: &GroupName,
+) -> Version {
+    let v = written_three_times(old, g, "a", 3).await;
+    raw.delete_all(g).await;
+    v
+}
+
 /// Panics unless the old handle's renewal at `v`, the version of the
 /// node before it was deleted, conflicts.
 async fn stale_renewal_conflicts(old: &ZkStore, g: &GroupName, v: Version) {
@@ -65,9 +78,7 @@ async fn a_stale_write_never_applies_to_a_node_created_again() {
     let Some((old, raw, _, g)) = setup("recreated").await else {
         return;
     };
-    let v = written_three_times(&old, &g, "a", 3).await;
-
-    raw.delete_all(&g).await;
+    let v = written_three_times_then_deleted(&old, &raw, &g).await;
     recreated_by_hand(&raw, &g, zk::Acls::anyone_all()).await;
     let path = raw.path(&g);
     let (_, stat) = raw.client.get_data(&path).await.unwrap();
@@ -96,9 +107,7 @@ async fn a_stale_write_never_applies_to_a_node_tenure_created_again() {
     let Some((old, raw, url, g)) = setup("recreated-by-tenure").await else {
         return;
     };
-    let v = written_three_times(&old, &g, "a", 3).await;
-    raw.delete_all(&g).await;
-
+    let v = written_three_times_then_deleted(&old, &raw, &g).await;
     let other = ZkStore::connect(&url).await.unwrap();
     let gone = other.read(&g).await.unwrap().expect("a released record");
     let token = gone.record.token + 1;

@@ -78,12 +78,7 @@ pub(super) fn one_each<T>(
 /// order, each on its own: a corrupt record fails only its own entry.
 async fn batch_read<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let s = h.store().await;
-    let (a, b, empty, bad) = (
-        run.group("batch-read-a")?,
-        run.group("batch-read-b")?,
-        run.group("batch-read-empty")?,
-        run.group("batch-read-corrupt")?,
-    );
+    let [a, b, empty, bad] = run.groups("batch-read", ["a", "b", "empty", "corrupt"])?;
     // Records are built once: each carries the wall time it was made at.
     let (x3, r9) = (held_by("x", 3), released(9));
     let va = write_applies(&s, &a, None, &x3, "write a").await?;
@@ -124,12 +119,8 @@ async fn batch_read<H: Harness>(h: &H, run: &Run) -> CaseResult {
 /// own, and a conflict never undoes another group's write.
 async fn batch_cas_independent<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let s = h.store().await;
-    let (fresh, held, stale, taken) = (
-        run.group("batch-cas-fresh")?,
-        run.group("batch-cas-held")?,
-        run.group("batch-cas-stale")?,
-        run.group("batch-cas-taken")?,
-    );
+    let [fresh, held, stale, taken] =
+        run.groups("batch-cas", ["fresh", "held", "stale", "taken"])?;
     let (a1, b1, b2) = (held_by("a", 1), held_by("b", 1), held_by("b", 2));
     let v_held = write_applies(&s, &held, None, &a1, "prepare held").await?;
     let v_stale = write_applies(&s, &stale, None, &a1, "prepare stale").await?;

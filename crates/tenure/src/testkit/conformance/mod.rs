@@ -68,6 +68,21 @@ impl Run {
         GroupName::new(format!("{}-{label}", self.id))
             .map_err(|e| format!("test bug: group name for {label:?}: {e}"))
     }
+
+    /// The groups `{case}-{label}` of one case, one for each label.
+    fn groups<const N: usize>(
+        &self,
+        case: &str,
+        labels: [&str; N],
+    ) -> Result<[GroupName; N], String> {
+        let mut names = Vec::with_capacity(N);
+        for label in labels {
+            names.push(self.group(&format!("{case}-{label}"))?);
+        }
+        names
+            .try_into()
+            .map_err(|_| format!("test bug: not {N} groups for {case:?}"))
+    }
 }
 
 trait Ctx<T> {
