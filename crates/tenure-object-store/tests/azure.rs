@@ -8,7 +8,7 @@ use tenure::testkit::{self, scenarios, TcpProxy};
 use tenure_object_store::BucketStore;
 
 mod support;
-use support::{unique_prefix, BucketHarness};
+use support::unique_prefix;
 
 /// The container `scripts/servers.sh` creates.
 const CONTAINER: &str = "tenure-test";
@@ -22,10 +22,8 @@ async fn conformance() {
     let Some(e) = testkit::server_url("TENURE_TEST_AZURE") else {
         return;
     };
-    testkit::run_conformance(&BucketHarness {
-        url: url(&e, &unique_prefix("conformance")),
-    })
-    .await;
+    let harness = support::conformance_harness(url(&e, &unique_prefix("conformance"))).await;
+    testkit::run_conformance(&harness).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,16 +10,15 @@ use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
 use tenure_object_store::BucketStore;
 
 mod support;
-use support::{endpoint, raw_object, store, unique_prefix, url, BucketHarness, BUCKET};
+use support::{endpoint, raw_object, store, unique_prefix, url, BUCKET};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance() {
     let Some(e) = endpoint() else { return };
     support::create_bucket(&e, BUCKET).await;
-    testkit::run_conformance(&BucketHarness {
-        url: url(&e, BUCKET, &unique_prefix("conformance")),
-    })
-    .await;
+    let harness =
+        support::conformance_harness(url(&e, BUCKET, &unique_prefix("conformance"))).await;
+    testkit::run_conformance(&harness).await;
 }
 
 /// The object as the crate docs show it: the record's fields and

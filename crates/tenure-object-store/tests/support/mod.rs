@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Harness, HttpFront};
+use tenure::testkit::{self, Harness, HttpFront, RawAccess, UrlHarness};
 use tenure::GroupName;
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
@@ -101,39 +101,31 @@ pub async fn raw_request(
 }
 
 /// The conformance harness for any bucket URL: each `store()` is a new
-/// handle with its own HTTP client; raw bytes go through the handle's
-/// `object_store` client, unconditionally, as a foreign writer would.
-pub struct BucketHarness {
-    pub url: String,
+/// handle with its own HTTP client; raw bytes go through one more
+/// handle's `object_store` client ([`Objects`]).
+pub async fn conformance_harness(url: String) -> impl Harness<Store = BucketStore> {
+    let objects = Objects(BucketStore::connect(&url).await.expect("connect"));
+    UrlHarness::new(url, BucketStore::connect, objects)
 }
 
-impl BucketHarness {
-    async fn raw(&self) -> BucketStore {
-        BucketStore::connect(&self.url).await.expect("connect")
-    }
-}
+/// A handle's objects, written and read through its `object_store` client,
+/// unconditionally, as a foreign writer would.
+pub struct Objects(BucketStore);
 
 #[async_trait]
-impl Harness for BucketHarness {
-    type Store = BucketStore;
-
-    async fn store(&self) -> BucketStore {
-        self.raw().await
-    }
-
+impl RawAccess for Objects {
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
-        let s = self.raw().await;
-        let key = Path::parse(s.object_key(group)).expect("key");
-        s.object_store()
+        let key = Path::parse(self.0.object_key(group)).expect("key");
+        self.0
+            .object_store()
             .put(&key, PutPayload::from(bytes.to_vec()))
             .await
             .expect("plant raw bytes");
     }
 
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
-        let s = self.raw().await;
-        let key = Path::parse(s.object_key(group)).expect("key");
-        match s.object_store().get(&key).await {
+        let key = Path::parse(self.0.object_key(group)).expect("key");
+        match self.0.object_store().get(&key).await {
             Ok(got) => Some(got.bytes().await.expect("body").to_vec()),
             Err(tenure_object_store::object_store::Error::NotFound { .. }) => None,
             Err(e) => panic!("read raw: {e}"),
