@@ -761,26 +761,18 @@ impl Task {
                 }));
             }
         }
-        let renew = slot.machine.renew_due();
-        if renew != slot.renew_key {
-            if let Some(t) = slot.renew_key {
-                self.renewals.remove(&(t, id));
-            }
-            if let Some(t) = renew {
-                self.renewals.insert((t, id));
-            }
-            slot.renew_key = renew;
-        }
-        let poll = slot.machine.poll_due();
-        if poll != slot.poll_key {
-            if let Some(t) = slot.poll_key {
-                self.polls.remove(&(t, id));
-            }
-            if let Some(t) = poll {
-                self.polls.insert((t, id));
-            }
-            slot.poll_key = poll;
-        }
+        refile(
+            &mut self.renewals,
+            &mut slot.renew_key,
+            slot.machine.renew_due(),
+            id,
+        );
+        refile(
+            &mut self.polls,
+            &mut slot.poll_key,
+            slot.machine.poll_due(),
+            id,
+        );
     }
 
     fn next_wake(&mut self) -> Option<MonoTime> {
@@ -1223,6 +1215,26 @@ fn watch_liveness(slot: &Slot, now: Now) {
             .waiting
             .store(silent && standing, Ordering::Release);
     }
+}
+
+/// Moves group `id` in `index` (groups by the instant something is due
+/// for them) from the instant it was filed at to `due`, or out of it.
+fn refile(
+    index: &mut BTreeSet<(MonoTime, GroupId)>,
+    filed: &mut Option<MonoTime>,
+    due: Option<MonoTime>,
+    id: GroupId,
+) {
+    if due == *filed {
+        return;
+    }
+    if let Some(t) = filed.take() {
+        index.remove(&(t, id));
+    }
+    if let Some(t) = due {
+        index.insert((t, id));
+    }
+    *filed = due;
 }
 
 async fn next_change(feed: &mut Feed) -> Option<Change> {
