@@ -491,15 +491,7 @@ impl Elector {
                 Err(e) => return Err(e.into()),
             };
             let guard = term.hold();
-            let future = work(term.clone());
-            // The deadline bounds the work even if the driver that would end
-            // the term is not running (a paused or starved process).
-            let outcome = tokio::select! {
-                biased;
-                _ = term.ended() => None,
-                _ = term.expired() => None,
-                result = future => Some(result),
-            };
+            let outcome = term.bound(term.ended(), work(term.clone())).await;
             drop(guard);
             match outcome {
                 None => {}

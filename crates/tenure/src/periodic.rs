@@ -151,13 +151,7 @@ impl Elector {
             }
             loop {
                 let started = self.shared.clock.now().wall;
-                let run = duty(term.clone());
-                let outcome = tokio::select! {
-                    biased;
-                    _ = term.cancelled() => None,
-                    _ = term.expired() => None,
-                    result = run => Some(result),
-                };
+                let outcome = term.bound(term.cancelled(), duty(term.clone())).await;
                 match outcome {
                     None => break,
                     Some(Err(e)) => {

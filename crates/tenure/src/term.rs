@@ -1,6 +1,7 @@
 //! A term of leadership as the leader's work sees it: a fencing token, a
 //! deadline, and the signals that end it.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -184,6 +185,23 @@ impl Term {
             if self.deadline_mono() <= deadline {
                 return;
             }
+        }
+    }
+
+    /// Runs `work` until it finishes (its output), or until `stop`
+    /// completes or the deadline passes (`None`, and the work is dropped).
+    /// The deadline bounds the work even if the driver that would end the
+    /// term is not running (a paused or starved process).
+    pub(crate) async fn bound<T>(
+        &self,
+        stop: impl Future<Output = ()>,
+        work: impl Future<Output = T>,
+    ) -> Option<T> {
+        tokio::select! {
+            biased;
+            _ = stop => None,
+            _ = self.expired() => None,
+            output = work => Some(output),
         }
     }
 
