@@ -19,8 +19,9 @@ use super::scenarios::{
 };
 use super::TcpProxy;
 
-/// How the `reported_*` scenarios open a store's handles: any
-/// `async fn(&str) -> Result<S, E>`, such as `EtcdStore::connect`.
+/// How the `reported_*` scenarios and [`UrlHarness`](super::UrlHarness)
+/// open a store's handles: any `async fn(&str) -> Result<S, E>` whose
+/// future is `Send`, such as `EtcdStore::connect`.
 pub trait Connect<'a, S> {
     /// Opens a handle on `url`; panics naming the store (`name`) and the
     /// error if it cannot.
