@@ -1,14 +1,14 @@
 //! The PostgreSQL store against a real server (`scripts/servers.sh` starts
 //! it; `TENURE_TEST_POSTGRES` names it). Chaos tests start private servers.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure::testkit::scenarios::elector;
 use tenure::testkit::{
     self, many_groups, scenarios, Feeds, RawAccess, TcpProxy, TermLog, UrlHarness,
 };
-use tenure::{GroupName, StoreError};
+use tenure::{GroupName, StoreError, StoreFeed, Version, Versioned};
 use tenure_postgres::{PostgresStore, PostgresStoreError};
 
 mod private_server;
@@ -49,6 +49,47 @@ async fn named_store(url: &str, label: &str) -> (PostgresStore, String) {
 async fn over_connections(admin: &tokio_postgres::Client, aggregate: &str, app: &str) -> i64 {
     let sql = format!("SELECT {aggregate} FROM pg_stat_activity WHERE application_name = $1");
     admin.query_one(&sql, &[&app]).await.unwrap().get(0)
+}
+
+/// Reads `group` and returns what the read gave and how long it took;
+/// panics if it has not returned within 20 s (a hang, not a slow read).
+async fn timed_read(
+    store: &PostgresStore,
+    group: &GroupName,
+) -> (Result<Option<Versioned>, StoreError>, Duration) {
+    let started = Instant::now();
+    let read = tokio::time::timeout(
+        Duration::from_secs(20),
+        tenure::LeaseView::read(store, group),
+    )
+    .await
+    .expect("the read returned instead of hanging");
+    (read, started.elapsed())
+}
+
+/// The handle's store-wide feed, which PostgreSQL always offers (LISTEN).
+async fn store_feed(store: &PostgresStore) -> StoreFeed {
+    tenure::LeaseView::watch(store)
+        .await
+        .unwrap()
+        .expect("a store-wide feed")
+}
+
+/// A store on `url` with `query` (such as `timeout=1s`), a fresh group
+/// (`label`), the version of the first record the store wrote to it, and
+/// an operator's open transaction holding that record's row lock.
+async fn locked_row(
+    url: &str,
+    query: &str,
+    label: &str,
+) -> (PostgresStore, GroupName, Version, RowLock) {
+    let store = PostgresStore::connect(&format!("{url}?{query}"))
+        .await
+        .unwrap();
+    let group = testkit::unique_group(label);
+    let v1 = testkit::applied(&store, &group, None, &testkit::held_by("a", 1)).await;
+    let operator = RowLock::hold(url, &group).await;
+    (store, group, v1, operator)
 }
 
 /// An operator's open transaction holding a lease row's lock.
@@ -365,14 +406,9 @@ async fn a_user_without_grants_is_told_which_to_ask_for() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_row_lock_held_by_an_open_transaction_fails_fast() {
     let Some(url) = url() else { return };
-    let store = PostgresStore::connect(&format!("{url}?timeout=1s"))
-        .await
-        .unwrap();
-    let group = testkit::unique_group("pg-locked");
-    let v1 = testkit::applied(&store, &group, None, &testkit::held_by("a", 1)).await;
-    let operator = RowLock::hold(&url, &group).await;
+    let (store, group, v1, operator) = locked_row(&url, "timeout=1s", "pg-locked").await;
 
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let outcome = tokio::time::timeout(
         Duration::from_secs(20),
         tenure::LeaseStore::compare_and_swap(&store, &group, Some(v1), &testkit::held_by("a", 1)),
@@ -423,19 +459,9 @@ async fn a_half_open_connection_fails_fast_and_is_replaced() {
         .expect("a feed");
 
     proxy.cut();
-    let started = std::time::Instant::now();
-    let r = tokio::time::timeout(
-        Duration::from_secs(20),
-        tenure::LeaseView::read(&store, &group),
-    )
-    .await
-    .expect("the read returned instead of hanging on a silent connection");
+    let (r, took) = timed_read(&store, &group).await;
     assert!(r.is_err(), "{r:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(took < Duration::from_secs(4), "{took:?}");
     let ended = tokio::time::timeout(Duration::from_secs(10), async {
         while feed.changed().await.is_some() {}
     })
@@ -545,12 +571,7 @@ async fn a_deleted_and_recreated_row_never_reuses_a_version() {
 async fn an_abandoned_operation_does_not_hold_up_the_next() {
     let Some(url) = url() else { return };
     // One connection: the next operation runs where the abandoned one ran.
-    let store = PostgresStore::connect(&format!("{url}?timeout=10s&pool=1"))
-        .await
-        .unwrap();
-    let group = testkit::unique_group("pg-abandoned");
-    let v1 = testkit::applied(&store, &group, None, &testkit::held_by("a", 1)).await;
-    let operator = RowLock::hold(&url, &group).await;
+    let (store, group, v1, operator) = locked_row(&url, "timeout=10s&pool=1", "pg-abandoned").await;
     // A batch, as the engine sends it, abandoned at its deadline.
     let other = testkit::unique_group("pg-abandoned-other");
     let batch = [
@@ -574,18 +595,11 @@ async fn an_abandoned_operation_does_not_hold_up_the_next() {
         abandoned.is_err(),
         "the write waits for the lock: {abandoned:?}"
     );
-    let started = std::time::Instant::now();
-    let read = tokio::time::timeout(
-        Duration::from_secs(20),
-        tenure::LeaseView::read(&store, &group),
-    )
-    .await
-    .expect("the read returned");
+    let (read, took) = timed_read(&store, &group).await;
     assert!(read.unwrap().is_some());
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "the read waited {:?} behind the abandoned write",
-        started.elapsed()
+        took < Duration::from_secs(2),
+        "the read waited {took:?} behind the abandoned write"
     );
     operator.release().await;
 }
@@ -620,10 +634,7 @@ async fn the_feed_carries_records_and_hints_when_one_does_not_fit() {
     let Some(url) = url() else { return };
     let watcher = PostgresStore::connect(&url).await.unwrap();
     let writer = PostgresStore::connect(&url).await.unwrap();
-    let mut feed = tenure::LeaseView::watch(&watcher)
-        .await
-        .unwrap()
-        .expect("a feed");
+    let mut feed = store_feed(&watcher).await;
     let group = testkit::unique_group("pg-feed-records");
     let (_, v1) = testkit::write_carried_whole(&writer, &mut feed, &group).await;
     // 1340 snowmen: 4 KiB of metadata, twice that once escaped to ASCII.
@@ -652,10 +663,7 @@ async fn the_feed_carries_records_and_hints_when_one_does_not_fit() {
 async fn forged_and_garbage_notifications_never_pass_for_records() {
     let Some(url) = url() else { return };
     let watcher = PostgresStore::connect(&url).await.unwrap();
-    let mut feed = tenure::LeaseView::watch(&watcher)
-        .await
-        .unwrap()
-        .expect("a feed");
+    let mut feed = store_feed(&watcher).await;
     let group = testkit::unique_group("pg-forged");
     let admin = raw(&url).await;
     let role = format!("tenure_forger_{:x}", testkit::unique_suffix());
@@ -726,10 +734,7 @@ async fn forged_and_garbage_notifications_never_pass_for_records() {
 async fn a_lost_listen_connection_reconnects_and_resyncs() {
     let Some(url) = url() else { return };
     let (watcher, app) = named_store(&url, "resync").await;
-    let mut feed = tenure::LeaseView::watch(&watcher)
-        .await
-        .unwrap()
-        .expect("a feed");
+    let mut feed = store_feed(&watcher).await;
     let admin = raw(&url).await;
     let killed = over_connections(&admin, "count(pg_terminate_backend(pid))", &app).await;
     assert!(killed >= 1, "the watcher's connections were found");
