@@ -29,7 +29,8 @@ impl Coordinator for Scripted {
                         session.elected(token, from_now(&session, Duration::from_secs(60)));
                     }
                     Some(false) => {
-                        session.end_term_and_drain(EndReason::Revoked, from_now(&session, Duration::from_secs(5))).await;
+                        let deadline = from_now(&session, Duration::from_secs(5));
+                        session.end_term_and_drain(EndReason::Revoked, deadline).await;
                         let _ = self.barrier_done.send(());
                     }
                     None => return,
@@ -40,7 +41,8 @@ impl Coordinator for Scripted {
                         session.end_term(EndReason::Resigned, now);
                     }
                     Command::Shutdown => {
-                        session.end_term_and_drain(EndReason::Shutdown, from_now(&session, Duration::from_secs(5))).await;
+                        let deadline = from_now(&session, Duration::from_secs(5));
+                        session.end_term_and_drain(EndReason::Shutdown, deadline).await;
                         return;
                     }
                 },
