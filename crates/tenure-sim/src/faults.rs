@@ -235,19 +235,29 @@ impl OpFaultOdds {
         }
     }
 
-    /// Checks that each is a probability of at most one half.
+    /// Checks that each is a probability of at most one half, and that
+    /// together they are at most 1: an operation has one fate, drawn from
+    /// these odds in turn, so larger ones would not be the odds drawn.
     fn check(&self) -> Result<(), SimError> {
-        for (name, p) in [
+        let odds = [
             ("lost reply", self.lost_reply),
             ("dropped request", self.dropped_request),
             ("store failure", self.store_failure),
             ("slow op", self.slow_op),
-        ] {
+        ];
+        for (name, p) in odds {
             if !(p.is_finite() && (0.0..=0.5).contains(&p)) {
                 return Err(SimError::Params(format!(
                     "{name} probability {p} is outside [0, 0.5]"
                 )));
             }
+        }
+        let total: f64 = odds.iter().map(|(_, p)| p).sum();
+        if total > 1.0 {
+            return Err(SimError::Params(format!(
+                "the per-operation fault probabilities add up to {total}, more than 1: \
+                 an operation has one fate, so lower some of them"
+            )));
         }
         Ok(())
     }
