@@ -16,23 +16,22 @@ struct EtcdKeys {
     prefix: String,
 }
 
-impl EtcdKeys {
-    fn key(&self, group: &GroupName) -> String {
-        format!("{}{}", self.prefix, group.as_str())
-    }
-}
-
 #[async_trait]
 impl RawAccess for EtcdKeys {
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
         // A plain put changes mod_revision, as any write does.
         let mut kv = self.client.kv_client();
-        kv.put(self.key(group), bytes, None).await.expect("plant");
+        kv.put(format!("{}{}", self.prefix, group.as_str()), bytes, None)
+            .await
+            .expect("plant");
     }
 
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
         let mut kv = self.client.kv_client();
-        let resp = kv.get(self.key(group), None).await.expect("read raw");
+        let resp = kv
+            .get(format!("{}{}", self.prefix, group.as_str()), None)
+            .await
+            .expect("read raw");
         resp.kvs().first().map(|kv| kv.value().to_vec())
     }
 }

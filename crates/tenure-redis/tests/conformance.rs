@@ -17,16 +17,10 @@ struct RedisKeys {
     prefix: String,
 }
 
-impl RedisKeys {
-    fn key(&self, group: &GroupName) -> String {
-        format!("{}{}", self.prefix, group.as_str())
-    }
-}
-
 #[async_trait]
 impl RawAccess for RedisKeys {
     async fn plant_raw(&self, group: &GroupName, bytes: &[u8]) {
-        let key = self.key(group);
+        let key = format!("{}{}", self.prefix, group.as_str());
         // As a foreign program would: bytes in the record field, and a new
         // version, so a CAS with the version read before conflicts.
         let _: () = redis::pipe()
@@ -40,7 +34,9 @@ impl RawAccess for RedisKeys {
 
     async fn read_raw(&self, group: &GroupName) -> Option<Vec<u8>> {
         let mut c = self.client.clone();
-        c.hget(self.key(group), "record").await.expect("read raw")
+        c.hget(format!("{}{}", self.prefix, group.as_str()), "record")
+            .await
+            .expect("read raw")
     }
 }
 
