@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     bounds, frozen_leader_is_replaced_on, graceful_handover, group_members, unique, wait_for,
-    Election, Scratch,
+    wait_logged, Election, Scratch,
 };
 
 /// Process start-up and server round trips on top of the promised bounds;
@@ -25,6 +25,16 @@ fn crash_takeover_on(store: &str, label: &str) {
     let mut e = Election::on(Scratch::new(label), store, &group);
     let (a, b, first) = e.two_candidates(bounds().crash_failover + SLACK);
     let leader = if first.id == "a" { &a } else { &b };
+    // CMD records itself as soon as it runs, a moment before tenure has
+    // started the watchdog that outlives it; tenure's own "started" line
+    // comes after. (A SIGKILL inside that moment is the one case the
+    // watchdog cannot cover yet: CMD dies with tenure, its children do not.)
+    wait_logged(
+        &e.s.path(&format!("{}.log", first.id)),
+        "leading: started CMD",
+        SLACK,
+    )
+    .expect("the leader logged that it started CMD");
 
     let killed = Instant::now();
     leader.signal(libc::SIGKILL);
