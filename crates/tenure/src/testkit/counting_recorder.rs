@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use metrics::{
     Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
@@ -36,10 +36,7 @@ impl CountingRecorder {
     /// `(key, value)` of `labels` (all counters of that name for `&[]`);
     /// 0 if none was incremented.
     pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        let counters = self
-            .counters
-            .lock()
-            .expect("no test panicked holding the counters");
+        let counters = self.counters();
         counters
             .iter()
             .filter(|(key, _)| key.name() == name)
@@ -51,6 +48,13 @@ impl CountingRecorder {
             })
             .map(|(_, count)| count.0.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// The counters, even after a panic elsewhere while they were held:
+    /// the map only ever holds whole entries, and a recorder that panicked
+    /// would take down the library code that reports a metric.
+    fn counters(&self) -> MutexGuard<'_, HashMap<Key, Arc<Count>>> {
+        self.counters.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -74,10 +78,7 @@ impl Recorder for CountingRecorder {
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        let mut counters = self
-            .counters
-            .lock()
-            .expect("no test panicked holding the counters");
+        let mut counters = self.counters();
         Counter::from_arc(counters.entry(key.clone()).or_default().clone())
     }
 
