@@ -14,7 +14,10 @@
 //!   when the term's deadline minus half the kill margin passes without
 //!   tenure having told it a later one (half: a working tenure kills at the
 //!   deadline minus the whole margin, so the watchdog only ever acts for a
-//!   tenure that could not);
+//!   tenure that could not). CMD's process starts as an exec gate
+//!   ([`crate::gate`]) that becomes CMD only once the watchdog is armed,
+//!   so no instant exists in which CMD could start children that nothing
+//!   would end;
 //! * orphans: tenure is a child subreaper, so grandchildren whose parent
 //!   exited are re-parented to tenure and reaped here, even where PID 1 does
 //!   not reap (containers), and "the group is gone" can be observed.
@@ -49,6 +52,7 @@ use anyhow::Context;
 use tenure::{Clock, MonoTime, SystemClock, Term};
 use tokio::process::{Child, ChildStdout, Command};
 
+use crate::gate;
 use crate::signals::Stop;
 use crate::watchdog::Watchdog;
 
@@ -122,34 +126,37 @@ impl Supervised {
     /// `TENURE_STORE` removed), stdin closed, guarded by a watchdog that
     /// kills the group at `term`'s deadline minus half of `margin` unless
     /// [`follow`](Supervised::follow) tells it of a later deadline.
-    pub fn spawn(
+    ///
+    /// CMD runs no instruction before the watchdog is armed: its process
+    /// starts as the [`gate`], which waits for the watchdog and only then
+    /// becomes CMD. Returns once CMD runs, or with the error that kept it
+    /// from starting (a missing program reads `NotFound`, as from a spawn).
+    pub async fn spawn(
         argv: &[OsString],
         env: &[(String, String)],
         term: &Term,
         margin: Duration,
     ) -> io::Result<Supervised> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
-        let mut cmd = Command::new(program);
+        let (mut cmd, gate) = gate::command(argv)?;
         for var in WITHHELD_FROM_CMD {
             cmd.env_remove(var);
         }
-        cmd.args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            // A child in its own process group that reads the terminal
-            // would be stopped by SIGTTIN; supervised work gets no stdin.
-            .stdin(Stdio::null())
+        cmd.envs(env.iter().map(|(k, v)| (k, v)))
             .process_group(0)
             // Covers error paths that drop the handle; the group is handled
             // by `Drop` below.
             .kill_on_drop(true);
         dies_with_us(&mut cmd);
-        let child = cmd.spawn()?;
+        let child = cmd.spawn().map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot start tenure's exec gate: {e}"))
+        })?;
+        // The command holds a copy of the gate's end of the stream, which
+        // must close when CMD starts.
+        drop(cmd);
         let pgid = child
             .id()
             .and_then(|p| libc::pid_t::try_from(p).ok())
-            .ok_or_else(|| io::Error::other("the child exited before its pid was known"))?;
+            .ok_or_else(|| io::Error::other("the exec gate exited before its pid was known"))?;
         let watchdog_margin = margin / 2;
         let watchdog = match Watchdog::spawn(pgid, term.deadline_mono() - watchdog_margin) {
             Ok(w) => Some(w),
@@ -158,14 +165,22 @@ impl Supervised {
                 None
             }
         };
-        Ok(Supervised {
+        let mut supervised = Supervised {
             child,
             pgid,
             status: None,
             watchdog,
             watchdog_margin,
             gone: false,
-        })
+        };
+        if let Err(e) = gate.open().await {
+            // Nothing of CMD's may outlive a start reported as failed.
+            signal_group(pgid, libc::SIGKILL);
+            supervised.gone = true;
+            supervised.disarm().await;
+            return Err(e);
+        }
+        Ok(supervised)
     }
 
     /// Passes the term's current deadline on to the watchdog, if renewals
@@ -366,6 +381,25 @@ pub fn dies_with_us(cmd: &mut Command) {
     unsafe {
         cmd.pre_exec(move || die_with_parent(parent));
     }
+}
+
+/// A command that runs this very tenure executable again (for the exec
+/// gate and the watchdog): `/proc/self/exe` names the file this process
+/// runs even after a package upgrade replaced or removed it at its path,
+/// where [`std::env::current_exe`] would name a file that is gone or a
+/// different version. `ps` shows the path it was started from.
+pub fn tenure_itself() -> Command {
+    const PROC_SELF: &str = "/proc/self/exe";
+    let current = std::env::current_exe();
+    let mut cmd = if std::path::Path::new(PROC_SELF).exists() {
+        Command::new(PROC_SELF)
+    } else {
+        Command::new(current.as_deref().unwrap_or("tenure".as_ref()))
+    };
+    if let Ok(path) = current {
+        cmd.arg0(path);
+    }
+    cmd
 }
 
 /// A helper process this one started (a demo candidate, a benchmark

@@ -409,7 +409,8 @@ tenure is told to stop) the whole group gets SIGTERM, then SIGKILL after
 --kill-grace, cut short so that the group is dead before the term's deadline.
 A watchdog process enforces that deadline even if tenure is frozen or wedged
 (it kills the group unless tenure tells it of a renewal in time), and kills the
-group at once if tenure dies. Members tenure may not signal (a setuid program
+group at once if tenure dies; CMD starts only once its watchdog is armed.
+Members tenure may not signal (a setuid program
 that switched users) are reported and left after SIGKILL. SIGINT, SIGTERM or
 SIGHUP to tenure: stop CMD, release, exit 0 (128+signal with --once). A second
 signal skips the grace.

@@ -9,6 +9,7 @@ mod cli;
 mod connect;
 mod demo;
 mod exit;
+mod gate;
 mod http;
 #[cfg(feature = "kafka")]
 mod kafka;
@@ -38,6 +39,12 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(gate::SUBCOMMAND)) {
+        // CMD's start through the gate: no runtime, no logging, and no
+        // parsing of what follows (see the module).
+        return ExitCode::from(gate::main(args));
+    }
     // clap prints its own errors and exits 2 (0 for --help, --version).
     let cli = Cli::parse();
     if let Command::Watchdog(args) = &cli.command {

@@ -52,7 +52,7 @@ pub async fn run_term(plan: &CmdPlan, stop: &Stop, term: &Term, env: &[(String, 
         return Ran::Lost;
     }
     let started = Instant::now();
-    let mut cmd = match Supervised::spawn(&plan.command, env, term, plan.margin) {
+    let mut cmd = match Supervised::spawn(&plan.command, env, term, plan.margin).await {
         Ok(c) => c,
         Err(e) => return Ran::SpawnFailed(e),
     };

@@ -2,7 +2,7 @@
 //! `tenure run` holds, [`main`] is the hidden `tenure watchdog` process.
 #![allow(
     unsafe_code,
-    reason = "signal dispositions and poll(2) on stdin with a timeout, which std does not offer"
+    reason = "signal dispositions, the process name and poll(2) on stdin with a timeout, which std does not offer"
 )]
 //!
 //! The watchdog enforces two things whatever state `tenure run` is in
@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use tenure::{Clock, MonoTime, SystemClock};
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, ChildStdin};
 
 use crate::child;
 use crate::cli::WatchdogArgs;
@@ -66,8 +66,7 @@ impl Watchdog {
     /// Starts a watchdog for group `pgid` that kills it at `kill_at` unless
     /// told a later instant first.
     pub fn spawn(pgid: libc::pid_t, kill_at: MonoTime) -> io::Result<Watchdog> {
-        let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
+        let mut child = child::tenure_itself()
             .arg("watchdog")
             .arg("--pgid")
             .arg(pgid.to_string())
@@ -138,6 +137,18 @@ pub fn main(args: &WatchdogArgs) -> u8 {
             args.pgid
         );
         return crate::exit::USAGE;
+    }
+    // Started as /proc/self/exe (see `child::tenure_itself`), the kernel
+    // names this process "exe"; `ps` and `top` should say tenure.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"tenure".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
     }
     // Terminal signals are for tenure, which disarms us on its way out.
     // SAFETY: setting a signal's disposition to "ignore" installs no handler.

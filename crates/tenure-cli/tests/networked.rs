@@ -25,10 +25,9 @@ fn crash_takeover_on(store: &str, label: &str) {
     let mut e = Election::on(Scratch::new(label), store, &group);
     let (a, b, first) = e.two_candidates(bounds().crash_failover + SLACK);
     let leader = if first.id == "a" { &a } else { &b };
-    // CMD records itself as soon as it runs, a moment before tenure has
-    // started the watchdog that outlives it; tenure's own "started" line
-    // comes after. (A SIGKILL inside that moment is the one case the
-    // watchdog cannot cover yet: CMD dies with tenure, its children do not.)
+    // The kill comes once tenure has logged CMD's start, after the whole
+    // start (CMD passes its exec gate only once the watchdog is armed;
+    // `cmd_starts_only_once_its_watchdog_is_armed` pins that).
     wait_logged(
         &e.s.path(&format!("{}.log", first.id)),
         "leading: started CMD",

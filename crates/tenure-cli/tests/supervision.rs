@@ -1,7 +1,8 @@
 //! How `tenure run` holds CMD to its term when tenure itself misbehaves or
 //! CMD's group does: a frozen tenure (the watchdog enforces the deadline), a
 //! group member tenure may not signal (the stop is bounded), `--once` after
-//! a lost term, and what CMD and the watchdog may see of tenure's secrets.
+//! a lost term, what CMD and the watchdog may see of tenure's secrets, and
+//! the exec gate that keeps CMD from running before its watchdog.
 
 mod common;
 
@@ -147,4 +148,132 @@ fn a_member_tenure_may_not_signal_does_not_hang_the_stop() {
     // The lease was released on the way out.
     let v = status_json(&s.store(), "g");
     assert_eq!(v["state"], "released", "{v}");
+}
+
+/// CMD runs no instruction before its watchdog is armed (a `tenure`
+/// SIGKILLed in between would leave CMD's own children with nothing to end
+/// them). CMD's first act here, in shell builtins only (nothing forked, so
+/// as early as a shell can look), is to list tenure's children and find
+/// the watchdog that names its own group.
+#[test]
+fn cmd_starts_only_once_its_watchdog_is_armed() {
+    use std::os::unix::fs::PermissionsExt;
+    const RUNS: usize = 20;
+    let s = Scratch::new("armed");
+    let log = s.path("armed.log");
+    let check = s.path("check.sh");
+    std::fs::write(
+        &check,
+        format!(
+            r#"#!/bin/bash
+armed=no
+for list in /proc/$PPID/task/*/children; do
+  read -r -a kids < "$list"
+  for p in "${{kids[@]}}"; do
+    mapfile -d '' -t argv < "/proc/$p/cmdline" || continue
+    if [[ ${{argv[1]}} == watchdog && ${{argv[3]}} == "$$" ]]; then armed=yes; fi
+  done
+done
+echo "$armed" >> "{log}"
+"#,
+            log = log.display()
+        ),
+    )
+    .expect("write the check");
+    std::fs::set_permissions(&check, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    for _ in 0..RUNS {
+        succeeds(
+            tenure()
+                .args(["run", "--group", "g", "--term", "2s", "--id", "a", "--once"])
+                .args(["--store", &s.store(), "--"])
+                .arg(&check),
+        );
+    }
+    let seen = std::fs::read_to_string(&log).expect("the checks' log");
+    let seen: Vec<&str> = seen.lines().collect();
+    assert_eq!(seen.len(), RUNS, "{seen:?}");
+    assert!(
+        seen.iter().all(|&a| a == "yes"),
+        "CMD ran before its watchdog: {seen:?}"
+    );
+}
+
+/// A CMD that cannot be started is reported as before the exec gate: by
+/// the OS's own words, exit 1, and the lease released.
+#[test]
+fn a_cmd_that_cannot_start_is_reported_and_released() {
+    let s = Scratch::new("no-cmd");
+    let not_executable = s.path("plain.txt");
+    std::fs::write(&not_executable, "not a program").expect("write");
+    let missing = s.path("missing");
+    for (cmd, says) in [
+        (&missing, "No such file or directory"),
+        (&not_executable, "Permission denied"),
+    ] {
+        let out = run_to_end(
+            tenure()
+                .args(["run", "--group", "g", "--term", "2s", "--id", "a", "--once"])
+                .args(["--store", &s.store(), "--"])
+                .arg(cmd),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let expected = format!("tenure: error: cannot start {}: {says}", cmd.display());
+        assert!(stderr.contains(&expected), "{stderr}");
+        let v = status_json(&s.store(), "g");
+        assert_eq!(v["state"], "released", "{v}");
+    }
+}
+
+/// The gate's own protocol, driven by the test as tenure would: CMD runs
+/// only after "go", never when the stream ends first or says anything
+/// else, and a failed exec comes back as its OS error number.
+#[test]
+fn the_exec_gate_runs_cmd_only_when_told() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let s = Scratch::new("gate");
+    let ran = s.path("ran");
+    let marker = format!("echo ran > '{}'", ran.display());
+    let gate = |argv: &[&str]| {
+        let (ours, theirs) = UnixStream::pair().expect("socket pair");
+        let child = tenure()
+            .arg("exec-gate")
+            .arg("--")
+            .args(argv)
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                theirs,
+            )))
+            .spawn()
+            .expect("start the gate");
+        (ours, child)
+    };
+
+    for said in [&b""[..], b"no\n", b"stop"] {
+        let (mut ours, mut child) = gate(&["sh", "-c", &marker]);
+        ours.write_all(said).expect("write");
+        drop(ours);
+        assert_eq!(child.wait().expect("wait").code(), Some(1), "{said:?}");
+        assert!(!ran.exists(), "CMD ran after {said:?}");
+    }
+
+    let (mut ours, mut child) = gate(&["sh", "-c", &marker]);
+    ours.write_all(b"go\n").expect("write");
+    let mut answer = String::new();
+    ours.read_to_string(&mut answer).expect("read");
+    assert_eq!(answer, "", "a started CMD closes the stream without a word");
+    assert!(child.wait().expect("wait").success());
+    assert!(ran.exists(), "CMD ran after go");
+
+    for (argv, answer_is, code) in [
+        (&["/nonexistent/program"][..], "exec-failed 2\n", 127),
+        (&["/dev/null"][..], "exec-failed 13\n", 126),
+    ] {
+        let (mut ours, mut child) = gate(argv);
+        ours.write_all(b"go\n").expect("write");
+        let mut answer = String::new();
+        ours.read_to_string(&mut answer).expect("read");
+        assert_eq!(answer, answer_is, "{argv:?}");
+        assert_eq!(child.wait().expect("wait").code(), Some(code), "{argv:?}");
+    }
 }
