@@ -76,87 +76,99 @@ pub(crate) fn build(
         source: None,
     };
     let store: Arc<dyn ObjectStore> = match o.kind {
-        BackendKind::S3 => {
-            let mut b = AmazonS3Builder::from_env()
-                .with_bucket_name(&o.bucket)
-                .with_conditional_put(S3ConditionalPut::ETagMatch)
-                .with_virtual_hosted_style_request(o.virtual_hosted)
-                .with_retry(no_retries())
-                .with_client_options(client);
-            if let Some(r) = &o.region {
-                b = b.with_region(r);
-            }
-            if let Some(e) = &o.endpoint {
-                b = b.with_endpoint(e);
-            }
-            if let Some(k) = &o.keys {
-                b = b
-                    .with_access_key_id(&k.access_key_id)
-                    .with_secret_access_key(&k.secret_access_key.0);
-                if let Some(t) = &k.session_token {
-                    b = b.with_token(&t.0);
-                }
-            }
-            Arc::new(b.build().map_err(failed)?)
-        }
-        BackendKind::Gcs => {
-            let mut b = GoogleCloudStorageBuilder::from_env()
-                .with_bucket_name(&o.bucket)
-                .with_retry(no_retries())
-                .with_client_options(client);
-            if let Some(e) = &o.endpoint {
-                b = b.with_base_url(e.trim_end_matches('/'));
-            }
-            if let Some(p) = &o.service_account {
-                b = b.with_service_account_path(p.display().to_string());
-            }
-            if o.anonymous {
-                // Unsigned requests. `skip_signature` alone covers reads
-                // only (object_store 0.13 fetches a token for writes),
-                // so the credential is an empty one too.
-                b = b.with_skip_signature(true).with_credentials(Arc::new(
-                    StaticCredentialProvider::new(GcpCredential {
-                        bearer: String::new(),
-                    }),
-                ));
-            }
-            Arc::new(b.build().map_err(failed)?)
-        }
-        BackendKind::Azure => {
-            let mut b = MicrosoftAzureBuilder::from_env()
-                .with_container_name(&o.bucket)
-                .with_retry(no_retries())
-                .with_client_options(client);
-            if o.emulator {
-                // Path-style requests to Azurite's account, at its
-                // default address unless an endpoint is given.
-                let base = o
-                    .endpoint
-                    .as_deref()
-                    .unwrap_or("http://127.0.0.1:10000")
-                    .trim_end_matches('/');
-                let account = o.account.as_deref().unwrap_or(AZURITE_ACCOUNT);
-                b = b
-                    .with_account(account)
-                    .with_endpoint(format!("{base}/{account}"))
-                    .with_access_key(o.access_key.as_ref().map_or(AZURITE_KEY, |k| k.0.as_str()))
-                    .with_allow_http(true);
-            } else {
-                if let Some(a) = &o.account {
-                    b = b.with_account(a);
-                }
-                if let Some(e) = &o.endpoint {
-                    b = b.with_endpoint(e.clone());
-                }
-                if let Some(k) = &o.access_key {
-                    b = b.with_access_key(&k.0);
-                }
-            }
-            if o.anonymous {
-                b = b.with_skip_signature(true);
-            }
-            Arc::new(b.build().map_err(failed)?)
-        }
+        BackendKind::S3 => Arc::new(s3(o, client).build().map_err(failed)?),
+        BackendKind::Gcs => Arc::new(gcs(o, client).build().map_err(failed)?),
+        BackendKind::Azure => Arc::new(azure(o, client).build().map_err(failed)?),
     };
     Ok(store)
+}
+
+/// S3 (or an S3-compatible server at `endpoint`): conditional puts on the
+/// ETag, static keys if the URL gives them, else the standard AWS chain.
+fn s3(o: &BucketOptions, client: ClientOptions) -> AmazonS3Builder {
+    let mut b = AmazonS3Builder::from_env()
+        .with_bucket_name(&o.bucket)
+        .with_conditional_put(S3ConditionalPut::ETagMatch)
+        .with_virtual_hosted_style_request(o.virtual_hosted)
+        .with_retry(no_retries())
+        .with_client_options(client);
+    if let Some(r) = &o.region {
+        b = b.with_region(r);
+    }
+    if let Some(e) = &o.endpoint {
+        b = b.with_endpoint(e);
+    }
+    if let Some(k) = &o.keys {
+        b = b
+            .with_access_key_id(&k.access_key_id)
+            .with_secret_access_key(&k.secret_access_key.0);
+        if let Some(t) = &k.session_token {
+            b = b.with_token(&t.0);
+        }
+    }
+    b
+}
+
+/// Google Cloud Storage: a service account file, the environment's
+/// credentials, or unsigned requests to an emulator.
+fn gcs(o: &BucketOptions, client: ClientOptions) -> GoogleCloudStorageBuilder {
+    let mut b = GoogleCloudStorageBuilder::from_env()
+        .with_bucket_name(&o.bucket)
+        .with_retry(no_retries())
+        .with_client_options(client);
+    if let Some(e) = &o.endpoint {
+        b = b.with_base_url(e.trim_end_matches('/'));
+    }
+    if let Some(p) = &o.service_account {
+        b = b.with_service_account_path(p.display().to_string());
+    }
+    if o.anonymous {
+        // Unsigned requests. `skip_signature` alone covers reads only
+        // (object_store 0.13 fetches a token for writes), so the
+        // credential is an empty one too.
+        b = b
+            .with_skip_signature(true)
+            .with_credentials(Arc::new(StaticCredentialProvider::new(GcpCredential {
+                bearer: String::new(),
+            })));
+    }
+    b
+}
+
+/// Azure Blob Storage, or Azurite (path-style requests to its development
+/// account) when the URL says `emulator`.
+fn azure(o: &BucketOptions, client: ClientOptions) -> MicrosoftAzureBuilder {
+    let mut b = MicrosoftAzureBuilder::from_env()
+        .with_container_name(&o.bucket)
+        .with_retry(no_retries())
+        .with_client_options(client);
+    if o.emulator {
+        // Path-style requests to Azurite's account, at its
+        // default address unless an endpoint is given.
+        let base = o
+            .endpoint
+            .as_deref()
+            .unwrap_or("http://127.0.0.1:10000")
+            .trim_end_matches('/');
+        let account = o.account.as_deref().unwrap_or(AZURITE_ACCOUNT);
+        b = b
+            .with_account(account)
+            .with_endpoint(format!("{base}/{account}"))
+            .with_access_key(o.access_key.as_ref().map_or(AZURITE_KEY, |k| k.0.as_str()))
+            .with_allow_http(true);
+    } else {
+        if let Some(a) = &o.account {
+            b = b.with_account(a);
+        }
+        if let Some(e) = &o.endpoint {
+            b = b.with_endpoint(e.clone());
+        }
+        if let Some(k) = &o.access_key {
+            b = b.with_access_key(&k.0);
+        }
+    }
+    if o.anonymous {
+        b = b.with_skip_signature(true);
+    }
+    b
 }
