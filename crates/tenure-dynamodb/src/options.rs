@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::DynamoDbStoreError;
-use tenure::url::{check_http_endpoint, mask_key_id, ShownQuery};
+use tenure::secret::AccessKeys;
+use tenure::url::{check_http_endpoint, AccessKeyOptions, ShownQuery};
 
 /// The default time a store operation keeps retrying while DynamoDB
 /// throttles it. An [`Elector`](tenure::Elector) cancels an operation at its
@@ -56,30 +57,11 @@ pub struct DynamoDbOptions {
     pub(crate) region: Option<String>,
     pub(crate) endpoint: Option<String>,
     pub(crate) profile: Option<String>,
-    pub(crate) credentials: Option<StaticKeys>,
+    pub(crate) credentials: Option<AccessKeys>,
     pub(crate) create_if_missing: bool,
     pub(crate) throttle_budget: Duration,
     /// The CA file, and the option that named it (`ca` or `ca_file`).
     pub(crate) ca: Option<(&'static str, PathBuf)>,
-}
-
-/// Static credentials. Kept apart so that nothing formats the secret by
-/// accident: this type has no `Debug` that shows it.
-#[derive(Clone)]
-pub(crate) struct StaticKeys {
-    pub(crate) access_key_id: String,
-    pub(crate) secret_access_key: String,
-    pub(crate) session_token: Option<String>,
-}
-
-impl fmt::Debug for StaticKeys {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StaticKeys")
-            .field("access_key_id", &mask_key_id(&self.access_key_id))
-            .field("secret_access_key", &"***")
-            .field("session_token", &self.session_token.as_ref().map(|_| "***"))
-            .finish()
-    }
 }
 
 impl fmt::Debug for DynamoDbOptions {
@@ -133,7 +115,7 @@ impl DynamoDbOptions {
                 "the table name must be 3 to 255 characters of a-z, A-Z, 0-9, _ - . (dynamodb://TABLE?…)",
             )
         })?;
-        let (mut key_id, mut secret, mut token) = (None, None, None);
+        let mut keys = AccessKeyOptions::default();
         for pair in tenure::url::query_pairs(query) {
             let (k, v) = pair.map_err(|why| bad(&shown, &why))?;
             let k = k.as_str();
@@ -158,9 +140,7 @@ impl DynamoDbOptions {
                 }
                 "ca" => o.ca = Some(("ca", PathBuf::from(nonempty(v)?))),
                 "ca_file" => o.ca = Some(("ca_file", PathBuf::from(nonempty(v)?))),
-                "access_key_id" => key_id = Some(nonempty(v)?),
-                "secret_access_key" => secret = Some(nonempty(v)?),
-                "session_token" => token = Some(nonempty(v)?),
+                k if AccessKeyOptions::is_option(k) => keys.set(k, nonempty(v)?),
                 _ => {
                     return Err(bad(
                         &shown,
@@ -172,17 +152,9 @@ impl DynamoDbOptions {
                 }
             }
         }
-        match (key_id, secret) {
-            (Some(id), Some(secret)) => o = o.static_credentials_with_token(id, secret, token),
-            (None, None) if token.is_none() => {}
-            _ => {
-                return Err(bad(
-                    &shown,
-                    "static credentials need both access_key_id and secret_access_key \
-                     (session_token is optional): give both, or neither to use the standard AWS chain",
-                ))
-            }
-        }
+        o.credentials = keys
+            .finish("the standard AWS chain")
+            .map_err(|why| bad(&shown, &why))?;
         o.check().map_err(|why| bad(&o.redacted_url(), &why))?;
         Ok(o)
     }
@@ -223,11 +195,11 @@ impl DynamoDbOptions {
         secret_access_key: impl Into<String>,
         session_token: Option<String>,
     ) -> Self {
-        self.credentials = Some(StaticKeys {
-            access_key_id: access_key_id.into(),
-            secret_access_key: secret_access_key.into(),
+        self.credentials = Some(AccessKeys::new(
+            access_key_id,
+            secret_access_key,
             session_token,
-        });
+        ));
         self
     }
 
@@ -282,12 +254,7 @@ impl DynamoDbOptions {
         if let Some((option, ca)) = &self.ca {
             shown.value(option, Some(ca.display()));
         }
-        shown.access_keys(
-            self.credentials.as_ref().map(|k| k.access_key_id.as_str()),
-            self.credentials
-                .as_ref()
-                .is_some_and(|k| k.session_token.is_some()),
-        );
+        shown.access_keys(self.credentials.as_ref());
         shown.url(&format!("dynamodb://{}", self.table))
     }
 
@@ -329,6 +296,7 @@ fn check_table_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tenure::secret::Secret;
 
     #[test]
     fn parses_every_parameter() {
@@ -388,8 +356,11 @@ mod tests {
             assert!(shown.contains("***WXYZ"), "{shown}");
         }
         let keys = o.credentials.unwrap();
-        assert_eq!(keys.secret_access_key, "TOPSECRET");
-        assert_eq!(keys.session_token.as_deref(), Some("SESSIONSECRET"));
+        assert_eq!(keys.secret_access_key().expose(), "TOPSECRET");
+        assert_eq!(
+            keys.session_token().map(Secret::expose),
+            Some("SESSIONSECRET")
+        );
 
         // A URL that does not parse is echoed redacted in the error.
         assert_refused(
@@ -492,7 +463,7 @@ mod tests {
         )
         .unwrap();
         let keys = o.credentials.clone().unwrap();
-        assert_eq!(keys.secret_access_key, "Qa1/Qb2+Qc3+Qd4");
+        assert_eq!(keys.secret_access_key().expose(), "Qa1/Qb2+Qc3+Qd4");
         // A URL that does not parse shows no piece of such a secret, even
         // with '?', '#' and '@' unescaped in it.
         let e = DynamoDbOptions::from_url(
@@ -503,11 +474,5 @@ mod tests {
         for p in ["Qa1", "Qb2", "Qc3", "Qd4", "Qe5", "Qf6"] {
             assert!(!e.contains(p), "{e}");
         }
-    }
-
-    #[test]
-    fn key_ids_are_shortened() {
-        assert_eq!(mask_key_id("AKID"), "***");
-        assert_eq!(mask_key_id("AKIDEXAMPLE"), "***MPLE");
     }
 }

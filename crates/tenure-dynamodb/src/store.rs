@@ -311,9 +311,9 @@ async fn build_client(options: &DynamoDbOptions) -> Result<Client, DynamoDbStore
     }
     if let Some(k) = &options.credentials {
         loader = loader.credentials_provider(Credentials::new(
-            &k.access_key_id,
-            &k.secret_access_key,
-            k.session_token.clone(),
+            k.access_key_id(),
+            k.secret_access_key().expose(),
+            k.session_token().map(|t| t.expose().to_owned()),
             None,
             "tenure-dynamodb-static",
         ));

@@ -9,6 +9,7 @@ use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
 use object_store::{
     Certificate, ClientOptions, ObjectStore, RetryConfig, StaticCredentialProvider,
 };
+use tenure::secret::Secret;
 use tenure::tls::{read_pem, Expected};
 use tenure::StoreError;
 
@@ -100,10 +101,10 @@ fn s3(o: &BucketOptions, client: ClientOptions) -> AmazonS3Builder {
     }
     if let Some(k) = &o.keys {
         b = b
-            .with_access_key_id(&k.access_key_id)
-            .with_secret_access_key(&k.secret_access_key.0);
-        if let Some(t) = &k.session_token {
-            b = b.with_token(&t.0);
+            .with_access_key_id(k.access_key_id())
+            .with_secret_access_key(k.secret_access_key().expose());
+        if let Some(t) = k.session_token() {
+            b = b.with_token(t.expose());
         }
     }
     b
@@ -154,7 +155,7 @@ fn azure(o: &BucketOptions, client: ClientOptions) -> MicrosoftAzureBuilder {
         b = b
             .with_account(account)
             .with_endpoint(format!("{base}/{account}"))
-            .with_access_key(o.access_key.as_ref().map_or(AZURITE_KEY, |k| k.0.as_str()))
+            .with_access_key(o.access_key.as_ref().map_or(AZURITE_KEY, Secret::expose))
             .with_allow_http(true);
     } else {
         if let Some(a) = &o.account {
@@ -164,7 +165,7 @@ fn azure(o: &BucketOptions, client: ClientOptions) -> MicrosoftAzureBuilder {
             b = b.with_endpoint(e.clone());
         }
         if let Some(k) = &o.access_key {
-            b = b.with_access_key(&k.0);
+            b = b.with_access_key(k.expose());
         }
     }
     if o.anonymous {

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::BucketStoreError;
-use tenure::url::{check_http_endpoint, is_secret_key, ShownQuery};
+use tenure::secret::{AccessKeys, Secret};
+use tenure::url::{check_http_endpoint, is_secret_key, AccessKeyOptions, ShownQuery};
 
 use crate::error::BackendKind;
 use crate::key::Layout;
@@ -86,7 +87,7 @@ pub struct BucketOptions {
     pub(crate) anonymous: bool,
     // S3
     pub(crate) region: Option<String>,
-    pub(crate) keys: Option<S3Keys>,
+    pub(crate) keys: Option<AccessKeys>,
     pub(crate) virtual_hosted: bool,
     // GCS
     pub(crate) service_account: Option<PathBuf>,
@@ -94,24 +95,6 @@ pub struct BucketOptions {
     pub(crate) account: Option<String>,
     pub(crate) access_key: Option<Secret>,
     pub(crate) emulator: bool,
-}
-
-/// A secret value: shown as `***` by `Debug`, never formatted otherwise.
-#[derive(Clone)]
-pub(crate) struct Secret(pub(crate) String);
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-/// Static S3 credentials.
-#[derive(Clone, Debug)]
-pub(crate) struct S3Keys {
-    pub(crate) access_key_id: String,
-    pub(crate) secret_access_key: Secret,
-    pub(crate) session_token: Option<Secret>,
 }
 
 impl fmt::Debug for BucketOptions {
@@ -202,7 +185,7 @@ impl BucketOptions {
                 .ok_or_else(|| bad(&shown, "the prefix has an invalid %-escape or is not UTF-8"))?;
             o.layout = Layout::new(&prefix).map_err(|why| bad(&shown, why))?;
         }
-        let (mut key_id, mut secret, mut token) = (None, None, None);
+        let mut keys = AccessKeyOptions::default();
         for pair in tenure::url::query_pairs(query) {
             let (k, v) = pair.map_err(|why| bad(&shown, &why))?;
             let k = k.as_str();
@@ -233,17 +216,9 @@ impl BucketOptions {
                     only(&[S3])?;
                     o.region = Some(v)
                 }
-                "access_key_id" => {
+                k if AccessKeyOptions::is_option(k) => {
                     only(&[S3])?;
-                    key_id = Some(v)
-                }
-                "secret_access_key" => {
-                    only(&[S3])?;
-                    secret = Some(v)
-                }
-                "session_token" => {
-                    only(&[S3])?;
-                    token = Some(v)
+                    keys.set(k, v)
                 }
                 "virtual_hosted" => {
                     only(&[S3])?;
@@ -263,7 +238,7 @@ impl BucketOptions {
                 }
                 "access_key" => {
                     only(&[Azure])?;
-                    o.access_key = Some(Secret(v))
+                    o.access_key = Some(Secret::from(v))
                 }
                 "emulator" => {
                     only(&[Azure])?;
@@ -277,17 +252,9 @@ impl BucketOptions {
                 }
             }
         }
-        match (key_id, secret) {
-            (Some(id), Some(secret)) => o = o.static_credentials(id, secret, token),
-            (None, None) if token.is_none() => {}
-            _ => {
-                return Err(bad(
-                    &shown,
-                    "static credentials need both access_key_id and secret_access_key \
-                     (session_token is optional): give both, or neither to use the environment",
-                ))
-            }
-        }
+        o.keys = keys
+            .finish("the environment")
+            .map_err(|why| bad(&shown, &why))?;
         o.check().map_err(|why| bad(&o.redacted_url(), &why))?;
         Ok(o)
     }
@@ -319,11 +286,11 @@ impl BucketOptions {
         secret_access_key: impl Into<String>,
         session_token: Option<String>,
     ) -> Self {
-        self.keys = Some(S3Keys {
-            access_key_id: access_key_id.into(),
-            secret_access_key: Secret(secret_access_key.into()),
-            session_token: session_token.map(Secret),
-        });
+        self.keys = Some(AccessKeys::new(
+            access_key_id,
+            secret_access_key,
+            session_token,
+        ));
         self
     }
 
@@ -383,12 +350,7 @@ impl BucketOptions {
             shown.value(option, Some(ca.display()));
         }
         shown
-            .access_keys(
-                self.keys.as_ref().map(|k| k.access_key_id.as_str()),
-                self.keys
-                    .as_ref()
-                    .is_some_and(|k| k.session_token.is_some()),
-            )
+            .access_keys(self.keys.as_ref())
             .secret("access_key", self.access_key.is_some());
         shown.url(&format!(
             "{}://{}/{}",
@@ -402,13 +364,13 @@ impl BucketOptions {
     pub(crate) fn secrets(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(k) = &self.keys {
-            out.push(k.secret_access_key.0.clone());
-            if let Some(t) = &k.session_token {
-                out.push(t.0.clone());
+            out.push(k.secret_access_key().expose().to_owned());
+            if let Some(t) = k.session_token() {
+                out.push(t.expose().to_owned());
             }
         }
         if let Some(k) = &self.access_key {
-            out.push(k.0.clone());
+            out.push(k.expose().to_owned());
         }
         // `object_store` reads every AWS_*, AZURE_* and GOOGLE_* variable
         // as a setting of its client: a server that echoes a session token
@@ -520,7 +482,7 @@ mod tests {
         assert_eq!(o.region.as_deref(), Some("eu-west-1"));
         assert_eq!(o.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         let k = o.keys.as_ref().unwrap();
-        assert_eq!(k.secret_access_key.0, "a/b+c", "a + stays a plus");
+        assert_eq!(k.secret_access_key().expose(), "a/b+c", "a + stays a plus");
         assert_eq!(o.timeout, Duration::from_secs(2));
         assert_eq!(o.connect_timeout, Duration::from_millis(500));
         assert!(o.virtual_hosted);

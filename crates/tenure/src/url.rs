@@ -25,6 +25,8 @@
 
 use std::time::Duration;
 
+use crate::secret::AccessKeys;
+
 /// Decodes `%XX` escapes; `None` if an escape is malformed or the result is
 /// not UTF-8. A `+` stays a `+`.
 ///
@@ -631,13 +633,15 @@ fn conninfo_secrets(text: &str) -> Vec<(usize, usize)> {
 ///
 /// ```
 /// use std::time::Duration;
+/// use tenure::secret::AccessKeys;
 /// use tenure::url::ShownQuery;
+/// let keys = AccessKeys::new("AKIDEXAMPLE", "s3cr3t", Some("t0ken".to_owned()));
 /// let mut q = ShownQuery::default();
 /// q.value("region", Some("eu-west-1"))
 ///     .endpoint(Some("http://u:pw@h:1"))
 ///     .flag("create", true)
 ///     .duration("timeout", Duration::from_secs(3), Duration::from_secs(3))
-///     .access_keys(Some("AKIDEXAMPLE"), true);
+///     .access_keys(Some(&keys));
 /// assert_eq!(
 ///     q.url("dynamodb://t"),
 ///     "dynamodb://t?region=eu-west-1&endpoint=http://u:***@h:1&create=true\
@@ -681,13 +685,14 @@ impl ShownQuery {
         self.value(name, present.then_some("***"))
     }
 
-    /// A key pair: its id [shortened](mask_key_id), its secret key and
-    /// session token (when there is one) as `***`.
-    pub fn access_keys(&mut self, key_id: Option<&str>, session_token: bool) -> &mut Self {
-        if let Some(id) = key_id {
-            self.value("access_key_id", Some(mask_key_id(id)))
+    /// Static access keys, when there are some: the id
+    /// [shortened](mask_key_id), the secret key and session token (when
+    /// there is one) as `***`.
+    pub fn access_keys(&mut self, keys: Option<&AccessKeys>) -> &mut Self {
+        if let Some(keys) = keys {
+            self.value("access_key_id", Some(mask_key_id(keys.access_key_id())))
                 .secret("secret_access_key", true)
-                .secret("session_token", session_token);
+                .secret("session_token", keys.session_token().is_some());
         }
         self
     }
@@ -698,6 +703,68 @@ impl ShownQuery {
             base.to_owned()
         } else {
             format!("{base}?{}", self.0.join("&"))
+        }
+    }
+}
+
+/// The query options of static [`AccessKeys`] (`access_key_id`,
+/// `secret_access_key`, `session_token`), collected while a URL's query is
+/// read and checked once it is: the pair whole, or nothing of it.
+///
+/// ```
+/// use tenure::url::AccessKeyOptions;
+/// let mut keys = AccessKeyOptions::default();
+/// for (name, value) in [("access_key_id", "AKID1234"), ("secret_access_key", "s3cr3t")] {
+///     assert!(AccessKeyOptions::is_option(name));
+///     keys.set(name, value.to_owned());
+/// }
+/// let keys = keys.finish("the environment").unwrap().unwrap();
+/// assert_eq!(keys.access_key_id(), "AKID1234");
+///
+/// let mut half = AccessKeyOptions::default();
+/// half.set("secret_access_key", "s3cr3t".to_owned());
+/// let e = half.finish("the environment").unwrap_err();
+/// assert!(e.contains("both access_key_id and secret_access_key") && !e.contains("s3cr3t"));
+/// ```
+#[derive(Default)]
+pub struct AccessKeyOptions {
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
+    session_token: Option<String>,
+}
+
+impl AccessKeyOptions {
+    const NAMES: [&'static str; 3] = ["access_key_id", "secret_access_key", "session_token"];
+
+    /// Whether `name` is one of the three options.
+    pub fn is_option(name: &str) -> bool {
+        Self::NAMES.contains(&name)
+    }
+
+    /// Takes the option `name`'s value (a later one replaces an earlier);
+    /// a name that is not one of the three is ignored.
+    pub fn set(&mut self, name: &str, value: String) {
+        let slot = match name {
+            "access_key_id" => &mut self.access_key_id,
+            "secret_access_key" => &mut self.secret_access_key,
+            "session_token" => &mut self.session_token,
+            _ => return,
+        };
+        *slot = Some(value);
+    }
+
+    /// The keys the query gave, or `None` if it gave none. Half a pair,
+    /// or a session token without one, is an error naming the fix;
+    /// `otherwise` says where credentials come from without keys ("the
+    /// standard AWS chain"). The error shows no value.
+    pub fn finish(self, otherwise: &str) -> Result<Option<AccessKeys>, String> {
+        match (self.access_key_id, self.secret_access_key) {
+            (Some(id), Some(secret)) => Ok(Some(AccessKeys::new(id, secret, self.session_token))),
+            (None, None) if self.session_token.is_none() => Ok(None),
+            _ => Err(format!(
+                "static credentials need both access_key_id and secret_access_key \
+                 (session_token is optional): give both, or neither to use {otherwise}"
+            )),
         }
     }
 }
