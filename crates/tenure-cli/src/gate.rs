@@ -12,20 +12,27 @@
 //! and says "go", and only then becomes CMD by `exec` (same pid, same
 //! group, same parent, same parent-death signal).
 //!
-//! If tenure dies before "go", the gate sees the end of the stream and
-//! exits without running CMD (the parent-death signal would kill it too).
-//! If `exec` fails (no such program, not executable), the gate writes the
-//! error back on the same stream and exits, and tenure reports it as CMD
-//! failing to start, exactly as a failed spawn was reported before the
-//! gate. On success the stream closes without a word (the gate's end is
-//! close-on-exec), so tenure knows CMD is running.
+//! The protocol is the gate's stdin, a Unix socket pair. tenure writes
+//! `go <instant>`: the instant (`CLOCK_BOOTTIME` nanoseconds) after which
+//! CMD must not start, tenure's own kill instant for the term. The gate
+//! answers one line and ends:
 //!
-//! The protocol is the gate's stdin, a Unix socket pair: tenure writes
-//! [`GO`], the gate answers nothing (exec succeeded) or one
-//! [`EXEC_FAILED`] line. CMD's stdin is `/dev/null`, as without the gate.
+//! * `late`: its clock had passed the instant (a stall between tenure's
+//!   look at the term and the gate's read), so CMD is not started;
+//! * `exec`: it is about to `exec` CMD. Its end of the stream is
+//!   close-on-exec, so if nothing follows, CMD runs. If `exec` fails,
+//!   `exec-failed <errno>` (or `0 <text>`) follows, and tenure reports it
+//!   as CMD failing to start, exactly as a failed spawn was reported
+//!   before the gate ("No such file or directory").
+//!
+//! A stream that ends without a word means the gate died (killed by the
+//! watchdog at the deadline, by a signal, or it was not tenure's gate):
+//! never that CMD runs. If tenure dies before "go", the gate sees the end
+//! of the stream and exits without running CMD (the parent-death signal
+//! would kill it too). CMD's stdin is `/dev/null`, as without the gate.
 #![allow(
     unsafe_code,
-    reason = "fcntl(2) to keep the gate's end of the stream across the stdin swap but not across exec"
+    reason = "fcntl(2) to keep the gate's end of the stream across the stdin swap but not across exec, and prctl(2) for the process name"
 )]
 
 use std::ffi::{OsStr, OsString};
@@ -34,6 +41,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
+use tenure::{Clock, MonoTime, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -44,10 +52,16 @@ use crate::child;
 /// `exec` untouched, and no option of tenure's (nor its environment
 /// variables, which CMD inherits) may have a say in it.
 pub const SUBCOMMAND: &str = "exec-gate";
-/// What tenure writes once the watchdog is armed.
-const GO: &[u8] = b"go\n";
-/// The gate's answer when `exec` failed, followed by the OS error number
-/// (or 0 and the error's text when it has none).
+/// What tenure writes once the watchdog is armed, before the instant.
+const GO: &str = "go ";
+/// The longest "go" line the gate reads.
+const MAX_GO: usize = 64;
+/// The gate's answer when it is about to `exec` CMD.
+const EXEC: &str = "exec";
+/// The gate's answer when the instant had passed.
+const LATE: &str = "late";
+/// What follows [`EXEC`] when `exec` failed: the OS error number (or 0
+/// and the error's text when it has none).
 const EXEC_FAILED: &str = "exec-failed ";
 /// The most of an answer tenure reads; a longer one is not the gate's.
 const MAX_ANSWER: u64 = 4096;
@@ -57,12 +71,29 @@ const NOT_FOUND: u8 = 127;
 /// The exit code of a gate whose `exec` failed for another reason (not
 /// executable, a bad argument).
 const CANNOT_EXECUTE: u8 = 126;
-/// The exit code of a gate told nothing before its stream ended.
+/// The exit code of a gate that did not start CMD: no "go", or too late.
 const NO_GO: u8 = 1;
 
 /// tenure's end of a started gate.
 pub struct Gate {
     stream: tokio::net::UnixStream,
+}
+
+/// How a gate answered "go".
+#[derive(Debug)]
+pub enum Answer {
+    /// CMD runs.
+    Running,
+    /// The gate's clock had passed the instant: CMD was not started.
+    Late,
+    /// CMD's `exec` failed with this error.
+    ExecFailed(io::Error),
+    /// The gate ended (or the stream failed) without a word: it died
+    /// before starting CMD.
+    Silent,
+    /// Something that is not the gate's protocol: the program started as
+    /// the gate is not this tenure.
+    Garbled,
 }
 
 /// A command that starts `argv` through the gate, not yet spawned, and
@@ -81,10 +112,10 @@ pub fn command(argv: &[OsString]) -> io::Result<(Command, Gate)> {
             "no command given",
         ));
     }
+    let mut cmd = child::tenure_itself()?;
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
     ours.set_nonblocking(true)?;
     let stream = tokio::net::UnixStream::from_std(ours)?;
-    let mut cmd = child::tenure_itself();
     cmd.arg(SUBCOMMAND)
         .arg("--")
         .args(argv)
@@ -93,40 +124,53 @@ pub fn command(argv: &[OsString]) -> io::Result<(Command, Gate)> {
 }
 
 impl Gate {
-    /// Lets CMD run, and waits until it runs: `Ok` once `exec` succeeded,
-    /// the `exec` error if it failed (so a missing program reads as it
-    /// always did: "No such file or directory").
-    pub async fn open(mut self) -> io::Result<()> {
-        self.stream.write_all(GO).await?;
+    /// Lets CMD run unless the gate's clock has passed `not_after`, and
+    /// waits for the gate's answer. Cancel-safe in the sense that matters:
+    /// dropped, it leaves the gate to be killed with its group.
+    pub async fn open(mut self, not_after: MonoTime) -> Answer {
+        let go = format!("{GO}{}\n", not_after.as_nanos());
+        if self.stream.write_all(go.as_bytes()).await.is_err() {
+            // EPIPE or a reset: the gate is gone.
+            return Answer::Silent;
+        }
         let mut answer = Vec::new();
-        (&mut self.stream)
+        if (&mut self.stream)
             .take(MAX_ANSWER)
             .read_to_end(&mut answer)
-            .await?;
-        match parse_answer(&answer) {
-            None => Ok(()),
-            Some(e) => Err(e),
+            .await
+            .is_err()
+        {
+            return Answer::Silent;
         }
+        parse_answer(&answer)
     }
 }
 
-/// The error a gate's answer reports, or `None` for the empty answer of a
-/// successful `exec`.
-fn parse_answer(answer: &[u8]) -> Option<io::Error> {
-    if answer.is_empty() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(answer);
-    let Some(rest) = text.trim_end().strip_prefix(EXEC_FAILED) else {
-        return Some(io::Error::other(
-            "the exec gate answered something that is not its protocol",
-        ));
+/// What a gate's whole answer means.
+fn parse_answer(answer: &[u8]) -> Answer {
+    let Ok(text) = std::str::from_utf8(answer) else {
+        return Answer::Garbled;
     };
+    let mut lines = text.split_terminator('\n');
+    match (lines.next(), lines.next(), lines.next()) {
+        (None, ..) => Answer::Silent,
+        (Some(LATE), None, _) => Answer::Late,
+        (Some(EXEC), None, _) => Answer::Running,
+        (Some(EXEC), Some(failed), None) => match failed.strip_prefix(EXEC_FAILED) {
+            Some(rest) => Answer::ExecFailed(exec_error(rest)),
+            None => Answer::Garbled,
+        },
+        _ => Answer::Garbled,
+    }
+}
+
+/// The error an `exec-failed` line reports.
+fn exec_error(rest: &str) -> io::Error {
     let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
-    Some(match code.parse::<i32>() {
+    match code.parse::<i32>() {
         Ok(n) if n > 0 => io::Error::from_raw_os_error(n),
         _ => io::Error::other(message.to_owned()),
-    })
+    }
 }
 
 /// Runs the gate process: `args` is the command line after
@@ -143,12 +187,31 @@ pub fn main(mut args: impl Iterator<Item = OsString>) -> u8 {
     let Some(program) = args.next() else {
         return crate::exit::USAGE;
     };
+    // Started as /proc/self/exe, the kernel names this process "exe"
+    // until it becomes CMD; `ps` should say tenure meanwhile.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"tenure".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+    }
     let Ok(mut stream) = keep_stdin_until_exec() else {
         return NO_GO;
     };
-    let mut go = [0u8; GO.len()];
-    if stream.read_exact(&mut go).is_err() || go != GO {
-        // tenure is gone (or never meant it): CMD must not start.
+    // tenure gone, or a line that is not "go": CMD must not start.
+    let Some(not_after) = read_go(&mut stream) else {
+        return NO_GO;
+    };
+    if SystemClock.now().mono >= not_after {
+        let _ = writeln!(stream, "{LATE}");
+        return NO_GO;
+    }
+    if writeln!(stream, "{EXEC}").is_err() {
+        // Nobody is listening: tenure is gone.
         return NO_GO;
     }
     let error = std::process::Command::new(&program)
@@ -165,6 +228,26 @@ pub fn main(mut args: impl Iterator<Item = OsString>) -> u8 {
     } else {
         CANNOT_EXECUTE
     }
+}
+
+/// Reads the "go" line and returns its instant; `None` for anything else
+/// (the stream's end included).
+fn read_go(stream: &mut std::fs::File) -> Option<MonoTime> {
+    let mut line = Vec::with_capacity(MAX_GO);
+    let mut byte = [0u8; 1];
+    while line.len() < MAX_GO {
+        match stream.read(&mut byte) {
+            Ok(1) if byte[0] == b'\n' => {
+                let text = std::str::from_utf8(&line).ok()?;
+                let nanos = text.strip_prefix(GO)?.parse::<u64>().ok()?;
+                return Some(MonoTime::from_nanos(nanos));
+            }
+            Ok(1) => line.push(byte[0]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// A copy of stdin (the gate's stream) that is closed by a successful
@@ -186,29 +269,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_empty_answer_means_cmd_runs() {
-        assert!(parse_answer(b"").is_none());
+    fn only_exec_and_a_closed_stream_mean_cmd_runs() {
+        assert!(matches!(parse_answer(b"exec\n"), Answer::Running));
+        assert!(matches!(parse_answer(b""), Answer::Silent));
+        assert!(matches!(parse_answer(b"late\n"), Answer::Late));
     }
 
     #[test]
     fn an_exec_error_comes_back_as_the_os_error() {
-        let e = parse_answer(b"exec-failed 2\n").expect("an error");
+        let Answer::ExecFailed(e) = parse_answer(b"exec\nexec-failed 2\n") else {
+            panic!("not an exec failure");
+        };
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert_eq!(e.raw_os_error(), Some(2));
-        let e = parse_answer(b"exec-failed 13\n").expect("an error");
+        let Answer::ExecFailed(e) = parse_answer(b"exec\nexec-failed 13\n") else {
+            panic!("not an exec failure");
+        };
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
     }
 
     #[test]
     fn an_error_without_a_number_keeps_its_text() {
-        let e = parse_answer(b"exec-failed 0 nul byte found in provided data\n").expect("an error");
+        let answer = parse_answer(b"exec\nexec-failed 0 nul byte found in provided data\n");
+        let Answer::ExecFailed(e) = answer else {
+            panic!("not an exec failure: {answer:?}");
+        };
         assert_eq!(e.to_string(), "nul byte found in provided data");
     }
 
     #[test]
-    fn anything_else_is_an_error_not_a_start() {
-        for answer in [&b"garbage"[..], b"exec-failed", b"exec-failed -5", b"\0\0"] {
-            assert!(parse_answer(answer).is_some(), "{answer:?}");
+    fn anything_else_is_garbled_never_a_start() {
+        for answer in [
+            &b"garbage"[..],
+            b"exec-failed 2\n",
+            b"exec\nexec\n",
+            b"exec\ngarbage\n",
+            b"late\nexec\n",
+            b"exec\nexec-failed 2\nmore\n",
+            b"\xff\xfe",
+            b"\0\0",
+        ] {
+            assert!(
+                matches!(parse_answer(answer), Answer::Garbled),
+                "{answer:?}"
+            );
         }
     }
 }

@@ -152,6 +152,8 @@ enum Stint {
 enum TermEnd {
     /// Leadership ended; CMD is stopped; stand on.
     Lost,
+    /// Leadership ended before CMD started; stand on, even with `--once`.
+    LostBeforeStart,
     /// The stint is over.
     Over(Stint),
 }
@@ -266,7 +268,7 @@ impl Runner {
                 // `--once` starts CMD at most once: a job cut short by a
                 // lost term is reported, not silently run a second time.
                 TermEnd::Lost if self.args.once => return Stint::LostOnce,
-                TermEnd::Lost => continue,
+                TermEnd::Lost | TermEnd::LostBeforeStart => continue,
                 TermEnd::Over(stint) => return stint,
             }
         }
@@ -283,6 +285,7 @@ impl Runner {
         match supervise::run_term(&self.plan, &self.stop, term, &env).await {
             Ran::Stopped => TermEnd::Over(Stint::Stopped),
             Ran::Lost => TermEnd::Lost,
+            Ran::LostBeforeStart => TermEnd::LostBeforeStart,
             Ran::Exited { status, ran } => TermEnd::Over(Stint::Exited { status, ran }),
             Ran::SpawnFailed(e) => TermEnd::Over(Stint::SpawnFailed(e)),
         }

@@ -94,7 +94,7 @@ pub async fn run_shards(args: &RunArgs, setup: Setup, count: u32) -> anyhow::Res
 /// should be given up (CMD exited) or is over.
 async fn run_one(common: &Common, term: &Term, env: &[(String, String)], what: &str) {
     match supervise::run_term(&common.plan, &common.stop, term, env).await {
-        Ran::Stopped | Ran::Lost => {}
+        Ran::Stopped | Ran::Lost | Ran::LostBeforeStart => {}
         Ran::Exited { status, ran } => {
             tracing::info!(%status, ran_ms = supervise::millis(ran), what, "CMD exited; giving the lease back");
         }

@@ -8,11 +8,16 @@ use std::io;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use tenure::Term;
+use tenure::{Clock, SystemClock, Term};
 
 use crate::child::{StopPlan, StopReport, Supervised};
+use crate::gate::{Answer, Gate};
 use crate::signals::Stop;
 use crate::view;
+
+/// How long a gate that went silent is given to exit, for its status in
+/// the error.
+const GATE_EXIT_WAIT: Duration = Duration::from_secs(1);
 
 /// How often exited orphans of CMD's group are reaped while CMD runs.
 const ORPHAN_REAP_EVERY: Duration = Duration::from_secs(1);
@@ -36,6 +41,9 @@ pub enum Ran {
     Stopped,
     /// The term ended first; the group is gone.
     Lost,
+    /// The term ended before CMD started: nothing of it ran (`--once` may
+    /// still run it in a later term).
+    LostBeforeStart,
     /// CMD exited on its own after `ran`; the rest of its group is gone.
     Exited { status: ExitStatus, ran: Duration },
     /// CMD could not be started.
@@ -47,14 +55,10 @@ pub async fn run_term(plan: &CmdPlan, stop: &Stop, term: &Term, env: &[(String, 
     // Held until CMD's group is gone: a graceful hand-over releases the
     // lease only after that.
     let guard = term.hold();
-    if term.is_cancelled() {
-        // Lost between election and here: do not start what must stop.
-        return Ran::Lost;
-    }
     let started = Instant::now();
-    let mut cmd = match Supervised::spawn(&plan.command, env, term, plan.margin).await {
-        Ok(c) => c,
-        Err(e) => return Ran::SpawnFailed(e),
+    let mut cmd = match start(plan, stop, term, env).await {
+        Ok(cmd) => cmd,
+        Err(ended) => return ended,
     };
     tracing::info!(
         pid = cmd.pid(),
@@ -62,14 +66,14 @@ pub async fn run_term(plan: &CmdPlan, stop: &Stop, term: &Term, env: &[(String, 
         deadline = %view::rfc3339(term.wall_deadline()),
         "leading: started CMD"
     );
+    let stop_plan = stop_plan(plan, stop, term);
+    let mut follow = follow_ticks(plan);
     enum Why {
         Stop,
         Lost,
         Exited(io::Result<ExitStatus>),
     }
     let mut orphans = tokio::time::interval(ORPHAN_REAP_EVERY);
-    let mut follow = tokio::time::interval(plan.follow_every);
-    follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let why = loop {
         tokio::select! {
             biased;
@@ -79,12 +83,6 @@ pub async fn run_term(plan: &CmdPlan, stop: &Stop, term: &Term, env: &[(String, 
             _ = follow.tick() => cmd.follow(term).await,
             _ = orphans.tick() => cmd.reap_orphans(),
         }
-    };
-    let stop_plan = StopPlan {
-        grace: plan.kill_grace,
-        term: Some(term),
-        margin: plan.margin,
-        hurry: Some(stop),
     };
     let ran = match why {
         Why::Stop => {
@@ -118,6 +116,142 @@ pub async fn run_term(plan: &CmdPlan, stop: &Stop, term: &Term, env: &[(String, 
     };
     drop(guard);
     ran
+}
+
+/// Starts CMD under `term`: its process behind the exec gate, its
+/// watchdog armed, then through the gate while the term is live. `Err`
+/// with how this term's run ended if CMD did not get to run (its group is
+/// gone by then), or may have only just (stopped or lost while the gate
+/// answered).
+async fn start(
+    plan: &CmdPlan,
+    stop: &Stop,
+    term: &Term,
+    env: &[(String, String)],
+) -> Result<Supervised, Ran> {
+    let stop_plan = stop_plan(plan, stop, term);
+    loop {
+        until_live(plan, stop, term).await?;
+        let (mut cmd, gate) = Supervised::spawn(&plan.command, env, term, plan.margin)
+            .await
+            .map_err(Ran::SpawnFailed)?;
+        let Some(ended) =
+            open_gate(&mut cmd, gate, plan, stop, term, &mut follow_ticks(plan)).await
+        else {
+            return Ok(cmd);
+        };
+        report(&cmd.stop(stop_plan).await);
+        match ended {
+            // The term's kill instant came while CMD was being started (a
+            // stall): start it once the term is renewed past it, if it is.
+            Ran::LostBeforeStart => {
+                tracing::warn!("the term's deadline came before CMD could start");
+            }
+            Ran::Stopped => {
+                tracing::info!("stopped before CMD started");
+                return Err(ended);
+            }
+            _ => return Err(ended),
+        }
+    }
+}
+
+/// Returns once the term is live with tenure's kill instant for it still
+/// ahead (at once, unless a stall let it come or renewals are late);
+/// `Err` if the term or the run ends first. Looks again every follow
+/// interval, so a term that nearly ran out never makes a busy loop.
+async fn until_live(plan: &CmdPlan, stop: &Stop, term: &Term) -> Result<(), Ran> {
+    loop {
+        if term.is_cancelled() {
+            // Lost between election and here: do not start what must stop.
+            return Err(Ran::LostBeforeStart);
+        }
+        if SystemClock.now().mono < term.deadline_mono() - plan.margin {
+            return Ok(());
+        }
+        tokio::select! {
+            biased;
+            _ = stop.stopped() => return Err(Ran::Stopped),
+            _ = term.cancelled() => return Err(Ran::LostBeforeStart),
+            _ = tokio::time::sleep(plan.follow_every) => {}
+        }
+    }
+}
+
+/// How CMD's group is stopped under `term`: SIGTERM, SIGKILL after the
+/// grace or before the deadline, sooner on a second signal.
+fn stop_plan<'a>(plan: &CmdPlan, stop: &'a Stop, term: &'a Term) -> StopPlan<'a> {
+    StopPlan {
+        grace: plan.kill_grace,
+        term: Some(term),
+        margin: plan.margin,
+        hurry: Some(stop),
+    }
+}
+
+/// The ticks on which renewed deadlines are passed to the watchdog.
+fn follow_ticks(plan: &CmdPlan) -> tokio::time::Interval {
+    let mut follow = tokio::time::interval(plan.follow_every);
+    follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    follow
+}
+
+/// Lets CMD's process pass its gate, following the term meanwhile (the
+/// gate may take long to `exec`: a program on a slow file system).
+/// `None` once CMD runs; otherwise how this term's run ended, with the
+/// group still to be stopped. CMD starts only while the term is live: the
+/// gate refuses it once tenure's own kill instant for the term has passed,
+/// so a stall between this look and the gate's cannot start work that
+/// must already be dead.
+async fn open_gate(
+    cmd: &mut Supervised,
+    gate: Gate,
+    plan: &CmdPlan,
+    stop: &Stop,
+    term: &Term,
+    follow: &mut tokio::time::Interval,
+) -> Option<Ran> {
+    let not_after = term.deadline_mono() - plan.margin;
+    let opening = gate.open(not_after);
+    tokio::pin!(opening);
+    let answer = loop {
+        tokio::select! {
+            biased;
+            // "go" is out: CMD may be running already.
+            _ = stop.stopped() => return Some(Ran::Stopped),
+            _ = term.cancelled() => return Some(Ran::Lost),
+            answer = &mut opening => break answer,
+            _ = follow.tick() => cmd.follow(term).await,
+        }
+    };
+    let failed = |why: String| {
+        // A gate that died once the term was over was most likely killed
+        // by its watchdog at the deadline: the term was lost, nothing
+        // failed to start. Either way it never said "exec": CMD never ran.
+        if term.is_cancelled() || SystemClock.now().mono >= term.deadline_mono() - plan.margin {
+            Ran::LostBeforeStart
+        } else {
+            Ran::SpawnFailed(io::Error::other(why))
+        }
+    };
+    match answer {
+        Answer::Running => None,
+        Answer::Late => Some(Ran::LostBeforeStart),
+        Answer::ExecFailed(e) => Some(Ran::SpawnFailed(e)),
+        Answer::Silent => {
+            let status = match tokio::time::timeout(GATE_EXIT_WAIT, cmd.wait()).await {
+                Ok(Ok(status)) => status.to_string(),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "still running".to_owned(),
+            };
+            Some(failed(format!(
+                "tenure's exec gate ended before it started the command ({status})"
+            )))
+        }
+        Answer::Garbled => Some(failed(
+            "tenure's exec gate answered something that is not its protocol (is /proc/self/exe this tenure?)".to_owned(),
+        )),
+    }
 }
 
 /// The variables every CMD gets about its term.

@@ -21,7 +21,8 @@
 //!
 //! Protocol, one line each on the pipe: `kill-at <nanos>` (a new deadline
 //! instant, `CLOCK_BOOTTIME` nanoseconds) and `disarm` (the group is gone,
-//! exit without killing).
+//! exit without killing). The watchdog says `armed` on its stdout once it
+//! runs and has taken its arguments; CMD starts only after that.
 //!
 //! It is a separate executable run rather than a fork of tenure, so it
 //! inherits none of tenure's descriptors (listening sockets, the database)
@@ -34,8 +35,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tenure::{Clock, MonoTime, SystemClock};
-use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::child;
 use crate::cli::WatchdogArgs;
@@ -44,6 +45,8 @@ use crate::cli::WatchdogArgs;
 const DISARM: &str = "disarm";
 /// The prefix of a line carrying a new kill instant.
 const KILL_AT: &str = "kill-at ";
+/// What the watchdog says once it runs and has taken its arguments.
+const ARMED: &str = "armed";
 /// The longest the watchdog sleeps between looks at the clock, so that
 /// time spent in system suspend (which `poll`'s timeout does not count) is
 /// noticed within this much.
@@ -58,6 +61,8 @@ const MAX_LINE: usize = 256;
 pub struct Watchdog {
     child: Child,
     stdin: Option<ChildStdin>,
+    /// Where it says it is armed; read once, then dropped.
+    stdout: Option<ChildStdout>,
     /// The last kill instant the watchdog was told.
     kill_at: MonoTime,
 }
@@ -66,7 +71,7 @@ impl Watchdog {
     /// Starts a watchdog for group `pgid` that kills it at `kill_at` unless
     /// told a later instant first.
     pub fn spawn(pgid: libc::pid_t, kill_at: MonoTime) -> io::Result<Watchdog> {
-        let mut child = child::tenure_itself()
+        let mut child = child::tenure_itself()?
             .arg("watchdog")
             .arg("--pgid")
             .arg(pgid.to_string())
@@ -74,18 +79,43 @@ impl Watchdog {
             .arg(kill_at.as_nanos().to_string())
             .env_clear()
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             // Its own group: neither the terminal's ^C nor the SIGTERM sent to
             // CMD's group reaches it.
             .process_group(0)
             .spawn()?;
         let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
         Ok(Watchdog {
             child,
             stdin,
+            stdout,
             kill_at,
         })
+    }
+
+    /// Waits (at most `within`) until the watchdog says it is armed: it
+    /// runs, and it is this tenure's watchdog (a process that cannot start,
+    /// or another program at tenure's path, never says so).
+    pub async fn armed(&mut self, within: Duration) -> io::Result<()> {
+        let stdout = self
+            .stdout
+            .take()
+            .ok_or_else(|| io::Error::other("its stdout is not piped"))?;
+        let mut line = String::new();
+        let mut stdout = BufReader::new(stdout.take(MAX_LINE as u64));
+        match tokio::time::timeout(within, stdout.read_line(&mut line)).await {
+            Ok(Ok(_)) if line.trim_end() == ARMED => Ok(()),
+            Ok(Ok(_)) => Err(io::Error::other(
+                "it exited without saying it is armed (is /proc/self/exe this tenure?)",
+            )),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("it did not say it is armed within {within:?}"),
+            )),
+        }
     }
 
     /// Tells the watchdog a later kill instant (renewals moved the term's
@@ -156,6 +186,10 @@ pub fn main(args: &WatchdogArgs) -> u8 {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
     }
+    // Armed from here on: tenure lets CMD start once it reads this. A
+    // tenure gone meanwhile shows as the end of stdin below.
+    let mut stdout = io::stdout();
+    let _ = writeln!(stdout, "{ARMED}").and_then(|()| stdout.flush());
     let mut kill_at = args.kill_at.map(MonoTime::from_nanos);
     let mut pending: Vec<u8> = Vec::new();
     loop {

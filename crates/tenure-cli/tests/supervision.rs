@@ -153,8 +153,10 @@ fn a_member_tenure_may_not_signal_does_not_hang_the_stop() {
 /// CMD runs no instruction before its watchdog is armed (a `tenure`
 /// SIGKILLed in between would leave CMD's own children with nothing to end
 /// them). CMD's first act here, in shell builtins only (nothing forked, so
-/// as early as a shell can look), is to list tenure's children and find
-/// the watchdog that names its own group.
+/// as early as a shell can look), is to look through every process for a
+/// child of tenure's that is the watchdog naming CMD's own group (not
+/// through /proc/PID/task/*/children, which proc(5) calls unreliable while
+/// children come and go).
 #[test]
 fn cmd_starts_only_once_its_watchdog_is_armed() {
     use std::os::unix::fs::PermissionsExt;
@@ -167,12 +169,12 @@ fn cmd_starts_only_once_its_watchdog_is_armed() {
         format!(
             r#"#!/bin/bash
 armed=no
-for list in /proc/$PPID/task/*/children; do
-  read -r -a kids < "$list"
-  for p in "${{kids[@]}}"; do
-    mapfile -d '' -t argv < "/proc/$p/cmdline" || continue
-    if [[ ${{argv[1]}} == watchdog && ${{argv[3]}} == "$$" ]]; then armed=yes; fi
-  done
+for dir in /proc/[0-9]*; do
+  read -r stat < "$dir/stat" 2>/dev/null || continue
+  fields=(${{stat##*) }})
+  [[ ${{fields[1]}} == "$PPID" ]] || continue
+  mapfile -d '' -t argv < "$dir/cmdline" 2>/dev/null || continue
+  if [[ ${{argv[1]}} == watchdog && ${{argv[3]}} == "$$" ]]; then armed=yes; fi
 done
 echo "$armed" >> "{log}"
 "#,
@@ -226,8 +228,10 @@ fn a_cmd_that_cannot_start_is_reported_and_released() {
 }
 
 /// The gate's own protocol, driven by the test as tenure would: CMD runs
-/// only after "go", never when the stream ends first or says anything
-/// else, and a failed exec comes back as its OS error number.
+/// only after "go" with an instant still to come, never when the stream
+/// ends first, says anything else, or names an instant already past; it
+/// says "exec" just before it starts CMD, and a failed exec comes back as
+/// its OS error number.
 #[test]
 fn the_exec_gate_runs_cmd_only_when_told() {
     use std::io::{Read, Write};
@@ -235,9 +239,10 @@ fn the_exec_gate_runs_cmd_only_when_told() {
     let s = Scratch::new("gate");
     let ran = s.path("ran");
     let marker = format!("echo ran > '{}'", ran.display());
-    let gate = |argv: &[&str]| {
-        let (ours, theirs) = UnixStream::pair().expect("socket pair");
-        let child = tenure()
+    // Writes `said` to a gate for `argv`, then reads its whole answer.
+    let gate = |argv: &[&str], said: &[u8]| {
+        let (mut ours, theirs) = UnixStream::pair().expect("socket pair");
+        let mut child = tenure()
             .arg("exec-gate")
             .arg("--")
             .args(argv)
@@ -246,34 +251,80 @@ fn the_exec_gate_runs_cmd_only_when_told() {
             )))
             .spawn()
             .expect("start the gate");
-        (ours, child)
-    };
-
-    for said in [&b""[..], b"no\n", b"stop"] {
-        let (mut ours, mut child) = gate(&["sh", "-c", &marker]);
         ours.write_all(said).expect("write");
-        drop(ours);
-        assert_eq!(child.wait().expect("wait").code(), Some(1), "{said:?}");
+        ours.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        let mut answer = String::new();
+        ours.read_to_string(&mut answer).expect("read");
+        (answer, child.wait().expect("wait").code())
+    };
+    let never = format!("go {}\n", u64::MAX);
+
+    for said in [
+        &b""[..],
+        b"no\n",
+        b"stop",
+        b"go\n",
+        b"go soon\n",
+        b"go 18446744073709551615",
+    ] {
+        let (answer, code) = gate(&["sh", "-c", &marker], said);
+        assert_eq!((answer.as_str(), code), ("", Some(1)), "{said:?}");
         assert!(!ran.exists(), "CMD ran after {said:?}");
     }
 
-    let (mut ours, mut child) = gate(&["sh", "-c", &marker]);
-    ours.write_all(b"go\n").expect("write");
-    let mut answer = String::new();
-    ours.read_to_string(&mut answer).expect("read");
-    assert_eq!(answer, "", "a started CMD closes the stream without a word");
-    assert!(child.wait().expect("wait").success());
+    let (answer, code) = gate(&["sh", "-c", &marker], b"go 1\n");
+    assert_eq!((answer.as_str(), code), ("late\n", Some(1)));
+    assert!(!ran.exists(), "CMD ran after an instant already past");
+
+    let (answer, code) = gate(&["sh", "-c", &marker], never.as_bytes());
+    assert_eq!(answer, "exec\n", "a started CMD adds nothing to its exec");
+    assert_eq!(code, Some(0));
     assert!(ran.exists(), "CMD ran after go");
 
-    for (argv, answer_is, code) in [
-        (&["/nonexistent/program"][..], "exec-failed 2\n", 127),
-        (&["/dev/null"][..], "exec-failed 13\n", 126),
+    for (argv, answer_is, code_is) in [
+        (&["/nonexistent/program"][..], "exec\nexec-failed 2\n", 127),
+        (&["/dev/null"][..], "exec\nexec-failed 13\n", 126),
     ] {
-        let (mut ours, mut child) = gate(argv);
-        ours.write_all(b"go\n").expect("write");
-        let mut answer = String::new();
-        ours.read_to_string(&mut answer).expect("read");
-        assert_eq!(answer, answer_is, "{argv:?}");
-        assert_eq!(child.wait().expect("wait").code(), Some(code), "{argv:?}");
+        let (answer, code) = gate(argv, never.as_bytes());
+        assert_eq!(
+            (answer.as_str(), code),
+            (answer_is, Some(code_is)),
+            "{argv:?}"
+        );
     }
+}
+
+/// A tenure stalled (paused, starved) after CMD's watchdog started and
+/// before it let CMD through its gate, until past the term's deadline: the
+/// watchdog ends the waiting gate, the term is lost before CMD ever ran,
+/// and tenure stands again, so even with `--once` CMD runs, once, in the
+/// next term. (Before, the failed "go" was taken for CMD failing to start:
+/// tenure exited 1 with "cannot start sh: Broken pipe".) The stall is
+/// strace delaying tenure's first socket write, the "go", by 3 s against a
+/// 1 s term; strace follows only tenure's main thread, which runs its whole
+/// runtime, and none of the processes it starts.
+#[test]
+fn a_stall_before_cmd_starts_loses_the_term_and_cmd_runs_in_the_next() {
+    let Some(strace) = required_tool("strace") else {
+        return;
+    };
+    let s = Scratch::new("stall");
+    let log = s.path("ran.log");
+    let out = run_to_end(
+        std::process::Command::new(strace)
+            .args(["-o", "/dev/null", "-e", "trace=sendto"])
+            .args(["-e", "inject=sendto:delay_enter=3000000:when=1"])
+            .arg(env!("CARGO_BIN_EXE_tenure"))
+            .args(["run", "--group", "g", "--term", "1s", "--id", "a", "--once"])
+            .args(["--store", &s.store(), "--"])
+            .args(["sh", "-c", &format!("echo ran >> '{}'", log.display())]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the term's deadline came before CMD could start"),
+        "{stderr}"
+    );
+    let ran = std::fs::read_to_string(&log).expect("CMD ran");
+    assert_eq!(ran, "ran\n", "{stderr}");
 }

@@ -627,3 +627,22 @@ pub fn graceful_handover(mut e: Election, within: Duration, otherwise: &str) -> 
     assert!(took < within, "{took:?}: {otherwise}");
     took
 }
+
+/// The path of `tool` (looked up on `PATH`) for a test that needs it; a
+/// missing one fails the test when `CI=true` (scripts/servers.sh installs
+/// it) and skips it otherwise.
+pub fn required_tool(tool: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(tool))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{tool} is not installed: scripts/servers.sh installs it"
+        );
+        eprintln!("skipped: {tool} is not installed");
+    }
+    found
+}
