@@ -514,14 +514,14 @@ mod tests {
                 })
             ));
         }
-        assert!(matches!(
-            StoreUrl::parse("ftp://x"),
-            Err(UrlError::UnknownScheme { .. })
-        ));
-        assert!(matches!(
-            StoreUrl::parse("/var/lib/t.db"),
-            Err(UrlError::NoScheme { .. })
-        ));
+        // A failure shows what the parser made of the URL.
+        let unknown = StoreUrl::parse("ftp://x");
+        assert!(
+            matches!(unknown, Err(UrlError::UnknownScheme { .. })),
+            "{unknown:?}"
+        );
+        let path = StoreUrl::parse("/var/lib/t.db");
+        assert!(matches!(path, Err(UrlError::NoScheme { .. })), "{path:?}");
     }
 
     #[test]

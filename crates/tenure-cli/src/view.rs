@@ -168,14 +168,15 @@ mod tests {
 
     #[test]
     fn store_text_cannot_drive_the_terminal() {
-        assert_eq!(escape("host-a"), "host-a");
-        assert_eq!(escape("a\x1b[2Jb"), "a\\u{1b}[2Jb");
-        assert_eq!(
-            escape("x\ny\r\u{9b}z\u{7f}"),
-            "x\\u{a}y\\u{d}\\u{9b}z\\u{7f}"
-        );
-        assert_eq!(escape("abc\u{202e}fed"), "abc\\u{202e}fed");
-        assert_eq!(escape("back\\slash"), "back\\\\slash");
+        for (text, shown) in [
+            ("host-a", "host-a"),
+            ("a\x1b[2Jb", "a\\u{1b}[2Jb"),
+            ("x\ny\r\u{9b}z\u{7f}", "x\\u{a}y\\u{d}\\u{9b}z\\u{7f}"),
+            ("abc\u{202e}fed", "abc\\u{202e}fed"),
+            ("back\\slash", "back\\\\slash"),
+        ] {
+            assert_eq!(escape(text), shown, "{text:?}");
+        }
         let md = Metadata::new().with("k\x07", "v\x1b]0;pwned\x07");
         assert_eq!(metadata_text(&md), "k\\u{7}=v\\u{1b}]0;pwned\\u{7}");
     }

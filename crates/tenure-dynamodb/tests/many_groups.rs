@@ -4,6 +4,7 @@
 //! failing among many; and 200 groups elected by one engine and followed
 //! by a second that polls with one batched read per poll interval.
 
+use std::iter::repeat_n;
 use std::time::{Duration, Instant};
 
 use tenure::testkit::{self, held_by, many_groups};
@@ -102,10 +103,8 @@ async fn unprocessed_keys_are_asked_for_again() {
     let Some(b) = written_behind_a_proxy("unprocessed", 6, PATIENT).await else {
         return;
     };
-    for _ in 0..3 {
-        b.proxy
-            .push(Some("BatchGetItem"), Reply::UnprocessedAllButFirst);
-    }
+    b.proxy
+        .push_each("BatchGetItem", repeat_n(Reply::UnprocessedAllButFirst, 3));
     let mut asked = b.groups.clone();
     asked.push(testkit::unique_group("never-written"));
     let got = b.store.read_many(&asked).await.unwrap();
@@ -125,10 +124,8 @@ async fn keys_still_unprocessed_at_the_budget_fail_alone() {
     else {
         return;
     };
-    for _ in 0..8 {
-        b.proxy
-            .push(Some("BatchGetItem"), Reply::UnprocessedAllButFirst);
-    }
+    b.proxy
+        .push_each("BatchGetItem", repeat_n(Reply::UnprocessedAllButFirst, 8));
     let got = b.store.read_many(&b.groups).await.unwrap();
     let read = got.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
     let failed: Vec<&StoreError> = got.iter().filter_map(|r| r.as_ref().err()).collect();
@@ -146,9 +143,10 @@ async fn a_throttled_batched_read_is_retried() {
     let Some(b) = written_behind_a_proxy("throttled-batch", 3, PATIENT).await else {
         return;
     };
-    b.proxy
-        .push(Some("BatchGetItem"), Reply::throughput_exceeded());
-    b.proxy.push(Some("BatchGetItem"), Reply::throttling());
+    b.proxy.push_each(
+        "BatchGetItem",
+        [Reply::throughput_exceeded(), Reply::throttling()],
+    );
     let got = b.store.read_many(&b.groups).await.unwrap();
     assert!(got.iter().all(|r| matches!(r, Ok(Some(_)))), "{got:?}");
     assert_eq!(b.proxy.requests("BatchGetItem"), 3);
@@ -214,10 +212,8 @@ async fn refused_credentials_in_a_batch_name_the_fix_without_the_secret() {
         .map(|r| r.unwrap_err())
         .collect();
     let requests = creations(&b.groups, |_| "x".to_owned());
-    for _ in 0..3 {
-        b.proxy
-            .push(Some("UpdateItem"), Reply::unrecognized_client());
-    }
+    b.proxy
+        .push_each("UpdateItem", repeat_n(Reply::unrecognized_client(), 3));
     errors.extend(
         b.store
             .compare_and_swap_many(&requests)

@@ -605,15 +605,25 @@ mod tests {
         assert!(d.contains("visible"), "{d}");
     }
 
+    /// The properties of each of the three clients tenure-kafka makes:
+    /// the group's consumer, the producer and the reader.
+    fn every_client(c: &KafkaConfig) -> [(&'static str, BTreeMap<String, String>); 3] {
+        [
+            ("consumer", c.consumer_properties("g")),
+            ("producer", c.producer_properties()),
+            ("reader", c.reader_properties()),
+        ]
+    }
+
     #[test]
     fn other_properties_pass_through() {
         let c = KafkaConfig::default()
             .property("client.id", "billing-7")
             .property("max.poll.interval.ms", "60000");
         c.validate().unwrap();
-        assert_eq!(c.consumer_properties("g")["client.id"], "billing-7");
-        assert_eq!(c.producer_properties()["client.id"], "billing-7");
-        assert_eq!(c.reader_properties()["client.id"], "billing-7");
+        for (client, properties) in every_client(&c) {
+            assert_eq!(properties["client.id"], "billing-7", "{client}");
+        }
         assert_eq!(c.consumer_properties("g")["max.poll.interval.ms"], "60000");
     }
 
@@ -741,16 +751,16 @@ mod tests {
     #[test]
     fn clients_run_the_classic_protocol_and_never_create_the_topic() {
         let c = KafkaConfig::default().property("request.required.acks", "-1");
+        for (client, properties) in every_client(&c) {
+            assert_eq!(properties["allow.auto.create.topics"], "false", "{client}");
+        }
         let consumer = c.consumer_properties("g");
         assert_eq!(consumer["group.protocol"], "classic");
-        assert_eq!(consumer["allow.auto.create.topics"], "false");
         assert_eq!(consumer["heartbeat.interval.ms"], "1000");
         let producer = c.producer_properties();
-        assert_eq!(producer["allow.auto.create.topics"], "false");
         assert_eq!(producer["acks"], "all");
         assert!(!producer.contains_key("request.required.acks"));
         let reader = c.reader_properties();
-        assert_eq!(reader["allow.auto.create.topics"], "false");
         assert_eq!(reader["enable.partition.eof"], "true");
         assert_eq!(reader["auto.offset.reset"], "earliest");
         c.validate().unwrap();

@@ -828,6 +828,29 @@ mod tests {
         }
     }
 
+    /// A candidate (as [`neli`] makes one) that [`leader`] elected at
+    /// 10 s from `offset`: its token is `offset + 1`.
+    fn leading_from(offset: i64) -> Neli {
+        let mut n = neli();
+        leader(&mut n, 10_000, offset);
+        n
+    }
+
+    /// The decision that this candidate leads, with `token`, until
+    /// `deadline`.
+    fn elected(token: u64, deadline: MonoTime) -> Decision {
+        Decision::Elected { token, deadline }
+    }
+
+    /// The decision that the term ended, fenced, its work told to stop by
+    /// `work_deadline`.
+    fn fenced(work_deadline: MonoTime) -> Decision {
+        Decision::End {
+            reason: EndReason::Fenced,
+            work_deadline,
+        }
+    }
+
     #[test]
     fn assignment_alone_does_not_lead_the_first_own_heartbeat_does() {
         let mut n = neli();
@@ -846,10 +869,7 @@ mod tests {
         let hb = send(&mut n, 1, at(10_100), 1);
         assert_eq!(
             n.record(41, &hb, at(10_130), LIVE),
-            vec![Decision::Elected {
-                token: 42,
-                deadline: at(10_100) + H + H / 5
-            }]
+            vec![elected(42, at(10_100) + H + H / 5)]
         );
         assert_eq!(n.token(), Some(42));
         assert_eq!(n.plan().unwrap().token, Some(42));
@@ -858,8 +878,7 @@ mod tests {
 
     #[test]
     fn heartbeats_renew_from_their_send_instant_as_this_instance_recorded_it() {
-        let mut n = neli();
-        leader(&mut n, 10_000, 0);
+        let mut n = leading_from(0);
         let hb = send(&mut n, 2, at(10_200), 1);
         assert_eq!(
             n.record(5, &hb, at(10_260), LIVE),
@@ -991,15 +1010,11 @@ mod tests {
 
     #[test]
     fn fenced_after_the_heartbeat_timeout_and_resumed_with_a_higher_token() {
-        let mut n = neli();
-        leader(&mut n, 10_000, 9);
+        let mut n = leading_from(9);
         assert!(n.tick(at(14_999), LIVE, false).is_empty());
         assert_eq!(
             n.tick(at(15_000), LIVE, false),
-            vec![Decision::End {
-                reason: EndReason::Fenced,
-                work_deadline: at(10_000) + H + H / 5
-            }]
+            vec![fenced(at(10_000) + H + H / 5)]
         );
         assert!(n.is_assigned(), "a fenced leader keeps the assignment");
         assert_eq!(n.token(), None);
@@ -1012,10 +1027,7 @@ mod tests {
         let hb = send(&mut n, 3, at(16_600), 1);
         assert_eq!(
             n.record(30, &hb, at(16_650), LIVE),
-            vec![Decision::Elected {
-                token: 31,
-                deadline: at(16_600) + H + H / 5
-            }]
+            vec![elected(31, at(16_600) + H + H / 5)]
         );
     }
 
@@ -1044,12 +1056,10 @@ mod tests {
     /// holder's heartbeat follows its election.
     #[test]
     fn a_leader_ends_its_term_at_once_on_another_holders_heartbeat_after_its_election() {
-        let mut n = neli();
-        leader(&mut n, 10_000, 9);
+        let mut n = leading_from(9);
         // Before its election offset: older than its term, ignored.
         assert!(n.record(9, &foreign(8, 5, None), at(10_020), LIVE).len() <= 1);
-        let mut n = neli();
-        leader(&mut n, 10_000, 9);
+        let mut n = leading_from(9);
         assert_eq!(
             n.record(12, &foreign(8, 6, None), at(10_030), LIVE),
             vec![
@@ -1067,8 +1077,7 @@ mod tests {
         assert_eq!(n.plan(), None, "no more heartbeats on a stale assignment");
         // The same generation (or an unknown one) supersedes too.
         for theirs in [Some(5), None] {
-            let mut n = neli();
-            leader(&mut n, 10_000, 9);
+            let mut n = leading_from(9);
             let hb = Heartbeat {
                 group_generation: theirs,
                 ..foreign(8, 0, None)
@@ -1132,10 +1141,7 @@ mod tests {
         assert!(n.tick(at(15_999), LIVE, false).is_empty());
         assert_eq!(
             n.tick(at(16_000), LIVE, false),
-            vec![Decision::End {
-                reason: EndReason::Fenced,
-                work_deadline: at(15_000) + H + H / 5
-            }]
+            vec![fenced(at(15_000) + H + H / 5)]
         );
         let hb = send(&mut n, 4, at(16_100), 1);
         assert!(
@@ -1153,17 +1159,13 @@ mod tests {
     /// own heartbeat then comes back.
     #[test]
     fn after_a_long_gap_the_assignment_is_given_up_not_resumed() {
-        let mut n = neli();
-        leader(&mut n, 10_000, 9);
+        let mut n = leading_from(9);
         let woke = at(10_000) + H * 3;
         let d = n.gap(woke);
         assert_eq!(
             d,
             vec![
-                Decision::End {
-                    reason: EndReason::Fenced,
-                    work_deadline: at(10_000) + H + H / 5
-                },
+                fenced(at(10_000) + H + H / 5),
                 Decision::Rejoin {
                     why: "a pause or suspend longer than the session can be trusted to survive"
                 }
@@ -1233,8 +1235,7 @@ mod tests {
     /// Hole 4: the topic was recreated (or lost its data): offsets restart.
     #[test]
     fn an_offset_below_one_already_read_is_reported() {
-        let mut n = neli();
-        leader(&mut n, 10_000, 500);
+        let mut n = leading_from(500);
         assert_eq!(n.offset(501), None);
         assert_eq!(n.offset(3), Some(regressed(502, 4)));
         let hb = send(&mut n, 2, at(10_100), 1);
@@ -1243,8 +1244,7 @@ mod tests {
 
     #[test]
     fn an_own_heartbeat_landing_at_or_below_an_offset_already_read_is_reported() {
-        let mut n = neli();
-        leader(&mut n, 10_000, 330);
+        let mut n = leading_from(330);
         send(&mut n, 2, at(10_100), 1);
         assert_eq!(n.delivered(2, 331), None);
         send(&mut n, 3, at(10_200), 1);
@@ -1268,8 +1268,7 @@ mod tests {
         let hb = send(&mut n, 1, at(20_000), 2);
         assert_elected(&n.record(521, &hb, at(20_010), LIVE), 522);
         // Its own earlier token counts too.
-        let mut n = neli();
-        leader(&mut n, 10_000, 700);
+        let mut n = leading_from(700);
         n.unassigned();
         n.assigned(2, at(20_000));
         n.highest_offset = Some(300); // as if the offsets read had not gone back
@@ -1283,8 +1282,7 @@ mod tests {
     /// Hole 5: records forged with a plain producer.
     #[test]
     fn records_forged_in_its_own_name_renew_nothing_and_hold_elections_back() {
-        let mut n = neli();
-        leader(&mut n, 10_000, 9);
+        let mut n = leading_from(9);
         let real = send(&mut n, 2, at(10_100), 1);
         // A sequence number never sent, and a send instant far in the future.
         for forged in [
@@ -1401,8 +1399,7 @@ mod tests {
 
     #[test]
     fn standing_down_keeps_the_assignment_but_never_leads_or_heartbeats_on_it() {
-        let mut n = neli();
-        leader(&mut n, 10_000, 0);
+        let mut n = leading_from(0);
         n.stand_down();
         assert_eq!(n.token(), None);
         assert!(n.is_assigned());

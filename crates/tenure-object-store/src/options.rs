@@ -463,15 +463,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn text_before_colon_slash_slash_that_is_no_scheme_never_shows() {
-        // The password is "pw-secret://pw-secret": neither piece may show.
-        tenure::testkit::assert_url_refusals(
-            BucketOptions::from_url,
-            &[("key:pw-secret://pw-secret@bucket/p", "s3://")],
-        );
-    }
-
-    #[test]
     fn parses_every_parameter() {
         let o = BucketOptions::from_url(
             "s3://b-1.x/a/b/?region=eu-west-1&endpoint=http://127.0.0.1:9000&access_key_id=AKIDEXAMPLE&secret_access_key=a%2Fb+c&session_token=tok3n-value&timeout=2s&connect_timeout=500ms&ca=/ca.pem&virtual_hosted=true",
@@ -550,11 +541,15 @@ mod tests {
         assert!(!o.redacted_url().contains("Zz9"));
     }
 
+    /// Each refusal names the part to fix, and never the password the
+    /// cases carry ([`tenure::testkit::REFUSED_URL_PASSWORD`]).
     #[test]
     fn rejects_bad_urls_naming_the_fix() {
-        for (url, says) in [
+        let cases = [
             ("s3:/bkt", "s3://"),
             ("ftp://bkt", "s3://"),
+            // No scheme, a password holding "://": neither piece shows.
+            ("key:pw-secret://pw-secret@bucket/p", "s3://"),
             ("s3://BK", "bucket"),
             ("s3://bkt?nope=1", "unknown parameter \"nope\""),
             ("s3://bkt?account=x", "does not apply to s3://"),
@@ -571,12 +566,13 @@ mod tests {
             ("s3://bkt?region=", "empty"),
             ("s3://bkt#frag", "fragment"),
             ("az://cont", "account"),
-        ] {
-            if url == "az://cont" && std::env::var_os("AZURE_STORAGE_ACCOUNT_NAME").is_some() {
-                continue;
-            }
-            let e = BucketOptions::from_url(url).unwrap_err().to_string();
-            assert!(e.contains(says), "{url}: {e}");
-        }
+        ];
+        // The account may come from the environment instead.
+        let account_set = std::env::var_os("AZURE_STORAGE_ACCOUNT_NAME").is_some();
+        let cases: Vec<_> = cases
+            .into_iter()
+            .filter(|(url, _)| !(account_set && *url == "az://cont"))
+            .collect();
+        tenure::testkit::assert_url_refusals(BucketOptions::from_url, &cases);
     }
 }

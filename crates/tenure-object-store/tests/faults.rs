@@ -11,7 +11,10 @@ use tenure::{LeaseStore, LeaseView, StoreError};
 use tenure_object_store::{BucketOptions, BucketStore, BucketStoreError};
 
 mod support;
-use support::{endpoint, options, store, unique_prefix, Fault, FaultProxy, BUCKET, ECHOED, SECRET};
+use support::{
+    endpoint, options, own_prefix_and_group, store, unique_prefix, Fault, FaultProxy, BUCKET,
+    ECHOED, SECRET,
+};
 
 /// A store through the proxy, with a short request timeout.
 async fn through(proxy: &FaultProxy, prefix: &str, timeout: Duration) -> BucketStore {
@@ -43,11 +46,10 @@ fn puts(proxy: &FaultProxy) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_reply_is_a_timeout_and_the_write_may_have_applied() {
     let Some(e) = endpoint() else { return };
-    let prefix = unique_prefix("lost");
+    let (prefix, g) = own_prefix_and_group("lost");
     let direct = store(&e, &prefix).await;
     let proxy = FaultProxy::start(&e).await;
     let s = through(&proxy, &prefix, Duration::from_secs(1)).await;
-    let g = testkit::unique_group("lost");
 
     // A create whose reply is lost.
     proxy.push("PUT", Fault::SwallowReply);
@@ -144,21 +146,14 @@ async fn refusals_name_the_fix_and_never_the_secret() {
     let Some(e) = endpoint() else { return };
     let (proxy, s) = behind_a_new_fault_proxy(&e, "refused").await;
     let g = testkit::unique_group("refused");
+    // What the refusals of the keys and of the permissions name.
+    const KEYS: &str = "refused the credentials";
+    const GRANTS: &str = "s3:GetObject, s3:PutObject and s3:ListBucket";
     let cases: [(&str, u16, &str, &str); 7] = [
-        (
-            "PUT",
-            403,
-            "SignatureDoesNotMatch",
-            "refused the credentials",
-        ),
-        ("GET", 400, "InvalidToken", "refused the credentials"),
-        ("GET", 403, "InvalidAccessKeyId", "refused the credentials"),
-        (
-            "PUT",
-            403,
-            "AccessDenied",
-            "s3:GetObject, s3:PutObject and s3:ListBucket",
-        ),
+        ("PUT", 403, "SignatureDoesNotMatch", KEYS),
+        ("GET", 400, "InvalidToken", KEYS),
+        ("GET", 403, "InvalidAccessKeyId", KEYS),
+        ("PUT", 403, "AccessDenied", GRANTS),
         ("GET", 403, "RequestTimeTooSkewed", "clock"),
         ("GET", 404, "NoSuchBucket", "does not exist"),
         ("GET", 301, "PermanentRedirect", "region="),

@@ -10,7 +10,7 @@ use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
 use tenure_object_store::BucketStore;
 
 mod support;
-use support::{endpoint, raw_object, store, unique_prefix, url, BUCKET};
+use support::{endpoint, own_prefix_and_group, raw_object, store, unique_prefix, url, BUCKET};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance() {
@@ -26,9 +26,8 @@ async fn conformance() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_object_holds_the_record_and_its_version_counter() {
     let Some(e) = endpoint() else { return };
-    let prefix = unique_prefix("object");
+    let (prefix, g) = own_prefix_and_group("object");
     let s = store(&e, &prefix).await;
-    let g = testkit::unique_group("object");
     let before = tenure::WallTime::now().as_millis() * 1000;
     let v1 = testkit::applied(&s, &g, None, &held_by("a", 1)).await;
     assert!(
@@ -57,10 +56,9 @@ async fn the_object_holds_the_record_and_its_version_counter() {
 #[tokio::test(flavor = "multi_thread")]
 async fn identical_records_never_bring_an_etag_back() {
     let Some(e) = endpoint() else { return };
-    let prefix = unique_prefix("aba");
+    let (prefix, g) = own_prefix_and_group("aba");
     let a = store(&e, &prefix).await;
     let b = store(&e, &prefix).await;
-    let g = testkit::unique_group("aba");
     let rec = held_by("a", 1);
     let v1 = testkit::applied(&a, &g, None, &rec).await;
     let key = Path::parse(a.object_key(&g)).unwrap();
@@ -87,23 +85,16 @@ async fn identical_records_never_bring_an_etag_back() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_version_read_elsewhere_is_checked_before_the_write() {
     let Some(e) = endpoint() else { return };
-    let prefix = unique_prefix("elsewhere");
+    let (prefix, g) = own_prefix_and_group("elsewhere");
     let writer = store(&e, &prefix).await;
-    let g = testkit::unique_group("elsewhere");
     let v = testkit::applied(&writer, &g, None, &held_by("a", 1)).await;
+    let by_b = held_by("b", 2);
     let fresh = store(&e, &prefix).await;
     for wrong in [Version(v.0 - 1), Version(v.0 + 1), Version(1)] {
-        testkit::conflicts(
-            &fresh,
-            &g,
-            Some(wrong),
-            &held_by("b", 2),
-            &format!("{wrong}"),
-        )
-        .await;
+        testkit::conflicts(&fresh, &g, Some(wrong), &by_b, &format!("{wrong}")).await;
     }
     let fresh = store(&e, &prefix).await;
-    testkit::applied(&fresh, &g, Some(v), &held_by("b", 2)).await;
+    testkit::applied(&fresh, &g, Some(v), &by_b).await;
     assert_eq!(writer.read(&g).await.unwrap().unwrap().record.token, 2);
 }
 

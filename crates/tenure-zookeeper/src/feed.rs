@@ -231,7 +231,8 @@ async fn report(store: &ZkStore, changed: &mut Vec<GroupName>, relay: &mut FeedR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{group, held_by, server_url, unique_suffix};
+    use crate::test_server::own_prefix_url;
+    use tenure::testkit::{group, held_by};
     use tenure::LeaseStore;
 
     /// A reader that does not keep up costs a resync, not memory: with
@@ -241,13 +242,10 @@ mod tests {
     /// the end, queued meanwhile without bound, and no resync came).
     #[tokio::test(flavor = "multi_thread")]
     async fn a_feed_its_reader_does_not_keep_up_with_owes_a_resync() {
-        let Some(server) = server_url("TENURE_TEST_ZOOKEEPER") else {
+        let Some(url) = own_prefix_url("feed-full") else {
             return;
         };
-        let prefix = format!("/tenure-feed-full-{:x}", unique_suffix());
-        let store = ZkStore::connect(&format!("{server}{prefix}"))
-            .await
-            .unwrap();
+        let store = ZkStore::connect(&url).await.unwrap();
         let mut feed = start_with_capacity(store.clone(), 2).await.unwrap();
         let mut delivered = 0;
         for round in 0..20 {

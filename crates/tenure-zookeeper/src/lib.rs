@@ -189,6 +189,8 @@ mod names;
 mod options;
 mod session;
 mod store;
+#[cfg(test)]
+mod test_server;
 mod watch;
 
 pub use error::ZkStoreError;

@@ -742,7 +742,8 @@ impl LeaseStore for ZkStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{held_by, server_url, unique_suffix};
+    use crate::test_server::own_prefix_url;
+    use tenure::testkit::held_by;
 
     /// A read that finds the node missing, while another candidate
     /// creates it before the prefix node is read: the prefix node's
@@ -754,10 +755,9 @@ mod tests {
     /// has.
     #[tokio::test(flavor = "multi_thread")]
     async fn a_read_racing_a_creation_never_passes_the_new_node_off_as_released() {
-        let Some(server) = server_url("TENURE_TEST_ZOOKEEPER") else {
+        let Some(url) = own_prefix_url("straddle") else {
             return;
         };
-        let url = format!("{server}/tenure-straddle-{:x}", unique_suffix());
         let (a, b) = (
             ZkStore::connect(&url).await.unwrap(),
             ZkStore::connect(&url).await.unwrap(),

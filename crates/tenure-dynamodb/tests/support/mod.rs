@@ -335,6 +335,14 @@ impl FaultProxy {
             .push_back((op.map(str::to_owned), reply));
     }
 
+    /// Answers the next requests for `op`, one each, with `replies` in
+    /// order.
+    pub fn push_each(&self, op: &str, replies: impl IntoIterator<Item = Reply>) {
+        for reply in replies {
+            self.push(Some(op), reply);
+        }
+    }
+
     /// Throttles this fraction of all requests from now on.
     pub fn throttle_ratio(&self, ratio: f64) {
         self.plan.lock().unwrap().throttle_ratio = ratio;

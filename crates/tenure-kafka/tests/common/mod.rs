@@ -147,11 +147,12 @@ impl Recorder {
 /// naming the step if it does not, or if the elector stops.
 pub use tenure::testkit::scenarios::leads_within as leads;
 
-/// Prints `took`, from a leader's crash (or hang) until another led, as
-/// the `MEASURE` line of `what`, and panics unless it is at least the
-/// session timeout less a second: nobody takes over before the dead
-/// leader's session expires.
-pub fn taken_over_after_the_session(what: &str, took: Duration, cfg: &KafkaConfig) {
+/// Called as soon as another candidate is elected: prints the time since
+/// `since`, the leader's crash (or hang), as the `MEASURE` line of
+/// `what`, and panics unless it is at least the session timeout less a
+/// second: nobody takes over before the dead leader's session expires.
+pub fn taken_over_after_the_session(what: &str, since: Instant, cfg: &KafkaConfig) {
+    let took = since.elapsed();
     let session = cfg.session_timeout();
     eprintln!("MEASURE {what}: {took:?} (session timeout {session:?})");
     let least = session

@@ -41,6 +41,12 @@ pub fn unique_prefix(label: &str) -> String {
     format!("t-{label}-{:016x}", rand::random::<u64>())
 }
 
+/// A test's own prefix ([`unique_prefix`]) and a group in it, both named
+/// after `label`.
+pub fn own_prefix_and_group(label: &str) -> (String, GroupName) {
+    (unique_prefix(label), testkit::unique_group(label))
+}
+
 /// The URL of a store on `endpoint`'s `bucket` under `prefix`.
 pub fn url(endpoint: &str, bucket: &str, prefix: &str) -> String {
     format!(

@@ -4,6 +4,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use tenure::testkit::scenarios::Restart;
+
+/// A PostgreSQL server in a temporary directory, on a port of its own,
+/// stopped and removed when dropped.
 pub struct PrivatePostgres {
     dir: PathBuf,
     port: u16,
@@ -70,16 +74,21 @@ impl PrivatePostgres {
             "postgres",
             "--auth=trust",
         ]);
-        let server = PrivatePostgres { dir, port };
-        server.start_again().await;
+        let mut server = PrivatePostgres { dir, port };
+        server.restart();
         server
     }
 
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
+}
 
-    pub async fn start_again(&self) {
+/// `pg_ctl` waits (`-w`) until the server has started or stopped, so the
+/// shared restart scenario finds it up, or gone, when these return.
+impl Restart for PrivatePostgres {
+    /// Starts it again on its data directory and port.
+    fn restart(&mut self) {
         let data = self.dir.join("data");
         let log = self.dir.join("server.log");
         let opts = format!(
@@ -100,7 +109,8 @@ impl PrivatePostgres {
         ]);
     }
 
-    pub async fn stop(&self) {
+    /// Stops it at once (`-m immediate`: no checkpoint, as a crash would).
+    fn kill(&mut self) {
         let data = self.dir.join("data");
         run_as_postgres(&[
             &pg_bin("pg_ctl"),
