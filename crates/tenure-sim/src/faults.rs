@@ -16,6 +16,7 @@ use rand::Rng;
 
 use crate::clock::SimTime;
 use crate::params::SimError;
+use crate::tier::FaultPlan;
 
 /// A kind of fault.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -167,9 +168,8 @@ impl Default for FaultRates {
     }
 }
 
-impl FaultRates {
-    /// No faults at all.
-    pub fn none() -> Self {
+impl FaultPlan for FaultRates {
+    fn none() -> Self {
         FaultRates {
             crash_every: None,
             pause_every: None,
@@ -182,6 +182,18 @@ impl FaultRates {
         }
     }
 
+    fn check(&self) -> Result<(), SimError> {
+        self.per_op.check()?;
+        check_intervals(self.kinds(true))
+    }
+
+    /// `--crash-only` for [`FaultRates::crash_only`].
+    fn flag(&self) -> Option<&'static str> {
+        (*self == FaultRates::crash_only()).then_some("--crash-only")
+    }
+}
+
+impl FaultRates {
     /// Crashes only, spaced so that most failovers happen undisturbed and
     /// are checked against the crash failover bound.
     pub fn crash_only() -> Self {
@@ -189,11 +201,6 @@ impl FaultRates {
             crash_every: Some(Duration::from_secs(15)),
             ..FaultRates::none()
         }
-    }
-
-    pub(crate) fn check(&self) -> Result<(), SimError> {
-        self.per_op.check()?;
-        check_intervals(self.kinds(true))
     }
 
     /// Every planned kind with its mean interval, in the order a run's plan

@@ -65,11 +65,9 @@ fn elector_seeds_75_to_150_hold_every_invariant() {
 
 #[test]
 fn larger_clusters_with_many_groups_hold_every_invariant() {
-    let params = ElectorParams {
-        nodes: 6..=10,
-        groups: 4..=8,
-        ..ElectorParams::default()
-    };
+    let mut params = ElectorParams::default();
+    params.tier.nodes = 6..=10;
+    params.tier.groups = 4..=8;
     let summary = run_clean(&params, 1000..1010);
     assert!(summary.groups >= 40, "{summary}");
 }

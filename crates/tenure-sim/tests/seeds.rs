@@ -43,9 +43,7 @@ fn seeds_375_to_500_hold_every_invariant() {
 
 #[test]
 fn large_clusters_hold_every_invariant() {
-    let params = SimParams {
-        nodes: 12..=20,
-        ..SimParams::default()
-    };
+    let mut params = SimParams::default();
+    params.tier.nodes = 12..=20;
     run_clean(&params, 10_000..10_012);
 }

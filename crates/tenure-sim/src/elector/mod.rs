@@ -59,7 +59,6 @@ use crate::faults::FaultCounts;
 use crate::params::SimError;
 use crate::paused::{self, lock, run_paused, Findings, Stage};
 use crate::report::ViolationKind;
-use crate::tier::Tier;
 
 pub(crate) mod behaviour;
 pub(crate) mod clock;
@@ -69,7 +68,7 @@ pub(crate) mod plan;
 pub(crate) mod report;
 pub(crate) mod windows;
 
-pub use params::{ElectorFaultRates, ElectorParams};
+pub use params::{ElectorFaultRates, ElectorParams, ElectorTier};
 pub use report::{CheckedGaps, ElectorCounts, ElectorReport, ElectorSummary};
 pub use windows::StoreTroubleRates;
 
@@ -145,8 +144,8 @@ struct Cluster {
 impl Cluster {
     fn new(seed: u64, params: &ElectorParams) -> Result<Self, SimError> {
         let mut rng = StdRng::seed_from_u64(seed);
-        let n = rng.gen_range(params.nodes.clone());
-        let groups = rng.gen_range(params.groups.clone());
+        let n = rng.gen_range(params.tier.nodes.clone());
+        let groups = rng.gen_range(params.tier.groups.clone());
         let skew = params.shared.skew.draw(&mut rng);
         let liveness = params.shared.draw_liveness(&mut rng);
         let config = params.shared.config(skew, liveness);

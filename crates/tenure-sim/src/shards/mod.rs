@@ -53,7 +53,6 @@ use crate::faults::{FaultCounts, FaultKind};
 use crate::params::SimError;
 use crate::paused::{self, lock, run_paused, Findings, Stage};
 use crate::report::ViolationKind;
-use crate::tier::Tier;
 
 mod bounds;
 mod member;
@@ -63,7 +62,7 @@ mod plan;
 mod report;
 
 pub use bounds::ShardBounds;
-pub use params::{ShardFaultRates, ShardParams};
+pub use params::{ShardFaultRates, ShardParams, ShardTier};
 pub use report::{Phase, Settling, ShardCounts, ShardReport, ShardSummary};
 
 use pause::Pause;
@@ -169,8 +168,8 @@ struct Set {
 impl Set {
     fn new(seed: u64, params: &ShardParams) -> Result<Self, SimError> {
         let mut rng = StdRng::seed_from_u64(seed);
-        let members = rng.gen_range(params.members.clone());
-        let shards = rng.gen_range(params.shards.clone());
+        let members = rng.gen_range(params.tier.members.clone());
+        let shards = rng.gen_range(params.tier.shards.clone());
         let skew = params.shared.skew.draw(&mut rng);
         let config = params.shared.config(skew, None);
         let timing = params.shared.timing(skew, None)?;

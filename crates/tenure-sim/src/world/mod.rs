@@ -46,7 +46,6 @@ use crate::params::{SimError, SimParams};
 use crate::report::{RunRecord, SimReport};
 use crate::scheduler::Queue;
 use crate::spin::{Spin, Wake};
-use crate::tier::Tier;
 use crate::trace::Trace;
 
 mod inject;
@@ -233,7 +232,7 @@ impl World {
     pub(crate) fn new(seed: u64, params: &SimParams) -> Result<Self, SimError> {
         params.check()?;
         let mut rng = StdRng::seed_from_u64(seed);
-        let n = rng.gen_range(params.nodes.clone());
+        let n = rng.gen_range(params.tier.nodes.clone());
         let skew = params.shared.skew.draw(&mut rng);
         let notify = params.shared.notify.draw(&mut rng);
         let liveness = params.shared.draw_liveness(&mut rng);

@@ -2,12 +2,12 @@
 
 use std::ops::Range;
 
-use tenure_sim::{Tier, TierReport, TierSummary, Violation};
+use tenure_sim::{Params, Tier, TierReport, TierSummary, Violation};
 
 /// Runs `seeds` of the tier with these parameters and fails naming every
 /// violation with the command that replays its seed; otherwise returns the
 /// runs' summary.
-pub fn run_clean<T: Tier>(params: &T, seeds: Range<u64>) -> T::Summary {
+pub fn run_clean<T: Tier>(params: &Params<T>, seeds: Range<u64>) -> T::Summary {
     let mut summary = T::Summary::default();
     let mut failures = Vec::new();
     for seed in seeds {
@@ -28,7 +28,7 @@ pub fn run_clean<T: Tier>(params: &T, seeds: Range<u64>) -> T::Summary {
     reason = "every test binary compiles this module; not all of them search"
 )]
 pub fn first_violation<T: Tier>(
-    params: &T,
+    params: &Params<T>,
     seeds: Range<u64>,
     wanted: impl Fn(&Violation) -> bool,
 ) -> Option<(Violation, String)> {
