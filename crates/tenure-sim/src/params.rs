@@ -255,6 +255,25 @@ impl Shared {
         config
     }
 
+    /// What a seed of the elector or sharded tier draws for its election
+    /// from `rng`: its skew bound, then its liveness timeout if its
+    /// application `pulses` (none otherwise), with the configuration of
+    /// both and its validated timing.
+    pub(crate) fn draw_election(
+        &self,
+        rng: &mut impl rand::Rng,
+        pulses: bool,
+    ) -> Result<(Option<Duration>, Config, Timing), SimError> {
+        let skew = self.skew.draw(rng);
+        let liveness = if pulses {
+            self.draw_liveness(rng)
+        } else {
+            None
+        };
+        let config = self.config(skew, liveness);
+        Ok((skew, config.clone(), config.validate()?))
+    }
+
     /// The validated timing with this skew bound and liveness timeout.
     pub fn timing(
         &self,

@@ -146,12 +146,9 @@ impl Cluster {
         let mut rng = StdRng::seed_from_u64(seed);
         let n = rng.gen_range(params.tier.nodes.clone());
         let groups = rng.gen_range(params.tier.groups.clone());
-        let skew = params.shared.skew.draw(&mut rng);
-        let liveness = params.shared.draw_liveness(&mut rng);
-        let config = params.shared.config(skew, liveness);
-        let timing = params.shared.timing(skew, liveness)?;
+        let (skew, config, timing) = params.shared.draw_election(&mut rng, true)?;
         // Slow windows make operations take up to 1.5 operation timeouts.
-        let slow = timing.op_timeout.mul_f64(1.5);
+        let slow = LivenessBounds::slow_op(&timing);
         let bounds = LivenessBounds::new(&timing, params.shared.latency, slow);
         let mut stage = Stage::new(seed, params.shared.fault_phase, params.shared.trace);
         for i in 0..n {
@@ -179,17 +176,11 @@ impl Cluster {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        self.stage
-            .push_first_starts(&mut self.rng, term / 2, Ev::Start);
         let pulses = self.timing.liveness_timeout.is_some();
         // Give the cluster half a term to elect its first leader.
-        self.stage.push_faults(
-            &mut self.rng,
-            self.params.faults.kinds(pulses),
-            term / 2,
-            |kind| kind.heal_time(term),
-            Ev::Inject,
-        );
+        let kinds = self.params.faults.kinds(pulses);
+        self.stage
+            .push_opening(&mut self.rng, term, term / 2, kinds, Ev::Start, Ev::Inject);
         if self.params.faults.storms && self.rng.gen_range(0..4) == 0 {
             self.stage
                 .push(self.stage.fault_end.before(term * 5 / 2), Ev::Storm);

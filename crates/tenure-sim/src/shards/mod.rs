@@ -170,11 +170,9 @@ impl Set {
         let mut rng = StdRng::seed_from_u64(seed);
         let members = rng.gen_range(params.tier.members.clone());
         let shards = rng.gen_range(params.tier.shards.clone());
-        let skew = params.shared.skew.draw(&mut rng);
-        let config = params.shared.config(skew, None);
-        let timing = params.shared.timing(skew, None)?;
-        let slow = timing.op_timeout.mul_f64(1.5);
-        let bounds = ShardBounds::new(&timing, params.shared.latency, slow);
+        // Members do not pulse.
+        let (skew, config, timing) = params.shared.draw_election(&mut rng, false)?;
+        let bounds = ShardBounds::new(&timing, params.shared.latency);
         let mut set = Set {
             params: params.clone(),
             config,
@@ -205,16 +203,10 @@ impl Set {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        self.stage
-            .push_first_starts(&mut self.rng, term / 2, Ev::Start);
         // Give the set a term to settle first.
-        self.stage.push_faults(
-            &mut self.rng,
-            self.params.faults.kinds(),
-            term,
-            |kind| kind.heal_time(term),
-            Ev::Inject,
-        );
+        let kinds = self.params.faults.kinds();
+        self.stage
+            .push_opening(&mut self.rng, term, term, kinds, Ev::Start, Ev::Inject);
         // Restarts planned for the end of the fault phase come first.
         self.stage.push(
             self.stage.fault_end.after(Duration::from_millis(1)),

@@ -240,7 +240,7 @@ impl World {
         let group = GroupName::new("sim")?;
         // Slow requests and replies take up to 1.5 operation timeouts, so
         // some writes apply after their sender has given up on them.
-        let slow = timing.op_timeout.mul_f64(1.5);
+        let slow = LivenessBounds::slow_op(&timing);
         let bounds = LivenessBounds::new(&timing, params.shared.latency, slow);
         let clocks: Vec<NodeClock> = (0..n)
             .map(|_| params.shared.draw_clock(&mut rng, skew))
@@ -305,8 +305,7 @@ impl World {
         // Give the cluster half a term to elect its first leader.
         let start = SimTime::from_duration(term / 2);
         let kinds = params.faults.kinds(pulses);
-        let heal_time = |kind| faults::heal_time(kind, term);
-        for (at, kind) in faults::schedule(&mut world.rng, kinds, start, fault_end, heal_time) {
+        for (at, kind) in faults::schedule(&mut world.rng, kinds, start, fault_end, term) {
             world.push(at, Ev::Inject(kind));
         }
         // Half of the seeds end the fault phase with a storm of 2.5 terms
