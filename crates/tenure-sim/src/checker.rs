@@ -94,8 +94,16 @@ pub struct LivenessBounds {
 }
 
 impl LivenessBounds {
+    /// The longest a slow request or reply takes in every tier's runs, with
+    /// `timing`: 1.5 operation timeouts, so that some writes apply after
+    /// their sender has given up on them.
+    pub fn slow_op(timing: &Timing) -> Duration {
+        timing.op_timeout.mul_f64(1.5)
+    }
+
     /// The bounds for `timing`, ordinary one-way latency up to `latency`, and
-    /// slow requests up to `slow`.
+    /// slow requests up to `slow` (in every tier's runs,
+    /// [`slow_op`](Self::slow_op)).
     pub fn new(timing: &Timing, latency: Duration, slow: Duration) -> Self {
         let BoundTerms { rtt, poll, wait } = BoundTerms::new(timing, latency);
         let stretch = |d| BoundTerms::stretch(timing, d);

@@ -16,6 +16,7 @@ use rand::Rng;
 
 use crate::clock::SimTime;
 use crate::params::SimError;
+use crate::tier::FaultPlan;
 
 /// A kind of fault.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -167,9 +168,8 @@ impl Default for FaultRates {
     }
 }
 
-impl FaultRates {
-    /// No faults at all.
-    pub fn none() -> Self {
+impl FaultPlan for FaultRates {
+    fn none() -> Self {
         FaultRates {
             crash_every: None,
             pause_every: None,
@@ -182,6 +182,18 @@ impl FaultRates {
         }
     }
 
+    fn check(&self) -> Result<(), SimError> {
+        self.per_op.check()?;
+        check_intervals(self.kinds(true))
+    }
+
+    /// `--crash-only` for [`FaultRates::crash_only`].
+    fn flag(&self) -> Option<&'static str> {
+        (*self == FaultRates::crash_only()).then_some("--crash-only")
+    }
+}
+
+impl FaultRates {
     /// Crashes only, spaced so that most failovers happen undisturbed and
     /// are checked against the crash failover bound.
     pub fn crash_only() -> Self {
@@ -189,11 +201,6 @@ impl FaultRates {
             crash_every: Some(Duration::from_secs(15)),
             ..FaultRates::none()
         }
-    }
-
-    pub(crate) fn check(&self) -> Result<(), SimError> {
-        self.per_op.check()?;
-        check_intervals(self.kinds(true))
     }
 
     /// Every planned kind with its mean interval, in the order a run's plan
@@ -296,41 +303,50 @@ pub enum Planned {
     Stall,
 }
 
-/// The longest a planned fault of each kind may take to heal, in terms:
-/// faults are only planned early enough to heal before the tail.
-pub(crate) fn heal_time(kind: Planned, term: Duration) -> Duration {
-    match kind {
-        // Down for up to 3 terms.
-        Planned::Crash => term * 3,
-        // Up to 3 terms.
-        Planned::Pause => term * 3,
-        // Up to 4 terms.
-        Planned::Partition => term * 4,
-        // Draining lasts at most one term, the release one timeout.
-        Planned::Resign => term * 2,
-        // Drain and release, then down for up to 2 terms.
-        Planned::Shutdown => term * 4,
-        // Up to 3 terms.
-        Planned::Stall => term * 3,
+/// A kind of fault (or membership change) that a tier plans up front, at
+/// instants [`schedule`] draws.
+pub(crate) trait PlannedKind: Copy {
+    /// The longest a fault of this kind takes to heal (or a change to play
+    /// out) with a term of `term`: faults are planned only early enough to
+    /// heal before the tail.
+    fn heal_time(self, term: Duration) -> Duration;
+}
+
+impl PlannedKind for Planned {
+    fn heal_time(self, term: Duration) -> Duration {
+        match self {
+            // Down for up to 3 terms.
+            Planned::Crash => term * 3,
+            // Up to 3 terms.
+            Planned::Pause => term * 3,
+            // Up to 4 terms.
+            Planned::Partition => term * 4,
+            // Draining lasts at most one term, the release one timeout.
+            Planned::Resign => term * 2,
+            // Drain and release, then down for up to 2 terms.
+            Planned::Shutdown => term * 4,
+            // Up to 3 terms.
+            Planned::Stall => term * 3,
+        }
     }
 }
 
 /// The instants each kind of fault strikes, a Poisson process per kind
 /// with mean interval `every` (none for a kind that is off), from `start`
-/// until the kind's `heal_time` before `fault_end`; sorted by time with a
-/// stable sort, so that equal instants keep the order of `kinds` and runs
-/// stay deterministic.
-pub(crate) fn schedule<K: Copy>(
+/// until the kind's [`PlannedKind::heal_time`] (with a term of `term`)
+/// before `fault_end`; sorted by time with a stable sort, so that equal
+/// instants keep the order of `kinds` and runs stay deterministic.
+pub(crate) fn schedule<K: PlannedKind>(
     rng: &mut impl Rng,
     kinds: impl IntoIterator<Item = (K, Option<Duration>)>,
     start: SimTime,
     fault_end: SimTime,
-    heal_time: impl Fn(K) -> Duration,
+    term: Duration,
 ) -> Vec<(SimTime, K)> {
     let mut out = Vec::new();
     for (kind, every) in kinds {
         let Some(every) = every else { continue };
-        let end = fault_end.before(heal_time(kind));
+        let end = fault_end.before(kind.heal_time(term));
         out.extend(
             arrivals(rng, every, start, end)
                 .into_iter()

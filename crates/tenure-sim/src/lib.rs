@@ -34,7 +34,7 @@
 //!   ([`SimReport::early_takeovers`]), so those seeds demonstrably exercise
 //!   it.
 //! * **Negative controls** ([`Shared::actual_drift`],
-//!   [`Shared::actual_wall_offset`], [`SimParams::anchor_at_receive`])
+//!   [`Shared::actual_wall_offset`], [`MachineTier::anchor_at_receive`])
 //!   break one assumption of the timing argument each; the checker must
 //!   then report overlaps.
 //!
@@ -43,7 +43,7 @@
 //! replay command (`cargo run -p tenure-sim --release -- --seed N --trace`).
 //!
 //! ```
-//! use tenure_sim::{run_seed, SimParams, Tier};
+//! use tenure_sim::{run_seed, SimParams};
 //! let mut params = SimParams::default();
 //! params.shared.fault_phase = std::time::Duration::from_secs(20);
 //! let a = run_seed(7, &params)?;
@@ -70,9 +70,9 @@ mod world;
 pub use checker::LivenessBounds;
 pub use clock::{NodeClock, SimTime};
 pub use faults::{FaultCounts, FaultKind, FaultRates, OpFaultOdds};
-pub use params::{Liveness, Notify, Shared, SimError, SimParams, SkewBound};
+pub use params::{Liveness, MachineTier, Notify, Shared, SimError, SimParams, SkewBound};
 pub use report::{CrashGap, RunRecord, SimReport, Summary, Totals, Violation, ViolationKind};
-pub use tier::{Tier, TierReport, TierSummary};
+pub use tier::{FaultPlan, Params, Tier, TierReport, TierSummary};
 
 /// Runs one seed to the end and reports what the checker found.
 ///

@@ -18,10 +18,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tenure_sim::elector::{ElectorFaultRates, ElectorParams};
-use tenure_sim::shards::{ShardFaultRates, ShardParams};
+use tenure_sim::elector::ElectorParams;
+use tenure_sim::shards::ShardParams;
 use tenure_sim::{
-    FaultRates, Liveness, Notify, Shared, SimParams, SkewBound, Tier, TierReport, TierSummary,
+    FaultPlan, FaultRates, Liveness, Notify, Params, Shared, SimParams, SkewBound, Tier,
+    TierReport, TierSummary,
 };
 
 /// Deterministic simulation of tenure elections with an invariant checker.
@@ -181,52 +182,15 @@ fn apply_shared(args: &Args, s: &mut Shared) {
     s.trace = args.trace && args.seed.is_some();
 }
 
-fn elector_params(args: &Args) -> ElectorParams {
-    let mut p = ElectorParams::default();
-    if let Some(n) = &args.nodes {
-        p.nodes = n.clone();
-    }
-    if let Some(g) = &args.groups {
-        p.groups = g.clone();
-    }
+/// The parameters of tier `T` the arguments ask for: the tier's defaults,
+/// then what `tier` sets from the arguments of that tier alone, then the
+/// shared settings and `--no-faults`.
+fn params<T: Tier>(args: &Args, tier: impl FnOnce(&mut Params<T>)) -> Params<T> {
+    let mut p = Params::<T>::default();
+    tier(&mut p);
     apply_shared(args, &mut p.shared);
     if args.no_faults {
-        p.faults = ElectorFaultRates::none();
-    }
-    p
-}
-
-fn shard_params(args: &Args) -> ShardParams {
-    let mut p = ShardParams::default();
-    if let Some(n) = &args.nodes {
-        p.members = n.clone();
-        p.max_members = p.max_members.max(*n.end());
-    }
-    if let Some(m) = args.max_members {
-        p.max_members = m;
-    }
-    if let Some(s) = &args.shard_count {
-        p.shards = s.clone();
-    }
-    apply_shared(args, &mut p.shared);
-    if args.no_faults {
-        p.faults = ShardFaultRates::none();
-    }
-    p
-}
-
-fn params(args: &Args) -> SimParams {
-    let mut p = SimParams::default();
-    if let Some(n) = &args.nodes {
-        p.nodes = n.clone();
-    }
-    apply_shared(args, &mut p.shared);
-    p.anchor_at_receive = args.anchor_at_receive;
-    if args.crash_only {
-        p.faults = FaultRates::crash_only();
-    }
-    if args.no_faults {
-        p.faults = FaultRates::none();
+        p.faults = T::Faults::none();
     }
     p
 }
@@ -234,16 +198,45 @@ fn params(args: &Args) -> SimParams {
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.shards {
-        drive(&args, shard_params(&args))
+        let sets = params(&args, |p: &mut ShardParams| {
+            if let Some(n) = &args.nodes {
+                p.tier.members = n.clone();
+                p.tier.max_members = p.tier.max_members.max(*n.end());
+            }
+            if let Some(m) = args.max_members {
+                p.tier.max_members = m;
+            }
+            if let Some(s) = &args.shard_count {
+                p.tier.shards = s.clone();
+            }
+        });
+        drive(&args, sets)
     } else if args.elector {
-        drive(&args, elector_params(&args))
+        let electors = params(&args, |p: &mut ElectorParams| {
+            if let Some(n) = &args.nodes {
+                p.tier.nodes = n.clone();
+            }
+            if let Some(g) = &args.groups {
+                p.tier.groups = g.clone();
+            }
+        });
+        drive(&args, electors)
     } else {
-        drive(&args, params(&args))
+        let machines = params(&args, |p: &mut SimParams| {
+            if let Some(n) = &args.nodes {
+                p.tier.nodes = n.clone();
+            }
+            p.tier.anchor_at_receive = args.anchor_at_receive;
+            if args.crash_only {
+                p.faults = FaultRates::crash_only();
+            }
+        });
+        drive(&args, machines)
     }
 }
 
 /// Runs the seeds the arguments ask for on `tier` and prints the summary.
-fn drive<T: Tier>(args: &Args, tier: T) -> ExitCode {
+fn drive<T: Tier>(args: &Args, tier: Params<T>) -> ExitCode {
     if let Err(e) = tier.check() {
         eprintln!("tenure-sim: {e}");
         return ExitCode::from(2);

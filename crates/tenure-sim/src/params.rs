@@ -10,7 +10,7 @@ use tenure::{Config, Timing};
 use crate::clock::NodeClock;
 use crate::faults::FaultRates;
 use crate::report::{SimReport, Summary};
-use crate::tier::Tier;
+use crate::tier::{Params, Tier};
 
 /// Whether a seed configures [`tenure::Config::max_clock_skew`] (which turns
 /// on the wall-clock early takeover).
@@ -255,6 +255,25 @@ impl Shared {
         config
     }
 
+    /// What a seed of the elector or sharded tier draws for its election
+    /// from `rng`: its skew bound, then its liveness timeout if its
+    /// application `pulses` (none otherwise), with the configuration of
+    /// both and its validated timing.
+    pub(crate) fn draw_election(
+        &self,
+        rng: &mut impl rand::Rng,
+        pulses: bool,
+    ) -> Result<(Option<Duration>, Config, Timing), SimError> {
+        let skew = self.skew.draw(rng);
+        let liveness = if pulses {
+            self.draw_liveness(rng)
+        } else {
+            None
+        };
+        let config = self.config(skew, liveness);
+        Ok((skew, config.clone(), config.validate()?))
+    }
+
     /// The validated timing with this skew bound and liveness timeout.
     pub fn timing(
         &self,
@@ -312,19 +331,6 @@ pub(crate) fn range_flag(
     format!(" --{name} {}..{}", range.start(), range.end())
 }
 
-/// The fault rates' part of a replay command: ` --no-faults` if they are
-/// `none`, nothing if they are the `default`, and otherwise a note that
-/// the run replays only with `how` (the tier's `run_seed` and parameters).
-pub(crate) fn faults_flag<F: PartialEq>(faults: &F, none: &F, default: &F, how: &str) -> String {
-    if faults == none {
-        " --no-faults".into()
-    } else if faults != default {
-        format!(" (custom fault rates: replay with {how})")
-    } else {
-        String::new()
-    }
-}
-
 /// Checks that a count range is non-empty and within `min..=max`.
 pub(crate) fn check_range(
     what: &str,
@@ -341,35 +347,27 @@ pub(crate) fn check_range(
     Ok(())
 }
 
-/// The parameters of a simulation; [`SimParams::default`] is what the test
-/// suite and the binary run unless told otherwise.
+/// The parameters of a machine-tier run; [`SimParams::default`] is what the
+/// test suite and the binary run unless told otherwise.
+pub type SimParams = Params<MachineTier>;
+
+/// The machine tier's own settings.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SimParams {
+pub struct MachineTier {
     /// How many candidates, drawn per seed from this range (2 to 20 allowed).
     pub nodes: RangeInclusive<usize>,
-    /// The settings every tier has: term, clocks, notifications, liveness
-    /// pulses, fault phase (100 s by default, then the tail in which
-    /// liveness and crash failover are checked), latency and trace.
-    pub shared: Shared,
     /// Run every node's machine with the test-only mutation
     /// [`tenure::machine::Machine::anchor_deadlines_at_receive`]: deadlines
     /// counted from a write's reply instead of its send, which the timing
     /// argument forbids. A negative control: the checker must catch it.
     pub anchor_at_receive: bool,
-    /// How often each kind of fault happens.
-    pub faults: FaultRates,
 }
 
-impl Default for SimParams {
+impl Default for MachineTier {
     fn default() -> Self {
-        SimParams {
+        MachineTier {
             nodes: 3..=7,
-            shared: Shared {
-                fault_phase: Duration::from_secs(100),
-                ..Shared::default()
-            },
             anchor_at_receive: false,
-            faults: FaultRates::default(),
         }
     }
 }
@@ -388,34 +386,41 @@ pub enum SimError {
     Runtime(std::io::Error),
 }
 
-impl Tier for SimParams {
+impl Tier for MachineTier {
+    type Faults = FaultRates;
     type Report = SimReport;
     type Summary = Summary;
 
+    const FLAG: Option<&'static str> = None;
+    const MIN_LATENCY: Duration = Duration::from_nanos(1);
+    const REPLAY_WITH: &'static str = "run_seed and the same SimParams";
+
+    /// The shared settings' defaults with a fault phase of 100 s, then the
+    /// tail in which liveness and crash failover are checked.
+    fn default_shared() -> Shared {
+        Shared {
+            fault_phase: Duration::from_secs(100),
+            ..Shared::default()
+        }
+    }
+
     fn check(&self) -> Result<(), SimError> {
-        check_range("node count", &self.nodes, 2, 20)?;
-        self.faults.check()?;
-        self.shared.check(Duration::from_nanos(1))
+        check_range("node count", &self.nodes, 2, 20)
     }
 
-    fn run(&self, seed: u64) -> Result<SimReport, SimError> {
-        crate::run_seed(seed, self)
+    fn flags(&self, default: &Self) -> String {
+        range_flag("nodes", &self.nodes, &default.nodes)
     }
 
-    fn replay_command(&self, seed: u64) -> String {
-        let mut cmd = format!("cargo run -p tenure-sim --release -- --seed {seed} --trace");
-        let d = SimParams::default();
-        cmd += &range_flag("nodes", &self.nodes, &d.nodes);
-        cmd += &self.shared.flags(&d.shared);
+    fn control_flags(&self) -> String {
         if self.anchor_at_receive {
-            cmd += " --anchor-at-receive";
-        }
-        if self.faults == FaultRates::crash_only() {
-            cmd += " --crash-only";
+            " --anchor-at-receive".into()
         } else {
-            let how = "run_seed and the same SimParams";
-            cmd += &faults_flag(&self.faults, &FaultRates::none(), &d.faults, how);
+            String::new()
         }
-        cmd
+    }
+
+    fn run(params: &SimParams, seed: u64) -> Result<SimReport, SimError> {
+        crate::run_seed(seed, params)
     }
 }

@@ -22,7 +22,7 @@ use crate::clock::SimTime;
 use crate::elector::clock::{SimClock, TIMER_RESOLUTION};
 use crate::elector::plan::Planned as Window;
 use crate::elector::windows::StoreView;
-use crate::faults::{self, between};
+use crate::faults::{self, between, PlannedKind};
 use crate::params::{Shared, SimError};
 use crate::report::{term_violations, RunRecord, Violation, ViolationKind, Violations};
 use crate::scheduler::Queue;
@@ -219,34 +219,27 @@ impl<E, H> Stage<E, H> {
         self.push(self.now.after(after).min(self.fault_end), ev);
     }
 
-    /// Plans the first start of every slot, `start(i)` for slot `i`, each
-    /// at an instant drawn from `rng` within `within` of the beginning.
-    pub(crate) fn push_first_starts(
-        &mut self,
-        rng: &mut impl Rng,
-        within: Duration,
-        start: impl Fn(usize) -> E,
-    ) {
-        for i in 0..self.slots.len() {
-            let at = SimTime::from_duration(between(rng, Duration::ZERO, within));
-            self.push(at, start(i));
-        }
-    }
-
-    /// Plans the tier's faults from `rng`: each kind, with its mean interval
-    /// (none for a kind that is off), strikes as a Poisson process from
-    /// `start` until its `heal_time` before the fault phase ends, as the
+    /// Plans how the run opens, drawing from `rng`: the first start of every
+    /// slot, `start(i)` for slot `i`, each within half a `term` of the
+    /// beginning; then the tier's faults, each kind with its mean interval
+    /// (none for a kind that is off) striking as a Poisson process from
+    /// `settle` on until its heal time before the fault phase ends, as the
     /// tier's event `inject(kind)`.
-    pub(crate) fn push_faults<K: Copy>(
+    pub(crate) fn push_opening<K: PlannedKind>(
         &mut self,
         rng: &mut impl Rng,
+        term: Duration,
+        settle: Duration,
         kinds: impl IntoIterator<Item = (K, Option<Duration>)>,
-        start: Duration,
-        heal_time: impl Fn(K) -> Duration,
+        start: impl Fn(usize) -> E,
         inject: impl Fn(K) -> E,
     ) {
-        let start = SimTime::from_duration(start);
-        for (at, kind) in faults::schedule(rng, kinds, start, self.fault_end, heal_time) {
+        for i in 0..self.slots.len() {
+            let at = SimTime::from_duration(between(rng, Duration::ZERO, term / 2));
+            self.push(at, start(i));
+        }
+        let settle = SimTime::from_duration(settle);
+        for (at, kind) in faults::schedule(rng, kinds, settle, self.fault_end, term) {
             self.push(at, inject(kind));
         }
     }

@@ -80,10 +80,8 @@ fn slow_replies() -> SimParams {
 
 #[test]
 fn deadlines_anchored_at_the_reply_overlap() {
-    let params = SimParams {
-        anchor_at_receive: true,
-        ..slow_replies()
-    };
+    let mut params = slow_replies();
+    params.tier.anchor_at_receive = true;
     let (_, found) =
         first_overlap(&params, 0..20).expect("no overlap with deadlines anchored at the reply");
     assert!(found.contains("--anchor-at-receive"), "{found}");

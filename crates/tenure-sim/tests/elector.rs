@@ -6,12 +6,14 @@
 use std::ops::Range;
 
 use tenure_sim::elector::{ElectorParams, ElectorSummary};
-use tenure_sim::{FaultKind, SkewBound, ViolationKind};
+use tenure_sim::{FaultKind, SkewBound};
 
 mod controls;
 mod runs;
 use controls::{CLOCK_CONTROLS, SKEW};
-use runs::{first_violation, run_clean};
+use runs::{
+    assert_ended, assert_every_kind_injected, clean_seed_ranges, first_work_overlap, run_clean,
+};
 
 fn assert_exercised(summary: &ElectorSummary) {
     // The runs did what they are for: many terms and hand-overs under every
@@ -22,54 +24,30 @@ fn assert_exercised(summary: &ElectorSummary) {
         "{summary}"
     );
     assert!(summary.groups > summary.runs.seeds, "{summary}");
-    for kind in [
-        FaultKind::Crash,
-        FaultKind::Partition,
-        FaultKind::SlowOp,
-        FaultKind::StoreFailure,
-        FaultKind::LostReply,
-        FaultKind::Resign,
-        FaultKind::Shutdown,
-        FaultKind::Stall,
-    ] {
-        assert!(
-            summary.counts.faults[kind] > 0,
-            "no {kind} injected:\n{summary}"
-        );
-    }
-    for reason in ["resigned", "renewal_failed", "shutdown", "liveness_lost"] {
-        assert!(
-            summary
-                .counts
-                .end_reasons
-                .get(reason)
-                .is_some_and(|&n| n > 0),
-            "no term ended as {reason}:\n{summary}"
-        );
-    }
+    // Electors are not paused, and the store's requests are not dropped.
+    let not_in_tier = [
+        FaultKind::LongPause,
+        FaultKind::ShortPause,
+        FaultKind::DroppedRequest,
+    ];
+    assert_every_kind_injected(&summary.counts.faults, &not_in_tier, summary);
+    let reasons = ["resigned", "renewal_failed", "shutdown", "liveness_lost"];
+    assert_ended(&summary.counts.end_reasons, &reasons, summary);
     assert!(!summary.crash_gaps.is_empty(), "{summary}");
     assert_eq!(summary.heal_gaps.len() as u64, summary.groups, "{summary}");
 }
 
-#[test]
-fn elector_seeds_0_to_75_hold_every_invariant() {
-    let summary = run_clean(&ElectorParams::default(), 0..75);
-    assert_exercised(&summary);
-}
-
-#[test]
-fn elector_seeds_75_to_150_hold_every_invariant() {
-    let summary = run_clean(&ElectorParams::default(), 75..150);
-    assert_exercised(&summary);
+clean_seed_ranges! {
+    ElectorParams::default(), assert_exercised;
+    elector_seeds_0_to_75_hold_every_invariant: 0..75,
+    elector_seeds_75_to_150_hold_every_invariant: 75..150,
 }
 
 #[test]
 fn larger_clusters_with_many_groups_hold_every_invariant() {
-    let params = ElectorParams {
-        nodes: 6..=10,
-        groups: 4..=8,
-        ..ElectorParams::default()
-    };
+    let mut params = ElectorParams::default();
+    params.tier.nodes = 6..=10;
+    params.tier.groups = 4..=8;
     let summary = run_clean(&params, 1000..1010);
     assert!(summary.groups >= 40, "{summary}");
 }
@@ -82,12 +60,7 @@ fn larger_clusters_with_many_groups_hold_every_invariant() {
 /// all seeds overlap under these controls, and the search stops at the
 /// first).
 fn first_overlap(params: &ElectorParams, seeds: Range<u64>) -> Option<String> {
-    let (v, replay) = first_violation(params, seeds, |v| {
-        v.kind == ViolationKind::Overlap && v.detail.contains("work of two terms")
-    })?;
-    assert_eq!(v.tokens.len(), 2, "{v}");
-    assert!(v.tokens[0] < v.tokens[1], "{v}");
-    Some(format!("{v}\n  replay: {replay}"))
+    first_work_overlap(params, seeds, |_| true).map(|(_, found)| found)
 }
 
 #[test]

@@ -50,11 +50,8 @@ fn crash_failover_stays_within_the_bound() {
     let floor = timing.term.checked_sub(timing.renew_interval).unwrap();
     assert!(max > floor, "max gap {max:?} below {floor:?}");
     // And the library's own figure plus our round trips is what we check.
-    let derived = LivenessBounds::new(
-        &timing,
-        params.shared.latency,
-        timing.op_timeout.mul_f64(1.5),
-    );
+    let slow = LivenessBounds::slow_op(&timing);
+    let derived = LivenessBounds::new(&timing, params.shared.latency, slow);
     assert_eq!(bound, derived.crash);
     assert!(derived.crash > timing.bounds().crash_failover);
     assert!(derived.crash < timing.bounds().crash_failover + Duration::from_millis(250));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tenure_sim::elector::ElectorParams;
 use tenure_sim::shards::ShardParams;
-use tenure_sim::{OpFaultOdds, SimError, SimParams, Tier};
+use tenure_sim::{OpFaultOdds, SimError, SimParams};
 
 fn refused(result: Result<(), SimError>) -> bool {
     matches!(result, Err(SimError::Params(m)) if m.contains("at least 100 ms"))

@@ -1,13 +1,11 @@
 //! A seed replays exactly: same events, same actions, same digest.
 
-use tenure_sim::{run_seed, SimParams, Tier};
+use tenure_sim::{run_seed, SimParams};
 
 #[test]
 fn a_seed_replays_byte_identically() {
-    let mut params = SimParams {
-        nodes: 5..=12,
-        ..SimParams::default()
-    };
+    let mut params = SimParams::default();
+    params.tier.nodes = 5..=12;
     params.shared.trace = true;
     for seed in [3, 1_000_003] {
         let a = run_seed(seed, &params).unwrap();
@@ -49,11 +47,11 @@ fn the_replay_command_names_the_seed_and_non_default_parameters() {
         d.replay_command(42),
         "cargo run -p tenure-sim --release -- --seed 42 --trace"
     );
-    let p = SimParams {
-        nodes: 3..=20,
+    let mut p = SimParams {
         faults: tenure_sim::FaultRates::crash_only(),
         ..SimParams::default()
     };
+    p.tier.nodes = 3..=20;
     assert_eq!(
         p.replay_command(7),
         "cargo run -p tenure-sim --release -- --seed 7 --trace --nodes 3..20 --crash-only"
@@ -64,12 +62,15 @@ fn the_replay_command_names_the_seed_and_non_default_parameters() {
 fn every_tier_s_replay_command_names_every_non_default_parameter() {
     use std::time::Duration;
 
-    use tenure_sim::elector::{ElectorFaultRates, ElectorParams};
-    use tenure_sim::shards::{ShardFaultRates, ShardParams};
-    use tenure_sim::{FaultRates, Liveness, Notify, Shared, SkewBound};
+    use tenure_sim::elector::{ElectorFaultRates, ElectorParams, ElectorTier};
+    use tenure_sim::shards::{ShardFaultRates, ShardParams, ShardTier};
+    use tenure_sim::{FaultPlan, FaultRates, Liveness, MachineTier, Notify, Shared, SkewBound};
 
     let machines = SimParams {
-        nodes: 4..=9,
+        tier: MachineTier {
+            nodes: 4..=9,
+            anchor_at_receive: true,
+        },
         shared: Shared {
             term: Duration::from_millis(1500),
             drift: 0.02,
@@ -82,21 +83,24 @@ fn every_tier_s_replay_command_names_every_non_default_parameter() {
             latency: Duration::from_millis(15),
             trace: false,
         },
-        anchor_at_receive: true,
         faults: FaultRates::none(),
     };
     let mut electors = ElectorParams {
-        nodes: 3..=4,
-        groups: 2..=2,
+        tier: ElectorTier {
+            nodes: 3..=4,
+            groups: 2..=2,
+        },
         faults: ElectorFaultRates::none(),
         ..ElectorParams::default()
     };
     electors.shared.skew = SkewBound::Off;
     electors.shared.liveness = Some(Liveness::Off);
     let mut shards = ShardParams {
-        members: 3..=6,
-        max_members: 10,
-        shards: 8..=12,
+        tier: ShardTier {
+            members: 3..=6,
+            max_members: 10,
+            shards: 8..=12,
+        },
         faults: ShardFaultRates::none(),
         ..ShardParams::default()
     };

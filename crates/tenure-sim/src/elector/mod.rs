@@ -59,7 +59,6 @@ use crate::faults::FaultCounts;
 use crate::params::SimError;
 use crate::paused::{self, lock, run_paused, Findings, Stage};
 use crate::report::ViolationKind;
-use crate::tier::Tier;
 
 pub(crate) mod behaviour;
 pub(crate) mod clock;
@@ -69,7 +68,7 @@ pub(crate) mod plan;
 pub(crate) mod report;
 pub(crate) mod windows;
 
-pub use params::{ElectorFaultRates, ElectorParams};
+pub use params::{ElectorFaultRates, ElectorParams, ElectorTier};
 pub use report::{CheckedGaps, ElectorCounts, ElectorReport, ElectorSummary};
 pub use windows::StoreTroubleRates;
 
@@ -145,14 +144,11 @@ struct Cluster {
 impl Cluster {
     fn new(seed: u64, params: &ElectorParams) -> Result<Self, SimError> {
         let mut rng = StdRng::seed_from_u64(seed);
-        let n = rng.gen_range(params.nodes.clone());
-        let groups = rng.gen_range(params.groups.clone());
-        let skew = params.shared.skew.draw(&mut rng);
-        let liveness = params.shared.draw_liveness(&mut rng);
-        let config = params.shared.config(skew, liveness);
-        let timing = params.shared.timing(skew, liveness)?;
+        let n = rng.gen_range(params.tier.nodes.clone());
+        let groups = rng.gen_range(params.tier.groups.clone());
+        let (skew, config, timing) = params.shared.draw_election(&mut rng, true)?;
         // Slow windows make operations take up to 1.5 operation timeouts.
-        let slow = timing.op_timeout.mul_f64(1.5);
+        let slow = LivenessBounds::slow_op(&timing);
         let bounds = LivenessBounds::new(&timing, params.shared.latency, slow);
         let mut stage = Stage::new(seed, params.shared.fault_phase, params.shared.trace);
         for i in 0..n {
@@ -180,17 +176,11 @@ impl Cluster {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        self.stage
-            .push_first_starts(&mut self.rng, term / 2, Ev::Start);
         let pulses = self.timing.liveness_timeout.is_some();
         // Give the cluster half a term to elect its first leader.
-        self.stage.push_faults(
-            &mut self.rng,
-            self.params.faults.kinds(pulses),
-            term / 2,
-            |kind| kind.heal_time(term),
-            Ev::Inject,
-        );
+        let kinds = self.params.faults.kinds(pulses);
+        self.stage
+            .push_opening(&mut self.rng, term, term / 2, kinds, Ev::Start, Ev::Inject);
         if self.params.faults.storms && self.rng.gen_range(0..4) == 0 {
             self.stage
                 .push(self.stage.fault_end.before(term * 5 / 2), Ev::Storm);

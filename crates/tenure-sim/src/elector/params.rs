@@ -4,8 +4,8 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use crate::faults::check_intervals;
-use crate::params::{check_range, faults_flag, range_flag, Shared, SimError};
-use crate::tier::Tier;
+use crate::params::{check_range, range_flag, SimError};
+use crate::tier::{FaultPlan, Params, Tier};
 
 use super::plan::Planned;
 use super::report::{ElectorReport, ElectorSummary};
@@ -54,9 +54,8 @@ impl Default for ElectorFaultRates {
     }
 }
 
-impl ElectorFaultRates {
-    /// No faults at all.
-    pub fn none() -> Self {
+impl FaultPlan for ElectorFaultRates {
+    fn none() -> Self {
         ElectorFaultRates {
             crash_every: None,
             store_trouble: StoreTroubleRates::none(),
@@ -67,6 +66,12 @@ impl ElectorFaultRates {
         }
     }
 
+    fn check(&self) -> Result<(), SimError> {
+        check_intervals(self.kinds(true))
+    }
+}
+
+impl ElectorFaultRates {
     /// Every kind with its mean interval, in the order a run's plan draws
     /// them in; pulse stalls only if the application `pulses`.
     pub(crate) fn kinds(&self, pulses: bool) -> impl Iterator<Item = (Planned, Option<Duration>)> {
@@ -83,57 +88,50 @@ impl ElectorFaultRates {
 }
 
 /// The parameters of an elector-tier run; [`ElectorParams::default`] is what
-/// the test suite and `tenure-sim --elector` run unless told otherwise.
+/// the test suite and `tenure-sim --elector` run unless told otherwise. Of
+/// its shared settings, notifications are drawn per candidate and latency
+/// per incarnation.
+pub type ElectorParams = Params<ElectorTier>;
+
+/// The elector tier's own settings.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ElectorParams {
+pub struct ElectorTier {
     /// How many candidates, drawn per seed from this range (2 to 20).
     pub nodes: RangeInclusive<usize>,
     /// How many groups every candidate stands in, on one store handle (so
     /// one engine runs them all), drawn per seed from this range (1 to 16).
     pub groups: RangeInclusive<usize>,
-    /// The settings every tier has: term, clocks, notifications (drawn
-    /// per candidate), liveness pulses, fault phase, latency (each
-    /// incarnation draws its own) and trace.
-    pub shared: Shared,
-    /// How often each kind of fault happens.
-    pub faults: ElectorFaultRates,
 }
 
-impl Default for ElectorParams {
+impl Default for ElectorTier {
     fn default() -> Self {
-        ElectorParams {
+        ElectorTier {
             nodes: 2..=5,
             groups: 1..=3,
-            shared: Shared::default(),
-            faults: ElectorFaultRates::default(),
         }
     }
 }
 
-impl Tier for ElectorParams {
+impl Tier for ElectorTier {
+    type Faults = ElectorFaultRates;
     type Report = ElectorReport;
     type Summary = ElectorSummary;
 
+    const FLAG: Option<&'static str> = Some("--elector");
+    const MIN_LATENCY: Duration = Duration::from_millis(1);
+    const REPLAY_WITH: &'static str = "elector::run_seed and the same ElectorParams";
+
     fn check(&self) -> Result<(), SimError> {
         check_range("node count", &self.nodes, 2, 20)?;
-        check_range("group count", &self.groups, 1, 16)?;
-        check_intervals(self.faults.kinds(true))?;
-        self.shared.check(Duration::from_millis(1))
+        check_range("group count", &self.groups, 1, 16)
     }
 
-    fn run(&self, seed: u64) -> Result<ElectorReport, SimError> {
-        super::run_seed(seed, self)
+    fn flags(&self, default: &Self) -> String {
+        range_flag("nodes", &self.nodes, &default.nodes)
+            + &range_flag("groups", &self.groups, &default.groups)
     }
 
-    fn replay_command(&self, seed: u64) -> String {
-        let mut cmd =
-            format!("cargo run -p tenure-sim --release -- --elector --seed {seed} --trace");
-        let d = ElectorParams::default();
-        cmd += &range_flag("nodes", &self.nodes, &d.nodes);
-        cmd += &range_flag("groups", &self.groups, &d.groups);
-        cmd += &self.shared.flags(&d.shared);
-        let how = "elector::run_seed and the same ElectorParams";
-        cmd += &faults_flag(&self.faults, &ElectorFaultRates::none(), &d.faults, how);
-        cmd
+    fn run(params: &ElectorParams, seed: u64) -> Result<ElectorReport, SimError> {
+        super::run_seed(seed, params)
     }
 }

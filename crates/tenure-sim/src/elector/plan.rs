@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::faults::FaultKind;
+use crate::faults::{FaultKind, PlannedKind};
 
 /// A fault to inject at a planned instant.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,23 +43,6 @@ impl Planned {
         }
     }
 
-    /// The longest a fault of this kind takes to heal: faults are planned
-    /// only early enough to heal before the tail.
-    pub(crate) fn heal_time(self, term: Duration) -> Duration {
-        match self {
-            // Down for up to 3 terms.
-            Planned::Crash => term * 3,
-            Planned::Partition => term * 4,
-            Planned::Slow | Planned::Failing => term * 2,
-            Planned::LostReplies => term,
-            // Draining lasts at most one term, the release one more.
-            Planned::Resign => term * 2,
-            // Drain and release, then down for up to 2 terms.
-            Planned::Shutdown => term * 4,
-            Planned::Stall => term * 3,
-        }
-    }
-
     /// How long a window of trouble of this kind lasts.
     pub(crate) fn window(self, rng: &mut impl Rng, term: Duration) -> Duration {
         let (lo, hi) = match self {
@@ -72,5 +55,22 @@ impl Planned {
             }
         };
         crate::faults::between(rng, lo, hi)
+    }
+}
+
+impl PlannedKind for Planned {
+    fn heal_time(self, term: Duration) -> Duration {
+        match self {
+            // Down for up to 3 terms.
+            Planned::Crash => term * 3,
+            Planned::Partition => term * 4,
+            Planned::Slow | Planned::Failing => term * 2,
+            Planned::LostReplies => term,
+            // Draining lasts at most one term, the release one more.
+            Planned::Resign => term * 2,
+            // Drain and release, then down for up to 2 terms.
+            Planned::Shutdown => term * 4,
+            Planned::Stall => term * 3,
+        }
     }
 }

@@ -97,9 +97,10 @@ pub struct ShardBounds {
 }
 
 impl ShardBounds {
-    /// The bounds for `timing`, ordinary one-way latency up to `latency`,
-    /// and slow requests up to `slow`.
-    pub fn new(timing: &Timing, latency: Duration, slow: Duration) -> Self {
+    /// The bounds for `timing` and ordinary one-way latency up to `latency`
+    /// (slow requests up to [`LivenessBounds::slow_op`], as in every tier's
+    /// runs).
+    pub fn new(timing: &Timing, latency: Duration) -> Self {
         let BoundTerms { rtt, poll, wait } = BoundTerms::new(timing, latency);
         let r = timing.retry_interval;
         let list = BoundTerms::stretch(timing, r + r / 4) + rtt * 2;
@@ -110,7 +111,7 @@ impl ShardBounds {
         // Rounding of durations to nanoseconds and wall times to
         // milliseconds, and timers firing on whole milliseconds.
         let slack = Duration::from_millis(2);
-        let heal = LivenessBounds::new(timing, latency, slow).heal;
+        let heal = LivenessBounds::new(timing, latency, LivenessBounds::slow_op(timing)).heal;
         ShardBounds {
             crash: latency + see + wait + tick + rtt + wait + rtt * 2 + slack,
             join: rtt * 2 + see + drain + rtt + take_released + slack,
@@ -129,11 +130,7 @@ mod tests {
     #[test]
     fn the_derived_crash_bound_fits_the_documented_one() {
         let timing = Config::new(Duration::from_secs(2)).validate().unwrap();
-        let b = ShardBounds::new(
-            &timing,
-            Duration::from_millis(20),
-            Duration::from_millis(750),
-        );
+        let b = ShardBounds::new(&timing, Duration::from_millis(20));
         // 2 s term, 1 % drift: W = 2.0404 s, list = 0.6313 + 0.08 s.
         assert!(b.crash > Duration::from_millis(4_800), "{b:?}");
         assert!(b.crash < b.documented_crash, "{b:?}");

@@ -348,7 +348,7 @@ impl Set {
         let t = self.stage.now;
         let term = self.timing.term;
         if kind == Planned::Join {
-            if self.stage.running().len() < self.params.max_members {
+            if self.stage.running().len() < self.params.tier.max_members {
                 self.joins += 1;
                 let n = self.add_slot();
                 self.stage

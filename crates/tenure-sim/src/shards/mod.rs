@@ -53,7 +53,6 @@ use crate::faults::{FaultCounts, FaultKind};
 use crate::params::SimError;
 use crate::paused::{self, lock, run_paused, Findings, Stage};
 use crate::report::ViolationKind;
-use crate::tier::Tier;
 
 mod bounds;
 mod member;
@@ -63,7 +62,7 @@ mod plan;
 mod report;
 
 pub use bounds::ShardBounds;
-pub use params::{ShardFaultRates, ShardParams};
+pub use params::{ShardFaultRates, ShardParams, ShardTier};
 pub use report::{Phase, Settling, ShardCounts, ShardReport, ShardSummary};
 
 use pause::Pause;
@@ -169,13 +168,11 @@ struct Set {
 impl Set {
     fn new(seed: u64, params: &ShardParams) -> Result<Self, SimError> {
         let mut rng = StdRng::seed_from_u64(seed);
-        let members = rng.gen_range(params.members.clone());
-        let shards = rng.gen_range(params.shards.clone());
-        let skew = params.shared.skew.draw(&mut rng);
-        let config = params.shared.config(skew, None);
-        let timing = params.shared.timing(skew, None)?;
-        let slow = timing.op_timeout.mul_f64(1.5);
-        let bounds = ShardBounds::new(&timing, params.shared.latency, slow);
+        let members = rng.gen_range(params.tier.members.clone());
+        let shards = rng.gen_range(params.tier.shards.clone());
+        // Members do not pulse.
+        let (skew, config, timing) = params.shared.draw_election(&mut rng, false)?;
+        let bounds = ShardBounds::new(&timing, params.shared.latency);
         let mut set = Set {
             params: params.clone(),
             config,
@@ -206,16 +203,10 @@ impl Set {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        self.stage
-            .push_first_starts(&mut self.rng, term / 2, Ev::Start);
         // Give the set a term to settle first.
-        self.stage.push_faults(
-            &mut self.rng,
-            self.params.faults.kinds(),
-            term,
-            |kind| kind.heal_time(term),
-            Ev::Inject,
-        );
+        let kinds = self.params.faults.kinds();
+        self.stage
+            .push_opening(&mut self.rng, term, term, kinds, Ev::Start, Ev::Inject);
         // Restarts planned for the end of the fault phase come first.
         self.stage.push(
             self.stage.fault_end.after(Duration::from_millis(1)),

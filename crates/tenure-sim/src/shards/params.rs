@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::elector::StoreTroubleRates;
 use crate::faults::check_intervals;
-use crate::params::{check_range, faults_flag, range_flag, Shared, SimError};
-use crate::tier::Tier;
+use crate::params::{check_range, range_flag, Shared, SimError};
+use crate::tier::{FaultPlan, Params, Tier};
 
 use super::plan::Planned;
 use super::report::{ShardReport, ShardSummary};
@@ -18,7 +18,7 @@ use super::report::{ShardReport, ShardSummary};
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShardFaultRates {
     /// A new member (an id never seen before) joins, unless the set is at
-    /// [`ShardParams::max_members`].
+    /// [`ShardTier::max_members`].
     pub join_every: Option<Duration>,
     /// A member leaves gracefully ([`tenure::Shards::shutdown`]); most come
     /// back later under the same id.
@@ -51,9 +51,9 @@ impl Default for ShardFaultRates {
     }
 }
 
-impl ShardFaultRates {
+impl FaultPlan for ShardFaultRates {
     /// No membership changes and no faults before the tail.
-    pub fn none() -> Self {
+    fn none() -> Self {
         ShardFaultRates {
             join_every: None,
             leave_every: None,
@@ -63,6 +63,12 @@ impl ShardFaultRates {
         }
     }
 
+    fn check(&self) -> Result<(), SimError> {
+        check_intervals(self.kinds())
+    }
+}
+
+impl ShardFaultRates {
     /// Every kind of change and fault with its mean interval, in the order
     /// a run's plan draws them in.
     pub(crate) fn kinds(&self) -> impl Iterator<Item = (Planned, Option<Duration>)> {
@@ -82,9 +88,15 @@ impl ShardFaultRates {
 }
 
 /// The parameters of a sharded-tier run; [`ShardParams::default`] is what
-/// the test suite and `tenure-sim --shards` run unless told otherwise.
+/// the test suite and `tenure-sim --shards` run unless told otherwise. Its
+/// shared settings hold for every lease (membership and shards); its
+/// members do not pulse, notifications are drawn per member, latency per
+/// process, and membership changes too happen in the fault phase only.
+pub type ShardParams = Params<ShardTier>;
+
+/// The sharded tier's own settings.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ShardParams {
+pub struct ShardTier {
     /// How many members start, drawn per seed from this range (2 to 12).
     pub members: RangeInclusive<usize>,
     /// The most members running at once (joins beyond it are skipped).
@@ -92,35 +104,35 @@ pub struct ShardParams {
     /// How many shards the set has, drawn per seed from this range (1 to
     /// 64).
     pub shards: RangeInclusive<usize>,
-    /// The settings every tier has, for every lease (membership and
-    /// shards): term, clocks, notifications (drawn per member), fault
-    /// phase (membership changes too), latency (each process draws its own)
-    /// and trace; no liveness pulses.
-    pub shared: Shared,
-    /// How often each kind of change and fault happens.
-    pub faults: ShardFaultRates,
 }
 
-impl Default for ShardParams {
+impl Default for ShardTier {
     fn default() -> Self {
-        ShardParams {
+        ShardTier {
             members: 2..=5,
             max_members: 8,
             shards: 4..=24,
-            shared: Shared {
-                liveness: None,
-                ..Shared::default()
-            },
-            faults: ShardFaultRates::default(),
         }
     }
 }
 
-impl Tier for ShardParams {
+impl Tier for ShardTier {
+    type Faults = ShardFaultRates;
     type Report = ShardReport;
     type Summary = ShardSummary;
 
-    /// Checks the parameters that the lease configuration does not.
+    const FLAG: Option<&'static str> = Some("--shards");
+    const MIN_LATENCY: Duration = Duration::from_millis(1);
+    const REPLAY_WITH: &'static str = "shards::run_seed and the same ShardParams";
+
+    /// The shared settings' defaults without liveness pulses.
+    fn default_shared() -> Shared {
+        Shared {
+            liveness: None,
+            ..Shared::default()
+        }
+    }
+
     fn check(&self) -> Result<(), SimError> {
         check_range("member count", &self.members, 2, 12)?;
         let most = *self.members.end();
@@ -130,27 +142,18 @@ impl Tier for ShardParams {
                 self.max_members
             )));
         }
-        check_range("shard count", &self.shards, 1, 64)?;
-        check_intervals(self.faults.kinds())?;
-        self.shared.check(Duration::from_millis(1))
+        check_range("shard count", &self.shards, 1, 64)
     }
 
-    fn run(&self, seed: u64) -> Result<ShardReport, SimError> {
-        super::run_seed(seed, self)
-    }
-
-    fn replay_command(&self, seed: u64) -> String {
-        let mut cmd =
-            format!("cargo run -p tenure-sim --release -- --shards --seed {seed} --trace");
-        let d = ShardParams::default();
-        cmd += &range_flag("nodes", &self.members, &d.members);
-        if self.max_members != d.max_members {
-            cmd += &format!(" --max-members {}", self.max_members);
+    fn flags(&self, default: &Self) -> String {
+        let mut flags = range_flag("nodes", &self.members, &default.members);
+        if self.max_members != default.max_members {
+            flags += &format!(" --max-members {}", self.max_members);
         }
-        cmd += &range_flag("shard-count", &self.shards, &d.shards);
-        cmd += &self.shared.flags(&d.shared);
-        let how = "shards::run_seed and the same ShardParams";
-        cmd += &faults_flag(&self.faults, &ShardFaultRates::none(), &d.faults, how);
-        cmd
+        flags + &range_flag("shard-count", &self.shards, &default.shards)
+    }
+
+    fn run(params: &ShardParams, seed: u64) -> Result<ShardReport, SimError> {
+        super::run_seed(seed, params)
     }
 }

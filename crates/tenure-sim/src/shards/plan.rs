@@ -6,7 +6,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::elector::plan::Planned as Window;
-use crate::faults::between;
+use crate::faults::{between, PlannedKind};
 
 /// A change or fault to inject at a planned instant.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -24,10 +24,8 @@ pub(crate) enum Planned {
     Window(Window),
 }
 
-impl Planned {
-    /// The longest a change of this kind takes to play out: changes are
-    /// planned only early enough to be over before the tail.
-    pub(crate) fn heal_time(self, term: Duration) -> Duration {
+impl PlannedKind for Planned {
+    fn heal_time(self, term: Duration) -> Duration {
         match self {
             // A join needs nothing healed.
             Planned::Join => Duration::ZERO,

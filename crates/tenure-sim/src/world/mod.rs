@@ -46,7 +46,6 @@ use crate::params::{SimError, SimParams};
 use crate::report::{RunRecord, SimReport};
 use crate::scheduler::Queue;
 use crate::spin::{Spin, Wake};
-use crate::tier::Tier;
 use crate::trace::Trace;
 
 mod inject;
@@ -233,7 +232,7 @@ impl World {
     pub(crate) fn new(seed: u64, params: &SimParams) -> Result<Self, SimError> {
         params.check()?;
         let mut rng = StdRng::seed_from_u64(seed);
-        let n = rng.gen_range(params.nodes.clone());
+        let n = rng.gen_range(params.tier.nodes.clone());
         let skew = params.shared.skew.draw(&mut rng);
         let notify = params.shared.notify.draw(&mut rng);
         let liveness = params.shared.draw_liveness(&mut rng);
@@ -241,7 +240,7 @@ impl World {
         let group = GroupName::new("sim")?;
         // Slow requests and replies take up to 1.5 operation timeouts, so
         // some writes apply after their sender has given up on them.
-        let slow = timing.op_timeout.mul_f64(1.5);
+        let slow = LivenessBounds::slow_op(&timing);
         let bounds = LivenessBounds::new(&timing, params.shared.latency, slow);
         let clocks: Vec<NodeClock> = (0..n)
             .map(|_| params.shared.draw_clock(&mut rng, skew))
@@ -306,8 +305,7 @@ impl World {
         // Give the cluster half a term to elect its first leader.
         let start = SimTime::from_duration(term / 2);
         let kinds = params.faults.kinds(pulses);
-        let heal_time = |kind| faults::heal_time(kind, term);
-        for (at, kind) in faults::schedule(&mut world.rng, kinds, start, fault_end, heal_time) {
+        for (at, kind) in faults::schedule(&mut world.rng, kinds, start, fault_end, term) {
             world.push(at, Ev::Inject(kind));
         }
         // Half of the seeds end the fault phase with a storm of 2.5 terms

@@ -70,7 +70,7 @@ impl World {
         };
         let md = Metadata::address(format!("10.0.0.{n}:8080"));
         let mut machine = Machine::new(self.timing.clone(), me, md, machine_seed, now);
-        if self.params.anchor_at_receive {
+        if self.params.tier.anchor_at_receive {
             machine.anchor_deadlines_at_receive();
         }
         node.machine = Some(machine);
