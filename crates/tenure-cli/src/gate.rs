@@ -268,51 +268,47 @@ fn keep_stdin_until_exec() -> io::Result<std::fs::File> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_exec_and_a_closed_stream_mean_cmd_runs() {
-        assert!(matches!(parse_answer(b"exec\n"), Answer::Running));
-        assert!(matches!(parse_answer(b""), Answer::Silent));
-        assert!(matches!(parse_answer(b"late\n"), Answer::Late));
+    /// What an answer means, in words a table can hold.
+    fn meaning(answer: &Answer) -> String {
+        match answer {
+            Answer::Running => "running".into(),
+            Answer::Late => "late".into(),
+            Answer::Silent => "silent".into(),
+            Answer::Garbled => "garbled".into(),
+            Answer::ExecFailed(e) => match e.raw_os_error() {
+                Some(n) => format!("exec failed: errno {n}, {:?}", e.kind()),
+                None => format!("exec failed: {e}"),
+            },
+        }
     }
 
+    /// Only "exec" and then the stream's end mean CMD runs; a failed exec
+    /// comes back as its OS error; anything else is never a start.
     #[test]
-    fn an_exec_error_comes_back_as_the_os_error() {
-        let Answer::ExecFailed(e) = parse_answer(b"exec\nexec-failed 2\n") else {
-            panic!("not an exec failure");
-        };
-        assert_eq!(e.kind(), io::ErrorKind::NotFound);
-        assert_eq!(e.raw_os_error(), Some(2));
-        let Answer::ExecFailed(e) = parse_answer(b"exec\nexec-failed 13\n") else {
-            panic!("not an exec failure");
-        };
-        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
-    }
-
-    #[test]
-    fn an_error_without_a_number_keeps_its_text() {
-        let answer = parse_answer(b"exec\nexec-failed 0 nul byte found in provided data\n");
-        let Answer::ExecFailed(e) = answer else {
-            panic!("not an exec failure: {answer:?}");
-        };
-        assert_eq!(e.to_string(), "nul byte found in provided data");
-    }
-
-    #[test]
-    fn anything_else_is_garbled_never_a_start() {
-        for answer in [
-            &b"garbage"[..],
-            b"exec-failed 2\n",
-            b"exec\nexec\n",
-            b"exec\ngarbage\n",
-            b"late\nexec\n",
-            b"exec\nexec-failed 2\nmore\n",
-            b"\xff\xfe",
-            b"\0\0",
+    fn every_answer_means_what_the_protocol_says() {
+        for (answer, means) in [
+            (&b"exec\n"[..], "running"),
+            (b"late\n", "late"),
+            (b"", "silent"),
+            (b"exec\nexec-failed 2\n", "exec failed: errno 2, NotFound"),
+            (
+                b"exec\nexec-failed 13\n",
+                "exec failed: errno 13, PermissionDenied",
+            ),
+            (
+                b"exec\nexec-failed 0 nul byte found in provided data\n",
+                "exec failed: nul byte found in provided data",
+            ),
+            (b"garbage", "garbled"),
+            (b"exec-failed 2\n", "garbled"),
+            (b"exec\nexec\n", "garbled"),
+            (b"exec\ngarbage\n", "garbled"),
+            (b"late\nexec\n", "garbled"),
+            (b"exec\nexec-failed 2\nmore\n", "garbled"),
+            (b"\xff\xfe", "garbled"),
+            (b"\0\0", "garbled"),
         ] {
-            assert!(
-                matches!(parse_answer(answer), Answer::Garbled),
-                "{answer:?}"
-            );
+            assert_eq!(meaning(&parse_answer(answer)), means, "{answer:?}");
         }
     }
 }
