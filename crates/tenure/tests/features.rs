@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure::{
-    Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health, Holder,
-    LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role, Term,
-    TokioClock,
+    CasOutcome, Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health,
+    Holder, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role,
+    Term, TokioClock,
 };
 
 const TERM: Duration = Duration::from_secs(10);
@@ -39,6 +39,29 @@ impl Jobs {
         let first = a.wait_for_leadership().await.unwrap();
         let b = self.candidate("b");
         (a, first, b)
+    }
+
+    /// `a` elected, and `b` following it a second later.
+    async fn a_leads_b_follows(&self) -> (Elector, Elector) {
+        let (a, _, b) = self.a_leads_b_stands().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        (a, b)
+    }
+
+    /// Writes the `jobs` record as `change` leaves it, over the version it
+    /// has: what `tenure release --to`, or any writer other than the
+    /// candidates, does to the record.
+    async fn rewrite(&self, change: impl FnOnce(&mut LeaseRecord)) {
+        let group = GroupName::new("jobs").unwrap();
+        let current = self.store.read(&group).await.unwrap().unwrap();
+        let mut record = current.record;
+        change(&mut record);
+        let outcome = self
+            .store
+            .compare_and_swap(&group, Some(current.version), &record)
+            .await
+            .unwrap();
+        assert!(matches!(outcome, CasOutcome::Applied(_)), "{outcome:?}");
     }
 }
 
@@ -86,8 +109,7 @@ async fn transfer_hands_over_to_the_named_candidate_only() {
 #[tokio::test(start_paused = true)]
 async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
     let jobs = Jobs::new();
-    let (a, _, b) = jobs.a_leads_b_stands().await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (a, b) = jobs.a_leads_b_follows().await;
     let began = jobs.clock.now().mono;
     a.transfer_to("nobody").unwrap();
     let term = loop {
@@ -112,16 +134,9 @@ async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
 #[tokio::test(start_paused = true)]
 async fn a_transfer_request_in_the_record_is_honoured() {
     let jobs = Jobs::new();
-    let (a, _, b) = jobs.a_leads_b_stands().await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let group = GroupName::new("jobs").unwrap();
-    let current = jobs.store.read(&group).await.unwrap().unwrap();
-    let mut asked = current.record.clone();
-    asked.metadata.insert(tenure::record::TRANSFER_TO_KEY, "b");
-    jobs.store
-        .compare_and_swap(&group, Some(current.version), &asked)
-        .await
-        .unwrap();
+    let (a, b) = jobs.a_leads_b_follows().await;
+    jobs.rewrite(|record| record.metadata.insert(tenure::record::TRANSFER_TO_KEY, "b"))
+        .await;
     let term = b.wait_for_leadership().await.unwrap();
     assert_eq!(term.token(), 2);
     a.shutdown().await;
@@ -191,20 +206,14 @@ async fn health_is_bad_only_for_a_wedged_leader_or_a_fault() {
     assert_eq!(a.health(), Health::Healthy, "stopped on request");
 
     // A fault: a token that cannot rise.
-    let group = GroupName::new("jobs").unwrap();
-    let current = jobs.store.read(&group).await.unwrap().unwrap();
-    let maxed = LeaseRecord {
-        holder: Some(Holder {
+    jobs.rewrite(|record| {
+        record.holder = Some(Holder {
             id: "x".into(),
             incarnation: 1,
-        }),
-        token: u64::MAX,
-        ..current.record
-    };
-    jobs.store
-        .compare_and_swap(&group, Some(current.version), &maxed)
-        .await
-        .unwrap();
+        });
+        record.token = u64::MAX;
+    })
+    .await;
     let b = jobs.candidate("b");
     let err = b
         .run_while_leader(|_term| async { Ok::<(), ElectorError>(()) })
