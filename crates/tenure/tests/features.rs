@@ -3,7 +3,7 @@
 //! duties whose period holds across leaders, errors that reach the caller.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure::{
@@ -18,6 +18,8 @@ const TERM: Duration = Duration::from_secs(10);
 struct Jobs {
     clock: Arc<TokioClock>,
     store: MemoryStore,
+    /// Every candidate started here, for `shutdown` to stop.
+    started: Mutex<Vec<Elector>>,
 }
 
 impl Jobs {
@@ -25,12 +27,24 @@ impl Jobs {
         Jobs {
             clock: Arc::new(TokioClock::new()),
             store: MemoryStore::new(),
+            started: Mutex::new(Vec::new()),
         }
     }
 
     /// A candidate named `id`, publishing `id:1` as its address.
     fn candidate(&self, id: &str) -> Elector {
-        candidate(&self.store, id, &self.clock)
+        let e = candidate(&self.store, id, &self.clock);
+        self.started.lock().unwrap().push(e.clone());
+        e
+    }
+
+    /// Stops every candidate started here (so far), in the order they
+    /// started; one already stopped returns at once.
+    async fn shutdown(&self) {
+        let started = std::mem::take(&mut *self.started.lock().unwrap());
+        for e in started {
+            e.shutdown().await;
+        }
     }
 
     /// `a` elected, with its first term, and `b` standing.
@@ -101,9 +115,7 @@ async fn transfer_hands_over_to_the_named_candidate_only() {
     b.transfer_to("a").unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(c.is_leader());
-    for e in [&a, &b, &c] {
-        e.shutdown().await;
-    }
+    jobs.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -125,8 +137,7 @@ async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
         "the reservation was taken after {took:?} by {}",
         term.candidate()
     );
-    a.shutdown().await;
-    b.shutdown().await;
+    jobs.shutdown().await;
 }
 
 /// `tenure release --to` writes the request into the leader's record,
@@ -134,13 +145,12 @@ async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
 #[tokio::test(start_paused = true)]
 async fn a_transfer_request_in_the_record_is_honoured() {
     let jobs = Jobs::new();
-    let (a, b) = jobs.a_leads_b_follows().await;
+    let (_a, b) = jobs.a_leads_b_follows().await;
     jobs.rewrite(|record| record.metadata.insert(tenure::record::TRANSFER_TO_KEY, "b"))
         .await;
     let term = b.wait_for_leadership().await.unwrap();
     assert_eq!(term.token(), 2);
-    a.shutdown().await;
-    b.shutdown().await;
+    jobs.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -167,7 +177,7 @@ async fn bounded_waits() {
         .await
         .unwrap();
     assert_eq!(term.token(), 2);
-    b.shutdown().await;
+    jobs.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -192,8 +202,7 @@ async fn new_metadata_reaches_followers_and_observers_at_once() {
         .set_metadata(Metadata::new().with("tenure.mine", "x"))
         .unwrap_err();
     assert!(err.to_string().contains("tenure."), "{err}");
-    a.shutdown().await;
-    b.shutdown().await;
+    jobs.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -267,8 +276,7 @@ async fn a_duty_keeps_its_period_across_leaders() {
     );
     tokio::time::sleep(period).await;
     assert_eq!(runs.load(Ordering::SeqCst), 2, "and runs when it is due");
-    a.shutdown().await;
-    b.shutdown().await;
+    jobs.shutdown().await;
     da.await.unwrap().unwrap();
     db.await.unwrap().unwrap();
 
@@ -281,7 +289,7 @@ async fn a_duty_keeps_its_period_across_leaders() {
     a.resign();
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    a.shutdown().await;
+    jobs.shutdown().await;
     da.await.unwrap().unwrap();
 }
 
@@ -304,7 +312,7 @@ async fn a_failed_duty_is_an_event() {
         }
     };
     assert_eq!(failed, "the cache is down");
-    a.shutdown().await;
+    jobs.shutdown().await;
     duty.await.unwrap().unwrap();
 }
 
