@@ -367,43 +367,59 @@ mod tests {
     use super::*;
     use crate::testkit::sample_record;
 
+    /// Asserts that `result` is an error matching `pattern`, and shows what
+    /// it was otherwise (an `Ok` record, or another error).
+    macro_rules! assert_err {
+        ($result:expr, $pattern:pat) => {
+            match $result {
+                Err($pattern) => {}
+                other => panic!("expected Err({}), got {other:?}", stringify!($pattern)),
+            }
+        };
+    }
+
+    /// `record` encoded, then decoded.
+    fn round_trip(record: &LeaseRecord) -> LeaseRecord {
+        LeaseRecord::decode(&record.encode()).unwrap()
+    }
+
     #[test]
     fn round_trips() {
-        let r = sample_record();
-        assert_eq!(LeaseRecord::decode(&r.encode()).unwrap(), r);
         let released = LeaseRecord {
             holder: None,
             ..sample_record()
         };
-        assert_eq!(LeaseRecord::decode(&released.encode()).unwrap(), released);
+        for record in [sample_record(), released] {
+            assert_eq!(round_trip(&record), record);
+        }
     }
 
     #[test]
     fn foreign_corrupt_and_new_records_are_typed_errors() {
-        assert!(matches!(
+        assert_err!(
             LeaseRecord::decode(b"\x00\xffgarbage"),
-            Err(RecordError::Foreign { .. })
-        ));
-        assert!(matches!(
+            RecordError::Foreign { .. }
+        );
+        assert_err!(
             LeaseRecord::decode(br#"{"owner":"someone"}"#),
-            Err(RecordError::Foreign { .. })
-        ));
-        assert!(matches!(
+            RecordError::Foreign { .. }
+        );
+        assert_err!(
             LeaseRecord::decode(br#"{"v":99,"anything":true}"#),
-            Err(RecordError::TooNew { found: 99, .. })
-        ));
-        assert!(matches!(
+            RecordError::TooNew { found: 99, .. }
+        );
+        assert_err!(
             LeaseRecord::decode(br#"{"v":1,"holder":null}"#),
-            Err(RecordError::Corrupt { .. })
-        ));
+            RecordError::Corrupt { .. }
+        );
         let zero_token = LeaseRecord {
             token: 0,
             ..sample_record()
         };
-        assert!(matches!(
+        assert_err!(
             LeaseRecord::decode(&zero_token.encode()),
-            Err(RecordError::Corrupt { .. })
-        ));
+            RecordError::Corrupt { .. }
+        );
     }
 
     #[test]
@@ -412,10 +428,7 @@ mod tests {
             term: Duration::from_micros(1500),
             ..sample_record()
         };
-        assert_eq!(
-            LeaseRecord::decode(&r.encode()).unwrap().term,
-            Duration::from_millis(2)
-        );
+        assert_eq!(round_trip(&r).term, Duration::from_millis(2));
     }
 
     #[test]
@@ -423,27 +436,18 @@ mod tests {
         assert!(GroupName::new("a").is_ok());
         assert!(GroupName::new("ü".repeat(127)).is_ok(), "254 bytes");
         assert!(GroupName::new("x".repeat(255)).is_ok());
-        assert!(matches!(
+        assert_err!(
             GroupName::new("x".repeat(256)),
-            Err(ConfigError::NameTooLong { len: 256, .. })
-        ));
-        assert!(matches!(
-            GroupName::new(""),
-            Err(ConfigError::EmptyName { .. })
-        ));
-        assert!(matches!(
-            GroupName::new("a\nb"),
-            Err(ConfigError::ControlCharacter { .. })
-        ));
+            ConfigError::NameTooLong { len: 256, .. }
+        );
+        assert_err!(GroupName::new(""), ConfigError::EmptyName { .. });
+        assert_err!(GroupName::new("a\nb"), ConfigError::ControlCharacter { .. });
     }
 
     #[test]
     fn metadata_is_bounded() {
         assert!(Metadata::address("x").validate().is_ok());
         let big = Metadata::new().with("blob", "x".repeat(MAX_METADATA_BYTES));
-        assert!(matches!(
-            big.validate(),
-            Err(ConfigError::MetadataTooLarge { .. })
-        ));
+        assert_err!(big.validate(), ConfigError::MetadataTooLarge { .. });
     }
 }

@@ -801,29 +801,33 @@ mod tests {
 
     #[test]
     fn redaction_covers_the_forms_urls_take() {
-        assert_eq!(redact("postgres://h/db"), "postgres://h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://***@h/db");
-        assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("etcd://u:p@a:1,b:2?x=1"), "etcd://u:***@a:1,b:2?x=1");
-        assert_eq!(redact("not a url"), "not a url");
-        assert_eq!(redact("u:pw@host"), "u:***@host");
-        assert_eq!(
-            redact("kafka://h:1/t?sasl.password=a#b&sasl.username=me"),
-            "kafka://h:1/t?sasl.password=***&sasl.username=me"
-        );
-        assert_eq!(
-            redact("dynamodb://t?secret_access_key=a/b+c&x=1&tail"),
-            "dynamodb://t?secret_access_key=***&x=1&***"
-        );
-        assert_eq!(
-            redact("postgres://app:hunter2@db:5432/x?sslmode=require&password=pw2"),
-            "postgres://app:***@db:5432/x?sslmode=require&password=***"
-        );
-        assert_eq!(redact("nats://t0ken@h:4222/b"), "nats://***@h:4222/b");
-        assert_eq!(
-            redact("postgres://app:pa/ss@127.0.0.1:55432/postgres"),
-            "postgres://app:***@127.0.0.1:55432/postgres"
-        );
+        for (url, shown) in [
+            ("postgres://h/db", "postgres://h/db"),
+            ("postgres://u@h/db", "postgres://***@h/db"),
+            ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
+            ("etcd://u:p@a:1,b:2?x=1", "etcd://u:***@a:1,b:2?x=1"),
+            ("not a url", "not a url"),
+            ("u:pw@host", "u:***@host"),
+            (
+                "kafka://h:1/t?sasl.password=a#b&sasl.username=me",
+                "kafka://h:1/t?sasl.password=***&sasl.username=me",
+            ),
+            (
+                "dynamodb://t?secret_access_key=a/b+c&x=1&tail",
+                "dynamodb://t?secret_access_key=***&x=1&***",
+            ),
+            (
+                "postgres://app:hunter2@db:5432/x?sslmode=require&password=pw2",
+                "postgres://app:***@db:5432/x?sslmode=require&password=***",
+            ),
+            ("nats://t0ken@h:4222/b", "nats://***@h:4222/b"),
+            (
+                "postgres://app:pa/ss@127.0.0.1:55432/postgres",
+                "postgres://app:***@127.0.0.1:55432/postgres",
+            ),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
     }
 
     /// A libpq `key=value` string (not a URL) handed where a URL goes is

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tenure::testkit;
 use tenure::{
     Clock, Config, ElectorError, EndReason, Event, Faults, GroupName, LeaseStore, LeaseView,
-    MemoryStore, Metadata, Observer, Role, TokioClock,
+    MemoryStore, Metadata, Observer, Role, Term, TokioClock,
 };
 use tokio::time::Instant;
 
@@ -35,11 +35,50 @@ fn start_with(store: impl LeaseStore, id: &str, config: Config) -> tenure::Elect
 /// `a` elected, then `b` standing as its follower for a second.
 async fn a_leads_then_b_stands() -> (tenure::Elector, tenure::Elector) {
     let store = MemoryStore::new();
-    let a = start(store.clone(), "a");
-    a.wait_for_leadership().await.unwrap();
-    let b = start(store, "b");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (a, _, b) = a_leads_then_b_stands_by(|id| start(store.clone(), id)).await;
     (a, b)
+}
+
+/// `a` elected (with its term), then `b` standing as its follower for a
+/// second, each started by `start`.
+async fn a_leads_then_b_stands_by(
+    start: impl Fn(&str) -> tenure::Elector,
+) -> (tenure::Elector, Term, tenure::Elector) {
+    let a = start("a");
+    let a_term = a.wait_for_leadership().await.unwrap();
+    let b = start("b");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    (a, a_term, b)
+}
+
+/// Shuts the leader `a` down: `b`'s term, and how long after the shutdown
+/// began `b` was elected.
+async fn hand_over_on_shutdown(a: &tenure::Elector, b: &tenure::Elector) -> (Term, Duration) {
+    let began = Instant::now();
+    a.shutdown().await;
+    let term = b.wait_for_leadership().await.unwrap();
+    (term, began.elapsed())
+}
+
+/// One store that each candidate reaches through a node of its own, as
+/// separate processes would: `faults` cuts a candidate off by its id.
+struct Nodes {
+    store: MemoryStore,
+    faults: Faults,
+}
+
+impl Nodes {
+    fn new() -> Nodes {
+        Nodes {
+            store: MemoryStore::new(),
+            faults: Faults::new(),
+        }
+    }
+
+    /// The store as the candidate `id` reaches it, through its own node.
+    fn reach(&self, id: &str) -> tenure::FaultyStore<MemoryStore> {
+        self.faults.wrap(self.store.clone(), id)
+    }
 }
 
 /// The one of `electors` that leads, once one does (the paused clock runs
@@ -100,49 +139,29 @@ async fn exactly_one_of_three_leads_and_the_others_follow_it() {
 #[tokio::test(start_paused = true)]
 async fn graceful_shutdown_hands_over_at_once_with_notifications() {
     let (a, b) = a_leads_then_b_stands().await;
-    let t0 = Instant::now();
-    a.shutdown().await;
-    let term = b.wait_for_leadership().await.unwrap();
+    let (term, took) = hand_over_on_shutdown(&a, &b).await;
     assert_eq!(term.token(), 2, "the next term raises the token");
-    assert!(
-        t0.elapsed() < Duration::from_millis(100),
-        "took {:?}",
-        t0.elapsed()
-    );
+    assert!(took < Duration::from_millis(100), "took {took:?}");
     b.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn graceful_shutdown_hands_over_within_one_poll_without_notifications() {
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    faults.set_no_notifications(true);
-    let a = start(faults.wrap(store.clone(), "a"), "a");
-    a.wait_for_leadership().await.unwrap();
-    let b = start(faults.wrap(store.clone(), "b"), "b");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let t0 = Instant::now();
-    a.shutdown().await;
-    b.wait_for_leadership().await.unwrap();
+    let nodes = Nodes::new();
+    nodes.faults.set_no_notifications(true);
+    let (a, _, b) = a_leads_then_b_stands_by(|id| start(nodes.reach(id), id)).await;
+    let (_, took) = hand_over_on_shutdown(&a, &b).await;
     let bound = b.timing().bounds().graceful_failover_polling;
-    assert!(
-        t0.elapsed() <= bound,
-        "took {:?}, bound {bound:?}",
-        t0.elapsed()
-    );
+    assert!(took <= bound, "took {took:?}, bound {bound:?}");
     b.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_cut_off_leader_stops_before_the_challenger_starts() {
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let a = start(faults.wrap(store.clone(), "a"), "a");
-    let a_term = a.wait_for_leadership().await.unwrap();
-    let b = start(faults.wrap(store.clone(), "b"), "b");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let nodes = Nodes::new();
+    let (a, a_term, b) = a_leads_then_b_stands_by(|id| start(nodes.reach(id), id)).await;
     let t_cut = Instant::now();
-    faults.partition("a");
+    nodes.faults.partition("a");
 
     let a_stopped = {
         let t = a_term.clone();
@@ -178,7 +197,7 @@ async fn a_cut_off_leader_stops_before_the_challenger_starts() {
     assert!(!a.is_leader());
     // a keeps standing; once healed it follows b. Its last attempt may still
     // be timing out, then it backs off one poll period: bound by those.
-    faults.heal("a");
+    nodes.faults.heal("a");
     let t = a.timing();
     let bound = t.op_timeout + t.retry_interval + t.retry_jitter + t.op_timeout;
     let mut role = a.watch_role();
@@ -192,9 +211,8 @@ async fn a_cut_off_leader_stops_before_the_challenger_starts() {
 
 #[tokio::test(start_paused = true)]
 async fn run_while_leader_runs_each_term_and_cancels_it_before_its_deadline() {
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let a = start(faults.wrap(store.clone(), "a"), "a");
+    let nodes = Nodes::new();
+    let a = start(nodes.reach("a"), "a");
     let runs = Arc::new(AtomicU32::new(0));
     let worker = {
         let a = a.clone();
@@ -215,10 +233,10 @@ async fn run_while_leader_runs_each_term_and_cancels_it_before_its_deadline() {
     };
     a.wait_for_leadership().await.unwrap();
     // A partition longer than the term ends the first term...
-    faults.partition("a");
+    nodes.faults.partition("a");
     tokio::time::sleep(TERM * 2).await;
     assert!(!a.is_leader());
-    faults.heal("a");
+    nodes.faults.heal("a");
     // ...and after healing the same candidate leads again: the work runs again.
     let term = a.wait_for_leadership().await.unwrap();
     assert_eq!(term.token(), 2);
@@ -230,9 +248,8 @@ async fn run_while_leader_runs_each_term_and_cancels_it_before_its_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn work_that_ignores_cancellation_is_dropped_at_the_deadline() {
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let a = start(faults.wrap(store.clone(), "a"), "a");
+    let nodes = Nodes::new();
+    let a = start(nodes.reach("a"), "a");
     let dropped_at = Arc::new(std::sync::Mutex::new(None));
     struct OnDrop(Arc<std::sync::Mutex<Option<Instant>>>);
     impl Drop for OnDrop {
@@ -256,7 +273,7 @@ async fn work_that_ignores_cancellation_is_dropped_at_the_deadline() {
         })
     };
     let term = a.wait_for_leadership().await.unwrap();
-    faults.partition("a");
+    nodes.faults.partition("a");
     term.ended().await;
     let deadline_left = term.remaining();
     assert_eq!(
@@ -269,7 +286,7 @@ async fn work_that_ignores_cancellation_is_dropped_at_the_deadline() {
         dropped_at.lock().unwrap().is_some(),
         "the work future was dropped"
     );
-    faults.heal("a");
+    nodes.faults.heal("a");
     a.shutdown().await;
     worker.abort();
 }
@@ -372,14 +389,13 @@ async fn a_silent_application_loses_leadership_and_regains_it_when_pulsing() {
 
 #[tokio::test(start_paused = true)]
 async fn lost_replies_do_not_cost_the_leader_its_term() {
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let a = start(faults.wrap(store.clone(), "a"), "a");
+    let nodes = Nodes::new();
+    let a = start(nodes.reach("a"), "a");
     let mut events = a.events();
     let term = a.wait_for_leadership().await.unwrap();
-    faults.set_lose_replies(true);
+    nodes.faults.set_lose_replies(true);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    faults.set_lose_replies(false);
+    nodes.faults.set_lose_replies(false);
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert!(a.is_leader());
     assert_eq!(
@@ -420,18 +436,17 @@ async fn a_corrupt_record_is_reported_and_never_overwritten() {
 
 #[tokio::test(start_paused = true)]
 async fn observer_follows_leaders_and_sees_a_crashed_one_lapse() {
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let a = start(faults.wrap(store.clone(), "a"), "a");
+    let nodes = Nodes::new();
+    let a = start(nodes.reach("a"), "a");
     a.wait_for_leadership().await.unwrap();
-    let mut obs = Observer::builder(store.clone(), "jobs")
+    let mut obs = Observer::builder(nodes.store.clone(), "jobs")
         .clock(Arc::new(TokioClock::new()))
         .start()
         .unwrap();
     let leader = obs.wait_for_leader().await.unwrap();
     assert_eq!(leader.candidate, "a");
     assert_eq!(leader.metadata.get("address"), Some("a:8080"));
-    faults.partition("a");
+    nodes.faults.partition("a");
     let t0 = Instant::now();
     let mut watch = obs.watch();
     watch.wait_for(Option::is_none).await.unwrap();
@@ -440,12 +455,12 @@ async fn observer_follows_leaders_and_sees_a_crashed_one_lapse() {
         lapse <= TERM.mul_f64(1.01) + Duration::from_secs(1),
         "{lapse:?}"
     );
-    let b = start(store.clone(), "b");
+    let b = start(nodes.store.clone(), "b");
     let leader = obs.wait_for_leader().await.unwrap();
     assert_eq!(leader.candidate, "b");
     assert_eq!(leader.token, 2);
     b.shutdown().await;
-    faults.heal("a");
+    nodes.faults.heal("a");
     a.shutdown().await;
 }
 

@@ -35,8 +35,10 @@ fn candidates(engine: &Engine, groups: usize, id: &str) -> Vec<Elector> {
 /// as `a` and `b` in `groups` groups each, once `a` leads every one.
 struct TwoProcesses {
     clock: Arc<TokioClock>,
+    /// Cuts process `a` or `b` off the store.
     faults: Faults,
-    second: Engine,
+    /// The engine of process `b`, whose counters show what following costs.
+    b_engine: Engine,
     a: Vec<Elector>,
     b: Vec<Elector>,
 }
@@ -47,16 +49,16 @@ impl TwoProcesses {
         let store = MemoryStore::new();
         let faults = Faults::new();
         let first = engine_on(faults.wrap(store.clone(), "a"), &clock);
-        let second = engine_on(faults.wrap(store, "b"), &clock);
+        let b_engine = engine_on(faults.wrap(store, "b"), &clock);
         let a = candidates(&first, groups, "a");
         for e in &a {
             e.wait_for_leadership().await.unwrap();
         }
-        let b = candidates(&second, groups, "b");
+        let b = candidates(&b_engine, groups, "b");
         TwoProcesses {
             clock,
             faults,
-            second,
+            b_engine,
             a,
             b,
         }
@@ -65,6 +67,14 @@ impl TwoProcesses {
 
 fn leaders(electors: &[Elector]) -> usize {
     electors.iter().filter(|e| e.is_leader()).count()
+}
+
+/// How many of `electors` follow a leader they know of.
+fn followers(electors: &[Elector]) -> usize {
+    electors
+        .iter()
+        .filter(|e| matches!(e.role(), Role::Follower { .. }))
+        .count()
 }
 
 #[tokio::test(start_paused = true)]
@@ -165,19 +175,13 @@ async fn renewals_coalesce_into_few_batches_without_extra_writes() {
 /// every group through the store's feed: no reads while the leaders renew.
 #[tokio::test(start_paused = true)]
 async fn followers_learn_every_renewal_from_the_feed_without_reads() {
-    let TwoProcesses {
-        clock,
-        second: following,
-        a,
-        b,
-        ..
-    } = TwoProcesses::a_leading(200).await;
+    let two = TwoProcesses::a_leading(200).await;
     tokio::time::sleep(TERM).await;
-    assert_eq!(leaders(&b), 0);
-    assert!(b.iter().all(|e| matches!(e.role(), Role::Follower { .. })));
-    let before = following.stats();
+    assert_eq!(leaders(&two.b), 0);
+    assert_eq!(followers(&two.b), 200);
+    let before = two.b_engine.stats();
     tokio::time::sleep(TERM * 3).await;
-    let after = following.stats();
+    let after = two.b_engine.stats();
     assert_eq!(
         after.reads, before.reads,
         "followers read while leaders renewed"
@@ -187,18 +191,18 @@ async fn followers_learn_every_renewal_from_the_feed_without_reads() {
         after.changes > before.changes,
         "the feed delivered the renewals"
     );
-    assert_eq!(leaders(&a), 200, "leadership is stable");
+    assert_eq!(leaders(&two.a), 200, "leadership is stable");
     // A graceful stop of every leader hands every group over through the feed.
-    let began = clock.now().mono;
-    for e in &a {
+    let began = two.clock.now().mono;
+    for e in &two.a {
         e.shutdown().await;
     }
-    for e in &b {
+    for e in &two.b {
         e.wait_for_leadership().await.unwrap();
     }
-    let took = clock.now().mono.saturating_since(began);
+    let took = two.clock.now().mono.saturating_since(began);
     assert!(took < Duration::from_millis(100), "hand-over took {took:?}");
-    for e in &b {
+    for e in &two.b {
         e.shutdown().await;
     }
 }
@@ -207,26 +211,20 @@ async fn followers_learn_every_renewal_from_the_feed_without_reads() {
 /// to the other within the crash bound, and no group ever has two leaders.
 #[tokio::test(start_paused = true)]
 async fn a_cut_off_engine_loses_every_group_and_none_has_two_leaders() {
-    let TwoProcesses {
-        clock,
-        faults,
-        a,
-        b,
-        ..
-    } = TwoProcesses::a_leading(100).await;
+    let two = TwoProcesses::a_leading(100).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    faults.partition("a");
-    let cut = clock.now().mono;
+    two.faults.partition("a");
+    let cut = two.clock.now().mono;
     let bound = Config::new(TERM)
         .validate()
         .unwrap()
         .bounds()
         .crash_failover;
     let mut step = Duration::ZERO;
-    while leaders(&b) < 100 {
+    while leaders(&two.b) < 100 {
         for g in 0..100 {
             assert!(
-                !(a[g].is_leader() && b[g].is_leader()),
+                !(two.a[g].is_leader() && two.b[g].is_leader()),
                 "group {g} has two leaders at {step:?}"
             );
         }
@@ -234,11 +232,11 @@ async fn a_cut_off_engine_loses_every_group_and_none_has_two_leaders() {
         step += Duration::from_millis(50);
         assert!(step < bound * 2, "not every group moved within {step:?}");
     }
-    let took = clock.now().mono.saturating_since(cut);
+    let took = two.clock.now().mono.saturating_since(cut);
     assert!(took <= bound, "took {took:?}, bound {bound:?}");
-    assert_eq!(leaders(&a), 0);
-    faults.heal("a");
-    for e in a.iter().chain(&b) {
+    assert_eq!(leaders(&two.a), 0);
+    two.faults.heal("a");
+    for e in two.a.iter().chain(&two.b) {
         e.shutdown().await;
     }
 }

@@ -3,13 +3,13 @@
 //! duties whose period holds across leaders, errors that reach the caller.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure::{
-    Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health, Holder,
-    LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role, Term,
-    TokioClock,
+    CasOutcome, Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health,
+    Holder, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role,
+    Term, TokioClock,
 };
 
 const TERM: Duration = Duration::from_secs(10);
@@ -18,6 +18,8 @@ const TERM: Duration = Duration::from_secs(10);
 struct Jobs {
     clock: Arc<TokioClock>,
     store: MemoryStore,
+    /// Every candidate started here, for `shutdown` to stop.
+    started: Mutex<Vec<Elector>>,
 }
 
 impl Jobs {
@@ -25,12 +27,24 @@ impl Jobs {
         Jobs {
             clock: Arc::new(TokioClock::new()),
             store: MemoryStore::new(),
+            started: Mutex::new(Vec::new()),
         }
     }
 
     /// A candidate named `id`, publishing `id:1` as its address.
     fn candidate(&self, id: &str) -> Elector {
-        candidate(&self.store, id, &self.clock)
+        let e = candidate(&self.store, id, &self.clock);
+        self.started.lock().unwrap().push(e.clone());
+        e
+    }
+
+    /// Stops every candidate started here (so far), in the order they
+    /// started; one already stopped returns at once.
+    async fn shutdown(&self) {
+        let started = std::mem::take(&mut *self.started.lock().unwrap());
+        for e in started {
+            e.shutdown().await;
+        }
     }
 
     /// `a` elected, with its first term, and `b` standing.
@@ -39,6 +53,29 @@ impl Jobs {
         let first = a.wait_for_leadership().await.unwrap();
         let b = self.candidate("b");
         (a, first, b)
+    }
+
+    /// `a` elected, and `b` following it a second later.
+    async fn a_leads_b_follows(&self) -> (Elector, Elector) {
+        let (a, _, b) = self.a_leads_b_stands().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        (a, b)
+    }
+
+    /// Writes the `jobs` record as `change` leaves it, over the version it
+    /// has: what `tenure release --to`, or any writer other than the
+    /// candidates, does to the record.
+    async fn rewrite(&self, change: impl FnOnce(&mut LeaseRecord)) {
+        let group = GroupName::new("jobs").unwrap();
+        let current = self.store.read(&group).await.unwrap().unwrap();
+        let mut record = current.record;
+        change(&mut record);
+        let outcome = self
+            .store
+            .compare_and_swap(&group, Some(current.version), &record)
+            .await
+            .unwrap();
+        assert!(matches!(outcome, CasOutcome::Applied(_)), "{outcome:?}");
     }
 }
 
@@ -78,16 +115,13 @@ async fn transfer_hands_over_to_the_named_candidate_only() {
     b.transfer_to("a").unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(c.is_leader());
-    for e in [&a, &b, &c] {
-        e.shutdown().await;
-    }
+    jobs.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
     let jobs = Jobs::new();
-    let (a, _, b) = jobs.a_leads_b_stands().await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (a, b) = jobs.a_leads_b_follows().await;
     let began = jobs.clock.now().mono;
     a.transfer_to("nobody").unwrap();
     let term = loop {
@@ -103,8 +137,7 @@ async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
         "the reservation was taken after {took:?} by {}",
         term.candidate()
     );
-    a.shutdown().await;
-    b.shutdown().await;
+    jobs.shutdown().await;
 }
 
 /// `tenure release --to` writes the request into the leader's record,
@@ -112,20 +145,12 @@ async fn a_reservation_for_a_missing_successor_lapses_after_a_term() {
 #[tokio::test(start_paused = true)]
 async fn a_transfer_request_in_the_record_is_honoured() {
     let jobs = Jobs::new();
-    let (a, _, b) = jobs.a_leads_b_stands().await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let group = GroupName::new("jobs").unwrap();
-    let current = jobs.store.read(&group).await.unwrap().unwrap();
-    let mut asked = current.record.clone();
-    asked.metadata.insert(tenure::record::TRANSFER_TO_KEY, "b");
-    jobs.store
-        .compare_and_swap(&group, Some(current.version), &asked)
-        .await
-        .unwrap();
+    let (_a, b) = jobs.a_leads_b_follows().await;
+    jobs.rewrite(|record| record.metadata.insert(tenure::record::TRANSFER_TO_KEY, "b"))
+        .await;
     let term = b.wait_for_leadership().await.unwrap();
     assert_eq!(term.token(), 2);
-    a.shutdown().await;
-    b.shutdown().await;
+    jobs.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -152,7 +177,7 @@ async fn bounded_waits() {
         .await
         .unwrap();
     assert_eq!(term.token(), 2);
-    b.shutdown().await;
+    jobs.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -177,8 +202,7 @@ async fn new_metadata_reaches_followers_and_observers_at_once() {
         .set_metadata(Metadata::new().with("tenure.mine", "x"))
         .unwrap_err();
     assert!(err.to_string().contains("tenure."), "{err}");
-    a.shutdown().await;
-    b.shutdown().await;
+    jobs.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -191,20 +215,14 @@ async fn health_is_bad_only_for_a_wedged_leader_or_a_fault() {
     assert_eq!(a.health(), Health::Healthy, "stopped on request");
 
     // A fault: a token that cannot rise.
-    let group = GroupName::new("jobs").unwrap();
-    let current = jobs.store.read(&group).await.unwrap().unwrap();
-    let maxed = LeaseRecord {
-        holder: Some(Holder {
+    jobs.rewrite(|record| {
+        record.holder = Some(Holder {
             id: "x".into(),
             incarnation: 1,
-        }),
-        token: u64::MAX,
-        ..current.record
-    };
-    jobs.store
-        .compare_and_swap(&group, Some(current.version), &maxed)
-        .await
-        .unwrap();
+        });
+        record.token = u64::MAX;
+    })
+    .await;
     let b = jobs.candidate("b");
     let err = b
         .run_while_leader(|_term| async { Ok::<(), ElectorError>(()) })
@@ -258,8 +276,7 @@ async fn a_duty_keeps_its_period_across_leaders() {
     );
     tokio::time::sleep(period).await;
     assert_eq!(runs.load(Ordering::SeqCst), 2, "and runs when it is due");
-    a.shutdown().await;
-    b.shutdown().await;
+    jobs.shutdown().await;
     da.await.unwrap().unwrap();
     db.await.unwrap().unwrap();
 
@@ -272,7 +289,7 @@ async fn a_duty_keeps_its_period_across_leaders() {
     a.resign();
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    a.shutdown().await;
+    jobs.shutdown().await;
     da.await.unwrap().unwrap();
 }
 
@@ -295,7 +312,7 @@ async fn a_failed_duty_is_an_event() {
         }
     };
     assert_eq!(failed, "the cache is down");
-    a.shutdown().await;
+    jobs.shutdown().await;
     duty.await.unwrap().unwrap();
 }
 

@@ -44,7 +44,6 @@ fn held_by(id: &str, token: u64, now: Now) -> LeaseRecord {
 }
 
 /// A memory store whose change feed never answers the subscription.
-#[derive(Clone)]
 struct HangingFeed(MemoryStore);
 
 #[async_trait]

@@ -60,7 +60,6 @@ async fn conformance_catches_a_broken_store() {
     use tenure::{CasOutcome, LeaseRecord, LeaseView, StoreError, Version, Versioned};
 
     /// Writes whatever it is given: a last-writer-wins "store".
-    #[derive(Clone)]
     struct Blind(MemoryStore);
 
     #[async_trait]

@@ -8,10 +8,37 @@ use crate::config::Config;
 
 const T: u64 = 9_000; // term in ms: renew 3 s, retry 2.25 s, grace 0.9 s
 
-fn timing() -> Timing {
+/// The timing of a `T` term without retry jitter (exact schedules), with
+/// whatever else `change` sets.
+fn timing_with(change: impl FnOnce(&mut Config)) -> Timing {
     let mut c = Config::new(Duration::from_millis(T));
-    c.retry_jitter = Some(Duration::ZERO); // exact schedules
+    c.retry_jitter = Some(Duration::ZERO);
+    change(&mut c);
     c.validate().unwrap()
+}
+
+fn timing() -> Timing {
+    timing_with(|_| {})
+}
+
+/// The timing with a 500 ms bound on wall-clock skew, which allows a
+/// takeover by the wall clock.
+fn skewed() -> Timing {
+    timing_with(|c| c.max_clock_skew = Some(Duration::from_millis(500)))
+}
+
+/// When (in ms) the leader of [`leader`] sends its first renewal: a third
+/// of the term in (checked by [`first_renewal`]).
+const RENEW: u64 = T / 3;
+
+/// The deadline of the term [`leader`] wins (its write was sent at 0).
+fn first_deadline() -> MonoTime {
+    at(0).mono + timing().leader_validity
+}
+
+/// How long a challenger waits out a record of a `T` term it sees unchanged.
+fn takeover_wait() -> Duration {
+    timing().takeover_wait(Duration::from_millis(T))
 }
 
 fn at(ms: u64) -> Now {
@@ -50,11 +77,36 @@ fn held(by: &str, token: u64, version: u64) -> Versioned {
     }
 }
 
-fn read_op(actions: &[Action]) -> OpId {
-    match actions.iter().find(|a| matches!(a, Action::Read { .. })) {
-        Some(Action::Read { op, .. }) => *op,
-        other => panic!("expected a read in {actions:?}, got {other:?}"),
+/// A record without a holder (released) that keeps `token`.
+fn released(token: u64, version: u64) -> Versioned {
+    let mut v = held("gone", token, version);
+    v.record.holder = None;
+    v
+}
+
+/// `record` as the store holds it at `version`.
+fn stored(record: &LeaseRecord, version: u64) -> Versioned {
+    Versioned {
+        record: record.clone(),
+        version: Version(version),
     }
+}
+
+/// The read among `actions`, if there is one.
+fn read_sent(actions: &[Action]) -> Option<OpId> {
+    actions.iter().find_map(|a| match a {
+        Action::Read { op, .. } => Some(*op),
+        _ => None,
+    })
+}
+
+fn read_op(actions: &[Action]) -> OpId {
+    read_sent(actions).unwrap_or_else(|| panic!("expected a read in {actions:?}"))
+}
+
+/// Whether any of `actions` writes to the store.
+fn writes(actions: &[Action]) -> bool {
+    actions.iter().any(|a| matches!(a, Action::Cas { .. }))
 }
 
 fn cas_op(actions: &[Action]) -> (OpId, Option<Version>, LeaseRecord) {
@@ -89,23 +141,140 @@ fn cas(m: &mut Machine, now: Now, op: OpId, outcome: CasOutcome) -> Vec<Action> 
     )
 }
 
+/// The reply to the write `op` lost: it timed out `after` its send.
+fn write_timed_out(m: &mut Machine, now: Now, op: OpId, after: Duration) -> Vec<Action> {
+    m.step(
+        now,
+        Input::CasDone {
+            op,
+            result: Err(StoreError::Timeout(after)),
+        },
+    )
+}
+
+/// One look at the store: a tick at `now`, and the reply `current` to the
+/// read it sends, at once.
+fn poll(m: &mut Machine, now: Now, current: Option<Versioned>) -> Vec<Action> {
+    poll_replied_at(m, now, now, current)
+}
+
+/// A tick at `now`, and the reply `current` to the read it sends, at
+/// `reply`.
+fn poll_replied_at(
+    m: &mut Machine,
+    now: Now,
+    reply: Now,
+    current: Option<Versioned>,
+) -> Vec<Action> {
+    let a = m.step(now, Input::Tick);
+    read(m, reply, read_op(&a), current)
+}
+
+/// The instant the machine asks to be woken at next, after `now`.
+fn wake(m: &Machine, now: Now) -> Now {
+    at_mono(m.next_wake(now).expect("a wake-up"))
+}
+
+/// Ticks at every wake-up the machine asks for after `now`, each strictly
+/// later than the one before, and answers each read with `current`, until
+/// a tick writes: that instant, and the tick's actions.
+fn poll_until_write(m: &mut Machine, now: Now, current: Option<Versioned>) -> (Now, Vec<Action>) {
+    let mut now = now;
+    for _ in 0..100 {
+        let next = wake(m, now);
+        assert!(
+            next.mono > now.mono,
+            "asked to wake at {next:?} after {now:?}"
+        );
+        now = next;
+        let a = m.step(now, Input::Tick);
+        if writes(&a) {
+            return (now, a);
+        }
+        read(m, now, read_op(&a), current.clone());
+    }
+    panic!("no write within 100 wake-ups");
+}
+
+/// A fresh `m` ticks at 0 and finds the store empty: the acquisition it
+/// sends (which expects no record).
+fn acquire(m: &mut Machine) -> (OpId, LeaseRecord) {
+    let a = poll(m, at(0), None);
+    let (op, expected, record) = cas_op(&a);
+    assert_eq!(expected, None);
+    (op, record)
+}
+
+/// Drives a fresh `m` through acquisition on an empty store: the write is
+/// sent at 0 and applies (version 1) at `reply`.
+fn elect(m: &mut Machine, reply: Now) -> LeaseRecord {
+    let (op, record) = acquire(m);
+    let a = cas(m, reply, op, CasOutcome::Applied(Version(1)));
+    assert!(matches!(a[..], [Action::Elected { token: 1, .. }]), "{a:?}");
+    record
+}
+
 /// Drives a fresh machine through acquisition on an empty store at t=0.
 fn leader(id: &str) -> (Machine, LeaseRecord) {
     let mut m = machine(id, timing());
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), None);
-    let (op, expected, record) = cas_op(&a);
-    assert_eq!(expected, None);
-    let a = cas(&mut m, at(2), op, CasOutcome::Applied(Version(1)));
-    assert!(matches!(a[..], [Action::Elected { token: 1, .. }]), "{a:?}");
+    let record = elect(&mut m, at(2));
     (m, record)
+}
+
+/// The term that `actions` end and why: they must be that one `EndTerm`.
+fn term_ended(actions: &[Action]) -> (u64, EndReason) {
+    match actions {
+        [Action::EndTerm { token, reason, .. }] => (*token, reason.clone()),
+        _ => panic!("expected the end of a term alone in {actions:?}"),
+    }
+}
+
+/// The work of the term of [`leader`], ended, drains at `now`: the release
+/// that follows, which must keep the token for the next holder to raise,
+/// over the version of the term's own last write.
+fn release_once_drained(m: &mut Machine, now: Now) -> (OpId, LeaseRecord) {
+    let a = m.step(now, Input::Drained { token: 1 });
+    let (op, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(1)));
+    assert_eq!(record.holder, None);
+    assert_eq!(record.token, 1, "a release keeps the token");
+    (op, record)
+}
+
+/// The reply to the acquisition `op` (applied as version 1 with `record`)
+/// lost at `now`: the machine backs off without a word, and at the wake-up
+/// it asks for reads its own record. That instant, and what it does then.
+fn acquisition_reply_lost(
+    m: &mut Machine,
+    now: Now,
+    op: OpId,
+    record: &LeaseRecord,
+    after: Duration,
+) -> (Now, Vec<Action>) {
+    let a = write_timed_out(m, now, op, after);
+    assert!(a.is_empty(), "backs off before verifying: {a:?}");
+    let now = wake(m, now);
+    let a = poll(m, now, Some(stored(record, 1)));
+    (now, a)
+}
+
+/// The first renewal of [`leader`], sent at the renew interval.
+fn first_renewal(m: &mut Machine) -> (OpId, Option<Version>, LeaseRecord) {
+    assert_eq!(timing().renew_interval, Duration::from_millis(RENEW));
+    cas_op(&m.step(at(RENEW), Input::Tick))
+}
+
+/// The first renewal of [`leader`] refused as a conflict `after_ms` after
+/// its send: what the machine does then (it reads to see why).
+fn first_renewal_refused(m: &mut Machine, after_ms: u64) -> Vec<Action> {
+    let (op, _, _) = first_renewal(m);
+    cas(m, at(RENEW + after_ms), op, CasOutcome::Conflict)
 }
 
 #[test]
 fn acquires_on_empty_with_token_one_and_deadline_from_send() {
     let mut m = machine("a", timing());
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(5), read_op(&a), None);
+    let a = poll_replied_at(&mut m, at(0), at(5), None);
     let (op, _, record) = cas_op(&a);
     assert_eq!(record.token, 1);
     assert_eq!(record.holder, Some(me("a")));
@@ -126,8 +295,7 @@ fn acquires_on_empty_with_token_one_and_deadline_from_send() {
 #[test]
 fn loses_the_race_then_follows_the_winner() {
     let mut m = machine("b", timing());
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(1), read_op(&a), None);
+    let a = poll_replied_at(&mut m, at(0), at(1), None);
     let (op, _, _) = cas_op(&a);
     let a = cas(&mut m, at(2), op, CasOutcome::Conflict);
     let a = read(&mut m, at(3), read_op(&a), Some(held("a", 1, 1)));
@@ -143,26 +311,19 @@ fn loses_the_race_then_follows_the_winner() {
 #[test]
 fn renews_keeping_the_token_and_extends_the_deadline() {
     let (mut m, _) = leader("a");
-    let renew_at = timing().renew_interval.as_millis() as u64;
     assert!(
-        m.step(at(renew_at - 1), Input::Tick).is_empty(),
+        m.step(at(RENEW - 1), Input::Tick).is_empty(),
         "not before the renew interval"
     );
-    let a = m.step(at(renew_at), Input::Tick);
-    let (op, expected, record) = cas_op(&a);
+    let (op, expected, record) = first_renewal(&mut m);
     assert_eq!(expected, Some(Version(1)));
     assert_eq!(record.token, 1, "renewal keeps the token");
-    let a = cas(
-        &mut m,
-        at(renew_at + 20),
-        op,
-        CasOutcome::Applied(Version(2)),
-    );
+    let a = cas(&mut m, at(RENEW + 20), op, CasOutcome::Applied(Version(2)));
     assert_eq!(
         a,
         vec![Action::Renewed {
             token: 1,
-            deadline: at(renew_at).mono + timing().leader_validity,
+            deadline: at(RENEW).mono + timing().leader_validity,
             latency: Duration::from_millis(20),
         }]
     );
@@ -171,21 +332,15 @@ fn renews_keeping_the_token_and_extends_the_deadline() {
 #[test]
 fn failing_renewals_step_down_before_the_deadline() {
     let (mut m, _) = leader("a");
-    let deadline = at(0).mono + timing().leader_validity;
+    let deadline = first_deadline();
     let stop_at = deadline - timing().stop_grace;
-    let mut now_ms = timing().renew_interval.as_millis() as u64;
+    let mut now_ms = RENEW;
     let mut ended = None;
     while now_ms < 20_000 {
         let a = m.step(at(now_ms), Input::Tick);
         for action in &a {
             if let Action::Cas { op, .. } = action {
-                let r = m.step(
-                    at(now_ms + 1),
-                    Input::CasDone {
-                        op: *op,
-                        result: Err(StoreError::Timeout(Duration::from_millis(1))),
-                    },
-                );
+                let r = write_timed_out(&mut m, at(now_ms + 1), *op, Duration::from_millis(1));
                 assert!(r.is_empty(), "{r:?}");
             }
             if let Action::EndTerm {
@@ -217,62 +372,37 @@ fn failing_renewals_step_down_before_the_deadline() {
 #[test]
 fn takes_over_only_after_observing_the_record_unchanged_for_term_plus_drift() {
     let mut m = machine("b", timing());
-    let a = m.step(at(0), Input::Tick);
     // First sight of a's record at t = 100 ms.
-    read(&mut m, at(100), read_op(&a), Some(held("a", 4, 9)));
-    let wait = timing().takeover_wait(Duration::from_millis(T));
-    let takeover = at(100).mono + wait;
+    poll_replied_at(&mut m, at(0), at(100), Some(held("a", 4, 9)));
+    let takeover = at(100).mono + takeover_wait();
     // Polls see the same version; the anchor stays at the first sight.
-    let mut now = at(100);
-    loop {
-        now = at_mono(m.next_wake(now).unwrap());
-        let a = m.step(now, Input::Tick);
-        if let Some(Action::Cas {
-            expected, record, ..
-        }) = a.iter().find(|a| matches!(a, Action::Cas { .. }))
-        {
-            assert_eq!(
-                now.mono, takeover,
-                "takeover exactly term × (1 + drift) after first sight"
-            );
-            assert_eq!(*expected, Some(Version(9)));
-            assert_eq!(record.token, 5, "a new holder raises the token");
-            break;
-        }
-        assert!(now.mono < takeover);
-        read(&mut m, now, read_op(&a), Some(held("a", 4, 9)));
-    }
+    let (now, a) = poll_until_write(&mut m, at(100), Some(held("a", 4, 9)));
+    assert_eq!(
+        now.mono, takeover,
+        "takeover exactly term × (1 + drift) after first sight"
+    );
+    let (_, expected, record) = cas_op(&a);
+    assert_eq!(expected, Some(Version(9)));
+    assert_eq!(record.token, 5, "a new holder raises the token");
 }
 
 #[test]
 fn a_renewal_seen_by_the_challenger_restarts_its_wait() {
     let mut m = machine("b", timing());
-    let a = m.step(at(0), Input::Tick);
-    read(&mut m, at(0), read_op(&a), Some(held("a", 4, 9)));
-    let a = m.step(at(2_500), Input::Tick);
-    read(&mut m, at(2_500), read_op(&a), Some(held("a", 4, 10)));
-    let wait = timing().takeover_wait(Duration::from_millis(T));
-    // The old anchor (t=0) must not be used any more.
-    let a = m.step(
-        at(0)
-            .mono
-            .as_nanos()
-            .checked_add(0)
-            .map(|_| at(10_200))
-            .unwrap(),
-        Input::Tick,
-    );
-    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
-    let _ = wait;
+    poll(&mut m, at(0), Some(held("a", 4, 9)));
+    poll(&mut m, at(2_500), Some(held("a", 4, 10)));
+    // Past the takeover instant the old anchor (t=0) gives, which must not
+    // be used any more.
+    let late = at(10_200);
+    assert!(late.mono > at(0).mono + takeover_wait());
+    let a = m.step(late, Input::Tick);
+    assert!(!writes(&a), "{a:?}");
 }
 
 #[test]
 fn takes_a_released_record_at_once_and_raises_the_token() {
     let mut m = machine("b", timing());
-    let a = m.step(at(0), Input::Tick);
-    let mut released = held("a", 4, 9);
-    released.record.holder = None;
-    let a = read(&mut m, at(1), read_op(&a), Some(released));
+    let a = poll_replied_at(&mut m, at(0), at(1), Some(released(4, 9)));
     let (op, expected, record) = cas_op(&a);
     assert_eq!(expected, Some(Version(9)));
     assert_eq!(record.token, 5);
@@ -284,26 +414,12 @@ fn takes_a_released_record_at_once_and_raises_the_token() {
 fn resign_drains_then_releases_keeping_the_token() {
     let (mut m, _) = leader("a");
     let a = m.step(at(100), Input::Resign);
-    assert!(matches!(
-        a[..],
-        [Action::EndTerm {
-            token: 1,
-            reason: EndReason::Resigned,
-            ..
-        }]
-    ));
+    assert_eq!(term_ended(&a), (1, EndReason::Resigned));
     assert!(
         m.step(at(150), Input::Tick).is_empty(),
         "waits for the work to drain"
     );
-    let a = m.step(at(200), Input::Drained { token: 1 });
-    let (op, expected, record) = cas_op(&a);
-    assert_eq!(expected, Some(Version(1)));
-    assert_eq!(record.holder, None);
-    assert_eq!(
-        record.token, 1,
-        "a release keeps the token for the next holder to raise"
-    );
+    let (op, _) = release_once_drained(&mut m, at(200));
     let a = cas(&mut m, at(210), op, CasOutcome::Applied(Version(2)));
     assert!(a.is_empty());
     assert_eq!(m.phase(), Phase::Candidate, "stands again");
@@ -316,14 +432,8 @@ fn resign_drains_then_releases_keeping_the_token() {
 fn shutdown_drains_bounded_by_the_deadline_then_releases_and_stops() {
     let (mut m, _) = leader("a");
     let a = m.step(at(100), Input::Shutdown);
-    assert!(matches!(
-        a[..],
-        [Action::EndTerm {
-            reason: EndReason::Shutdown,
-            ..
-        }]
-    ));
-    let deadline = at(0).mono + timing().leader_validity;
+    assert_eq!(term_ended(&a), (1, EndReason::Shutdown));
+    let deadline = first_deadline();
     assert_eq!(
         m.next_wake(at(100)),
         Some(deadline),
@@ -353,11 +463,8 @@ fn shutdown_of_a_candidate_stops_without_ending_a_term() {
 #[test]
 fn superseded_leader_ends_its_term_at_once_and_keeps_standing() {
     let (mut m, _) = leader("a");
-    let renew_at = timing().renew_interval.as_millis() as u64;
-    let a = m.step(at(renew_at), Input::Tick);
-    let (op, _, _) = cas_op(&a);
-    let a = cas(&mut m, at(renew_at + 1), op, CasOutcome::Conflict);
-    let a = read(&mut m, at(renew_at + 2), read_op(&a), Some(held("z", 2, 5)));
+    let a = first_renewal_refused(&mut m, 1);
+    let a = read(&mut m, at(RENEW + 2), read_op(&a), Some(held("z", 2, 5)));
     assert_eq!(
         a[0],
         Action::EndTerm {
@@ -365,7 +472,7 @@ fn superseded_leader_ends_its_term_at_once_and_keeps_standing() {
             reason: EndReason::Superseded {
                 by: Some("z".into())
             },
-            work_deadline: at(renew_at + 2).mono,
+            work_deadline: at(RENEW + 2).mono,
         }
     );
     assert_eq!(
@@ -380,27 +487,15 @@ fn superseded_leader_ends_its_term_at_once_and_keeps_standing() {
 #[test]
 fn a_lost_renewal_reply_is_recognised_as_our_own_write() {
     let (mut m, record) = leader("a");
-    let renew_at = timing().renew_interval.as_millis() as u64;
-    let a = m.step(at(renew_at), Input::Tick);
-    let (op, _, _) = cas_op(&a);
+    let (op, _, _) = first_renewal(&mut m);
     // The write applied (version 2) but the reply was lost.
-    m.step(
-        at(renew_at + 100),
-        Input::CasDone {
-            op,
-            result: Err(StoreError::Timeout(Duration::from_millis(100))),
-        },
-    );
-    let retry = renew_at + 100 + timing().retry_interval.as_millis() as u64 / 2;
+    write_timed_out(&mut m, at(RENEW + 100), op, Duration::from_millis(100));
+    let retry = RENEW + 100 + timing().retry_interval.as_millis() as u64 / 2;
     let a = m.step(at(retry), Input::Tick);
     let (op, expected, _) = cas_op(&a);
     assert_eq!(expected, Some(Version(1)));
     let a = cas(&mut m, at(retry + 1), op, CasOutcome::Conflict);
-    let ours = Versioned {
-        record: record.clone(),
-        version: Version(2),
-    };
-    let a = read(&mut m, at(retry + 2), read_op(&a), Some(ours));
+    let a = read(&mut m, at(retry + 2), read_op(&a), Some(stored(&record, 2)));
     // No term change: it renews at once against the adopted version.
     let (_, expected, record) = cas_op(&a);
     assert_eq!(expected, Some(Version(2)));
@@ -412,64 +507,48 @@ fn a_lost_renewal_reply_is_recognised_as_our_own_write() {
 fn reacquires_after_losing_and_the_token_rises() {
     let (mut m, _) = leader("a");
     // Superseded by z (token 2), then z releases.
-    let renew_at = timing().renew_interval.as_millis() as u64;
-    let a = m.step(at(renew_at), Input::Tick);
-    let (op, _, _) = cas_op(&a);
-    let a = cas(&mut m, at(renew_at), op, CasOutcome::Conflict);
-    read(&mut m, at(renew_at), read_op(&a), Some(held("z", 2, 5)));
+    let a = first_renewal_refused(&mut m, 0);
+    read(&mut m, at(RENEW), read_op(&a), Some(held("z", 2, 5)));
     // The superseded term's work finishes stopping.
-    m.step(at(renew_at), Input::Drained { token: 1 });
-    let mut released = held("z", 2, 6);
-    released.record.holder = None;
-    let a = m.step(at(renew_at + 1), Input::Changed);
-    let a = read(&mut m, at(renew_at + 2), read_op(&a), Some(released));
+    m.step(at(RENEW), Input::Drained { token: 1 });
+    let a = m.step(at(RENEW + 1), Input::Changed);
+    let a = read(&mut m, at(RENEW + 2), read_op(&a), Some(released(2, 6)));
     let (op, _, record) = cas_op(&a);
     assert_eq!(record.token, 3);
-    let a = cas(
-        &mut m,
-        at(renew_at + 3),
-        op,
-        CasOutcome::Applied(Version(7)),
-    );
+    let a = cas(&mut m, at(RENEW + 3), op, CasOutcome::Applied(Version(7)));
     assert!(matches!(a[..], [Action::Elected { token: 3, .. }]));
+}
+
+/// A challenger with the wall-clock skew bound that first sees `stale`
+/// (whose wall expiry is 9 s) at 8.4 s, within the skew bound of that
+/// expiry: it must not write yet, and asks to be woken once the skew has
+/// passed (9.501 s).
+fn waiting_out_the_skew(stale: Versioned) -> Machine {
+    let mut m = machine("b", skewed());
+    let a = poll(&mut m, at(8_400), Some(stale));
+    assert!(!writes(&a), "{a:?}");
+    assert_eq!(m.next_wake(at(8_400)), Some(at(9_501).mono));
+    m
 }
 
 #[test]
 fn early_takeover_by_wall_clock_only_with_a_skew_bound() {
-    let mut c = Config::new(Duration::from_millis(T));
-    c.retry_jitter = Some(Duration::ZERO);
-    c.max_clock_skew = Some(Duration::from_millis(500));
-    let with_skew = c.validate().unwrap();
     // A record whose wall expiry (9 s) is long past (crashed leader, fresh challenger).
     let stale = held("a", 4, 9); // expires at wall 1_700_000_010_000
     let late = 20_000;
-    let mut m = machine("b", with_skew);
-    let a = m.step(at(late), Input::Tick);
-    let a = read(&mut m, at(late), read_op(&a), Some(stale.clone()));
+    let mut m = machine("b", skewed());
+    let a = poll(&mut m, at(late), Some(stale.clone()));
     let (_, expected, _) = cas_op(&a);
     assert_eq!(expected, Some(Version(9)), "takes over at once");
 
-    // Within the skew bound of the wall expiry: must wait.
-    let mut m = machine("b", with_skew_clone());
-    let a = m.step(at(8_400), Input::Tick);
-    let a = read(&mut m, at(8_400), read_op(&a), Some(stale.clone()));
-    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
-    // And once the skew has passed, the wake-up comes at that instant.
-    let wake = m.next_wake(at(8_400)).unwrap();
-    assert_eq!(wake, at(9_501).mono);
+    // Within the skew bound of the wall expiry: must wait, and the wake-up
+    // comes at the instant the skew has passed.
+    waiting_out_the_skew(stale.clone());
 
     // Without a skew bound the wall clock is ignored.
     let mut m = machine("b", timing());
-    let a = m.step(at(late), Input::Tick);
-    let a = read(&mut m, at(late), read_op(&a), Some(stale));
-    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })));
-
-    fn with_skew_clone() -> Timing {
-        let mut c = Config::new(Duration::from_millis(T));
-        c.retry_jitter = Some(Duration::ZERO);
-        c.max_clock_skew = Some(Duration::from_millis(500));
-        c.validate().unwrap()
-    }
+    let a = poll(&mut m, at(late), Some(stale));
+    assert!(!writes(&a));
 }
 
 /// Found by the model checker (`tenure-model`, the wall-clock takeover with
@@ -482,16 +561,8 @@ fn early_takeover_by_wall_clock_only_with_a_skew_bound() {
 /// instant has come stays due until a tick acts on it.
 #[test]
 fn a_wall_clock_takeover_instant_stays_due_once_it_has_come() {
-    let mut c = Config::new(Duration::from_millis(T));
-    c.retry_jitter = Some(Duration::ZERO);
-    c.max_clock_skew = Some(Duration::from_millis(500));
-    let mut m = machine("b", c.validate().unwrap());
     let stale = held("a", 4, 9); // wall expiry 9 s, plus the skew: 9.5 s
-    let a = m.step(at(8_400), Input::Tick);
-    let a = read(&mut m, at(8_400), read_op(&a), Some(stale));
-    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
-    let wake = m.next_wake(at(8_400)).unwrap();
-    assert_eq!(wake, at(9_501).mono);
+    let mut m = waiting_out_the_skew(stale);
     // Asked again at that instant, or later, before any tick: still due.
     for later in [9_501, 9_502, 9_750] {
         let due = m.next_wake(at(later)).unwrap();
@@ -511,20 +582,13 @@ fn a_longer_term_in_the_record_is_respected() {
     let mut m = machine("b", timing());
     let mut long = held("a", 1, 1);
     long.record.term = Duration::from_secs(60);
-    let a = m.step(at(0), Input::Tick);
-    read(&mut m, at(0), read_op(&a), Some(long.clone()));
+    poll(&mut m, at(0), Some(long.clone()));
     let mut now = 0;
     while now < 60_000 {
         now += 2_500;
         let a = m.step(at(now), Input::Tick);
-        assert!(
-            !a.iter().any(|a| matches!(a, Action::Cas { .. })),
-            "took over at {now} ms"
-        );
-        if let Some(op) = a.iter().find_map(|a| match a {
-            Action::Read { op, .. } => Some(*op),
-            _ => None,
-        }) {
+        assert!(!writes(&a), "took over at {now} ms");
+        if let Some(op) = read_sent(&a) {
             read(&mut m, at(now), op, Some(long.clone()));
         }
     }
@@ -538,43 +602,24 @@ fn same_id_from_another_process_is_not_ours() {
         id: "a".into(),
         incarnation: 99,
     });
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), Some(other));
-    assert!(
-        !a.iter().any(|a| matches!(a, Action::Cas { .. })),
-        "must wait for expiry"
-    );
+    let a = poll(&mut m, at(0), Some(other));
+    assert!(!writes(&a), "must wait for expiry");
 }
 
 #[test]
 fn liveness_timeout_resigns_and_blocks_standing_until_pulses_return() {
-    let mut c = Config::new(Duration::from_millis(T));
-    c.retry_jitter = Some(Duration::ZERO);
-    c.liveness_timeout = Some(Duration::from_secs(2));
-    let mut m = Machine::new(c.validate().unwrap(), me("a"), Metadata::new(), 1, at(0));
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), None);
-    let (op, _, _) = cas_op(&a);
-    cas(&mut m, at(0), op, CasOutcome::Applied(Version(1)));
+    let timing = timing_with(|c| c.liveness_timeout = Some(Duration::from_secs(2)));
+    let mut m = machine("a", timing);
+    elect(&mut m, at(0));
     m.step(at(1_000), Input::Pulse { at: at(1_000).mono });
     assert_eq!(m.next_wake(at(1_000)), Some(at(3_000).mono));
     let a = m.step(at(3_000), Input::Tick);
-    assert!(matches!(
-        a[..],
-        [Action::EndTerm {
-            reason: EndReason::LivenessLost,
-            ..
-        }]
-    ));
-    let a = m.step(at(3_001), Input::Drained { token: 1 });
-    let (op, _, _) = cas_op(&a);
+    assert_eq!(term_ended(&a), (1, EndReason::LivenessLost));
+    let (op, _) = release_once_drained(&mut m, at(3_001));
     cas(&mut m, at(3_002), op, CasOutcome::Applied(Version(2)));
     // Released record in view, hold-off over, but no pulse: no acquisition.
-    let a = m.step(at(10_000), Input::Tick);
-    let mut released = held("a", 1, 2);
-    released.record.holder = None;
-    let a = read(&mut m, at(10_000), read_op(&a), Some(released));
-    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
+    let a = poll(&mut m, at(10_000), Some(released(1, 2)));
+    assert!(!writes(&a), "{a:?}");
     let a = m.step(
         at(10_001),
         Input::Pulse {
@@ -604,9 +649,7 @@ fn stale_replies_are_ignored() {
 #[test]
 fn a_too_slow_acquisition_is_not_announced() {
     let mut m = machine("a", timing());
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), None);
-    let (op, _, _) = cas_op(&a);
+    let (op, _) = acquire(&mut m);
     // The reply arrives after deadline − stop grace: unusable.
     let a = cas(&mut m, at(9_500), op, CasOutcome::Applied(Version(1)));
     assert!(
@@ -643,13 +686,10 @@ fn tokens_rise_only_with_a_new_term() {
 #[test]
 fn a_store_that_lost_its_data_does_not_make_tokens_go_back() {
     let mut m = machine("b", timing());
-    let a = m.step(at(0), Input::Tick);
-    read(&mut m, at(0), read_op(&a), Some(held("a", 41, 9)));
+    poll(&mut m, at(0), Some(held("a", 41, 9)));
     // The store loses everything (a restarted in-memory server).
-    let a = m.step(at(3_000), Input::Tick);
-    read(&mut m, at(3_000), read_op(&a), None);
-    let wait = timing().takeover_wait(Duration::from_millis(T));
-    let now = at_mono(at(3_000).mono + wait);
+    poll(&mut m, at(3_000), None);
+    let now = at_mono(at(3_000).mono + takeover_wait());
     let a = m.step(now, Input::Tick);
     let (_, expected, record) = cas_op(&a);
     assert_eq!(expected, None);
@@ -663,42 +703,24 @@ fn a_store_that_lost_its_data_does_not_make_tokens_go_back() {
 #[test]
 fn a_held_record_that_vanishes_is_waited_out() {
     let mut m = machine("b", timing());
-    let a = m.step(at(0), Input::Tick);
-    read(&mut m, at(0), read_op(&a), Some(held("a", 4, 9)));
-    let a = m.step(at(2_250), Input::Tick);
-    let a = read(&mut m, at(2_250), read_op(&a), None);
-    assert!(
-        !a.iter().any(|a| matches!(a, Action::Cas { .. })),
-        "took a vanished lease at once: {a:?}"
-    );
-    let wait = timing().takeover_wait(Duration::from_millis(T));
-    let free = at(2_250).mono + wait;
+    poll(&mut m, at(0), Some(held("a", 4, 9)));
+    let a = poll(&mut m, at(2_250), None);
+    assert!(!writes(&a), "took a vanished lease at once: {a:?}");
+    let free = at(2_250).mono + takeover_wait();
     // Polls keep seeing nothing; the wait counts from the first sight of it.
-    let mut now = at(2_250);
-    loop {
-        now = at_mono(m.next_wake(now).unwrap());
-        assert!(now.mono <= free, "woke after the takeover instant");
-        let a = m.step(now, Input::Tick);
-        if let Some(Action::Cas {
-            expected, record, ..
-        }) = a.iter().find(|a| matches!(a, Action::Cas { .. }))
-        {
-            assert_eq!(now.mono, free);
-            assert_eq!(*expected, None);
-            assert_eq!(record.token, 5);
-            break;
-        }
-        read(&mut m, now, read_op(&a), None);
-    }
+    let (now, a) = poll_until_write(&mut m, at(2_250), None);
+    assert_eq!(now.mono, free, "not at the takeover instant");
+    let (_, expected, record) = cas_op(&a);
+    assert_eq!(expected, None);
+    assert_eq!(record.token, 5);
 }
 
 #[test]
 fn an_empty_store_never_held_is_taken_at_once() {
     let mut m = machine("b", timing());
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), None);
-    let (_, expected, _) = cas_op(&a);
-    assert_eq!(expected, None);
+    // At its first look, it writes expecting no record (`acquire` checks).
+    let (_, record) = acquire(&mut m);
+    assert_eq!(record.token, 1);
 }
 
 /// Review finding: a node whose write replies arrive late squatted on the
@@ -710,62 +732,25 @@ fn an_empty_store_never_held_is_taken_at_once() {
 #[test]
 fn late_replies_do_not_let_a_node_squat_on_its_own_record() {
     let mut m = machine("a", timing());
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), None);
-    let (op, _, first) = cas_op(&a);
+    let (op, first) = acquire(&mut m);
     // Applied as version 1; the reply is lost.
-    let a = m.step(
-        at(2_250),
-        Input::CasDone {
-            op,
-            result: Err(StoreError::Timeout(Duration::from_millis(2_250))),
-        },
-    );
-    assert!(a.is_empty(), "{a:?}");
-    let now = at_mono(m.next_wake(at(2_250)).unwrap());
-    let a = m.step(now, Input::Tick);
-    let ours = Versioned {
-        record: first.clone(),
-        version: Version(1),
-    };
-    let a = read(&mut m, now, read_op(&a), Some(ours));
+    let lost = Duration::from_millis(2_250);
+    let (now, a) = acquisition_reply_lost(&mut m, at(2_250), op, &first, lost);
     // The first failure: one immediate retry on its own record.
     let (op, expected, second) = cas_op(&a);
     assert_eq!(expected, Some(Version(1)));
     assert_eq!(second.token, 2);
     // Applied as version 2; the reply is lost again.
     let later = at_mono(now.mono + Duration::from_millis(2_250));
-    m.step(
-        later,
-        Input::CasDone {
-            op,
-            result: Err(StoreError::Timeout(Duration::from_millis(2_250))),
-        },
-    );
-    let now = at_mono(m.next_wake(later).unwrap());
-    let a = m.step(now, Input::Tick);
-    let ours = Versioned {
-        record: second,
-        version: Version(2),
-    };
-    let a = read(&mut m, now, read_op(&a), Some(ours.clone()));
-    assert!(
-        !a.iter().any(|a| matches!(a, Action::Cas { .. })),
-        "rewrote its own record again: {a:?}"
-    );
+    write_timed_out(&mut m, later, op, Duration::from_millis(2_250));
+    let now = wake(&m, later);
+    let ours = stored(&second, 2);
+    let a = poll(&mut m, now, Some(ours.clone()));
+    assert!(!writes(&a), "rewrote its own record again: {a:?}");
     // It waits a whole takeover wait with the record unchanged, like others.
-    let free = now.mono + timing().takeover_wait(Duration::from_millis(T));
-    let mut t = now;
-    loop {
-        t = at_mono(m.next_wake(t).unwrap());
-        let a = m.step(t, Input::Tick);
-        if a.iter().any(|a| matches!(a, Action::Cas { .. })) {
-            assert_eq!(t.mono, free);
-            break;
-        }
-        assert!(t.mono < free);
-        read(&mut m, t, read_op(&a), Some(ours.clone()));
-    }
+    let free = now.mono + takeover_wait();
+    let (taken, _) = poll_until_write(&mut m, now, Some(ours));
+    assert_eq!(taken.mono, free);
 }
 
 /// Review finding: a renewal applied as version 2 while its reply was lost
@@ -777,33 +762,26 @@ fn late_replies_do_not_let_a_node_squat_on_its_own_record() {
 fn a_lost_renewal_reply_during_a_drain_does_not_defeat_the_release() {
     for then_stop in [false, true] {
         let (mut m, record) = leader("a");
-        let renew_at = timing().renew_interval.as_millis() as u64;
-        let a = m.step(at(renew_at), Input::Tick);
-        let (renew, _, _) = cas_op(&a);
+        let (renew, _, _) = first_renewal(&mut m);
         let input = if then_stop {
             Input::Shutdown
         } else {
             Input::Resign
         };
-        m.step(at(renew_at + 1), input);
-        m.step(at(renew_at + 2), Input::Drained { token: 1 });
+        m.step(at(RENEW + 1), input);
+        m.step(at(RENEW + 2), Input::Drained { token: 1 });
         // The renewal applied (version 2), but its reply is lost.
-        let a = m.step(
-            at(renew_at + 50),
-            Input::CasDone {
-                op: renew,
-                result: Err(StoreError::Timeout(Duration::from_millis(50))),
-            },
-        );
+        let a = write_timed_out(&mut m, at(RENEW + 50), renew, Duration::from_millis(50));
         let (op, expected, release) = cas_op(&a);
         assert_eq!(expected, Some(Version(1)));
         assert_eq!(release.holder, None);
-        let a = cas(&mut m, at(renew_at + 51), op, CasOutcome::Conflict);
-        let ours = Versioned {
-            record: record.clone(),
-            version: Version(2),
-        };
-        let a = read(&mut m, at(renew_at + 52), read_op(&a), Some(ours));
+        let a = cas(&mut m, at(RENEW + 51), op, CasOutcome::Conflict);
+        let a = read(
+            &mut m,
+            at(RENEW + 52),
+            read_op(&a),
+            Some(stored(&record, 2)),
+        );
         let (op, expected, release) = cas_op(&a);
         assert_eq!(
             expected,
@@ -812,12 +790,7 @@ fn a_lost_renewal_reply_during_a_drain_does_not_defeat_the_release() {
         );
         assert_eq!(release.holder, None);
         assert_eq!(release.token, 1);
-        let a = cas(
-            &mut m,
-            at(renew_at + 53),
-            op,
-            CasOutcome::Applied(Version(3)),
-        );
+        let a = cas(&mut m, at(RENEW + 53), op, CasOutcome::Applied(Version(3)));
         if then_stop {
             assert_eq!(a, vec![Action::Stopped]);
         } else {
@@ -831,8 +804,7 @@ fn a_lost_renewal_reply_during_a_drain_does_not_defeat_the_release() {
 fn a_release_leaves_a_record_taken_by_another_alone() {
     let (mut m, _) = leader("a");
     m.step(at(100), Input::Shutdown);
-    let a = m.step(at(101), Input::Drained { token: 1 });
-    let (op, _, _) = cas_op(&a);
+    let (op, _) = release_once_drained(&mut m, at(101));
     let a = cas(&mut m, at(102), op, CasOutcome::Conflict);
     let a = read(&mut m, at(103), read_op(&a), Some(held("z", 2, 5)));
     assert_eq!(a, vec![Action::Stopped], "nothing of ours to clear");
@@ -844,7 +816,7 @@ fn a_release_gives_up_when_the_store_stays_down() {
     m.step(at(100), Input::Shutdown);
     let mut a = m.step(at(101), Input::Drained { token: 1 });
     let mut now = at(101);
-    let deadline = at(0).mono + timing().leader_validity;
+    let deadline = first_deadline();
     for _ in 0..100 {
         if a.contains(&Action::Stopped) {
             assert!(now.mono >= deadline, "kept trying while the lease was ours");
@@ -883,9 +855,7 @@ fn a_release_gives_up_when_the_store_stays_down() {
 fn shutdown_during_an_acquisition_releases_what_it_wrote() {
     // The reply says applied.
     let mut m = machine("a", timing());
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), None);
-    let (op, _, _) = cas_op(&a);
+    let (op, _) = acquire(&mut m);
     assert!(
         m.step(at(1), Input::Shutdown).is_empty(),
         "waits for the write"
@@ -907,25 +877,10 @@ fn shutdown_during_an_acquisition_releases_what_it_wrote() {
 
     // The reply is lost: verify, then release.
     let mut m = machine("a", timing());
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), None);
-    let (op, _, written) = cas_op(&a);
+    let (op, written) = acquire(&mut m);
     m.step(at(1), Input::Shutdown);
-    let a = m.step(
-        at(2),
-        Input::CasDone {
-            op,
-            result: Err(StoreError::Timeout(Duration::from_millis(2))),
-        },
-    );
-    assert!(a.is_empty(), "backs off before verifying: {a:?}");
-    let now = at_mono(m.next_wake(at(2)).unwrap());
-    let a = m.step(now, Input::Tick);
-    let ours = Versioned {
-        record: written,
-        version: Version(1),
-    };
-    let a = read(&mut m, now, read_op(&a), Some(ours));
+    let lost = Duration::from_millis(2);
+    let (now, a) = acquisition_reply_lost(&mut m, at(2), op, &written, lost);
     let (op, expected, _) = cas_op(&a);
     assert_eq!(expected, Some(Version(1)));
     assert_eq!(
@@ -946,9 +901,8 @@ fn shutdown_during_an_acquisition_releases_what_it_wrote() {
 #[test]
 fn a_maxed_token_is_a_fault_not_a_busy_loop() {
     let mut m = machine("b", timing());
-    let a = m.step(at(0), Input::Tick);
     let maxed = held("x", u64::MAX, 3);
-    read(&mut m, at(0), read_op(&a), Some(maxed.clone()));
+    poll(&mut m, at(0), Some(maxed.clone()));
     let mut now = at(0);
     for _ in 0..50 {
         let wake = m.next_wake(now).expect("a wake while standing");
@@ -966,7 +920,7 @@ fn a_maxed_token_is_a_fault_not_a_busy_loop() {
                 ]
             );
             assert_eq!(m.next_wake(now), None);
-            assert!(now.mono >= at(0).mono + timing().takeover_wait(Duration::from_millis(T)));
+            assert!(now.mono >= at(0).mono + takeover_wait());
             return;
         }
         if let Some(Action::Read { op, .. }) = a.first() {
@@ -982,51 +936,42 @@ fn a_maxed_token_is_a_fault_not_a_busy_loop() {
 #[test]
 fn a_work_deadline_never_lies_past_the_term_deadline() {
     let (mut m, _) = leader("a");
-    let renew_at = timing().renew_interval.as_millis() as u64;
-    let a = m.step(at(renew_at), Input::Tick);
-    let (op, _, _) = cas_op(&a);
-    let a = cas(&mut m, at(renew_at + 1), op, CasOutcome::Conflict);
-    let deadline = at(0).mono + timing().leader_validity;
+    let a = first_renewal_refused(&mut m, 1);
     // Paused until well past the deadline, the read's reply is processed first.
     let late = at(20_000);
     let a = read(&mut m, late, read_op(&a), Some(held("z", 2, 5)));
     let Some(Action::EndTerm { work_deadline, .. }) = a.first() else {
         panic!("{a:?}")
     };
-    assert_eq!(*work_deadline, deadline);
+    assert_eq!(*work_deadline, first_deadline());
 }
 
 #[test]
 fn a_superseded_node_stands_again_only_after_its_old_work_is_gone() {
     let (mut m, _) = leader("a");
-    let old_deadline = at(0).mono + timing().leader_validity;
-    let renew_at = timing().renew_interval.as_millis() as u64;
-    let a = m.step(at(renew_at), Input::Tick);
-    let (op, _, _) = cas_op(&a);
-    let a = cas(&mut m, at(renew_at), op, CasOutcome::Conflict);
-    let mut released = held("z", 2, 5);
-    released.record.holder = None;
-    let a = read(&mut m, at(renew_at), read_op(&a), Some(released));
+    let old_deadline = first_deadline();
+    let a = first_renewal_refused(&mut m, 0);
+    let a = read(&mut m, at(RENEW), read_op(&a), Some(released(2, 5)));
     // The work is told to stop at once...
     assert!(matches!(
         a[0],
         Action::EndTerm {
             work_deadline,
             ..
-        } if work_deadline == at(renew_at).mono
+        } if work_deadline == at(RENEW).mono
     ));
     // ...but with the lease free, the node still waits for that work: no
     // new term until it drains or the old deadline passes.
-    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
-    assert_eq!(m.next_wake(at(renew_at)), Some(old_deadline));
+    assert!(!writes(&a), "{a:?}");
+    assert_eq!(m.next_wake(at(RENEW)), Some(old_deadline));
     let a = m.step(at_mono(old_deadline), Input::Tick);
     let (_, _, record) = cas_op(&a);
     assert_eq!(record.token, 3);
 }
 
+/// A released record reserved for the successor `to`.
 fn reserved_for(to: &str, token: u64, version: u64) -> Versioned {
-    let mut v = held("gone", token, version);
-    v.record.holder = None;
+    let mut v = released(token, version);
     v.record.metadata = Metadata::new().with(TRANSFER_TO_KEY, to);
     v
 }
@@ -1035,22 +980,10 @@ fn reserved_for(to: &str, token: u64, version: u64) -> Versioned {
 fn transfer_drains_then_releases_reserved_for_the_successor() {
     let (mut m, _) = leader("a");
     let a = m.step(at(100), Input::TransferTo { to: "b".into() });
-    assert!(matches!(
-        &a[..],
-        [Action::EndTerm {
-            token: 1,
-            reason: EndReason::Transferred { to },
-            ..
-        }] if to == "b"
-    ));
-    let a = m.step(at(150), Input::Drained { token: 1 });
-    let (op, expected, record) = cas_op(&a);
-    assert_eq!(expected, Some(Version(1)));
-    assert_eq!(record.holder, None);
-    assert_eq!(
-        record.token, 1,
-        "the token survives for the successor to raise"
-    );
+    let to_b = EndReason::Transferred { to: "b".into() };
+    assert_eq!(term_ended(&a), (1, to_b));
+    // The token survives for the successor to raise.
+    let (op, record) = release_once_drained(&mut m, at(150));
     assert_eq!(record.transfer_to(), Some("b"));
     cas(&mut m, at(160), op, CasOutcome::Applied(Version(2)));
     assert_eq!(m.phase(), Phase::Candidate, "the old leader keeps standing");
@@ -1060,8 +993,7 @@ fn transfer_drains_then_releases_reserved_for_the_successor() {
 fn the_successor_takes_a_reserved_lease_at_once_and_others_wait_a_term() {
     // The successor.
     let mut b = machine("b", timing());
-    let a = b.step(at(0), Input::Tick);
-    let a = read(&mut b, at(0), read_op(&a), Some(reserved_for("b", 4, 9)));
+    let a = poll(&mut b, at(0), Some(reserved_for("b", 4, 9)));
     let (_, expected, record) = cas_op(&a);
     assert_eq!((expected, record.token), (Some(Version(9)), 5));
     assert_eq!(
@@ -1072,47 +1004,24 @@ fn the_successor_takes_a_reserved_lease_at_once_and_others_wait_a_term() {
 
     // Anyone else waits as for a held record, then may take it.
     let mut c = machine("c", timing());
-    let a = c.step(at(0), Input::Tick);
-    let a = read(&mut c, at(0), read_op(&a), Some(reserved_for("b", 4, 9)));
-    assert!(!a.iter().any(|a| matches!(a, Action::Cas { .. })), "{a:?}");
-    let free = at(0).mono + timing().takeover_wait(Duration::from_millis(T));
-    let mut now = at(0);
-    loop {
-        now = at_mono(c.next_wake(now).unwrap());
-        let a = c.step(now, Input::Tick);
-        if a.iter().any(|a| matches!(a, Action::Cas { .. })) {
-            assert_eq!(now.mono, free, "anyone may take it after one term");
-            break;
-        }
-        assert!(now.mono < free);
-        read(&mut c, now, read_op(&a), Some(reserved_for("b", 4, 9)));
-    }
+    let a = poll(&mut c, at(0), Some(reserved_for("b", 4, 9)));
+    assert!(!writes(&a), "{a:?}");
+    let free = at(0).mono + takeover_wait();
+    let (now, _) = poll_until_write(&mut c, at(0), Some(reserved_for("b", 4, 9)));
+    assert_eq!(now.mono, free, "anyone may take it after one term");
 }
 
 #[test]
 fn a_transfer_request_written_into_the_leaders_record_is_honoured() {
     let (mut m, record) = leader("a");
-    let renew_at = timing().renew_interval.as_millis() as u64;
-    let a = m.step(at(renew_at), Input::Tick);
-    let (op, _, _) = cas_op(&a);
     // An operator rewrote the record keeping holder and token.
-    let a = cas(&mut m, at(renew_at + 1), op, CasOutcome::Conflict);
+    let a = first_renewal_refused(&mut m, 1);
     let mut asked = record.clone();
     asked.metadata.insert(TRANSFER_TO_KEY, "z");
-    let a = read(
-        &mut m,
-        at(renew_at + 2),
-        read_op(&a),
-        Some(Versioned {
-            record: asked,
-            version: Version(2),
-        }),
-    );
-    assert!(matches!(
-        &a[..],
-        [Action::EndTerm { reason: EndReason::Transferred { to }, .. }] if to == "z"
-    ));
-    let a = m.step(at(renew_at + 3), Input::Drained { token: 1 });
+    let a = read(&mut m, at(RENEW + 2), read_op(&a), Some(stored(&asked, 2)));
+    let to_z = EndReason::Transferred { to: "z".into() };
+    assert_eq!(term_ended(&a), (1, to_z));
+    let a = m.step(at(RENEW + 3), Input::Drained { token: 1 });
     let (_, expected, released) = cas_op(&a);
     assert_eq!(expected, Some(Version(2)));
     assert_eq!(released.transfer_to(), Some("z"));
@@ -1132,8 +1041,7 @@ fn new_metadata_is_written_at_once_and_followers_hear_of_it() {
     assert_eq!(record.metadata.get("address"), Some("y:2"));
 
     let mut f = machine("f", timing());
-    let a = f.step(at(0), Input::Tick);
-    read(&mut f, at(0), read_op(&a), Some(held("a", 1, 1)));
+    poll(&mut f, at(0), Some(held("a", 1, 1)));
     let mut moved = held("a", 1, 2);
     moved.record.metadata = Metadata::address("y:2");
     let a = f.step(
@@ -1160,26 +1068,22 @@ fn new_metadata_is_written_at_once_and_followers_hear_of_it() {
 fn restarted_versions_are_not_waited_out_from_a_stale_sight() {
     let mut m = machine("c", timing());
     // t=0: X holds at v5.
-    let a = m.step(at(0), Input::Tick);
-    read(&mut m, at(0), read_op(&a), Some(held("x", 3, 5)));
+    poll(&mut m, at(0), Some(held("x", 3, 5)));
     // The store loses its data; Y acquires at v1 and renews: v3, then v5
     // (written just before 6.75 s). C polls every 2.25 s.
-    let a = m.step(at(2250), Input::Tick);
-    read(&mut m, at(2250), read_op(&a), Some(held("y", 4, 1)));
-    let a = m.step(at(4500), Input::Tick);
-    read(&mut m, at(4500), read_op(&a), Some(held("y", 4, 3)));
-    let a = m.step(at(6750), Input::Tick);
-    read(&mut m, at(6750), read_op(&a), Some(held("y", 4, 5)));
+    poll(&mut m, at(2250), Some(held("y", 4, 1)));
+    poll(&mut m, at(4500), Some(held("y", 4, 3)));
+    poll(&mut m, at(6750), Some(held("y", 4, 5)));
     // Y's v5 was first seen at 6.75 s: no takeover before 6.75 + 9.09 s.
     let mut t = 6750;
     while t + 10 < 6750 + 9090 {
         t += 10;
         let a = m.step(at(t), Input::Tick);
-        if let Some(Action::Read { op, .. }) = a.iter().find(|a| matches!(a, Action::Read { .. })) {
-            read(&mut m, at(t), *op, Some(held("y", 4, 5)));
+        if let Some(op) = read_sent(&a) {
+            read(&mut m, at(t), op, Some(held("y", 4, 5)));
         }
         assert!(
-            !a.iter().any(|a| matches!(a, Action::Cas { .. })),
+            !writes(&a),
             "took over Y's v5 (first seen at 6.75 s) at {t} ms: {a:?}"
         );
     }
@@ -1191,15 +1095,9 @@ fn restarted_versions_are_not_waited_out_from_a_stale_sight() {
 /// transient renewal failure cost the whole term.
 #[test]
 fn a_long_retry_interval_leaves_no_renewal_retry() {
-    let mut c = Config::new(Duration::from_millis(T));
-    c.retry_jitter = Some(Duration::ZERO);
-    c.retry_interval = Some(Duration::from_secs(60));
-    let timing = c.validate().expect("accepted");
-    let mut m = Machine::new(timing, me("a"), Metadata::new(), 7, at(0));
-    let a = m.step(at(0), Input::Tick);
-    let a = read(&mut m, at(0), read_op(&a), None);
-    let (op, _, _) = cas_op(&a);
-    cas(&mut m, at(1), op, CasOutcome::Applied(Version(1)));
+    let timing = timing_with(|c| c.retry_interval = Some(Duration::from_secs(60)));
+    let mut m = machine("a", timing);
+    elect(&mut m, at(1));
     let a = m.step(at(3000), Input::Tick);
     let (op, _, _) = cas_op(&a);
     // One renewal fails at 3.1 s.
@@ -1213,7 +1111,7 @@ fn a_long_retry_interval_leaves_no_renewal_retry() {
     let mut retried = false;
     for t in (3200..8000).step_by(100) {
         let a = m.step(at(t), Input::Tick);
-        retried |= a.iter().any(|a| matches!(a, Action::Cas { .. }));
+        retried |= writes(&a);
     }
     assert!(
         retried,
@@ -1244,8 +1142,8 @@ fn a_release_after_a_failed_renewal_waits_for_the_ended_terms_work() {
     };
     for drained_at in [None, Some(8_500)] {
         let (mut m, _) = leader("a");
-        let deadline = at(0).mono + timing().leader_validity; // 8.91 s
-                                                              // Renewals fail at once until one is left in flight past 7 s.
+        let deadline = first_deadline(); // 8.91 s
+                                         // Renewals fail at once until one is left in flight past 7 s.
         let mut t = 3_000;
         let in_flight = loop {
             let a = m.step(at(t), Input::Tick);
@@ -1254,13 +1152,7 @@ fn a_release_after_a_failed_renewal_waits_for_the_ended_terms_work() {
                 if t >= 7_000 {
                     break *op;
                 }
-                let a = m.step(
-                    at(t),
-                    Input::CasDone {
-                        op: *op,
-                        result: Err(StoreError::Timeout(Duration::ZERO)),
-                    },
-                );
+                let a = write_timed_out(&mut m, at(t), *op, Duration::ZERO);
                 assert!(a.is_empty(), "{a:?}");
             }
             t = m.next_wake(at(t)).unwrap().as_nanos() / 1_000_000;
@@ -1315,15 +1207,7 @@ fn a_feed_record_superseding_the_leader_is_verified_by_a_read() {
     );
     let op = read_op(&a);
     // The store says the record is still ours: the term goes on.
-    let a = read(
-        &mut m,
-        at(101),
-        op,
-        Some(Versioned {
-            record,
-            version: Version(1),
-        }),
-    );
+    let a = read(&mut m, at(101), op, Some(stored(&record, 1)));
     assert!(
         !a.iter().any(|a| matches!(a, Action::EndTerm { .. })),
         "{a:?}"

@@ -5,10 +5,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::config::Config;
 use crate::elector::Elector;
 use crate::record::GroupName;
 use crate::store::{CasOutcome, CasRequest, LeaseStore};
+
+use super::scenarios::elector;
 
 /// `count` electors standing as `id`, one for each group `{prefix}-0`,
 /// `{prefix}-1`, …, every one on a clone of `store` and with a `term`
@@ -22,11 +23,8 @@ pub fn electors_for_groups<S: LeaseStore + Clone>(
 ) -> Vec<Elector> {
     (0..count)
         .map(|i| {
-            Elector::builder(store.clone(), format!("{prefix}-{i}"))
-                .candidate_id(id)
-                .config(Config::new(term))
-                .start()
-                .expect("a valid configuration")
+            let group = GroupName::new(format!("{prefix}-{i}")).expect("a valid group name");
+            elector(store.clone(), &group, id, term)
         })
         .collect()
 }

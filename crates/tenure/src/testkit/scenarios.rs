@@ -2,6 +2,7 @@
 //! the same steps and assertions for each store, so the stores are held to
 //! one standard. Each returns its measured figures for the test to print.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
@@ -42,6 +43,13 @@ pub async fn leads_within(elector: &Elector, within: Duration, what: &str) -> Te
         .wait_for_leadership_within(within)
         .await
         .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Runs `f` to its end: its output, and how long (real time) it took.
+pub(crate) async fn timed<T>(f: impl Future<Output = T>) -> (T, Duration) {
+    let began = Instant::now();
+    let out = f.await;
+    (out, began.elapsed())
 }
 
 /// Waits up to `within` for `a` or `b`, whichever first, to lead and

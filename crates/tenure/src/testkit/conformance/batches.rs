@@ -3,8 +3,8 @@
 //! whether it overrides the defaults or not.
 
 use super::{
-    applied, case, conflicted, expect_record, held_by, released, write_applies, CaseFuture,
-    CaseResult, Ctx, Harness, Run, Verdict,
+    applied, case, conflicted, expect_record, held_by, released, write_applies, CaseResult, Cases,
+    Ctx, Harness, Run, Verdict,
 };
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
@@ -14,7 +14,7 @@ use crate::store::{CasOutcome, CasRequest, LeaseStore, LeaseView};
 /// stores' natural batch size, fewer than any sane limit.
 const LARGE: usize = 300;
 
-pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Vec<(&'static str, CaseFuture<'a>)> {
+pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Cases<'a> {
     vec![
         case("batch_read", batch_read(h, r)),
         case("batch_cas_independent", batch_cas_independent(h, r)),

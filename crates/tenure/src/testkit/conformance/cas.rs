@@ -3,8 +3,22 @@
 
 use super::*;
 
+pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Cases<'a> {
+    vec![
+        case("describe", describe(h)),
+        case("acquire_on_empty", acquire_on_empty(h, r)),
+        case("conflict", conflict(h, r)),
+        case("renew_keeps_token", renew_keeps_token(h, r)),
+        case("takeover_raises_token", takeover_raises_token(h, r)),
+        case("release_then_acquire", release_then_acquire(h, r)),
+        case("record_round_trip", record_round_trip(h, r)),
+        case("odd_group_names", odd_group_names(h, r)),
+        case("versions_change", versions_change(h, r)),
+    ]
+}
+
 /// `describe()` names the store.
-pub(super) async fn describe<H: Harness>(h: &H) -> CaseResult {
+async fn describe<H: Harness>(h: &H) -> CaseResult {
     let d = h.store().await.describe();
     ensure!(
         !d.trim().is_empty(),
@@ -15,7 +29,7 @@ pub(super) async fn describe<H: Harness>(h: &H) -> CaseResult {
 
 /// read → None; CAS(None) → Applied; the record and version read back, from
 /// this handle and from another.
-pub(super) async fn acquire_on_empty<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn acquire_on_empty<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let s = h.store().await;
     let g = run.group("acquire-on-empty")?;
     let before = s.read(&g).await.ctx("read of a never-written group")?;
@@ -40,7 +54,7 @@ pub(super) async fn acquire_on_empty<H: Harness>(h: &H, run: &Run) -> CaseResult
 
 /// CAS(None) over a record, and CAS with any wrong version, conflict and
 /// write nothing; so does CAS(Some) on an empty group.
-pub(super) async fn conflict<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn conflict<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let s = h.store().await;
     let empty = run.group("conflict-empty")?;
     for guess in wrong_versions(None) {
@@ -75,7 +89,7 @@ pub(super) async fn conflict<H: Harness>(h: &H, run: &Run) -> CaseResult {
 
 /// A renewal (same holder and token, current version) applies with a new
 /// version; the old version is stale afterwards.
-pub(super) async fn renew_keeps_token<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn renew_keeps_token<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let s = h.store().await;
     let g = run.group("renew")?;
     let first = held_by("a", 7);
@@ -113,7 +127,7 @@ pub(super) async fn renew_keeps_token<H: Harness>(h: &H, run: &Run) -> CaseResul
 
 /// Another holder writes token + 1 over the current version; the old leader
 /// is fenced out.
-pub(super) async fn takeover_raises_token<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn takeover_raises_token<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let a = h.store().await;
     let b = h.store().await;
     let g = run.group("takeover")?;
@@ -148,7 +162,7 @@ pub(super) async fn takeover_raises_token<H: Harness>(h: &H, run: &Run) -> CaseR
 
 /// A release is a write without a holder that keeps the token; the record
 /// is never deleted, so the next holder continues from the token.
-pub(super) async fn release_then_acquire<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn release_then_acquire<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let a = h.store().await;
     let b = h.store().await;
     let g = run.group("release")?;
@@ -181,7 +195,7 @@ pub(super) async fn release_then_acquire<H: Harness>(h: &H, run: &Run) -> CaseRe
 /// Metadata with several keys, unicode and characters that need escaping,
 /// filled to exactly the 4 KiB limit, plus extreme numbers, round trip
 /// unchanged.
-pub(super) async fn record_round_trip<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn record_round_trip<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let s = h.store().await;
     let g = run.group("round-trip")?;
     let mut md = Metadata::address("10.0.0.7:8080")
@@ -248,7 +262,7 @@ pub(super) async fn record_round_trip<H: Harness>(h: &H, run: &Run) -> CaseResul
 }
 
 /// Group names a store might mangle: each is its own group, byte for byte.
-pub(super) async fn odd_group_names<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn odd_group_names<H: Harness>(h: &H, run: &Run) -> CaseResult {
     for bad in ["", "a\nb", "tab\there", "nul\0"] {
         ensure!(
             GroupName::new(bad).is_err(),
@@ -338,7 +352,7 @@ pub(super) async fn odd_group_names<H: Harness>(h: &H, run: &Run) -> CaseResult 
 
 /// Every applied write changes the version to one never seen before in
 /// the group, and every earlier version is refused afterwards.
-pub(super) async fn versions_change<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn versions_change<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let s = h.store().await;
     let g = run.group("versions")?;
     let mut seen = Vec::new();

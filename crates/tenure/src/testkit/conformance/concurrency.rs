@@ -2,6 +2,13 @@
 
 use super::*;
 
+pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Cases<'a> {
+    vec![
+        case("concurrent_acquire", concurrent_acquire(h, r)),
+        case("concurrent_takeover", concurrent_takeover(h, r)),
+    ]
+}
+
 /// Runs `RACERS` compare-and-swaps at once, each on its own handle, after
 /// a barrier; returns each racer's outcome.
 pub(super) async fn race<H: Harness>(
@@ -87,7 +94,7 @@ pub(super) async fn one_winner<H: Harness>(
 }
 
 /// 16 handles race CAS(None) on an empty group: exactly one wins.
-pub(super) async fn concurrent_acquire<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn concurrent_acquire<H: Harness>(h: &H, run: &Run) -> CaseResult {
     for round in 0..3 {
         let g = run.group(&format!("race-acquire-{round}"))?;
         let results = race(h, &g, None, 1).await?;
@@ -98,7 +105,7 @@ pub(super) async fn concurrent_acquire<H: Harness>(h: &H, run: &Run) -> CaseResu
 
 /// 16 handles race to take over the same version: exactly one wins, round
 /// after round.
-pub(super) async fn concurrent_takeover<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn concurrent_takeover<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let g = run.group("race-takeover")?;
     let s = h.store().await;
     let mut version = write_applies(&s, &g, None, &held_by("first", 1), "initial acquire").await?;

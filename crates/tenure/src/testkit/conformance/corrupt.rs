@@ -2,6 +2,18 @@
 
 use super::*;
 
+pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Cases<'a> {
+    vec![
+        case("corrupt_record_foreign", corrupt_foreign(h, r)),
+        case("corrupt_record_too_new", corrupt_too_new(h, r)),
+        case("corrupt_record_damaged", corrupt_damaged(h, r)),
+        case(
+            "elector_never_overwrites_undecodable",
+            elector_never_overwrites_undecodable(h, r),
+        ),
+    ]
+}
+
 /// Plants `bytes` and checks that reads fail with the expected kind, that
 /// CAS(None) still conflicts (a record exists), and that the bytes are
 /// untouched.
@@ -61,7 +73,7 @@ pub(super) async fn undecodable<H: Harness>(
 }
 
 /// Garbage, and JSON that is not a tenure record, read as `Foreign`.
-pub(super) async fn corrupt_foreign<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn corrupt_foreign<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let cases: [(&str, &[u8]); 4] = [
         ("garbage", b"\x00\xff\xfenot a tenure record\x80"),
         ("empty", b""),
@@ -80,7 +92,7 @@ pub(super) async fn corrupt_foreign<H: Harness>(h: &H, run: &Run) -> CaseResult 
 }
 
 /// A record from a newer format reads as `TooNew`.
-pub(super) async fn corrupt_too_new<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn corrupt_too_new<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let g = run.group("too-new")?;
     undecodable(h, &g, br#"{"v":99}"#, "TooNew { found: 99 }", |e| {
         matches!(e, RecordError::TooNew { found: 99, .. })
@@ -90,7 +102,7 @@ pub(super) async fn corrupt_too_new<H: Harness>(h: &H, run: &Run) -> CaseResult 
 }
 
 /// A tenure record with contradicting fields reads as `Corrupt`.
-pub(super) async fn corrupt_damaged<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn corrupt_damaged<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let g = run.group("damaged")?;
     let bytes = br#"{"v":1,"holder":{"id":"a","incarnation":1},"token":0,"term_ms":10000,"renewed_at_ms":0,"expires_at_ms":10000}"#;
     undecodable(h, &g, bytes, "Corrupt", |e| {
@@ -152,10 +164,7 @@ pub(super) async fn drive_machine<S: LeaseStore>(
 /// it. A candidate that never decoded the record never writes at all; one
 /// that saw an older, valid record may try its stale version, which the
 /// store must refuse because planting the bytes changed the version.
-pub(super) async fn elector_never_overwrites_undecodable<H: Harness>(
-    h: &H,
-    run: &Run,
-) -> CaseResult {
+async fn elector_never_overwrites_undecodable<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let timing = Config::new(Duration::from_secs(10))
         .validate()
         .map_err(|e| format!("test bug: {e}"))?;

@@ -6,6 +6,13 @@ use super::batches::{cas_many, request};
 use super::*;
 use crate::store::{Change, StoreFeed};
 
+pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Cases<'a> {
+    vec![
+        case("changes_feed", changes_feed(h, r)),
+        case("watch_reports_writes", watch_reports_writes(h, r)),
+    ]
+}
+
 /// Waits for one hint, up to [`FEED_LIMIT`].
 pub(super) async fn hint(
     feed: &mut crate::store::ChangeFeed,
@@ -39,7 +46,7 @@ pub(super) async fn drain(feed: &mut crate::store::ChangeFeed) -> Result<(), Str
 /// If the store can notify: a write by another handle produces a hint
 /// within 5 s, and the feed keeps working for the next write. A store whose
 /// harness promises the feed fails when it has none.
-pub(super) async fn changes_feed<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn changes_feed<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let watcher = h.store().await;
     let writer = h.store().await;
     let g = run.group("changes")?;
@@ -119,7 +126,7 @@ pub(super) async fn report_of(
 /// If the store has a store-wide feed: writes by another handle, to any
 /// group, are reported (with the record as written, or as a hint), and the
 /// feed keeps working.
-pub(super) async fn watch_reports_writes<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn watch_reports_writes<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let watcher = h.store().await;
     let writer = h.store().await;
     let Some(mut feed) = watcher.watch().await.ctx("watch()")? else {

@@ -3,10 +3,14 @@
 use super::*;
 use std::collections::BTreeMap;
 
+pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Cases<'a> {
+    vec![case("list_by_prefix", list_by_prefix(h, r))]
+}
+
 /// Listing by prefix returns exactly the groups whose names start with it,
 /// byte for byte (wildcard characters of the store's query language are
 /// literal), each with its record; an undecodable record fails alone.
-pub(super) async fn list_by_prefix<H: Harness>(h: &H, run: &Run) -> CaseResult {
+async fn list_by_prefix<H: Harness>(h: &H, run: &Run) -> CaseResult {
     let s = h.store().await;
     let names = [
         "list-p/a",
