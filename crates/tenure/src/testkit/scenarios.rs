@@ -335,9 +335,9 @@ pub trait Restart {
 /// The store's server stopped for longer than a term, then restarted on
 /// its data, under two candidates on stores `a` and `b` (whose operations
 /// time out within a second or so): the leader steps down by its deadline
-/// while the server is away, and once it is back exactly one leads, with a
-/// token above the old one (the data survived), and stays the only leader
-/// for three seconds. No two terms overlap and tokens rise throughout.
+/// while the server is away, nobody leads until it is back, and then
+/// exactly one leads, with a token above the old one (the data survived),
+/// and stays the only leader for three seconds. No two terms overlap and tokens rise throughout.
 /// `name` names the server in the messages.
 pub async fn one_leader_across_a_restart(
     a: impl LeaseStore,
@@ -370,6 +370,10 @@ pub async fn one_leader_across_a_restart(
         ended - t_kill
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !a.is_leader() && !b.is_leader(),
+        "nobody leads while {name} is down"
+    );
     server.restart();
     let t_up = Instant::now();
 
