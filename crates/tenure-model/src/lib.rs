@@ -33,5 +33,5 @@ pub mod run;
 pub mod state;
 
 pub use model::{ElectionModel, Step};
-pub use params::{FaultKind, ModelBounds, Params, ParamsError, Rate, ReleaseKind, Skew};
+pub use params::{Budget, FaultKind, ModelBounds, Params, ParamsError, Rate, ReleaseKind, Skew};
 pub use run::{check, check_until_failure, Outcome};

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use tenure_model::{check, FaultKind, Params, Rate, ReleaseKind, Skew};
+use tenure_model::{check, Budget, FaultKind, Params, Rate, ReleaseKind, Skew};
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
 enum Fault {
@@ -82,27 +82,29 @@ fn main() -> ExitCode {
     let secs = Duration::from_secs_f64;
     let mut params = Params {
         nodes: args.nodes,
-        faults: args.faults,
-        fault_kinds: args
-            .fault_kinds
-            .iter()
-            .map(|k| match k {
-                Fault::Lose => FaultKind::Lose,
-                Fault::Delay => FaultKind::Delay,
-                Fault::Crash => FaultKind::Crash,
-                Fault::Pause => FaultKind::Pause,
-            })
-            .collect(),
+        faults: Budget::new(
+            args.faults,
+            args.fault_kinds
+                .iter()
+                .map(|k| match k {
+                    Fault::Lose => FaultKind::Lose,
+                    Fault::Delay => FaultKind::Delay,
+                    Fault::Crash => FaultKind::Crash,
+                    Fault::Pause => FaultKind::Pause,
+                })
+                .collect::<Vec<_>>(),
+        ),
         fault_end: secs(args.fault_end),
-        releases: args.releases,
-        release_kinds: args
-            .release_kinds
-            .iter()
-            .map(|k| match k {
-                Release::Resign => ReleaseKind::Resign,
-                Release::Shutdown => ReleaseKind::Shutdown,
-            })
-            .collect(),
+        releases: Budget::new(
+            args.releases,
+            args.release_kinds
+                .iter()
+                .map(|k| match k {
+                    Release::Resign => ReleaseKind::Resign,
+                    Release::Shutdown => ReleaseKind::Shutdown,
+                })
+                .collect::<Vec<_>>(),
+        ),
         horizon: args.horizon.map(secs),
         quantum: Duration::from_millis(args.quantum_ms),
         latency: Duration::from_millis(args.latency_ms),

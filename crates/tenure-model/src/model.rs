@@ -150,9 +150,7 @@ impl ElectionModel {
     }
 
     fn faults_allowed(&self, s: &State, kind: FaultKind) -> bool {
-        s.now < self.fault_end
-            && s.faults_used < self.params.faults
-            && self.params.fault_kinds.contains(&kind)
+        s.now < self.fault_end && self.params.faults.allows(s.faults_used, kind)
     }
 
     /// Nodes that are gone for good or for now: crashed, or shutting down.
@@ -665,14 +663,14 @@ impl Model for ElectionModel {
                         actions.push(Step::Pause(b));
                     }
                     let leads = matches!(p.machine.get().phase(), Phase::Leader { .. });
-                    let may_release =
-                        s.now < self.fault_end && s.releases_used < self.params.releases;
-                    if leads && !p.paused && may_release {
-                        let kinds = &self.params.release_kinds;
-                        if kinds.contains(&ReleaseKind::Resign) {
+                    let may_release = |kind| {
+                        s.now < self.fault_end && self.params.releases.allows(s.releases_used, kind)
+                    };
+                    if leads && !p.paused {
+                        if may_release(ReleaseKind::Resign) {
                             actions.push(Step::Resign(b));
                         }
-                        if kinds.contains(&ReleaseKind::Shutdown) && gone + 1 < n {
+                        if may_release(ReleaseKind::Shutdown) && gone + 1 < n {
                             actions.push(Step::Shutdown(b));
                         }
                     }

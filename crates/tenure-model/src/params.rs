@@ -69,6 +69,47 @@ pub enum ReleaseKind {
     Shutdown,
 }
 
+impl ReleaseKind {
+    /// Every kind.
+    pub const ALL: [ReleaseKind; 2] = [ReleaseKind::Resign, ReleaseKind::Shutdown];
+}
+
+/// How many steps of some kinds (faults, releases) a model check allows in
+/// all, and of which kinds: the two settings every such step is checked
+/// against, kept together so that they are read, shown and checked alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Budget<K> {
+    /// How many such steps may happen in all, of any of the kinds.
+    pub count: u8,
+    /// The kinds that may happen; the others never do.
+    pub kinds: Vec<K>,
+}
+
+impl<K: PartialEq + fmt::Debug> Budget<K> {
+    /// At most `count` steps, each of one of `kinds`.
+    pub fn new(count: u8, kinds: impl Into<Vec<K>>) -> Self {
+        Budget {
+            count,
+            kinds: kinds.into(),
+        }
+    }
+
+    /// Whether, with `used` steps taken so far, one more of `kind` fits.
+    pub fn allows(&self, used: u8, kind: K) -> bool {
+        used < self.count && self.kinds.contains(&kind)
+    }
+
+    /// The kinds, lowercase and space-separated, as the CLI names them.
+    pub fn kind_names(&self) -> String {
+        let names: Vec<String> = self
+            .kinds
+            .iter()
+            .map(|k| format!("{k:?}").to_lowercase())
+            .collect();
+        names.join(" ")
+    }
+}
+
 /// Wall clocks for the optional early takeover by the wall clock.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Skew {
@@ -99,18 +140,15 @@ pub struct Params {
     /// The time step `δ` while messages are in flight: a message arrives
     /// after 0, δ, 2δ, … up to `L`.
     pub quantum: Duration,
-    /// How many faults the adversary may inject in all.
-    pub faults: u8,
-    /// Which faults.
-    pub fault_kinds: Vec<FaultKind>,
+    /// How many faults the adversary may inject in all, and of which kinds.
+    pub faults: Budget<FaultKind>,
     /// Faults happen only before this real instant; from then on every
     /// message arrives within `L` and no node is paused.
     pub fault_end: Duration,
-    /// How many graceful releases the application may ask for (before
-    /// `fault_end`, like the faults: the adversary's window).
-    pub releases: u8,
-    /// Which releases.
-    pub release_kinds: Vec<ReleaseKind>,
+    /// How many graceful releases the application may ask for, and of
+    /// which kinds (before `fault_end`, like the faults: the adversary's
+    /// window).
+    pub releases: Budget<ReleaseKind>,
     /// The wall-clock early takeover, if configured.
     pub skew: Option<Skew>,
     /// The negative control of the send anchor: every machine anchors its
@@ -132,11 +170,9 @@ impl Default for Params {
             rates: vec![Rate::new(7, 8), Rate::new(9, 8)],
             latency: Duration::from_millis(100),
             quantum: Duration::from_millis(100),
-            faults: 0,
-            fault_kinds: FaultKind::ALL.to_vec(),
+            faults: Budget::new(0, FaultKind::ALL),
             fault_end: Duration::ZERO,
-            releases: 0,
-            release_kinds: vec![ReleaseKind::Resign, ReleaseKind::Shutdown],
+            releases: Budget::new(0, ReleaseKind::ALL),
             skew: None,
             anchor_at_receive: false,
             horizon: None,
@@ -245,16 +281,6 @@ impl Params {
 impl fmt::Display for Params {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let rates: Vec<String> = self.rates.iter().map(Rate::to_string).collect();
-        let faults: Vec<String> = self
-            .fault_kinds
-            .iter()
-            .map(|k| format!("{k:?}").to_lowercase())
-            .collect();
-        let releases: Vec<String> = self
-            .release_kinds
-            .iter()
-            .map(|k| format!("{k:?}").to_lowercase())
-            .collect();
         write!(
             f,
             "{} nodes, T {:?}, ρ {}, rates [{}], L {:?}, δ {:?}, {} fault(s) of [{}] before {:?}, {} release(s) of [{}]",
@@ -264,11 +290,11 @@ impl fmt::Display for Params {
             rates.join(" "),
             self.latency,
             self.quantum,
-            self.faults,
-            faults.join(" "),
+            self.faults.count,
+            self.faults.kind_names(),
             self.fault_end,
-            self.releases,
-            releases.join(" "),
+            self.releases.count,
+            self.releases.kind_names(),
         )?;
         if let Some(s) = self.skew {
             write!(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tenure_model::properties::names::*;
 use tenure_model::{
-    check, check_until_failure, FaultKind, Outcome, Params, Rate, ReleaseKind, Skew,
+    check, check_until_failure, Budget, FaultKind, Outcome, Params, Rate, ReleaseKind, Skew,
 };
 
 const THREADS: usize = 2;
@@ -20,8 +20,7 @@ fn secs(s: f64) -> Duration {
 /// Faults of one kind, at most `n` of them, during the first second.
 fn faults(kinds: &[FaultKind], n: u8) -> Params {
     Params {
-        faults: n,
-        fault_kinds: kinds.to_vec(),
+        faults: Budget::new(n, kinds),
         fault_end: secs(1.0),
         ..Params::default()
     }
@@ -31,8 +30,7 @@ fn faults(kinds: &[FaultKind], n: u8) -> Params {
 /// up to `horizon` (both in seconds).
 fn one_release(kind: ReleaseKind, fault_end: f64, horizon: f64) -> Params {
     Params {
-        releases: 1,
-        release_kinds: vec![kind],
+        releases: Budget::new(1, [kind]),
         fault_end: secs(fault_end),
         horizon: Some(secs(horizon)),
         ..Params::default()
