@@ -156,20 +156,22 @@ fn parse_answer(answer: &[u8]) -> Answer {
         (None, ..) => Answer::Silent,
         (Some(LATE), None, _) => Answer::Late,
         (Some(EXEC), None, _) => Answer::Running,
-        (Some(EXEC), Some(failed), None) => match failed.strip_prefix(EXEC_FAILED) {
-            Some(rest) => Answer::ExecFailed(exec_error(rest)),
-            None => Answer::Garbled,
-        },
+        (Some(EXEC), Some(failed), None) => failed
+            .strip_prefix(EXEC_FAILED)
+            .and_then(exec_error)
+            .map_or(Answer::Garbled, Answer::ExecFailed),
         _ => Answer::Garbled,
     }
 }
 
-/// The error an `exec-failed` line reports.
-fn exec_error(rest: &str) -> io::Error {
+/// The error an `exec-failed` line reports: an OS error number, or 0 and
+/// a text; `None` for anything else (a report without a cause is none).
+fn exec_error(rest: &str) -> Option<io::Error> {
     let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
     match code.parse::<i32>() {
-        Ok(n) if n > 0 => io::Error::from_raw_os_error(n),
-        _ => io::Error::other(message.to_owned()),
+        Ok(n) if n > 0 && message.is_empty() => Some(io::Error::from_raw_os_error(n)),
+        Ok(0) if !message.is_empty() => Some(io::Error::other(message.to_owned())),
+        _ => None,
     }
 }
 
@@ -300,6 +302,10 @@ mod tests {
                 "exec failed: nul byte found in provided data",
             ),
             (b"garbage", "garbled"),
+            (b"exec-failed", "garbled"),
+            (b"exec\nexec-failed -5\n", "garbled"),
+            (b"exec\nexec-failed 0\n", "garbled"),
+            (b"exec\nexec-failed x\n", "garbled"),
             (b"exec-failed 2\n", "garbled"),
             (b"exec\nexec\n", "garbled"),
             (b"exec\ngarbage\n", "garbled"),

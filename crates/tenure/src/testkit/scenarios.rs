@@ -335,10 +335,12 @@ pub trait Restart {
 /// The store's server stopped for longer than a term, then restarted on
 /// its data, under two candidates on stores `a` and `b` (whose operations
 /// time out within a second or so): the leader steps down by its deadline
-/// while the server is away, nobody leads until it is back, and then
-/// exactly one leads, with a token above the old one (the data survived),
-/// and stays the only leader for three seconds. No two terms overlap and tokens rise throughout.
-/// `name` names the server in the messages.
+/// while the server is away, nobody leads while it is down (though the
+/// challenger's wait for the old record has run out by then), and once it
+/// is back exactly one leads, with a token above the old one (the data
+/// survived), and stays the only leader for three seconds. No two terms
+/// overlap and tokens rise throughout. `name` names the server in the
+/// messages.
 pub async fn one_leader_across_a_restart(
     a: impl LeaseStore,
     b: impl LeaseStore,
@@ -369,7 +371,16 @@ pub async fn one_leader_across_a_restart(
         "{name} down: the leader stepped down {:?} after the kill",
         ended - t_kill
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Down for longer than a term and the challenger's takeover wait (and
+    // an operation's timeout), so that "nobody leads" is a finding: a
+    // store that let a write through while down would have elected b.
+    let down_for = term.mul_f64(1.0 + Config::new(term).drift) + Duration::from_secs(1);
+    tokio::time::sleep_until(
+        (t_kill + down_for)
+            .max(Instant::now() + Duration::from_millis(500))
+            .into(),
+    )
+    .await;
     assert!(
         !a.is_leader() && !b.is_leader(),
         "nobody leads while {name} is down"
