@@ -10,8 +10,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# A shared target directory keeps repeat runs incremental (also across clones).
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/tenure-target}"
+# A target directory outside the checkout keeps repeat runs incremental
+# (a fresh clone of the same path included). One per checkout path: cargo
+# names and fingerprints the workspace's own crates by their paths within
+# the workspace and by file times, so two checkouts of different commits
+# sharing one directory could each link the other's build of a crate whose
+# sources look older.
+checkout_key=$(pwd -P | cksum | cut -d' ' -f1)
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/tenure-target/$checkout_key}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export CI="${CI:-true}"
 
