@@ -8,7 +8,7 @@ use std::io;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use tenure::{Clock, SystemClock, Term};
+use tenure::{Clock, MonoTime, SystemClock, Term};
 
 use crate::child::{StopPlan, StopReport, Supervised};
 use crate::gate::{Answer, Gate};
@@ -147,13 +147,24 @@ async fn start(
             Ran::LostBeforeStart => {
                 tracing::warn!("the term's deadline came before CMD could start");
             }
-            Ran::Stopped => {
-                tracing::info!("stopped before CMD started");
-                return Err(ended);
-            }
-            _ => return Err(ended),
+            Ran::Stopped => tracing::info!("stopped before CMD started"),
+            _ => {}
+        }
+        if !matches!(ended, Ran::LostBeforeStart) {
+            return Err(ended);
         }
     }
+}
+
+/// tenure's kill instant for `term`: CMD's group must be dead by then, so
+/// CMD must not start after it.
+fn start_by(plan: &CmdPlan, term: &Term) -> MonoTime {
+    term.deadline_mono() - plan.margin
+}
+
+/// Whether `term` is over for starting CMD: lost, or past [`start_by`].
+fn too_late_to_start(plan: &CmdPlan, term: &Term) -> bool {
+    term.is_cancelled() || SystemClock.now().mono >= start_by(plan, term)
 }
 
 /// Returns once the term is live with tenure's kill instant for it still
@@ -166,7 +177,7 @@ async fn until_live(plan: &CmdPlan, stop: &Stop, term: &Term) -> Result<(), Ran>
             // Lost between election and here: do not start what must stop.
             return Err(Ran::LostBeforeStart);
         }
-        if SystemClock.now().mono < term.deadline_mono() - plan.margin {
+        if !too_late_to_start(plan, term) {
             return Ok(());
         }
         tokio::select! {
@@ -211,8 +222,7 @@ async fn open_gate(
     term: &Term,
     follow: &mut tokio::time::Interval,
 ) -> Option<Ran> {
-    let not_after = term.deadline_mono() - plan.margin;
-    let opening = gate.open(not_after);
+    let opening = gate.open(start_by(plan, term));
     tokio::pin!(opening);
     let answer = loop {
         tokio::select! {
@@ -228,7 +238,7 @@ async fn open_gate(
         // A gate that died once the term was over was most likely killed
         // by its watchdog at the deadline: the term was lost, nothing
         // failed to start. Either way it never said "exec": CMD never ran.
-        if term.is_cancelled() || SystemClock.now().mono >= term.deadline_mono() - plan.margin {
+        if too_late_to_start(plan, term) {
             Ran::LostBeforeStart
         } else {
             Ran::SpawnFailed(io::Error::other(why))

@@ -154,10 +154,10 @@ const WRITER_SECRET_ESCAPED: &str = "wr1ter-S3cret%2F%3F%23%40+x";
 async fn tls_to_a_plain_server_fails_clearly_and_quickly() {
     let server = common::Etcd::start();
     let err = testkit::tls_to_a_plain_server_fails(
-        Box::pin(EtcdStore::connect(&format!(
+        EtcdStore::connect(&format!(
             "etcds://root:{SECRET}@127.0.0.1:{}?timeout=1s&ca=/etc/ssl/certs/ca-certificates.crt",
             server.port
-        ))),
+        )),
         "use etcd:// instead of etcds://",
         SECRET,
     )

@@ -14,6 +14,10 @@ use super::scenarios::elector;
 /// `count` electors standing as `id`, one for each group `{prefix}-0`,
 /// `{prefix}-1`, …, every one on a clone of `store` and with a `term`
 /// term.
+///
+/// # Panics
+///
+/// If `{prefix}-{i}` is no valid group name (the caller's prefix).
 pub fn electors_for_groups<S: LeaseStore + Clone>(
     store: &S,
     prefix: &str,
@@ -22,10 +26,7 @@ pub fn electors_for_groups<S: LeaseStore + Clone>(
     term: Duration,
 ) -> Vec<Elector> {
     (0..count)
-        .map(|i| {
-            let group = GroupName::new(format!("{prefix}-{i}")).expect("a valid group name");
-            elector(store.clone(), &group, id, term)
-        })
+        .map(|i| elector(store.clone(), &numbered(prefix, i), id, term))
         .collect()
 }
 
@@ -97,9 +98,7 @@ pub async fn huge_batch_with_repeats_applies_in_order<S: LeaseStore + ?Sized>(
     prefix: &str,
     n: usize,
 ) {
-    let groups: Vec<GroupName> = (0..n)
-        .map(|i| GroupName::new(format!("{prefix}-{i}")).expect("a valid group name"))
-        .collect();
+    let groups: Vec<GroupName> = (0..n).map(|i| numbered(prefix, i)).collect();
     let first = super::held_by("a", 1);
     let mut requests: Vec<CasRequest> = groups
         .iter()
@@ -130,4 +129,10 @@ pub async fn huge_batch_with_repeats_applies_in_order<S: LeaseStore + ?Sized>(
             got[i]
         );
     }
+}
+
+/// The group `{prefix}-{i}`; panics if that is no valid name (the
+/// caller's prefix is too long or holds a control character).
+fn numbered(prefix: &str, i: usize) -> GroupName {
+    GroupName::new(format!("{prefix}-{i}")).expect("a valid group name from the caller's prefix")
 }
