@@ -24,6 +24,28 @@
 //!   group. A feed that carries the written record spares followers a read
 //!   per renewal; while it is up they do not poll at all.
 //!
+//! And what keeps it standing when the store cannot keep up:
+//!
+//! * **Priorities.** Operations go out in the order of what they protect:
+//!   renewals (and a leader's verifying reads) first, then releases, then
+//!   acquisitions, then polls; the last batch slot is kept for the first
+//!   two.
+//! * **Admission.** Acquisitions and polls are sent only as far as an AIMD
+//!   window sized by the store's measured service time allows (see
+//!   `admission.rs`), so groups starting by the hundred thousand, or a store
+//!   that slows down, never crowd out the renewals of terms already held.
+//!   One that waits out its whole timeout unsent is answered
+//!   [`StoreError::Busy`] (certainly not applied), and its candidate backs
+//!   off with jitter.
+//! * **Nothing sent late.** A renewal whose deadline would pass before the
+//!   store could answer is not sent (it is answered `Busy`).
+//! * **Failure isolation.** A group whose last operation failed is sent in
+//!   a batch of suspects only, never with healthy groups: half the size of
+//!   the batch it failed in, down to one, until it succeeds; nor is its
+//!   retry pulled into the healthy renewals' batch. One item that a store
+//!   cannot write fails only itself (and at worst, briefly, the suspects
+//!   it failed with).
+//!
 //! The timing argument of [`crate::config`] holds unchanged in the batched
 //! case: a machine anchors an operation at the instant it *emitted* it, and
 //! the batch that carries it is sent at or after that instant, so every
@@ -44,6 +66,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
+use crate::admission::Admission;
 use crate::clock::{Clock, MonoTime, Now};
 use crate::config::Timing;
 use crate::coordinator::{Command, Session};
@@ -114,6 +137,14 @@ pub struct EngineStats {
     pub writes: u64,
     /// Changes received from the store's feed.
     pub changes: u64,
+    /// Operations the engine held back and answered
+    /// [`StoreError::Busy`](crate::StoreError::Busy): acquisitions and polls
+    /// that found no room in the admission window within their timeout,
+    /// and renewals that could no longer be answered before their deadline.
+    pub shed: u64,
+    /// How many acquisitions and polls the admission window lets be in
+    /// flight now.
+    pub admission_window: u64,
 }
 
 #[derive(Default)]
@@ -124,6 +155,8 @@ struct Counters {
     write_batches: AtomicU64,
     writes: AtomicU64,
     changes: AtomicU64,
+    shed: AtomicU64,
+    admission_window: AtomicU64,
 }
 
 impl Counters {
@@ -139,6 +172,8 @@ impl Counters {
             write_batches: self.write_batches.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             changes: self.changes.load(Ordering::Relaxed),
+            shed: self.shed.load(Ordering::Relaxed),
+            admission_window: self.admission_window.load(Ordering::Relaxed),
         }
     }
 }
@@ -402,6 +437,79 @@ impl OpKind {
     }
 }
 
+/// A group's operation in flight.
+#[derive(Clone, Copy)]
+struct Current {
+    op: OpId,
+    kind: OpKind,
+    /// Whether its batch has gone out; one that never did cannot have
+    /// applied.
+    sent: bool,
+}
+
+/// What an operation is for, in the order the engine sends them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Priority {
+    /// A leader's renewal, or its read verifying a conflicted one.
+    Renewal,
+    /// A release, or a releasing node's verifying read.
+    Release,
+    /// A candidate's attempt to take the lease.
+    Acquisition,
+    /// A candidate's look at the record.
+    Poll,
+}
+
+impl Priority {
+    const ALL: [Priority; 4] = [
+        Priority::Renewal,
+        Priority::Release,
+        Priority::Acquisition,
+        Priority::Poll,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether the admission window bounds it (it adds load, and may wait).
+    fn deferrable(self) -> bool {
+        matches!(self, Priority::Acquisition | Priority::Poll)
+    }
+
+    fn of(kind: OpKind, phase: &Phase) -> Priority {
+        match kind {
+            OpKind::Write(WritePurpose::Renew) => Priority::Renewal,
+            OpKind::Write(WritePurpose::Release) => Priority::Release,
+            OpKind::Write(WritePurpose::Acquire) => Priority::Acquisition,
+            OpKind::Read(ReadPurpose::Poll) => Priority::Poll,
+            OpKind::Read(ReadPurpose::Verify) => match phase {
+                Phase::Leader { .. } => Priority::Renewal,
+                _ => Priority::Release,
+            },
+        }
+    }
+}
+
+/// A group's operations waiting for a batch, by [`Priority`].
+struct Queues<T> {
+    by_priority: [Vec<Queued<T>>; 4],
+}
+
+impl<T> Default for Queues<T> {
+    fn default() -> Self {
+        Queues {
+            by_priority: [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
+        }
+    }
+}
+
+impl<T> Queues<T> {
+    fn of(&mut self, priority: Priority) -> &mut Vec<Queued<T>> {
+        &mut self.by_priority[priority.index()]
+    }
+}
+
 struct Slot {
     group: GroupName,
     machine: Machine,
@@ -409,7 +517,11 @@ struct Slot {
     /// The last pulse fed to the machine.
     fed_pulse: u64,
     /// The operation in flight, if any.
-    op: Option<(OpId, OpKind)>,
+    op: Option<Current>,
+    /// The largest batch this group's operations may go in: unbounded
+    /// while healthy; after a failure half the batch it failed in (down to
+    /// one), until one succeeds.
+    isolate: usize,
     /// The wake-up in the heap that counts; older entries are stale.
     gen: u64,
     scheduled: Option<MonoTime>,
@@ -425,6 +537,8 @@ struct Queued<T> {
     id: GroupId,
     op: OpId,
     deadline: MonoTime,
+    /// The group's batch-size bound when it was queued (see `Slot::isolate`).
+    isolate: usize,
     item: T,
 }
 
@@ -437,10 +551,31 @@ struct Outgoing<T> {
     items: Vec<T>,
 }
 
-/// A finished batch.
-enum BatchReply {
+/// A finished batch, with the instant it was sent.
+struct BatchReply {
+    sent: MonoTime,
+    result: BatchResults,
+}
+
+enum BatchResults {
     Reads(Vec<(GroupId, OpId)>, BatchResult<Option<Versioned>>),
     Writes(Vec<(GroupId, OpId)>, BatchResult<CasOutcome>),
+}
+
+impl BatchResults {
+    fn len(&self) -> usize {
+        match self {
+            BatchResults::Reads(ids, _) | BatchResults::Writes(ids, _) => ids.len(),
+        }
+    }
+
+    /// Whether the store failed the batch as a whole.
+    fn failed(&self) -> bool {
+        match self {
+            BatchResults::Reads(_, r) => r.is_err(),
+            BatchResults::Writes(_, r) => r.is_err(),
+        }
+    }
 }
 
 enum Feed {
@@ -470,8 +605,20 @@ struct Task {
     deadlines: BinaryHeap<Reverse<OpDeadline>>,
     renewals: BTreeSet<(MonoTime, GroupId)>,
     polls: BTreeSet<(MonoTime, GroupId)>,
-    reads: Vec<Queued<GroupName>>,
-    writes: Vec<Queued<CasRequest>>,
+    reads: Queues<GroupName>,
+    writes: Queues<CasRequest>,
+    /// How many acquisitions and polls may be in flight.
+    admission: Admission,
+    /// The deferrable operations each batch in flight carries, by task.
+    admitted: HashMap<tokio::task::Id, usize>,
+    /// The shortest operation timeout among the groups: a batch that takes
+    /// longer than a quarter of it is congestion.
+    op_timeout: Duration,
+    /// The store's recent service time (smoothed), for not sending an
+    /// operation that could not be answered before its deadline.
+    service: Duration,
+    /// Operations answered without being sent, to step after the flush.
+    shedding: Vec<(GroupId, OpId)>,
     /// Whether this turn queued a scheduled renewal or poll, which the
     /// nearly-due ones then join.
     renewing: bool,
@@ -510,8 +657,16 @@ impl Task {
             deadlines: BinaryHeap::new(),
             renewals: BTreeSet::new(),
             polls: BTreeSet::new(),
-            reads: Vec::new(),
-            writes: Vec::new(),
+            reads: Queues::default(),
+            writes: Queues::default(),
+            admission: Admission::new(
+                options.max_batch,
+                options.max_batch.saturating_mul(options.max_in_flight),
+            ),
+            admitted: HashMap::new(),
+            op_timeout: Duration::MAX,
+            service: Duration::ZERO,
+            shedding: Vec::new(),
             renewing: false,
             polling: false,
             renew_window: Duration::ZERO,
@@ -533,8 +688,15 @@ impl Task {
                     Some(msg) => self.handle(msg),
                     None => self.rx_open = false,
                 },
-                Some(reply) = self.batches.join_next() => {
-                    if let Ok(reply) = reply {
+                Some(reply) = self.batches.join_next_with_id() => {
+                    let task = match &reply {
+                        Ok((task, _)) => *task,
+                        Err(e) => e.id(),
+                    };
+                    if let Some(n) = self.admitted.remove(&task) {
+                        self.admission.returned(n);
+                    }
+                    if let Ok((_, reply)) = reply {
                         self.on_batch(reply);
                     }
                 }
@@ -594,6 +756,7 @@ impl Task {
         let timing = machine.timing();
         self.renew_window = self.renew_window.max(timing.renew_interval / 2);
         self.poll_window = self.poll_window.max(timing.retry_interval / 2);
+        self.op_timeout = self.op_timeout.min(timing.op_timeout);
         self.slots.insert(
             id,
             Slot {
@@ -602,6 +765,7 @@ impl Task {
                 session,
                 fed_pulse: 0,
                 op: None,
+                isolate: usize::MAX,
                 gen: 0,
                 scheduled: None,
                 renew_key: None,
@@ -671,10 +835,24 @@ impl Task {
                     purpose,
                     deadline,
                 } => {
-                    slot.op = Some((op, OpKind::Read(purpose)));
+                    let kind = OpKind::Read(purpose);
+                    slot.op = Some(Current {
+                        op,
+                        kind,
+                        sent: false,
+                    });
                     self.polling |= purpose == ReadPurpose::Poll;
-                    let group = slot.group.clone();
-                    self.enqueue(|engine| &mut engine.reads, id, op, deadline, group);
+                    let priority = Priority::of(kind, &slot.machine.phase());
+                    let (group, isolate) = (slot.group.clone(), slot.isolate);
+                    let queued = Queued {
+                        id,
+                        op,
+                        deadline,
+                        isolate,
+                        item: group,
+                    };
+                    self.reads.of(priority).push(queued);
+                    self.file_deadline(id, op, deadline);
                 }
                 Action::Cas {
                     op,
@@ -683,14 +861,29 @@ impl Task {
                     record,
                     deadline,
                 } => {
-                    slot.op = Some((op, OpKind::Write(purpose)));
+                    let kind = OpKind::Write(purpose);
+                    slot.op = Some(Current {
+                        op,
+                        kind,
+                        sent: false,
+                    });
                     self.renewing |= purpose == WritePurpose::Renew;
+                    let priority = Priority::of(kind, &slot.machine.phase());
                     let request = CasRequest {
                         group: slot.group.clone(),
                         expected,
                         record,
                     };
-                    self.enqueue(|engine| &mut engine.writes, id, op, deadline, request);
+                    let isolate = slot.isolate;
+                    let queued = Queued {
+                        id,
+                        op,
+                        deadline,
+                        isolate,
+                        item: request,
+                    };
+                    self.writes.of(priority).push(queued);
+                    self.file_deadline(id, op, deadline);
                 }
                 Action::Elected { token, deadline } => {
                     let predecessor = slot.machine.predecessor().clone();
@@ -720,22 +913,9 @@ impl Task {
         stopped
     }
 
-    /// Queues one group's operation for the next batch of its kind, and
-    /// files the deadline by which its reply must have come.
-    fn enqueue<T>(
-        &mut self,
-        queue: fn(&mut Self) -> &mut Vec<Queued<T>>,
-        id: GroupId,
-        op: OpId,
-        deadline: MonoTime,
-        item: T,
-    ) {
-        queue(self).push(Queued {
-            id,
-            op,
-            deadline,
-            item,
-        });
+    /// Files the deadline by which the reply to a queued operation must
+    /// have come.
+    fn file_deadline(&mut self, id: GroupId, op: OpId, deadline: MonoTime) {
         self.deadlines.push(Reverse(OpDeadline {
             at: deadline,
             id,
@@ -787,7 +967,7 @@ impl Task {
         }
         while let Some(Reverse(d)) = self.deadlines.peek() {
             match self.slots.get(&d.id) {
-                Some(slot) if slot.op.is_some_and(|(op, _)| op.0 == d.op) => break,
+                Some(slot) if slot.op.is_some_and(|c| c.op.0 == d.op) => break,
                 _ => {
                     self.deadlines.pop();
                 }
@@ -817,11 +997,18 @@ impl Task {
             let Some(slot) = self.slots.get_mut(&d.id) else {
                 continue;
             };
-            let Some((op, kind)) = slot.op.filter(|(op, _)| op.0 == d.op) else {
+            let Some(Current { op, kind, sent }) = slot.op.filter(|c| c.op.0 == d.op) else {
                 continue;
             };
             slot.op = None;
-            let error = StoreError::Timeout(slot.machine.timing().op_timeout);
+            let error = if sent {
+                StoreError::Timeout(slot.machine.timing().op_timeout)
+            } else {
+                // Never sent: the admission window had no room for it all
+                // along, so it certainly did not apply.
+                Counters::add(&self.counters.shed, 1);
+                StoreError::busy("held back by the engine: the store is serving all it can")
+            };
             slot.session.publisher.store_health(
                 kind.label(),
                 Some((error.kind().to_owned(), error.to_string())),
@@ -886,64 +1073,126 @@ impl Task {
             .iter()
             .take_while(|(t, _)| *t <= now + window)
             .filter(|(t, id)| {
-                self.slots
-                    .get(id)
-                    .is_some_and(|s| *t <= now + interval(s.machine.timing()) / 2)
+                // A group retrying after a failure keeps its own schedule:
+                // pulled in, it would be batched with the healthy ones.
+                self.slots.get(id).is_some_and(|s| {
+                    s.isolate == usize::MAX && *t <= now + interval(s.machine.timing()) / 2
+                })
             })
             .map(|(_, id)| *id)
             .collect()
     }
 
-    /// Sends queued operations as batches while there is room in flight.
+    /// Sends queued operations as batches while there is room in flight,
+    /// in the order of their priorities, then answers what it held back.
     fn flush(&mut self) {
-        // Writes first: renewals are what keeps leaders leading.
-        self.flush_queue(
-            |engine| &mut engine.writes,
-            |counters| (&counters.write_batches, &counters.writes),
-            |store, requests| async move { store.compare_and_swap_many(&requests).await },
-            BatchReply::Writes,
-        );
-        self.flush_queue(
-            |engine| &mut engine.reads,
-            |counters| (&counters.read_batches, &counters.reads),
-            |store, groups| async move { store.read_many(&groups).await },
-            BatchReply::Reads,
-        );
+        loop {
+            for priority in Priority::ALL {
+                self.flush_queue(
+                    priority,
+                    |engine| &mut engine.writes,
+                    |counters| (&counters.write_batches, &counters.writes),
+                    |store, requests| async move { store.compare_and_swap_many(&requests).await },
+                    BatchResults::Writes,
+                );
+                self.flush_queue(
+                    priority,
+                    |engine| &mut engine.reads,
+                    |counters| (&counters.read_batches, &counters.reads),
+                    |store, groups| async move { store.read_many(&groups).await },
+                    BatchResults::Reads,
+                );
+            }
+            let shed = std::mem::take(&mut self.shedding);
+            if shed.is_empty() {
+                break;
+            }
+            for (id, op) in shed {
+                Counters::add(&self.counters.shed, 1);
+                let error = StoreError::busy(
+                    "not sent: the store could not have answered before the operation's deadline",
+                );
+                self.answer(id, op, Err(error));
+            }
+        }
+        let window = self.admission.window() as u64;
+        self.counters
+            .admission_window
+            .store(window, Ordering::Relaxed);
     }
 
-    /// Sends one queue's operations as batches of up to `max_batch`, while
-    /// there is room in flight, through `call`; `counted` names the
-    /// counters of its batches and of its operations.
+    /// How many operations of `priority` may go out in the next batch: the
+    /// batch size, within the admission window for deferrable ones, which
+    /// also leave the last free slot to renewals and releases.
+    fn room_for(&self, priority: Priority) -> usize {
+        let free = self
+            .options
+            .max_in_flight
+            .saturating_sub(self.batches.len());
+        if !priority.deferrable() {
+            return if free > 0 { self.options.max_batch } else { 0 };
+        }
+        let reserved = usize::from(self.options.max_in_flight > 1);
+        if free <= reserved {
+            return 0;
+        }
+        self.admission.room().min(self.options.max_batch)
+    }
+
+    /// Sends one priority's operations of one queue as batches while there
+    /// is room, through `call`; `counted` names the counters of its batches
+    /// and of its operations.
     fn flush_queue<T, R, Fut>(
         &mut self,
-        queue: fn(&mut Self) -> &mut Vec<Queued<T>>,
+        priority: Priority,
+        queues: fn(&mut Self) -> &mut Queues<T>,
         counted: fn(&Counters) -> (&AtomicU64, &AtomicU64),
         call: impl Fn(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
-        reply: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchReply,
+        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchResults,
     ) where
         R: 'static,
         Fut: Future<Output = BatchResult<R>> + Send + 'static,
     {
-        while !queue(self).is_empty() && self.batches.len() < self.options.max_in_flight {
-            let take = queue(self).len().min(self.options.max_batch);
-            let chunk: Vec<_> = queue(self).drain(..take).collect();
-            let Some(out) = self.still_current(chunk) else {
+        loop {
+            if queues(self).of(priority).is_empty() {
+                return;
+            }
+            let room = self.room_for(priority);
+            if room == 0 {
+                return;
+            }
+            let chunk = take_chunk(queues(self).of(priority), room);
+            let Some(out) = self.still_current(chunk, priority) else {
                 continue;
             };
             let (batches, operations) = counted(&self.counters);
             Counters::add(batches, 1);
             Counters::add(operations, out.items.len());
-            self.send(out, &call, reply);
+            self.send(out, priority, &call, results);
         }
     }
 
     /// The operations of `chunk` that are still their groups' operations in
-    /// flight, as a batch to send; `None` if none is.
-    fn still_current<T>(&self, chunk: Vec<Queued<T>>) -> Option<Outgoing<T>> {
-        let live: Vec<Queued<T>> = chunk
-            .into_iter()
-            .filter(|q| self.is_current(q.id, q.op))
-            .collect();
+    /// flight, as a batch to send; `None` if none is. A renewal or release
+    /// whose deadline is nearer than the store's recent service time is
+    /// not sent, but answered as held back.
+    fn still_current<T>(
+        &mut self,
+        chunk: Vec<Queued<T>>,
+        priority: Priority,
+    ) -> Option<Outgoing<T>> {
+        let now = self.clock.now().mono;
+        let mut live = Vec::with_capacity(chunk.len());
+        for q in chunk {
+            if !self.is_current(q.id, q.op) {
+                continue;
+            }
+            if !priority.deferrable() && q.deadline.saturating_since(now) < self.service {
+                self.shedding.push((q.id, q.op));
+                continue;
+            }
+            live.push(q);
+        }
         let deadline = live.iter().map(|q| q.deadline).max()?;
         let ids = live.iter().map(|q| (q.id, q.op)).collect();
         let items = live.into_iter().map(|q| q.item).collect();
@@ -955,28 +1204,45 @@ impl Task {
     }
 
     /// Sends a batch through `call` in a task of its own, its reply made
-    /// by `reply`; at its deadline the batch is abandoned (every operation
+    /// by `results`; at its deadline the batch is abandoned (every operation
     /// in it has timed out) and fails as a whole.
     fn send<T, R, Fut>(
         &mut self,
         out: Outgoing<T>,
+        priority: Priority,
         call: impl FnOnce(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
-        reply: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchReply,
+        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchResults,
     ) where
         R: 'static,
         Fut: Future<Output = BatchResult<R>> + Send + 'static,
     {
+        for (id, op) in &out.ids {
+            if let Some(current) = self.slots.get_mut(id).and_then(|s| s.op.as_mut()) {
+                if current.op == *op {
+                    current.sent = true;
+                }
+            }
+        }
         let clock = self.clock.clone();
-        let waited = out.deadline.saturating_since(clock.now().mono);
+        let sent = clock.now().mono;
+        let waited = out.deadline.saturating_since(sent);
         let (ids, deadline) = (out.ids, out.deadline);
+        let count = ids.len();
         let work = call(self.store.clone(), out.items);
-        self.batches.spawn(async move {
+        let task = self.batches.spawn(async move {
             let result = tokio::select! {
                 r = work => r,
                 _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
             };
-            reply(ids, result)
+            BatchReply {
+                sent,
+                result: results(ids, result),
+            }
         });
+        if priority.deferrable() {
+            self.admission.sent(count);
+            self.admitted.insert(task.id(), count);
+        }
     }
 
     /// Whether `op` is still the group's operation in flight (it may have
@@ -984,38 +1250,63 @@ impl Task {
     fn is_current(&self, id: GroupId, op: OpId) -> bool {
         self.slots
             .get(&id)
-            .is_some_and(|s| s.op.is_some_and(|(o, _)| o == op))
+            .is_some_and(|s| s.op.is_some_and(|c| c.op == op))
     }
 
     fn on_batch(&mut self, reply: BatchReply) {
-        match reply {
-            BatchReply::Reads(ids, result) => {
+        let now = self.clock.now().mono;
+        let latency = now.saturating_since(reply.sent);
+        let (count, failed) = (reply.result.len(), reply.result.failed());
+        let target = self.op_timeout / 4;
+        self.admission.observe(now, latency, failed, count, target);
+        // Smoothed as TCP smooths its round-trip time (an eighth of each).
+        self.service = (self.service * 7 + latency) / 8;
+        // A group that failed alone may go only alone next time; one that
+        // failed with its whole batch, with half as many.
+        let isolate = if failed { (count / 2).max(1) } else { 1 };
+        match reply.result {
+            BatchResults::Reads(ids, result) => {
                 for ((id, op), result) in spread(ids, result) {
-                    self.reply(id, op, |op, result| Input::ReadDone { op, result }, result);
+                    self.judge(id, &result, isolate);
+                    let result = result.map(Reply::Read);
+                    self.answer(id, op, result);
                 }
             }
-            BatchReply::Writes(ids, result) => {
+            BatchResults::Writes(ids, result) => {
                 for ((id, op), result) in spread(ids, result) {
-                    self.reply(id, op, |op, result| Input::CasDone { op, result }, result);
+                    self.judge(id, &result, isolate);
+                    let result = result.map(Reply::Write);
+                    self.answer(id, op, result);
                 }
             }
         }
     }
 
-    fn reply<T>(
-        &mut self,
-        id: GroupId,
-        op: OpId,
-        input: impl FnOnce(OpId, Result<T, StoreError>) -> Input,
-        result: Result<T, StoreError>,
-    ) {
+    /// Files a group as healthy after a success, or as a suspect to be
+    /// sent in batches of at most `isolate` after a failure.
+    fn judge<T>(&mut self, id: GroupId, result: &Result<T, StoreError>, isolate: usize) {
         let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
-        let Some((current, kind)) = slot.op else {
+        slot.isolate = match result {
+            Ok(_) => usize::MAX,
+            // Held back, not failed.
+            Err(e) if e.not_applied() => slot.isolate,
+            Err(_) => slot.isolate.min(isolate),
+        };
+    }
+
+    /// Hands a group its operation's outcome, if `op` is still the one it
+    /// waits for. A read's outcome answers a read, a write's a write; an
+    /// error answers either.
+    fn answer(&mut self, id: GroupId, op: OpId, result: Result<Reply, StoreError>) {
+        let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
-        if current != op {
+        let Some(current) = slot.op else {
+            return;
+        };
+        if current.op != op {
             return;
         }
         slot.op = None;
@@ -1023,8 +1314,22 @@ impl Task {
             .as_ref()
             .err()
             .map(|e| (e.kind().to_owned(), e.to_string()));
-        slot.session.publisher.store_health(kind.label(), health);
-        self.step(id, input(op, result));
+        slot.session
+            .publisher
+            .store_health(current.kind.label(), health);
+        let input = match (current.kind, result) {
+            (_, Ok(Reply::Read(read))) => Input::ReadDone {
+                op,
+                result: Ok(read),
+            },
+            (_, Ok(Reply::Write(outcome))) => Input::CasDone {
+                op,
+                result: Ok(outcome),
+            },
+            (OpKind::Read(_), Err(e)) => Input::ReadDone { op, result: Err(e) },
+            (OpKind::Write(_), Err(e)) => Input::CasDone { op, result: Err(e) },
+        };
+        self.step(id, input);
     }
 
     fn subscribe_if_due(&mut self) {
@@ -1162,6 +1467,36 @@ impl Task {
         });
         slot.hints = Some(handle.abort_handle());
     }
+}
+
+/// A store's answer to one operation.
+enum Reply {
+    Read(Option<Versioned>),
+    Write(CasOutcome),
+}
+
+/// Takes the next batch of at most `room` operations out of `queue`, in
+/// order: healthy groups' operations together, or, if a suspect's comes
+/// first, suspects' only, no more of them than the smallest bound among
+/// them allows.
+fn take_chunk<T>(queue: &mut Vec<Queued<T>>, room: usize) -> Vec<Queued<T>> {
+    let suspects = queue.first().is_some_and(|q| q.isolate != usize::MAX);
+    let mut limit = room;
+    let mut chunk = Vec::new();
+    let mut rest = Vec::new();
+    for q in queue.drain(..) {
+        let fits = chunk.len() < limit && (q.isolate != usize::MAX) == suspects;
+        if fits && suspects && chunk.len() < q.isolate {
+            limit = limit.min(q.isolate);
+            chunk.push(q);
+        } else if fits && !suspects {
+            chunk.push(q);
+        } else {
+            rest.push(q);
+        }
+    }
+    *queue = rest;
+    chunk
 }
 
 /// Pairs each operation of a batch with its result; a batch that failed as

@@ -105,6 +105,16 @@ pub enum StoreError {
     /// applied.
     #[error("the store did not answer within {0:?}")]
     Timeout(Duration),
+    /// The operation was not carried out, and certainly not applied: the
+    /// item was locked by another transaction (an operator's open
+    /// `SELECT … FOR UPDATE`, a vacuum), or the engine held the operation
+    /// back because the store is serving all it can. Retried after a
+    /// back-off; if it persists, find what holds the item.
+    #[error("the store is busy: {message}; nothing was written")]
+    Busy {
+        /// What kept the operation from being carried out.
+        message: String,
+    },
     /// The stored record cannot be used.
     #[error("group {group}: {source}")]
     Record {
@@ -334,6 +344,20 @@ impl StoreError {
         }
     }
 
+    /// An operation that was not carried out (see [`StoreError::Busy`]).
+    pub fn busy(message: impl Into<String>) -> Self {
+        StoreError::Busy {
+            message: message.into(),
+        }
+    }
+
+    /// Whether the operation certainly did not apply, so that a caller may
+    /// go on from what it knew before it (a [`Busy`](StoreError::Busy)
+    /// store). Any other failure of a write leaves its outcome unknown.
+    pub fn not_applied(&self) -> bool {
+        matches!(self, StoreError::Busy { .. })
+    }
+
     /// A configuration failure with a message and cause.
     pub fn misconfigured(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
         StoreError::Misconfigured {
@@ -365,12 +389,13 @@ impl StoreError {
     }
 
     /// The kind of failure, as a short label ("unavailable", "timeout",
-    /// "record", "misconfigured"): stable across retries, unlike the
-    /// message.
+    /// "busy", "record", "misconfigured"): stable across retries, unlike
+    /// the message.
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Unavailable { .. } => "unavailable",
             StoreError::Timeout(_) => "timeout",
+            StoreError::Busy { .. } => "busy",
             StoreError::Record { .. } => "record",
             StoreError::Misconfigured { .. } => "misconfigured",
             StoreError::Unsupported { .. } => "unsupported",
@@ -389,6 +414,9 @@ impl StoreError {
                 source: text(source),
             },
             StoreError::Timeout(d) => StoreError::Timeout(*d),
+            StoreError::Busy { message } => StoreError::Busy {
+                message: message.clone(),
+            },
             StoreError::Record { group, source } => StoreError::Record {
                 group: group.clone(),
                 source: source.clone(),
@@ -408,7 +436,7 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable { .. } | StoreError::Timeout(_)
+            StoreError::Unavailable { .. } | StoreError::Timeout(_) | StoreError::Busy { .. }
         )
     }
 }

@@ -76,6 +76,7 @@
 //!   against real servers, a cuttable TCP proxy and a term-overlap checker
 //!   (see the `testkit` module).
 
+mod admission;
 pub mod clock;
 pub mod concurrent;
 pub mod config;

@@ -324,6 +324,13 @@ struct Observed {
     current: Option<Versioned>,
     /// When this node first saw `current`'s version (reply receipt).
     since: MonoTime,
+    /// Whether a read (or this node's own write) showed `current`. A
+    /// record that only the change feed delivered is a hint: it may make
+    /// the candidate wait or look, but an acquisition, the token it
+    /// chooses and a refusal to stand all wait for a read that shows the
+    /// same record (a forged feed message could name any version, token
+    /// or holder).
+    confirmed: bool,
 }
 
 #[derive(Clone, Debug, Hash)]
@@ -803,6 +810,20 @@ impl Machine {
             .max(Duration::from_millis(1))
     }
 
+    /// [`leader_retry`](Self::leader_retry) with up to a quarter more drawn
+    /// at random (within the retry jitter), for a failed renewal: the
+    /// leaders of many groups whose renewals failed together (a store that
+    /// stalled) spread their retries instead of arriving as one burst.
+    fn renewal_retry(&mut self) -> Duration {
+        let retry = self.leader_retry();
+        let spread = (retry / 4).min(self.timing.retry_jitter);
+        let spread = u64::try_from(spread.as_nanos()).unwrap_or(u64::MAX);
+        if spread == 0 {
+            return retry;
+        }
+        retry + Duration::from_nanos(self.rng.gen_range(0..=spread))
+    }
+
     /// Where a write's validity counts from: its send (the rule), or its
     /// reply under the test-only mutation.
     fn anchor(&self, sent: MonoTime, now: Now) -> MonoTime {
@@ -923,6 +944,12 @@ impl Machine {
         Some(wall.map_or(rule, |w| w.min(rule)))
     }
 
+    /// Whether what this node last observed was shown by a read (or its
+    /// own write), not only by the change feed.
+    fn observation_confirmed(&self) -> bool {
+        self.observed.as_ref().is_none_or(|o| o.confirmed)
+    }
+
     /// Whether the observed record may be taken over right now.
     fn may_take(&self, now: Now) -> bool {
         self.free_at().is_some_and(|t| now.mono >= t) || self.wall_expired(now)
@@ -966,18 +993,25 @@ impl Machine {
             }
         }
         if let Some(v) = &current {
-            self.max_token = self.max_token.max(v.record.token);
-            self.last_held_term = v.record.holder.as_ref().map(|_| v.record.term);
+            let held_term = v.record.holder.as_ref().map(|_| v.record.term);
+            if from_feed {
+                // A hint may make this node wait longer for a lost record,
+                // never shorter, and never raises its token floor.
+                self.last_held_term = held_term.or(self.last_held_term);
+            } else {
+                self.max_token = self.max_token.max(v.record.token);
+                self.last_held_term = held_term;
+            }
         }
-        let same = self
-            .observed
-            .as_ref()
-            .is_some_and(|o| o.current.as_ref() == current.as_ref());
-        if !same {
-            self.observed = Some(Observed {
-                current,
-                since: now.mono,
-            });
+        match &mut self.observed {
+            Some(o) if o.current.as_ref() == current.as_ref() => o.confirmed |= !from_feed,
+            _ => {
+                self.observed = Some(Observed {
+                    current,
+                    since: now.mono,
+                    confirmed: !from_feed,
+                });
+            }
         }
         self.report_leader(out);
     }
@@ -989,6 +1023,7 @@ impl Machine {
         self.observed = Some(Observed {
             current: Some(Versioned { record, version }),
             since: now.mono,
+            confirmed: true,
         });
     }
 
@@ -1129,8 +1164,12 @@ impl Machine {
                     (Ok(_), true) => NEVER,
                     _ => now.mono + delay,
                 };
-                if let Ok(current) = result {
-                    self.observe(now, current, out);
+                match result {
+                    Ok(current) => self.observe(now, current, out),
+                    // What only the feed showed cannot be confirmed now:
+                    // forget it, and look again at the next poll.
+                    Err(_) if !self.observation_confirmed() => self.observed = None,
+                    Err(_) => {}
                 }
             }
             (State::Leader(lead), ReadPurpose::Verify) if lead.verifying => {
@@ -1147,26 +1186,14 @@ impl Machine {
             State::Candidate => self.observe_from(now, Some(current), true, out),
             State::Leader(lead) => {
                 let ours = self.is_mine(&current.record) && current.record.token == lead.token;
-                if ours && current.version > lead.version {
-                    // Our record, rewritten by someone else keeping holder
-                    // and token: a transfer request.
-                    if let Some(to) = current.record.transfer_to().map(str::to_owned) {
-                        if let State::Leader(lead) = &mut self.state {
-                            lead.version = current.version;
-                            lead.record = current.record;
-                        }
-                        if self.op.is_none() {
-                            self.transfer(to, out);
-                        }
-                    }
-                    return;
-                }
-                if !ours && current.version > lead.version && !lead.verifying {
-                    // Another writer seems to have replaced the record after
-                    // our last write. A feed can be forged (a foreign
-                    // publisher on the channel), so read before ending the
-                    // term: the read is what a renewal's conflict would
-                    // have led to anyway.
+                // Our record rewritten by someone else keeping holder and
+                // token (a transfer request), or replaced by another
+                // writer. A feed can be forged (a foreign publisher on the
+                // channel), so neither hands over nor ends the term by
+                // itself: a read decides (`on_verify`), as a renewal's
+                // conflict would have.
+                let request = ours && current.record.transfer_to().is_some();
+                if (request || !ours) && current.version > lead.version && !lead.verifying {
                     if let State::Leader(lead) = &mut self.state {
                         lead.verifying = true;
                         if self.op.is_none() {
@@ -1189,7 +1216,10 @@ impl Machine {
         result: Result<Option<Versioned>, StoreError>,
         out: &mut Vec<Action>,
     ) {
-        let retry = self.leader_retry();
+        let retry = match &result {
+            Err(_) => self.renewal_retry(),
+            Ok(_) => Duration::ZERO,
+        };
         let old_deadline = match &self.state {
             State::Leader(lead) => lead.deadline,
             _ => now.mono,
@@ -1299,6 +1329,12 @@ impl Machine {
                 self.observed = None;
                 self.next_read = now.mono;
             }
+            Err(e) if e.not_applied() => {
+                // Nothing was written (the store or the engine was busy):
+                // what was known still holds; try again after a back-off.
+                let delay = self.poll_delay();
+                self.hold_off_until = now.mono + delay;
+            }
             Err(_) => {
                 // Unknown whether it applied: back off, then re-read.
                 self.own_write_failures = self.own_write_failures.saturating_add(1);
@@ -1318,7 +1354,12 @@ impl Machine {
         result: Result<CasOutcome, StoreError>,
         out: &mut Vec<Action>,
     ) {
-        let retry = self.leader_retry();
+        // Drawn only for a failure, so that the jitter's stream moves only
+        // when a retry uses it.
+        let retry = match &result {
+            Err(_) => self.renewal_retry(),
+            Ok(_) => Duration::ZERO,
+        };
         let anchor = self.anchor(sent, now);
         match &mut self.state {
             State::Leader(lead) => match result {
@@ -1456,6 +1497,11 @@ impl Machine {
             return;
         }
         if self.is_live(now) && self.may_take(now) {
+            if !self.observation_confirmed() {
+                // Only the feed showed this record: read it before acting.
+                let deadline = now.mono + self.timing.op_timeout;
+                return self.read(ReadPurpose::Poll, now, deadline, out);
+            }
             let Some(token) = self.next_token() else {
                 let token = self.max_token;
                 return self.fail(Fault::TokenExhausted { token }, out);

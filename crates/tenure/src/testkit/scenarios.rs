@@ -290,6 +290,8 @@ pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
         write_batches: b.write_batches - a.write_batches,
         writes: b.writes - a.writes,
         changes: b.changes - a.changes,
+        shed: b.shed - a.shed,
+        admission_window: b.admission_window,
     };
     let figures = ManyGroups {
         elected_all,
