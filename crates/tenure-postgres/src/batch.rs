@@ -1,9 +1,10 @@
 //! The statements the operations run: a read of many groups by
 //! `= ANY($1)`, a compare-and-swap of many groups in one statement over
-//! `unnest`ed arrays, which notifies for every row it wrote, and the same
+//! `unnest`ed arrays, which notifies for every row it wrote and never
+//! waits for a row lock (a locked row fails alone, as busy), and the same
 //! compare-and-swap of one group as a plain `UPDATE … WHERE version = $2`
-//! or `INSERT … ON CONFLICT DO NOTHING` (a single write, an elector's
-//! usual one, skips building and joining arrays).
+//! or `INSERT … ON CONFLICT DO NOTHING` (a direct single write, which
+//! waits for a row lock up to `lock_timeout`).
 //!
 //! `UPDATE … FROM` with two source rows for one target row is undefined in
 //! PostgreSQL (either may win), so one statement never holds two writes of
@@ -67,21 +68,35 @@ pub(crate) async fn prepare(
     // write that applied notifies, atomically with it. The payload carries
     // the new version and the record (see `payload`) unless it would not
     // fit, then it is the hint form.
+    //
+    // The rows to update are locked first, in name order, skipping any that
+    // another transaction holds (an operator's open `SELECT … FOR UPDATE`):
+    // a row that matches its expected version but could not be locked is
+    // returned as busy (a NULL version), so that it fails alone instead of
+    // making the whole statement wait for the lock and fail every group in
+    // it. New rows are inserted in name order, so that two batches
+    // inserting the same new groups cannot deadlock.
     let write = format!(
         "WITH r AS (
             SELECT * FROM unnest($1::text[], $2::int8[], $3::bytea[], $4::text[], $5::text[])
                 AS r(g, expected, record, head, rec)
         ),
+        locked AS (
+            SELECT t.group_name AS g FROM {table} AS t JOIN r
+                ON r.expected IS NOT NULL AND t.group_name = r.g AND t.version = r.expected
+            ORDER BY t.group_name
+            FOR UPDATE OF t SKIP LOCKED
+        ),
         upd AS (
             UPDATE {table} AS t
             SET version = GREATEST(t.version + 1, {CLOCK_VERSION}), record = r.record, updated_at = now()
-            FROM r
+            FROM r JOIN locked ON locked.g = r.g
             WHERE r.expected IS NOT NULL AND t.group_name = r.g AND t.version = r.expected
             RETURNING t.group_name AS g, t.version AS version
         ),
         ins AS (
             INSERT INTO {table} (group_name, version, record)
-            SELECT r.g, {CLOCK_VERSION}, r.record FROM r WHERE r.expected IS NULL
+            SELECT r.g, {CLOCK_VERSION}, r.record FROM r WHERE r.expected IS NULL ORDER BY r.g
             ON CONFLICT (group_name) DO NOTHING
             RETURNING group_name AS g, version
         ),
@@ -93,12 +108,18 @@ pub(crate) async fn prepare(
                   AND octet_length(r.head) + octet_length(r.rec) + {room} < {limit}
                 THEN r.head || w.version || ':' || r.rec
                 ELSE r.head
-            END)) AS n",
+            END)) AS n
+        UNION ALL
+        SELECT r.g, NULL::int8 FROM r JOIN {table} AS t
+            ON r.expected IS NOT NULL AND t.group_name = r.g AND t.version = r.expected
+        WHERE NOT EXISTS (SELECT 1 FROM locked WHERE locked.g = r.g)",
         room = payload::VERSION_ROOM,
         limit = payload::LIMIT,
     );
     // The same for one group, without arrays: the same UPDATE and INSERT,
-    // and the same notification.
+    // and the same notification. Unlike the batch, it waits for a row lock
+    // (up to `lock_timeout`, then fails as busy): a direct caller racing
+    // another writer of the row learns Applied or Conflict, never busy.
     let update_one = format!(
         "WITH w AS (
             UPDATE {table}

@@ -43,15 +43,12 @@ pub(crate) fn classify(what: &str, target: &str, e: tokio_postgres::Error) -> St
                 db.message()
             ))
         } else if code == SqlState::LOCK_NOT_AVAILABLE {
-            // Transient: the lock holder may finish; but say who to look for.
-            return StoreError::unavailable(
-                format!(
-                    "PostgreSQL at {target}: {what} waited longer than lock_timeout for the lease row: \
-                     another session holds its lock (an open transaction? look in pg_locks and \
-                     pg_stat_activity, and end it)"
-                ),
-                e,
-            );
+            // The statement failed whole, so nothing was written: busy,
+            // not unknown. The lock holder may finish; say who to look for.
+            return StoreError::busy(format!(
+                "PostgreSQL at {target}: {what} found the lease row locked by another session \
+                 (an open transaction? look in pg_locks and pg_stat_activity, and end it)"
+            ));
         } else if code == SqlState::QUERY_CANCELED {
             return StoreError::unavailable(
                 format!(

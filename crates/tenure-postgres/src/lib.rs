@@ -45,10 +45,15 @@
 //!   an `UPDATE … FROM` for the groups expected at a version and an
 //!   `INSERT … ON CONFLICT DO NOTHING` for those expected absent, each row
 //!   checked on its own (one group's conflict never undoes another's
-//!   write) and notified as it is written. Two writes of one group in one
-//!   batch run as successive statements, in order. A single
-//!   compare-and-swap, or a batch of one (a lone group's renewal), is the
-//!   same `UPDATE` or `INSERT` on one row, without the arrays;
+//!   write) and notified as it is written. The rows are locked in name
+//!   order with `FOR UPDATE SKIP LOCKED`: a row that another session holds
+//!   (an operator's open transaction, a long `SELECT … FOR UPDATE`) fails
+//!   only its own write, at once, as [`StoreError::Busy`](tenure::StoreError::Busy), instead of
+//!   making the statement wait for the lock and fail every group in it.
+//!   Two writes of one group in one batch run as successive statements,
+//!   in order. A direct single compare-and-swap is the same `UPDATE` or
+//!   `INSERT` on one row, without the arrays, and waits for a row lock up
+//!   to `lock_timeout` (then it is busy too);
 //! * batches run side by side on a small pool of connections (`?pool=`, 4
 //!   by default, opened as needed), so connections do not grow with the
 //!   number of groups;

@@ -157,7 +157,7 @@ impl PostgresStore {
         &self,
         requests: &[CasRequest],
         indexes: &[usize],
-    ) -> Result<HashMap<String, i64>, StoreError> {
+    ) -> Result<HashMap<String, Option<i64>>, StoreError> {
         let a = WriteArgs::new(requests, indexes);
         let channel = self.channel();
         let rows = self
@@ -184,7 +184,8 @@ impl PostgresStore {
             let group: String = row
                 .try_get(0)
                 .map_err(|e| error::classify("compare-and-swap", self.target(), e))?;
-            let version: i64 = row
+            // No version: the row was held by another transaction.
+            let version: Option<i64> = row
                 .try_get(1)
                 .map_err(|e| error::classify("compare-and-swap", self.target(), e))?;
             applied.insert(group, version);
@@ -232,6 +233,14 @@ impl PostgresStore {
             })
             .collect()
     }
+}
+
+/// The error of a write whose row another transaction held locked.
+fn locked_row(group: &GroupName, target: &str) -> StoreError {
+    StoreError::busy(format!(
+        "PostgreSQL at {target}: the lease row of group {group} is locked by another session \
+         (an open transaction? look in pg_locks and pg_stat_activity, and end it)"
+    ))
 }
 
 fn version_of(v: i64) -> Version {
@@ -388,21 +397,18 @@ impl LeaseStore for PostgresStore {
         }
     }
 
-    /// One statement for a batch in which no group repeats (a batch of
-    /// one is [`compare_and_swap`](LeaseStore::compare_and_swap)); the n-th
+    /// One statement for a batch in which no group repeats; the n-th
     /// write of a group goes in the n-th of successive statements, and a
     /// batch of more than 4096 groups is cut into statements of 4096 (see
-    /// [the crate docs](crate#many-groups)). If a statement fails, its
-    /// requests and every later one fail with its error; earlier
+    /// [the crate docs](crate#many-groups)). A row that another
+    /// transaction holds locked is skipped, not waited for: its write fails
+    /// alone with [`StoreError::Busy`], the rest apply. If a statement
+    /// fails, its requests and every later one fail with its error; earlier
     /// statements' outcomes stand.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        // A batch of one (a lone group's renewal) needs no arrays.
-        if let [one] = requests {
-            let outcome = self
-                .compare_and_swap(&one.group, one.expected, &one.record)
-                .await?;
-            return Ok(vec![Ok(outcome)]);
-        }
+        // Even a batch of one (a lone group's renewal) takes the batch
+        // statement: it never waits for a row lock, so a group whose row an
+        // operator holds costs the engine no connection for `lock_timeout`.
         // A version beyond an i64 was never issued here: nothing to write.
         let unmatchable = |i: usize| {
             requests[i]
@@ -426,10 +432,11 @@ impl LeaseStore for PostgresStore {
             };
             for i in indexes {
                 out[i] = Some(match (&applied, &failed) {
-                    (Some(applied), _) => Ok(match applied.get(requests[i].group.as_str()) {
-                        Some(v) => CasOutcome::Applied(version_of(*v)),
-                        None => CasOutcome::Conflict,
-                    }),
+                    (Some(applied), _) => match applied.get(requests[i].group.as_str()) {
+                        Some(Some(v)) => Ok(CasOutcome::Applied(version_of(*v))),
+                        Some(None) => Err(locked_row(&requests[i].group, self.target())),
+                        None => Ok(CasOutcome::Conflict),
+                    },
                     (None, Some(e)) => Err(e.copy_for_batch()),
                     (None, None) => Ok(CasOutcome::Conflict),
                 });

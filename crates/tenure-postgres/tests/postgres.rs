@@ -379,6 +379,7 @@ async fn a_row_lock_held_by_an_open_transaction_fails_fast() {
     let took = started.elapsed();
     let e = outcome.expect_err("the row is locked");
     assert!(e.is_transient(), "{e:?}");
+    assert!(e.not_applied(), "a locked row is busy, not unknown: {e:?}");
     assert!(e.to_string().contains("lock"), "{e}");
     assert!(took < Duration::from_secs(5), "failed after {took:?}");
     // Reads do not wait for row locks, and the store is still usable.
@@ -525,31 +526,19 @@ async fn a_deleted_and_recreated_row_never_reuses_a_version() {
     );
 }
 
-/// Item 3: an operation the caller abandoned (the elector's own deadline
-/// dropped it) takes its connection with it, so the next operation does
-/// not queue behind a statement still waiting for a row lock.
+/// An operation the caller abandoned (the elector's own deadline dropped
+/// it) takes its connection with it, so the next operation does not queue
+/// behind a statement still waiting for a row lock. (A single write waits
+/// for the lock; a batch skips locked rows and does not.)
 #[tokio::test(flavor = "multi_thread")]
 async fn an_abandoned_operation_does_not_hold_up_the_next() {
     let Some(url) = url() else { return };
     // One connection: the next operation runs where the abandoned one ran.
     let (store, group, v1, operator) = locked_row(&url, "timeout=10s&pool=1", "pg-abandoned").await;
-    // A batch, as the engine sends it, abandoned at its deadline.
-    let other = testkit::unique_group("pg-abandoned-other");
-    let batch = [
-        tenure::CasRequest {
-            group: other.clone(),
-            expected: None,
-            record: testkit::held_by("a", 1),
-        },
-        tenure::CasRequest {
-            group: group.clone(),
-            expected: Some(v1),
-            record: testkit::held_by("a", 1),
-        },
-    ];
+    // A single write, abandoned at its deadline.
     let abandoned = tokio::time::timeout(
         Duration::from_millis(300),
-        tenure::LeaseStore::compare_and_swap_many(&store, &batch),
+        tenure::LeaseStore::compare_and_swap(&store, &group, Some(v1), &testkit::held_by("a", 1)),
     )
     .await;
     assert!(
@@ -885,4 +874,81 @@ async fn a_version_column_out_of_range_is_a_corrupt_record() {
             "version {bad}: {entry:?}"
         );
     }
+}
+
+/// One row locked by another session fails only its own compare-and-swap
+/// in a batch, at once: the rest of the statement applies (the rows are
+/// locked with SKIP LOCKED, the locked one reported busy).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
+    let Some(url) = url() else { return };
+    let (store, locked, v1, operator) = locked_row(&url, "timeout=10s", "pg-batch-locked").await;
+    let mut requests = Vec::new();
+    for i in 0..50 {
+        let group = testkit::unique_group(&format!("pg-batch-free-{i}"));
+        requests.push(tenure::CasRequest {
+            group,
+            expected: None,
+            record: testkit::held_by("a", 1),
+        });
+    }
+    requests.insert(
+        25,
+        tenure::CasRequest {
+            group: locked.clone(),
+            expected: Some(v1),
+            record: testkit::held_by("a", 1),
+        },
+    );
+    let started = Instant::now();
+    let results = tenure::LeaseStore::compare_and_swap_many(&store, &requests)
+        .await
+        .expect("the batch as a whole succeeds");
+    let took = started.elapsed();
+    for (i, result) in results.iter().enumerate() {
+        match (i, result) {
+            (25, Err(e)) => {
+                assert!(e.not_applied(), "{e:?}");
+                assert!(e.to_string().contains(locked.as_str()), "{e}");
+            }
+            (25, other) => panic!("the locked row's write: {other:?}"),
+            (_, Ok(tenure::CasOutcome::Applied(_))) => {}
+            (i, other) => panic!("write {i} of a free row: {other:?}"),
+        }
+    }
+    assert!(
+        took < Duration::from_secs(5),
+        "the batch waited {took:?} for the lock"
+    );
+    operator.release().await;
+    // Once the lock is gone, the same write applies.
+    let outcome = tenure::LeaseStore::compare_and_swap_many(&store, &requests[25..26]).await;
+    assert!(
+        matches!(outcome.as_deref(), Ok([Ok(tenure::CasOutcome::Applied(_))])),
+        "{outcome:?}"
+    );
+}
+
+/// 2,000 groups led by one engine; an operator's open transaction locks one
+/// group's row for three terms: only that group may lose its term.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operators_row_lock_costs_only_that_group_its_term() {
+    let Some(url) = url() else { return };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let figures = scenarios::one_unwritable_group_fails_alone(
+        store,
+        2000,
+        Duration::from_secs(4),
+        |group| {
+            let url = url.clone();
+            async move { RowLock::hold(&url, &group).await }
+        },
+        RowLock::release,
+    )
+    .await;
+    eprintln!("PostgreSQL isolation: {figures:?}");
+    assert!(
+        figures.jammed_lost,
+        "the locked group could not have renewed"
+    );
 }

@@ -412,3 +412,78 @@ pub async fn one_leader_across_a_restart(
     let spans = log.check();
     assert!(spans.len() >= 2, "{spans:?}");
 }
+
+/// What [`one_unwritable_group_fails_alone`] saw.
+#[derive(Debug)]
+pub struct Isolation {
+    /// How many groups were led.
+    pub groups: usize,
+    /// The groups other than the jammed one whose terms ended while it was
+    /// jammed (must be none).
+    pub others_lost: usize,
+    /// Whether the jammed group's own term ended (the store could not
+    /// renew it).
+    pub jammed_lost: bool,
+    /// How long the group stayed unwritable.
+    pub jammed_for: Duration,
+}
+
+/// `groups` groups led by one engine on `store` (electors built from its
+/// clones); `jam` makes one of them unwritable (a row lock held by another
+/// session, a key turned into something the store cannot overwrite) for
+/// three terms, then `unjam` undoes it. Every other group keeps its term
+/// throughout: one item the store cannot write fails only itself, not
+/// the batches it is in. Returns the figures for the test to print (the
+/// jammed group's own loss is reported, not asserted: a store may yet
+/// write it).
+pub async fn one_unwritable_group_fails_alone<S, G, J, JF, U, UF>(
+    store: S,
+    groups: usize,
+    term: Duration,
+    jam: J,
+    unjam: U,
+) -> Isolation
+where
+    S: LeaseStore + Clone,
+    J: FnOnce(GroupName) -> JF,
+    JF: Future<Output = G>,
+    U: FnOnce(G) -> UF,
+    UF: Future<Output = ()>,
+{
+    let prefix = super::unique_group("isolated");
+    let leaders = electors_for_groups(&store, prefix.as_str(), groups, "a", term);
+    all_lead(&leaders, term * 10).await;
+    let terms: Vec<Term> = leaders
+        .iter()
+        .map(|e| e.current_term().expect("leading"))
+        .collect();
+    let jammed = groups / 2;
+    let guard = jam(leaders[jammed].group().clone()).await;
+    let began = Instant::now();
+    tokio::time::sleep(term * 3).await;
+    let jammed_for = began.elapsed();
+    let lost: Vec<usize> = terms
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.is_valid() || t.is_cancelled())
+        .map(|(i, _)| i)
+        .collect();
+    unjam(guard).await;
+    let others: Vec<usize> = lost.iter().copied().filter(|i| *i != jammed).collect();
+    assert!(
+        others.is_empty(),
+        "{} of {} groups lost their terms while only group {jammed} was unwritable: {:?}",
+        others.len(),
+        groups - 1,
+        &others[..others.len().min(20)]
+    );
+    // Once writable again, the jammed group is led again.
+    all_lead(&leaders, term * 5).await;
+    shutdown_all(leaders).await;
+    Isolation {
+        groups,
+        others_lost: others.len(),
+        jammed_lost: lost.contains(&jammed),
+        jammed_for,
+    }
+}
