@@ -18,10 +18,20 @@
 //!   whole, is congestion: the window halves, at most once per target
 //!   interval (one burst of slow replies is one signal, not many), and
 //!   never below [`MIN_WINDOW`].
+//! * A slow or failed batch of *renewals* also pauses admission for one
+//!   target interval: the terms already held are what the store is failing
+//!   to keep, so nothing that adds load goes out until a renewal batch
+//!   comes back in time (or the pause ends, so that an engine that has
+//!   lost every term still probes).
 //! * Until the first congestion the window grows by each timely batch's
-//!   size (a slow start: 100,000 groups starting at once on an idle store
-//!   are admitted in a few round trips); after it, by an eighth of the
-//!   initial window per timely batch.
+//!   size (a slow start: it doubles every round trip, so 100,000 groups
+//!   starting at once on an idle store are admitted in a few); after it,
+//!   by [`MIN_WINDOW`] per timely batch.
+//! * The store's cost of one operation is learned from the batches of at
+//!   least [`COST_SAMPLE`] operations (latency over size, smoothed), and no
+//!   batch of any kind is made larger than the target allows at that cost:
+//!   a batch the store cannot answer within its timeout is work it does for
+//!   nobody.
 
 use std::time::Duration;
 
@@ -30,6 +40,10 @@ use crate::clock::MonoTime;
 /// The fewest deferrable operations the window ever lets through at once:
 /// a store that is slow for everyone still sees candidates make progress.
 pub(crate) const MIN_WINDOW: usize = 8;
+
+/// The smallest batch whose latency teaches the cost of one operation (in
+/// a smaller one, the round trip itself dominates).
+pub(crate) const COST_SAMPLE: usize = 32;
 
 /// The admission window of one engine.
 #[derive(Debug)]
@@ -40,6 +54,9 @@ pub(crate) struct Admission {
     in_flight: usize,
     slow_start: bool,
     last_cut: Option<MonoTime>,
+    paused_until: Option<MonoTime>,
+    /// The store's smoothed cost of one operation, once learned.
+    per_op: Option<Duration>,
 }
 
 impl Admission {
@@ -50,16 +67,39 @@ impl Admission {
         Admission {
             window: initial.clamp(MIN_WINDOW, max_window),
             max_window,
-            step: (initial / 8).max(1),
+            step: MIN_WINDOW,
             in_flight: 0,
             slow_start: true,
             last_cut: None,
+            paused_until: None,
+            per_op: None,
         }
     }
 
-    /// How many more deferrable operations may be sent now.
-    pub(crate) fn room(&self) -> usize {
+    /// How many more deferrable operations may be sent at `now`.
+    pub(crate) fn room(&self, now: MonoTime) -> usize {
+        if self.paused_until.is_some_and(|t| now < t) {
+            return 0;
+        }
         self.window.saturating_sub(self.in_flight)
+    }
+
+    /// Until when admission is paused, if it is at `now`: the engine wakes
+    /// then to send what waits.
+    pub(crate) fn paused_until(&self, now: MonoTime) -> Option<MonoTime> {
+        self.paused_until.filter(|t| now < *t)
+    }
+
+    /// The largest batch worth sending, of at most `max_batch`: as many
+    /// operations as the store serves within `target` at its learned cost.
+    pub(crate) fn batch_cap(&self, max_batch: usize, target: Duration) -> usize {
+        let Some(per_op) = self.per_op.filter(|d| !d.is_zero()) else {
+            return max_batch;
+        };
+        let fits = target.as_nanos() / per_op.as_nanos();
+        usize::try_from(fits)
+            .unwrap_or(usize::MAX)
+            .clamp(MIN_WINDOW.min(max_batch), max_batch)
     }
 
     /// The window now, for monitoring.
@@ -77,9 +117,9 @@ impl Admission {
         self.in_flight = self.in_flight.saturating_sub(n);
     }
 
-    /// A batch of `ops` operations, of any kind, came back at `now` after
-    /// `latency`, or failed as a whole (`failed`): the store's service
-    /// time, against `target`.
+    /// A batch of `ops` operations came back at `now` after `latency`, or
+    /// failed as a whole (`failed`): the store's service time, against
+    /// `target`. `renewals` says whether the batch kept held terms.
     pub(crate) fn observe(
         &mut self,
         now: MonoTime,
@@ -87,8 +127,19 @@ impl Admission {
         failed: bool,
         ops: usize,
         target: Duration,
+        renewals: bool,
     ) {
-        if failed || latency > target {
+        if !failed && ops >= COST_SAMPLE {
+            let cost = latency / u32::try_from(ops).unwrap_or(u32::MAX);
+            // Smoothed by an eighth of each sample, as TCP smooths its
+            // round-trip time.
+            self.per_op = Some(self.per_op.map_or(cost, |c| (c * 7 + cost) / 8));
+        }
+        let congested = failed || latency > target;
+        if renewals {
+            self.paused_until = congested.then_some(now + target);
+        }
+        if congested {
             let recently = self.last_cut.is_some_and(|t| now < t + target);
             if !recently {
                 self.window = (self.window / 2).max(MIN_WINDOW);
@@ -127,22 +178,26 @@ mod tests {
     #[test]
     fn grows_by_whole_batches_until_the_first_congestion_then_by_steps() {
         let mut a = Admission::new(1024, 1 << 20);
-        a.observe(at(0), fast(), false, 1024, TARGET);
+        a.observe(at(0), fast(), false, 1024, TARGET, false);
         assert_eq!(a.window(), 2048);
-        a.observe(at(1), slow(), false, 1024, TARGET);
+        a.observe(at(1), slow(), false, 1024, TARGET, false);
         assert_eq!(a.window(), 1024);
-        a.observe(at(200), fast(), false, 1024, TARGET);
-        assert_eq!(a.window(), 1024 + 128, "additive after the first cut");
+        a.observe(at(200), fast(), false, 1024, TARGET, false);
+        assert_eq!(
+            a.window(),
+            1024 + MIN_WINDOW,
+            "additive after the first cut"
+        );
     }
 
     #[test]
     fn a_burst_of_slow_replies_halves_the_window_once() {
         let mut a = Admission::new(4096, 1 << 20);
         for ms in 0..10 {
-            a.observe(at(ms), slow(), false, 4096, TARGET);
+            a.observe(at(ms), slow(), false, 4096, TARGET, false);
         }
         assert_eq!(a.window(), 2048);
-        a.observe(at(150), slow(), false, 4096, TARGET);
+        a.observe(at(150), slow(), false, 4096, TARGET, false);
         assert_eq!(a.window(), 1024, "a later slow reply cuts again");
     }
 
@@ -150,25 +205,51 @@ mod tests {
     fn a_failed_batch_is_congestion_and_the_window_keeps_a_floor() {
         let mut a = Admission::new(64, 1 << 20);
         for i in 0..20 {
-            a.observe(at(i * 1000), fast(), true, 64, TARGET);
+            a.observe(at(i * 1000), fast(), true, 64, TARGET, false);
         }
         assert_eq!(a.window(), MIN_WINDOW);
-        assert_eq!(a.room(), MIN_WINDOW);
+        assert_eq!(a.room(at(0)), MIN_WINDOW);
     }
 
     #[test]
     fn room_counts_what_is_in_flight_and_never_exceeds_the_cap() {
         let mut a = Admission::new(100, 150);
         a.sent(60);
-        assert_eq!(a.room(), 40);
+        assert_eq!(a.room(at(0)), 40);
         a.sent(60);
-        assert_eq!(a.room(), 0, "over the window: no room, no underflow");
+        assert_eq!(a.room(at(0)), 0, "over the window: no room, no underflow");
         a.returned(120);
         for _ in 0..10 {
-            a.observe(at(0), fast(), false, 100, TARGET);
+            a.observe(at(0), fast(), false, 100, TARGET, false);
         }
         assert_eq!(a.window(), 150);
         a.returned(1);
-        assert_eq!(a.room(), 150);
+        assert_eq!(a.room(at(0)), 150);
+    }
+
+    #[test]
+    fn a_slow_renewal_batch_pauses_admission_until_one_comes_back_in_time() {
+        let mut a = Admission::new(64, 1 << 20);
+        a.observe(at(0), slow(), false, 64, TARGET, true);
+        assert_eq!(a.room(at(50)), 0, "paused");
+        assert_eq!(a.paused_until(at(50)), Some(at(100)));
+        assert_eq!(a.room(at(100)), 32, "the pause ends by itself");
+        a.observe(at(10), slow(), false, 64, TARGET, true);
+        assert_eq!(a.room(at(20)), 0);
+        a.observe(at(30), fast(), false, 64, TARGET, true);
+        assert!(a.room(at(30)) > 0, "a timely renewal batch ends the pause");
+    }
+
+    #[test]
+    fn batches_are_capped_at_what_the_store_serves_within_the_target() {
+        let mut a = Admission::new(64, 1 << 20);
+        assert_eq!(a.batch_cap(4096, TARGET), 4096, "nothing learned yet");
+        // 100 operations in 50 ms: half a millisecond each.
+        a.observe(at(0), Duration::from_millis(50), false, 100, TARGET, false);
+        assert_eq!(a.batch_cap(4096, TARGET), 200);
+        // A small batch's latency is its round trip: it teaches nothing.
+        a.observe(at(1), Duration::from_millis(50), false, 2, TARGET, false);
+        assert_eq!(a.batch_cap(4096, TARGET), 200);
+        assert_eq!(a.batch_cap(100, TARGET), 100);
     }
 }

@@ -551,9 +551,10 @@ struct Outgoing<T> {
     items: Vec<T>,
 }
 
-/// A finished batch, with the instant it was sent.
+/// A finished batch, with the instant it was sent and what it was for.
 struct BatchReply {
     sent: MonoTime,
+    priority: Priority,
     result: BatchResults,
 }
 
@@ -660,7 +661,7 @@ impl Task {
             reads: Queues::default(),
             writes: Queues::default(),
             admission: Admission::new(
-                options.max_batch,
+                options.max_batch / 64,
                 options.max_batch.saturating_mul(options.max_in_flight),
             ),
             admitted: HashMap::new(),
@@ -982,7 +983,24 @@ impl Task {
                 wake = Some(wake.map_or(retry_at, |w| w.min(retry_at)));
             }
         }
+        // Operations held back by a pause go out when it ends.
+        let now = self.clock.now().mono;
+        if let Some(t) = self
+            .admission
+            .paused_until(now)
+            .filter(|_| self.deferred_waiting())
+        {
+            wake = Some(wake.map_or(t, |w| w.min(t)));
+        }
         wake
+    }
+
+    /// Whether acquisitions or polls wait in the queues.
+    fn deferred_waiting(&self) -> bool {
+        Priority::ALL.iter().filter(|p| p.deferrable()).any(|p| {
+            !self.reads.by_priority[p.index()].is_empty()
+                || !self.writes.by_priority[p.index()].is_empty()
+        })
     }
 
     /// Ticks every group whose wake-up has come, and times out every
@@ -1129,14 +1147,18 @@ impl Task {
             .options
             .max_in_flight
             .saturating_sub(self.batches.len());
+        let cap = self
+            .admission
+            .batch_cap(self.options.max_batch, self.op_timeout / 4);
         if !priority.deferrable() {
-            return if free > 0 { self.options.max_batch } else { 0 };
+            return if free > 0 { cap } else { 0 };
         }
         let reserved = usize::from(self.options.max_in_flight > 1);
         if free <= reserved {
             return 0;
         }
-        self.admission.room().min(self.options.max_batch)
+        let now = self.clock.now().mono;
+        self.admission.room(now).min(cap)
     }
 
     /// Sends one priority's operations of one queue as batches while there
@@ -1236,6 +1258,7 @@ impl Task {
             };
             BatchReply {
                 sent,
+                priority,
                 result: results(ids, result),
             }
         });
@@ -1258,7 +1281,9 @@ impl Task {
         let latency = now.saturating_since(reply.sent);
         let (count, failed) = (reply.result.len(), reply.result.failed());
         let target = self.op_timeout / 4;
-        self.admission.observe(now, latency, failed, count, target);
+        let renewals = reply.priority == Priority::Renewal;
+        self.admission
+            .observe(now, latency, failed, count, target, renewals);
         // Smoothed as TCP smooths its round-trip time (an eighth of each).
         self.service = (self.service * 7 + latency) / 8;
         // A group that failed alone may go only alone next time; one that

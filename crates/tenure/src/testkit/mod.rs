@@ -79,6 +79,7 @@ mod reported;
 mod sample;
 pub mod scenarios;
 mod servers;
+mod service_time;
 mod support;
 mod term_log;
 mod tls;
@@ -100,6 +101,7 @@ pub use private_server::{Launch, PrivateServer};
 pub use proxy::{HttpFront, TcpProxy};
 pub use sample::sample_record;
 pub use servers::server_url;
+pub use service_time::ServiceTimeStore;
 pub use support::{
     free_port, signal, unique_suffix, wait_for_listener, wait_for_port, ServerProcess, TempDir,
 };
