@@ -64,8 +64,12 @@ pub enum Input {
         /// The term's token.
         token: u64,
     },
-    /// The store's change feed delivered the group's record: as good as a
-    /// read's reply (it was written before it was received), without one.
+    /// The store's change feed delivered the group's record. It is a hint,
+    /// never authority (anyone who may publish on the feed can forge one):
+    /// it may make a candidate wait (a renewal seen) or look (a release
+    /// seen), but an acquisition, the token it chooses and a refusal to
+    /// stand wait for a read that shows the same record, and a leader ends
+    /// its term or hands over only on what a read shows.
     Observed {
         /// The record and its version.
         current: Versioned,
