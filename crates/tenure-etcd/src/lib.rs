@@ -93,7 +93,10 @@
 //!
 //! The gRPC channel reconnects on its own (to any of the endpoints);
 //! requests are bounded by the `timeout` option, and HTTP/2 keep-alive
-//! pings find a silent connection. The elector keeps trying to renew until
+//! pings find a silent connection. Every request and watch requires a
+//! leader (`hasleader`): a member cut off from its quorum refuses them
+//! instead of serving a stale read or holding a silent watch open, so the
+//! client moves on. The elector keeps trying to renew until
 //! its term's deadline and steps down on time. After an etcd restart the
 //! data (and so every lease and token) is still there; auth tokens, which
 //! a restart invalidates, are renewed automatically. Restoring a snapshot

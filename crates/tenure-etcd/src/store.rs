@@ -119,6 +119,12 @@ impl EtcdStore {
             .with_connect_timeout(options.timeout)
             .with_timeout(options.timeout)
             .with_keep_alive(KEEP_ALIVE, options.timeout)
+            // A member cut off from its cluster's quorum refuses requests
+            // and cancels watches (gRPC metadata `hasleader`), instead of
+            // answering from a stale state or keeping a watch open that
+            // will never deliver: the engine then polls and re-subscribes,
+            // through another endpoint.
+            .with_require_leader(true)
             // Simple tokens expire (and die with a restart): log in again.
             .with_auto_token_refresh(true);
         if let (Some(user), Some(password)) = (&options.user, &options.password) {

@@ -39,6 +39,14 @@
 //!   off with jitter.
 //! * **Nothing sent late.** A renewal whose deadline would pass before the
 //!   store could answer is not sent (it is answered `Busy`).
+//! * **A feed that goes silent is found.** A feed can stay open and
+//!   deliver nothing (an etcd member cut off from its quorum, a stalled
+//!   proxy), and candidates do not poll while it is up. So once per retry
+//!   interval the engine reads one following group's record itself (one
+//!   read per engine, whatever the number of groups); a version the feed
+//!   has not delivered within an operation timeout of that read means the
+//!   feed is silent: it is dropped, every candidate polls, and the engine
+//!   subscribes again.
 //! * **Failure isolation.** A group whose last operation failed is sent in
 //!   a batch of suspects only, never with healthy groups: half the size of
 //!   the batch it failed in, down to one, until it succeeds; nor is its
@@ -73,7 +81,7 @@ use crate::coordinator::{Command, Session};
 use crate::elector::ElectorBuilder;
 use crate::error::{ElectorError, StoreError};
 use crate::machine::{Action, Input, Machine, OpId, Phase, ReadPurpose, WritePurpose};
-use crate::record::{GroupName, Versioned};
+use crate::record::{GroupName, Version, Versioned};
 use crate::role::LeaderInfo;
 use crate::store::{BatchResult, CasOutcome, CasRequest, Change, LeaseStore, StoreFeed};
 
@@ -145,6 +153,10 @@ pub struct EngineStats {
     /// How many acquisitions and polls the admission window lets be in
     /// flight now.
     pub admission_window: u64,
+    /// Times the engine found its change feed silent (a write its own
+    /// check read that the feed did not deliver within an operation
+    /// timeout), dropped it and fell back to polling.
+    pub feed_silences: u64,
 }
 
 #[derive(Default)]
@@ -157,6 +169,7 @@ struct Counters {
     changes: AtomicU64,
     shed: AtomicU64,
     admission_window: AtomicU64,
+    feed_silences: AtomicU64,
 }
 
 impl Counters {
@@ -174,6 +187,7 @@ impl Counters {
             changes: self.changes.load(Ordering::Relaxed),
             shed: self.shed.load(Ordering::Relaxed),
             admission_window: self.admission_window.load(Ordering::Relaxed),
+            feed_silences: self.feed_silences.load(Ordering::Relaxed),
         }
     }
 }
@@ -518,6 +532,9 @@ struct Slot {
     fed_pulse: u64,
     /// The operation in flight, if any.
     op: Option<Current>,
+    /// The newest version of the group's record this engine has seen, by
+    /// the feed, a read or its own write (what the feed check compares).
+    seen: Option<Version>,
     /// The largest batch this group's operations may go in: unbounded
     /// while healthy; after a failure half the batch it failed in (down to
     /// one), until one succeeds.
@@ -579,6 +596,21 @@ impl BatchResults {
     }
 }
 
+/// The engine's own check that its store-wide feed still delivers (see
+/// the module docs).
+struct FeedCheck {
+    /// When the next check read goes out.
+    next_at: MonoTime,
+    /// The check read in flight: the group read, and what the store said.
+    reading: JoinSet<(GroupId, Result<Option<Versioned>, StoreError>)>,
+    /// A version the check read found that the feed had not delivered
+    /// yet: the group, the version, and when the feed must have delivered
+    /// it by.
+    owed: Option<(GroupId, Version, MonoTime)>,
+    /// Which following group to read next (round robin).
+    cursor: usize,
+}
+
 enum Feed {
     /// Not subscribed; try again at this instant.
     Off { retry_at: MonoTime },
@@ -615,6 +647,8 @@ struct Task {
     /// The shortest operation timeout among the groups: a batch that takes
     /// longer than a quarter of it is congestion.
     op_timeout: Duration,
+    /// The shortest retry interval among the groups that have joined.
+    retry_min: Duration,
     /// The store's recent service time (smoothed), for not sending an
     /// operation that could not be answered before its deadline.
     service: Duration,
@@ -630,6 +664,7 @@ struct Task {
     poll_window: Duration,
     batches: JoinSet<BatchReply>,
     feed: Feed,
+    check: FeedCheck,
     subscription: JoinSet<Result<Option<StoreFeed>, StoreError>>,
 }
 
@@ -666,6 +701,7 @@ impl Task {
             ),
             admitted: HashMap::new(),
             op_timeout: Duration::MAX,
+            retry_min: Duration::MAX,
             service: Duration::ZERO,
             shedding: Vec::new(),
             renewing: false,
@@ -674,6 +710,12 @@ impl Task {
             poll_window: Duration::ZERO,
             batches: JoinSet::new(),
             feed: Feed::Off { retry_at: now },
+            check: FeedCheck {
+                next_at: now,
+                reading: JoinSet::new(),
+                owed: None,
+                cursor: 0,
+            },
             subscription: JoinSet::new(),
         }
     }
@@ -706,6 +748,11 @@ impl Task {
                     self.on_subscribed(subscribed.unwrap_or(Ok(None)));
                 }
                 Some(id) = self.hints.recv() => self.step(id, Input::Changed),
+                Some(read) = self.check.reading.join_next() => {
+                    if let Ok((id, result)) = read {
+                        self.on_check_read(id, result);
+                    }
+                }
                 _ = sleep_until(&clock, wake) => {}
             }
             // Take in everything else that is ready, so one turn batches it.
@@ -722,6 +769,7 @@ impl Task {
                 }
             }
             self.fire_timers();
+            self.run_feed_check();
             self.coalesce();
             self.flush();
             if !self.rx_open && self.slots.is_empty() {
@@ -758,6 +806,7 @@ impl Task {
         self.renew_window = self.renew_window.max(timing.renew_interval / 2);
         self.poll_window = self.poll_window.max(timing.retry_interval / 2);
         self.op_timeout = self.op_timeout.min(timing.op_timeout);
+        self.retry_min = self.retry_min.min(timing.retry_interval);
         self.slots.insert(
             id,
             Slot {
@@ -766,6 +815,7 @@ impl Task {
                 session,
                 fed_pulse: 0,
                 op: None,
+                seen: None,
                 isolate: usize::MAX,
                 gen: 0,
                 scheduled: None,
@@ -983,6 +1033,9 @@ impl Task {
                 wake = Some(wake.map_or(retry_at, |w| w.min(retry_at)));
             }
         }
+        if let Some(t) = self.feed_check_due() {
+            wake = Some(wake.map_or(t, |w| w.min(t)));
+        }
         // Operations held back by a pause go out when it ends.
         let now = self.clock.now().mono;
         if let Some(t) = self
@@ -1001,6 +1054,99 @@ impl Task {
             !self.reads.by_priority[p.index()].is_empty()
                 || !self.writes.by_priority[p.index()].is_empty()
         })
+    }
+
+    /// When the feed check has something to do next, if the feed is up:
+    /// judge what a read found, or send the next read (only while some
+    /// group follows, and no read is in flight).
+    fn feed_check_due(&self) -> Option<MonoTime> {
+        if !matches!(self.feed, Feed::Up(_)) {
+            return None;
+        }
+        if let Some((_, _, by)) = self.check.owed {
+            return Some(by);
+        }
+        // Whether any group follows is looked at only when a read is due
+        // (once per retry interval): it takes a pass over every group.
+        self.check.reading.is_empty().then_some(self.check.next_at)
+    }
+
+    /// Sends the feed check's read, or judges what it found, when due.
+    fn run_feed_check(&mut self) {
+        let now = self.clock.now().mono;
+        if self.feed_check_due().is_none_or(|t| now < t) {
+            return;
+        }
+        if let Some((id, version, _)) = self.check.owed.take() {
+            let delivered = self
+                .slots
+                .get(&id)
+                .is_none_or(|s| s.seen.is_some_and(|seen| seen >= version));
+            if !delivered {
+                Counters::add(&self.counters.feed_silences, 1);
+                tracing::warn!(
+                    "the change feed did not deliver a write within an operation timeout; polling until it is back"
+                );
+                self.feed_lost();
+            }
+            return;
+        }
+        let interval = self.retry_interval();
+        self.check.next_at = now + interval;
+        let followers: Vec<GroupId> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| following(s))
+            .map(|(id, _)| *id)
+            .collect();
+        let Some(&id) = followers.get(self.check.cursor % followers.len().max(1)) else {
+            return;
+        };
+        self.check.cursor = self.check.cursor.wrapping_add(1);
+        let Some(slot) = self.slots.get(&id) else {
+            return;
+        };
+        let (store, clock, group) = (self.store.clone(), self.clock.clone(), slot.group.clone());
+        let timeout = self.op_timeout.min(interval);
+        Counters::add(&self.counters.read_batches, 1);
+        Counters::add(&self.counters.reads, 1);
+        self.check.reading.spawn(async move {
+            let deadline = clock.now().mono + timeout;
+            let result = tokio::select! {
+                r = store.read(&group) => r,
+                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
+            };
+            (id, result)
+        });
+    }
+
+    /// What the feed check's read found: a version newer than any the
+    /// engine has seen for the group must come on the feed within an
+    /// operation timeout.
+    fn on_check_read(&mut self, id: GroupId, result: Result<Option<Versioned>, StoreError>) {
+        let Ok(Some(current)) = result else {
+            return;
+        };
+        let Some(slot) = self.slots.get(&id) else {
+            return;
+        };
+        if slot.seen.is_none_or(|seen| current.version > seen) && matches!(self.feed, Feed::Up(_)) {
+            let by = self.clock.now().mono + self.op_timeout.min(self.retry_interval());
+            self.check.owed = Some((id, current.version, by));
+        }
+    }
+
+    /// The store-wide feed ended or went silent: every group polls until
+    /// the engine has subscribed again.
+    fn feed_lost(&mut self) {
+        self.feed = Feed::Off {
+            retry_at: self.clock.now().mono + self.retry_interval(),
+        };
+        self.check.owed = None;
+        let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+        for id in ids {
+            self.step(id, Input::Feed { live: false });
+        }
     }
 
     /// Ticks every group whose wake-up has come, and times out every
@@ -1335,6 +1481,11 @@ impl Task {
             return;
         }
         slot.op = None;
+        match &result {
+            Ok(Reply::Read(Some(v))) => saw(slot, v.version),
+            Ok(Reply::Write(CasOutcome::Applied(version))) => saw(slot, *version),
+            _ => {}
+        }
         let health = result
             .as_ref()
             .err()
@@ -1407,31 +1558,28 @@ impl Task {
         }
     }
 
-    /// The shortest retry interval among the groups, for re-subscribing.
+    /// The shortest retry interval among the groups that have joined, for
+    /// re-subscribing and the feed check.
     fn retry_interval(&self) -> Duration {
-        self.slots
-            .values()
-            .map(|s| s.machine.timing().retry_interval)
-            .min()
-            .unwrap_or(Duration::from_secs(1))
+        if self.retry_min == Duration::MAX {
+            Duration::from_secs(1)
+        } else {
+            self.retry_min
+        }
     }
 
     fn on_change(&mut self, change: Option<Change>) {
         let Some(change) = change else {
             tracing::debug!("change feed ended; polling until it is back");
-            self.feed = Feed::Off {
-                retry_at: self.clock.now().mono + self.retry_interval(),
-            };
-            let ids: Vec<GroupId> = self.slots.keys().copied().collect();
-            for id in ids {
-                self.step(id, Input::Feed { live: false });
-            }
-            return;
+            return self.feed_lost();
         };
         Counters::add(&self.counters.changes, 1);
         match change {
             Change::Written { group, current } => {
                 for id in self.ids_of(&group) {
+                    if let Some(slot) = self.slots.get_mut(&id) {
+                        saw(slot, current.version);
+                    }
                     self.step(
                         id,
                         Input::Observed {
@@ -1492,6 +1640,17 @@ impl Task {
         });
         slot.hints = Some(handle.abort_handle());
     }
+}
+
+/// Whether a group waits for a lease someone else may hold (what the feed
+/// check reads).
+fn following(slot: &Slot) -> bool {
+    slot.machine.phase() == Phase::Candidate
+}
+
+/// Notes a version of the group's record the engine has seen.
+fn saw(slot: &mut Slot, version: Version) {
+    slot.seen = Some(slot.seen.map_or(version, |s| s.max(version)));
 }
 
 /// A store's answer to one operation.

@@ -257,6 +257,7 @@ struct FaultState {
     lose_replies: bool,
     no_notifications: bool,
     partitioned: HashSet<String>,
+    silenced: HashSet<String>,
 }
 
 /// Shared switches for the [`FaultyStore`] handles of a test.
@@ -323,6 +324,19 @@ impl Faults {
     /// Reconnects `node`.
     pub fn heal(&self, node: &str) {
         self.lock().partitioned.remove(node);
+    }
+
+    /// Makes `node`'s store-wide change feed silent: it stays open and
+    /// delivers nothing, and says nothing of what it missed (a watch on a
+    /// member cut off from its quorum, a stalled proxy). Its operations
+    /// still work. `false` lets the feed deliver again.
+    pub fn silence_feed(&self, node: &str, silent: bool) {
+        let mut f = self.lock();
+        if silent {
+            f.silenced.insert(node.to_owned());
+        } else {
+            f.silenced.remove(node);
+        }
     }
 }
 
@@ -398,10 +412,14 @@ impl<S: LeaseStore> LeaseView for FaultyStore<S> {
         tokio::spawn(async move {
             let mut missed = false;
             while let Some(change) = inner.next().await {
-                let blocked = {
+                let (blocked, silenced) = {
                     let f = faults.lock();
-                    f.no_notifications || f.partitioned.contains(&node)
+                    let blocked = f.no_notifications || f.partitioned.contains(&node);
+                    (blocked, f.silenced.contains(&node))
                 };
+                if silenced {
+                    continue;
+                }
                 if blocked {
                     missed = true;
                     continue;

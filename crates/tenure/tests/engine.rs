@@ -172,7 +172,9 @@ async fn renewals_coalesce_into_few_batches_without_extra_writes() {
 }
 
 /// A second process (another view of the store, so another engine) follows
-/// every group through the store's feed: no reads while the leaders renew.
+/// every group through the store's feed: no reads while the leaders renew,
+/// but the engine's own check that the feed still delivers (one read per
+/// retry interval for the whole engine, not per group).
 #[tokio::test(start_paused = true)]
 async fn followers_learn_every_renewal_from_the_feed_without_reads() {
     let two = TwoProcesses::a_leading(200).await;
@@ -182,9 +184,17 @@ async fn followers_learn_every_renewal_from_the_feed_without_reads() {
     let before = two.b_engine.stats();
     tokio::time::sleep(TERM * 3).await;
     let after = two.b_engine.stats();
+    let checks = u64::from(
+        (TERM * 3).as_millis() as u32 / two.b[0].timing().retry_interval.as_millis() as u32,
+    ) + 1;
+    assert!(
+        after.reads - before.reads <= checks,
+        "followers read while leaders renewed: {} reads, {checks} feed checks",
+        after.reads - before.reads
+    );
     assert_eq!(
-        after.reads, before.reads,
-        "followers read while leaders renewed"
+        after.feed_silences, 0,
+        "a live feed is not taken for silent"
     );
     assert_eq!(after.writes, before.writes);
     assert!(
@@ -311,4 +321,44 @@ fn is_leader_is_false_once_the_deadline_passes_without_the_engine() {
         assert!(!e.is_leader());
         e.shutdown().await;
     });
+}
+
+/// A change feed that stays open but goes silent (it delivers nothing and
+/// says nothing of it) is found by the engine's own check read: the
+/// followers poll again, and a crash of the leading process is taken over
+/// within the polling bound, not a term or two later.
+#[tokio::test(start_paused = true)]
+async fn a_silent_feed_is_found_and_a_crash_is_still_taken_over_in_time() {
+    let p = TwoProcesses::a_leading(20).await;
+    for e in &p.b {
+        let mut roles = e.watch_role();
+        roles
+            .wait_for(|r| matches!(r, Role::Follower { .. }))
+            .await
+            .unwrap();
+    }
+    let quiet = p.b_engine.stats();
+    // A term of a's renewals pass b by unseen.
+    p.faults.silence_feed("b", true);
+    tokio::time::sleep(TERM).await;
+    let found = p.b_engine.stats();
+    assert!(
+        found.feed_silences > quiet.feed_silences,
+        "the silent feed went unnoticed: {found:?}"
+    );
+    // The leading process dies; b must take over every group within the
+    // crash bound of a polling store (plus one check interval: the feed
+    // may have come back up, silent again, in between).
+    p.faults.partition("a");
+    let crashed = p.clock.now().mono;
+    let timing = p.b[0].timing().clone();
+    let bound = timing.bounds().crash_failover + timing.retry_interval + timing.op_timeout;
+    for (i, e) in p.b.iter().enumerate() {
+        tokio::time::timeout(bound, e.wait_for_leadership())
+            .await
+            .unwrap_or_else(|_| panic!("group {i} not taken over within {bound:?} of the crash"))
+            .unwrap();
+    }
+    let took = p.clock.now().mono.saturating_since(crashed);
+    eprintln!("silent feed: all taken over {took:?} after the crash (bound {bound:?})");
 }

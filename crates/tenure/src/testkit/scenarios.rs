@@ -292,6 +292,7 @@ pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
         changes: b.changes - a.changes,
         shed: b.shed - a.shed,
         admission_window: b.admission_window,
+        feed_silences: b.feed_silences - a.feed_silences,
     };
     let figures = ManyGroups {
         elected_all,
