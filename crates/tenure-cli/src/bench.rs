@@ -48,6 +48,23 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         // A shard worked by two members at once is a broken guarantee.
         return Ok(u8::from(bench.overlaps() != 0));
     }
+    if !args.overload.is_empty() {
+        if args.overload.contains(&0) {
+            return Err(usage("--overload counts must be positive"));
+        }
+        if urls.iter().any(|u| !u.is_shared()) {
+            return Err(usage(
+                "--overload needs a real store: memory:// lives in one process",
+            ));
+        }
+        let runs = crate::overload::run(&args, &urls).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&runs)?);
+        } else {
+            print!("{}", crate::overload::table(&runs));
+        }
+        return Ok(0);
+    }
     if !args.groups.is_empty() {
         if args.groups.contains(&0) {
             return Err(usage("--groups counts must be positive"));

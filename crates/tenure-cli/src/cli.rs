@@ -74,6 +74,10 @@ pub enum Command {
     /// it holds as JSON lines.
     #[command(hide = true)]
     BenchMember(BenchMemberArgs),
+    /// A standby process of `tenure bench --overload`, reporting how many
+    /// groups it leads.
+    #[command(hide = true)]
+    BenchStandby(BenchStandbyArgs),
 }
 
 /// Where the lease records live.
@@ -315,6 +319,25 @@ pub struct BenchFollowersArgs {
     pub window: Duration,
 }
 
+/// `tenure bench-standby` (internal).
+#[derive(Debug, Args)]
+pub struct BenchStandbyArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The groups are PREFIX-0 .. PREFIX-(COUNT-1).
+    #[arg(long)]
+    pub prefix: String,
+    /// How many groups.
+    #[arg(long)]
+    pub count: usize,
+    /// The term.
+    #[arg(long, value_parser = parse_duration)]
+    pub term: Duration,
+    /// This process's candidate id.
+    #[arg(long)]
+    pub id: String,
+}
+
 /// `tenure bench-member` (internal).
 #[derive(Debug, Args)]
 pub struct BenchMemberArgs {
@@ -532,6 +555,26 @@ pub struct BenchArgs {
     /// Crash samples for `etcdctl elect`; each waits out its 60 s session lease.
     #[arg(long, default_value_t = 3)]
     pub etcdctl_crash_samples: usize,
+    /// Measure many groups past what the store serves instead of
+    /// hand-overs: for each count (comma-separated), two standby processes
+    /// stand in every group; the table shows how many groups stay led over
+    /// time, through a pause of the store server (--pause-pid) and a
+    /// SIGKILL of the process that led.
+    #[arg(long, value_name = "N,...", value_delimiter = ',', conflicts_with_all = ["groups", "shards", "etcdctl"])]
+    pub overload: Vec<usize>,
+    /// With --overload: the store server's pid, stopped (SIGSTOP) for
+    /// --pause once the groups have settled, then continued; its CPU is
+    /// reported too.
+    #[arg(long, value_name = "PID", requires = "overload")]
+    pub pause_pid: Option<u32>,
+    /// With --overload and --pause-pid: how long the store server stays
+    /// stopped.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1.5s")]
+    pub pause: std::time::Duration,
+    /// With --overload: how many runs per count (the table shows each, and
+    /// the worst).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "overload")]
+    pub runs: usize,
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,

@@ -16,6 +16,7 @@ mod kafka;
 mod logging;
 mod metadata_file;
 mod out;
+mod overload;
 mod release;
 mod run;
 mod scale;
@@ -54,7 +55,10 @@ fn main() -> ExitCode {
     }
     let level = match cli.command {
         // Thousands of elections: one log line each would be the bench.
-        Command::Bench(_) | Command::BenchFollowers(_) | Command::BenchMember(_) => "warn",
+        Command::Bench(_)
+        | Command::BenchFollowers(_)
+        | Command::BenchMember(_)
+        | Command::BenchStandby(_) => "warn",
         _ => "info",
     };
     logging::init(cli.log_format, level);
@@ -89,6 +93,7 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Watchdog(args) => Ok(watchdog::main(&args)),
         Command::BenchFollowers(args) => scale::followers(args).await,
         Command::BenchMember(args) => shard_bench::member(args).await,
+        Command::BenchStandby(args) => overload::standby(args).await,
     }
 }
 

@@ -123,7 +123,7 @@ async fn measure(
     })
 }
 
-fn start_groups(
+pub(crate) fn start_groups(
     store: Arc<dyn LeaseStore>,
     prefix: &str,
     n: usize,
@@ -270,7 +270,7 @@ fn is_leader_cost(elector: &Elector) -> f64 {
 
 /// This process's CPU time (user + system).
 #[allow(unsafe_code, reason = "std has no call for a process's CPU time")]
-fn cpu_time() -> Duration {
+pub(crate) fn cpu_time() -> Duration {
     // SAFETY: getrusage writes only into the zeroed struct we pass.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: RUSAGE_SELF is valid and `usage` is a valid out-pointer.
