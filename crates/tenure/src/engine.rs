@@ -44,9 +44,9 @@
 //!   proxy), and candidates do not poll while it is up. So once per retry
 //!   interval the engine reads one following group's record itself (one
 //!   read per engine, whatever the number of groups); a version the feed
-//!   has not delivered within an operation timeout of that read means the
-//!   feed is silent: it is dropped, every candidate polls, and the engine
-//!   subscribes again.
+//!   has not delivered within an operation timeout of that read, while it
+//!   delivered nothing else either, means the feed is silent: it is
+//!   dropped, every candidate polls, and the engine subscribes again.
 //! * **Failure isolation.** A group whose last operation failed is sent in
 //!   a batch of suspects only, never with healthy groups: half the size of
 //!   the batch it failed in, down to one, until it succeeds; nor is its
@@ -605,8 +605,14 @@ struct FeedCheck {
     reading: JoinSet<(GroupId, Result<Option<Versioned>, StoreError>)>,
     /// A version the check read found that the feed had not delivered
     /// yet: the group, the version, and when the feed must have delivered
-    /// it by.
+    /// it (or anything at all) by.
     owed: Option<(GroupId, Version, MonoTime)>,
+    /// Changes the feed has delivered so far, and how many it had when the
+    /// debt was noted: a feed that delivers other changes meanwhile is not
+    /// silent, only late (a busy store's feed lags; taking that for
+    /// silence would add every group's polls to its load).
+    delivered: u64,
+    delivered_when_owed: u64,
     /// Which following group to read next (round robin).
     cursor: usize,
 }
@@ -714,6 +720,8 @@ impl Task {
                 next_at: now,
                 reading: JoinSet::new(),
                 owed: None,
+                delivered: 0,
+                delivered_when_owed: 0,
                 cursor: 0,
             },
             subscription: JoinSet::new(),
@@ -1082,7 +1090,8 @@ impl Task {
                 .slots
                 .get(&id)
                 .is_none_or(|s| s.seen.is_some_and(|seen| seen >= version));
-            if !delivered {
+            let spoke = self.check.delivered != self.check.delivered_when_owed;
+            if !delivered && !spoke {
                 Counters::add(&self.counters.feed_silences, 1);
                 tracing::warn!(
                     "the change feed did not deliver a write within an operation timeout; polling until it is back"
@@ -1133,6 +1142,7 @@ impl Task {
         if slot.seen.is_none_or(|seen| current.version > seen) && matches!(self.feed, Feed::Up(_)) {
             let by = self.clock.now().mono + self.op_timeout.min(self.retry_interval());
             self.check.owed = Some((id, current.version, by));
+            self.check.delivered_when_owed = self.check.delivered;
         }
     }
 
@@ -1207,15 +1217,27 @@ impl Task {
     /// is going out in.
     fn coalesce(&mut self) {
         let now = self.clock.now().mono;
+        // Early ones fill the batch the due ones go in, no more: on a store
+        // that serves little per round trip, pulling every nearly-due
+        // renewal into one round would make it a burst that outlasts its
+        // timeout, where spread out they fit.
+        let cap = self
+            .admission
+            .batch_cap(self.options.max_batch, self.op_timeout / 4);
         if std::mem::take(&mut self.renewing) {
-            let due = self.nearly_due(&self.renewals, now, self.renew_window, |t| t.renew_interval);
+            let room = cap.saturating_sub(self.writes.of(Priority::Renewal).len());
+            let mut due =
+                self.nearly_due(&self.renewals, now, self.renew_window, |t| t.renew_interval);
+            due.truncate(room);
             for id in due {
                 self.step(id, Input::RenewEarly);
             }
             self.renewing = false;
         }
         if std::mem::take(&mut self.polling) {
-            let due = self.nearly_due(&self.polls, now, self.poll_window, |t| t.retry_interval);
+            let room = cap.saturating_sub(self.reads.of(Priority::Poll).len());
+            let mut due = self.nearly_due(&self.polls, now, self.poll_window, |t| t.retry_interval);
+            due.truncate(room);
             for id in due {
                 self.step(id, Input::PollEarly);
             }
@@ -1574,6 +1596,7 @@ impl Task {
             return self.feed_lost();
         };
         Counters::add(&self.counters.changes, 1);
+        self.check.delivered = self.check.delivered.wrapping_add(1);
         match change {
             Change::Written { group, current } => {
                 for id in self.ids_of(&group) {
