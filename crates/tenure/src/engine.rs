@@ -1176,17 +1176,20 @@ impl Task {
             };
             slot.op = None;
             let error = if sent {
-                StoreError::Timeout(slot.machine.timing().op_timeout)
+                let error = StoreError::Timeout(slot.machine.timing().op_timeout);
+                slot.session.publisher.store_health(
+                    kind.label(),
+                    Some((error.kind().to_owned(), error.to_string())),
+                );
+                error
             } else {
                 // Never sent: the admission window had no room for it all
-                // along, so it certainly did not apply.
+                // along, so it certainly did not apply. The engine's own
+                // flow control, not a failure of the store: no health
+                // report (a warning per group of 100,000 would be a flood).
                 Counters::add(&self.counters.shed, 1);
                 StoreError::busy("held back by the engine: the store is serving all it can")
             };
-            slot.session.publisher.store_health(
-                kind.label(),
-                Some((error.kind().to_owned(), error.to_string())),
-            );
             let input = match kind {
                 OpKind::Read(_) => Input::ReadDone {
                     op,
@@ -1295,10 +1298,7 @@ impl Task {
             }
             for (id, op) in shed {
                 Counters::add(&self.counters.shed, 1);
-                let error = StoreError::busy(
-                    "not sent: the store could not have answered before the operation's deadline",
-                );
-                self.answer(id, op, Err(error));
+                self.hold_back(id, op);
             }
         }
         let window = self.admission.window() as u64;
@@ -1487,6 +1487,33 @@ impl Task {
             Err(e) if e.not_applied() => slot.isolate,
             Err(_) => slot.isolate.min(isolate),
         };
+    }
+
+    /// Answers a group's operation that the engine did not send because it
+    /// could not have been answered before its deadline: busy, certainly not
+    /// applied, and no report on the store's health (it did not fail).
+    fn hold_back(&mut self, id: GroupId, op: OpId) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let Some(current) = slot.op.filter(|c| c.op == op) else {
+            return;
+        };
+        slot.op = None;
+        let error = StoreError::busy(
+            "not sent: the store could not have answered before the operation's deadline",
+        );
+        let input = match current.kind {
+            OpKind::Read(_) => Input::ReadDone {
+                op,
+                result: Err(error),
+            },
+            OpKind::Write(_) => Input::CasDone {
+                op,
+                result: Err(error),
+            },
+        };
+        self.step(id, input);
     }
 
     /// Hands a group its operation's outcome, if `op` is still the one it
