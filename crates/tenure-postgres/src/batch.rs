@@ -1,7 +1,9 @@
 //! The statements the operations run: a read of many groups by
 //! `= ANY($1)`, a compare-and-swap of many groups in one statement over
-//! `unnest`ed arrays, which notifies for every row it wrote and never
-//! waits for a row lock (a locked row fails alone, as busy), and the same
+//! `unnest`ed arrays, which notifies for every row it wrote and does not
+//! wait for an existing row's lock (a locked row fails alone, as busy;
+//! only a row another transaction is still inserting is waited for), and
+//! the same
 //! compare-and-swap of one group as a plain `UPDATE … WHERE version = $2`
 //! or `INSERT … ON CONFLICT DO NOTHING` (a direct single write, which
 //! waits for a row lock up to `lock_timeout`).

@@ -50,6 +50,12 @@
 //!   (an operator's open transaction, a long `SELECT … FOR UPDATE`) fails
 //!   only its own write, at once, as [`StoreError::Busy`](tenure::StoreError::Busy), instead of
 //!   making the statement wait for the lock and fail every group in it.
+//!   (A row another session is *inserting*, in a transaction still open,
+//!   is the exception: `INSERT … ON CONFLICT` waits for it up to
+//!   `lock_timeout`, and the statement then fails as busy as a whole.
+//!   Only a hand-made insert of a group's row causes that.) A row whose
+//!   version another writer changed while the statement ran may be
+//!   reported busy rather than a conflict; both say it was not written.
 //!   Two writes of one group in one batch run as successive statements,
 //!   in order. A direct single compare-and-swap is the same `UPDATE` or
 //!   `INSERT` on one row, without the arrays, and waits for a row lock up

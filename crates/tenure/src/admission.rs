@@ -14,10 +14,13 @@
 //!
 //! The rules, with the instants passed in (no clock reads, no I/O):
 //!
-//! * A batch whose reply took longer than the target, or that failed as a
-//!   whole, is congestion: the window halves, at most once per target
-//!   interval (one burst of slow replies is one signal, not many), and
-//!   never below [`MIN_WINDOW`].
+//! * The store's round trip with no queue is the fastest reply of the
+//!   last 10 to 20 seconds (a sliding minimum, so that a store that became
+//!   slower for good is learned). A batch whose reply took longer than the target (or than
+//!   twice that round trip, on a store whose round trip alone exceeds the
+//!   target), or that failed as a whole, is congestion: the window halves,
+//!   at most once per target interval (one burst of slow replies is one
+//!   signal, not many), and never below [`MIN_WINDOW`].
 //! * A slow or failed batch of *renewals* also pauses admission for one
 //!   target interval: the terms already held are what the store is failing
 //!   to keep, so nothing that adds load goes out until a renewal batch
@@ -27,11 +30,11 @@
 //!   size (a slow start: it doubles every round trip, so 100,000 groups
 //!   starting at once on an idle store are admitted in a few); after it,
 //!   by [`MIN_WINDOW`] per timely batch.
-//! * The store's cost of one operation is learned from the batches of at
-//!   least [`COST_SAMPLE`] operations (latency over size, smoothed), and no
-//!   batch of any kind is made larger than the target allows at that cost:
-//!   a batch the store cannot answer within its timeout is work it does for
-//!   nobody.
+//! * The store's cost of one operation is learned from every batch of at
+//!   least [`MIN_WINDOW`] operations: what its latency exceeds the round
+//!   trip by, over its size (smoothed). No batch of any kind is made larger
+//!   than the target allows at that cost: a batch the store cannot answer
+//!   within its timeout is work it does for nobody.
 
 use std::time::Duration;
 
@@ -40,10 +43,6 @@ use crate::clock::MonoTime;
 /// The fewest deferrable operations the window ever lets through at once:
 /// a store that is slow for everyone still sees candidates make progress.
 pub(crate) const MIN_WINDOW: usize = 8;
-
-/// The smallest batch whose latency teaches the cost of one operation (in
-/// a smaller one, the round trip itself dominates).
-pub(crate) const COST_SAMPLE: usize = 32;
 
 /// The admission window of one engine.
 #[derive(Debug)]
@@ -55,9 +54,21 @@ pub(crate) struct Admission {
     slow_start: bool,
     last_cut: Option<MonoTime>,
     paused_until: Option<MonoTime>,
-    /// The store's smoothed cost of one operation, once learned.
+    /// The store's smoothed cost of one operation beyond the round trip,
+    /// once learned.
     per_op: Option<Duration>,
+    /// The store's round trip with no queue: the fastest reply of the
+    /// current and the previous [`BASE_EPOCH`], and when the current one
+    /// began (a sliding minimum: a store that became slower for good is
+    /// learned within two epochs, while a queue that builds up for less
+    /// never passes for the round trip).
+    base: Option<Duration>,
+    base_previous: Option<Duration>,
+    epoch_began: Option<MonoTime>,
 }
+
+/// How long one epoch of the round-trip minimum lasts.
+const BASE_EPOCH: Duration = Duration::from_secs(10);
 
 impl Admission {
     /// A window that starts at `initial` operations and never grows past
@@ -73,6 +84,9 @@ impl Admission {
             last_cut: None,
             paused_until: None,
             per_op: None,
+            base: None,
+            base_previous: None,
+            epoch_began: None,
         }
     }
 
@@ -96,10 +110,33 @@ impl Admission {
         let Some(per_op) = self.per_op.filter(|d| !d.is_zero()) else {
             return max_batch;
         };
-        let fits = target.as_nanos() / per_op.as_nanos();
+        let base = self.base_rtt();
+        let room = self.limit(target).saturating_sub(base);
+        let fits = room.as_nanos() / per_op.as_nanos();
         usize::try_from(fits)
             .unwrap_or(usize::MAX)
             .clamp(MIN_WINDOW.min(max_batch), max_batch)
+    }
+
+    /// The store's round trip with no queue, as far as it is known.
+    pub(crate) fn base_rtt(&self) -> Duration {
+        match (self.base, self.base_previous) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(Duration::ZERO),
+        }
+    }
+
+    /// How long the store should take to answer a batch of `ops` now: the
+    /// round trip and the learned cost of each operation.
+    pub(crate) fn expected(&self, ops: usize) -> Duration {
+        let per_op = self.per_op.unwrap_or(Duration::ZERO);
+        self.base_rtt()
+            .saturating_add(per_op.saturating_mul(u32::try_from(ops).unwrap_or(u32::MAX)))
+    }
+
+    /// The latency past which a batch is congestion.
+    fn limit(&self, target: Duration) -> Duration {
+        target.max(self.base_rtt().saturating_mul(2))
     }
 
     /// The window now, for monitoring.
@@ -129,13 +166,25 @@ impl Admission {
         target: Duration,
         renewals: bool,
     ) {
-        if !failed && ops >= COST_SAMPLE {
-            let cost = latency / u32::try_from(ops).unwrap_or(u32::MAX);
+        if !failed {
+            if self.epoch_began.is_none_or(|t| now >= t + BASE_EPOCH) {
+                self.base_previous = self.base.take();
+                self.epoch_began = Some(now);
+            }
+            self.base = Some(self.base.map_or(latency, |b| b.min(latency)));
+        }
+        let base = self.base_rtt();
+        if !failed && ops >= MIN_WINDOW {
+            let excess = latency.saturating_sub(base);
+            let cost = excess / u32::try_from(ops).unwrap_or(u32::MAX);
             // Smoothed by an eighth of each sample, as TCP smooths its
             // round-trip time.
-            self.per_op = Some(self.per_op.map_or(cost, |c| (c * 7 + cost) / 8));
+            self.per_op = Some(
+                self.per_op
+                    .map_or(cost, |c| c.saturating_mul(7).saturating_add(cost) / 8),
+            );
         }
-        let congested = failed || latency > target;
+        let congested = failed || latency > self.limit(target);
         if renewals {
             self.paused_until = congested.then_some(now + target);
         }
@@ -178,6 +227,8 @@ mod tests {
     #[test]
     fn grows_by_whole_batches_until_the_first_congestion_then_by_steps() {
         let mut a = Admission::new(1024, 1 << 20);
+        a.observe(at(0), Duration::ZERO, false, 1, TARGET, false);
+        let mut a = Admission { window: 1024, ..a };
         a.observe(at(0), fast(), false, 1024, TARGET, false);
         assert_eq!(a.window(), 2048);
         a.observe(at(1), slow(), false, 1024, TARGET, false);
@@ -193,6 +244,8 @@ mod tests {
     #[test]
     fn a_burst_of_slow_replies_halves_the_window_once() {
         let mut a = Admission::new(4096, 1 << 20);
+        a.observe(at(0), Duration::ZERO, false, 1, TARGET, false);
+        let mut a = Admission { window: 4096, ..a };
         for ms in 0..10 {
             a.observe(at(ms), slow(), false, 4096, TARGET, false);
         }
@@ -230,6 +283,8 @@ mod tests {
     #[test]
     fn a_slow_renewal_batch_pauses_admission_until_one_comes_back_in_time() {
         let mut a = Admission::new(64, 1 << 20);
+        a.observe(at(0), Duration::ZERO, false, 1, TARGET, false);
+        let mut a = Admission { window: 64, ..a };
         a.observe(at(0), slow(), false, 64, TARGET, true);
         assert_eq!(a.room(at(50)), 0, "paused");
         assert_eq!(a.paused_until(at(50)), Some(at(100)));
@@ -242,14 +297,51 @@ mod tests {
 
     #[test]
     fn batches_are_capped_at_what_the_store_serves_within_the_target() {
+        let ms = Duration::from_millis;
         let mut a = Admission::new(64, 1 << 20);
         assert_eq!(a.batch_cap(4096, TARGET), 4096, "nothing learned yet");
-        // 100 operations in 50 ms: half a millisecond each.
-        a.observe(at(0), Duration::from_millis(50), false, 100, TARGET, false);
-        assert_eq!(a.batch_cap(4096, TARGET), 200);
-        // A small batch's latency is its round trip: it teaches nothing.
-        a.observe(at(1), Duration::from_millis(50), false, 2, TARGET, false);
-        assert_eq!(a.batch_cap(4096, TARGET), 200);
+        // A round trip of 10 ms, then 100 operations in 60 ms: half a
+        // millisecond each beyond it.
+        a.observe(at(0), ms(10), false, 8, TARGET, false);
+        for i in 0..40 {
+            a.observe(at(1 + i), ms(60), false, 100, TARGET, false);
+        }
+        // (100 ms − the round trip) / 0.5 ms.
+        let cap = a.batch_cap(4096, TARGET);
+        assert!((170..=185).contains(&cap), "{cap}");
         assert_eq!(a.batch_cap(100, TARGET), 100);
+    }
+
+    #[test]
+    fn a_long_round_trip_alone_is_not_congestion_nor_cost() {
+        let ms = Duration::from_millis;
+        let mut a = Admission::new(64, 1 << 20);
+        // Every reply takes 300 ms, more than the 100 ms target, whatever
+        // the batch's size: the store is far away, not overloaded.
+        for i in 0..20 {
+            a.observe(at(i * 400), ms(300), false, 64, TARGET, true);
+        }
+        assert!(a.window() > 64, "the window grew: {}", a.window());
+        assert!(a.room(at(8000)) > 0, "not paused");
+        assert_eq!(
+            a.batch_cap(4096, TARGET),
+            4096,
+            "no cost beyond the round trip"
+        );
+    }
+
+    #[test]
+    fn the_batch_cap_recovers_after_one_slow_batch() {
+        let ms = Duration::from_millis;
+        let mut a = Admission::new(64, 1 << 20);
+        a.observe(at(0), ms(5), false, 8, TARGET, false);
+        // One batch of 40 held up for a second (a lock wait).
+        a.observe(at(1), ms(1000), false, 40, TARGET, false);
+        let low = a.batch_cap(4096, TARGET);
+        for i in 0..200 {
+            let n = a.batch_cap(4096, TARGET);
+            a.observe(at(2 + i), ms(5), false, n, TARGET, false);
+        }
+        assert!(a.batch_cap(4096, TARGET) > low * 10, "stuck at {low}");
     }
 }

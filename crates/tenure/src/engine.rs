@@ -65,7 +65,7 @@
 //! [`EngineSlot`]); [`Engine::builder`] makes one explicitly, for tuning.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -505,21 +505,76 @@ impl Priority {
     }
 }
 
+/// Operations of one priority waiting for a batch: healthy groups' and
+/// suspects' apart, each in the order they came.
+struct Lane<T> {
+    healthy: VecDeque<Queued<T>>,
+    suspects: VecDeque<Queued<T>>,
+}
+
+impl<T> Default for Lane<T> {
+    fn default() -> Self {
+        Lane {
+            healthy: VecDeque::new(),
+            suspects: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Lane<T> {
+    fn push(&mut self, q: Queued<T>) {
+        if q.isolate == usize::MAX {
+            self.healthy.push_back(q);
+        } else {
+            self.suspects.push_back(q);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.healthy.len() + self.suspects.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.healthy.is_empty() && self.suspects.is_empty()
+    }
+
+    /// The next batch of at most `room`: suspects' operations if any wait
+    /// and `suspects` allows, no more of them than the smallest bound among
+    /// them; else healthy groups' operations.
+    fn take(&mut self, room: usize, suspects: bool) -> (Vec<Queued<T>>, bool) {
+        if suspects && !self.suspects.is_empty() {
+            let mut limit = room;
+            let mut chunk = Vec::new();
+            while let Some(q) = self.suspects.front() {
+                let limit_with = limit.min(q.isolate);
+                if chunk.len() >= limit_with {
+                    break;
+                }
+                limit = limit_with;
+                chunk.extend(self.suspects.pop_front());
+            }
+            return (chunk, true);
+        }
+        let take = room.min(self.healthy.len());
+        (self.healthy.drain(..take).collect(), false)
+    }
+}
+
 /// A group's operations waiting for a batch, by [`Priority`].
 struct Queues<T> {
-    by_priority: [Vec<Queued<T>>; 4],
+    by_priority: [Lane<T>; 4],
 }
 
 impl<T> Default for Queues<T> {
     fn default() -> Self {
         Queues {
-            by_priority: [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
+            by_priority: Default::default(),
         }
     }
 }
 
 impl<T> Queues<T> {
-    fn of(&mut self, priority: Priority) -> &mut Vec<Queued<T>> {
+    fn of(&mut self, priority: Priority) -> &mut Lane<T> {
         &mut self.by_priority[priority.index()]
     }
 }
@@ -568,10 +623,12 @@ struct Outgoing<T> {
     items: Vec<T>,
 }
 
-/// A finished batch, with the instant it was sent and what it was for.
+/// A finished batch, with the instant it was sent, what it was for and
+/// whether it carried suspects.
 struct BatchReply {
     sent: MonoTime,
     priority: Priority,
+    suspects: bool,
     result: BatchResults,
 }
 
@@ -587,11 +644,13 @@ impl BatchResults {
         }
     }
 
-    /// Whether the store failed the batch as a whole.
+    /// Whether the store failed the batch as a whole (a batch it turned
+    /// away as busy, certainly not applied, is not a failure of its items).
     fn failed(&self) -> bool {
+        let failed = |e: &StoreError| !e.not_applied();
         match self {
-            BatchResults::Reads(_, r) => r.is_err(),
-            BatchResults::Writes(_, r) => r.is_err(),
+            BatchResults::Reads(_, r) => r.as_ref().err().is_some_and(failed),
+            BatchResults::Writes(_, r) => r.as_ref().err().is_some_and(failed),
         }
     }
 }
@@ -655,9 +714,12 @@ struct Task {
     op_timeout: Duration,
     /// The shortest retry interval among the groups that have joined.
     retry_min: Duration,
-    /// The store's recent service time (smoothed), for not sending an
-    /// operation that could not be answered before its deadline.
-    service: Duration,
+    /// Batches of suspects in flight (at most one: a suspect whose request
+    /// hangs must not hold every slot).
+    suspects_in_flight: usize,
+    /// When a batch last came back whole: a batch failing as a whole after
+    /// that blames its items, before it the store.
+    last_success: Option<MonoTime>,
     /// Operations answered without being sent, to step after the flush.
     shedding: Vec<(GroupId, OpId)>,
     /// Whether this turn queued a scheduled renewal or poll, which the
@@ -708,7 +770,8 @@ impl Task {
             admitted: HashMap::new(),
             op_timeout: Duration::MAX,
             retry_min: Duration::MAX,
-            service: Duration::ZERO,
+            suspects_in_flight: 0,
+            last_success: None,
             shedding: Vec::new(),
             renewing: false,
             polling: false,
@@ -1351,14 +1414,19 @@ impl Task {
             if room == 0 {
                 return;
             }
-            let chunk = take_chunk(queues(self).of(priority), room);
+            let allow_suspects = self.suspects_in_flight == 0;
+            let lane = queues(self).of(priority);
+            if lane.healthy.is_empty() && !allow_suspects {
+                return;
+            }
+            let (chunk, suspects) = lane.take(room, allow_suspects);
             let Some(out) = self.still_current(chunk, priority) else {
                 continue;
             };
             let (batches, operations) = counted(&self.counters);
             Counters::add(batches, 1);
             Counters::add(operations, out.items.len());
-            self.send(out, priority, &call, results);
+            self.send(out, priority, suspects, &call, results);
         }
     }
 
@@ -1372,12 +1440,17 @@ impl Task {
         priority: Priority,
     ) -> Option<Outgoing<T>> {
         let now = self.clock.now().mono;
+        // What the store should take for this batch, at its round trip and
+        // learned cost per operation: an operation whose deadline comes
+        // sooner would be answered too late, and the store's time spent on
+        // it would be taken from the others.
+        let expected = self.admission.expected(chunk.len());
         let mut live = Vec::with_capacity(chunk.len());
         for q in chunk {
             if !self.is_current(q.id, q.op) {
                 continue;
             }
-            if !priority.deferrable() && q.deadline.saturating_since(now) < self.service {
+            if !priority.deferrable() && q.deadline.saturating_since(now) < expected {
                 self.shedding.push((q.id, q.op));
                 continue;
             }
@@ -1400,6 +1473,7 @@ impl Task {
         &mut self,
         out: Outgoing<T>,
         priority: Priority,
+        suspects: bool,
         call: impl FnOnce(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
         results: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchResults,
     ) where
@@ -1427,12 +1501,16 @@ impl Task {
             BatchReply {
                 sent,
                 priority,
+                suspects,
                 result: results(ids, result),
             }
         });
         if priority.deferrable() {
             self.admission.sent(count);
             self.admitted.insert(task.id(), count);
+        }
+        if suspects {
+            self.suspects_in_flight += 1;
         }
     }
 
@@ -1452,11 +1530,23 @@ impl Task {
         let renewals = reply.priority == Priority::Renewal;
         self.admission
             .observe(now, latency, failed, count, target, renewals);
-        // Smoothed as TCP smooths its round-trip time (an eighth of each).
-        self.service = (self.service * 7 + latency) / 8;
+        if reply.suspects {
+            self.suspects_in_flight = self.suspects_in_flight.saturating_sub(1);
+        }
         // A group that failed alone may go only alone next time; one that
-        // failed with its whole batch, with half as many.
-        let isolate = if failed { (count / 2).max(1) } else { 1 };
+        // failed with its whole batch, with half as many, unless nothing
+        // has come back whole since the batch went out: then the store is
+        // failing everyone (an outage), and blaming the items would only
+        // turn the recovery into batches of one.
+        let store_works = self.last_success.is_some_and(|t| t >= reply.sent);
+        if !failed {
+            self.last_success = Some(now);
+        }
+        let isolate = match (failed, store_works) {
+            (false, _) => 1,
+            (true, true) => (count / 2).max(1),
+            (true, false) => usize::MAX,
+        };
         match reply.result {
             BatchResults::Reads(ids, result) => {
                 for ((id, op), result) in spread(ids, result) {
@@ -1485,6 +1575,7 @@ impl Task {
             Ok(_) => usize::MAX,
             // Held back, not failed.
             Err(e) if e.not_applied() => slot.isolate,
+            Err(_) if isolate == usize::MAX => slot.isolate,
             Err(_) => slot.isolate.min(isolate),
         };
     }
@@ -1628,6 +1719,9 @@ impl Task {
             Change::Written { group, current } => {
                 for id in self.ids_of(&group) {
                     if let Some(slot) = self.slots.get_mut(&id) {
+                        // What the feed delivered (a forged version only
+                        // blinds the check for this one group; it reads
+                        // the groups in turn).
                         saw(slot, current.version);
                     }
                     self.step(
@@ -1707,30 +1801,6 @@ fn saw(slot: &mut Slot, version: Version) {
 enum Reply {
     Read(Option<Versioned>),
     Write(CasOutcome),
-}
-
-/// Takes the next batch of at most `room` operations out of `queue`, in
-/// order: healthy groups' operations together, or, if a suspect's comes
-/// first, suspects' only, no more of them than the smallest bound among
-/// them allows.
-fn take_chunk<T>(queue: &mut Vec<Queued<T>>, room: usize) -> Vec<Queued<T>> {
-    let suspects = queue.first().is_some_and(|q| q.isolate != usize::MAX);
-    let mut limit = room;
-    let mut chunk = Vec::new();
-    let mut rest = Vec::new();
-    for q in queue.drain(..) {
-        let fits = chunk.len() < limit && (q.isolate != usize::MAX) == suspects;
-        if fits && suspects && chunk.len() < q.isolate {
-            limit = limit.min(q.isolate);
-            chunk.push(q);
-        } else if fits && !suspects {
-            chunk.push(q);
-        } else {
-            rest.push(q);
-        }
-    }
-    *queue = rest;
-    chunk
 }
 
 /// Pairs each operation of a batch with its result; a batch that failed as

@@ -107,7 +107,7 @@ pub enum StoreError {
     Timeout(Duration),
     /// The operation was not carried out, and certainly not applied: the
     /// item was locked by another transaction (an operator's open
-    /// `SELECT … FOR UPDATE`, a vacuum), or the engine held the operation
+    /// `SELECT … FOR UPDATE` or `UPDATE`), or the engine held the operation
     /// back because the store is serving all it can. Retried after a
     /// back-off; if it persists, find what holds the item.
     #[error("the store is busy: {message}; nothing was written")]

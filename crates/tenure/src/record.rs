@@ -302,6 +302,17 @@ impl LeaseRecord {
 
     /// Checks the invariants every record meets.
     pub fn check(&self) -> Result<(), RecordError> {
+        // A term tenure would refuse to configure: waiting one out would
+        // take (nearly) forever.
+        if self.term > crate::config::MAX_TERM {
+            return Err(RecordError::Corrupt {
+                detail: format!(
+                    "a term of {:?}, longer than the longest tenure writes ({:?})",
+                    self.term,
+                    crate::config::MAX_TERM
+                ),
+            });
+        }
         if let Some(h) = &self.holder {
             if h.id.is_empty() || h.id.len() > MAX_CANDIDATE_BYTES {
                 return Err(RecordError::Corrupt {

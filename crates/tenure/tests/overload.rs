@@ -79,22 +79,22 @@ async fn terms_lost(electors: &[Elector], terms: u32) -> usize {
 
 /// Twice as many groups as the store can renew, all starting at once, and
 /// then the store twice as slow for two terms: the engine settles on a
-/// plateau of at least 80 % of what the store can renew (measured 95-100 %),
-/// comes back to at least 70 % of it after the slowdown (measured 79-91 %)
+/// plateau of at least 80 % of what the store can renew (measured 98-100 %),
+/// comes back to at least 80 % of it after the slowdown (measured 95-100 %)
 /// and stays there, and once settled it does not keep losing and retaking
-/// terms (measured: 0-8 lost in 5 terms).
+/// terms (measured: none lost in 5 terms).
 #[tokio::test(start_paused = true)]
 async fn at_twice_its_capacity_the_engine_holds_a_plateau_and_comes_back_to_it() {
-    holds_a_plateau(2, 80, 70).await;
+    holds_a_plateau(2, 80, 80).await;
 }
 
-/// The same at five times the capacity, where the engine holds less: the
-/// plateau was measured at 38-73 % of capacity in most runs (the aim is
-/// 80 %), and in some it still collapses to nothing.
+/// The same at five times the capacity: the plateau holds (measured
+/// 94-100 % of capacity), but the recovery after the slowdown is slower
+/// (measured 49-74 % of the plateau three terms on, against the aim of
+/// 80 %), so only 40 % is asserted.
 #[tokio::test(start_paused = true)]
-#[ignore = "known to fail: at five times its capacity the engine can still collapse (see docs/benchmarks.md)"]
 async fn at_five_times_its_capacity_the_engine_holds_a_plateau_and_comes_back_to_it() {
-    holds_a_plateau(5, 30, 70).await;
+    holds_a_plateau(5, 80, 40).await;
 }
 
 /// `times` the capacity in groups; the plateau must be at least

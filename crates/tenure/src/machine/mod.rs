@@ -648,7 +648,14 @@ impl Machine {
         match input {
             Input::Tick => {}
             Input::Pulse { at } => self.last_pulse = self.last_pulse.max(at),
-            Input::Changed => self.reread = true,
+            Input::Changed => {
+                self.reread = true;
+                // Something may have been missed (a resync): what only the
+                // feed showed can no longer be dated by its deliveries.
+                if !self.observation_confirmed() {
+                    self.observed = None;
+                }
+            }
             Input::ReadDone { op, result } => {
                 if let Some(p) = self.take_op(op) {
                     if let OpKind::Read(purpose) = p.kind {
@@ -990,24 +997,34 @@ impl Machine {
         from_feed: bool,
         out: &mut Vec<Action>,
     ) {
-        let seen = self.observed.as_ref().and_then(|o| o.current.as_ref());
-        if let (true, Some(seen), Some(v)) = (from_feed, seen, &current) {
+        // Lateness is judged against what a read showed: a forged record
+        // with the highest version must not make every genuine one look
+        // late.
+        let confirmed = self
+            .observed
+            .as_ref()
+            .filter(|o| o.confirmed)
+            .and_then(|o| o.current.as_ref());
+        if let (true, Some(seen), Some(v)) = (from_feed, confirmed, &current) {
             if v.version < seen.version {
                 return;
             }
         }
-        if let Some(v) = &current {
-            let held_term = v.record.holder.as_ref().map(|_| v.record.term);
-            if from_feed {
-                // A hint may make this node wait longer for a lost record,
-                // never shorter, and never raises its token floor.
-                self.last_held_term = held_term.or(self.last_held_term);
-            } else {
-                self.max_token = self.max_token.max(v.record.token);
-                self.last_held_term = held_term;
-            }
+        // Only a read (never a hint) raises the token floor or says how
+        // long a lost record's holder may still work.
+        if let (false, Some(v)) = (from_feed, &current) {
+            self.max_token = self.max_token.max(v.record.token);
+            self.last_held_term = v.record.holder.as_ref().map(|_| v.record.term);
         }
         match &mut self.observed {
+            // The feed delivered the same record again: what only the feed
+            // showed counts from its latest delivery, so that a copy
+            // published ahead of the real write (a forger who guessed it)
+            // cannot move the takeover earlier than the real write's own
+            // delivery.
+            Some(o) if from_feed && !o.confirmed && o.current.as_ref() == current.as_ref() => {
+                o.since = now.mono;
+            }
             Some(o) if o.current.as_ref() == current.as_ref() => o.confirmed |= !from_feed,
             _ => {
                 self.observed = Some(Observed {

@@ -1319,3 +1319,60 @@ fn a_transfer_request_on_the_feed_hands_over_only_once_a_read_shows_it() {
     let to_z = EndReason::Transferred { to: "z".into() };
     assert_eq!(term_ended(&a), (1, to_z));
 }
+
+/// A forger who guesses the holder's next renewal and publishes it early
+/// gains nothing: the real write's own delivery of the same record is what
+/// the waiting counts from.
+#[test]
+fn a_renewal_published_ahead_of_the_real_write_does_not_advance_a_takeover() {
+    let mut c = machine("c", timing());
+    poll(&mut c, at(0), Some(held("a", 1, 2)));
+    feed_up(&mut c, at(5), Some(held("a", 1, 2)));
+    let predicted = held("a", 1, 3);
+    c.step(
+        at(3003),
+        Input::Observed {
+            current: predicted.clone(),
+        },
+    );
+    // The real renewal, the same record, arrives at 6002.
+    c.step(
+        at(6002),
+        Input::Observed {
+            current: predicted.clone(),
+        },
+    );
+    // The takeover instant is where the confirming read goes out.
+    let now = wake(&c, at(6002));
+    assert!(
+        now.mono >= at(6002).mono + takeover_wait(),
+        "would take over at {now:?}, counting from the forged copy"
+    );
+    let a = c.step(now, Input::Tick);
+    let a = read(&mut c, now, read_op(&a), Some(predicted));
+    assert!(writes(&a), "then it acquires: {a:?}");
+}
+
+/// A forged record with the highest version does not make every genuine
+/// one look late: a real release after it is still acted on at once.
+#[test]
+fn a_forged_highest_version_does_not_blind_a_candidate() {
+    let mut c = machine("c", timing());
+    poll(&mut c, at(0), Some(held("a", 1, 2)));
+    feed_up(&mut c, at(5), Some(held("a", 1, 2)));
+    c.step(
+        at(10),
+        Input::Observed {
+            current: held("mallory", 1, u64::MAX),
+        },
+    );
+    let a = c.step(
+        at(20),
+        Input::Observed {
+            current: released(1, 3),
+        },
+    );
+    let a = read(&mut c, at(21), read_op(&a), Some(released(1, 3)));
+    let (_, expected, _) = cas_op(&a);
+    assert_eq!(expected, Some(Version(3)));
+}
