@@ -44,7 +44,7 @@
 //!   proxy), and candidates do not poll while it is up. So once per retry
 //!   interval the engine reads one following group's record itself (one
 //!   read per engine, whatever the number of groups); a version the feed
-//!   has not delivered within an operation timeout of that read, while it
+//!   has not delivered within two retry intervals of that read, while it
 //!   delivered nothing else either, means the feed is silent: it is
 //!   dropped, every candidate polls, and the engine subscribes again.
 //! * **Failure isolation.** A group whose last operation failed is sent in
@@ -632,6 +632,14 @@ struct BatchReply {
     result: BatchResults,
 }
 
+/// How a batch's items fared, for failure isolation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    AllApplied,
+    Mixed,
+    AllFailed,
+}
+
 enum BatchResults {
     Reads(Vec<(GroupId, OpId)>, BatchResult<Option<Versioned>>),
     Writes(Vec<(GroupId, OpId)>, BatchResult<CasOutcome>),
@@ -641,6 +649,36 @@ impl BatchResults {
     fn len(&self) -> usize {
         match self {
             BatchResults::Reads(ids, _) | BatchResults::Writes(ids, _) => ids.len(),
+        }
+    }
+
+    /// Whether every item failed (the batch as a whole or each on its
+    /// own), some did, or none did; busy items (certainly not applied) are
+    /// not failures.
+    fn outcome(&self) -> Outcome {
+        fn of<R>(r: &BatchResult<R>) -> Outcome {
+            let failed = |e: &StoreError| !e.not_applied();
+            match r {
+                Err(e) if failed(e) => Outcome::AllFailed,
+                Err(_) => Outcome::AllApplied,
+                Ok(items) => {
+                    let bad = items
+                        .iter()
+                        .filter(|i| i.as_ref().err().is_some_and(failed))
+                        .count();
+                    if bad == 0 {
+                        Outcome::AllApplied
+                    } else if bad == items.len() {
+                        Outcome::AllFailed
+                    } else {
+                        Outcome::Mixed
+                    }
+                }
+            }
+        }
+        match self {
+            BatchResults::Reads(_, r) => of(r),
+            BatchResults::Writes(_, r) => of(r),
         }
     }
 
@@ -717,9 +755,10 @@ struct Task {
     /// Batches of suspects in flight (at most one: a suspect whose request
     /// hangs must not hold every slot).
     suspects_in_flight: usize,
-    /// When a batch last came back whole: a batch failing as a whole after
-    /// that blames its items, before it the store.
-    last_success: Option<MonoTime>,
+    /// When a batch of reads (`[0]`) and of writes (`[1]`) last came back
+    /// with a success: a batch failing whole after that blames its items,
+    /// before it the store.
+    last_success: [Option<MonoTime>; 2],
     /// Operations answered without being sent, to step after the flush.
     shedding: Vec<(GroupId, OpId)>,
     /// Whether this turn queued a scheduled renewal or poll, which the
@@ -771,7 +810,7 @@ impl Task {
             op_timeout: Duration::MAX,
             retry_min: Duration::MAX,
             suspects_in_flight: 0,
-            last_success: None,
+            last_success: [None, None],
             shedding: Vec::new(),
             renewing: false,
             polling: false,
@@ -1203,7 +1242,9 @@ impl Task {
             return;
         };
         if slot.seen.is_none_or(|seen| current.version > seen) && matches!(self.feed, Feed::Up(_)) {
-            let by = self.clock.now().mono + self.op_timeout.min(self.retry_interval());
+            // Two retry intervals: a busy store's feed lags, and taking
+            // lag for silence would add every group's polls to its load.
+            let by = self.clock.now().mono + self.retry_interval() * 2;
             self.check.owed = Some((id, current.version, by));
             self.check.delivered_when_owed = self.check.delivered;
         }
@@ -1533,19 +1574,23 @@ impl Task {
         if reply.suspects {
             self.suspects_in_flight = self.suspects_in_flight.saturating_sub(1);
         }
-        // A group that failed alone may go only alone next time; one that
-        // failed with its whole batch, with half as many, unless nothing
-        // has come back whole since the batch went out: then the store is
-        // failing everyone (an outage), and blaming the items would only
-        // turn the recovery into batches of one.
-        let store_works = self.last_success.is_some_and(|t| t >= reply.sent);
-        if !failed {
-            self.last_success = Some(now);
+        // A group that failed while others in its batch succeeded may go
+        // only alone next time; one that failed with its whole batch (or
+        // with every item of it), with half as many, unless no batch of
+        // the same kind has come back with a success since it went out:
+        // then the store is failing everyone (an outage, a Redis that
+        // refuses every lease for a while), and blaming the items would
+        // only turn the recovery into batches of one.
+        let outcome = reply.result.outcome();
+        let kind = usize::from(matches!(reply.result, BatchResults::Writes(..)));
+        let store_works = self.last_success[kind].is_some_and(|t| t >= reply.sent);
+        if outcome != Outcome::AllFailed {
+            self.last_success[kind] = Some(now);
         }
-        let isolate = match (failed, store_works) {
-            (false, _) => 1,
-            (true, true) => (count / 2).max(1),
-            (true, false) => usize::MAX,
+        let isolate = match (outcome, store_works) {
+            (Outcome::Mixed, _) => 1,
+            (Outcome::AllFailed, true) => (count / 2).max(1),
+            (Outcome::AllFailed, false) | (Outcome::AllApplied, _) => usize::MAX,
         };
         match reply.result {
             BatchResults::Reads(ids, result) => {
