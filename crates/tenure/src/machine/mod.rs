@@ -467,6 +467,9 @@ pub struct Machine {
     own_write_failures: u32,
     /// The store's change feed delivers this group's writes: no polling.
     feed_live: bool,
+    /// Busy answers in a row to this candidate's operations (at most 4),
+    /// for its back-off.
+    busy_streak: u32,
     /// What the record the current (or last) term replaced published.
     predecessor: Metadata,
     /// The metadata changed since the last renewal was sent: renew now.
@@ -520,6 +523,7 @@ impl std::hash::Hash for Machine {
             max_token,
             own_write_failures,
             feed_live,
+            busy_streak,
             predecessor,
             metadata_dirty,
             anchor_at_receive,
@@ -543,6 +547,7 @@ impl std::hash::Hash for Machine {
         max_token.hash(h);
         own_write_failures.hash(h);
         feed_live.hash(h);
+        busy_streak.hash(h);
         predecessor.hash(h);
         metadata_dirty.hash(h);
         anchor_at_receive.hash(h);
@@ -572,6 +577,7 @@ impl Machine {
             max_token: 0,
             own_write_failures: 0,
             feed_live: false,
+            busy_streak: 0,
             predecessor: Metadata::new(),
             metadata_dirty: false,
             anchor_at_receive: false,
@@ -809,6 +815,25 @@ impl Machine {
             return self.timing.retry_interval;
         }
         self.timing.retry_interval + Duration::from_nanos(self.rng.gen_range(0..=jitter))
+    }
+
+    /// The poll delay after a candidate's operation came back with
+    /// `result`: doubled for each busy answer in a row, up to 16 times, so
+    /// that candidates the store (or the engine's admission) keeps turning
+    /// away come back less and less often instead of as a steady storm;
+    /// any other answer starts over.
+    fn busy_backoff<T>(&mut self, result: &Result<T, StoreError>) -> Duration {
+        let delay = self.poll_delay();
+        match result {
+            Err(e) if e.not_applied() => {
+                self.busy_streak = self.busy_streak.saturating_add(1).min(4);
+                delay.saturating_mul(1 << (self.busy_streak - 1))
+            }
+            _ => {
+                self.busy_streak = 0;
+                delay
+            }
+        }
     }
 
     /// How soon a leader retries a failed renewal (or release): half the
@@ -1179,7 +1204,7 @@ impl Machine {
     ) {
         match (&self.state, purpose) {
             (State::Candidate, _) => {
-                let delay = self.poll_delay();
+                let delay = self.busy_backoff(&result);
                 self.next_read = match (&result, self.feed_live) {
                     // The feed reports every later write.
                     (Ok(_), true) => NEVER,
@@ -1353,7 +1378,7 @@ impl Machine {
             Err(e) if e.not_applied() => {
                 // Nothing was written (the store or the engine was busy):
                 // what was known still holds; try again after a back-off.
-                let delay = self.poll_delay();
+                let delay = self.busy_backoff(&Err::<(), _>(e));
                 self.hold_off_until = now.mono + delay;
             }
             Err(_) => {
