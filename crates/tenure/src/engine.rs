@@ -146,7 +146,7 @@ pub struct EngineStats {
     /// Changes received from the store's feed.
     pub changes: u64,
     /// Operations the engine held back and answered
-    /// [`StoreError::Busy`](crate::StoreError::Busy): acquisitions and polls
+    /// [`StoreError::Busy`]: acquisitions and polls
     /// that found no room in the admission window within their timeout,
     /// and renewals that could no longer be answered before their deadline.
     pub shed: u64,
