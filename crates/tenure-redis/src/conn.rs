@@ -4,9 +4,13 @@
 //! inside one call (also on a wrong password) and keeps a connection whose
 //! replies stopped coming; this is the small part of it tenure needs, with
 //! two differences: a connection whose request was abandoned (the elector's
-//! operation timeout fired first) is dropped, since a silent connection is
-//! the common sign of a partition; and every connect attempt is bounded by
-//! the configured timeout.
+//! operation timeout fired first), or timed out, is dropped if nothing at
+//! all came back on it since that request went out, since a silent
+//! connection is the common sign of a partition (a connection that answers
+//! other requests meanwhile is slow, not gone: replies come in order, and
+//! dropping it would fail every request in flight on it, which under load
+//! turns a late reply into every term lost at once); and every connect
+//! attempt is bounded by the configured timeout.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,6 +103,11 @@ pub(crate) struct Conn {
     /// The generation of a connection found broken, or 0: written without
     /// the lock, from a drop guard.
     broken: AtomicU64,
+    /// When a reply last came back, in nanoseconds since `epoch`, and on
+    /// which generation of the connection.
+    replied_at: AtomicU64,
+    replied_on: AtomicU64,
+    epoch: std::time::Instant,
 }
 
 impl Conn {
@@ -113,7 +122,20 @@ impl Conn {
                 next_attempt: None,
             }),
             broken: AtomicU64::new(0),
+            replied_at: AtomicU64::new(0),
+            replied_on: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether connection `generation` answered anything at or after `since`.
+    fn replied_since(&self, generation: u64, since: u64) -> bool {
+        self.replied_on.load(Ordering::Acquire) == generation
+            && self.replied_at.load(Ordering::Acquire) >= since
     }
 
     pub(crate) fn options(&self) -> &RedisOptions {
@@ -165,32 +187,50 @@ impl Conn {
     {
         let (generation, conn) = self.get().await?;
         let mut guard = Abandoned {
-            broken: &self.broken,
+            conn: self,
             generation,
+            started: self.now(),
             armed: true,
         };
         let result = op(conn).await;
         guard.armed = false;
-        result.map_err(|e| {
-            if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
-                self.broken.store(generation, Ordering::Release);
+        let dropped = |e: &redis::RedisError| e.is_io_error() || e.is_connection_dropped();
+        match &result {
+            Err(e) if dropped(e) => self.broken.store(generation, Ordering::Release),
+            Err(e) if e.is_timeout() => guard.give_up(),
+            _ => {
+                self.replied_at.store(self.now(), Ordering::Release);
+                self.replied_on.store(generation, Ordering::Release);
             }
-            ctx(&self.options).classify(what, e)
-        })
+        }
+        result.map_err(|e| ctx(&self.options).classify(what, e))
     }
 }
 
-/// Marks the connection broken if dropped while armed.
+/// Gives up on the connection if dropped while armed (see
+/// [`give_up`](Abandoned::give_up)).
 struct Abandoned<'a> {
-    broken: &'a AtomicU64,
+    conn: &'a Conn,
     generation: u64,
+    /// When the request went out.
+    started: u64,
     armed: bool,
+}
+
+impl Abandoned<'_> {
+    /// The request got no reply in time: the connection is broken unless
+    /// it answered something since the request went out.
+    fn give_up(&self) {
+        if !self.conn.replied_since(self.generation, self.started) {
+            self.conn.broken.store(self.generation, Ordering::Release);
+        }
+    }
 }
 
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.broken.store(self.generation, Ordering::Release);
+            self.give_up();
         }
     }
 }
