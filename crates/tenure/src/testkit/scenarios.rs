@@ -241,8 +241,9 @@ pub struct ManyGroups {
 /// `Elector::builder(leading.clone(), …)` in a loop are all elected, by one
 /// engine; a second handle (`following`, opened separately, as a second
 /// process would) stands in every group and follows the leaders' renewals
-/// through the store's change feed with no read at all over a whole term
-/// (three renewals). `term` should leave room for a loaded machine (6 s
+/// through the store's change feed with no read of its own over a whole term
+/// (three renewals; the engine's check of its feed reads one group per
+/// retry interval). `term` should leave room for a loaded machine (6 s
 /// or so). Returns the figures for the test to print.
 pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
     leading: S,
@@ -309,8 +310,12 @@ pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
         followers.iter().all(|e| !e.is_leader()),
         "a follower took a group over: {figures:?}"
     );
-    assert_eq!(
-        figures.followers.reads, 0,
+    // The one read the followers' engine makes per retry interval to see
+    // that its feed still delivers, for all the groups together; no group
+    // reads for itself.
+    let checks = (term.as_millis() / (term / 4).as_millis()) as u64 + 1;
+    assert!(
+        figures.followers.reads <= checks && figures.followers.feed_silences == 0,
         "the followers read while the leaders renewed: {figures:?}"
     );
     assert_eq!(figures.followers.writes, 0, "{figures:?}");
