@@ -443,6 +443,21 @@ enum OpKind {
 }
 
 impl OpKind {
+    /// The machine's input for operation `op` of this kind failing with
+    /// `error`.
+    fn failed(self, op: OpId, error: StoreError) -> Input {
+        match self {
+            OpKind::Read(_) => Input::ReadDone {
+                op,
+                result: Err(error),
+            },
+            OpKind::Write(_) => Input::CasDone {
+                op,
+                result: Err(error),
+            },
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             OpKind::Read(p) => p.label(),
@@ -1294,16 +1309,7 @@ impl Task {
                 Counters::add(&self.counters.shed, 1);
                 StoreError::busy("held back by the engine: the store is serving all it can")
             };
-            let input = match kind {
-                OpKind::Read(_) => Input::ReadDone {
-                    op,
-                    result: Err(error),
-                },
-                OpKind::Write(_) => Input::CasDone {
-                    op,
-                    result: Err(error),
-                },
-            };
+            let input = kind.failed(op, error);
             self.step(d.id, input);
         }
         while let Some(Reverse(t)) = self.timers.peek().copied() {
@@ -1639,16 +1645,7 @@ impl Task {
         let error = StoreError::busy(
             "not sent: the store could not have answered before the operation's deadline",
         );
-        let input = match current.kind {
-            OpKind::Read(_) => Input::ReadDone {
-                op,
-                result: Err(error),
-            },
-            OpKind::Write(_) => Input::CasDone {
-                op,
-                result: Err(error),
-            },
-        };
+        let input = current.kind.failed(op, error);
         self.step(id, input);
     }
 
@@ -1687,8 +1684,7 @@ impl Task {
                 op,
                 result: Ok(outcome),
             },
-            (OpKind::Read(_), Err(e)) => Input::ReadDone { op, result: Err(e) },
-            (OpKind::Write(_), Err(e)) => Input::CasDone { op, result: Err(e) },
+            (kind, Err(e)) => kind.failed(op, e),
         };
         self.step(id, input);
     }
