@@ -442,6 +442,12 @@ pub struct Isolation {
 /// the batches it is in. Returns the figures for the test to print (the
 /// jammed group's own loss is reported, not asserted: a store may yet
 /// write it).
+///
+/// # Panics
+///
+/// If a group is not elected within ten terms, another group loses its
+/// term while one is jammed, or the groups are not all led again within
+/// five terms of the unjam: the failures the scenario checks for.
 pub async fn one_unwritable_group_fails_alone<S, G, J, JF, U, UF>(
     store: S,
     groups: usize,
@@ -458,11 +464,10 @@ where
 {
     let prefix = super::unique_group("isolated");
     let leaders = electors_for_groups(&store, prefix.as_str(), groups, "a", term);
-    all_lead(&leaders, term * 10).await;
-    let terms: Vec<Term> = leaders
-        .iter()
-        .map(|e| e.current_term().expect("leading"))
-        .collect();
+    let mut terms: Vec<Term> = Vec::with_capacity(groups);
+    for (i, e) in leaders.iter().enumerate() {
+        terms.push(leads_within(e, term * 10, &format!("group {i} elected")).await);
+    }
     let jammed = groups / 2;
     let guard = jam(leaders[jammed].group().clone()).await;
     let began = Instant::now();
