@@ -253,6 +253,7 @@ impl LeaseStore for MemoryStore {
 #[derive(Default, Debug)]
 struct FaultState {
     latency: Duration,
+    list_latency: Duration,
     failing: bool,
     lose_replies: bool,
     no_notifications: bool,
@@ -299,6 +300,13 @@ impl Faults {
     /// Adds latency to every operation (before it reaches the store).
     pub fn set_latency(&self, latency: Duration) {
         self.lock().latency = latency;
+    }
+
+    /// Adds latency to every listing, on top of [`set_latency`](Self::set_latency):
+    /// a store whose listing walks many other keys (a Redis `SCAN` over a
+    /// database shared with 200,000 other groups, a table scan).
+    pub fn set_list_latency(&self, latency: Duration) {
+        self.lock().list_latency = latency;
     }
 
     /// Makes every operation fail with [`StoreError::Unavailable`].
@@ -387,6 +395,10 @@ impl<S: LeaseStore> LeaseView for FaultyStore<S> {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let walk = self.faults.lock().list_latency;
+        if !walk.is_zero() {
+            tokio::time::sleep(walk).await;
+        }
         self.before().await?;
         self.inner.list(prefix).await
     }

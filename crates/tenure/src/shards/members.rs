@@ -1,13 +1,20 @@
-//! Who is a live member of a set, judged from listings of the members'
-//! lease records, by the same rule a challenger uses for a lease: a held
-//! record counts until it has been seen unchanged for its term × (1 +
-//! drift); a released one (a graceful leave) counts no more at once. A
-//! record that lapsed is then cleared (see [`Roster::lapsed`]).
+//! Who is a live member of a set, judged from what is known of the
+//! members' lease records ([`Sightings`]) by the rule a challenger uses for
+//! a lease: a held record counts until it has been seen unchanged for its
+//! term × (1 + drift); a released one (a graceful leave) counts no more at
+//! once. A record that lapsed is then cleared (see [`Roster::lapsed`]).
+//!
+//! A record only the change feed showed is not enough to count a member
+//! gone: a lost delivery would look like silence. Once such a record has
+//! lapsed, the member counts on for up to `confirm` more while a read asks
+//! the store ([`Roster::to_confirm`]); the read either shows a newer
+//! record, or confirms the silence.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::sightings::{Sighting, Sightings};
 use crate::clock::MonoTime;
+use crate::config::MAX_TERM;
 use crate::record::{Metadata, Version, Versioned};
 use crate::role::LeaderInfo;
 
@@ -20,91 +27,107 @@ pub struct Member {
     pub metadata: Metadata,
 }
 
-#[derive(Clone, Debug)]
-pub(crate) struct Seen {
-    /// The record as listed.
-    pub(crate) current: Versioned,
-    since: MonoTime,
-    term: Option<Duration>,
-    metadata: Metadata,
-}
-
-impl Seen {
-    fn version(&self) -> Version {
-        self.current.version
-    }
-
-    /// When the member counts as gone, if its record is held.
-    fn lapses_at(&self, drift: f64) -> Option<MonoTime> {
-        self.term.map(|term| self.since + term.mul_f64(1.0 + drift))
-    }
-}
-
-/// Judges liveness across listings.
-#[derive(Debug, Default)]
+/// Judges liveness from the member records known.
+#[derive(Debug)]
 pub(crate) struct Roster {
-    seen: BTreeMap<String, Seen>,
+    seen: Sightings,
+    drift: f64,
+    /// How long a lapsed record only the feed showed still counts, while a
+    /// read confirms it.
+    confirm: Duration,
 }
 
 impl Roster {
-    /// Takes in one listing of member records (`id` → record), received at
-    /// `now`.
-    pub(crate) fn observe(&mut self, now: MonoTime, listing: BTreeMap<String, Versioned>) {
-        self.seen.retain(|id, _| listing.contains_key(id));
-        for (id, v) in listing {
-            let same = self.seen.get(&id).is_some_and(|s| s.version() == v.version);
-            if same {
-                continue;
-            }
-            let term = v.record.holder.as_ref().map(|_| v.record.term);
-            let metadata = LeaderInfo::from_record(&v)
-                .map(|l| l.metadata)
-                .unwrap_or_default();
-            self.seen.insert(
-                id,
-                Seen {
-                    current: v,
-                    since: now,
-                    term,
-                    metadata,
-                },
-            );
+    pub(crate) fn new(drift: f64, confirm: Duration) -> Roster {
+        Roster {
+            seen: Sightings::default(),
+            drift,
+            confirm,
         }
     }
 
+    /// The records known, to take in feed deliveries, reads and listings.
+    pub(crate) fn sightings(&mut self) -> &mut Sightings {
+        &mut self.seen
+    }
+
+    /// When the member counts as gone, if its record is held: its lapse,
+    /// and for a record only the feed showed, the time a read has to
+    /// confirm it.
+    fn gone_at(&self, s: &Sighting) -> Option<MonoTime> {
+        let lapse = self.lapses_at(s)?;
+        Some(if s.confirmed {
+            lapse
+        } else {
+            lapse + self.confirm
+        })
+    }
+
+    fn lapses_at(&self, s: &Sighting) -> Option<MonoTime> {
+        s.current
+            .record
+            .holder
+            .as_ref()
+            // Capped, so that a hostile record's term cannot overflow.
+            .map(|_| {
+                s.since
+                    + s.current
+                        .record
+                        .term
+                        .min(MAX_TERM)
+                        .mul_f64(1.0 + self.drift)
+            })
+    }
+
     /// The members live at `now`, sorted by id.
-    pub(crate) fn live(&self, now: MonoTime, drift: f64) -> Vec<Member> {
+    pub(crate) fn live(&self, now: MonoTime) -> Vec<Member> {
         self.seen
             .iter()
-            .filter(|(_, s)| s.lapses_at(drift).is_some_and(|t| now < t))
+            .filter(|(_, s)| self.gone_at(s).is_some_and(|t| now < t))
             .map(|(id, s)| Member {
                 id: id.clone(),
-                metadata: s.metadata.clone(),
+                metadata: LeaderInfo::from_record(&s.current)
+                    .map(|l| l.metadata)
+                    .unwrap_or_default(),
             })
             .collect()
     }
 
-    /// The next instant at which a member may lapse, for waking.
-    pub(crate) fn next_lapse(&self, now: MonoTime, drift: f64) -> Option<MonoTime> {
+    /// The next instant at which a member may lapse or be counted gone,
+    /// for waking.
+    pub(crate) fn next_change(&self, now: MonoTime) -> Option<MonoTime> {
         self.seen
-            .values()
-            .filter_map(|s| s.lapses_at(drift))
+            .iter()
+            .flat_map(|(_, s)| [self.lapses_at(s), self.gone_at(s)])
+            .flatten()
             .filter(|t| *t > now)
             .min()
     }
 
-    /// The members whose held record has lapsed by `now`: seen unchanged for
-    /// its term × (1 + drift), so by the lease rule its holder's term is
-    /// over and a compare-and-swap on that version may clear it, exactly as
-    /// a challenger's takeover would. A crashed member's record stays held
-    /// until someone does: a member listing it for the first time (one that
-    /// joins later, or restarts) would count the dead member live for a
-    /// whole takeover wait, and compute other targets than everyone else.
-    pub(crate) fn lapsed(&self, now: MonoTime, drift: f64) -> Vec<(&str, &Seen)> {
+    /// The members whose held record only the feed showed and has lapsed by
+    /// `now`, with the version to confirm: read them before counting them
+    /// gone.
+    pub(crate) fn to_confirm(&self, now: MonoTime) -> Vec<(&str, Version)> {
         self.seen
             .iter()
-            .filter(|(_, s)| s.lapses_at(drift).is_some_and(|t| now >= t))
-            .map(|(id, s)| (id.as_str(), s))
+            .filter(|(_, s)| !s.confirmed && self.lapses_at(s).is_some_and(|t| now >= t))
+            .map(|(id, s)| (id.as_str(), s.current.version))
+            .collect()
+    }
+
+    /// The members whose held record has lapsed by `now`, as a read or a
+    /// listing showed it: seen unchanged for its term × (1 + drift), so by
+    /// the lease rule its holder's term is over and a compare-and-swap on
+    /// that version may clear it, exactly as a challenger's takeover would.
+    /// A crashed member's record stays held until someone does: a member
+    /// listing it for the first time (one that joins later, or restarts)
+    /// would count the dead member live for a whole takeover wait, and
+    /// compute other targets than everyone else.
+    pub(crate) fn lapsed(&self, now: MonoTime) -> Vec<(&str, &Versioned)> {
+        self.seen
+            .iter()
+            .filter(|(_, s)| s.confirmed && self.lapses_at(s).is_some_and(|t| now >= t))
+            .map(|(id, s)| (id.as_str(), &s.current))
             .collect()
     }
 }
@@ -114,6 +137,7 @@ mod tests {
     use super::*;
     use crate::clock::WallTime;
     use crate::record::{Holder, LeaseRecord};
+    use std::collections::BTreeMap;
 
     fn rec(holder: Option<&str>, version: u64) -> Versioned {
         Versioned {
@@ -132,60 +156,113 @@ mod tests {
         }
     }
 
-    fn at(s: u64) -> MonoTime {
-        MonoTime::from_nanos(s * 1_000_000_000)
+    fn at(ms: u64) -> MonoTime {
+        MonoTime::from_nanos(ms * 1_000_000)
     }
 
     fn ids(members: Vec<Member>) -> Vec<String> {
         members.into_iter().map(|m| m.id).collect()
     }
 
+    fn listing(entries: &[(&str, Option<&str>, u64)]) -> BTreeMap<String, Versioned> {
+        entries
+            .iter()
+            .map(|(id, holder, v)| (id.to_string(), rec(*holder, *v)))
+            .collect()
+    }
+
+    fn roster() -> Roster {
+        Roster::new(0.01, Duration::from_secs(2))
+    }
+
     #[test]
     fn a_renewing_member_stays_a_silent_one_lapses_a_leaver_goes_at_once() {
-        let mut r = Roster::default();
-        let listing = |a: u64, b: u64, c: Option<&str>| {
-            BTreeMap::from([
-                ("a".to_owned(), rec(Some("a"), a)),
-                ("b".to_owned(), rec(Some("b"), b)),
-                ("c".to_owned(), rec(c, 1)),
-            ])
+        let mut r = roster();
+        let list = |r: &mut Roster, t: u64, entries: &[(&str, Option<&str>, u64)]| {
+            r.sightings().listing(at(t), at(t), listing(entries));
         };
-        r.observe(at(0), listing(1, 1, Some("c")));
-        assert_eq!(ids(r.live(at(0), 0.01)), ["a", "b", "c"]);
+        list(
+            &mut r,
+            0,
+            &[
+                ("a", Some("a"), 1),
+                ("b", Some("b"), 1),
+                ("c", Some("c"), 1),
+            ],
+        );
+        assert_eq!(ids(r.live(at(0))), ["a", "b", "c"]);
         // a renews, b is silent, c released (left).
-        r.observe(
-            at(5),
-            BTreeMap::from([
-                ("a".to_owned(), rec(Some("a"), 2)),
-                ("b".to_owned(), rec(Some("b"), 1)),
-                ("c".to_owned(), rec(None, 2)),
-            ]),
+        list(
+            &mut r,
+            5_000,
+            &[("a", Some("a"), 2), ("b", Some("b"), 1), ("c", None, 2)],
         );
-        assert_eq!(ids(r.live(at(5), 0.01)), ["a", "b"]);
-        assert_eq!(
-            r.next_lapse(at(5), 0.01),
-            Some(at(0) + Duration::from_millis(10_100))
+        assert_eq!(ids(r.live(at(5_000))), ["a", "b"]);
+        assert_eq!(r.next_change(at(5_000)), Some(at(10_100)));
+        list(
+            &mut r,
+            10_000,
+            &[("a", Some("a"), 3), ("b", Some("b"), 1), ("c", None, 2)],
         );
-        r.observe(at(10), listing(3, 1, None));
         // b unchanged since 0: lapses at 10.1 s, not before.
-        assert_eq!(ids(r.live(at(10), 0.01)), ["a", "b"]);
-        assert!(r.lapsed(at(10), 0.01).is_empty());
-        assert_eq!(ids(r.live(at(11), 0.01)), ["a"]);
+        assert_eq!(ids(r.live(at(10_000))), ["a", "b"]);
+        assert!(r.lapsed(at(10_000)).is_empty());
+        assert_eq!(ids(r.live(at(11_000))), ["a"]);
         // Then its record may be cleared, on the version seen unchanged; a
         // released one (c) is nothing to clear.
         let lapsed: Vec<(&str, Version)> = r
-            .lapsed(at(11), 0.01)
+            .lapsed(at(11_000))
             .into_iter()
-            .map(|(id, s)| (id, s.current.version))
+            .map(|(id, v)| (id, v.version))
             .collect();
         assert_eq!(lapsed, [("b", Version(1))]);
+        assert!(
+            r.to_confirm(at(11_000)).is_empty(),
+            "listed: nothing to confirm"
+        );
     }
 
     #[test]
     fn a_member_whose_record_vanished_is_gone() {
-        let mut r = Roster::default();
-        r.observe(at(0), BTreeMap::from([("a".to_owned(), rec(Some("a"), 1))]));
-        r.observe(at(1), BTreeMap::new());
-        assert!(r.live(at(1), 0.01).is_empty());
+        let mut r = roster();
+        r.sightings()
+            .listing(at(0), at(0), listing(&[("a", Some("a"), 1)]));
+        r.sightings().listing(at(1_000), at(1_000), BTreeMap::new());
+        assert!(r.live(at(1_000)).is_empty());
+    }
+
+    #[test]
+    fn a_member_only_the_feed_showed_counts_until_a_read_confirms_its_silence() {
+        let mut r = roster();
+        r.sightings().feed(at(0), "a", rec(Some("a"), 1));
+        r.sightings().feed(at(0), "b", rec(Some("b"), 1));
+        assert_eq!(ids(r.live(at(0))), ["a", "b"]);
+        // Both lapse at 10.1 s; neither is gone before a read, for up to
+        // the confirmation time.
+        assert_eq!(ids(r.live(at(11_000))), ["a", "b"]);
+        assert!(
+            r.lapsed(at(11_000)).is_empty(),
+            "never cleared on the feed's word"
+        );
+        let asked: Vec<&str> = r
+            .to_confirm(at(11_000))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(asked, ["a", "b"]);
+        // a's read shows a renewal the feed lost: live again. b's shows the
+        // same record: gone now, and may be cleared.
+        r.sightings()
+            .read(at(11_000), at(11_010), "a", Some(rec(Some("a"), 2)));
+        r.sightings()
+            .read(at(11_000), at(11_010), "b", Some(rec(Some("b"), 1)));
+        assert_eq!(ids(r.live(at(11_010))), ["a"]);
+        assert_eq!(r.lapsed(at(11_010)).len(), 1);
+        // Unanswered, a feed-only record counts gone after the confirmation
+        // time.
+        r.sightings().feed(at(20_000), "c", rec(Some("c"), 1));
+        assert_eq!(r.next_change(at(20_000)), Some(at(30_100)));
+        assert_eq!(r.next_change(at(30_100)), Some(at(32_100)));
+        assert!(ids(r.live(at(32_100))).iter().all(|id| id != "c"));
     }
 }

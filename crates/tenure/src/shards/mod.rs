@@ -76,6 +76,7 @@
 
 pub mod assign;
 mod members;
+mod sightings;
 mod task;
 
 use std::collections::BTreeMap;
@@ -246,6 +247,10 @@ pub(crate) fn member_prefix(set: &str) -> String {
 
 pub(crate) fn member_group(set: &str, member: &str) -> String {
     format!("{set}/members/{member}")
+}
+
+pub(crate) fn shard_prefix(set: &str) -> String {
+    format!("{set}/shards/")
 }
 
 pub(crate) fn shard_group(set: &str, shard: &str) -> String {

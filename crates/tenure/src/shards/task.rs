@@ -1,8 +1,27 @@
-//! The task behind a [`Shards`](super::Shards) member: it lists the
-//! members, computes this member's targets and keeps one elector standing
-//! for each, and leaves gracefully at the end.
+//! The task behind a [`Shards`](super::Shards) member: it follows the
+//! member and shard records, computes this member's targets and keeps one
+//! elector standing for each, and leaves gracefully at the end.
+//!
+//! What it knows of the records comes mostly from the store's change feed,
+//! taken in as it arrives (a renewal, a join, a leave, a hand-over is one
+//! delivery, with no store operation). The store is asked only:
+//!
+//! * for a **refresh** (a listing of the members and one batched read of
+//!   every shard): at the start, after the feed says it may have missed
+//!   changes, and at a slow poll ([`FEED_REFRESH_TERMS`] terms) as a net
+//!   under a feed that loses a delivery without saying so; without a feed,
+//!   at every poll;
+//! * for a **read** of the few records the feed only hinted at, and of a
+//!   member whose record only the feed showed and has lapsed (is it gone,
+//!   or was a renewal lost?).
+//!
+//! Requests run in the background, one refresh and one read at a time, so
+//! that a slow listing (a store with many other keys) never holds up the
+//! feed; while one is in flight, what asks for another is remembered and
+//! asked once it returns. A member's store operations per term are then
+//! its writes plus a fraction of one refresh, whatever the set's size.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +31,8 @@ use tokio::task::JoinSet;
 
 use super::assign::assign_names;
 use super::members::{Member, Roster};
-use super::{member_group, member_prefix, shard_group, ShardEvent};
+use super::sightings::Sightings;
+use super::{member_group, member_prefix, shard_group, shard_prefix, ShardEvent};
 use crate::clock::{Clock, MonoTime};
 use crate::config::Config;
 use crate::elector::Elector;
@@ -20,6 +40,15 @@ use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Metadata, Version, Versioned};
 use crate::role::{Event, Role};
 use crate::store::{CasOutcome, Change, LeaseStore, StoreFeed};
+
+/// With a change feed, a full refresh every this many terms (plus jitter):
+/// a net under a feed that loses a delivery without a resync.
+pub(crate) const FEED_REFRESH_TERMS: u32 = 4;
+
+/// Changes taken from the feed at once before the targets are computed
+/// again: a burst (every shard renewed) costs one computation, not one per
+/// delivery.
+const FEED_BURST: usize = 4096;
 
 pub(crate) struct Task {
     pub(crate) set: String,
@@ -38,114 +67,394 @@ pub(crate) struct Task {
     pub(crate) commands: mpsc::UnboundedReceiver<()>,
 }
 
+/// A request's answer, back from the background.
+enum Reply {
+    /// A listing of the members and a read of every shard, sent at `sent`.
+    Refresh {
+        sent: MonoTime,
+        members: Result<BTreeMap<String, Versioned>, StoreError>,
+        shards: Option<Vec<(String, Option<Versioned>)>>,
+    },
+    /// Reads of single records, sent at `sent`; a record that could not
+    /// be read is left out.
+    Read {
+        sent: MonoTime,
+        members: Vec<(String, Option<Versioned>)>,
+        shards: Vec<(String, Option<Versioned>)>,
+    },
+}
+
+/// What the member knows and is doing, between turns of its loop.
+struct State {
+    /// The member records known, and who is live.
+    roster: Roster,
+    /// The shard records known (who holds what).
+    shards: Sightings,
+    /// The shards this member stands for, with their electors.
+    standing: BTreeMap<String, Elector>,
+    /// Of those, the ones it leads now (known first-hand).
+    leading: BTreeSet<String>,
+    /// The live member ids last published.
+    view: Option<Vec<String>>,
+    /// Whether the targets must be computed again (the members, the
+    /// holders or this member's own standing changed).
+    dirty: bool,
+    /// A refresh in flight; another wanted after it.
+    refreshing: bool,
+    refresh_wanted: bool,
+    next_refresh: MonoTime,
+    /// A read in flight, and what to read next.
+    reading: bool,
+    read_members: BTreeSet<String>,
+    read_shards: BTreeSet<String>,
+    /// The lapsed feed-only member records already asked about, by version.
+    confirming: BTreeMap<String, Version>,
+    /// The lapsed member records already cleared (or tried), by version.
+    cleared: BTreeMap<String, Version>,
+    /// The last kind of listing failure logged: once per kind, not per poll.
+    reported: Option<String>,
+}
+
 impl Task {
     pub(crate) async fn run(mut self) {
-        let prefix = member_prefix(&self.set);
-        let mut roster = Roster::default();
+        let now = self.clock.now().mono;
+        let mut s = State {
+            roster: Roster::new(self.drift, self.poll),
+            shards: Sightings::default(),
+            standing: BTreeMap::new(),
+            leading: BTreeSet::new(),
+            view: None,
+            dirty: true,
+            refreshing: false,
+            refresh_wanted: true,
+            next_refresh: now,
+            reading: false,
+            read_members: BTreeSet::new(),
+            read_shards: BTreeSet::new(),
+            confirming: BTreeMap::new(),
+            cleared: BTreeMap::new(),
+            reported: None,
+        };
+        let known: HashSet<String> = self.shards.iter().cloned().collect();
+        let (replies_tx, mut replies) = mpsc::unbounded_channel();
         let mut feed = self.subscribe().await;
         let mut membership = self.membership.watch_role();
-        let mut standing: BTreeMap<String, Elector> = BTreeMap::new();
-        let mut view: Option<Vec<String>> = None;
-        let mut reported: Option<String> = None;
-        let mut next_list = self.clock.now().mono;
-        let mut holders: BTreeMap<String, String> = BTreeMap::new();
-        // The lapsed member records already cleared (or tried), by version.
-        let mut cleared: BTreeMap<String, Version> = BTreeMap::new();
         loop {
-            if self.clock.now().mono >= next_list {
-                match self.list(&prefix).await {
-                    Ok(listing) => {
-                        reported = None;
-                        roster.observe(self.clock.now().mono, listing);
-                        if let Some(now_held) = self.holders().await {
-                            holders = now_held;
-                        }
-                    }
-                    Err(e) => {
-                        // Once per kind of failure, not once per poll.
-                        let kind = e.kind().to_owned();
-                        if reported.as_deref() != Some(kind.as_str()) {
-                            tracing::warn!(set = %self.set, error = %e, "cannot list the members");
-                            reported = Some(kind);
-                        }
-                    }
-                }
-                next_list = self.clock.now().mono + self.jittered_poll();
-            }
             let now = self.clock.now().mono;
-            self.clear_lapsed(&roster, &mut cleared).await;
-            let members = self.live(&roster, now);
+            if !s.refreshing && (s.refresh_wanted || now >= s.next_refresh) {
+                s.refreshing = true;
+                s.refresh_wanted = false;
+                self.refresh(now, replies_tx.clone());
+            }
+            for (id, version) in s.roster.to_confirm(now) {
+                if s.confirming.get(id) != Some(&version) {
+                    s.confirming.insert(id.to_owned(), version);
+                    s.read_members.insert(id.to_owned());
+                }
+            }
+            let to_read = !(s.read_members.is_empty() && s.read_shards.is_empty());
+            if to_read && !s.reading {
+                s.reading = true;
+                let members = std::mem::take(&mut s.read_members);
+                let shards = std::mem::take(&mut s.read_shards);
+                self.read(now, members, shards, replies_tx.clone());
+            }
+            self.clear_lapsed(&s.roster, &mut s.cleared);
+            let members = self.live(&s.roster, now);
             let ids: Vec<String> = members.iter().map(|m| m.id.clone()).collect();
-            if view.as_ref() != Some(&ids) {
-                view = Some(ids.clone());
+            if s.view.as_ref() != Some(&ids) {
+                s.view = Some(ids.clone());
+                s.dirty = true;
                 self.members_tx.send_replace(members.clone());
                 let _ = self.events.send(ShardEvent::MembersChanged { members });
             }
-            // What this member holds it knows first-hand.
-            for (shard, elector) in &standing {
-                if elector.is_leader() {
-                    holders.insert(shard.clone(), self.member.clone());
-                }
+            let leading: BTreeSet<String> = s
+                .standing
+                .iter()
+                .filter(|(_, e)| e.is_leader())
+                .map(|(shard, _)| shard.clone())
+                .collect();
+            if leading != s.leading {
+                s.leading = leading;
+                s.dirty = true;
             }
-            self.stand_for(&ids, &holders, &mut standing);
-            let mut wake = next_list;
-            if let Some(lapse) = roster.next_lapse(now, self.drift) {
-                wake = wake.min(lapse);
+            if s.dirty {
+                s.dirty = false;
+                let holders = self.holders(&s);
+                self.stand_for(&ids, &holders, &mut s.standing);
             }
+            // While a refresh is in flight its answer wakes the loop.
+            let wake = [
+                Some(s.next_refresh).filter(|_| !s.refreshing),
+                s.roster.next_change(now),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let clock = self.clock.clone();
             tokio::select! {
                 _ = self.commands.recv() => break,
                 change = next_change(&mut feed) => match change {
-                    Some(change) if touches(&change, &prefix) => next_list = self.clock.now().mono,
-                    Some(_) => {}
-                    None => feed = None,
+                    Some(change) => {
+                        self.take_in(&mut s, &known, change);
+                        // The rest of a burst, before computing again.
+                        for _ in 1..FEED_BURST {
+                            match feed.as_mut().and_then(StoreFeed::try_next) {
+                                Some(change) => self.take_in(&mut s, &known, change),
+                                None => break,
+                            }
+                        }
+                    }
+                    None => {
+                        // The feed ended: poll from now on.
+                        feed = None;
+                        s.refresh_wanted = true;
+                    }
                 },
-                _ = membership.changed() => {}
-                _ = clock.sleep_until(wake) => {}
+                Some(reply) = replies.recv() => self.answer(&mut s, reply, feed.is_some()),
+                _ = membership.changed() => s.dirty = true,
+                _ = sleep_until(&clock, wake) => {}
             }
         }
-        self.leave(standing).await;
+        self.leave(s.standing).await;
+    }
+
+    /// Takes in one change from the feed.
+    fn take_in(&self, s: &mut State, known: &HashSet<String>, change: Change) {
+        let now = self.clock.now().mono;
+        let (members, shards) = (member_prefix(&self.set), shard_prefix(&self.set));
+        match change {
+            Change::Written { group, current } => {
+                if let Some(id) = group.as_str().strip_prefix(&members) {
+                    s.roster.sightings().feed(now, id, current);
+                } else if let Some(shard) = group.as_str().strip_prefix(&shards) {
+                    if known.contains(shard) {
+                        let before = holder(&s.shards, shard);
+                        s.shards.feed(now, shard, current);
+                        s.dirty |= holder(&s.shards, shard) != before;
+                    }
+                }
+            }
+            Change::Hint { group } => {
+                if let Some(id) = group.as_str().strip_prefix(&members) {
+                    s.read_members.insert(id.to_owned());
+                } else if let Some(shard) = group.as_str().strip_prefix(&shards) {
+                    if known.contains(shard) {
+                        s.read_shards.insert(shard.to_owned());
+                    }
+                }
+            }
+            Change::Resync => s.refresh_wanted = true,
+        }
+    }
+
+    /// Takes in a request's answer.
+    fn answer(&self, s: &mut State, reply: Reply, has_feed: bool) {
+        let now = self.clock.now().mono;
+        match reply {
+            Reply::Refresh {
+                sent,
+                members,
+                shards,
+            } => {
+                s.refreshing = false;
+                let every = if has_feed {
+                    self.config.term * FEED_REFRESH_TERMS
+                } else {
+                    self.poll
+                };
+                s.next_refresh = now + jittered(every);
+                match members {
+                    Ok(listing) => {
+                        s.reported = None;
+                        s.roster.sightings().listing(sent, now, listing);
+                    }
+                    Err(e) => {
+                        let kind = e.kind().to_owned();
+                        if s.reported.as_deref() != Some(kind.as_str()) {
+                            tracing::warn!(set = %self.set, error = %e, "cannot list the members");
+                            s.reported = Some(kind);
+                        }
+                        // Try again at the poll, not at the slow net.
+                        s.next_refresh = s.next_refresh.min(now + jittered(self.poll));
+                    }
+                }
+                if let Some(read) = shards {
+                    let before = self.holders(s);
+                    let listing = read
+                        .into_iter()
+                        .filter_map(|(n, v)| Some((n, v?)))
+                        .collect();
+                    s.shards.listing(sent, now, listing);
+                    s.dirty |= self.holders(s) != before;
+                }
+            }
+            Reply::Read {
+                sent,
+                members,
+                shards,
+            } => {
+                s.reading = false;
+                for (id, v) in members {
+                    s.roster.sightings().read(sent, now, &id, v);
+                }
+                for (shard, v) in shards {
+                    let before = holder(&s.shards, &shard);
+                    s.shards.read(sent, now, &shard, v);
+                    s.dirty |= holder(&s.shards, &shard) != before;
+                }
+            }
+        }
+    }
+
+    /// Who holds each shard: the records known, and what this member leads
+    /// (which it knows first-hand, before its own write comes back).
+    fn holders(&self, s: &State) -> BTreeMap<String, String> {
+        let mut out: BTreeMap<String, String> = s
+            .shards
+            .iter()
+            .filter_map(|(shard, seen)| {
+                Some((shard.clone(), seen.current.record.holder_id()?.to_owned()))
+            })
+            .collect();
+        for shard in &s.leading {
+            out.insert(shard.clone(), self.member.clone());
+        }
+        out
+    }
+
+    /// Lists the members and reads every shard, in the background.
+    fn refresh(&self, sent: MonoTime, replies: mpsc::UnboundedSender<Reply>) {
+        let (store, clock, timeout) = (self.store.clone(), self.clock.clone(), self.config.term);
+        let prefix = member_prefix(&self.set);
+        let groups: Vec<(String, GroupName)> = self
+            .shards
+            .iter()
+            .filter_map(|s| Some((s.clone(), GroupName::new(shard_group(&self.set, s)).ok()?)))
+            .collect();
+        tokio::spawn(async move {
+            let deadline = clock.now().mono + timeout;
+            let list = async {
+                let listed = store.list(&prefix).await?;
+                Ok::<BTreeMap<String, Versioned>, StoreError>(
+                    listed
+                        .into_iter()
+                        .filter_map(|l| {
+                            let id = l.group.as_str().strip_prefix(&prefix)?.to_owned();
+                            // A record that cannot be read is no evidence of a
+                            // member.
+                            Some((id, l.record.ok()?))
+                        })
+                        .collect(),
+                )
+            };
+            let names: Vec<GroupName> = groups.iter().map(|(_, g)| g.clone()).collect();
+            let read = async {
+                let read = store.read_many(&names).await.ok()?;
+                Some(reads(groups.iter().map(|(s, _)| s.clone()), read))
+            };
+            let reply = tokio::select! {
+                (members, shards) = async { tokio::join!(list, read) } => Reply::Refresh { sent, members, shards },
+                _ = clock.sleep_until(deadline) => Reply::Refresh {
+                    sent,
+                    members: Err(StoreError::Timeout(timeout)),
+                    shards: None,
+                },
+            };
+            let _ = replies.send(reply);
+        });
+    }
+
+    /// Reads single member and shard records, in one batch, in the
+    /// background.
+    fn read(
+        &self,
+        sent: MonoTime,
+        members: BTreeSet<String>,
+        shards: BTreeSet<String>,
+        replies: mpsc::UnboundedSender<Reply>,
+    ) {
+        let (store, clock, timeout) = (self.store.clone(), self.clock.clone(), self.config.term);
+        let named: Vec<(bool, String, GroupName)> = members
+            .into_iter()
+            .filter_map(|id| {
+                let g = GroupName::new(member_group(&self.set, &id)).ok()?;
+                Some((true, id, g))
+            })
+            .chain(shards.into_iter().filter_map(|shard| {
+                let g = GroupName::new(shard_group(&self.set, &shard)).ok()?;
+                Some((false, shard, g))
+            }))
+            .collect();
+        tokio::spawn(async move {
+            let deadline = clock.now().mono + timeout;
+            let names: Vec<GroupName> = named.iter().map(|(_, _, g)| g.clone()).collect();
+            let read = tokio::select! {
+                r = store.read_many(&names) => r.ok(),
+                _ = clock.sleep_until(deadline) => None,
+            };
+            let (mut members, mut shards) = (Vec::new(), Vec::new());
+            if let Some(read) = read {
+                for ((is_member, name, _), r) in named.into_iter().zip(read) {
+                    if let Ok(v) = r {
+                        if is_member {
+                            members.push((name, v));
+                        } else {
+                            shards.push((name, v));
+                        }
+                    }
+                }
+            }
+            let _ = replies.send(Reply::Read {
+                sent,
+                members,
+                shards,
+            });
+        });
     }
 
     /// Clears the records of members that lapsed (see [`Roster::lapsed`]),
     /// each version once: a release written with a compare-and-swap on the
     /// version seen unchanged, which fails if the member renewed after all.
-    async fn clear_lapsed(&self, roster: &Roster, cleared: &mut BTreeMap<String, Version>) {
+    fn clear_lapsed(&self, roster: &Roster, cleared: &mut BTreeMap<String, Version>) {
         let now = self.clock.now();
-        let lapsed = roster.lapsed(now.mono, self.drift);
+        let lapsed = roster.lapsed(now.mono);
         cleared.retain(|id, _| lapsed.iter().any(|(l, _)| l == id));
         for (id, seen) in lapsed {
-            let version = seen.current.version;
-            if id == self.member || cleared.get(id) == Some(&version) {
+            if id == self.member || cleared.get(id) == Some(&seen.version) {
                 continue;
             }
-            cleared.insert(id.to_owned(), version);
+            cleared.insert(id.to_owned(), seen.version);
             let Ok(group) = GroupName::new(member_group(&self.set, id)) else {
                 continue;
             };
             let record = LeaseRecord {
                 holder: None,
-                token: seen.current.record.token,
-                term: seen.current.record.term,
+                token: seen.record.token,
+                term: seen.record.term,
                 renewed_at: now.wall,
                 expires_at: now.wall,
                 metadata: Metadata::new(),
             };
+            let (store, clock, version) = (self.store.clone(), self.clock.clone(), seen.version);
+            let (set, id) = (self.set.clone(), id.to_owned());
             let timeout = self.poll.max(Duration::from_millis(1));
-            let deadline = self.clock.now().mono + timeout;
-            tokio::select! {
-                r = self.store.compare_and_swap(&group, Some(version), &record) => match r {
-                    Ok(CasOutcome::Applied(_)) => {
-                        tracing::info!(set = %self.set, member = id, "cleared the record of a member gone")
-                    }
-                    // It renewed after all, or another member cleared it.
-                    Ok(CasOutcome::Conflict) => {}
-                    Err(e) => {
-                        tracing::debug!(set = %self.set, member = id, error = %e, "cannot clear a lapsed member's record")
-                    }
-                },
-                _ = self.clock.sleep_until(deadline) => {}
-            }
+            tokio::spawn(async move {
+                let deadline = clock.now().mono + timeout;
+                tokio::select! {
+                    r = store.compare_and_swap(&group, Some(version), &record) => match r {
+                        Ok(CasOutcome::Applied(_)) => {
+                            tracing::info!(set = %set, member = id, "cleared the record of a member gone")
+                        }
+                        // It renewed after all, or another member cleared it.
+                        Ok(CasOutcome::Conflict) => {}
+                        Err(e) => {
+                            tracing::debug!(set = %set, member = id, error = %e, "cannot clear a lapsed member's record")
+                        }
+                    },
+                    _ = clock.sleep_until(deadline) => {}
+                }
+            });
         }
     }
 
@@ -153,7 +462,7 @@ impl Task {
     /// lease (which it knows better than any listing).
     fn live(&self, roster: &Roster, now: MonoTime) -> Vec<Member> {
         let mut members: Vec<Member> = roster
-            .live(now, self.drift)
+            .live(now)
             .into_iter()
             .filter(|m| m.id != self.member)
             .collect();
@@ -236,58 +545,8 @@ impl Task {
         // Dropping `electors_tx` here tells every `shutdown()` caller.
     }
 
-    async fn list(&self, prefix: &str) -> Result<BTreeMap<String, Versioned>, StoreError> {
-        let timeout = self.poll.max(Duration::from_millis(1));
-        let deadline = self.clock.now().mono + timeout;
-        let listed = tokio::select! {
-            r = self.store.list(prefix) => r?,
-            _ = self.clock.sleep_until(deadline) => return Err(StoreError::Timeout(timeout)),
-        };
-        Ok(listed
-            .into_iter()
-            .filter_map(|l| {
-                let id = l.group.as_str().strip_prefix(prefix)?.to_owned();
-                // A record that cannot be read is no evidence of a member.
-                Some((id, l.record.ok()?))
-            })
-            .collect())
-    }
-
-    /// Who holds each shard now, from one batched read of every shard's
-    /// record; `None` if the read failed (the last view stays).
-    async fn holders(&self) -> Option<BTreeMap<String, String>> {
-        let groups: Vec<GroupName> = self
-            .shards
-            .iter()
-            .map(|s| GroupName::new(shard_group(&self.set, s)))
-            .collect::<Result<_, _>>()
-            .ok()?;
-        let timeout = self.poll.max(Duration::from_millis(1));
-        let deadline = self.clock.now().mono + timeout;
-        let read = tokio::select! {
-            r = self.store.read_many(&groups) => r.ok()?,
-            _ = self.clock.sleep_until(deadline) => return None,
-        };
-        Some(
-            self.shards
-                .iter()
-                .zip(read)
-                .filter_map(|(shard, r)| {
-                    let holder = r.ok()??.record.holder?.id;
-                    Some((shard.clone(), holder))
-                })
-                .collect(),
-        )
-    }
-
-    fn jittered_poll(&self) -> Duration {
-        let jitter = self.poll / 4;
-        let nanos = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
-        self.poll + Duration::from_nanos(rand::thread_rng().gen_range(0..=nanos))
-    }
-
-    /// The store's feed, if it has one, to notice joins and graceful leaves
-    /// at once rather than at the next poll.
+    /// The store's feed, if it has one, to follow the records as they are
+    /// written rather than at the next poll.
     async fn subscribe(&self) -> Option<StoreFeed> {
         let deadline = self.clock.now().mono + self.poll;
         tokio::select! {
@@ -297,12 +556,35 @@ impl Task {
     }
 }
 
-fn touches(change: &Change, prefix: &str) -> bool {
-    match change {
-        Change::Written { group, .. } | Change::Hint { group } => {
-            group.as_str().starts_with(prefix)
-        }
-        Change::Resync => true,
+/// The holder of `shard` as known.
+fn holder(shards: &Sightings, shard: &str) -> Option<String> {
+    Some(shards.get(shard)?.current.record.holder_id()?.to_owned())
+}
+
+/// Pairs names with a batched read's answers, leaving out the ones that
+/// failed.
+fn reads(
+    names: impl Iterator<Item = String>,
+    read: Vec<Result<Option<Versioned>, StoreError>>,
+) -> Vec<(String, Option<Versioned>)> {
+    names
+        .zip(read)
+        .filter_map(|(name, r)| Some((name, r.ok()?)))
+        .collect()
+}
+
+/// `every` plus up to a quarter of it, so that members started together do
+/// not refresh together.
+fn jittered(every: Duration) -> Duration {
+    let jitter = every / 4;
+    let nanos = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
+    every + Duration::from_nanos(rand::thread_rng().gen_range(0..=nanos))
+}
+
+async fn sleep_until(clock: &Arc<dyn Clock>, wake: Option<MonoTime>) {
+    match wake {
+        Some(at) => clock.sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
