@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure::testkit::holders::{held_by, loads, moved, Holders};
+use tenure::testkit::sharded;
 use tenure::{Clock, Config, Faults, MemoryStore, ShardEvent, Shards, TokioClock};
 
 const TERM: Duration = Duration::from_secs(10);
@@ -392,8 +393,8 @@ async fn a_member_joining_after_a_crash_is_not_held_up_by_the_dead_members_recor
 }
 
 /// `members` members of `shards` shards at `term`, started at the same
-/// moment, each on its own view of one store (as separate processes);
-/// `faults` shapes the store first.
+/// moment on the paused clock, each on its own view of one store (as
+/// separate processes); `faults` shapes the store first.
 fn start_together(
     members: usize,
     shards: usize,
@@ -403,61 +404,11 @@ fn start_together(
     let store = MemoryStore::new();
     let f = Faults::new();
     faults(&f);
-    let clock = Arc::new(TokioClock::new());
-    (0..members)
-        .map(|i| {
-            let id = format!("m{i}");
-            Shards::builder(f.wrap(store.clone(), &id), "together")
-                .member_id(id)
-                .shards(shards)
-                .config(Config::new(term))
-                .clock(clock.clone())
-                .start()
-                .expect("valid")
-        })
-        .collect()
-}
-
-/// Steps time until every shard is held, every member holds its share and
-/// every member sees all the others; panics if two members hold a shard at
-/// once, or after `within`. Returns how long it took.
-async fn until_balanced(set: &[Shards], shards: usize, within: Duration) -> Duration {
-    let start = tokio::time::Instant::now();
-    loop {
-        let mut holders = Holders::new();
-        for m in set {
-            for shard in m.held().keys() {
-                if let Some(other) = holders.insert(shard.clone(), m.member_id().to_owned()) {
-                    panic!(
-                        "shard {shard} held by {other} and {} at once",
-                        m.member_id()
-                    );
-                }
-            }
-        }
-        let n = set.len();
-        let l = loads(&holders);
-        let shares = l.len() == n
-            && l.values()
-                .all(|&x| x == shards / n || x == shards.div_ceil(n));
-        let seen = set.iter().all(|m| m.members().len() == n);
-        let took = start.elapsed();
-        if holders.len() == shards && shares && seen {
-            return took;
-        }
-        let views: Vec<usize> = set.iter().map(|m| m.members().len()).collect();
-        assert!(
-            took <= within,
-            "not balanced after {took:?}: loads {l:?}, members seen {views:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The documented bound once membership is stable, `2·(T(1+ρ)/(1−ρ) + P)`.
-fn settle_bound(term: Duration) -> Duration {
-    let timing = Config::new(term).validate().unwrap();
-    (timing.bounds().crash_failover + timing.retry_interval + timing.retry_jitter) * 2
+    let handles = (0..members)
+        .map(|i| f.wrap(store.clone(), format!("m{i}")))
+        .collect();
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+    sharded::start_together(handles, "together", shards, term, Some(clock))
 }
 
 /// Eight members started at the same moment at a 2 s term, on a store
@@ -474,7 +425,7 @@ async fn eight_members_started_together_balance_when_a_listing_outlasts_the_poll
     let set = start_together(8, 64, term, |f| {
         f.set_list_latency(Duration::from_millis(600))
     });
-    let took = until_balanced(&set, 64, settle_bound(term)).await;
+    let took = sharded::until_balanced(&set, 64, sharded::settle_bound(term)).await;
     eprintln!("8 × 64 at 2 s, listing 600 ms: balanced in {took:?}");
     for m in &set {
         m.shutdown().await;
@@ -488,7 +439,7 @@ async fn members_started_together_balance_within_the_bound() {
     for (members, shards, term) in [(8, 64, 1), (6, 32, 2), (16, 256, 2), (8, 64, 10)] {
         let term = Duration::from_secs(term);
         let set = start_together(members, shards, term, |_| {});
-        let took = until_balanced(&set, shards, settle_bound(term)).await;
+        let took = sharded::until_balanced(&set, shards, sharded::settle_bound(term)).await;
         eprintln!("{members} × {shards} at {term:?}: balanced in {took:?}");
         for m in &set {
             m.shutdown().await;

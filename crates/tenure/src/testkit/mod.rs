@@ -80,6 +80,7 @@ mod sample;
 pub mod scenarios;
 mod servers;
 mod service_time;
+pub mod sharded;
 mod support;
 mod term_log;
 mod tls;
