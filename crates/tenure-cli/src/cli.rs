@@ -446,12 +446,32 @@ const STATUS_EXAMPLES: &str = "\
 Examples:
   tenure status --group nightly-billing
   tenure status --group nightly-billing --store sqlite:///var/lib/tenure/tenure.db --json
+  # a set run with `tenure run --group ingest --shards 16` (or tenure::Shards):
+  tenure status --group ingest
 
 JSON fields: group, store, state (\"held\", \"expired\": held but not renewed in
 time by its holder's clock, \"released\", \"never\": no record), token (the
 latest fencing token, null if never), leader (null, or {candidate, token,
 metadata, renewed_at, expires_at (RFC 3339), renewed_ago_ms, expires_in_ms
-(negative once expired)}).";
+(negative once expired)}).
+
+Sharded sets (--shards) and slotted groups (--slots) keep no lease under
+their own name: their members are the groups SET/members/ID, their shards
+SET/shards/SHARD (slots SET/slots/K). When the group itself is not held,
+status lists those and, if it finds any, shows the set instead: a summary
+(\"sharded set ingest: 4 members, 16 shards, 16 held; loads a=4 b=4 ...\"),
+each member (live, expired or released, by its record's expiry; its
+metadata), and each shard in natural order (2 before 10) with its holder or
+\"unheld\", token and expiry. Only shards that were ever held have a record.
+JSON fields then: group, store, kind (\"sharded\" or \"slots\"), summary
+{members (live), members_gone, leases, held, loads {ID: shards held}},
+members [{id, state (\"live\", \"expired\", \"released\"), metadata, token,
+expires_in_ms (null once released), holds}], leases [{name, state (\"held\",
+\"expired\", \"released\"), holder (null if unheld), token, expires_in_ms}],
+undecodable [{group, error}] (records that are not tenure leases),
+group_lease (null, or {state, holder, token}: a plain lease under the set's
+own name, which the set does not use). A store that cannot list groups
+(kafka://) shows the group alone, with a warning on stderr saying so.";
 
 const WATCH_EXAMPLES: &str = "\
 Examples:

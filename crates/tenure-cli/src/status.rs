@@ -1,5 +1,6 @@
 //! `tenure status`: one read of the group's record, shown for people or
-//! scripts.
+//! scripts; for a group nobody holds, a listing of the sharded set it may
+//! name ([`sets`]).
 
 use std::time::SystemTime;
 
@@ -10,6 +11,7 @@ use tenure::{LeaderInfo, Versioned};
 use crate::cli::StatusArgs;
 use crate::connect;
 use crate::out;
+use crate::sets::{self, Probe};
 use crate::view::{self, LeaderJson};
 
 /// The JSON printed by `status --json`; the fields are listed in its help.
@@ -39,11 +41,29 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<u8> {
         .read(&group)
         .await
         .with_context(|| format!("cannot read group {group} from {}", conn.url))?;
-    if record.is_none() && crate::sets::show(&conn, &group, args.json).await? {
-        return Ok(0);
-    }
     let now = SystemTime::now();
     let state = state_of(record.as_ref(), now);
+    if state != "held" {
+        // A sharded set keeps no lease under its own name: its members and
+        // shards are groups under it (see sets.rs).
+        match sets::probe(conn.view().as_ref(), &group, &conn.url.to_string()).await? {
+            Probe::Set(set) => {
+                let store = conn.url.to_string();
+                let text = if args.json {
+                    set.json(&group, &store, record.as_ref(), now)?
+                } else {
+                    set.human(&group, &store, record.as_ref(), now)
+                };
+                out::print(&text)?;
+                return Ok(0);
+            }
+            Probe::Unlistable(e) => tracing::warn!(
+                "cannot tell whether {group} is a sharded set (its members under {group}/members/, \
+                 its shards under {group}/shards/), so it is shown as a single group: {e}"
+            ),
+            Probe::NotASet => {}
+        }
+    }
     let leader = record.as_ref().and_then(LeaderInfo::from_record);
     if args.json {
         let json = StatusJson {
