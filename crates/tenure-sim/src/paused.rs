@@ -220,8 +220,8 @@ impl<E, H> Stage<E, H> {
     }
 
     /// Plans how the run opens, drawing from `rng`: the first start of every
-    /// slot, `start(i)` for slot `i`, each within half a `term` of the
-    /// beginning; then the tier's faults, each kind with its mean interval
+    /// slot, `start(i)` for slot `i`, each within `stagger` of the
+    /// beginning (all at once for none); then the tier's faults, each kind with its mean interval
     /// (none for a kind that is off) striking as a Poisson process from
     /// `settle` on until its heal time before the fault phase ends, as the
     /// tier's event `inject(kind)`.
@@ -229,13 +229,14 @@ impl<E, H> Stage<E, H> {
         &mut self,
         rng: &mut impl Rng,
         term: Duration,
+        stagger: Duration,
         settle: Duration,
         kinds: impl IntoIterator<Item = (K, Option<Duration>)>,
         start: impl Fn(usize) -> E,
         inject: impl Fn(K) -> E,
     ) {
         for i in 0..self.slots.len() {
-            let at = SimTime::from_duration(between(rng, Duration::ZERO, term / 2));
+            let at = SimTime::from_duration(between(rng, Duration::ZERO, stagger));
             self.push(at, start(i));
         }
         let settle = SimTime::from_duration(settle);

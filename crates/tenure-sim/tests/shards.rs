@@ -42,6 +42,10 @@ fn assert_exercised(summary: &ShardSummary) {
         let settled = summary.gaps.get(&phase).map_or(0, Vec::len) as u64;
         assert_eq!(settled, summary.runs.seeds, "{phase}:\n{summary}");
     }
+    // Even seeds start every member at once, and settle from it.
+    let together = summary.gaps.get(&Phase::Start).map_or(0, Vec::len) as u64;
+    assert!(summary.started_together > 0, "{summary}");
+    assert_eq!(together, summary.started_together, "{summary}");
     for (phase, (moved, minimum)) in &summary.moves {
         assert_eq!(moved, minimum, "{phase}:\n{summary}");
         assert!(*minimum > 0, "{phase}:\n{summary}");

@@ -179,8 +179,15 @@ impl Cluster {
         let pulses = self.timing.liveness_timeout.is_some();
         // Give the cluster half a term to elect its first leader.
         let kinds = self.params.faults.kinds(pulses);
-        self.stage
-            .push_opening(&mut self.rng, term, term / 2, kinds, Ev::Start, Ev::Inject);
+        self.stage.push_opening(
+            &mut self.rng,
+            term,
+            term / 2,
+            term / 2,
+            kinds,
+            Ev::Start,
+            Ev::Inject,
+        );
         if self.params.faults.storms && self.rng.gen_range(0..4) == 0 {
             self.stage
                 .push(self.stage.fault_end.before(term * 5 / 2), Ev::Storm);

@@ -50,7 +50,10 @@ struct WorkCtx {
     findings: Arc<Mutex<Findings>>,
     rng: Arc<Mutex<StdRng>>,
     term: Duration,
-    /// Work quits or fails on its own only before the tail.
+    /// Work quits or fails on its own only from `rough_from` (the check of
+    /// a simultaneous start, which is about the library's convergence, not
+    /// the application's failures) until the tail.
+    rough_from: SimTime,
     fault_end: SimTime,
 }
 
@@ -164,7 +167,9 @@ impl WorkCtx {
 
     fn draw(&self) -> Behaviour {
         let now = self.clock.inner.real_now();
-        Behaviour::draw(&mut lock(&self.rng), self.term, now, self.fault_end)
+        // Calm before `rough_from`: drawn as if the tail began now.
+        let rough_until = if now < self.rough_from { now } else { self.fault_end };
+        Behaviour::draw(&mut lock(&self.rng), self.term, now, rough_until)
     }
 
     /// Sleeps `d` on the member's clock (so not while it is frozen).
@@ -317,6 +322,11 @@ impl Set {
             findings: self.stage.findings.clone(),
             rng: Arc::new(Mutex::new(StdRng::seed_from_u64(new.work_seed))),
             term: self.timing.term,
+            rough_from: if self.together {
+                SimTime::from_duration(self.bounds.settle)
+            } else {
+                SimTime::from_duration(Duration::ZERO)
+            },
             fault_end: self.stage.fault_end,
         };
         let tasks = vec![

@@ -124,7 +124,8 @@ enum Ev {
 /// Who holds each shard (by index) with a valid term: a member (by slot).
 type Holders = BTreeMap<usize, usize>;
 
-/// A change of the tail and what the set looked like before it.
+/// A change (the simultaneous start, or one of the tail) and what the set
+/// looked like before it.
 struct Change {
     phase: Phase,
     at: SimTime,
@@ -156,7 +157,10 @@ struct Set {
     /// Crashed processes' handles, kept so that they do not leave
     /// gracefully when dropped.
     zombies: Vec<Shards>,
-    /// The change of the tail under way.
+    /// Whether every member starts at the same instant (even seeds) rather
+    /// than spread over half a term.
+    together: bool,
+    /// The change under way (the simultaneous start, or one of the tail).
     change: Option<Change>,
     /// The settled assignment, while it must hold.
     settled: Option<Holders>,
@@ -189,6 +193,7 @@ impl Set {
             skew,
             bounds,
             zombies: Vec::new(),
+            together: seed % 2 == 0,
             change: None,
             settled: None,
             conflicts: HashSet::new(),
@@ -203,22 +208,46 @@ impl Set {
 
     fn plan(&mut self) {
         let term = self.timing.term;
-        // Give the set a term to settle first.
         let kinds = self.params.faults.kinds();
-        self.stage
-            .push_opening(&mut self.rng, term, term, kinds, Ev::Start, Ev::Inject);
+        if self.together {
+            // Every member at the same instant; the set must settle within
+            // the bound before the first fault.
+            let settle = self.bounds.settle + term / 10;
+            self.stage.push_opening(
+                &mut self.rng,
+                term,
+                Duration::ZERO,
+                settle,
+                kinds,
+                Ev::Start,
+                Ev::Inject,
+            );
+            self.change = Some(Change {
+                phase: Phase::Start,
+                at: SimTime::from_duration(Duration::ZERO),
+                before: Holders::new(),
+                member: None,
+                bound: self.bounds.settle,
+            });
+            self.stage
+                .push(SimTime::from_duration(self.bounds.settle), Ev::Check);
+        } else {
+            // Starts spread over half a term; a term to settle first.
+            self.stage.push_opening(
+                &mut self.rng,
+                term,
+                term / 2,
+                term,
+                kinds,
+                Ev::Start,
+                Ev::Inject,
+            );
+        }
         // Restarts planned for the end of the fault phase come first.
         self.stage.push(
             self.stage.fault_end.after(Duration::from_millis(1)),
             Ev::TailStart,
         );
-        self.change = Some(Change {
-            phase: Phase::Settle,
-            at: self.stage.fault_end,
-            before: Holders::new(),
-            member: None,
-            bound: self.bounds.settle,
-        });
         self.stage
             .push(self.stage.fault_end.after(self.bounds.settle), Ev::Check);
     }
@@ -277,10 +306,18 @@ impl Set {
         out
     }
 
-    /// At least two members run in the tail, so that one can crash.
+    /// At least two members run in the tail, so that one can crash; the
+    /// set must settle from the heal of every fault.
     fn tail_start(&mut self) {
         self.stage
             .event(None, "tail", &[], || "faults healed".into());
+        self.change = Some(Change {
+            phase: Phase::Settle,
+            at: self.stage.fault_end,
+            before: Holders::new(),
+            member: None,
+            bound: self.bounds.settle,
+        });
         while self.stage.running().len() < 2 {
             self.joins += 1;
             let n = self.add_slot();
@@ -372,7 +409,7 @@ impl Set {
         }
         let took = self.took(change.at);
         let settled = unsettled.is_empty() && unbalanced.is_empty();
-        let counted = change.phase != Phase::Settle;
+        let counted = !matches!(change.phase, Phase::Settle | Phase::Start);
         self.settlings.push(Settling {
             phase: change.phase,
             took: unsettled.is_empty().then_some(took),
@@ -416,13 +453,17 @@ impl Set {
                     moved.len()
                 )
             });
+        if change.phase == Phase::Start {
+            // The fault phase follows, not the tail.
+            return;
+        }
         if settled {
             self.settled = Some(holders);
             self.stage
                 .push(self.stage.now.after(self.sample_every()), Ev::Sample);
         }
         let next = match change.phase {
-            Phase::Settle => Some(Phase::Crash),
+            Phase::Start | Phase::Settle => Some(Phase::Crash),
             Phase::Crash => Some(Phase::Join),
             Phase::Join => Some(Phase::Leave),
             Phase::Leave => None,
@@ -495,7 +536,7 @@ impl Set {
             (!held.is_empty()).then(|| held[set.rng.gen_range(0..held.len())])
         };
         let (member, bound) = match phase {
-            Phase::Settle => return,
+            Phase::Start | Phase::Settle => return,
             Phase::Crash => {
                 let Some(x) = pick(self) else { return };
                 self.crash(x);
@@ -546,6 +587,7 @@ impl Set {
             run,
             members: self.stage.slots.len(),
             shards: self.work.len(),
+            started_together: self.together,
             notifying: self.stage.slots.iter().filter(|s| s.notify).count(),
             counts: ShardCounts {
                 terms,

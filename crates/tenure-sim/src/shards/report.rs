@@ -14,6 +14,9 @@ use crate::tier::{TierReport, TierSummary};
 /// A change of the tail after which the set must settle.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
+    /// Every member started at the same instant (even seeds), before the
+    /// fault phase.
+    Start,
     /// Every fault of the fault phase has healed.
     Settle,
     /// A member holding shards crashed.
@@ -25,13 +28,15 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// Every phase, in the order the tail runs them.
+    /// Every phase of the tail, in the order it runs them (the
+    /// simultaneous start is not one: it opens even seeds only).
     pub const ALL: [Phase; 4] = [Phase::Settle, Phase::Crash, Phase::Join, Phase::Leave];
 }
 
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Phase::Start => "simultaneous start",
             Phase::Settle => "heal of every fault",
             Phase::Crash => "crash",
             Phase::Join => "join",
@@ -51,7 +56,8 @@ pub struct Settling {
     pub took: Option<Duration>,
     /// The bound it was checked against.
     pub bound: Duration,
-    /// Shards whose holder changed (not counted for [`Phase::Settle`]).
+    /// Shards whose holder changed (not counted for [`Phase::Settle`] and
+    /// [`Phase::Start`]).
     pub moved: usize,
     /// The fewest that had to move: the crashed or leaving member's shards,
     /// or the newcomer's share.
@@ -69,6 +75,8 @@ pub struct ShardReport {
     pub members: usize,
     /// Shards in the set.
     pub shards: usize,
+    /// Whether every member started at the same instant.
+    pub started_together: bool,
     /// Members whose views of the store notified.
     pub notifying: usize,
     /// What the run counted.
@@ -161,6 +169,8 @@ pub struct ShardSummary {
     pub members: u64,
     /// The runs' counts, summed.
     pub counts: ShardCounts,
+    /// Runs whose members started at the same instant.
+    pub started_together: u64,
     /// Per phase, each settling time with its bound.
     pub gaps: BTreeMap<Phase, Vec<(Duration, Duration)>>,
     /// Per phase, shards moved and the minimum, summed.
@@ -174,12 +184,13 @@ impl TierSummary<ShardReport> for ShardSummary {
         self.runs.add(&r.run);
         self.shards += r.shards as u64;
         self.members += r.members as u64;
+        self.started_together += u64::from(r.started_together);
         self.counts.add(&r.counts);
         for s in &r.settlings {
             if let Some(took) = s.took {
                 self.gaps.entry(s.phase).or_default().push((took, s.bound));
             }
-            if s.phase != Phase::Settle {
+            if !matches!(s.phase, Phase::Settle | Phase::Start) {
                 let m = self.moves.entry(s.phase).or_default();
                 m.0 += s.moved as u64;
                 m.1 += s.minimum as u64;
@@ -212,7 +223,7 @@ impl fmt::Display for ShardSummary {
             _ => k.label(),
         })?;
         writeln!(f, "settled after (every shard held, balanced)")?;
-        for phase in Phase::ALL {
+        for phase in std::iter::once(Phase::Start).chain(Phase::ALL) {
             let gaps = self.gaps.get(&phase).map_or(&[][..], Vec::as_slice);
             gap_line(f, &format!("the {phase}"), gaps)?;
         }
