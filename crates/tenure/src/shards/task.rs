@@ -75,6 +75,9 @@ enum Reply {
         members: Result<BTreeMap<String, Versioned>, StoreError>,
         shards: Option<Vec<(String, Option<Versioned>)>>,
     },
+    /// The elector of a shard given up has stopped (drained, and released
+    /// the shard if it held it).
+    Stopped { shard: String },
     /// Reads of single records, sent at `sent`; a record that could not
     /// be read is left out.
     Read {
@@ -82,6 +85,19 @@ enum Reply {
         members: Vec<(String, Option<Versioned>)>,
         shards: Vec<(String, Option<Versioned>)>,
     },
+}
+
+/// A shard this member gave up: until its record changes, or a read sent
+/// once its elector stopped shows the record unchanged (the release did not
+/// apply), the record naming this member is out of date. A poll after the
+/// elector stopped, it is taken at its word whatever came back: the
+/// release's own write would have come back on the feed by then, and a
+/// read may fail.
+struct GivenUp {
+    /// The version of the shard's record when it was given up.
+    version: Version,
+    /// When its elector stopped.
+    stopped: Option<MonoTime>,
 }
 
 /// What the member knows and is doing, between turns of its loop.
@@ -111,6 +127,8 @@ struct State {
     confirming: BTreeMap<String, Version>,
     /// The lapsed member records already cleared (or tried), by version.
     cleared: BTreeMap<String, Version>,
+    /// The shards this member gave up (see [`Task::holders`]).
+    given_up: BTreeMap<String, GivenUp>,
     /// The last kind of listing failure logged: once per kind, not per poll.
     reported: Option<String>,
 }
@@ -133,6 +151,7 @@ impl Task {
             read_shards: BTreeSet::new(),
             confirming: BTreeMap::new(),
             cleared: BTreeMap::new(),
+            given_up: BTreeMap::new(),
             reported: None,
         };
         let known: HashSet<String> = self.shards.iter().cloned().collect();
@@ -178,15 +197,46 @@ impl Task {
                 s.leading = leading;
                 s.dirty = true;
             }
+            let poll = self.poll;
+            let before = s.given_up.len();
+            s.given_up
+                .retain(|_, g| g.stopped.is_none_or(|stopped| now < stopped + poll));
+            s.dirty |= s.given_up.len() != before;
             if s.dirty {
                 s.dirty = false;
                 let holders = self.holders(&s);
-                self.stand_for(&ids, &holders, &mut s.standing);
+                let dropped = self.stand_for(&ids, &holders, &mut s.standing, &replies_tx);
+                // Forget what no longer applies: a record that changed, a
+                // shard stood for again.
+                let (shards, standing) = (&s.shards, &s.standing);
+                s.given_up.retain(|shard, g| {
+                    !standing.contains_key(shard)
+                        && shards
+                            .get(shard)
+                            .is_some_and(|seen| seen.current.version == g.version)
+                });
+                for shard in dropped {
+                    if let Some(seen) = s.shards.get(&shard) {
+                        let version = seen.current.version;
+                        s.given_up.insert(
+                            shard,
+                            GivenUp {
+                                version,
+                                stopped: None,
+                            },
+                        );
+                    }
+                }
             }
             // While a refresh is in flight its answer wakes the loop.
             let wake = [
                 Some(s.next_refresh).filter(|_| !s.refreshing),
                 s.roster.next_change(now),
+                s.given_up
+                    .values()
+                    .filter_map(|g| g.stopped)
+                    .min()
+                    .map(|t| t + self.poll),
             ]
             .into_iter()
             .flatten()
@@ -289,6 +339,13 @@ impl Task {
                     s.dirty |= self.holders(s) != before;
                 }
             }
+            Reply::Stopped { shard } => {
+                // Read the record: it shows whether the release applied.
+                if let Some(g) = s.given_up.get_mut(&shard) {
+                    g.stopped = Some(now);
+                    s.read_shards.insert(shard);
+                }
+            }
             Reply::Read {
                 sent,
                 members,
@@ -302,19 +359,35 @@ impl Task {
                     let before = holder(&s.shards, &shard);
                     s.shards.read(sent, now, &shard, v);
                     s.dirty |= holder(&s.shards, &shard) != before;
+                    s.dirty |= forget_given_up(&mut s.given_up, &shard, sent);
                 }
             }
         }
     }
 
-    /// Who holds each shard: the records known, and what this member leads
-    /// (which it knows first-hand, before its own write comes back).
+    /// Who holds each shard: the records known, and what this member
+    /// leads (which it knows first-hand, before its own write comes back).
+    /// A record still naming this member for a shard it gave up is out of
+    /// date (the release has not come back yet): the shard counts as held
+    /// by nobody until the record changes, or until a read once its elector
+    /// stopped says otherwise. Taken at its word, it made the member stand
+    /// again for the shards it had just given up, and give up the ones it
+    /// had just taken, over and over (found by the sharded simulation's
+    /// simultaneous start). A record naming this member that it did not
+    /// give up (a term of a process before it under the same id) counts as
+    /// its own, as every other member counts it, so that it stands for
+    /// that shard and takes it over.
     fn holders(&self, s: &State) -> BTreeMap<String, String> {
         let mut out: BTreeMap<String, String> = s
             .shards
             .iter()
             .filter_map(|(shard, seen)| {
-                Some((shard.clone(), seen.current.record.holder_id()?.to_owned()))
+                let holder = seen.current.record.holder_id()?;
+                let stale = holder == self.member
+                    && s.given_up
+                        .get(shard)
+                        .is_some_and(|g| g.version == seen.current.version);
+                (!stale).then(|| (shard.clone(), holder.to_owned()))
             })
             .collect();
         for shard in &s.leading {
@@ -476,13 +549,15 @@ impl Task {
         members
     }
 
-    /// Keeps an elector standing for each target and for nothing else.
+    /// Keeps an elector standing for each target and for nothing else;
+    /// returns the shards given up.
     fn stand_for(
         &self,
         ids: &[String],
         holders: &BTreeMap<String, String>,
         standing: &mut BTreeMap<String, Elector>,
-    ) {
+        replies: &mpsc::UnboundedSender<Reply>,
+    ) -> Vec<String> {
         let targets: BTreeSet<String> = if self.membership.is_leader() {
             assign_names(&self.shards, ids, holders)
                 .into_iter()
@@ -495,13 +570,18 @@ impl Task {
         };
         let before = standing.len();
         let mut changed = false;
+        let mut dropped = Vec::new();
         standing.retain(|shard, elector| {
             let keep = targets.contains(shard);
             if !keep {
                 changed = true;
-                let elector = elector.clone();
+                dropped.push(shard.clone());
+                let (elector, replies, shard) = (elector.clone(), replies.clone(), shard.clone());
                 // Drains the shard's work and releases it for its new target.
-                tokio::spawn(async move { elector.shutdown().await });
+                tokio::spawn(async move {
+                    elector.shutdown().await;
+                    let _ = replies.send(Reply::Stopped { shard });
+                });
             }
             keep
         });
@@ -530,6 +610,7 @@ impl Task {
         if changed || standing.len() != before {
             self.electors_tx.send_replace(standing.clone());
         }
+        dropped
     }
 
     /// Leaves gracefully: every shard drained and released first (so the
@@ -554,6 +635,21 @@ impl Task {
             _ = self.clock.sleep_until(deadline) => None,
         }
     }
+}
+
+/// Forgets that `shard` was given up if a read sent at `sent` came after
+/// its elector stopped: what the read showed is then the truth (a record
+/// still naming this member is a term whose release did not apply, which
+/// every member counts as this member's). Returns whether it forgot.
+fn forget_given_up(given_up: &mut BTreeMap<String, GivenUp>, shard: &str, sent: MonoTime) -> bool {
+    let done = given_up
+        .get(shard)
+        .and_then(|g| g.stopped)
+        .is_some_and(|stopped| sent >= stopped);
+    if done {
+        given_up.remove(shard);
+    }
+    done
 }
 
 /// The holder of `shard` as known.
