@@ -8,14 +8,25 @@
 //!
 //! * **Membership.** Each process is a member of a named set, with a lease
 //!   of its own (group `SET/members/ID`) carrying its metadata. Every member
-//!   lists the member records ([`LeaseView::list`](crate::LeaseView::list)) and counts a member as
-//!   live by the lease rule: until its record has been seen unchanged for
-//!   its term × (1 + drift). A member that stops gracefully releases its
-//!   record and is gone at once; a crashed one is gone after that wait,
-//!   and the members that judged it gone then clear its record (a release
-//!   written on the version they saw unchanged, as a challenger's takeover
-//!   would), so that a member listing the set later does not count it
-//!   live for another wait.
+//!   follows the member records and counts a member as live by the lease
+//!   rule: until its record has been seen unchanged for its term × (1 +
+//!   drift). A member that stops gracefully releases its record and is
+//!   gone at once; a crashed one is gone after that wait, and the members
+//!   that judged it gone then clear its record (a release written on the
+//!   version they saw unchanged, as a challenger's takeover would), so that
+//!   a member listing the set later does not count it live for another
+//!   wait.
+//! * **Following the records.** On a store with a change feed, a member
+//!   takes the member and shard records in as the feed delivers them (a
+//!   renewal, a join, a leave, a hand-over costs it no store operation),
+//!   and lists the members and reads every shard only at its start, after
+//!   the feed says it may have missed something, and every 4 terms as a
+//!   net. The feed is a hint: a member only the feed showed is read before
+//!   it is counted gone. Without a feed (DynamoDB, object stores), it lists
+//!   and reads every poll, in one listing and one batched read. Listing
+//!   and reading run in the background, bounded by the term, so a slow
+//!   listing (a Redis `SCAN` over a database shared with many other keys)
+//!   holds nothing up.
 //! * **Assignment.** From the same member list every member computes the
 //!   same target assignment (rendezvous hashing with a load bound of
 //!   `⌈shards / members⌉`, see [`assign`]), and stands only for its own
@@ -37,9 +48,12 @@
 //!
 //! With `T` the term, `ρ` the drift bound and `P` the poll (`T/4` plus up to
 //! `T/10` of jitter by default): once the membership stops changing, every
-//! member sees the same list within `P` plus a round trip (sooner on a
-//! store with a change feed, where a member's join or graceful leave is
-//! seen at once). Then:
+//! member sees the same list within a round trip on a store with a change
+//! feed, and within `P` plus a round trip without one; a simultaneous
+//! start of every member is no exception. (A feed that loses a delivery
+//! without saying so delays a join until the refresh, at most 4 terms and
+//! a jitter; a lost renewal costs nothing, since a member is read before
+//! it is counted gone.) Then:
 //!
 //! * after a **graceful** leave or a join, a shard that moves is drained by
 //!   its old holder (bounded by its work, at most the rest of its term),
@@ -49,6 +63,16 @@
 //!   has been unchanged for `T(1+ρ)`, and its shards are then taken over
 //!   like any crashed leader's: within `T(1+ρ)/(1−ρ)` plus a poll of the new
 //!   holder's first sight. In all, at most `2·(T(1+ρ)/(1−ρ) + P)`.
+//!
+//! # Cost
+//!
+//! On a store with a change feed, a settled member's store operations per
+//! term are its own writes (renewing its membership and the shards it
+//! holds) plus a quarter of one listing and one batched read: whatever
+//! the number of members and shards. Every member does receive every
+//! write of the store on its feed, and computes the assignment (in
+//! `O(shards × log shards)` once settled) when the members or the holders
+//! change. `docs/benchmarks.md` has the figures per store.
 //!
 //! ```
 //! use std::time::Duration;

@@ -87,17 +87,26 @@ enum Reply {
     },
 }
 
-/// A shard this member gave up: until its record changes, or a read sent
-/// once its elector stopped shows the record unchanged (the release did not
-/// apply), the record naming this member is out of date. A poll after the
-/// elector stopped, it is taken at its word whatever came back: the
-/// release's own write would have come back on the feed by then, and a
-/// read may fail.
+/// A shard this member gave up. While its elector stops (drains, and
+/// releases the shard if it holds it, even one whose acquisition was still
+/// on its way), a record naming this member is out of date. Once it has
+/// stopped, the record it left is out of date until the record changes, or
+/// a read sent after the stop shows it unchanged (the release did not
+/// apply), or a poll has passed (the release's write would have come back
+/// on the feed by then, and a read may fail): then it is taken at its word.
 struct GivenUp {
-    /// The version of the shard's record when it was given up.
-    version: Version,
-    /// When its elector stopped.
-    stopped: Option<MonoTime>,
+    /// When its elector stopped, and the version of the shard's record then.
+    stopped: Option<(MonoTime, Option<Version>)>,
+}
+
+impl GivenUp {
+    /// Whether `seen`, a record naming this member, is out of date.
+    fn outdates(&self, seen: &Versioned) -> bool {
+        match self.stopped {
+            None => true,
+            Some((_, version)) => version == Some(seen.version),
+        }
+    }
 }
 
 /// What the member knows and is doing, between turns of its loop.
@@ -200,32 +209,22 @@ impl Task {
             let poll = self.poll;
             let before = s.given_up.len();
             s.given_up
-                .retain(|_, g| g.stopped.is_none_or(|stopped| now < stopped + poll));
+                .retain(|_, g| g.stopped.is_none_or(|(stopped, _)| now < stopped + poll));
             s.dirty |= s.given_up.len() != before;
             if s.dirty {
                 s.dirty = false;
                 let holders = self.holders(&s);
                 let dropped = self.stand_for(&ids, &holders, &mut s.standing, &replies_tx);
-                // Forget what no longer applies: a record that changed, a
-                // shard stood for again.
+                // Forget what no longer applies: a shard stood for again, a
+                // record that changed since the elector stopped.
                 let (shards, standing) = (&s.shards, &s.standing);
                 s.given_up.retain(|shard, g| {
+                    let now_seen = shards.get(shard).map(|seen| seen.current.version);
                     !standing.contains_key(shard)
-                        && shards
-                            .get(shard)
-                            .is_some_and(|seen| seen.current.version == g.version)
+                        && g.stopped.is_none_or(|(_, version)| version == now_seen)
                 });
                 for shard in dropped {
-                    if let Some(seen) = s.shards.get(&shard) {
-                        let version = seen.current.version;
-                        s.given_up.insert(
-                            shard,
-                            GivenUp {
-                                version,
-                                stopped: None,
-                            },
-                        );
-                    }
+                    s.given_up.insert(shard, GivenUp { stopped: None });
                 }
             }
             // While a refresh is in flight its answer wakes the loop.
@@ -235,8 +234,8 @@ impl Task {
                 s.given_up
                     .values()
                     .filter_map(|g| g.stopped)
-                    .min()
-                    .map(|t| t + self.poll),
+                    .map(|(t, _)| t + self.poll)
+                    .min(),
             ]
             .into_iter()
             .flatten()
@@ -342,8 +341,10 @@ impl Task {
             Reply::Stopped { shard } => {
                 // Read the record: it shows whether the release applied.
                 if let Some(g) = s.given_up.get_mut(&shard) {
-                    g.stopped = Some(now);
+                    let version = s.shards.get(&shard).map(|seen| seen.current.version);
+                    g.stopped = Some((now, version));
                     s.read_shards.insert(shard);
+                    s.dirty = true;
                 }
             }
             Reply::Read {
@@ -386,7 +387,7 @@ impl Task {
                 let stale = holder == self.member
                     && s.given_up
                         .get(shard)
-                        .is_some_and(|g| g.version == seen.current.version);
+                        .is_some_and(|g| g.outdates(&seen.current));
                 (!stale).then(|| (shard.clone(), holder.to_owned()))
             })
             .collect();
@@ -645,7 +646,7 @@ fn forget_given_up(given_up: &mut BTreeMap<String, GivenUp>, shard: &str, sent: 
     let done = given_up
         .get(shard)
         .and_then(|g| g.stopped)
-        .is_some_and(|stopped| sent >= stopped);
+        .is_some_and(|(stopped, _)| sent >= stopped);
     if done {
         given_up.remove(shard);
     }
