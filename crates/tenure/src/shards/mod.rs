@@ -100,6 +100,7 @@
 
 pub mod assign;
 mod members;
+mod requests;
 mod sightings;
 mod task;
 

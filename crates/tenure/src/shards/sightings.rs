@@ -1,42 +1,38 @@
 //! What a member knows of the records under one prefix of the store (the
-//! set's member records, or its shard records), and since when.
+//! set's member records, or its shard records), and since when: only what
+//! a read or a listing showed. The change feed is a hint, never authority:
+//! a delivery that could change what the member does (a new member, a
+//! release, a shard changing hands) makes it read the record, and a
+//! delivery that changes nothing it acts on (a renewal) is not even read.
+//! So a forged or lost delivery can delay what a member learns, never make
+//! it believe what the store does not hold.
 //!
-//! Three sources tell it, with different authority:
-//!
-//! * **The change feed** delivers each write as it happens, so a member
-//!   learns of renewals, joins, leaves and hand-overs without asking. A
-//!   feed is a hint, never authority: what only the feed showed is
-//!   *unconfirmed* until a read or a listing shows it too, and a record the
-//!   feed delivers again counts from its latest delivery (a copy published
-//!   ahead of the real write cannot make that write look older than it is).
-//! * **A read** of one record, and **a listing** of the prefix, are
-//!   authority. A reply is always taken in, even with a lower version than
-//!   the one held (the store lost its data and counts again), except where
-//!   the entry changed after the request went out: then the reply is older
-//!   than what is known, and only a higher version replaces it.
-//!
-//! A version unchanged since it was first seen has been unchanged since
-//! then: `since` moves only when the record changes, which is what the
-//! lease rule measures a silent member's wait from.
+//! A reply is always taken in, even with a lower version than the one
+//! known (the store lost its data and counts again), except where the entry
+//! changed after the request went out: then the reply is older than what is
+//! known, and only a higher version replaces it. A version unchanged since
+//! it was first seen has been unchanged since then: `since` moves only when
+//! the record changes, which is what the lease rule measures a silent
+//! member's wait from.
 
 use std::collections::BTreeMap;
 
 use crate::clock::MonoTime;
 use crate::record::Versioned;
 
-/// One record as known.
+/// One record as a read or a listing showed it.
 #[derive(Clone, Debug)]
 pub(crate) struct Sighting {
     /// The record and its version.
     pub(crate) current: Versioned,
-    /// When this record was first seen (for an unconfirmed one: last
-    /// delivered).
+    /// When this record was first seen.
     pub(crate) since: MonoTime,
-    /// When the entry last changed, whatever the source: a reply to a
-    /// request sent before then is older than the entry.
+    /// When the latest request that showed this very record was sent: the
+    /// record was unchanged at least until then.
+    pub(crate) checked: MonoTime,
+    /// When the entry last changed: a reply to a request sent before then
+    /// is older than the entry.
     updated: MonoTime,
-    /// Whether a read or a listing showed this record (not only the feed).
-    pub(crate) confirmed: bool,
 }
 
 /// The records under one prefix, by the name after the prefix.
@@ -54,34 +50,6 @@ impl Sightings {
     /// Every record known, by id.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Sighting)> {
         self.seen.iter()
-    }
-
-    /// A record the change feed delivered at `now`. Returns whether the
-    /// record known for `id` changed.
-    pub(crate) fn feed(&mut self, now: MonoTime, id: &str, v: Versioned) -> bool {
-        match self.seen.get_mut(id) {
-            // A late delivery: a read already showed a newer version.
-            Some(s) if s.confirmed && v.version < s.current.version => false,
-            Some(s) if s.current == v => {
-                if !s.confirmed {
-                    s.since = now;
-                    s.updated = now;
-                }
-                false
-            }
-            _ => {
-                self.seen.insert(
-                    id.to_owned(),
-                    Sighting {
-                        current: v,
-                        since: now,
-                        updated: now,
-                        confirmed: false,
-                    },
-                );
-                true
-            }
-        }
     }
 
     /// What a read of `id` sent at `sent` showed at `now` (`None`: the
@@ -104,7 +72,7 @@ impl Sightings {
             },
             Some(v) => match self.seen.get_mut(id) {
                 Some(s) if s.current == v => {
-                    s.confirmed = true;
+                    s.checked = s.checked.max(sent);
                     false
                 }
                 Some(s) if newer_known(s) && v.version < s.current.version => false,
@@ -114,13 +82,24 @@ impl Sightings {
                         Sighting {
                             current: v,
                             since: now,
+                            checked: sent,
                             updated: now,
-                            confirmed: true,
                         },
                     );
                     true
                 }
             },
+        }
+    }
+
+    /// Counts `id`'s record from `at` if it is `version` and was first seen
+    /// later: the change feed delivered that very version then, before a
+    /// read showed it.
+    pub(crate) fn anchor(&mut self, id: &str, version: crate::record::Version, at: MonoTime) {
+        if let Some(s) = self.seen.get_mut(id) {
+            if s.current.version == version && at < s.since {
+                s.since = at;
+            }
         }
     }
 
@@ -131,7 +110,7 @@ impl Sightings {
         &mut self,
         sent: MonoTime,
         now: MonoTime,
-        mut listing: BTreeMap<String, Versioned>,
+        listing: BTreeMap<String, Versioned>,
     ) -> bool {
         let mut changed = false;
         let gone: Vec<String> = self
@@ -144,7 +123,7 @@ impl Sightings {
             self.seen.remove(&id);
             changed = true;
         }
-        for (id, v) in std::mem::take(&mut listing) {
+        for (id, v) in listing {
             changed |= self.read(sent, now, &id, Some(v));
         }
         changed
@@ -180,36 +159,28 @@ mod tests {
     }
 
     #[test]
-    fn the_feed_is_unconfirmed_until_a_read_agrees() {
+    fn an_unchanged_record_keeps_its_since_and_moves_its_check() {
         let mut s = Sightings::default();
-        assert!(s.feed(at(0), "a", rec("a", 5)));
-        assert!(!s.get("a").unwrap().confirmed);
-        // Delivered again: counts from the latest delivery.
-        assert!(!s.feed(at(100), "a", rec("a", 5)));
-        assert_eq!(s.get("a").unwrap().since, at(100));
-        // A read agrees: confirmed, and `since` stays.
-        assert!(!s.read(at(150), at(200), "a", Some(rec("a", 5))));
+        assert!(s.read(at(0), at(10), "a", Some(rec("a", 5))));
+        assert!(!s.read(at(100), at(110), "a", Some(rec("a", 5))));
         let a = s.get("a").unwrap();
-        assert!(a.confirmed);
-        assert_eq!(a.since, at(100));
-        // Now a late feed delivery of an older version changes nothing, and
-        // a repeat of the confirmed one does not move `since`.
-        assert!(!s.feed(at(300), "a", rec("a", 4)));
-        assert!(!s.feed(at(300), "a", rec("a", 5)));
-        assert_eq!(s.get("a").unwrap().since, at(100));
-        assert!(s.feed(at(400), "a", rec("a", 6)));
-        assert_eq!(s.get("a").unwrap().since, at(400));
+        assert_eq!((a.since, a.checked), (at(10), at(100)));
+        // A late reply to an older request does not move the check back.
+        assert!(!s.read(at(50), at(120), "a", Some(rec("a", 5))));
+        assert_eq!(s.get("a").unwrap().checked, at(100));
+        assert!(s.read(at(200), at(210), "a", Some(rec("a", 6))));
+        assert_eq!(s.get("a").unwrap().since, at(210));
     }
 
     #[test]
     fn a_reply_older_than_what_is_known_does_not_undo_it() {
         let mut s = Sightings::default();
         s.read(at(0), at(10), "a", Some(rec("a", 5)));
-        // A listing goes out at 100; the feed shows a renewal at 120 and a
-        // join of b at 130; the listing, answered before either, arrives at
-        // 150 without b and with a's older version.
-        assert!(s.feed(at(120), "a", rec("a", 6)));
-        assert!(s.feed(at(130), "b", rec("b", 1)));
+        // A listing goes out at 100; a read sent at 110 shows a's renewal
+        // and b's join at 120; the listing, answered before either, arrives
+        // at 150 without b and with a's older version.
+        assert!(s.read(at(110), at(120), "a", Some(rec("a", 6))));
+        assert!(s.read(at(110), at(130), "b", Some(rec("b", 1))));
         let listing = BTreeMap::from([("a".to_owned(), rec("a", 5))]);
         assert!(!s.listing(at(100), at(150), listing));
         assert_eq!(s.get("a").unwrap().current.version, Version(6));
@@ -220,18 +191,17 @@ mod tests {
         assert!(s.listing(at(200), at(210), listing));
         assert!(s.get("b").is_none());
         assert_eq!(s.get("a").unwrap().current.version, Version(2));
-        assert!(s.get("a").unwrap().confirmed);
     }
 
     #[test]
     fn a_read_of_nothing_removes_only_what_it_can_speak_for() {
         let mut s = Sightings::default();
-        s.feed(at(0), "a", rec("a", 1));
+        s.read(at(0), at(5), "a", Some(rec("a", 1)));
         assert!(
-            !s.read(at(0), at(10), "a", None),
-            "fed at the moment the read went out"
+            !s.read(at(5), at(10), "a", None),
+            "seen at the moment the read went out"
         );
-        assert!(s.read(at(1), at(10), "a", None));
+        assert!(s.read(at(6), at(10), "a", None));
         assert!(s.get("a").is_none());
     }
 }

@@ -2,24 +2,27 @@
 //! member and shard records, computes this member's targets and keeps one
 //! elector standing for each, and leaves gracefully at the end.
 //!
-//! What it knows of the records comes mostly from the store's change feed,
-//! taken in as it arrives (a renewal, a join, a leave, a hand-over is one
-//! delivery, with no store operation). The store is asked only:
+//! What it knows of the records it knows from reads and listings only (see
+//! [`Sightings`]); the store's change feed tells it *when* to read. A
+//! delivery that could change what the member does (a member joining or
+//! leaving, a shard changing hands) makes it read that record; of a
+//! renewal it only notes when it came (see [`Roster::fed`]). It asks the store:
 //!
 //! * for a **refresh** (a listing of the members and one batched read of
 //!   every shard): at the start, after the feed says it may have missed
-//!   changes, and at a slow poll ([`FEED_REFRESH_TERMS`] terms) as a net
-//!   under a feed that loses a delivery without saying so; without a feed,
-//!   at every poll;
-//! * for a **read** of the few records the feed only hinted at, and of a
-//!   member whose record only the feed showed and has lapsed (is it gone,
-//!   or was a renewal lost?).
+//!   changes (at most once a poll), and every [`FEED_REFRESH_TERMS`] terms
+//!   as a net under a feed that loses a delivery without saying so;
+//!   without a feed, at every poll;
+//! * for a **read** of the records the feed pointed at, and of the members
+//!   whose records are about to lapse (gone, or renewed?), together: about
+//!   one batched read a term.
 //!
-//! Requests run in the background, one refresh and one read at a time, so
-//! that a slow listing (a store with many other keys) never holds up the
-//! feed; while one is in flight, what asks for another is remembered and
+//! Requests run in the background ([`Requests`]), one listing and one read
+//! at a time, so that a slow listing (a store with many other keys) never
+//! holds up the loop; what asks for another meanwhile is remembered and
 //! asked once it returns. A member's store operations per term are then
-//! its writes plus a fraction of one refresh, whatever the set's size.
+//! its writes plus about one read and a quarter of a refresh, whatever the
+//! set's size.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -31,15 +34,15 @@ use tokio::task::JoinSet;
 
 use super::assign::assign_names;
 use super::members::{Member, Roster};
+use super::requests::{Reply, Requests};
 use super::sightings::Sightings;
-use super::{member_group, member_prefix, shard_group, shard_prefix, ShardEvent};
+use super::{member_prefix, shard_group, shard_prefix, ShardEvent};
 use crate::clock::{Clock, MonoTime};
 use crate::config::Config;
 use crate::elector::Elector;
-use crate::error::StoreError;
-use crate::record::{GroupName, LeaseRecord, Metadata, Version, Versioned};
+use crate::record::{Holder, Metadata, Version, Versioned};
 use crate::role::{Event, Role};
-use crate::store::{CasOutcome, Change, LeaseStore, StoreFeed};
+use crate::store::{Change, LeaseStore, StoreFeed};
 
 /// With a change feed, a full refresh every this many terms (plus jitter):
 /// a net under a feed that loses a delivery without a resync.
@@ -67,36 +70,29 @@ pub(crate) struct Task {
     pub(crate) commands: mpsc::UnboundedReceiver<()>,
 }
 
-/// A request's answer, back from the background.
-enum Reply {
-    /// A listing of the members and a read of every shard, sent at `sent`.
-    Refresh {
-        sent: MonoTime,
-        members: Result<BTreeMap<String, Versioned>, StoreError>,
-        shards: Option<Vec<(String, Option<Versioned>)>>,
-    },
-    /// The elector of a shard given up has stopped (drained, and released
-    /// the shard if it held it).
-    Stopped { shard: String },
-    /// Reads of single records, sent at `sent`; a record that could not
-    /// be read is left out.
-    Read {
-        sent: MonoTime,
-        members: Vec<(String, Option<Versioned>)>,
-        shards: Vec<(String, Option<Versioned>)>,
-    },
-}
-
 /// A shard this member gave up. While its elector stops (drains, and
 /// releases the shard if it holds it, even one whose acquisition was still
 /// on its way), a record naming this member is out of date. Once it has
 /// stopped, the record it left is out of date until the record changes, or
 /// a read sent after the stop shows it unchanged (the release did not
 /// apply), or a poll has passed (the release's write would have come back
-/// on the feed by then, and a read may fail): then it is taken at its word.
+/// by then, and a read may fail): then it is taken at its word.
 struct GivenUp {
-    /// When its elector stopped, and the version of the shard's record then.
-    stopped: Option<(MonoTime, Option<Version>)>,
+    /// Which giving-up this is: a shard given up, stood for again and given
+    /// up again has a new one, so that the first elector's stop is not
+    /// taken for the second's.
+    generation: u64,
+    stopped: Option<Stopped>,
+}
+
+/// When a given-up shard's elector stopped.
+#[derive(Clone, Copy)]
+struct Stopped {
+    at: MonoTime,
+    /// The first request sent after the stop.
+    seq: u64,
+    /// The version of the shard's record then.
+    version: Option<Version>,
 }
 
 impl GivenUp {
@@ -104,7 +100,7 @@ impl GivenUp {
     fn outdates(&self, seen: &Versioned) -> bool {
         match self.stopped {
             None => true,
-            Some((_, version)) => version == Some(seen.version),
+            Some(stopped) => stopped.version == Some(seen.version),
         }
     }
 }
@@ -117,27 +113,44 @@ struct State {
     shards: Sightings,
     /// The shards this member stands for, with their electors.
     standing: BTreeMap<String, Elector>,
-    /// Of those, the ones it leads now (known first-hand).
+    /// Electors of shards given up, draining: a graceful leave waits for
+    /// them.
+    draining: JoinSet<()>,
+    /// Of the shards stood for, the ones it leads now (known first-hand).
     leading: BTreeSet<String>,
     /// The live member ids last published.
     view: Option<Vec<String>>,
     /// Whether the targets must be computed again (the members, the
     /// holders or this member's own standing changed).
     dirty: bool,
-    /// A refresh in flight; another wanted after it.
-    refreshing: bool,
-    refresh_wanted: bool,
-    next_refresh: MonoTime,
+    /// The store's feed, once subscribed; whether a subscription is under
+    /// way, and when to try again without one.
+    feed: Option<StoreFeed>,
+    subscribing: bool,
+    next_subscribe: MonoTime,
+    /// The membership elector's role, until it stops for good.
+    membership_open: bool,
+    /// Requests sent so far, numbering them.
+    seq: u64,
+    /// A listing in flight; one wanted (a resync); when the last went out;
+    /// when the next is due.
+    listing: bool,
+    list_wanted: bool,
+    last_list: Option<MonoTime>,
+    next_list: MonoTime,
     /// A read in flight, and what to read next.
     reading: bool,
     read_members: BTreeSet<String>,
     read_shards: BTreeSet<String>,
-    /// The lapsed feed-only member records already asked about, by version.
-    confirming: BTreeMap<String, Version>,
+    /// The lapsing member records already asked about: by version, and
+    /// whether after the lapse.
+    confirming: BTreeMap<String, (Version, bool)>,
     /// The lapsed member records already cleared (or tried), by version.
     cleared: BTreeMap<String, Version>,
-    /// The shards this member gave up (see [`Task::holders`]).
+    /// The shards this member gave up (see [`Task::holders`]), and the
+    /// giving-ups so far.
     given_up: BTreeMap<String, GivenUp>,
+    generations: u64,
     /// The last kind of listing failure logged: once per kind, not per poll.
     reported: Option<String>,
 }
@@ -145,49 +158,47 @@ struct State {
 impl Task {
     pub(crate) async fn run(mut self) {
         let now = self.clock.now().mono;
+        let (replies_tx, mut replies) = mpsc::unbounded_channel();
+        let requests = Requests {
+            set: self.set.clone(),
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            timeout: self.config.term,
+            replies: replies_tx,
+        };
         let mut s = State {
             roster: Roster::new(self.drift, self.poll),
             shards: Sightings::default(),
             standing: BTreeMap::new(),
+            draining: JoinSet::new(),
             leading: BTreeSet::new(),
             view: None,
             dirty: true,
-            refreshing: false,
-            refresh_wanted: true,
-            next_refresh: now,
+            feed: None,
+            subscribing: true,
+            next_subscribe: now,
+            membership_open: true,
+            seq: 0,
+            listing: false,
+            list_wanted: true,
+            last_list: None,
+            next_list: now,
             reading: false,
             read_members: BTreeSet::new(),
             read_shards: BTreeSet::new(),
             confirming: BTreeMap::new(),
             cleared: BTreeMap::new(),
             given_up: BTreeMap::new(),
+            generations: 0,
             reported: None,
         };
         let known: HashSet<String> = self.shards.iter().cloned().collect();
-        let (replies_tx, mut replies) = mpsc::unbounded_channel();
-        let mut feed = self.subscribe().await;
+        requests.subscribe();
         let mut membership = self.membership.watch_role();
         loop {
             let now = self.clock.now().mono;
-            if !s.refreshing && (s.refresh_wanted || now >= s.next_refresh) {
-                s.refreshing = true;
-                s.refresh_wanted = false;
-                self.refresh(now, replies_tx.clone());
-            }
-            for (id, version) in s.roster.to_confirm(now) {
-                if s.confirming.get(id) != Some(&version) {
-                    s.confirming.insert(id.to_owned(), version);
-                    s.read_members.insert(id.to_owned());
-                }
-            }
-            let to_read = !(s.read_members.is_empty() && s.read_shards.is_empty());
-            if to_read && !s.reading {
-                s.reading = true;
-                let members = std::mem::take(&mut s.read_members);
-                let shards = std::mem::take(&mut s.read_shards);
-                self.read(now, members, shards, replies_tx.clone());
-            }
-            self.clear_lapsed(&s.roster, &mut s.cleared);
+            self.send_requests(&mut s, &requests, now);
+            self.clear_lapsed(&mut s, &requests);
             let members = self.live(&s.roster, now);
             let ids: Vec<String> = members.iter().map(|m| m.id.clone()).collect();
             if s.view.as_ref() != Some(&ids) {
@@ -206,81 +217,153 @@ impl Task {
                 s.leading = leading;
                 s.dirty = true;
             }
+            while s.draining.try_join_next().is_some() {}
             let poll = self.poll;
             let before = s.given_up.len();
             s.given_up
-                .retain(|_, g| g.stopped.is_none_or(|(stopped, _)| now < stopped + poll));
+                .retain(|_, g| g.stopped.is_none_or(|stopped| now < stopped.at + poll));
             s.dirty |= s.given_up.len() != before;
             if s.dirty {
                 s.dirty = false;
-                let holders = self.holders(&s);
-                let dropped = self.stand_for(&ids, &holders, &mut s.standing, &replies_tx);
-                // Forget what no longer applies: a shard stood for again, a
-                // record that changed since the elector stopped.
-                let (shards, standing) = (&s.shards, &s.standing);
-                s.given_up.retain(|shard, g| {
-                    let now_seen = shards.get(shard).map(|seen| seen.current.version);
-                    !standing.contains_key(shard)
-                        && g.stopped.is_none_or(|(_, version)| version == now_seen)
-                });
-                for shard in dropped {
-                    s.given_up.insert(shard, GivenUp { stopped: None });
-                }
+                self.retarget(&mut s, &ids, &requests);
             }
-            // While a refresh is in flight its answer wakes the loop.
-            let wake = [
-                Some(s.next_refresh).filter(|_| !s.refreshing),
-                s.roster.next_change(now),
-                s.given_up
-                    .values()
-                    .filter_map(|g| g.stopped)
-                    .map(|(t, _)| t + self.poll)
-                    .min(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let wake = self.next_wake(&s, now);
             let clock = self.clock.clone();
             tokio::select! {
                 _ = self.commands.recv() => break,
-                change = next_change(&mut feed) => match change {
+                change = next_change(&mut s.feed) => match change {
                     Some(change) => {
                         self.take_in(&mut s, &known, change);
                         // The rest of a burst, before computing again.
                         for _ in 1..FEED_BURST {
-                            match feed.as_mut().and_then(StoreFeed::try_next) {
+                            match s.feed.as_mut().and_then(StoreFeed::try_next) {
                                 Some(change) => self.take_in(&mut s, &known, change),
                                 None => break,
                             }
                         }
                     }
                     None => {
-                        // The feed ended: poll from now on.
-                        feed = None;
-                        s.refresh_wanted = true;
+                        // The feed ended: poll, and subscribe again later.
+                        s.feed = None;
+                        s.list_wanted = true;
+                        s.next_subscribe = now + self.poll;
                     }
                 },
-                Some(reply) = replies.recv() => self.answer(&mut s, reply, feed.is_some()),
-                _ = membership.changed() => s.dirty = true,
+                Some(reply) = replies.recv() => self.answer(&mut s, reply),
+                changed = membership.changed(), if s.membership_open => {
+                    if changed.is_err() {
+                        // The membership elector stopped for good (its
+                        // token cannot rise, or the store went back): this
+                        // member stands for nothing from now on.
+                        tracing::error!(set = %self.set, member = %self.member, "the membership lease's elector stopped; standing for no shard");
+                        s.membership_open = false;
+                    }
+                    s.dirty = true;
+                }
                 _ = sleep_until(&clock, wake) => {}
             }
         }
-        self.leave(s.standing).await;
+        self.leave(s).await;
     }
 
-    /// Takes in one change from the feed.
+    /// Sends what is due: a subscription, a listing (with a read of every
+    /// shard), a read of what the feed pointed at and of lapsed members.
+    fn send_requests(&self, s: &mut State, requests: &Requests, now: MonoTime) {
+        if s.feed.is_none() && !s.subscribing && now >= s.next_subscribe {
+            s.subscribing = true;
+            requests.subscribe();
+        }
+        // A resync lists again, but not more often than once a poll.
+        let resync_due = s.list_wanted && s.last_list.is_none_or(|t| now >= t + self.poll);
+        if !s.listing && (resync_due || now >= s.next_list) {
+            s.listing = true;
+            s.list_wanted = false;
+            s.last_list = Some(now);
+            requests.list(now, member_prefix(&self.set));
+            s.read_shards.extend(self.shards.iter().cloned());
+        }
+        // Members about to lapse are read together, half a poll early: one
+        // read for all of them rather than one each. One that shows the
+        // record unchanged is read again once it has lapsed: only a read
+        // sent after the lapse counts the member gone.
+        let to_confirm: Vec<(String, (Version, bool))> = s
+            .roster
+            .to_confirm(now + self.poll / 2)
+            .into_iter()
+            .map(|(id, v, lapse)| (id.to_owned(), (v, now >= lapse)))
+            .collect();
+        s.confirming
+            .retain(|id, _| to_confirm.iter().any(|(c, _)| c == id));
+        for (id, ask) in to_confirm {
+            if s.confirming.get(&id) != Some(&ask) {
+                s.confirming.insert(id.clone(), ask);
+                s.read_members.insert(id);
+            }
+        }
+        let to_read = !(s.read_members.is_empty() && s.read_shards.is_empty());
+        if to_read && !s.reading {
+            s.reading = true;
+            s.seq += 1;
+            let members = std::mem::take(&mut s.read_members).into_iter().collect();
+            let shards = std::mem::take(&mut s.read_shards).into_iter().collect();
+            requests.read(s.seq, now, members, shards);
+        }
+    }
+
+    /// The next instant something is due, if any.
+    fn next_wake(&self, s: &State, now: MonoTime) -> Option<MonoTime> {
+        // While a request is in flight its answer wakes the loop.
+        let list = if s.listing {
+            None
+        } else if s.list_wanted {
+            Some(s.last_list.map_or(now, |t| t + self.poll).min(s.next_list))
+        } else {
+            Some(s.next_list)
+        };
+        let subscribe = (s.feed.is_none() && !s.subscribing).then_some(s.next_subscribe);
+        let given_up = s
+            .given_up
+            .values()
+            .filter_map(|g| g.stopped)
+            .map(|stopped| stopped.at + self.poll)
+            .min();
+        let early = self.poll / 2;
+        let confirm = s.roster.next_change(now + early).map(|t| t - early);
+        [
+            list,
+            subscribe,
+            given_up,
+            confirm,
+            s.roster.next_change(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Takes in one change from the feed: a hint of which records to read.
     fn take_in(&self, s: &mut State, known: &HashSet<String>, change: Change) {
-        let now = self.clock.now().mono;
         let (members, shards) = (member_prefix(&self.set), shard_prefix(&self.set));
+        // Whether a delivery could change anything this member does: a
+        // record it does not know, or another holder (a join, a leave, a
+        // restart, a hand-over). A renewal by the same holder cannot.
+        let differs = |seen: &Sightings, id: &str, holder: Option<&Holder>| {
+            seen.get(id)
+                .is_none_or(|s| s.current.record.holder.as_ref() != holder)
+        };
         match change {
             Change::Written { group, current } => {
+                let holder = current.record.holder.as_ref();
                 if let Some(id) = group.as_str().strip_prefix(&members) {
-                    s.roster.sightings().feed(now, id, current);
+                    if differs(s.roster.sightings(), id, holder) {
+                        s.read_members.insert(id.to_owned());
+                    } else {
+                        // A renewal: when it was written, for the next read.
+                        s.roster.fed(id, current.version, self.clock.now().mono);
+                    }
                 } else if let Some(shard) = group.as_str().strip_prefix(&shards) {
-                    if known.contains(shard) {
-                        let before = holder(&s.shards, shard);
-                        s.shards.feed(now, shard, current);
-                        s.dirty |= holder(&s.shards, shard) != before;
+                    if known.contains(shard) && differs(&s.shards, shard, holder) {
+                        s.read_shards.insert(shard.to_owned());
                     }
                 }
             }
@@ -293,30 +376,27 @@ impl Task {
                     }
                 }
             }
-            Change::Resync => s.refresh_wanted = true,
+            Change::Resync => s.list_wanted = true,
         }
     }
 
     /// Takes in a request's answer.
-    fn answer(&self, s: &mut State, reply: Reply, has_feed: bool) {
+    fn answer(&self, s: &mut State, reply: Reply) {
         let now = self.clock.now().mono;
         match reply {
-            Reply::Refresh {
-                sent,
-                members,
-                shards,
-            } => {
-                s.refreshing = false;
-                let every = if has_feed {
+            Reply::Listing { sent, members, .. } => {
+                s.listing = false;
+                let every = if s.feed.is_some() {
                     self.config.term * FEED_REFRESH_TERMS
                 } else {
                     self.poll
                 };
-                s.next_refresh = now + jittered(every);
+                s.next_list = now + jittered(every);
                 match members {
                     Ok(listing) => {
                         s.reported = None;
-                        s.roster.sightings().listing(sent, now, listing);
+                        s.roster.sightings_mut().listing(sent, now, listing);
+                        s.roster.settle_fed();
                     }
                     Err(e) => {
                         let kind = e.kind().to_owned();
@@ -325,59 +405,89 @@ impl Task {
                             s.reported = Some(kind);
                         }
                         // Try again at the poll, not at the slow net.
-                        s.next_refresh = s.next_refresh.min(now + jittered(self.poll));
+                        s.next_list = s.next_list.min(now + jittered(self.poll));
                     }
-                }
-                if let Some(read) = shards {
-                    let before = self.holders(s);
-                    let listing = read
-                        .into_iter()
-                        .filter_map(|(n, v)| Some((n, v?)))
-                        .collect();
-                    s.shards.listing(sent, now, listing);
-                    s.dirty |= self.holders(s) != before;
-                }
-            }
-            Reply::Stopped { shard } => {
-                // Read the record: it shows whether the release applied.
-                if let Some(g) = s.given_up.get_mut(&shard) {
-                    let version = s.shards.get(&shard).map(|seen| seen.current.version);
-                    g.stopped = Some((now, version));
-                    s.read_shards.insert(shard);
-                    s.dirty = true;
                 }
             }
             Reply::Read {
+                seq,
                 sent,
                 members,
                 shards,
             } => {
                 s.reading = false;
                 for (id, v) in members {
-                    s.roster.sightings().read(sent, now, &id, v);
+                    s.roster.sightings_mut().read(sent, now, &id, v);
                 }
+                s.roster.settle_fed();
                 for (shard, v) in shards {
                     let before = holder(&s.shards, &shard);
                     s.shards.read(sent, now, &shard, v);
                     s.dirty |= holder(&s.shards, &shard) != before;
-                    s.dirty |= forget_given_up(&mut s.given_up, &shard, sent);
+                    s.dirty |= forget_given_up(&mut s.given_up, &shard, seq);
                 }
             }
+            Reply::Stopped { shard, generation } => {
+                // Read the record: it shows whether the release applied.
+                if let Some(g) = s.given_up.get_mut(&shard) {
+                    if g.generation == generation {
+                        g.stopped = Some(Stopped {
+                            at: now,
+                            seq: s.seq + 1,
+                            version: s.shards.get(&shard).map(|seen| seen.current.version),
+                        });
+                        s.read_shards.insert(shard);
+                        s.dirty = true;
+                    }
+                }
+            }
+            Reply::Subscribed(feed) => {
+                s.subscribing = false;
+                match feed {
+                    // What was written before the subscription: list again.
+                    Some(feed) => {
+                        s.feed = Some(feed);
+                        s.list_wanted = true;
+                    }
+                    None => s.next_subscribe = now + self.config.term * FEED_REFRESH_TERMS,
+                }
+            }
+        }
+    }
+
+    /// Computes the targets again and stands for them.
+    fn retarget(&self, s: &mut State, ids: &[String], requests: &Requests) {
+        let holders = self.holders(s);
+        let dropped = self.stand_for(ids, &holders, s, requests);
+        // Forget what no longer applies: a shard stood for again, a record
+        // that changed since the elector stopped.
+        let (shards, standing) = (&s.shards, &s.standing);
+        s.given_up.retain(|shard, g| {
+            let now_seen = shards.get(shard).map(|seen| seen.current.version);
+            !standing.contains_key(shard)
+                && g.stopped.is_none_or(|stopped| stopped.version == now_seen)
+        });
+        for (shard, generation) in dropped {
+            s.given_up.insert(
+                shard,
+                GivenUp {
+                    generation,
+                    stopped: None,
+                },
+            );
         }
     }
 
     /// Who holds each shard: the records known, and what this member
     /// leads (which it knows first-hand, before its own write comes back).
     /// A record still naming this member for a shard it gave up is out of
-    /// date (the release has not come back yet): the shard counts as held
-    /// by nobody until the record changes, or until a read once its elector
-    /// stopped says otherwise. Taken at its word, it made the member stand
-    /// again for the shards it had just given up, and give up the ones it
-    /// had just taken, over and over (found by the sharded simulation's
-    /// simultaneous start). A record naming this member that it did not
-    /// give up (a term of a process before it under the same id) counts as
-    /// its own, as every other member counts it, so that it stands for
-    /// that shard and takes it over.
+    /// date (see [`GivenUp`]): the shard counts as held by nobody. Taken at
+    /// its word, it made the member stand again for the shards it had just
+    /// given up, and give up the ones it had just taken, over and over. A
+    /// record naming this member that it did not give up (a term of a
+    /// process before it under the same id) counts as its own, as every
+    /// other member counts it, so that it stands for that shard and takes
+    /// it over.
     fn holders(&self, s: &State) -> BTreeMap<String, String> {
         let mut out: BTreeMap<String, String> = s
             .shards
@@ -397,138 +507,19 @@ impl Task {
         out
     }
 
-    /// Lists the members and reads every shard, in the background.
-    fn refresh(&self, sent: MonoTime, replies: mpsc::UnboundedSender<Reply>) {
-        let (store, clock, timeout) = (self.store.clone(), self.clock.clone(), self.config.term);
-        let prefix = member_prefix(&self.set);
-        let groups: Vec<(String, GroupName)> = self
-            .shards
-            .iter()
-            .filter_map(|s| Some((s.clone(), GroupName::new(shard_group(&self.set, s)).ok()?)))
-            .collect();
-        tokio::spawn(async move {
-            let deadline = clock.now().mono + timeout;
-            let list = async {
-                let listed = store.list(&prefix).await?;
-                Ok::<BTreeMap<String, Versioned>, StoreError>(
-                    listed
-                        .into_iter()
-                        .filter_map(|l| {
-                            let id = l.group.as_str().strip_prefix(&prefix)?.to_owned();
-                            // A record that cannot be read is no evidence of a
-                            // member.
-                            Some((id, l.record.ok()?))
-                        })
-                        .collect(),
-                )
-            };
-            let names: Vec<GroupName> = groups.iter().map(|(_, g)| g.clone()).collect();
-            let read = async {
-                let read = store.read_many(&names).await.ok()?;
-                Some(reads(groups.iter().map(|(s, _)| s.clone()), read))
-            };
-            let reply = tokio::select! {
-                (members, shards) = async { tokio::join!(list, read) } => Reply::Refresh { sent, members, shards },
-                _ = clock.sleep_until(deadline) => Reply::Refresh {
-                    sent,
-                    members: Err(StoreError::Timeout(timeout)),
-                    shards: None,
-                },
-            };
-            let _ = replies.send(reply);
-        });
-    }
-
-    /// Reads single member and shard records, in one batch, in the
-    /// background.
-    fn read(
-        &self,
-        sent: MonoTime,
-        members: BTreeSet<String>,
-        shards: BTreeSet<String>,
-        replies: mpsc::UnboundedSender<Reply>,
-    ) {
-        let (store, clock, timeout) = (self.store.clone(), self.clock.clone(), self.config.term);
-        let named: Vec<(bool, String, GroupName)> = members
-            .into_iter()
-            .filter_map(|id| {
-                let g = GroupName::new(member_group(&self.set, &id)).ok()?;
-                Some((true, id, g))
-            })
-            .chain(shards.into_iter().filter_map(|shard| {
-                let g = GroupName::new(shard_group(&self.set, &shard)).ok()?;
-                Some((false, shard, g))
-            }))
-            .collect();
-        tokio::spawn(async move {
-            let deadline = clock.now().mono + timeout;
-            let names: Vec<GroupName> = named.iter().map(|(_, _, g)| g.clone()).collect();
-            let read = tokio::select! {
-                r = store.read_many(&names) => r.ok(),
-                _ = clock.sleep_until(deadline) => None,
-            };
-            let (mut members, mut shards) = (Vec::new(), Vec::new());
-            if let Some(read) = read {
-                for ((is_member, name, _), r) in named.into_iter().zip(read) {
-                    if let Ok(v) = r {
-                        if is_member {
-                            members.push((name, v));
-                        } else {
-                            shards.push((name, v));
-                        }
-                    }
-                }
-            }
-            let _ = replies.send(Reply::Read {
-                sent,
-                members,
-                shards,
-            });
-        });
-    }
-
     /// Clears the records of members that lapsed (see [`Roster::lapsed`]),
-    /// each version once: a release written with a compare-and-swap on the
-    /// version seen unchanged, which fails if the member renewed after all.
-    fn clear_lapsed(&self, roster: &Roster, cleared: &mut BTreeMap<String, Version>) {
+    /// each version once.
+    fn clear_lapsed(&self, s: &mut State, requests: &Requests) {
         let now = self.clock.now();
-        let lapsed = roster.lapsed(now.mono);
-        cleared.retain(|id, _| lapsed.iter().any(|(l, _)| l == id));
+        let lapsed = s.roster.lapsed();
+        s.cleared
+            .retain(|id, _| lapsed.iter().any(|(l, _)| l == id));
         for (id, seen) in lapsed {
-            if id == self.member || cleared.get(id) == Some(&seen.version) {
+            if id == self.member || s.cleared.get(id) == Some(&seen.version) {
                 continue;
             }
-            cleared.insert(id.to_owned(), seen.version);
-            let Ok(group) = GroupName::new(member_group(&self.set, id)) else {
-                continue;
-            };
-            let record = LeaseRecord {
-                holder: None,
-                token: seen.record.token,
-                term: seen.record.term,
-                renewed_at: now.wall,
-                expires_at: now.wall,
-                metadata: Metadata::new(),
-            };
-            let (store, clock, version) = (self.store.clone(), self.clock.clone(), seen.version);
-            let (set, id) = (self.set.clone(), id.to_owned());
-            let timeout = self.poll.max(Duration::from_millis(1));
-            tokio::spawn(async move {
-                let deadline = clock.now().mono + timeout;
-                tokio::select! {
-                    r = store.compare_and_swap(&group, Some(version), &record) => match r {
-                        Ok(CasOutcome::Applied(_)) => {
-                            tracing::info!(set = %set, member = id, "cleared the record of a member gone")
-                        }
-                        // It renewed after all, or another member cleared it.
-                        Ok(CasOutcome::Conflict) => {}
-                        Err(e) => {
-                            tracing::debug!(set = %set, member = id, error = %e, "cannot clear a lapsed member's record")
-                        }
-                    },
-                    _ = clock.sleep_until(deadline) => {}
-                }
-            });
+            s.cleared.insert(id.to_owned(), seen.version);
+            requests.clear(now, id.to_owned(), seen);
         }
     }
 
@@ -551,14 +542,14 @@ impl Task {
     }
 
     /// Keeps an elector standing for each target and for nothing else;
-    /// returns the shards given up.
+    /// returns the shards given up, each with its giving-up's generation.
     fn stand_for(
         &self,
         ids: &[String],
         holders: &BTreeMap<String, String>,
-        standing: &mut BTreeMap<String, Elector>,
-        replies: &mpsc::UnboundedSender<Reply>,
-    ) -> Vec<String> {
+        s: &mut State,
+        requests: &Requests,
+    ) -> Vec<(String, u64)> {
         let targets: BTreeSet<String> = if self.membership.is_leader() {
             assign_names(&self.shards, ids, holders)
                 .into_iter()
@@ -569,25 +560,31 @@ impl Task {
             // Not a member: stand for nothing, give back what is held.
             BTreeSet::new()
         };
-        let before = standing.len();
         let mut changed = false;
         let mut dropped = Vec::new();
-        standing.retain(|shard, elector| {
-            let keep = targets.contains(shard);
-            if !keep {
-                changed = true;
-                dropped.push(shard.clone());
-                let (elector, replies, shard) = (elector.clone(), replies.clone(), shard.clone());
-                // Drains the shard's work and releases it for its new target.
-                tokio::spawn(async move {
-                    elector.shutdown().await;
-                    let _ = replies.send(Reply::Stopped { shard });
-                });
-            }
-            keep
-        });
+        let given_up: Vec<String> = s
+            .standing
+            .keys()
+            .filter(|shard| !targets.contains(*shard))
+            .cloned()
+            .collect();
+        for shard in given_up {
+            let Some(elector) = s.standing.remove(&shard) else {
+                continue;
+            };
+            changed = true;
+            s.generations += 1;
+            let generation = s.generations;
+            dropped.push((shard.clone(), generation));
+            let replies = requests.replies.clone();
+            // Drains the shard's work and releases it for its new target.
+            s.draining.spawn(async move {
+                elector.shutdown().await;
+                let _ = replies.send(Reply::Stopped { shard, generation });
+            });
+        }
         for shard in targets {
-            if standing.contains_key(&shard) {
+            if s.standing.contains_key(&shard) {
                 continue;
             }
             match Elector::builder(self.store.clone(), shard_group(&self.set, &shard))
@@ -599,7 +596,7 @@ impl Task {
             {
                 Ok(elector) => {
                     forward(shard.clone(), &elector, self.events.clone());
-                    standing.insert(shard, elector);
+                    s.standing.insert(shard, elector);
                     changed = true;
                 }
                 // Names and config were checked when the member started.
@@ -608,45 +605,35 @@ impl Task {
                 }
             }
         }
-        if changed || standing.len() != before {
-            self.electors_tx.send_replace(standing.clone());
+        if changed {
+            self.electors_tx.send_replace(s.standing.clone());
         }
         dropped
     }
 
-    /// Leaves gracefully: every shard drained and released first (so the
-    /// others take them over at once), then the membership lease.
-    async fn leave(self, standing: BTreeMap<String, Elector>) {
+    /// Leaves gracefully: every shard drained and released first (those
+    /// given up before included, so the others take them over at once),
+    /// then the membership lease.
+    async fn leave(self, mut s: State) {
         self.electors_tx.send_replace(BTreeMap::new());
-        let mut stopping = JoinSet::new();
-        for elector in standing.into_values() {
-            stopping.spawn(async move { elector.shutdown().await });
+        for elector in std::mem::take(&mut s.standing).into_values() {
+            s.draining.spawn(async move { elector.shutdown().await });
         }
-        while stopping.join_next().await.is_some() {}
+        while s.draining.join_next().await.is_some() {}
         self.membership.shutdown().await;
         // Dropping `electors_tx` here tells every `shutdown()` caller.
     }
-
-    /// The store's feed, if it has one, to follow the records as they are
-    /// written rather than at the next poll.
-    async fn subscribe(&self) -> Option<StoreFeed> {
-        let deadline = self.clock.now().mono + self.poll;
-        tokio::select! {
-            r = self.store.watch() => r.ok().flatten(),
-            _ = self.clock.sleep_until(deadline) => None,
-        }
-    }
 }
 
-/// Forgets that `shard` was given up if a read sent at `sent` came after
-/// its elector stopped: what the read showed is then the truth (a record
-/// still naming this member is a term whose release did not apply, which
-/// every member counts as this member's). Returns whether it forgot.
-fn forget_given_up(given_up: &mut BTreeMap<String, GivenUp>, shard: &str, sent: MonoTime) -> bool {
+/// Forgets that `shard` was given up if read `seq` went out after its
+/// elector stopped: what the read showed is then the truth (a record still
+/// naming this member is a term whose release did not apply, which every
+/// member counts as this member's). Returns whether it forgot.
+fn forget_given_up(given_up: &mut BTreeMap<String, GivenUp>, shard: &str, seq: u64) -> bool {
     let done = given_up
         .get(shard)
         .and_then(|g| g.stopped)
-        .is_some_and(|(stopped, _)| sent >= stopped);
+        .is_some_and(|stopped| seq >= stopped.seq);
     if done {
         given_up.remove(shard);
     }
@@ -656,18 +643,6 @@ fn forget_given_up(given_up: &mut BTreeMap<String, GivenUp>, shard: &str, sent: 
 /// The holder of `shard` as known.
 fn holder(shards: &Sightings, shard: &str) -> Option<String> {
     Some(shards.get(shard)?.current.record.holder_id()?.to_owned())
-}
-
-/// Pairs names with a batched read's answers, leaving out the ones that
-/// failed.
-fn reads(
-    names: impl Iterator<Item = String>,
-    read: Vec<Result<Option<Versioned>, StoreError>>,
-) -> Vec<(String, Option<Versioned>)> {
-    names
-        .zip(read)
-        .filter_map(|(name, r)| Some((name, r.ok()?)))
-        .collect()
 }
 
 /// `every` plus up to a quarter of it, so that members started together do
