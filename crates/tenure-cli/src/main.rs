@@ -17,6 +17,7 @@ mod logging;
 mod metadata_file;
 mod out;
 mod overload;
+mod procstat;
 mod release;
 mod run;
 mod scale;

@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::cli::{BenchArgs, BenchStandbyArgs};
+use crate::procstat::process_cpu;
 use crate::scale::{cpu_time, start_groups};
 use crate::store_url::StoreUrl;
 
@@ -240,21 +241,6 @@ fn signal(pid: u32, sig: libc::c_int) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// A process's CPU time (user + system), from `/proc/PID/stat`.
-#[allow(unsafe_code, reason = "std has no call for the clock tick rate")]
-fn process_cpu(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which may hold spaces: utime and
-    // stime are the 12th and 13th of them.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-    Some(Duration::from_millis((utime + stime) * 1000 / ticks.max(1)))
 }
 
 /// `tenure bench-standby` (internal): stands in every group as `--id`,

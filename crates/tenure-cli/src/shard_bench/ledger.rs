@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::report::MemberReport;
+use super::report::{MemberReport, OpCounts};
 
 /// One term's work on one shard, by one member.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct Ledger {
     pub started: BTreeMap<String, u64>,
     /// Per member, its latest view of the members.
     pub views: BTreeMap<String, Vec<String>>,
+    /// Per member, its store operations so far, as last reported.
+    pub ops: BTreeMap<String, OpCounts>,
 }
 
 impl Ledger {
@@ -54,6 +56,9 @@ impl Ledger {
             }
             MemberReport::Members { ids, .. } => {
                 self.views.insert(member.to_owned(), ids);
+            }
+            MemberReport::Ops { counts, .. } => {
+                self.ops.insert(member.to_owned(), counts);
             }
             MemberReport::Left { .. } => {}
         }

@@ -1,11 +1,15 @@
 //! `tenure bench-member` (hidden): one member of a sharded set for
 //! `tenure bench --shards`. It runs `Shards::run_per_shard` with work that
 //! does nothing but report when it starts and stops, reports its view of
-//! the members, and leaves gracefully (`Shards::shutdown`) on SIGTERM.
+//! the members and its store operations (counted by [`Counted`]), and leaves gracefully (`Shards::shutdown`) on SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tenure::{ElectorError, ShardEvent, Shards};
 
+use super::counted::{Counted, Ops};
 use super::report::MemberReport;
 use crate::cli::BenchMemberArgs;
 use crate::demo::now;
@@ -22,6 +26,8 @@ pub async fn member(args: BenchMemberArgs) -> anyhow::Result<u8> {
         .await
         .with_context(|| format!("cannot open {url}"))?;
     let stop = Stop::listen()?;
+    let ops = Arc::new(Ops::default());
+    let store = Counted::new(store, ops.clone());
     let shards = Shards::builder(store, args.set)
         .member_id(args.id)
         .shards(args.shards)
@@ -31,6 +37,16 @@ pub async fn member(args: BenchMemberArgs) -> anyhow::Result<u8> {
     emit(&MemberReport::Started {
         pid: std::process::id(),
         at: now(),
+    });
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            every.tick().await;
+            emit(&MemberReport::Ops {
+                counts: ops.snapshot(),
+                at: now(),
+            });
+        }
     });
     let mut events = shards.events();
     tokio::spawn(async move {

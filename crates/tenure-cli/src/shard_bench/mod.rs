@@ -6,9 +6,13 @@
 //! every member at `⌊N/M⌋` or `⌈N/M⌉` shards, and how many shards moved
 //! against the fewest any balanced assignment must move. The members
 //! report their work on `CLOCK_BOOTTIME`, and the run checks from those
-//! reports that no shard was ever worked by two members at once. A program
-//! that prints a table; it asserts nothing about time.
+//! reports that no shard was ever worked by two members at once. Once the
+//! set first balances, its steady cost is measured over
+//! [`COST_TERMS`] terms: the store operations each member sends (counted
+//! in the member, see [`counted`]), its CPU time and its resident memory.
+//! A program that prints a table; it asserts nothing about time.
 
+mod counted;
 mod ledger;
 mod member;
 mod report;
@@ -29,10 +33,16 @@ use crate::child;
 use crate::cli::BenchArgs;
 use crate::demo::now;
 use crate::exit::usage;
+use crate::procstat::{process_cpu, process_rss};
 use crate::store_url::StoreUrl;
 use ledger::Ledger;
 pub use member::member;
-use report::MemberReport;
+use report::{MemberReport, OpCounts};
+
+/// The window, in terms, over which the steady cost is measured: longer
+/// than a member's slow refresh (every 4 terms and a jitter), so that the
+/// figures include its share of one.
+const COST_TERMS: u32 = 6;
 
 /// What `tenure bench --shards` measured.
 #[derive(Debug, serde::Serialize)]
@@ -45,7 +55,26 @@ pub struct ShardBench {
     /// `2·(T(1+ρ)/(1−ρ) + P)`.
     crash_bound_ms: f64,
     rows: Vec<EventRow>,
+    costs: Vec<CostRow>,
     stores: Vec<StoreCheck>,
+}
+
+/// One store's steady cost, per member, once the set first balanced.
+#[derive(Debug, serde::Serialize)]
+struct CostRow {
+    store: String,
+    /// Per member per term, the mean over the members.
+    lists: f64,
+    reads: f64,
+    read_items: f64,
+    writes: f64,
+    write_items: f64,
+    /// Of one core, the mean over the members, and the busiest.
+    cpu_mean: f64,
+    cpu_max: f64,
+    /// Resident memory, the mean over the members, and the largest.
+    rss_mean_mb: f64,
+    rss_max_mb: f64,
 }
 
 impl ShardBench {
@@ -113,6 +142,7 @@ pub async fn run(args: &BenchArgs, urls: &[StoreUrl], shards: usize) -> anyhow::
         term_ms: term.as_secs_f64() * 1000.0,
         crash_bound_ms: (timing.bounds().crash_failover * 2).as_secs_f64() * 1000.0,
         rows: Vec::new(),
+        costs: Vec::new(),
         stores: Vec::new(),
     };
     for url in urls {
@@ -140,7 +170,8 @@ pub async fn run(args: &BenchArgs, urls: &[StoreUrl], shards: usize) -> anyhow::
         let result = run.measure(args.members, args.rounds).await;
         let end = now();
         run.finish().await;
-        let samples = result?;
+        let (samples, cost) = result?;
+        bench.costs.push(cost);
         let ledger = lock(&run.ledger);
         for (event, samples) in samples {
             bench.rows.push(EventRow {
@@ -235,17 +266,23 @@ impl Run<'_> {
         &mut self,
         members: usize,
         rounds: usize,
-    ) -> anyhow::Result<Vec<(Event, Vec<Sample>)>> {
+    ) -> anyhow::Result<(Vec<(Event, Vec<Sample>)>, CostRow)> {
         let url = self.url;
         eprintln!("{url}: {} shards over {members} members", self.shards);
         let mut ids = Vec::new();
         for _ in 0..members {
             ids.push(self.spawn()?);
         }
-        let mut t0 = u64::MAX;
+        let mut starts = Vec::new();
         for id in &ids {
-            t0 = t0.min(self.started_at(id).await?);
+            starts.push(self.started_at(id).await?);
         }
+        let t0 = starts.iter().copied().min().unwrap_or(0);
+        let last = starts.iter().copied().max().unwrap_or(0);
+        eprintln!(
+            "{url}: the {members} members started within {:.2} s",
+            Duration::from_nanos(last - t0).as_secs_f64()
+        );
         let start = self.sample(t0, &Holders::new(), None).await?;
         let mut samples: BTreeMap<Event, Vec<Sample>> = BTreeMap::new();
         samples.entry(Event::Start).or_default().push(Sample {
@@ -253,6 +290,7 @@ impl Run<'_> {
             moved: 0,
             ..start
         });
+        let cost = self.cost().await?;
         for round in 1..=rounds {
             eprintln!("{url}: round {round} of {rounds}");
             // Join: the newcomer's start to balanced.
@@ -289,7 +327,67 @@ impl Run<'_> {
             self.spawn()?;
             self.balanced().await?;
         }
-        Ok(samples.into_iter().collect())
+        Ok((samples.into_iter().collect(), cost))
+    }
+
+    /// The steady cost of the balanced set, over [`COST_TERMS`] terms.
+    async fn cost(&self) -> anyhow::Result<CostRow> {
+        self.steady().await?;
+        let eprint = |what: &str| eprintln!("{}: {what}", self.url);
+        eprint(&format!(
+            "measuring the steady cost over {COST_TERMS} terms"
+        ));
+        let pids: Vec<(String, u32)> = self
+            .procs
+            .iter()
+            .filter_map(|(id, p)| Some((id.clone(), u32::try_from(p.pid).ok()?)))
+            .collect();
+        let snapshot = |ledger: &Ledger| -> Vec<(OpCounts, Duration)> {
+            pids.iter()
+                .map(|(id, pid)| {
+                    let ops = ledger.ops.get(id).copied().unwrap_or_default();
+                    (ops, process_cpu(*pid).unwrap_or_default())
+                })
+                .collect()
+        };
+        let before = snapshot(&lock(&self.ledger));
+        let started = Instant::now();
+        tokio::time::sleep(self.term * COST_TERMS).await;
+        let after = snapshot(&lock(&self.ledger));
+        let window = started.elapsed();
+        let terms = window.as_secs_f64() / self.term.as_secs_f64();
+        let n = before.len().max(1) as f64;
+        let mut sent = OpCounts::default();
+        let mut cpu = Vec::new();
+        for ((ops0, cpu0), (ops1, cpu1)) in before.iter().zip(&after) {
+            let d = ops1.since(ops0);
+            sent.lists += d.lists;
+            sent.reads += d.reads;
+            sent.read_items += d.read_items;
+            sent.writes += d.writes;
+            sent.write_items += d.write_items;
+            cpu.push(cpu1.saturating_sub(*cpu0).as_secs_f64() / window.as_secs_f64());
+        }
+        let rss: Vec<f64> = pids
+            .iter()
+            .filter_map(|(_, pid)| process_rss(*pid))
+            .map(|b| b as f64 / 1e6)
+            .collect();
+        let per = |total: u64| total as f64 / n / terms;
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        Ok(CostRow {
+            store: self.url.scheme().to_owned(),
+            lists: per(sent.lists),
+            reads: per(sent.reads),
+            read_items: per(sent.read_items),
+            writes: per(sent.writes),
+            write_items: per(sent.write_items),
+            cpu_mean: mean(&cpu),
+            cpu_max: max(&cpu),
+            rss_mean_mb: mean(&rss),
+            rss_max_mb: max(&rss),
+        })
     }
 
     /// Starts one more member process; returns its id.
@@ -475,6 +573,28 @@ pub fn table(b: &ShardBench) -> String {
             r.balanced.n,
             r.balanced.median_ms / 1000.0,
             r.balanced.max_ms / 1000.0,
+        ));
+    }
+    out.push_str(&format!(
+        "\nSteady cost once first balanced, over {COST_TERMS} terms: store calls per member per term \
+         (a batch is one call; records in it in brackets), CPU of one core and resident memory per \
+         member (mean / largest).\n\n"
+    ));
+    out.push_str("| store | lists | reads (records) | writes (records) | CPU | RSS |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|\n");
+    for c in &b.costs {
+        out.push_str(&format!(
+            "| {} | {:.2} | {:.2} ({:.1}) | {:.2} ({:.1}) | {:.1} % / {:.1} % | {:.0} / {:.0} MB |\n",
+            c.store,
+            c.lists,
+            c.reads,
+            c.read_items,
+            c.writes,
+            c.write_items,
+            c.cpu_mean * 100.0,
+            c.cpu_max * 100.0,
+            c.rss_mean_mb,
+            c.rss_max_mb,
         ));
     }
     out.push_str("\n| store | work spans reported | a shard worked by two members at once |\n");

@@ -130,12 +130,26 @@ struct State {
     next_subscribe: MonoTime,
     /// The membership elector's role, until it stops for good.
     membership_open: bool,
+    /// Since when this member holds its membership lease (while it does).
+    member_since: Option<MonoTime>,
+    /// Whether it has looked around since: a listing sent once it was a
+    /// member has answered, and half a poll has passed for the others'
+    /// joins to arrive. Until then it stands for nothing: a member that
+    /// started together with the others and stood for what it saw alone
+    /// (every shard) had every member of the set contend for every shard
+    /// at once; on 16 members × 10,000 shards the store never recovered.
+    settled: bool,
+    /// When the first listing since it became a member went out.
+    listed_as_member: Option<MonoTime>,
     /// Requests sent so far, numbering them.
     seq: u64,
     /// A listing in flight; one wanted (a resync); when the last went out;
     /// when the next is due.
     listing: bool,
     list_wanted: bool,
+    /// A listing wanted at once, whatever the last (to look around as a
+    /// new member).
+    list_now: bool,
     last_list: Option<MonoTime>,
     next_list: MonoTime,
     /// A read in flight, and what to read next.
@@ -178,9 +192,13 @@ impl Task {
             subscribing: true,
             next_subscribe: now,
             membership_open: true,
+            member_since: None,
+            settled: false,
+            listed_as_member: None,
             seq: 0,
             listing: false,
             list_wanted: true,
+            list_now: false,
             last_list: None,
             next_list: now,
             reading: false,
@@ -218,6 +236,7 @@ impl Task {
                 s.dirty = true;
             }
             while s.draining.try_join_next().is_some() {}
+            self.look_around(&mut s, now);
             let poll = self.poll;
             let before = s.given_up.len();
             s.given_up
@@ -275,10 +294,14 @@ impl Task {
         }
         // A resync lists again, but not more often than once a poll.
         let resync_due = s.list_wanted && s.last_list.is_none_or(|t| now >= t + self.poll);
-        if !s.listing && (resync_due || now >= s.next_list) {
+        if !s.listing && (s.list_now || resync_due || now >= s.next_list) {
             s.listing = true;
+            s.list_now = false;
             s.list_wanted = false;
             s.last_list = Some(now);
+            if s.member_since.is_some() && s.listed_as_member.is_none() {
+                s.listed_as_member = Some(now);
+            }
             requests.list(now, member_prefix(&self.set));
             s.read_shards.extend(self.shards.iter().cloned());
         }
@@ -310,11 +333,38 @@ impl Task {
         }
     }
 
+    /// Keeps track of whether this member is a member that has looked
+    /// around (see [`State::settled`]).
+    fn look_around(&self, s: &mut State, now: MonoTime) {
+        if !self.membership.is_leader() {
+            s.member_since = None;
+            s.listed_as_member = None;
+            s.dirty |= s.settled;
+            s.settled = false;
+            return;
+        }
+        let since = *s.member_since.get_or_insert(now);
+        if s.listed_as_member.is_none() {
+            // A listing from now on counts; ask for one at once.
+            s.list_now = true;
+        }
+        if !s.settled
+            && now >= since + self.poll / 2
+            && s.listed_as_member.is_some_and(|sent| sent >= since)
+            && !s.listing
+        {
+            s.settled = true;
+            s.dirty = true;
+        }
+    }
+
     /// The next instant something is due, if any.
     fn next_wake(&self, s: &State, now: MonoTime) -> Option<MonoTime> {
         // While a request is in flight its answer wakes the loop.
         let list = if s.listing {
             None
+        } else if s.list_now {
+            Some(now)
         } else if s.list_wanted {
             Some(s.last_list.map_or(now, |t| t + self.poll).min(s.next_list))
         } else {
@@ -327,6 +377,12 @@ impl Task {
             .filter_map(|g| g.stopped)
             .map(|stopped| stopped.at + self.poll)
             .min();
+        let settle = s
+            .member_since
+            .filter(|_| !s.settled)
+            .map(|since| since + self.poll / 2)
+            // Once past, the listing's answer wakes the loop.
+            .filter(|at| *at > now);
         let early = self.poll / 2;
         let confirm = s.roster.next_change(now + early).map(|t| t - early);
         [
@@ -334,6 +390,7 @@ impl Task {
             subscribe,
             given_up,
             confirm,
+            settle,
             s.roster.next_change(now),
         ]
         .into_iter()
@@ -550,14 +607,15 @@ impl Task {
         s: &mut State,
         requests: &Requests,
     ) -> Vec<(String, u64)> {
-        let targets: BTreeSet<String> = if self.membership.is_leader() {
+        let targets: BTreeSet<String> = if self.membership.is_leader() && s.settled {
             assign_names(&self.shards, ids, holders)
                 .into_iter()
                 .filter(|(_, m)| *m == self.member)
                 .map(|(s, _)| s)
                 .collect()
         } else {
-            // Not a member: stand for nothing, give back what is held.
+            // Not a member, or one that has not looked around yet: stand
+            // for nothing, give back what is held.
             BTreeSet::new()
         };
         let mut changed = false;
