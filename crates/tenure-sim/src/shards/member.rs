@@ -168,7 +168,11 @@ impl WorkCtx {
     fn draw(&self) -> Behaviour {
         let now = self.clock.inner.real_now();
         // Calm before `rough_from`: drawn as if the tail began now.
-        let rough_until = if now < self.rough_from { now } else { self.fault_end };
+        let rough_until = if now < self.rough_from {
+            now
+        } else {
+            self.fault_end
+        };
         Behaviour::draw(&mut lock(&self.rng), self.term, now, rough_until)
     }
 
