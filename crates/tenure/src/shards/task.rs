@@ -305,13 +305,13 @@ impl Task {
             requests.list(now, member_prefix(&self.set));
             s.read_shards.extend(self.shards.iter().cloned());
         }
-        // Members about to lapse are read together, up to half a term
-        // early: one read for all of them rather than one each. One that shows the
+        // Members about to lapse are read together, half a poll early: one
+        // read for all of them rather than one each. One that shows the
         // record unchanged is read again once it has lapsed: only a read
         // sent after the lapse counts the member gone.
         let to_confirm: Vec<(String, (Version, bool))> = s
             .roster
-            .to_confirm(now + self.confirm_early())
+            .to_confirm(now + self.poll / 2)
             .into_iter()
             .map(|(id, v, lapse)| (id.to_owned(), (v, now >= lapse)))
             .collect();
@@ -358,13 +358,6 @@ impl Task {
         }
     }
 
-    /// How early a lapsing member is read: half a term, so that one read
-    /// covers every member lapsing within it (each lapses at the phase of
-    /// its own renewals), about two reads a term whatever the set's size.
-    fn confirm_early(&self) -> Duration {
-        self.config.term / 2
-    }
-
     /// The next instant something is due, if any.
     fn next_wake(&self, s: &State, now: MonoTime) -> Option<MonoTime> {
         // While a request is in flight its answer wakes the loop.
@@ -390,7 +383,7 @@ impl Task {
             .map(|since| since + self.poll / 2)
             // Once past, the listing's answer wakes the loop.
             .filter(|at| *at > now);
-        let early = self.confirm_early();
+        let early = self.poll / 2;
         let confirm = s.roster.next_change(now + early).map(|t| t - early);
         [
             list,
