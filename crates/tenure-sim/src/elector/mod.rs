@@ -182,8 +182,7 @@ impl Cluster {
         self.stage.push_opening(
             &mut self.rng,
             term,
-            term / 2,
-            term / 2,
+            (term / 2, term / 2),
             kinds,
             Ev::Start,
             Ev::Inject,

@@ -216,8 +216,7 @@ impl Set {
             self.stage.push_opening(
                 &mut self.rng,
                 term,
-                Duration::ZERO,
-                settle,
+                (Duration::ZERO, settle),
                 kinds,
                 Ev::Start,
                 Ev::Inject,
@@ -236,8 +235,7 @@ impl Set {
             self.stage.push_opening(
                 &mut self.rng,
                 term,
-                term / 2,
-                term,
+                (term / 2, term),
                 kinds,
                 Ev::Start,
                 Ev::Inject,
