@@ -149,6 +149,15 @@ impl Roster {
             .min()
     }
 
+    /// The members whose record is held, to confirm together.
+    pub(crate) fn held(&self) -> Vec<String> {
+        self.seen
+            .iter()
+            .filter(|(_, s)| s.current.record.holder.is_some())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// The members whose held record has lapsed by `now` with no read since
     /// the lapse, with the version to confirm and the lapse: read them
     /// before counting them gone.

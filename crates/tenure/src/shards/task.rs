@@ -305,10 +305,14 @@ impl Task {
             requests.list(now, member_prefix(&self.set));
             s.read_shards.extend(self.shards.iter().cloned());
         }
-        // Members about to lapse are read together, half a poll early: one
-        // read for all of them rather than one each. One that shows the
-        // record unchanged is read again once it has lapsed: only a read
-        // sent after the lapse counts the member gone.
+        // A member about to lapse is read half a poll early; one that shows
+        // the record unchanged is read again once it has lapsed: only a read
+        // sent after the lapse counts the member gone. Such a read takes
+        // every held member record along, in the same call: each one then
+        // counts from its latest renewal, so all lapse at about the same
+        // time and one read confirms them all, about twice a term whatever
+        // the set's size (read one by one, members renewing at their own
+        // phases cost one read per member).
         let to_confirm: Vec<(String, (Version, bool))> = s
             .roster
             .to_confirm(now + self.poll / 2)
@@ -317,11 +321,16 @@ impl Task {
             .collect();
         s.confirming
             .retain(|id, _| to_confirm.iter().any(|(c, _)| c == id));
+        let mut confirm = false;
         for (id, ask) in to_confirm {
             if s.confirming.get(&id) != Some(&ask) {
-                s.confirming.insert(id.clone(), ask);
-                s.read_members.insert(id);
+                s.confirming.insert(id, ask);
+                confirm = true;
             }
+        }
+        if confirm {
+            let held = s.roster.held();
+            s.read_members.extend(held);
         }
         let to_read = !(s.read_members.is_empty() && s.read_shards.is_empty());
         if to_read && !s.reading {
