@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::testkit::holders::{held_by, loads, moved, Holders};
+use tenure::testkit::holders::{self, held_by, loads, moved, Holders};
 use tenure::testkit::sharded;
 use tenure::{Clock, Config, Faults, MemoryStore, ShardEvent, Shards, TokioClock};
 
@@ -54,15 +54,7 @@ impl Set {
 
     /// Who holds each shard with a valid term; panics if two do.
     fn holders(&self) -> Holders {
-        let mut out = BTreeMap::new();
-        for (id, m) in &self.members {
-            for shard in m.held().keys() {
-                if let Some(other) = out.insert(shard.clone(), id.clone()) {
-                    panic!("shard {shard} held by {other} and {id} at once");
-                }
-            }
-        }
-        out
+        holders::of_members(self.members.values())
     }
 
     /// Advances time in small steps, checking the per-shard guarantee at
@@ -82,11 +74,7 @@ impl Set {
 }
 
 fn balanced(h: &Holders, members: usize) -> bool {
-    h.len() == SHARDS
-        && loads(h).len() == members
-        && loads(h)
-            .values()
-            .all(|&l| l == SHARDS / members || l == SHARDS / members + 1)
+    holders::balanced(h, SHARDS, members)
 }
 
 #[tokio::test(start_paused = true)]
@@ -270,15 +258,6 @@ async fn a_shard_retargeted_while_draining_is_worked_once() {
             .start()
             .expect("valid")
     };
-    let held = |members: &[&Shards]| -> Holders {
-        let mut out = BTreeMap::new();
-        for m in members {
-            for shard in m.held().keys() {
-                out.insert(shard.clone(), m.member_id().to_owned());
-            }
-        }
-        out
-    };
     // Work on b lingers 3 s after it is told to stop, and records how many
     // runs of each shard are under way at once.
     let running = Arc::new(std::sync::Mutex::new(BTreeMap::<String, usize>::new()));
@@ -313,23 +292,15 @@ async fn a_shard_retargeted_while_draining_is_worked_once() {
             .await
         })
     };
-    let settle = |members: Vec<Shards>, want: usize| {
-        let held = &held;
-        async move {
-            let refs: Vec<&Shards> = members.iter().collect();
-            for _ in 0..3000 {
-                let h = held(&refs);
-                let mut loads = BTreeMap::<&str, usize>::new();
-                for id in h.values() {
-                    *loads.entry(id.as_str()).or_default() += 1;
-                }
-                if h.len() == N && loads.len() == want {
-                    return h;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    let settle = |members: Vec<Shards>, want: usize| async move {
+        for _ in 0..3000 {
+            let h = holders::of_members(&members);
+            if h.len() == N && loads(&h).len() == want {
+                return h;
             }
-            panic!("not settled: {:?}", held(&refs));
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        panic!("not settled: {:?}", holders::of_members(&members));
     };
     settle(vec![a.clone(), b.clone()], 2).await;
     // c joins: b (without the extra share, which goes to a by name) drains

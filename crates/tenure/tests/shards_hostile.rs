@@ -2,12 +2,11 @@
 //! lease that can no longer be held, resync storms and a leave during a
 //! drain, on tokio's paused clock. Each test names the schedule it drives.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::testkit::holders::{loads, Holders};
+use tenure::testkit::holders::{of_members, Holders};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, Config, EngineSlot, Faults,
     FaultyStore, GroupName, Holder, LeaseRecord, LeaseStore, LeaseView, Listed, MemoryStore,
@@ -19,26 +18,11 @@ const TERM: Duration = Duration::from_secs(10);
 const SHARDS: usize = 16;
 
 fn holders(members: &[&Shards]) -> Holders {
-    let mut out = BTreeMap::new();
-    for m in members {
-        for shard in m.held().keys() {
-            if let Some(other) = out.insert(shard.clone(), m.member_id().to_owned()) {
-                panic!(
-                    "shard {shard} held by {other} and {} at once",
-                    m.member_id()
-                );
-            }
-        }
-    }
-    out
+    of_members(members.iter().copied())
 }
 
 fn balanced(h: &Holders, members: usize) -> bool {
-    h.len() == SHARDS
-        && loads(h).len() == members
-        && loads(h)
-            .values()
-            .all(|&l| l == SHARDS / members || l == SHARDS / members + 1)
+    tenure::testkit::holders::balanced(h, SHARDS, members)
 }
 
 async fn until(members: &[&Shards], within: Duration, mut done: impl FnMut(&Holders) -> bool) {
@@ -207,6 +191,27 @@ fn held_record(holder: &str, version: u64, term: Duration) -> Versioned {
     }
 }
 
+/// Members a and b of the set `forged`, each on a [`Forgeable`] view of
+/// one store, once they have settled.
+async fn forgeable_pair() -> ([Forgeable; 2], [Shards; 2]) {
+    let store = MemoryStore::new();
+    let faults = Faults::new();
+    let clock = Arc::new(TokioClock::new());
+    let views = ["a", "b"].map(|id| Forgeable::new(faults.wrap(store.clone(), id)));
+    let members = ["a", "b"].map(|id| {
+        let view = if id == "a" { &views[0] } else { &views[1] };
+        Shards::builder(view.clone(), "forged")
+            .member_id(id)
+            .shards(SHARDS)
+            .config(Config::new(TERM))
+            .clock(clock.clone())
+            .start()
+            .expect("valid")
+    });
+    until(&[&members[0], &members[1]], TERM * 3, |h| balanced(h, 2)).await;
+    (views, members)
+}
+
 /// A member record only the feed showed is not believed: the member reads
 /// it first.
 ///
@@ -216,28 +221,8 @@ fn held_record(holder: &str, version: u64, term: Duration) -> Versioned {
 /// share nobody stands for).
 #[tokio::test(start_paused = true)]
 async fn a_forged_member_on_the_feed_cannot_keep_shards_unheld() {
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let clock = Arc::new(TokioClock::new());
-    let views: Vec<Forgeable> = ["a", "b"]
-        .iter()
-        .map(|id| Forgeable::new(faults.wrap(store.clone(), *id)))
-        .collect();
-    let members: Vec<Shards> = ["a", "b"]
-        .iter()
-        .zip(&views)
-        .map(|(id, view)| {
-            Shards::builder(view.clone(), "forged")
-                .member_id(*id)
-                .shards(SHARDS)
-                .config(Config::new(TERM))
-                .clock(clock.clone())
-                .start()
-                .expect("valid")
-        })
-        .collect();
+    let (views, members) = forgeable_pair().await;
     let (a, b) = (&members[0], &members[1]);
-    until(&[a, b], TERM * 3, |h| balanced(h, 2)).await;
     let ghost = Change::Written {
         group: GroupName::new("forged/members/ghost").unwrap(),
         current: held_record("ghost", 1, TERM),
@@ -345,28 +330,8 @@ async fn a_member_whose_membership_elector_stopped_does_not_spin() {
 /// second. a must go on seeing b.
 #[tokio::test(start_paused = true)]
 async fn a_forged_release_on_the_feed_does_not_remove_a_live_member() {
-    let store = MemoryStore::new();
-    let faults = Faults::new();
-    let clock = Arc::new(TokioClock::new());
-    let views: Vec<Forgeable> = ["a", "b"]
-        .iter()
-        .map(|id| Forgeable::new(faults.wrap(store.clone(), *id)))
-        .collect();
-    let members: Vec<Shards> = ["a", "b"]
-        .iter()
-        .zip(&views)
-        .map(|(id, view)| {
-            Shards::builder(view.clone(), "forged")
-                .member_id(*id)
-                .shards(SHARDS)
-                .config(Config::new(TERM))
-                .clock(clock.clone())
-                .start()
-                .expect("valid")
-        })
-        .collect();
+    let (views, members) = forgeable_pair().await;
     let (a, b) = (&members[0], &members[1]);
-    until(&[a, b], TERM * 3, |h| balanced(h, 2)).await;
     let mut released = held_record("b", 1_000_000_000, TERM);
     released.record.holder = None;
     let forged = Change::Written {

@@ -5,8 +5,42 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::shards::Shards;
+
 /// Each held shard → the member holding it.
 pub type Holders = BTreeMap<String, String>;
+
+/// Who holds each shard with a valid term, as `members` report it.
+///
+/// # Panics
+///
+/// If two members report a valid term on one shard at once: the per-shard
+/// guarantee every sharded test checks at every step.
+pub fn of_members<'a>(members: impl IntoIterator<Item = &'a Shards>) -> Holders {
+    let mut out = Holders::new();
+    for m in members {
+        for shard in m.held().keys() {
+            if let Some(other) = out.insert(shard.clone(), m.member_id().to_owned()) {
+                panic!(
+                    "shard {shard} held by {other} and {} at once",
+                    m.member_id()
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Whether all `shards` shards are held, by exactly `members` members,
+/// each holding `⌊shards/members⌋` or `⌈shards/members⌉`.
+pub fn balanced(holders: &Holders, shards: usize, members: usize) -> bool {
+    let l = loads(holders);
+    members > 0
+        && holders.len() == shards
+        && l.len() == members
+        && l.values()
+            .all(|&x| x == shards / members || x == shards.div_ceil(members))
+}
 
 /// How many shards each member holds.
 pub fn loads(holders: &Holders) -> BTreeMap<String, usize> {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::holders::{loads, Holders};
+use super::holders::{balanced, loads, of_members};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::shards::Shards;
@@ -54,26 +54,13 @@ pub async fn until_balanced(set: &[Shards], shards: usize, within: Duration) -> 
     let start = tokio::time::Instant::now();
     let n = set.len();
     loop {
-        let mut holders = Holders::new();
-        for m in set {
-            for shard in m.held().keys() {
-                if let Some(other) = holders.insert(shard.clone(), m.member_id().to_owned()) {
-                    panic!(
-                        "shard {shard} held by {other} and {} at once",
-                        m.member_id()
-                    );
-                }
-            }
-        }
-        let l = loads(&holders);
-        let shares = l.len() == n
-            && l.values()
-                .all(|&x| x == shards / n || x == shards.div_ceil(n));
+        let holders = of_members(set);
         let seen = set.iter().all(|m| m.members().len() == n);
         let took = start.elapsed();
-        if holders.len() == shards && shares && seen {
+        if balanced(&holders, shards, n) && seen {
             return took;
         }
+        let l = loads(&holders);
         let views: Vec<usize> = set.iter().map(|m| m.members().len()).collect();
         assert!(
             took <= within,
