@@ -2,7 +2,7 @@
 //! shared clock, who holds what now, and whether any shard was ever worked
 //! by two members at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::report::{MemberReport, OpCounts};
 
@@ -101,12 +101,48 @@ impl Ledger {
         let holders = self.holders(shards)?;
         let m = members.len().max(1);
         let (lo, hi) = (shards / m, shards.div_ceil(m));
-        let all_members = holders.values().all(|(h, _)| members.contains(h));
+        let loads = Self::loads(&holders);
+        let all_members = loads.keys().all(|h| members.iter().any(|m| m == h));
         let loads_ok = members.iter().all(|id| {
-            let load = holders.values().filter(|(h, _)| h == id).count();
+            let load = loads.get(id.as_str()).copied().unwrap_or(0);
             (lo..=hi).contains(&load)
         });
         (all_members && loads_ok).then_some(holders)
+    }
+
+    /// How many shards each member works on.
+    fn loads(holders: &BTreeMap<String, (String, u64)>) -> HashMap<&str, usize> {
+        let mut loads = HashMap::new();
+        for (h, _) in holders.values() {
+            *loads.entry(h.as_str()).or_default() += 1;
+        }
+        loads
+    }
+
+    /// Where the set stands, for a message when it does not balance: how
+    /// many shards have one span running, and the loads of `members`.
+    pub fn progress(&self, members: &[String]) -> String {
+        let mut one = BTreeMap::new();
+        let mut twice = 0;
+        for (shard, spans) in &self.spans {
+            let running: Vec<_> = spans.iter().filter(|s| s.end.is_none()).collect();
+            match running.as_slice() {
+                [s] => {
+                    one.insert(shard.clone(), (s.member.clone(), s.start));
+                }
+                [] => {}
+                _ => twice += 1,
+            }
+        }
+        let loads = Self::loads(&one);
+        let of = |id: &String| loads.get(id.as_str()).copied().unwrap_or(0);
+        let lo = members.iter().map(of).min().unwrap_or(0);
+        let hi = members.iter().map(of).max().unwrap_or(0);
+        format!(
+            "{} shards worked once, {twice} by more than one span; loads {lo}-{hi} over the {} members",
+            one.len(),
+            members.len()
+        )
     }
 
     /// Work spans reported, over every shard.

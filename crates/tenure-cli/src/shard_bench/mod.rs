@@ -376,7 +376,7 @@ impl Run<'_> {
         let per = |total: u64| total as f64 / n / terms;
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-        Ok(CostRow {
+        let row = CostRow {
             store: self.url.scheme().to_owned(),
             lists: per(sent.lists),
             reads: per(sent.reads),
@@ -387,7 +387,21 @@ impl Run<'_> {
             cpu_max: max(&cpu),
             rss_mean_mb: mean(&rss),
             rss_max_mb: max(&rss),
-        })
+        };
+        // Now, not only in the table: a round that fails later still
+        // leaves the steady cost on record.
+        eprint(&format!(
+            "steady cost per member per term: {:.2} lists, {:.2} reads ({:.1} records), {:.2} writes ({:.1} records); CPU {:.1} % mean, {:.1} % busiest; RSS {:.0} MB mean",
+            row.lists,
+            row.reads,
+            row.read_items,
+            row.writes,
+            row.write_items,
+            row.cpu_mean * 100.0,
+            row.cpu_max * 100.0,
+            row.rss_mean_mb
+        ));
+        Ok(row)
     }
 
     /// Starts one more member process; returns its id.
@@ -443,7 +457,10 @@ impl Run<'_> {
             if start.elapsed() > self.patience() {
                 bail!("{}: waited {:?} for {what}", self.url, self.patience());
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            // Times come from the members' stamps, not from this poll:
+            // polling faster only takes CPU from the members (a check is a
+            // pass over every shard's spans).
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -451,11 +468,13 @@ impl Run<'_> {
     async fn balanced(&self) -> anyhow::Result<Holders> {
         let members = self.members();
         let shards = self.shards;
-        self.wait(
-            |l| l.balanced(shards, &members),
-            "every shard held and the load balanced",
-        )
-        .await
+        let waited = self
+            .wait(
+                |l| l.balanced(shards, &members),
+                "every shard held and the load balanced",
+            )
+            .await;
+        waited.map_err(|e| anyhow::anyhow!("{e} ({})", lock(&self.ledger).progress(&members)))
     }
 
     /// A balanced set in steady state (renewing, listing), before an event.
