@@ -68,11 +68,17 @@
 //!
 //! On a store with a change feed, a settled member's store operations per
 //! term are its own writes (renewing its membership and the shards it
-//! holds) plus a quarter of one listing and one batched read: whatever
-//! the number of members and shards. Every member does receive every
-//! write of the store on its feed, and computes the assignment (in
-//! `O(shards × log shards)` once settled) when the members or the holders
-//! change. `docs/benchmarks.md` has the figures per store.
+//! holds), about two batched reads of the member records (a member's
+//! renewals count once a read shows them; a read of one member about to
+//! lapse takes every member along, so their lapses line up and one read
+//! serves them all), and a quarter of a listing with a read of every shard:
+//! whatever the number of members and shards. Every member does receive
+//! every write of the store on its feed; deliveries are gathered for up to
+//! a twentieth of the poll (50 ms at most), and the assignment (in
+//! `O(shards × log shards)` once settled) is computed when the members or
+//! the holders change, at most once per 10 µs per shard, so that a member
+//! of a large set spends a few per cent of a core on it however fast
+//! shards move. `docs/benchmarks.md` has the figures per store.
 //!
 //! ```
 //! use std::time::Duration;
