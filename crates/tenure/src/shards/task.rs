@@ -291,7 +291,16 @@ impl Task {
                         s.next_subscribe = now + self.poll;
                     }
                 },
-                Some(reply) = replies.recv() => self.answer(&mut s, reply),
+                Some(reply) = replies.recv() => {
+                    self.answer(&mut s, reply);
+                    // Every reply waiting, not one per turn: a turn that
+                    // takes in the feed gathers for a while, and a busy
+                    // feed wins most turns (a member giving up hundreds of
+                    // shards has one reply for each).
+                    while let Ok(reply) = replies.try_recv() {
+                        self.answer(&mut s, reply);
+                    }
+                }
                 changed = membership.changed(), if s.membership_open => {
                     if changed.is_err() {
                         // The membership elector stopped for good (its
