@@ -37,6 +37,24 @@ async fn until(members: &[&Shards], within: Duration, mut done: impl FnMut(&Hold
     }
 }
 
+/// Member `id` of `set` over `shards` shards at [`TERM`] on the paused
+/// `clock`, on its own view of the store.
+fn member(
+    view: impl LeaseStore,
+    set: &str,
+    id: &str,
+    shards: usize,
+    clock: &Arc<TokioClock>,
+) -> Shards {
+    Shards::builder(view, set)
+        .member_id(id)
+        .shards(shards)
+        .config(Config::new(TERM))
+        .clock(clock.clone())
+        .start()
+        .expect("valid")
+}
+
 fn ids(m: &Shards) -> Vec<String> {
     m.members().into_iter().map(|m| m.id).collect()
 }
@@ -53,15 +71,7 @@ async fn a_silent_feed_does_not_make_a_live_member_look_gone() {
     let store = MemoryStore::new();
     let faults = Faults::new();
     let clock = Arc::new(TokioClock::new());
-    let join = |id: &str| {
-        Shards::builder(faults.wrap(store.clone(), id), "silent")
-            .member_id(id)
-            .shards(SHARDS)
-            .config(Config::new(TERM))
-            .clock(clock.clone())
-            .start()
-            .expect("valid")
-    };
+    let join = |id: &str| member(faults.wrap(store.clone(), id), "silent", id, SHARDS, &clock);
     let a = join("a");
     let b = join("b");
     until(&[&a, &b], TERM * 3, |h| balanced(h, 2)).await;
@@ -198,16 +208,10 @@ async fn forgeable_pair() -> ([Forgeable; 2], [Shards; 2]) {
     let faults = Faults::new();
     let clock = Arc::new(TokioClock::new());
     let views = ["a", "b"].map(|id| Forgeable::new(faults.wrap(store.clone(), id)));
-    let members = ["a", "b"].map(|id| {
-        let view = if id == "a" { &views[0] } else { &views[1] };
-        Shards::builder(view.clone(), "forged")
-            .member_id(id)
-            .shards(SHARDS)
-            .config(Config::new(TERM))
-            .clock(clock.clone())
-            .start()
-            .expect("valid")
-    });
+    let members = [
+        member(views[0].clone(), "forged", "a", SHARDS, &clock),
+        member(views[1].clone(), "forged", "b", SHARDS, &clock),
+    ];
     until(&[&members[0], &members[1]], TERM * 3, |h| balanced(h, 2)).await;
     (views, members)
 }
@@ -371,13 +375,7 @@ async fn a_resync_storm_costs_a_bounded_number_of_listings() {
     faults.set_latency(Duration::from_millis(1));
     let clock = Arc::new(TokioClock::new());
     let view = Forgeable::new(faults.wrap(store.clone(), "a"));
-    let a = Shards::builder(view.clone(), "storm")
-        .member_id("a")
-        .shards(SHARDS)
-        .config(Config::new(TERM))
-        .clock(clock.clone())
-        .start()
-        .expect("valid");
+    let a = member(view.clone(), "storm", "a", SHARDS, &clock);
     until(&[&a], TERM * 3, |h| h.len() == SHARDS).await;
     let before = view.lists.load(std::sync::atomic::Ordering::Relaxed);
     let start = tokio::time::Instant::now();
@@ -402,15 +400,7 @@ async fn shutdown_waits_for_shards_given_up_before_it() {
     let store = MemoryStore::new();
     let faults = Faults::new();
     let clock = Arc::new(TokioClock::new());
-    let join = |id: &str| {
-        Shards::builder(faults.wrap(store.clone(), id), "late")
-            .member_id(id)
-            .shards(4)
-            .config(Config::new(TERM))
-            .clock(clock.clone())
-            .start()
-            .expect("valid")
-    };
+    let join = |id: &str| member(faults.wrap(store.clone(), id), "late", id, 4, &clock);
     let a = join("a");
     let b = join("b");
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -77,18 +77,26 @@ impl Ledger {
     /// Who works on each shard now (member, since when), if every shard of
     /// `shards` has exactly one span running.
     pub fn holders(&self, shards: usize) -> Option<BTreeMap<String, (String, u64)>> {
-        let mut out = BTreeMap::new();
+        let (once, more) = self.running();
+        (more == 0 && once.len() == shards).then_some(once)
+    }
+
+    /// The shards with exactly one span running (member, since when), and
+    /// how many have more than one.
+    fn running(&self) -> (BTreeMap<String, (String, u64)>, usize) {
+        let mut once = BTreeMap::new();
+        let mut more = 0;
         for (shard, spans) in &self.spans {
             let mut running = spans.iter().filter(|s| s.end.is_none());
-            let (Some(s), None) = (running.next(), running.next()) else {
-                if spans.iter().any(|s| s.end.is_none()) {
-                    return None;
+            match (running.next(), running.next()) {
+                (Some(s), None) => {
+                    once.insert(shard.clone(), (s.member.clone(), s.start));
                 }
-                continue;
-            };
-            out.insert(shard.clone(), (s.member.clone(), s.start));
+                (None, _) => {}
+                (Some(_), Some(_)) => more += 1,
+            }
         }
-        (out.len() == shards).then_some(out)
+        (once, more)
     }
 
     /// [`holders`](Self::holders), if every shard is held by one of
@@ -122,18 +130,7 @@ impl Ledger {
     /// Where the set stands, for a message when it does not balance: how
     /// many shards have one span running, and the loads of `members`.
     pub fn progress(&self, members: &[String]) -> String {
-        let mut one = BTreeMap::new();
-        let mut twice = 0;
-        for (shard, spans) in &self.spans {
-            let running: Vec<_> = spans.iter().filter(|s| s.end.is_none()).collect();
-            match running.as_slice() {
-                [s] => {
-                    one.insert(shard.clone(), (s.member.clone(), s.start));
-                }
-                [] => {}
-                _ => twice += 1,
-            }
-        }
+        let (one, twice) = self.running();
         let loads = Self::loads(&one);
         let of = |id: &String| loads.get(id.as_str()).copied().unwrap_or(0);
         let lo = members.iter().map(of).min().unwrap_or(0);
