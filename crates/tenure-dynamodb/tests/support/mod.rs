@@ -662,7 +662,7 @@ impl PrivateDynalite {
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
         self.child = Some(cmd.spawn().expect("start dynalite"));
-        testkit::wait_for_listener("dynalite", self.port, Duration::from_secs(5)).await;
+        testkit::wait_for_listener("dynalite", self.port, Duration::from_secs(30)).await;
     }
 
     /// SIGKILL, as a crash.

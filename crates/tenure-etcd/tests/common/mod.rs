@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tenure::testkit::{free_port, wait_for_port, Launch, PrivateServer, TempDir};
+use tenure::testkit::{free_port, Launch, PrivateServer, TempDir};
 
 /// A private etcd on free ports whose data directory survives restarts.
 pub type EtcdServer = PrivateServer<Etcd>;
@@ -83,10 +83,15 @@ impl Launch for Etcd {
         cmd
     }
 
+    fn choose_other_ports(&mut self) -> bool {
+        self.port = free_port();
+        self.peer = free_port();
+        true
+    }
+
     fn wait_until_serving(&self) {
-        wait_for_port(self.port, Duration::from_secs(5));
         // Serving only once it elected itself: wait for a read to work.
-        for _ in 0..100 {
+        for _ in 0..300 {
             if self.ctl(&["get", "probe"]).0 {
                 return;
             }

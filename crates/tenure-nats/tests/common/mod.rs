@@ -114,6 +114,11 @@ impl Launch for Nats {
         self.port
     }
 
+    fn choose_other_ports(&mut self) -> bool {
+        self.port = free_port();
+        true
+    }
+
     fn command(&self) -> Command {
         let store = self.dir.path().join("store");
         let jetstream = if self.jetstream {

@@ -47,6 +47,11 @@ impl Launch for Redis {
         self.port
     }
 
+    fn choose_other_ports(&mut self) -> bool {
+        self.port = free_port();
+        true
+    }
+
     fn command(&self) -> Command {
         let mut cmd = Command::new("redis-server");
         cmd.args(["--bind", "127.0.0.1", "--port"])

@@ -147,6 +147,11 @@ impl Launch for Zk {
         self.port
     }
 
+    fn choose_other_ports(&mut self) -> bool {
+        self.port = free_port();
+        true
+    }
+
     fn command(&self) -> Command {
         let cfg = format!(
             "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=60000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n",

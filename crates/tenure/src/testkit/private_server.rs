@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::scenarios::Restart;
-use super::{wait_for_port, ServerProcess};
+use super::ServerProcess;
 
 /// How to run one server: its port and data stay the same across
 /// restarts, so a restarted server is the same server.
@@ -20,12 +20,26 @@ pub trait Launch {
     /// The command that runs it (writing any configuration file it needs).
     fn command(&self) -> Command;
 
-    /// Returns once it serves; panics if it does not in time. By default:
-    /// once its port accepts connections, within 10 s.
-    fn wait_until_serving(&self) {
-        wait_for_port(self.port(), Duration::from_secs(10));
+    /// Returns once it serves; panics if it does not in time. It is called
+    /// once the port accepts connections; by default that is enough.
+    fn wait_until_serving(&self) {}
+
+    /// Picks new free ports (and returns true) for a first start whose
+    /// server exited at once: another process can take a port between
+    /// [`free_port`](super::free_port) and the server's bind, for one as
+    /// an outgoing connection's local port. False (the default) where the
+    /// ports cannot change.
+    fn choose_other_ports(&mut self) -> bool {
+        false
     }
 }
+
+/// How long a server may take to listen: generous, as a test run starts
+/// many servers on a busy machine.
+const LISTEN_WITHIN: Duration = Duration::from_secs(30);
+
+/// How many times a first start is tried on other ports.
+const FIRST_START_TRIES: usize = 3;
 
 /// A running private server. It dereferences to its [`Launch`], whose
 /// methods (its URL, a command-line client) the store's tests add.
@@ -46,16 +60,47 @@ impl<L: Launch> PrivateServer<L> {
             launch,
             process: ServerProcess::default(),
         };
+        for _ in 1..FIRST_START_TRIES {
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(_) if server.launch.choose_other_ports() => {}
+                Err(ended) => panic!("{ended}"),
+            }
+        }
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
+        if let Err(ended) = self.try_spawn() {
+            panic!("{ended}");
+        }
+    }
+
+    /// Runs it and waits until it serves; the error says how it ended if
+    /// it exited before listening.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let mut cmd = self.launch.command();
         if let Err(e) = self.process.start(&mut cmd) {
             panic!("cannot run {:?}: {e}", cmd.get_program());
         }
+        let port = self.launch.port();
+        let deadline = std::time::Instant::now() + LISTEN_WITHIN;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = self.process.exited() {
+                return Err(format!(
+                    "{:?} for port {port} exited before listening ({status}); is the port taken?",
+                    cmd.get_program()
+                ));
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nothing listens on port {port} after {LISTEN_WITHIN:?}"
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
         self.launch.wait_until_serving();
+        Ok(())
     }
 
     /// `127.0.0.1:port`.
@@ -151,5 +196,74 @@ impl<L: Launch> Restart for PrivateServer<L> {
 
     fn restart(&mut self) {
         PrivateServer::restart(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener on a port of its choosing (python3, which the test
+    /// script installs), exiting at once if the port is taken.
+    struct Listener {
+        port: u16,
+        tries: usize,
+    }
+
+    impl Launch for Listener {
+        fn port(&self) -> u16 {
+            self.port
+        }
+
+        fn command(&self) -> Command {
+            let mut cmd = Command::new("python3");
+            cmd.args([
+                "-c",
+                "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1',int(sys.argv[1]))); s.listen(); time.sleep(60)",
+            ])
+            .arg(self.port.to_string());
+            cmd.stderr(std::process::Stdio::null());
+            cmd
+        }
+
+        fn choose_other_ports(&mut self) -> bool {
+            self.tries += 1;
+            self.port = super::super::free_port();
+            true
+        }
+    }
+
+    #[test]
+    fn a_first_start_on_a_taken_port_moves_to_another() {
+        // The port an outgoing connection holds: nothing listens on it, and
+        // nothing else can bind it.
+        let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let outgoing = std::net::TcpStream::connect(peer.local_addr().unwrap()).unwrap();
+        let port = outgoing.local_addr().unwrap().port();
+        let server = PrivateServer::start(Listener { port, tries: 0 });
+        assert_eq!(server.tries, 1);
+        assert_ne!(server.port, port);
+        assert!(std::net::TcpStream::connect(server.addr()).is_ok());
+    }
+
+    /// A server that exits at once, on ports it cannot change.
+    struct Exits;
+
+    impl Launch for Exits {
+        fn port(&self) -> u16 {
+            super::super::free_port()
+        }
+
+        fn command(&self) -> Command {
+            let mut cmd = Command::new("python3");
+            cmd.args(["-c", "raise SystemExit(3)"]);
+            cmd
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "exited before listening (exit status: 3)")]
+    fn a_server_that_exits_before_listening_says_so() {
+        let _ = PrivateServer::start(Exits);
     }
 }

@@ -49,6 +49,11 @@ impl ServerProcess {
         }
     }
 
+    /// How it ended, if it has exited (it is then reaped).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// Its process id, while it runs.
     pub fn pid(&self) -> Option<i32> {
         self.0.as_ref().and_then(|c| i32::try_from(c.id()).ok())
@@ -59,19 +64,6 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Waits until something accepts connections on `127.0.0.1:port`; panics
-/// after `within`.
-pub fn wait_for_port(port: u16, within: std::time::Duration) {
-    let deadline = std::time::Instant::now() + within;
-    while std::time::Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    panic!("nothing listens on port {port} after {within:?}");
 }
 
 /// Waits until `what` accepts connections on `127.0.0.1:port`, without
