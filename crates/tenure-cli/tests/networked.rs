@@ -44,7 +44,7 @@ fn crash_takeover_on(store: &str, label: &str) {
 
     let next = e
         .started(1, bounds().crash_failover + SLACK)
-        .expect("the other candidate's child started");
+        .unwrap_or_else(|| panic!("the other candidate's child did not start\n{}", e.logs()));
     let took = killed.elapsed();
     eprintln!(
         "{label}: took over {took:?} after SIGKILL (bound {:?})",

@@ -429,13 +429,26 @@ impl Election {
     pub fn two_candidates(&mut self, within: Duration) -> (Running, Running, ChildLine) {
         let a = self.candidate("a", &[]);
         let b = self.candidate("b", &[]);
-        let first = self.started(0, within).unwrap_or_else(|| {
-            panic!(
-                "no CMD started within {within:?}; see a.log and b.log in {}",
-                self.s.dir.display()
-            )
-        });
+        let first = self
+            .started(0, within)
+            .unwrap_or_else(|| panic!("no CMD started within {within:?}\n{}", self.logs()));
         (a, b, first)
+    }
+
+    /// The last lines of candidate "a"'s and "b"'s logs, for a failure
+    /// message (the scratch directory is gone once the test ends).
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for id in ["a", "b"] {
+            let text = fs::read_to_string(self.s.path(&format!("{id}.log"))).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- {id}.log (last 30 lines) ---\n"));
+            for line in &lines[lines.len().saturating_sub(30)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
     }
 
     /// Waits up to `within` for CMD start number `n` (from 0), and keeps
