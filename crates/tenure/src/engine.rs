@@ -1339,9 +1339,9 @@ impl Task {
             .batch_cap(self.options.max_batch, self.op_timeout / 4);
         if std::mem::take(&mut self.renewing) {
             let room = cap.saturating_sub(self.writes.of(Priority::Renewal).len());
-            let mut due =
-                self.nearly_due(&self.renewals, now, self.renew_window, |t| t.renew_interval);
-            due.truncate(room);
+            let due = self.nearly_due(&self.renewals, now, self.renew_window, room, |t| {
+                t.renew_interval
+            });
             for id in due {
                 self.step(id, Input::RenewEarly);
             }
@@ -1349,8 +1349,9 @@ impl Task {
         }
         if std::mem::take(&mut self.polling) {
             let room = cap.saturating_sub(self.reads.of(Priority::Poll).len());
-            let mut due = self.nearly_due(&self.polls, now, self.poll_window, |t| t.retry_interval);
-            due.truncate(room);
+            let due = self.nearly_due(&self.polls, now, self.poll_window, room, |t| {
+                t.retry_interval
+            });
             for id in due {
                 self.step(id, Input::PollEarly);
             }
@@ -1358,16 +1359,22 @@ impl Task {
         }
     }
 
-    /// The groups of `wakes` due within `window` of `now`, each no earlier
-    /// than half its own `interval` (so that coalescing never more than
-    /// halves a group's renewal or poll period).
+    /// The first `room` groups of `wakes` due within `window` of `now`,
+    /// each no earlier than half its own `interval` (so that coalescing
+    /// never more than halves a group's renewal or poll period). It stops
+    /// at `room`: past capacity the window holds most groups, and a batch
+    /// already full must not cost a walk over all of them each turn.
     fn nearly_due(
         &self,
         wakes: &BTreeSet<(MonoTime, GroupId)>,
         now: MonoTime,
         window: Duration,
+        room: usize,
         interval: fn(&Timing) -> Duration,
     ) -> Vec<GroupId> {
+        if room == 0 {
+            return Vec::new();
+        }
         wakes
             .iter()
             .take_while(|(t, _)| *t <= now + window)
@@ -1379,6 +1386,7 @@ impl Task {
                 })
             })
             .map(|(_, id)| *id)
+            .take(room)
             .collect()
     }
 
