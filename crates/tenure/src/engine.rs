@@ -760,8 +760,12 @@ struct Task {
     writes: Queues<CasRequest>,
     /// How many acquisitions and polls may be in flight.
     admission: Admission,
-    /// The deferrable operations each batch in flight carries, by task.
-    admitted: HashMap<tokio::task::Id, usize>,
+    /// The operations each batch in flight carries, by task: all of them,
+    /// and the deferrable ones among them.
+    admitted: HashMap<tokio::task::Id, (usize, usize)>,
+    /// Operations in flight in every batch: a batch sent now waits behind
+    /// them.
+    ops_in_flight: usize,
     /// The shortest operation timeout among the groups: a batch that takes
     /// longer than a quarter of it is congestion.
     op_timeout: Duration,
@@ -822,6 +826,7 @@ impl Task {
                 options.max_batch.saturating_mul(options.max_in_flight),
             ),
             admitted: HashMap::new(),
+            ops_in_flight: 0,
             op_timeout: Duration::MAX,
             retry_min: Duration::MAX,
             suspects_in_flight: 0,
@@ -861,8 +866,9 @@ impl Task {
                         Ok((task, _)) => *task,
                         Err(e) => e.id(),
                     };
-                    if let Some(n) = self.admitted.remove(&task) {
-                        self.admission.returned(n);
+                    if let Some((all, deferrable)) = self.admitted.remove(&task) {
+                        self.ops_in_flight = self.ops_in_flight.saturating_sub(all);
+                        self.admission.returned(deferrable);
                     }
                     if let Ok((_, reply)) = reply {
                         self.on_batch(reply);
@@ -1499,7 +1505,9 @@ impl Task {
         // learned cost per operation: an operation whose deadline comes
         // sooner would be answered too late, and the store's time spent on
         // it would be taken from the others.
-        let expected = self.admission.expected(chunk.len());
+        let expected = self
+            .admission
+            .expected(self.ops_in_flight.saturating_add(chunk.len()));
         let mut live = Vec::with_capacity(chunk.len());
         for q in chunk {
             if !self.is_current(q.id, q.op) {
@@ -1560,10 +1568,10 @@ impl Task {
                 result: results(ids, result),
             }
         });
-        if priority.deferrable() {
-            self.admission.sent(count);
-            self.admitted.insert(task.id(), count);
-        }
+        let deferrable = if priority.deferrable() { count } else { 0 };
+        self.admission.sent(deferrable);
+        self.admitted.insert(task.id(), (count, deferrable));
+        self.ops_in_flight = self.ops_in_flight.saturating_add(count);
         if suspects {
             self.suspects_in_flight += 1;
         }

@@ -79,29 +79,31 @@ async fn terms_lost(electors: &[Elector], terms: u32) -> usize {
 
 /// Twice as many groups as the store can renew, all starting at once, and
 /// then the store twice as slow for two terms: the engine settles on a
-/// plateau of at least 80 % of what the store can renew (measured 98-100 %),
-/// comes back to at least 70 % of it after the slowdown (measured 74-100 %)
+/// plateau of at least 80 % of what the store can renew (measured 101-113 %
+/// in six runs), keeps what the slowed store can renew while it is slow
+/// instead of losing everything (measured 360-391 of the 333 it can), comes
+/// back to at least 80 % of its plateau within 3 terms (measured 92-97 %)
 /// and stays there, and once settled it does not keep losing and retaking
-/// terms (measured: none lost in 5 terms).
+/// terms (measured: at most one lost in 5 terms).
 #[tokio::test(start_paused = true)]
 async fn at_twice_its_capacity_the_engine_holds_a_plateau_and_comes_back_to_it() {
-    holds_a_plateau(2, 80, 70).await;
+    holds_a_plateau(2).await;
 }
 
-/// The same at five times the capacity: the plateau holds (measured
-/// 94-100 % of capacity), but the recovery after the slowdown is slower
-/// and varies with the engine's own jitter (measured 28-74 % of the
-/// plateau three terms on, against the aim of 80 %), so only 20 % is
-/// asserted: the engine before back-pressure fell to 0 and stayed there.
+/// The same at five times the capacity (measured in six runs: plateau
+/// 92-106 % of capacity, 362-404 held while slowed, 94-106 % of the
+/// plateau after).
 #[tokio::test(start_paused = true)]
 async fn at_five_times_its_capacity_the_engine_holds_a_plateau_and_comes_back_to_it() {
-    holds_a_plateau(5, 80, 20).await;
+    holds_a_plateau(5).await;
 }
 
-/// `times` the capacity in groups; the plateau must be at least
-/// `plateau_pct` % of the capacity, and what is led after the slowdown at
-/// least `after_pct` % of the plateau.
-async fn holds_a_plateau(times: usize, plateau_pct: usize, after_pct: usize) {
+/// `times` the capacity in groups: the plateau must be at least 80 % of
+/// the capacity, what is led while the store is twice as slow at least 80 %
+/// of the half it can renew then, and what is led from 3 terms after the
+/// slowdown at least 80 % of the plateau.
+async fn holds_a_plateau(times: usize) {
+    let (plateau_pct, after_pct) = (80, 80);
     let clock = Arc::new(TokioClock::new());
     let store = ServiceTimeStore::new(MemoryStore::new(), PER_OP);
     let groups = capacity() * times;
@@ -129,10 +131,16 @@ async fn holds_a_plateau(times: usize, plateau_pct: usize, after_pct: usize) {
     let after = series(&electors, 10).await;
     let churn = terms_lost(&electors, 5).await;
     let worst_after = *after.iter().min().unwrap();
+    let worst_slowed = *slowed.iter().min().unwrap();
     eprintln!(
         "slowed {:?}, back {:?}, after min {worst_after}, terms lost over 5 steady terms {churn}",
         slowed.iter().min(),
         &back[back.len() - 5..]
+    );
+    assert!(
+        worst_slowed * 100 >= capacity() / 2 * 80,
+        "while the store was twice as slow the engine fell to {worst_slowed}, below 80 % of the {} it could renew",
+        capacity() / 2
     );
     assert!(
         worst_after * 100 >= plateau * after_pct,
