@@ -30,6 +30,17 @@
 //!   size (a slow start: it doubles every round trip, so 100,000 groups
 //!   starting at once on an idle store are admitted in a few); after it,
 //!   by [`MIN_WINDOW`] per timely batch.
+//! * A renewal the engine did not send because the store could not have
+//!   answered it in time is congestion as well (the batches that went may
+//!   all have come back in time: the excess is what never went).
+//! * The engine's own lag is congestion too: when it wakes later than the
+//!   earliest timer it slept for by more than half the target, the process
+//!   (its CPU, its runtime) is what cannot keep up, and every term it holds
+//!   would be renewed late alike. Admission pauses as for a slow renewal
+//!   batch, so the engine holds what its own process can
+//!   renew instead of adding leases until it loses them all at once.
+//!   Both signals drop the window to its floor, as TCP does after a
+//!   timeout: held terms are being lost, not merely slowed.
 //! * The store's cost of one operation is learned from every batch of at
 //!   least [`MIN_WINDOW`] operations: what its latency exceeds the round
 //!   trip by, over its size (smoothed). No batch of any kind is made larger
@@ -154,6 +165,39 @@ impl Admission {
         self.in_flight = self.in_flight.saturating_sub(n);
     }
 
+    /// The engine woke at `now`, `lag` after the earliest timer it slept
+    /// for: past half of `target`, congestion of the process itself.
+    pub(crate) fn observe_lag(&mut self, now: MonoTime, lag: Duration, target: Duration) {
+        if lag > target / 2 {
+            self.overloaded(now, target);
+        }
+    }
+
+    /// Terms already held could not all be kept at `now` (a renewal was
+    /// not sent, as it could not have been answered in time; the engine
+    /// woke late): the window halves and admission pauses for `target`,
+    /// as for a slow renewal batch.
+    pub(crate) fn overloaded(&mut self, now: MonoTime, target: Duration) {
+        self.paused_until = Some(now + target);
+        // As TCP after a timeout: start again from the floor. Halving
+        // leaves enough acquisitions in flight to keep crowding out the
+        // renewals they compete with.
+        self.window = MIN_WINDOW;
+        self.slow_start = false;
+        self.last_cut = Some(now);
+    }
+
+    /// Halves the window, at most once per `target` (one burst of slow
+    /// replies is one signal, not many), never below [`MIN_WINDOW`].
+    fn cut(&mut self, now: MonoTime, target: Duration) {
+        let recently = self.last_cut.is_some_and(|t| now < t + target);
+        if !recently {
+            self.window = (self.window / 2).max(MIN_WINDOW);
+            self.slow_start = false;
+            self.last_cut = Some(now);
+        }
+    }
+
     /// A batch of `ops` operations came back at `now` after `latency`, or
     /// failed as a whole (`failed`): the store's service time, against
     /// `target`. `renewals` says whether the batch kept held terms.
@@ -189,12 +233,7 @@ impl Admission {
             self.paused_until = congested.then_some(now + target);
         }
         if congested {
-            let recently = self.last_cut.is_some_and(|t| now < t + target);
-            if !recently {
-                self.window = (self.window / 2).max(MIN_WINDOW);
-                self.slow_start = false;
-                self.last_cut = Some(now);
-            }
+            self.cut(now, target);
             return;
         }
         let grow = if self.slow_start {
@@ -293,6 +332,26 @@ mod tests {
         assert_eq!(a.room(at(20)), 0);
         a.observe(at(30), fast(), false, 64, TARGET, true);
         assert!(a.room(at(30)) > 0, "a timely renewal batch ends the pause");
+    }
+
+    #[test]
+    fn an_engine_that_wakes_late_pauses_admission_from_the_floor() {
+        let mut a = Admission::new(64, 1 << 20);
+        a.observe_lag(at(0), TARGET / 2, TARGET);
+        assert!(a.room(at(0)) > 0, "half the target late is not congestion");
+        a.observe_lag(at(0), TARGET, TARGET);
+        assert_eq!(a.room(at(50)), 0, "paused");
+        assert_eq!(
+            a.room(at(100)),
+            MIN_WINDOW,
+            "the pause ends by itself, at the floor"
+        );
+        a.observe(at(100), fast(), false, 8, TARGET, false);
+        assert_eq!(
+            a.window(),
+            2 * MIN_WINDOW,
+            "and grows by steps, not doubling"
+        );
     }
 
     #[test]

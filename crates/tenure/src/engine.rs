@@ -37,6 +37,8 @@
 //!   One that waits out its whole timeout unsent is answered
 //!   [`StoreError::Busy`] (certainly not applied), and its candidate backs
 //!   off with jitter.
+//!   The engine's own lag (waking later than its earliest timer) counts as
+//!   congestion too: past its process's CPU it holds what it can renew.
 //! * **Nothing sent late.** A renewal whose deadline would pass before the
 //!   store could answer is not sent (it is answered `Busy`).
 //! * **A feed that goes silent is found.** A feed can stay open and
@@ -855,6 +857,7 @@ impl Task {
             self.subscribe_if_due();
             let wake = self.next_wake();
             let clock = self.clock.clone();
+            let asleep = clock.now().mono;
             tokio::select! {
                 biased;
                 msg = self.rx.recv(), if self.rx_open => match msg {
@@ -885,6 +888,13 @@ impl Task {
                     }
                 }
                 _ = sleep_until(&clock, wake) => {}
+            }
+            // Lag counts against a wake-up that was still ahead when the
+            // engine went to sleep (one already due is work, not lateness).
+            if let Some(wake) = wake.filter(|w| *w > asleep) {
+                let now = self.clock.now().mono;
+                let lag = now.saturating_since(wake);
+                self.admission.observe_lag(now, lag, self.op_timeout / 4);
             }
             // Take in everything else that is ready, so one turn batches it.
             while let Ok(msg) = self.rx.try_recv() {
@@ -1420,6 +1430,10 @@ impl Task {
             if shed.is_empty() {
                 break;
             }
+            // Held terms are being given up for want of time: nothing that
+            // adds load may go out until the store keeps up again.
+            let now = self.clock.now().mono;
+            self.admission.overloaded(now, self.op_timeout / 4);
             for (id, op) in shed {
                 Counters::add(&self.counters.shed, 1);
                 self.hold_back(id, op);
