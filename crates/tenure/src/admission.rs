@@ -137,12 +137,21 @@ impl Admission {
         }
     }
 
-    /// How long the store should take to answer a batch of `ops` now: the
-    /// round trip and the learned cost of each operation.
-    pub(crate) fn expected(&self, ops: usize) -> Duration {
+    /// How long the store should take to answer a batch of `ops` sent
+    /// behind `ahead` operations in flight: the round trip and the learned
+    /// per-batch cost of each. That cost already includes a batch's wait
+    /// behind others, so on a serial store this overestimates the wait by
+    /// up to the number of batches in flight; the margin is deliberate. The
+    /// cost is smoothed and lags a store that suddenly slows down, and a
+    /// renewal held back that could have made it costs one term, while
+    /// renewals sent that cannot make it cost every term in the queue (an
+    /// exact estimate, tried on the overload test, lost every term while
+    /// the store was twice as slow).
+    pub(crate) fn expected(&self, ops: usize, ahead: usize) -> Duration {
         let per_op = self.per_op.unwrap_or(Duration::ZERO);
+        let queued = u32::try_from(ops.saturating_add(ahead)).unwrap_or(u32::MAX);
         self.base_rtt()
-            .saturating_add(per_op.saturating_mul(u32::try_from(ops).unwrap_or(u32::MAX)))
+            .saturating_add(per_op.saturating_mul(queued))
     }
 
     /// The latency past which a batch is congestion.
@@ -166,19 +175,31 @@ impl Admission {
     }
 
     /// The engine woke at `now`, `lag` after the earliest timer it slept
-    /// for: past half of `target`, congestion of the process itself.
-    pub(crate) fn observe_lag(&mut self, now: MonoTime, lag: Duration, target: Duration) {
-        if lag > target / 2 {
-            self.overloaded(now, target);
+    /// for: past `target`, congestion of the process itself. `holding`
+    /// says whether it holds any term (see [`Admission::overloaded`]).
+    pub(crate) fn observe_lag(
+        &mut self,
+        now: MonoTime,
+        lag: Duration,
+        target: Duration,
+        holding: bool,
+    ) {
+        if lag > target {
+            self.overloaded(now, target, holding);
         }
     }
 
-    /// Terms already held could not all be kept at `now` (a renewal was
-    /// not sent, as it could not have been answered in time; the engine
-    /// woke late): the window halves and admission pauses for `target`,
-    /// as for a slow renewal batch.
-    pub(crate) fn overloaded(&mut self, now: MonoTime, target: Duration) {
-        self.paused_until = Some(now + target);
+    /// Terms already held could not all be kept at `now` (a renewal or
+    /// release was not sent, as it could not have been answered in time;
+    /// the engine woke late): the window drops to its floor and, if the
+    /// engine holds any term (`holding`), admission pauses for `target` or
+    /// until a renewal batch comes back in time. An engine that holds none
+    /// is not paused: no renewal would end the pause, and candidates must
+    /// still make progress at the floor.
+    pub(crate) fn overloaded(&mut self, now: MonoTime, target: Duration, holding: bool) {
+        if holding {
+            self.paused_until = Some(now + target);
+        }
         // As TCP after a timeout: start again from the floor. Halving
         // leaves enough acquisitions in flight to keep crowding out the
         // renewals they compete with.
@@ -337,9 +358,9 @@ mod tests {
     #[test]
     fn an_engine_that_wakes_late_pauses_admission_from_the_floor() {
         let mut a = Admission::new(64, 1 << 20);
-        a.observe_lag(at(0), TARGET / 2, TARGET);
-        assert!(a.room(at(0)) > 0, "half the target late is not congestion");
-        a.observe_lag(at(0), TARGET, TARGET);
+        a.observe_lag(at(0), TARGET, TARGET, true);
+        assert!(a.room(at(0)) > 0, "the target late is not congestion");
+        a.observe_lag(at(0), TARGET * 2, TARGET, true);
         assert_eq!(a.room(at(50)), 0, "paused");
         assert_eq!(
             a.room(at(100)),
@@ -352,6 +373,13 @@ mod tests {
             2 * MIN_WINDOW,
             "and grows by steps, not doubling"
         );
+    }
+
+    #[test]
+    fn an_engine_that_holds_no_term_is_never_paused() {
+        let mut a = Admission::new(64, 1 << 20);
+        a.observe_lag(at(0), TARGET * 2, TARGET, false);
+        assert_eq!(a.room(at(0)), MIN_WINDOW, "at the floor, not paused");
     }
 
     #[test]

@@ -887,14 +887,7 @@ impl Task {
                         self.on_check_read(id, result);
                     }
                 }
-                _ = sleep_until(&clock, wake) => {}
-            }
-            // Lag counts against a wake-up that was still ahead when the
-            // engine went to sleep (one already due is work, not lateness).
-            if let Some(wake) = wake.filter(|w| *w > asleep) {
-                let now = self.clock.now().mono;
-                let lag = now.saturating_since(wake);
-                self.admission.observe_lag(now, lag, self.op_timeout / 4);
+                _ = sleep_until(&clock, wake) => self.woke(wake, asleep),
             }
             // Take in everything else that is ready, so one turn batches it.
             while let Ok(msg) = self.rx.try_recv() {
@@ -917,6 +910,28 @@ impl Task {
                 return;
             }
         }
+    }
+
+    /// The engine's sleep for `wake` (begun at `asleep`) ended: how late,
+    /// measured before any work of this turn, against a wake-up that was
+    /// still ahead when it went to sleep (one already due is work, not
+    /// lateness). Late past a quarter of the operation timeout, the process
+    /// is what cannot keep up.
+    fn woke(&mut self, wake: Option<MonoTime>, asleep: MonoTime) {
+        let Some(wake) = wake.filter(|w| *w > asleep) else {
+            return;
+        };
+        let now = self.clock.now().mono;
+        let lag = now.saturating_since(wake);
+        let holding = self.holding();
+        self.admission
+            .observe_lag(now, lag, self.op_timeout / 4, holding);
+    }
+
+    /// Whether any group leads (has a renewal scheduled, queued or in
+    /// flight): only then can a renewal batch end an admission pause.
+    fn holding(&self) -> bool {
+        !self.renewals.is_empty() || !self.writes.by_priority[Priority::Renewal.index()].is_empty()
     }
 
     fn handle(&mut self, msg: ToEngine) {
@@ -1430,10 +1445,6 @@ impl Task {
             if shed.is_empty() {
                 break;
             }
-            // Held terms are being given up for want of time: nothing that
-            // adds load may go out until the store keeps up again.
-            let now = self.clock.now().mono;
-            self.admission.overloaded(now, self.op_timeout / 4);
             for (id, op) in shed {
                 Counters::add(&self.counters.shed, 1);
                 self.hold_back(id, op);
@@ -1519,15 +1530,18 @@ impl Task {
         // learned cost per operation: an operation whose deadline comes
         // sooner would be answered too late, and the store's time spent on
         // it would be taken from the others.
-        let expected = self
-            .admission
-            .expected(self.ops_in_flight.saturating_add(chunk.len()));
+        let expected = self.admission.expected(chunk.len(), self.ops_in_flight);
         let mut live = Vec::with_capacity(chunk.len());
         for q in chunk {
             if !self.is_current(q.id, q.op) {
                 continue;
             }
             if !priority.deferrable() && q.deadline.saturating_since(now) < expected {
+                // Held terms are being given up for want of time: nothing
+                // that adds load may go out, from this very flush on, until
+                // the store keeps up again.
+                let holding = self.holding();
+                self.admission.overloaded(now, self.op_timeout / 4, holding);
                 self.shedding.push((q.id, q.op));
                 continue;
             }

@@ -85,13 +85,16 @@ impl<L: Launch> PrivateServer<L> {
             panic!("cannot run {:?}: {e}", cmd.get_program());
         }
         let port = self.launch.port();
+        let program = cmd.get_program().to_owned();
+        let exited = |process: &mut ServerProcess| {
+            process.exited().map(|status| {
+                format!("{program:?} for port {port} exited before serving ({status}); is the port taken?")
+            })
+        };
         let deadline = std::time::Instant::now() + LISTEN_WITHIN;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = self.process.exited() {
-                return Err(format!(
-                    "{:?} for port {port} exited before listening ({status}); is the port taken?",
-                    cmd.get_program()
-                ));
+            if let Some(ended) = exited(&mut self.process) {
+                return Err(ended);
             }
             assert!(
                 std::time::Instant::now() < deadline,
@@ -100,7 +103,12 @@ impl<L: Launch> PrivateServer<L> {
             std::thread::sleep(Duration::from_millis(25));
         }
         self.launch.wait_until_serving();
-        Ok(())
+        // What answered may be another test's server on the same port, ours
+        // having exited on finding it taken.
+        match exited(&mut self.process) {
+            Some(ended) => Err(ended),
+            None => Ok(()),
+        }
     }
 
     /// `127.0.0.1:port`.
@@ -262,7 +270,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "exited before listening (exit status: 3)")]
+    #[should_panic(expected = "exited before serving (exit status: 3)")]
     fn a_server_that_exits_before_listening_says_so() {
         let _ = PrivateServer::start(Exits);
     }
