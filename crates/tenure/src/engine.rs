@@ -40,7 +40,10 @@
 //!   The engine's own lag (waking later than its earliest timer) counts as
 //!   congestion too: past its process's CPU it holds what it can renew.
 //! * **Nothing sent late.** A renewal whose deadline would pass before the
-//!   store could answer is not sent (it is answered `Busy`).
+//!   store could answer it, counting every operation in flight ahead of
+//!   it, is not sent (it is answered `Busy`), and the admission window
+//!   then drops to its floor: past capacity the engine keeps the terms the
+//!   store can renew rather than queueing them all into lateness together.
 //! * **A feed that goes silent is found.** A feed can stay open and
 //!   deliver nothing (an etcd member cut off from its quorum, a stalled
 //!   proxy), and candidates do not poll while it is up. So once per retry
