@@ -34,7 +34,7 @@
 //!   answered it in time is congestion as well (the batches that went may
 //!   all have come back in time: the excess is what never went).
 //! * The engine's own lag is congestion too: when it wakes later than the
-//!   earliest timer it slept for by more than half the target, the process
+//!   earliest timer it slept for by more than the target, the process
 //!   (its CPU, its runtime) is what cannot keep up, and every term it holds
 //!   would be renewed late alike. Admission pauses as for a slow renewal
 //!   batch, so the engine holds what its own process can
@@ -208,17 +208,6 @@ impl Admission {
         self.last_cut = Some(now);
     }
 
-    /// Halves the window, at most once per `target` (one burst of slow
-    /// replies is one signal, not many), never below [`MIN_WINDOW`].
-    fn cut(&mut self, now: MonoTime, target: Duration) {
-        let recently = self.last_cut.is_some_and(|t| now < t + target);
-        if !recently {
-            self.window = (self.window / 2).max(MIN_WINDOW);
-            self.slow_start = false;
-            self.last_cut = Some(now);
-        }
-    }
-
     /// A batch of `ops` operations came back at `now` after `latency`, or
     /// failed as a whole (`failed`): the store's service time, against
     /// `target`. `renewals` says whether the batch kept held terms.
@@ -254,7 +243,12 @@ impl Admission {
             self.paused_until = congested.then_some(now + target);
         }
         if congested {
-            self.cut(now, target);
+            let recently = self.last_cut.is_some_and(|t| now < t + target);
+            if !recently {
+                self.window = (self.window / 2).max(MIN_WINDOW);
+                self.slow_start = false;
+                self.last_cut = Some(now);
+            }
             return;
         }
         let grow = if self.slow_start {

@@ -1396,7 +1396,7 @@ impl Task {
     /// The first `room` groups of `wakes` due within `window` of `now`,
     /// each no earlier than half its own `interval` (so that coalescing
     /// never more than halves a group's renewal or poll period). It stops
-    /// at `room`: past capacity the window holds most groups, and a batch
+    /// at `room` (and walks nothing when it is 0): past capacity the window holds most groups, and a batch
     /// already full must not cost a walk over all of them each turn.
     fn nearly_due(
         &self,
@@ -1406,9 +1406,6 @@ impl Task {
         room: usize,
         interval: fn(&Timing) -> Duration,
     ) -> Vec<GroupId> {
-        if room == 0 {
-            return Vec::new();
-        }
         wakes
             .iter()
             .take_while(|(t, _)| *t <= now + window)

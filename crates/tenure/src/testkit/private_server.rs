@@ -245,9 +245,13 @@ mod tests {
     fn a_first_start_on_a_taken_port_moves_to_another() {
         // The port an outgoing connection holds: nothing listens on it, and
         // nothing else can bind it.
-        let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let outgoing = std::net::TcpStream::connect(peer.local_addr().unwrap()).unwrap();
-        let port = outgoing.local_addr().unwrap().port();
+        let peer = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+        let peer = peer.local_addr().expect("the listener's address");
+        let outgoing = std::net::TcpStream::connect(peer).expect("a loopback connection");
+        let port = outgoing
+            .local_addr()
+            .expect("the connection's address")
+            .port();
         let server = PrivateServer::start(Listener { port, tries: 0 });
         assert_eq!(server.tries, 1);
         assert_ne!(server.port, port);
