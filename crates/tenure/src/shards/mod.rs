@@ -21,8 +21,11 @@
 //!   renewal, a join, a leave, a hand-over costs it no store operation),
 //!   and lists the members and reads every shard only at its start, after
 //!   the feed says it may have missed something, and every 4 terms as a
-//!   net. The feed is a hint: a member only the feed showed is read before
-//!   it is counted gone. Without a feed (DynamoDB, object stores), it lists
+//!   net. For the members the feed is a hint: a member only the feed
+//!   showed is read before it is counted live or gone (a forged join would
+//!   give a ghost a share nobody stands for). A shard's holder is taken
+//!   from the delivery, newer versions only: it steers the assignment,
+//!   never the shard's safety. Without a feed (DynamoDB, object stores), it lists
 //!   and reads every poll, in one listing and one batched read. Listing
 //!   and reading run in the background, bounded by the term, so a slow
 //!   listing (a Redis `SCAN` over a database shared with many other keys)

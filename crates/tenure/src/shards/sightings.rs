@@ -1,11 +1,12 @@
 //! What a member knows of the records under one prefix of the store (the
-//! set's member records, or its shard records), and since when: only what
-//! a read or a listing showed. The change feed is a hint, never authority:
-//! a delivery that could change what the member does (a new member, a
-//! release, a shard changing hands) makes it read the record, and a
-//! delivery that changes nothing it acts on (a renewal) is not even read.
-//! So a forged or lost delivery can delay what a member learns, never make
-//! it believe what the store does not hold.
+//! set's member records, or its shard records), and since when. Member
+//! records are known only as a read or a listing showed them: the change
+//! feed is a hint, and a delivery that could change what the member does
+//! (a new member, a release) makes it read the record, so a forged or lost
+//! delivery can delay what a member learns of the membership, never make it
+//! believe what the store does not hold. Shard records are also taken from
+//! the feed ([`Sightings::fed`]), newer versions only: a shard's holder
+//! steers the assignment, not the shard's safety.
 //!
 //! A reply is always taken in, even with a lower version than the one
 //! known (the store lost its data and counts again), except where the entry
@@ -89,6 +90,33 @@ impl Sightings {
                     true
                 }
             },
+        }
+    }
+
+    /// What the change feed delivered for `id` at `now`: taken in only if
+    /// it is newer than the record known (a feed delivers in order, so an
+    /// older version is a late copy), and kept against replies to requests
+    /// sent before `now`, as a read answered at `now` would be. Returns
+    /// whether the record known changed.
+    pub(crate) fn fed(&mut self, now: MonoTime, id: &str, current: Versioned) -> bool {
+        match self.seen.get_mut(id) {
+            Some(s) if s.current == current => {
+                s.checked = s.checked.max(now);
+                false
+            }
+            Some(s) if current.version <= s.current.version => false,
+            _ => {
+                self.seen.insert(
+                    id.to_owned(),
+                    Sighting {
+                        current,
+                        since: now,
+                        checked: now,
+                        updated: now,
+                    },
+                );
+                true
+            }
         }
     }
 
@@ -191,6 +219,25 @@ mod tests {
         assert!(s.listing(at(200), at(210), listing));
         assert!(s.get("b").is_none());
         assert_eq!(s.get("a").unwrap().current.version, Version(2));
+    }
+
+    #[test]
+    fn a_delivery_is_taken_only_if_newer_and_outlives_older_replies() {
+        let mut s = Sightings::default();
+        assert!(s.fed(at(10), "a", rec("a", 5)));
+        // A late copy of an older version changes nothing.
+        assert!(!s.fed(at(20), "a", rec("b", 4)));
+        assert_eq!(s.get("a").unwrap().current.version, Version(5));
+        // A reply to a read sent before the delivery, older than it, does
+        // not undo it; a listing sent before it does not remove it.
+        assert!(!s.read(at(5), at(30), "a", Some(rec("a", 3))));
+        assert!(!s.listing(at(5), at(30), BTreeMap::new()));
+        assert_eq!(s.get("a").unwrap().current.version, Version(5));
+        // A read sent after it is authority, a lower version too (the
+        // store counts again after losing its data).
+        assert!(s.read(at(40), at(45), "a", Some(rec("c", 2))));
+        assert_eq!(s.get("a").unwrap().current.version, Version(2));
+        assert!(s.fed(at(50), "a", rec("d", 3)));
     }
 
     #[test]

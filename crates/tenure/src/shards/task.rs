@@ -2,19 +2,22 @@
 //! member and shard records, computes this member's targets and keeps one
 //! elector standing for each, and leaves gracefully at the end.
 //!
-//! What it knows of the records it knows from reads and listings only (see
-//! [`Sightings`]); the store's change feed tells it *when* to read. A
-//! delivery that could change what the member does (a member joining or
-//! leaving, a shard changing hands) makes it read that record; of a
-//! renewal it only notes when it came (see [`Roster::fed`]). It asks the store:
+//! What it knows of the member records it knows from reads and listings
+//! only (see [`Sightings`]); the store's change feed tells it *when* to
+//! read. A delivery of a member joining or leaving makes it read that
+//! record; of a renewal it only notes when it came (see [`Roster::fed`]).
+//! Shard records it takes from the feed as delivered, newer versions only
+//! ([`Sightings::fed`]): who holds a shard only steers the assignment,
+//! never a shard's safety, and reading every shard that changes hands would
+//! cost each member a read of every hand-over in the set. It asks the store:
 //!
 //! * for a **refresh** (a listing of the members and one batched read of
 //!   every shard): at the start, after the feed says it may have missed
 //!   changes (at most once a poll), and every [`FEED_REFRESH_TERMS`] terms
 //!   as a net under a feed that loses a delivery without saying so;
 //!   without a feed, at every poll;
-//! * for a **read** of the records the feed pointed at, and of the members
-//!   whose records are about to lapse (gone, or renewed?), together: about
+//! * for a **read** of the member records the feed pointed at (and shards
+//!   it only had a hint of), and of the members whose records are about to lapse (gone, or renewed?), together: about
 //!   one batched read a term.
 //!
 //! Requests run in the background ([`Requests`]), one listing and one read
@@ -40,7 +43,7 @@ use super::{member_prefix, shard_group, shard_prefix, ShardEvent};
 use crate::clock::{Clock, MonoTime};
 use crate::config::Config;
 use crate::elector::Elector;
-use crate::record::{Holder, Metadata, Version, Versioned};
+use crate::record::{Metadata, Version, Versioned};
 use crate::role::{Event, Role};
 use crate::store::{Change, LeaseStore, StoreFeed};
 
@@ -326,7 +329,20 @@ impl Task {
         }
         // A resync lists again, but not more often than once a poll.
         let resync_due = s.list_wanted && s.last_list.is_none_or(|t| now >= t + self.poll);
-        if !s.listing && (s.list_now || resync_due || now >= s.next_list) {
+        // The first listing waits for the first subscription's answer
+        // (bounded by the request's time limit): a listing sent before the
+        // feed was there must be sent again once it is, for what was
+        // written in between, and each costs a read of every shard.
+        let first_subscription = s.subscribing && s.last_list.is_none();
+        if !s.listing && !first_subscription && (s.list_now || resync_due || now >= s.next_list) {
+            // A listing only to look around as a new member (the set's
+            // shards were read with an earlier listing, and the feed has
+            // brought their changes since) lists the members alone.
+            let members_only = s.list_now
+                && !s.list_wanted
+                && now < s.next_list
+                && s.last_list.is_some()
+                && s.feed.is_some();
             s.listing = true;
             s.list_now = false;
             s.list_wanted = false;
@@ -335,7 +351,9 @@ impl Task {
                 s.listed_as_member = Some(now);
             }
             requests.list(now, member_prefix(&self.set));
-            s.read_shards.extend(self.shards.iter().cloned());
+            if !members_only {
+                s.read_shards.extend(self.shards.iter().cloned());
+            }
         }
         // A member about to lapse is read half a poll early; one that shows
         // the record unchanged is read again once it has lapsed: only a read
@@ -407,8 +425,9 @@ impl Task {
 
     /// The next instant something is due, if any.
     fn next_wake(&self, s: &State, now: MonoTime) -> Option<MonoTime> {
-        // While a request is in flight its answer wakes the loop.
-        let list = if s.listing {
+        // While a request is in flight its answer wakes the loop; so does
+        // the first subscription's, which the first listing waits for.
+        let list = if s.listing || (s.subscribing && s.last_list.is_none()) {
             None
         } else if s.list_now {
             Some(now)
@@ -447,29 +466,42 @@ impl Task {
         .min()
     }
 
-    /// Takes in one change from the feed: a hint of which records to read.
+    /// Takes in one change from the feed: a shard's record as delivered, or
+    /// a hint of which member records to read.
     fn take_in(&self, s: &mut State, known: &HashSet<String>, change: Change) {
         let (members, shards) = (member_prefix(&self.set), shard_prefix(&self.set));
-        // Whether a delivery could change anything this member does: a
-        // record it does not know, or another holder (a join, a leave, a
-        // restart, a hand-over). A renewal by the same holder cannot.
-        let differs = |seen: &Sightings, id: &str, holder: Option<&Holder>| {
-            seen.get(id)
-                .is_none_or(|s| s.current.record.holder.as_ref() != holder)
-        };
         match change {
             Change::Written { group, current } => {
-                let holder = current.record.holder.as_ref();
                 if let Some(id) = group.as_str().strip_prefix(&members) {
-                    if differs(s.roster.sightings(), id, holder) {
-                        s.read_members.insert(id.to_owned());
-                    } else {
-                        // A renewal: when it was written, for the next read.
+                    // A record it does not know, or another holder (a join,
+                    // a leave, a restart) is read before it is believed: a
+                    // forged join would give a ghost a share nobody stands
+                    // for. A renewal by the same holder changes nothing it
+                    // does: only when it was written is noted, for the
+                    // next read.
+                    let holder = current.record.holder.as_ref();
+                    let same_holder = s
+                        .roster
+                        .sightings()
+                        .get(id)
+                        .is_some_and(|seen| seen.current.record.holder.as_ref() == holder);
+                    if same_holder {
                         s.roster.fed(id, current.version, self.clock.now().mono);
+                    } else {
+                        s.read_members.insert(id.to_owned());
                     }
                 } else if let Some(shard) = group.as_str().strip_prefix(&shards) {
-                    if known.contains(shard) && differs(&s.shards, shard, holder) {
-                        s.read_shards.insert(shard.to_owned());
+                    // A shard's holder is taken from the delivery itself:
+                    // reading it again would cost every member a read of
+                    // every shard that changes hands (64 members starting
+                    // together read 65,536 shard records). A false holder
+                    // can only move the shard's target, never keep it
+                    // unheld: a live member named stands for it as its
+                    // own, and a holder that is no member is not counted.
+                    if known.contains(shard) {
+                        let before = holder(&s.shards, shard);
+                        s.shards.fed(self.clock.now().mono, shard, current);
+                        s.dirty |= holder(&s.shards, shard) != before;
                     }
                 }
             }
