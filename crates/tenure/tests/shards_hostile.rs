@@ -460,3 +460,54 @@ async fn shutdown_waits_for_shards_given_up_before_it() {
         "b's shutdown() returned with shards {still_b:?} still held by b and {work} runs of its work still going"
     );
 }
+
+/// A shard record from the feed is believed only until the record's real
+/// writes say otherwise: a delivery older than what a member knows, and
+/// different, makes it read the shard.
+///
+/// Schedule: a and b settle. Every 3 s a foreign publisher delivers, for
+/// every shard b holds, a record naming a with a version far above the
+/// store's. a then counts b's shards as its own, and would stand for some
+/// of them and give up its own, which b, at its share, would not take
+/// either. b's renewals (lower versions) must correct a within a renewal
+/// and a read, so that no shard stays unheld for long.
+#[tokio::test(start_paused = true)]
+async fn a_forged_holder_on_the_feed_cannot_keep_shards_unheld() {
+    let (views, members) = forgeable_pair().await;
+    let (a, b) = (&members[0], &members[1]);
+    let b_shards: Vec<String> = holders(&[a, b])
+        .into_iter()
+        .filter(|(_, holder)| holder.as_str() == "b")
+        .map(|(shard, _)| shard)
+        .collect();
+    let forged: Vec<Change> = b_shards
+        .iter()
+        .map(|shard| Change::Written {
+            group: GroupName::new(format!("forged/shards/{shard}")).unwrap(),
+            current: held_record("a", u64::MAX / 2, TERM),
+        })
+        .collect();
+    let start = tokio::time::Instant::now();
+    let mut unheld_for = Duration::ZERO;
+    let mut next_forge = start;
+    while start.elapsed() < TERM * 12 {
+        if tokio::time::Instant::now() >= next_forge {
+            for change in &forged {
+                views[0].forge(change.clone());
+            }
+            next_forge += Duration::from_secs(3);
+        }
+        if holders(&[a, b]).len() < SHARDS {
+            unheld_for += Duration::from_millis(100);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held = holders(&[a, b]).len();
+    a.shutdown().await;
+    b.shutdown().await;
+    assert!(
+        unheld_for < TERM * 2,
+        "forged holders kept shards unheld for {unheld_for:?} of {:?}; {held} of {SHARDS} held at the end",
+        TERM * 12
+    );
+}

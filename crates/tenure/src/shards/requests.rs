@@ -18,9 +18,11 @@ use crate::store::{CasOutcome, LeaseStore, StoreFeed};
 
 /// A request's answer.
 pub(crate) enum Reply {
-    /// A listing of the members, sent at `sent`.
+    /// A listing of the members, sent at `sent`; `full` if a read of every
+    /// shard went with it (a refresh), not only a look around.
     Listing {
         sent: MonoTime,
+        full: bool,
         members: Result<BTreeMap<String, Versioned>, StoreError>,
     },
     /// Reads of single records, request `seq` sent at `sent`; a record that
@@ -50,8 +52,8 @@ pub(crate) struct Requests {
 }
 
 impl Requests {
-    /// Lists the members under `prefix`.
-    pub(crate) fn list(&self, sent: MonoTime, prefix: String) {
+    /// Lists the members under `prefix`; `full` is handed back in the reply.
+    pub(crate) fn list(&self, sent: MonoTime, full: bool, prefix: String) {
         let (store, replies) = (self.store.clone(), self.replies.clone());
         let bounded = self.bounded();
         tokio::spawn(async move {
@@ -68,7 +70,11 @@ impl Requests {
                 Some(Err(e)) => Err(e),
                 None => Err(StoreError::Timeout(bounded.timeout)),
             };
-            let _ = replies.send(Reply::Listing { sent, members });
+            let _ = replies.send(Reply::Listing {
+                sent,
+                full,
+                members,
+            });
         });
     }
 

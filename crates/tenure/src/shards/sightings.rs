@@ -36,6 +36,21 @@ pub(crate) struct Sighting {
     updated: MonoTime,
 }
 
+/// What a delivery did to the record known ([`Sightings::fed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fed {
+    /// It was newer, and is now the record known.
+    Changed,
+    /// It was the record known.
+    Unchanged,
+    /// It was another record with no higher version: not taken. A feed
+    /// delivers in order, so this is a late copy, or the record known was
+    /// itself a forgery (a foreign publisher on the channel, with a high
+    /// version) or the store counts again after losing its data: only a
+    /// read can say which.
+    Older,
+}
+
 /// The records under one prefix, by the name after the prefix.
 #[derive(Debug, Default)]
 pub(crate) struct Sightings {
@@ -94,17 +109,15 @@ impl Sightings {
     }
 
     /// What the change feed delivered for `id` at `now`: taken in only if
-    /// it is newer than the record known (a feed delivers in order, so an
-    /// older version is a late copy), and kept against replies to requests
-    /// sent before `now`, as a read answered at `now` would be. Returns
-    /// whether the record known changed.
-    pub(crate) fn fed(&mut self, now: MonoTime, id: &str, current: Versioned) -> bool {
+    /// it is newer than the record known, and kept against replies to
+    /// requests sent before `now`, as a read answered at `now` would be.
+    pub(crate) fn fed(&mut self, now: MonoTime, id: &str, current: Versioned) -> Fed {
         match self.seen.get_mut(id) {
             Some(s) if s.current == current => {
                 s.checked = s.checked.max(now);
-                false
+                Fed::Unchanged
             }
-            Some(s) if current.version <= s.current.version => false,
+            Some(s) if current.version <= s.current.version => Fed::Older,
             _ => {
                 self.seen.insert(
                     id.to_owned(),
@@ -115,7 +128,7 @@ impl Sightings {
                         updated: now,
                     },
                 );
-                true
+                Fed::Changed
             }
         }
     }
@@ -224,9 +237,10 @@ mod tests {
     #[test]
     fn a_delivery_is_taken_only_if_newer_and_outlives_older_replies() {
         let mut s = Sightings::default();
-        assert!(s.fed(at(10), "a", rec("a", 5)));
-        // A late copy of an older version changes nothing.
-        assert!(!s.fed(at(20), "a", rec("b", 4)));
+        assert_eq!(s.fed(at(10), "a", rec("a", 5)), Fed::Changed);
+        assert_eq!(s.fed(at(15), "a", rec("a", 5)), Fed::Unchanged);
+        // A late copy of an older version is not taken, and says so.
+        assert_eq!(s.fed(at(20), "a", rec("b", 4)), Fed::Older);
         assert_eq!(s.get("a").unwrap().current.version, Version(5));
         // A reply to a read sent before the delivery, older than it, does
         // not undo it; a listing sent before it does not remove it.
@@ -237,7 +251,7 @@ mod tests {
         // store counts again after losing its data).
         assert!(s.read(at(40), at(45), "a", Some(rec("c", 2))));
         assert_eq!(s.get("a").unwrap().current.version, Version(2));
-        assert!(s.fed(at(50), "a", rec("d", 3)));
+        assert_eq!(s.fed(at(50), "a", rec("d", 3)), Fed::Changed);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use tokio::task::JoinSet;
 use super::assign::assign_names;
 use super::members::{Member, Roster};
 use super::requests::{Reply, Requests};
-use super::sightings::Sightings;
+use super::sightings::{Fed, Sightings};
 use super::{member_prefix, shard_group, shard_prefix, ShardEvent};
 use crate::clock::{Clock, MonoTime};
 use crate::config::Config;
@@ -172,6 +172,12 @@ struct State {
     /// A listing wanted at once, whatever the last (to look around as a
     /// new member).
     list_now: bool,
+    /// Until when the first listing waits for the first subscription's
+    /// answer (a request's time limit after the start).
+    first_listing_by: MonoTime,
+    /// Whether a read of every shard has answered (so that a look around
+    /// may list the members alone).
+    shards_read: bool,
     last_list: Option<MonoTime>,
     next_list: MonoTime,
     /// A read in flight, and what to read next.
@@ -222,6 +228,8 @@ impl Task {
             listing: false,
             list_wanted: true,
             list_now: false,
+            first_listing_by: now + self.config.term,
+            shards_read: false,
             last_list: None,
             next_list: now,
             reading: false,
@@ -333,7 +341,7 @@ impl Task {
         // (bounded by the request's time limit): a listing sent before the
         // feed was there must be sent again once it is, for what was
         // written in between, and each costs a read of every shard.
-        let first_subscription = s.subscribing && s.last_list.is_none();
+        let first_subscription = s.subscribing && s.last_list.is_none() && now < s.first_listing_by;
         if !s.listing && !first_subscription && (s.list_now || resync_due || now >= s.next_list) {
             // A listing only to look around as a new member (the set's
             // shards were read with an earlier listing, and the feed has
@@ -341,7 +349,7 @@ impl Task {
             let members_only = s.list_now
                 && !s.list_wanted
                 && now < s.next_list
-                && s.last_list.is_some()
+                && s.shards_read
                 && s.feed.is_some();
             s.listing = true;
             s.list_now = false;
@@ -350,7 +358,7 @@ impl Task {
             if s.member_since.is_some() && s.listed_as_member.is_none() {
                 s.listed_as_member = Some(now);
             }
-            requests.list(now, member_prefix(&self.set));
+            requests.list(now, !members_only, member_prefix(&self.set));
             if !members_only {
                 s.read_shards.extend(self.shards.iter().cloned());
             }
@@ -426,9 +434,12 @@ impl Task {
     /// The next instant something is due, if any.
     fn next_wake(&self, s: &State, now: MonoTime) -> Option<MonoTime> {
         // While a request is in flight its answer wakes the loop; so does
-        // the first subscription's, which the first listing waits for.
-        let list = if s.listing || (s.subscribing && s.last_list.is_none()) {
+        // the first subscription's, which the first listing waits for (up
+        // to a deadline, should that answer never come).
+        let list = if s.listing {
             None
+        } else if s.subscribing && s.last_list.is_none() {
+            Some(s.first_listing_by)
         } else if s.list_now {
             Some(now)
         } else if s.list_wanted {
@@ -496,12 +507,32 @@ impl Task {
                     // every shard that changes hands (64 members starting
                     // together read 65,536 shard records). A false holder
                     // can only move the shard's target, never keep it
-                    // unheld: a live member named stands for it as its
-                    // own, and a holder that is no member is not counted.
-                    if known.contains(shard) {
+                    // unheld for long: a live member named stands for it
+                    // as its own, a holder that is no member is not
+                    // counted, and a forged record lasts until the real
+                    // holder's next renewal (see below).
+                    // A delivery older than the record known, and
+                    // different, is read: if the record known was forged
+                    // (a high version), the real holder's next renewal
+                    // corrects it.
+                    //
+                    // A record naming this member for a shard it does not
+                    // lead is read, not taken: it knows first-hand what it
+                    // holds, and taken at its word such a record (forged,
+                    // or a predecessor's under the same id) makes it give
+                    // up shards it really holds for ones it does not.
+                    let names_me = current.record.holder_id() == Some(self.member.as_str());
+                    if known.contains(shard) && names_me && !s.leading.contains(shard) {
+                        s.read_shards.insert(shard.to_owned());
+                    } else if known.contains(shard) {
                         let before = holder(&s.shards, shard);
-                        s.shards.fed(self.clock.now().mono, shard, current);
-                        s.dirty |= holder(&s.shards, shard) != before;
+                        match s.shards.fed(self.clock.now().mono, shard, current) {
+                            Fed::Changed => s.dirty |= holder(&s.shards, shard) != before,
+                            Fed::Unchanged => {}
+                            Fed::Older => {
+                                s.read_shards.insert(shard.to_owned());
+                            }
+                        }
                     }
                 }
             }
@@ -522,14 +553,23 @@ impl Task {
     fn answer(&self, s: &mut State, reply: Reply) {
         let now = self.clock.now().mono;
         match reply {
-            Reply::Listing { sent, members, .. } => {
+            Reply::Listing {
+                sent,
+                full,
+                members,
+            } => {
                 s.listing = false;
                 let every = if s.feed.is_some() {
                     self.config.term * FEED_REFRESH_TERMS
                 } else {
                     self.poll
                 };
-                s.next_list = now + jittered(every);
+                // Only a refresh puts off the next one: looking around as
+                // a member, again and again (a membership lost and won back
+                // on an overloaded store), must not put off the net forever.
+                if full {
+                    s.next_list = now + jittered(every);
+                }
                 match members {
                     Ok(listing) => {
                         s.reported = None;
@@ -554,6 +594,7 @@ impl Task {
                 shards,
             } => {
                 s.reading = false;
+                s.shards_read |= shards.len() == self.shards.len();
                 for (id, v) in members {
                     s.roster.sightings_mut().read(sent, now, &id, v);
                 }
