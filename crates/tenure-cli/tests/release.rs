@@ -64,7 +64,7 @@ fn clears_the_lease_of_a_dead_holder_keeping_the_token() {
 /// `release --force` against two live candidates on `store`: the leader is
 /// superseded and stops, the other candidates wait the operator record out
 /// for a term, and the next leader's CMD starts only after the old one's
-/// last act (issue 10, item 9: the instant clear allowed two leaders).
+/// last act (an instant clear would allow two leaders).
 fn forced_release_never_yields_two_leaders(store: &str, label: &str) {
     let group = format!("g-{:x}", rand::random::<u64>());
     let mut e = Election::on(Scratch::new(label), store, &group).stamping();

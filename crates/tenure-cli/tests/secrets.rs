@@ -2,7 +2,7 @@
 //! with a raw `/ ? #` in its password is ambiguous and refused) or
 //! percent-encoded: on every scheme, against unreachable ports and against
 //! the real servers (wrong credentials, or accepted ones), no output and no
-//! log line of any command shows any piece of them (issue 10, item 6).
+//! log line of any command shows any piece of them.
 
 mod common;
 
@@ -333,7 +333,7 @@ fn kafka_with_a_sasl_password_never_shows_it() {
     }
 }
 
-/// Item 5: connecting to an existing table logs nothing at INFO (the
+/// Connecting to an existing table logs nothing at INFO (the
 /// server's "relation already exists, skipping" notice went to the log on
 /// every start).
 #[cfg(feature = "postgres")]

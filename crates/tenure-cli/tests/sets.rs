@@ -1,4 +1,4 @@
-//! `tenure run --shards` and `--slots`, and the run options of issue 15
+//! `tenure run --shards` and `--slots`, and the run options
 //! (`--wait`, `release --to`, `--metadata-file`), end to end: the real
 //! binary, real processes, a real SQLite file, 2 s terms. Every CMD checks,
 //! the moment it starts, that the previous CMD of its shard is gone (its

@@ -15,8 +15,7 @@ use common::*;
 /// liveness gets slack, never the safety comparisons.
 const SLACK: Duration = Duration::from_secs(5);
 
-/// Issue 10, item 13, exactly as measured there: two candidates on SQLite
-/// with a 2 s term; the leader's tenure process alone (not CMD) is
+/// Two candidates on SQLite with a 2 s term; the leader's tenure process alone (not CMD) is
 /// SIGSTOPped for 6 s. The other takes over meanwhile; the old CMD must be
 /// dead before the new one starts. Both CMDs stamp `CLOCK_BOOTTIME` every
 /// 20 ms while they run, so the comparison is of what they did, not of when

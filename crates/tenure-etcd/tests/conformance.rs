@@ -48,8 +48,8 @@ async fn conformance() {
         .unwrap();
     let url = format!("{server}?prefix={prefix}");
     let keys = EtcdKeys { client, prefix };
-    // Every write notifies (issue 10, item 15: the feed case fails, not
-    // skips, if that breaks): a watch per group (observers) and the prefix
+    // Every write notifies, and the feed case fails, not skips, if that
+    // breaks: a watch per group (observers) and the prefix
     // watch (engines).
     let harness = UrlHarness::new(url, EtcdStore::connect, keys).promising(Feeds::ALL);
     testkit::run_conformance(&harness).await;

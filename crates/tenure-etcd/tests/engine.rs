@@ -1,4 +1,4 @@
-//! Issue 11: a thousand groups on clones of one etcd store handle are
+//! A thousand groups on clones of one etcd store handle are
 //! elected by one engine, and a second handle (another process, in
 //! effect) follows every renewal through the one prefix watch, whose
 //! events carry the records, reading nothing. Real time, generous bounds.

@@ -27,7 +27,7 @@
 //!   before the reader started counts as heard, so the reader's start also
 //!   counts as activity. This closes the window in which the group hands
 //!   partition 0 to a new member while the old holder, cut off from the
-//!   group coordinator only, still renews its term (issue 17, hole 1): the
+//!   group coordinator only, still renews its term: the
 //!   old holder's renewals are records the new one reads, in order, before
 //!   its own.
 //! * **Renewed** by each own heartbeat that comes back within H, until

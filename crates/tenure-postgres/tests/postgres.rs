@@ -158,8 +158,8 @@ async fn conformance() {
         client: raw(&url).await,
         table: "tenure_leases".into(),
     };
-    // Every write notifies (issue 10, item 15: the feed case fails, not
-    // skips, if that breaks).
+    // Every write notifies: the feed case fails, not skips, if that
+    // breaks.
     let harness = UrlHarness::new(url, PostgresStore::connect, table).promising(Feeds::ALL);
     testkit::run_conformance(&harness).await;
 }
@@ -315,7 +315,7 @@ impl LeastPrivilege {
     }
 }
 
-/// Item 1 and 6 of issue 10: a user with only `SELECT, INSERT, UPDATE` on
+/// A user with only `SELECT, INSERT, UPDATE` on
 /// an existing table (PostgreSQL 15 refuses it `CREATE` on `public`) opens
 /// the store and passes the whole suite, change feed included, with a
 /// password holding `/ ? # @ +` (percent-encoded in the URL).
@@ -362,7 +362,7 @@ async fn a_user_without_grants_is_told_which_to_ask_for() {
     assert!(!text.contains("Qb2") && !text.contains("Qe5"), "{text}");
 }
 
-/// Item 3: an operator's open transaction holding the lease row's lock
+/// An operator's open transaction holding the lease row's lock
 /// makes a compare-and-swap fail after `lock_timeout` with an error saying
 /// so, instead of stalling the store (and every later operation) for as
 /// long as the transaction stays open.
@@ -401,7 +401,7 @@ async fn a_row_lock_held_by_an_open_transaction_fails_fast() {
     );
 }
 
-/// Item 3: a connection that went silent (a partition, a dead host: no
+/// A connection that went silent (a partition, a dead host: no
 /// reset, no reply) fails the operation within the timeout, and the next
 /// operation opens a new connection. The LISTEN connection is pinged, so
 /// its feed ends and the elector subscribes again.
@@ -437,7 +437,7 @@ async fn a_half_open_connection_fails_fast_and_is_replaced() {
     assert!(r.is_ok(), "a new connection after healing: {r:?}");
 }
 
-/// Item 2: `t` and `public.t` notify on one channel, and a table name long
+/// `t` and `public.t` notify on one channel, and a table name long
 /// enough that `tenure:<name>` exceeds an identifier still works, feed and
 /// all.
 #[tokio::test(flavor = "multi_thread")]
@@ -480,7 +480,7 @@ async fn channels_are_normalised_and_short() {
     }
 }
 
-/// Item 4: a row deleted behind tenure's back and created again gets a
+/// A row deleted behind tenure's back and created again gets a
 /// version above every earlier one, so a compare-and-swap delayed from
 /// before the deletion cannot apply to the new record (ABA).
 #[tokio::test(flavor = "multi_thread")]
@@ -556,7 +556,7 @@ async fn an_abandoned_operation_does_not_hold_up_the_next() {
     operator.release().await;
 }
 
-/// Issue 11: a thousand groups on clones of one store handle are elected
+/// A thousand groups on clones of one store handle are elected
 /// by one engine, and a second handle (another process, in effect)
 /// follows every renewal through the one LISTEN connection's records,
 /// reading nothing.

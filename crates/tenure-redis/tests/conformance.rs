@@ -57,8 +57,8 @@ async fn conformance() {
         .await
         .unwrap();
     let keys = RedisKeys { client, prefix };
-    // Every write notifies (issue 10, item 15: the feed case fails, not
-    // skips, if that breaks).
+    // Every write notifies: the feed case fails, not skips, if that
+    // breaks.
     let harness = UrlHarness::new(url, RedisStore::connect, keys).promising(Feeds::ALL);
     testkit::run_conformance(&harness).await;
 }

@@ -1,4 +1,4 @@
-//! Many groups on one store handle (issue 11): one engine, batches of one
+//! Many groups on one store handle: one engine, batches of one
 //! script call, one pub/sub connection carrying records, bounded
 //! connections, and a feed that shrugs off foreign messages and resyncs
 //! after a reconnect.

@@ -1,6 +1,5 @@
-//! Schedules from the review of the async shell (driver, publisher, term,
-//! elector, observer), each pinned on tokio's paused clock: every one failed
-//! before its fix.
+//! Hostile schedules for the async shell (driver, publisher, term,
+//! elector, observer), each pinned on tokio's paused clock.
 
 mod common;
 
@@ -71,7 +70,7 @@ impl LeaseStore for HangingFeed {
     }
 }
 
-/// Review item 6: the driver awaited the change-feed subscription before
+/// The driver awaited the change-feed subscription before
 /// the machine's first input; a store whose feed hangs delayed every
 /// election by the operation timeout (T/4).
 #[tokio::test(start_paused = true)]
@@ -125,7 +124,7 @@ impl Clock for JumpClock {
     }
 }
 
-/// Review item 8: right after a resume, before the driver ticks, the role
+/// Right after a resume, before the driver ticks, the role
 /// still holds a term that is past its deadline but not yet cancelled;
 /// `wait_for_leadership` handed it out as if it were valid.
 #[tokio::test(start_paused = true)]
@@ -171,7 +170,7 @@ fn wedged() -> (Arc<TokioClock>, Elector) {
     (clock, e)
 }
 
-/// Review item 8: `run_while_leader` dropped work that ignores cancellation
+/// `run_while_leader` dropped work that ignores cancellation
 /// only when the backend ended the term; a wedged backend left it running
 /// past the deadline. The work now races the deadline itself.
 #[tokio::test(start_paused = true)]
@@ -231,7 +230,7 @@ async fn wedged_backend_work_is_dropped_exactly_at_the_deadline() {
     e.shutdown().await;
 }
 
-/// Review item 10: a backend reporting a second election replaced the term
+/// A backend reporting a second election replaced the term
 /// in force without ending it: its work was never told to stop.
 #[tokio::test(start_paused = true)]
 async fn a_second_election_ends_the_first_term() {
@@ -258,7 +257,7 @@ async fn a_second_election_ends_the_first_term() {
     e.shutdown().await;
 }
 
-/// Review item 10: `StoreHealth` fired on every retry, because a timeout's
+/// `StoreHealth` fired on every retry, because a timeout's
 /// message names a duration that differs between retries.
 #[tokio::test(start_paused = true)]
 async fn store_health_fires_once_per_kind_of_failure() {
@@ -282,7 +281,7 @@ async fn store_health_fires_once_per_kind_of_failure() {
     e.shutdown().await;
 }
 
-/// Review item 5, end to end: a record whose token cannot rise any more
+/// End to end: a record whose token cannot rise any more
 /// stops the candidate with a typed error instead of spinning.
 #[tokio::test(start_paused = true)]
 async fn a_maxed_token_stops_the_elector_with_a_typed_error() {
@@ -321,7 +320,7 @@ async fn a_silent_leaders_record() -> (MemoryStore, Arc<TokioClock>) {
     (store, clock)
 }
 
-/// Review item 9: the observer read the clock *before* the read and called
+/// The observer read the clock *before* the read and called
 /// that the first sight of the record, so with a slow store it declared a
 /// silent leader gone one read latency early.
 #[tokio::test(start_paused = true)]
@@ -346,7 +345,7 @@ async fn the_observer_counts_a_lapse_from_the_reply() {
     assert!(observer.leader().is_none());
 }
 
-/// Review item 9: reads had no timeout, so an observer whose read hung kept
+/// Reads had no timeout, so an observer whose read hung kept
 /// reporting a leader that had died, for ever.
 #[tokio::test(start_paused = true)]
 async fn an_observer_whose_reads_hang_still_sees_a_silent_leader_lapse() {

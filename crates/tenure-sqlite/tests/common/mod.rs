@@ -100,8 +100,8 @@ impl Harness for SqliteHarness {
             .unwrap()
     }
 
-    /// Every write notifies (issue 10, item 15: the feed case fails, not
-    /// skips, if that breaks).
+    /// Every write notifies: the feed case fails, not skips, if that
+    /// breaks.
     fn promised_feeds(&self) -> Feeds {
         Feeds::PER_GROUP
     }

@@ -696,7 +696,7 @@ fn a_store_that_lost_its_data_does_not_make_tokens_go_back() {
     assert_eq!(record.token, 42, "above every token this node has seen");
 }
 
-/// Review finding: a held record that turns into nothing (a store that lost
+/// A held record that turns into nothing (a store that lost
 /// data, an operator deleting the row) was taken at once, while its holder
 /// could still be inside its term. Fencing held, but two terms were valid
 /// together. It is now waited out like the record itself.
@@ -723,7 +723,7 @@ fn an_empty_store_never_held_is_taken_at_once() {
     assert_eq!(record.token, 1);
 }
 
-/// Review finding: a node whose write replies arrive late squatted on the
+/// A node whose write replies arrive late squatted on the
 /// lease for ever: its acquisition applied, the reply timed out, it backed
 /// off, read its own record, and took it again with token + 1, every ~0.6
 /// term. The version kept changing, so no other candidate ever saw it
@@ -753,7 +753,7 @@ fn late_replies_do_not_let_a_node_squat_on_its_own_record() {
     assert_eq!(taken.mono, free);
 }
 
-/// Review finding: a renewal applied as version 2 while its reply was lost
+/// A renewal applied as version 2 while its reply was lost
 /// during the drain; the release then compared against version 1, conflicted,
 /// and gave up, leaving the lease held (a whole crash fail-over for peers on
 /// shutdown, or the node re-taking its own record). The release now reads
@@ -848,7 +848,7 @@ fn a_release_gives_up_when_the_store_stays_down() {
     panic!("never gave up releasing");
 }
 
-/// Review finding: shutdown while an acquisition was in flight stopped at
+/// Shutdown while an acquisition was in flight stopped at
 /// once; the write then applied and left the lease held by a process that
 /// had gone, so peers waited a whole crash fail-over.
 #[test]
@@ -894,7 +894,7 @@ fn shutdown_during_an_acquisition_releases_what_it_wrote() {
     assert_eq!(m.step(at(1), Input::Shutdown), vec![Action::Stopped]);
 }
 
-/// Review finding: a stored record `{holder: X, token: u64::MAX}` is valid,
+/// A stored record `{holder: X, token: u64::MAX}` is valid,
 /// but no new term can get a greater token. The machine asked to be woken
 /// at the (past) takeover instant and did nothing, so its driver spun at
 /// 100 % CPU. It now fails with a typed fault and stops.
@@ -930,7 +930,7 @@ fn a_maxed_token_is_a_fault_not_a_busy_loop() {
     panic!("never reported the exhausted token");
 }
 
-/// Review finding: a superseded leader's `EndTerm.work_deadline` was the
+/// A superseded leader's `EndTerm.work_deadline` was the
 /// instant the verifying read's reply was processed, which after a pause
 /// could lie past the term's own deadline.
 #[test]
@@ -1058,7 +1058,7 @@ fn new_metadata_is_written_at_once_and_followers_hear_of_it() {
     );
 }
 
-/// Review finding: the version-ordering rule in `observe()` ignores every read that
+/// The version-ordering rule in `observe()` ignores every read that
 /// shows a lower version than one seen before, and an equal version keeps
 /// the old `since`. After a store reset (versions restart), the reads of the
 /// new holder's record are all ignored until its version reaches the old
@@ -1089,7 +1089,7 @@ fn restarted_versions_are_not_waited_out_from_a_stale_sight() {
     }
 }
 
-/// Review finding: `Config::validate` caps the retry interval only at a week; the
+/// `Config::validate` caps the retry interval only at a week; the
 /// leader retries a failed renewal after half of it, so a long retry
 /// interval (to poll less on a store without notifications) makes one
 /// transient renewal failure cost the whole term.
