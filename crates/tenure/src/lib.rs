@@ -76,6 +76,8 @@
 //!   against real servers, a cuttable TCP proxy and a term-overlap checker
 //!   (see the `testkit` module).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admission;
 pub mod clock;
 pub mod concurrent;
@@ -102,6 +104,7 @@ mod term;
 // Compiled for the crate's own unit tests too (its dev-dependencies enable
 // what the feature does), which share its fixtures.
 #[cfg(any(test, feature = "testkit"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 pub mod tls;
 pub mod url;
