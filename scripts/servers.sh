@@ -225,8 +225,10 @@ _start_postgres() {
   runuser -u postgres -- "$PG_BIN/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pwfile" \
     --auth-local=trust --auth-host=scram-sha-256 >"$dir/initdb.log" 2>&1 ||
     { _log "initdb failed"; cat "$dir/initdb.log" >&2; return 1; }
+  # max_connections: a sharded-set bench runs 64 and more member processes,
+  # each with its pool and a LISTEN connection (the default 100 refuses them).
   runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $dir -c fsync=off" start >/dev/null ||
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $dir -c fsync=off -c max_connections=400" start >/dev/null ||
     { _log "postgres did not start"; tail -20 "$dir/server.log" >&2; return 1; }
   head -1 "$dir/data/postmaster.pid" >"$TENURE_SERVERS_DIR/postgres.pid"
   _serving postgres "$PG_PORT" TENURE_TEST_POSTGRES "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres"
