@@ -16,9 +16,10 @@
 //!   changes (at most once a poll), and every [`FEED_REFRESH_TERMS`] terms
 //!   as a net under a feed that loses a delivery without saying so;
 //!   without a feed, at every poll;
-//! * for a **read** of the member records the feed pointed at (and shards
-//!   it only had a hint of), and of the members whose records are about to lapse (gone, or renewed?), together: about
-//!   one batched read a term.
+//! * for a **read** of the member records the feed pointed at (and of the
+//!   shards it only had a hint of, or a doubtful record), and of the
+//!   members whose records are about to lapse (gone, or renewed?),
+//!   together: about one batched read a term.
 //!
 //! Requests run in the background ([`Requests`]), one listing and one read
 //! at a time, so that a slow listing (a store with many other keys) never
