@@ -198,6 +198,14 @@ struct State {
     reported: Option<String>,
 }
 
+impl State {
+    /// Whether the first listing is still waiting for the first
+    /// subscription's answer (see [`State::first_listing_by`]).
+    fn awaits_first_subscription(&self) -> bool {
+        self.subscribing && self.last_list.is_none()
+    }
+}
+
 impl Task {
     pub(crate) async fn run(mut self) {
         let now = self.clock.now().mono;
@@ -342,7 +350,7 @@ impl Task {
         // (bounded by the request's time limit): a listing sent before the
         // feed was there must be sent again once it is, for what was
         // written in between, and each costs a read of every shard.
-        let first_subscription = s.subscribing && s.last_list.is_none() && now < s.first_listing_by;
+        let first_subscription = s.awaits_first_subscription() && now < s.first_listing_by;
         if !s.listing && !first_subscription && (s.list_now || resync_due || now >= s.next_list) {
             // A listing only to look around as a new member (the set's
             // shards were read with an earlier listing, and the feed has
@@ -439,7 +447,7 @@ impl Task {
         // to a deadline, should that answer never come).
         let list = if s.listing {
             None
-        } else if s.subscribing && s.last_list.is_none() {
+        } else if s.awaits_first_subscription() {
             Some(s.first_listing_by)
         } else if s.list_now {
             Some(now)
@@ -522,17 +530,20 @@ impl Task {
                     // holds, and taken at its word such a record (forged,
                     // or a predecessor's under the same id) makes it give
                     // up shards it really holds for ones it does not.
+                    if !known.contains(shard) {
+                        return;
+                    }
                     let names_me = current.record.holder_id() == Some(self.member.as_str());
-                    if known.contains(shard) && names_me && !s.leading.contains(shard) {
+                    if names_me && !s.leading.contains(shard) {
                         s.read_shards.insert(shard.to_owned());
-                    } else if known.contains(shard) {
-                        let before = holder(&s.shards, shard);
-                        match s.shards.fed(self.clock.now().mono, shard, current) {
-                            Fed::Changed => s.dirty |= holder(&s.shards, shard) != before,
-                            Fed::Unchanged => {}
-                            Fed::Older => {
-                                s.read_shards.insert(shard.to_owned());
-                            }
+                        return;
+                    }
+                    let before = holder(&s.shards, shard);
+                    match s.shards.fed(self.clock.now().mono, shard, current) {
+                        Fed::Changed => s.dirty |= holder(&s.shards, shard) != before,
+                        Fed::Unchanged => {}
+                        Fed::Older => {
+                            s.read_shards.insert(shard.to_owned());
                         }
                     }
                 }
