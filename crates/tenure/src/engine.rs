@@ -1396,8 +1396,9 @@ impl Task {
     /// The first `room` groups of `wakes` due within `window` of `now`,
     /// each no earlier than half its own `interval` (so that coalescing
     /// never more than halves a group's renewal or poll period). It stops
-    /// at `room` (and walks nothing when it is 0): past capacity the window holds most groups, and a batch
-    /// already full must not cost a walk over all of them each turn.
+    /// at `room` (and walks nothing when it is 0): past capacity the window
+    /// holds most groups, and a batch already full must not cost a walk
+    /// over all of them each turn.
     fn nearly_due(
         &self,
         wakes: &BTreeSet<(MonoTime, GroupId)>,
