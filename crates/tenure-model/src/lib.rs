@@ -11,7 +11,7 @@
 //! steps and how time moves, [`properties`] for what is checked, and
 //! [`params`] for the bounds.
 //!
-//! States hold whole machines, which with the `testkit` feature are `Clone`
+//! States hold whole machines, which with the `model` feature are `Clone`
 //! and `Hash`: the state's fingerprint is built from the machines' own
 //! fingerprints, so two interleavings that leave every machine, the store,
 //! the network and the ghost state alike are explored once.

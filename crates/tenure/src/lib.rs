@@ -75,6 +75,9 @@
 //! * `testkit`: the conformance suite every store runs, shared scenarios
 //!   against real servers, a cuttable TCP proxy and a term-overlap checker
 //!   (see the `testkit` module).
+//! * `model`: [`Machine`](machine::Machine) becomes `Clone` and `Hash`, so a
+//!   model checker can keep whole machines in its states (`tenure-model`),
+//!   and offers the deliberately broken timing its negative controls use.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

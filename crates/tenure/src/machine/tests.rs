@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::*;
 use crate::clock::WallTime;
 use crate::config::Config;
+use crate::record::TRANSFER_TO_KEY;
 
 const T: u64 = 9_000; // term in ms: renew 3 s, retry 2.25 s, grace 0.9 s
 

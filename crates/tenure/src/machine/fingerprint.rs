@@ -1,0 +1,64 @@
+//! The machine's fingerprint for the model checker (`tenure-model`): two
+//! machines that hash alike behave alike.
+
+use super::Machine;
+
+/// Every field that decides what the machine does next, so two machines
+/// that hash alike behave alike. The timing is left out (a model runs all
+/// its machines with one), and the random generator enters as its next
+/// output: a fingerprint of its position in the stream, since `StdRng`
+/// offers no `Hash`; with zero jitter it is never drawn from, so it is
+/// left out too.
+impl std::hash::Hash for Machine {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        use rand::RngCore;
+        // Destructured, so that a new field cannot be forgotten here.
+        let Machine {
+            timing: _,
+            me,
+            metadata,
+            rng,
+            state,
+            op,
+            next_op,
+            observed,
+            last_held_term,
+            next_read,
+            reread,
+            hold_off_until,
+            ended,
+            last_pulse,
+            reported,
+            max_token,
+            own_write_failures,
+            feed_live,
+            busy_streak,
+            predecessor,
+            metadata_dirty,
+            anchor_at_receive,
+        } = self;
+        me.hash(h);
+        metadata.hash(h);
+        if !self.timing.retry_jitter.is_zero() {
+            rng.clone().next_u64().hash(h);
+        }
+        state.hash(h);
+        op.hash(h);
+        next_op.hash(h);
+        observed.hash(h);
+        last_held_term.hash(h);
+        next_read.hash(h);
+        reread.hash(h);
+        hold_off_until.hash(h);
+        ended.hash(h);
+        last_pulse.hash(h);
+        reported.hash(h);
+        max_token.hash(h);
+        own_write_failures.hash(h);
+        feed_live.hash(h);
+        busy_streak.hash(h);
+        predecessor.hash(h);
+        metadata_dirty.hash(h);
+        anchor_at_receive.hash(h);
+    }
+}

@@ -1,0 +1,252 @@
+//! The leader's room: renewing the term, checking a conflict or a feed
+//! delivery with a read, and ending the term (superseded, renewals
+//! failed, resigned, transferred, shut down).
+
+use std::time::Duration;
+
+use super::{Action, After, EndReason, Machine, ReadPurpose, State, WritePurpose};
+use crate::clock::{MonoTime, Now};
+use crate::error::StoreError;
+use crate::record::{LeaseRecord, Version, Versioned};
+use crate::store::CasOutcome;
+
+#[derive(Clone, Debug, Hash)]
+pub(super) struct Lead {
+    pub(super) token: u64,
+    pub(super) version: Version,
+    pub(super) record: LeaseRecord,
+    pub(super) deadline: MonoTime,
+    pub(super) next_renew: MonoTime,
+    /// A renewal conflicted; a read is checking whether it was our own
+    /// earlier write that applied after its reply was lost.
+    pub(super) verifying: bool,
+}
+
+impl Machine {
+    pub(super) fn advance_leader(&mut self, now: Now, out: &mut Vec<Action>) {
+        let State::Leader(lead) = &self.state else {
+            return;
+        };
+        let (token, deadline, version) = (lead.token, lead.deadline, lead.version);
+        let (next_renew, verifying) = (lead.next_renew, lead.verifying);
+        if now.mono >= deadline - self.timing.stop_grace {
+            let (record, version) = (lead.record.clone(), lead.version);
+            self.end_term(token, EndReason::RenewalFailed, deadline, deadline, out);
+            self.state = State::Candidate;
+            self.observe_own(now, record, version);
+            self.next_read = now.mono;
+            return;
+        }
+        if !self.is_live(now) {
+            self.begin_drain(EndReason::LivenessLost, After::Stand, out);
+            return self.advance_draining(now, out);
+        }
+        if self.op.is_some() || (now.mono < next_renew && !self.metadata_dirty) {
+            return;
+        }
+        let op_deadline = (now.mono + self.timing.op_timeout).min(deadline);
+        if verifying {
+            self.read(ReadPurpose::Verify, now, op_deadline, out);
+        } else {
+            self.metadata_dirty = false;
+            let record = self.lease_record(token, now);
+            self.write(
+                WritePurpose::Renew,
+                Some(version),
+                record,
+                now,
+                op_deadline,
+                out,
+            );
+        }
+    }
+
+    pub(super) fn on_renew(
+        &mut self,
+        now: Now,
+        record: LeaseRecord,
+        sent: MonoTime,
+        result: Result<CasOutcome, StoreError>,
+        out: &mut Vec<Action>,
+    ) {
+        // Drawn only for a failure, so that the jitter's stream moves only
+        // when a retry uses it.
+        let retry = match &result {
+            Err(_) => self.renewal_retry(),
+            Ok(_) => Duration::ZERO,
+        };
+        let anchor = self.anchor(sent, now);
+        match &mut self.state {
+            State::Leader(lead) => match result {
+                Ok(CasOutcome::Applied(version)) => {
+                    lead.version = version;
+                    lead.record = record;
+                    lead.deadline = lead.deadline.max(anchor + self.timing.leader_validity);
+                    lead.next_renew = sent + self.timing.renew_interval;
+                    out.push(Action::Renewed {
+                        token: lead.token,
+                        deadline: lead.deadline,
+                        latency: now.mono.saturating_since(sent),
+                    });
+                }
+                Ok(CasOutcome::Conflict) => {
+                    lead.verifying = true;
+                    lead.next_renew = now.mono;
+                }
+                Err(_) => lead.next_renew = now.mono + retry,
+            },
+            // The term already ended; the release that follows verifies
+            // what is stored, so only a known new version matters here.
+            State::Draining { lead, .. } => {
+                if let Ok(CasOutcome::Applied(version)) = result {
+                    lead.version = version;
+                    lead.record = record;
+                }
+            }
+            State::Candidate => match result {
+                Ok(CasOutcome::Applied(version)) => {
+                    // A renewal that outlived its term still wrote our
+                    // record: a write that came back too late.
+                    self.own_write_failures = self.own_write_failures.saturating_add(1);
+                    self.observe_own(now, record, version);
+                }
+                _ => self.next_read = now.mono,
+            },
+            State::Releasing(_) | State::Stopped => {}
+        }
+    }
+
+    /// A renewal conflicted and this read tells whether the record is still
+    /// ours (an earlier renewal applied after its reply was lost) or taken.
+    pub(super) fn on_verify(
+        &mut self,
+        now: Now,
+        token: u64,
+        result: Result<Option<Versioned>, StoreError>,
+        out: &mut Vec<Action>,
+    ) {
+        let retry = match &result {
+            Err(_) => self.renewal_retry(),
+            Ok(_) => Duration::ZERO,
+        };
+        let old_deadline = match &self.state {
+            State::Leader(lead) => lead.deadline,
+            _ => now.mono,
+        };
+        match result {
+            Ok(Some(v)) if self.is_mine(&v.record) && v.record.token == token => {
+                let request = v.record.transfer_to().map(str::to_owned);
+                if let State::Leader(lead) = &mut self.state {
+                    lead.version = v.version;
+                    lead.record = v.record;
+                    lead.verifying = false;
+                    lead.next_renew = now.mono;
+                }
+                // An operator asked this leader to hand over.
+                if let Some(to) = request {
+                    self.transfer(to, out);
+                }
+            }
+            Ok(current) => {
+                let by = current
+                    .as_ref()
+                    .and_then(|v| v.record.holder_id().map(str::to_owned));
+                self.end_term(
+                    token,
+                    EndReason::Superseded { by },
+                    now.mono,
+                    old_deadline,
+                    out,
+                );
+                self.state = State::Candidate;
+                self.reported = None;
+                let delay = self.poll_delay();
+                self.next_read = now.mono + delay;
+                self.observe(now, current, out);
+            }
+            Err(_) => {
+                if let State::Leader(lead) = &mut self.state {
+                    lead.next_renew = now.mono + retry;
+                }
+            }
+        }
+    }
+
+    /// Ends a term. Its work must be gone by `work_deadline` (never after
+    /// the term's own deadline); this node stands again only once that work
+    /// has drained or `old_deadline` has passed, so two of its terms never
+    /// overlap, even when the work is cut short because the lease was taken.
+    fn end_term(
+        &mut self,
+        token: u64,
+        reason: EndReason,
+        work_deadline: MonoTime,
+        old_deadline: MonoTime,
+        out: &mut Vec<Action>,
+    ) {
+        let work_deadline = work_deadline.min(old_deadline);
+        self.ended = Some((token, old_deadline));
+        out.push(Action::EndTerm {
+            token,
+            reason,
+            work_deadline,
+        });
+    }
+
+    pub(super) fn begin_drain(&mut self, reason: EndReason, then: After, out: &mut Vec<Action>) {
+        self.drain_to(reason, then, None, out);
+    }
+
+    fn drain_to(
+        &mut self,
+        reason: EndReason,
+        then: After,
+        successor: Option<String>,
+        out: &mut Vec<Action>,
+    ) {
+        let State::Leader(lead) = &self.state else {
+            return;
+        };
+        let lead = lead.clone();
+        let deadline = lead.deadline;
+        self.end_term(lead.token, reason, deadline, deadline, out);
+        self.state = State::Draining {
+            lead,
+            then,
+            drained: false,
+            successor,
+        };
+    }
+
+    /// Hands the lease to `to`: drain, then a release reserved for it.
+    pub(super) fn transfer(&mut self, to: String, out: &mut Vec<Action>) {
+        if to == self.me.id {
+            return; // Handing the lease to oneself changes nothing.
+        }
+        let reason = EndReason::Transferred { to: to.clone() };
+        self.drain_to(reason, After::Stand, Some(to), out);
+    }
+
+    /// A record the change feed delivered while this node leads.
+    pub(super) fn on_delivery_while_leading(&mut self, now: Now, current: &Versioned) {
+        let State::Leader(lead) = &self.state else {
+            return;
+        };
+        let ours = self.is_mine(&current.record) && current.record.token == lead.token;
+        // Our record rewritten by someone else keeping holder and
+        // token (a transfer request), or replaced by another
+        // writer. A feed can be forged (a foreign publisher on the
+        // channel), so neither hands over nor ends the term by
+        // itself: a read decides (`on_verify`), as a renewal's
+        // conflict would have.
+        let request = ours && current.record.transfer_to().is_some();
+        if (request || !ours) && current.version > lead.version && !lead.verifying {
+            if let State::Leader(lead) = &mut self.state {
+                lead.verifying = true;
+                if self.op.is_none() {
+                    lead.next_renew = now.mono;
+                }
+            }
+        }
+    }
+}
