@@ -2,9 +2,6 @@
 //! list) and [`LeaseStore`] on top of it (compare-and-swap). As small as
 //! vimeo's `RaceDecider`; a read-only user needs only the view.
 
-use std::future::Future;
-use std::time::Duration;
-
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
@@ -13,486 +10,15 @@ use crate::engine::EngineSlot;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
 
+mod batch;
+mod feed_relay;
 mod last_seen;
+
+pub use batch::{check_batch_answer, compare_and_swap_as_batch, read_as_batch};
+pub use feed_relay::{
+    feed_backoff, keep_hinting, send_hint, FeedRelay, FeedsOff, HintAttempt, RESYNC_RETRY,
+};
 pub use last_seen::LastSeen;
-
-/// The result of a compare-and-swap.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CasOutcome {
-    /// The record was written; this is its new version.
-    Applied(Version),
-    /// The stored version was not the expected one (or a record existed when
-    /// none was expected); nothing was written.
-    Conflict,
-}
-
-/// A stream of hints that a group's record may have changed. A hint carries
-/// no data: the elector re-reads the record. Stores send a hint on every
-/// change they see; extra hints are harmless, and when the feed ends the
-/// elector falls back to polling.
-#[derive(Debug)]
-pub struct ChangeFeed {
-    rx: mpsc::Receiver<()>,
-}
-
-impl ChangeFeed {
-    /// A feed and the sender a store task uses to feed it. A small bound is
-    /// enough: one pending hint already makes the elector re-read.
-    pub fn channel() -> (mpsc::Sender<()>, ChangeFeed) {
-        let (tx, rx) = mpsc::channel(1);
-        (tx, ChangeFeed { rx })
-    }
-
-    /// Waits for the next hint; `None` once the store ended the feed.
-    pub async fn changed(&mut self) -> Option<()> {
-        self.rx.recv().await
-    }
-}
-
-/// One compare-and-swap of a batch (see [`LeaseStore::compare_and_swap_many`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CasRequest {
-    /// The group whose record to write.
-    pub group: GroupName,
-    /// The version the store must still have (`None`: no record may exist).
-    pub expected: Option<Version>,
-    /// The record to write.
-    pub record: LeaseRecord,
-}
-
-/// What a store-wide change feed reports (see [`LeaseView::watch`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Change {
-    /// The group's record was written and is now this. A feed that carries
-    /// records spares every follower a read per renewal.
-    Written {
-        /// The group written.
-        group: GroupName,
-        /// The record as written, with its new version.
-        current: Versioned,
-    },
-    /// Something about the group changed; read it to learn what.
-    Hint {
-        /// The group that may have changed.
-        group: GroupName,
-    },
-    /// The feed may have missed changes (it reconnected, or fell behind):
-    /// every group should be read again.
-    Resync,
-}
-
-/// A store-wide stream of [`Change`]s, for every group of the store. Ends
-/// (`None`) when the store gives up on it; the reader then polls.
-#[derive(Debug)]
-pub struct StoreFeed {
-    rx: mpsc::Receiver<Change>,
-}
-
-/// The sending side of a [`StoreFeed`], held by the store's listener task.
-#[derive(Clone, Debug)]
-pub struct StoreFeedSender {
-    tx: mpsc::Sender<Change>,
-}
-
-impl StoreFeed {
-    /// A feed and its sender. `capacity` bounds the changes in flight; a
-    /// listener that finds the feed full should send [`Change::Resync`] once
-    /// room returns rather than block its connection for long.
-    pub fn channel(capacity: usize) -> (StoreFeedSender, StoreFeed) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
-        (StoreFeedSender { tx }, StoreFeed { rx })
-    }
-
-    /// The next change; `None` once the store ended the feed.
-    pub async fn next(&mut self) -> Option<Change> {
-        self.rx.recv().await
-    }
-
-    /// The next change if one is ready, without waiting.
-    pub fn try_next(&mut self) -> Option<Change> {
-        self.rx.try_recv().ok()
-    }
-}
-
-impl StoreFeedSender {
-    /// Sends a change, waiting for room; `false` once the reader is gone
-    /// (the listener should then stop).
-    pub async fn send(&self, change: Change) -> bool {
-        self.tx.send(change).await.is_ok()
-    }
-
-    /// Sends a change if there is room: `Ok(false)` when the feed is full
-    /// (the change is dropped: follow up with a [`Change::Resync`]),
-    /// `Err(())` once the reader is gone.
-    #[allow(
-        clippy::result_unit_err,
-        reason = "the only failure is \"the reader is gone\", which carries nothing"
-    )]
-    pub fn try_send(&self, change: Change) -> Result<bool, ()> {
-        match self.tx.try_send(change) {
-            Ok(()) => Ok(true),
-            Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
-        }
-    }
-
-    /// Whether the reader is gone.
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
-    }
-
-    /// Completes once the reader is gone, for a listener to stop on while
-    /// it waits for its store.
-    pub async fn closed(&self) {
-        self.tx.closed().await
-    }
-}
-
-/// One group found by [`LeaseView::list`].
-#[derive(Debug)]
-pub struct Listed {
-    /// The group found under the prefix.
-    pub group: GroupName,
-    /// Its record, or why it cannot be used.
-    pub record: Result<Versioned, StoreError>,
-}
-
-impl Listed {
-    /// What [`LeaseView::list`] returns for the groups a store found and
-    /// their records, read afterwards in one batch (in the same order): a
-    /// group whose record is gone by then (deleted between the listing and
-    /// the read) is left out; one that cannot be read keeps its error.
-    pub fn from_reads(
-        groups: Vec<GroupName>,
-        records: Vec<Result<Option<Versioned>, StoreError>>,
-    ) -> Vec<Listed> {
-        groups
-            .into_iter()
-            .zip(records)
-            .filter_map(|(group, record)| record.transpose().map(|record| Listed { group, record }))
-            .collect()
-    }
-}
-
-/// A single read as a batch of one, for a store whose native read is the
-/// batch (one statement, one script call): the batch's only entry, or an
-/// unavailable store if it answered with none.
-pub async fn read_as_batch<S: LeaseView + ?Sized>(
-    store: &S,
-    group: &GroupName,
-) -> Result<Option<Versioned>, StoreError> {
-    only_entry(store.read_many(std::slice::from_ref(group)).await?)
-}
-
-/// A single compare-and-swap as a batch of one, for a store whose native
-/// write is the batch; see [`read_as_batch`].
-pub async fn compare_and_swap_as_batch<S: LeaseStore + ?Sized>(
-    store: &S,
-    group: &GroupName,
-    expected: Option<Version>,
-    record: &LeaseRecord,
-) -> Result<CasOutcome, StoreError> {
-    let request = CasRequest {
-        group: group.clone(),
-        expected,
-        record: record.clone(),
-    };
-    only_entry(
-        store
-            .compare_and_swap_many(std::slice::from_ref(&request))
-            .await?,
-    )
-}
-
-/// Checks that a store answered a batch of `asked` operations with as many
-/// results: a server that answers with more or fewer is not one the
-/// results can be matched to (`server` names it, `what` the batch).
-pub fn check_batch_answer(
-    server: &str,
-    what: &str,
-    asked: usize,
-    answered: usize,
-) -> Result<(), StoreError> {
-    if asked == answered {
-        return Ok(());
-    }
-    Err(StoreError::Unavailable {
-        message: format!("{server} answered {what} of {asked} with {answered} results"),
-        source: None,
-    })
-}
-
-fn only_entry<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {
-    batch.into_iter().next().unwrap_or_else(|| {
-        Err(StoreError::Unavailable {
-            message: "the store answered a batch of one with no entry".into(),
-            source: None,
-        })
-    })
-}
-
-/// How many single operations the default batch methods run at once.
-pub const DEFAULT_CONCURRENCY: usize = 16;
-
-/// How often a [`FeedRelay`] that fell behind offers its reader the
-/// resync it owes.
-pub const RESYNC_RETRY: Duration = Duration::from_millis(20);
-
-/// Hands changes from a store's listener to a [`StoreFeed`] without ever
-/// waiting for its reader: when the feed is full, the change is dropped
-/// and a [`Change::Resync`] is owed, sent as soon as there is room (it
-/// covers every change dropped meanwhile). A listener that reads an
-/// unbounded source (a socket's notifications) so never piles them up
-/// behind a slow reader.
-///
-/// ```
-/// use tenure::{Change, FeedRelay, GroupName, StoreFeed};
-/// let (tx, mut feed) = StoreFeed::channel(1);
-/// let mut relay = FeedRelay::new(tx);
-/// let hint = |g: &str| Change::Hint { group: GroupName::new(g).unwrap() };
-/// assert!(relay.send(hint("a")));
-/// assert!(relay.send(hint("b"))); // full: dropped, a resync owed
-/// assert!(relay.owes_resync());
-/// assert_eq!(feed.try_next(), Some(hint("a")));
-/// assert!(relay.settle());
-/// assert_eq!(feed.try_next(), Some(Change::Resync));
-/// ```
-#[derive(Debug)]
-pub struct FeedRelay {
-    tx: StoreFeedSender,
-    owes_resync: bool,
-}
-
-impl FeedRelay {
-    /// A relay into the feed of `tx`, owing nothing.
-    pub fn new(tx: StoreFeedSender) -> Self {
-        FeedRelay {
-            tx,
-            owes_resync: false,
-        }
-    }
-
-    /// Relays one change (or the resync owed, which covers it); `false`
-    /// once the reader is gone and the listener should stop.
-    pub fn send(&mut self, change: Change) -> bool {
-        if !self.settle() {
-            return false;
-        }
-        if self.owes_resync {
-            return true;
-        }
-        match self.tx.try_send(change) {
-            Ok(sent) => {
-                self.owes_resync = !sent;
-                true
-            }
-            Err(()) => false,
-        }
-    }
-
-    /// Notes that changes were missed (the listener reconnected), and
-    /// offers the resync at once; `false` once the reader is gone.
-    pub fn missed(&mut self) -> bool {
-        self.owes_resync = true;
-        self.settle()
-    }
-
-    /// After the connection feeding the relay failed: unless the reader is
-    /// gone, opens a new one (`reopen`, not called when the reader is gone)
-    /// and, once it is open, owes the reader a resync (changes made
-    /// meanwhile were missed) and offers it. The new connection, or `None`
-    /// when the feed should end: the reader is gone, or reopening failed
-    /// (`failed` is told why; the engine then polls until it subscribes
-    /// again).
-    pub async fn reconnect<S, E, Fut>(
-        &mut self,
-        reopen: impl FnOnce() -> Fut,
-        failed: impl FnOnce(E),
-    ) -> Option<S>
-    where
-        Fut: Future<Output = Result<S, E>>,
-    {
-        if self.is_closed() {
-            return None;
-        }
-        match reopen().await {
-            Ok(again) => self.missed().then_some(again),
-            Err(e) => {
-                failed(e);
-                None
-            }
-        }
-    }
-
-    /// Offers the resync owed, if any; `false` once the reader is gone.
-    /// Call it now and then while one is owed: nothing else may come to
-    /// carry it.
-    pub fn settle(&mut self) -> bool {
-        if !self.owes_resync {
-            return !self.tx.is_closed();
-        }
-        match self.tx.try_send(Change::Resync) {
-            Ok(sent) => {
-                self.owes_resync = !sent;
-                true
-            }
-            Err(()) => false,
-        }
-    }
-
-    /// Whether a resync is owed.
-    pub fn owes_resync(&self) -> bool {
-        self.owes_resync
-    }
-
-    /// Waits for `source` (the listener's next event) while doing the
-    /// relay's own duties meanwhile: offering the resync owed every
-    /// [`RESYNC_RETRY`], since nothing else may come to carry it, and
-    /// noticing the reader is gone. `None` once it is: the listener should
-    /// stop.
-    pub async fn next<T>(&mut self, source: impl Future<Output = T>) -> Option<T> {
-        let mut source = std::pin::pin!(source);
-        let tx = self.tx.clone();
-        loop {
-            tokio::select! {
-                item = &mut source => return Some(item),
-                () = tx.closed() => return None,
-                () = tokio::time::sleep(RESYNC_RETRY), if self.owes_resync => {
-                    if !self.settle() {
-                        return None;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Whether the reader is gone.
-    pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
-    }
-}
-
-/// A store's per-group change feeds, turned off for a while after the
-/// server refused one (an ACL without the permission it needs), so that
-/// electors poll meanwhile instead of asking again for a feed that cannot
-/// work. Clones share the state.
-#[derive(Clone, Debug, Default)]
-pub struct FeedsOff(std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
-
-impl FeedsOff {
-    /// Whether feeds are off now.
-    pub fn now(&self) -> bool {
-        let mut off = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match *off {
-            Some(until) if tokio::time::Instant::now() < until => true,
-            Some(_) => {
-                *off = None;
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// Turns feeds off for `retry_after` from now.
-    pub fn for_a_while(&self, retry_after: std::time::Duration) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(tokio::time::Instant::now() + retry_after);
-    }
-}
-
-/// How long a store's listener pauses before it watches again after
-/// `failures` failed attempts in a row: 50 ms, doubling, at most 2 s (a
-/// feed that stays down leaves the electors polling meanwhile).
-///
-/// ```
-/// use std::time::Duration;
-/// assert_eq!(tenure::store::feed_backoff(1), Duration::from_millis(50));
-/// assert_eq!(tenure::store::feed_backoff(3), Duration::from_millis(200));
-/// assert_eq!(tenure::store::feed_backoff(u32::MAX), Duration::from_secs(2));
-/// ```
-pub fn feed_backoff(failures: u32) -> std::time::Duration {
-    const FIRST: std::time::Duration = std::time::Duration::from_millis(50);
-    const MOST: std::time::Duration = std::time::Duration::from_secs(2);
-    let exp = failures.saturating_sub(1).min(16);
-    (FIRST * 2u32.pow(exp)).min(MOST)
-}
-
-/// Hints the reader of a [`ChangeFeed`] without waiting; `false` once the
-/// reader is gone. A full channel already holds a hint: the reader re-reads
-/// once and sees this change too.
-///
-/// ```
-/// let (tx, mut feed) = tenure::ChangeFeed::channel();
-/// assert!(tenure::store::send_hint(&tx));
-/// assert!(tenure::store::send_hint(&tx), "a full channel is no error");
-/// drop(feed);
-/// assert!(!tenure::store::send_hint(&tx));
-/// ```
-pub fn send_hint(tx: &mpsc::Sender<()>) -> bool {
-    !matches!(tx.try_send(()), Err(mpsc::error::TrySendError::Closed(_)))
-}
-
-/// What [`keep_hinting`] hands each attempt of a per-group hint feed (one
-/// watch or subscription): the attempt calls
-/// [`connected`](HintAttempt::connected) once it is up, so that the
-/// back-off after a later failure starts again from the shortest.
-#[derive(Clone, Debug, Default)]
-pub struct HintAttempt {
-    connected: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl HintAttempt {
-    /// The watch or subscription is up: the failures before it no longer
-    /// count.
-    pub fn connected(&self) {
-        self.connected
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Keeps a per-group hint feed alive for as long as its reader (`tx`'s
-/// receiver) is there. `attempt` is one watch or subscription: it hints
-/// until the reader is gone (`Ok(())`) or the connection breaks (`Err`).
-/// After a transient failure (reported to `lost`) it runs again, once
-/// [`feed_backoff`] of the failures in a row has passed (a failure after
-/// the attempt [connected](HintAttempt::connected) is the first in a row).
-/// `Ok(())` once the reader is gone; `Err` with the first failure an
-/// operator must fix (a permission, say), after which the store's electors
-/// poll.
-pub async fn keep_hinting<E, F, A>(
-    tx: &mpsc::Sender<()>,
-    mut attempt: F,
-    mut lost: impl FnMut(&E),
-) -> Result<(), E>
-where
-    E: crate::error::BackendError,
-    F: FnMut(HintAttempt) -> A,
-    A: Future<Output = Result<(), E>>,
-{
-    let mut failures = 0u32;
-    loop {
-        let this = HintAttempt::default();
-        let outcome = tokio::select! {
-            _ = tx.closed() => return Ok(()),
-            r = attempt(this.clone()) => r,
-        };
-        match outcome {
-            Ok(()) => return Ok(()),
-            Err(e) if !e.is_transient() => return Err(e),
-            Err(e) => {
-                if this.connected.load(std::sync::atomic::Ordering::Relaxed) {
-                    failures = 0;
-                }
-                failures = failures.saturating_add(1);
-                lost(&e);
-            }
-        }
-        tokio::select! {
-            _ = tx.closed() => return Ok(()),
-            _ = tokio::time::sleep(feed_backoff(failures)) => {}
-        }
-    }
-}
 
 /// Per-item results of a batch, or the failure of the batch as a whole.
 pub type BatchResult<T> = Result<Vec<Result<T, StoreError>>, StoreError>;
@@ -747,8 +273,171 @@ macro_rules! forward_through_pointer {
 forward_through_pointer!(std::sync::Arc);
 forward_through_pointer!(Box);
 
+/// How many single operations the default batch methods run at once.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// The result of a compare-and-swap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CasOutcome {
+    /// The record was written; this is its new version.
+    Applied(Version),
+    /// The stored version was not the expected one (or a record existed when
+    /// none was expected); nothing was written.
+    Conflict,
+}
+
+/// A stream of hints that a group's record may have changed. A hint carries
+/// no data: the elector re-reads the record. Stores send a hint on every
+/// change they see; extra hints are harmless, and when the feed ends the
+/// elector falls back to polling.
+#[derive(Debug)]
+pub struct ChangeFeed {
+    rx: mpsc::Receiver<()>,
+}
+
+impl ChangeFeed {
+    /// A feed and the sender a store task uses to feed it. A small bound is
+    /// enough: one pending hint already makes the elector re-read.
+    pub fn channel() -> (mpsc::Sender<()>, ChangeFeed) {
+        let (tx, rx) = mpsc::channel(1);
+        (tx, ChangeFeed { rx })
+    }
+
+    /// Waits for the next hint; `None` once the store ended the feed.
+    pub async fn changed(&mut self) -> Option<()> {
+        self.rx.recv().await
+    }
+}
+
+/// One compare-and-swap of a batch (see [`LeaseStore::compare_and_swap_many`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CasRequest {
+    /// The group whose record to write.
+    pub group: GroupName,
+    /// The version the store must still have (`None`: no record may exist).
+    pub expected: Option<Version>,
+    /// The record to write.
+    pub record: LeaseRecord,
+}
+
+/// What a store-wide change feed reports (see [`LeaseView::watch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The group's record was written and is now this. A feed that carries
+    /// records spares every follower a read per renewal.
+    Written {
+        /// The group written.
+        group: GroupName,
+        /// The record as written, with its new version.
+        current: Versioned,
+    },
+    /// Something about the group changed; read it to learn what.
+    Hint {
+        /// The group that may have changed.
+        group: GroupName,
+    },
+    /// The feed may have missed changes (it reconnected, or fell behind):
+    /// every group should be read again.
+    Resync,
+}
+
+/// A store-wide stream of [`Change`]s, for every group of the store. Ends
+/// (`None`) when the store gives up on it; the reader then polls.
+#[derive(Debug)]
+pub struct StoreFeed {
+    rx: mpsc::Receiver<Change>,
+}
+
+/// The sending side of a [`StoreFeed`], held by the store's listener task.
+#[derive(Clone, Debug)]
+pub struct StoreFeedSender {
+    tx: mpsc::Sender<Change>,
+}
+
+impl StoreFeed {
+    /// A feed and its sender. `capacity` bounds the changes in flight; a
+    /// listener that finds the feed full should send [`Change::Resync`] once
+    /// room returns rather than block its connection for long.
+    pub fn channel(capacity: usize) -> (StoreFeedSender, StoreFeed) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (StoreFeedSender { tx }, StoreFeed { rx })
+    }
+
+    /// The next change; `None` once the store ended the feed.
+    pub async fn next(&mut self) -> Option<Change> {
+        self.rx.recv().await
+    }
+
+    /// The next change if one is ready, without waiting.
+    pub fn try_next(&mut self) -> Option<Change> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl StoreFeedSender {
+    /// Sends a change, waiting for room; `false` once the reader is gone
+    /// (the listener should then stop).
+    pub async fn send(&self, change: Change) -> bool {
+        self.tx.send(change).await.is_ok()
+    }
+
+    /// Sends a change if there is room: `Ok(false)` when the feed is full
+    /// (the change is dropped: follow up with a [`Change::Resync`]),
+    /// `Err(())` once the reader is gone.
+    #[allow(
+        clippy::result_unit_err,
+        reason = "the only failure is \"the reader is gone\", which carries nothing"
+    )]
+    pub fn try_send(&self, change: Change) -> Result<bool, ()> {
+        match self.tx.try_send(change) {
+            Ok(()) => Ok(true),
+            Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+        }
+    }
+
+    /// Whether the reader is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Completes once the reader is gone, for a listener to stop on while
+    /// it waits for its store.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+}
+
+/// One group found by [`LeaseView::list`].
+#[derive(Debug)]
+pub struct Listed {
+    /// The group found under the prefix.
+    pub group: GroupName,
+    /// Its record, or why it cannot be used.
+    pub record: Result<Versioned, StoreError>,
+}
+
+impl Listed {
+    /// What [`LeaseView::list`] returns for the groups a store found and
+    /// their records, read afterwards in one batch (in the same order): a
+    /// group whose record is gone by then (deleted between the listing and
+    /// the read) is left out; one that cannot be read keeps its error.
+    pub fn from_reads(
+        groups: Vec<GroupName>,
+        records: Vec<Result<Option<Versioned>, StoreError>>,
+    ) -> Vec<Listed> {
+        groups
+            .into_iter()
+            .zip(records)
+            .filter_map(|(group, record)| record.transpose().map(|record| Listed { group, record }))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn hint(g: &str) -> Change {
