@@ -10,12 +10,20 @@ use crate::error::StoreError;
 use crate::record::{LeaseRecord, Version, Versioned};
 use crate::store::CasOutcome;
 
+/// A term this node holds.
 #[derive(Clone, Debug, Hash)]
 pub(super) struct Lead {
+    /// The term's fencing token, fixed for its life.
     pub(super) token: u64,
+    /// The version of the term's last write known to have applied: the
+    /// next renewal expects it.
     pub(super) version: Version,
+    /// The record that write stored.
     pub(super) record: LeaseRecord,
+    /// When the term's validity ends: only ever moved later, by a renewal
+    /// counted from its send.
     pub(super) deadline: MonoTime,
+    /// When the next renewal goes out.
     pub(super) next_renew: MonoTime,
     /// A renewal conflicted; a read is checking whether it was our own
     /// earlier write that applied after its reply was lost.

@@ -41,31 +41,48 @@ use leader::Lead;
 use observation::Observed;
 use release::{After, Release};
 
+/// The role, with what only that role holds.
 #[derive(Clone, Debug, Hash)]
 enum State {
+    /// Standing (or waiting to): polling, watching the feed, acquiring.
     Candidate,
+    /// Holding a term and renewing it.
     Leader(Lead),
+    /// The term ended; its work is told to stop and the lease is kept
+    /// until the work drains or the term's deadline passes.
     Draining {
+        /// The ended term.
         lead: Lead,
+        /// What follows the release: stand again, or stop.
         then: After,
+        /// The work reported itself gone ([`Input::Drained`]).
         drained: bool,
         /// The candidate the release reserves the lease for, if any.
         successor: Option<String>,
     },
+    /// Clearing this node from the record.
     Releasing(Release),
+    /// Stopped for good: every input is ignored.
     Stopped,
 }
 
+/// What the operation in flight is, so its reply is read for that.
 #[derive(Clone, Debug, Hash)]
 enum OpKind {
+    /// A read, and what it is for.
     Read(ReadPurpose),
+    /// A compare-and-swap, what it is for, and the record it writes.
     Write(WritePurpose, LeaseRecord),
 }
 
+/// The store operation in flight.
 #[derive(Clone, Debug, Hash)]
 struct Pending {
+    /// Its id; a reply carrying another is stale and ignored.
     id: OpId,
+    /// What it is.
     kind: OpKind,
+    /// When it was sent: a write's validity counts from here.
     sent: MonoTime,
 }
 
@@ -77,26 +94,43 @@ struct Pending {
 #[derive(Debug)]
 #[cfg_attr(feature = "model", derive(Clone))]
 pub struct Machine {
+    /// The validated timing rules (see [`crate::config`]).
     timing: Timing,
+    /// Who this candidate is (id and process instance).
     me: Holder,
+    /// What the next record this node writes publishes.
     metadata: Metadata,
+    /// The retry jitter's source, seeded so a simulation replays.
     rng: StdRng,
+    /// The role and what it holds.
     state: State,
+    /// The one store operation in flight; a reply for any other is stale.
     op: Option<Pending>,
+    /// The id the next operation gets.
     next_op: u64,
+    /// What this node last knew of the record; `None` once that is
+    /// unknown (a failed write, a resync) and a read must look again.
     observed: Option<Observed>,
     /// The term of the last held record this node saw, until it sees a
     /// released one. A held record that then reads as missing was lost by
     /// the store, not released: its holder may still be working, so it is
     /// waited out like the record itself.
     last_held_term: Option<Duration>,
+    /// When a waiting candidate polls next ([`NEVER`] while the feed
+    /// reports every write).
     next_read: MonoTime,
+    /// A look is owed at once (the feed came up, went down or resynced).
     reread: bool,
+    /// Until when a candidate backs off (a busy store, a write of unknown
+    /// fate, a release just done).
     hold_off_until: MonoTime,
     /// The last ended term's token and when its work must be gone; this
     /// node stands again only after that work is gone.
     ended: Option<(u64, MonoTime)>,
+    /// The latest instant the application showed it is alive.
     last_pulse: MonoTime,
+    /// The other leader last reported with `LeaderChanged` (holder, token,
+    /// metadata), so each change is reported once.
     reported: Option<(Holder, u64, Metadata)>,
     /// The highest token this node has seen in any record: a new term's
     /// token exceeds it even if the store lost its data meanwhile.

@@ -7,8 +7,10 @@ use super::{Action, Machine};
 use crate::clock::{MonoTime, Now};
 use crate::record::{LeaseRecord, Version, Versioned};
 
+/// What this node knows of the record, and since when.
 #[derive(Clone, Debug, Hash)]
 pub(super) struct Observed {
+    /// The record and its version; `None`: the store has none.
     pub(super) current: Option<Versioned>,
     /// When this node first saw `current`'s version (reply receipt).
     pub(super) since: MonoTime,

@@ -12,9 +12,12 @@ use crate::error::StoreError;
 use crate::record::{LeaseRecord, Metadata, Version, Versioned, DUTY_PREFIX, TRANSFER_TO_KEY};
 use crate::store::CasOutcome;
 
+/// What a node does once its lease is given back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum After {
+    /// Stand again as a candidate.
     Stand,
+    /// Stop for good (a shutdown).
     Stop,
 }
 
@@ -22,6 +25,7 @@ pub(super) enum After {
 /// the record turns out not to be ours, or `until` passes.
 #[derive(Clone, Debug, Hash)]
 pub(super) struct Release {
+    /// What follows: stand again, or stop.
     pub(super) then: After,
     /// Only a record with this node as holder and this token is ours to
     /// clear; anything else is left alone.
