@@ -1,10 +1,10 @@
 //! The candidate's room: polling the record, standing for the lease once
 //! the takeover rule allows it, and what an acquisition's reply means.
 
-use super::{Action, Fault, Lead, Machine, ReadPurpose, State, WritePurpose, NEVER};
-use crate::clock::{MonoTime, Now};
+use super::{Action, Fault, Lead, Machine, ReadPurpose, State, WritePurpose, WriteReply, NEVER};
+use crate::clock::Now;
 use crate::error::StoreError;
-use crate::record::{LeaseRecord, Versioned};
+use crate::record::Versioned;
 use crate::store::CasOutcome;
 
 impl Machine {
@@ -40,14 +40,12 @@ impl Machine {
         }
     }
 
-    pub(super) fn on_acquire(
-        &mut self,
-        now: Now,
-        record: LeaseRecord,
-        sent: MonoTime,
-        result: Result<CasOutcome, StoreError>,
-        out: &mut Vec<Action>,
-    ) {
+    pub(super) fn on_acquire(&mut self, now: Now, reply: WriteReply, out: &mut Vec<Action>) {
+        let WriteReply {
+            record,
+            sent,
+            result,
+        } = reply;
         if !matches!(self.state, State::Candidate) {
             return;
         }

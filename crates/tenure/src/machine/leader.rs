@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Action, After, EndReason, Machine, ReadPurpose, State, WritePurpose};
+use super::{Action, After, EndReason, Machine, ReadPurpose, State, WritePurpose, WriteReply};
 use crate::clock::{MonoTime, Now};
 use crate::error::StoreError;
 use crate::record::{LeaseRecord, Version, Versioned};
@@ -69,14 +69,12 @@ impl Machine {
         }
     }
 
-    pub(super) fn on_renew(
-        &mut self,
-        now: Now,
-        record: LeaseRecord,
-        sent: MonoTime,
-        result: Result<CasOutcome, StoreError>,
-        out: &mut Vec<Action>,
-    ) {
+    pub(super) fn on_renew(&mut self, now: Now, reply: WriteReply, out: &mut Vec<Action>) {
+        let WriteReply {
+            record,
+            sent,
+            result,
+        } = reply;
         // Drawn only for a failure, so that the jitter's stream moves only
         // when a retry uses it.
         let retry = match &result {

@@ -86,6 +86,16 @@ struct Pending {
     sent: MonoTime,
 }
 
+/// A write's reply, with what judging it takes.
+struct WriteReply {
+    /// The record the write carried (stored, if it applied).
+    record: LeaseRecord,
+    /// When it was sent: its validity counts from here.
+    sent: MonoTime,
+    /// What the store answered.
+    result: Result<CasOutcome, StoreError>,
+}
+
 /// The election state machine of one candidate.
 ///
 /// With the `model` feature it is `Clone` and `Hash`, so a model checker
@@ -476,9 +486,14 @@ impl Machine {
         if let State::Releasing(_) = self.state {
             return self.on_release_write(now, purpose, result, out);
         }
+        let reply = || WriteReply {
+            record,
+            sent,
+            result,
+        };
         match purpose {
-            WritePurpose::Acquire => self.on_acquire(now, record, sent, result, out),
-            WritePurpose::Renew => self.on_renew(now, record, sent, result, out),
+            WritePurpose::Acquire => self.on_acquire(now, reply(), out),
+            WritePurpose::Renew => self.on_renew(now, reply(), out),
             // A release is only ever in flight while releasing.
             WritePurpose::Release => {}
         }
