@@ -1,0 +1,572 @@
+//! Batching: operations queued by priority, sent as `read_many` and
+//! `compare_and_swap_many` within the store's admission, and each batch's
+//! answer handed back to its machines (a failed batch retried one by one).
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::clock::{Clock, MonoTime};
+use crate::error::StoreError;
+use crate::machine::{Input, OpId, Phase, ReadPurpose, WritePurpose};
+use crate::record::Versioned;
+use crate::store::{BatchResult, CasOutcome, LeaseStore};
+
+use super::*;
+
+/// What an operation is for, in the order the engine sends them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Priority {
+    /// A leader's renewal, or its read verifying a conflicted one.
+    Renewal,
+    /// A release, or a releasing node's verifying read.
+    Release,
+    /// A candidate's attempt to take the lease.
+    Acquisition,
+    /// A candidate's look at the record.
+    Poll,
+}
+
+impl Priority {
+    pub(super) const ALL: [Priority; 4] = [
+        Priority::Renewal,
+        Priority::Release,
+        Priority::Acquisition,
+        Priority::Poll,
+    ];
+
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether the admission window bounds it (it adds load, and may wait).
+    pub(super) fn deferrable(self) -> bool {
+        matches!(self, Priority::Acquisition | Priority::Poll)
+    }
+
+    pub(super) fn of(kind: OpKind, phase: &Phase) -> Priority {
+        match kind {
+            OpKind::Write(WritePurpose::Renew) => Priority::Renewal,
+            OpKind::Write(WritePurpose::Release) => Priority::Release,
+            OpKind::Write(WritePurpose::Acquire) => Priority::Acquisition,
+            OpKind::Read(ReadPurpose::Poll) => Priority::Poll,
+            OpKind::Read(ReadPurpose::Verify) => match phase {
+                Phase::Leader { .. } => Priority::Renewal,
+                _ => Priority::Release,
+            },
+        }
+    }
+}
+
+/// Operations of one priority waiting for a batch: healthy groups' and
+/// suspects' apart, each in the order they came.
+pub(super) struct Lane<T> {
+    pub(super) healthy: VecDeque<Queued<T>>,
+    pub(super) suspects: VecDeque<Queued<T>>,
+}
+
+impl<T> Default for Lane<T> {
+    fn default() -> Self {
+        Lane {
+            healthy: VecDeque::new(),
+            suspects: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Lane<T> {
+    pub(super) fn push(&mut self, q: Queued<T>) {
+        if q.isolate == usize::MAX {
+            self.healthy.push_back(q);
+        } else {
+            self.suspects.push_back(q);
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.healthy.len() + self.suspects.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.healthy.is_empty() && self.suspects.is_empty()
+    }
+
+    /// The next batch of at most `room`: suspects' operations if any wait
+    /// and `suspects` allows, no more of them than the smallest bound among
+    /// them; else healthy groups' operations.
+    pub(super) fn take(&mut self, room: usize, suspects: bool) -> (Vec<Queued<T>>, bool) {
+        if suspects && !self.suspects.is_empty() {
+            let mut limit = room;
+            let mut chunk = Vec::new();
+            while let Some(q) = self.suspects.front() {
+                let limit_with = limit.min(q.isolate);
+                if chunk.len() >= limit_with {
+                    break;
+                }
+                limit = limit_with;
+                chunk.extend(self.suspects.pop_front());
+            }
+            return (chunk, true);
+        }
+        let take = room.min(self.healthy.len());
+        (self.healthy.drain(..take).collect(), false)
+    }
+}
+
+/// A group's operations waiting for a batch, by [`Priority`].
+pub(super) struct Queues<T> {
+    pub(super) by_priority: [Lane<T>; 4],
+}
+
+impl<T> Default for Queues<T> {
+    fn default() -> Self {
+        Queues {
+            by_priority: Default::default(),
+        }
+    }
+}
+
+impl<T> Queues<T> {
+    pub(super) fn of(&mut self, priority: Priority) -> &mut Lane<T> {
+        &mut self.by_priority[priority.index()]
+    }
+}
+
+/// A queued store operation of one group: `item` is the group to read or
+/// the compare-and-swap to make.
+pub(super) struct Queued<T> {
+    pub(super) id: GroupId,
+    pub(super) op: OpId,
+    pub(super) deadline: MonoTime,
+    /// The group's batch-size bound when it was queued (see `Slot::isolate`).
+    pub(super) isolate: usize,
+    pub(super) item: T,
+}
+
+/// The operations of a batch about to be sent: whose they are, the latest
+/// of their deadlines (the batch is abandoned once all have passed), and
+/// what to send.
+pub(super) struct Outgoing<T> {
+    pub(super) ids: Vec<(GroupId, OpId)>,
+    pub(super) deadline: MonoTime,
+    pub(super) items: Vec<T>,
+}
+
+/// A finished batch, with the instant it was sent, what it was for and
+/// whether it carried suspects.
+pub(super) struct BatchReply {
+    pub(super) sent: MonoTime,
+    pub(super) priority: Priority,
+    pub(super) suspects: bool,
+    pub(super) result: BatchResults,
+}
+
+/// How a batch's items fared, for failure isolation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    AllApplied,
+    Mixed,
+    AllFailed,
+}
+
+pub(super) enum BatchResults {
+    Reads(Vec<(GroupId, OpId)>, BatchResult<Option<Versioned>>),
+    Writes(Vec<(GroupId, OpId)>, BatchResult<CasOutcome>),
+}
+
+impl BatchResults {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            BatchResults::Reads(ids, _) | BatchResults::Writes(ids, _) => ids.len(),
+        }
+    }
+
+    /// Whether every item failed (the batch as a whole or each on its
+    /// own), some did, or none did; busy items (certainly not applied) are
+    /// not failures.
+    pub(super) fn outcome(&self) -> Outcome {
+        fn of<R>(r: &BatchResult<R>) -> Outcome {
+            let failed = |e: &StoreError| !e.not_applied();
+            match r {
+                Err(e) if failed(e) => Outcome::AllFailed,
+                Err(_) => Outcome::AllApplied,
+                Ok(items) => {
+                    let bad = items
+                        .iter()
+                        .filter(|i| i.as_ref().err().is_some_and(failed))
+                        .count();
+                    if bad == 0 {
+                        Outcome::AllApplied
+                    } else if bad == items.len() {
+                        Outcome::AllFailed
+                    } else {
+                        Outcome::Mixed
+                    }
+                }
+            }
+        }
+        match self {
+            BatchResults::Reads(_, r) => of(r),
+            BatchResults::Writes(_, r) => of(r),
+        }
+    }
+
+    /// Whether the store failed the batch as a whole (a batch it turned
+    /// away as busy, certainly not applied, is not a failure of its items).
+    pub(super) fn failed(&self) -> bool {
+        let failed = |e: &StoreError| !e.not_applied();
+        match self {
+            BatchResults::Reads(_, r) => r.as_ref().err().is_some_and(failed),
+            BatchResults::Writes(_, r) => r.as_ref().err().is_some_and(failed),
+        }
+    }
+}
+
+/// A store's answer to one operation.
+pub(super) enum Reply {
+    Read(Option<Versioned>),
+    Write(CasOutcome),
+}
+
+/// Pairs each operation of a batch with its result; a batch that failed as
+/// a whole fails every operation in it with a copy of its error.
+pub(super) fn spread<T>(
+    ids: Vec<(GroupId, OpId)>,
+    result: BatchResult<T>,
+) -> Vec<((GroupId, OpId), Result<T, StoreError>)> {
+    match result {
+        Ok(results) if results.len() == ids.len() => ids.into_iter().zip(results).collect(),
+        Ok(results) => {
+            let error = StoreError::Unavailable {
+                message: format!(
+                    "the store answered a batch of {} operations with {} results",
+                    ids.len(),
+                    results.len()
+                ),
+                source: None,
+            };
+            ids.into_iter()
+                .map(|id| (id, Err(error.copy_for_batch())))
+                .collect()
+        }
+        Err(error) => ids
+            .into_iter()
+            .map(|id| (id, Err(error.copy_for_batch())))
+            .collect(),
+    }
+}
+
+impl Task {
+    /// Sends queued operations as batches while there is room in flight,
+    /// in the order of their priorities, then answers what it held back.
+    pub(super) fn flush(&mut self) {
+        loop {
+            for priority in Priority::ALL {
+                self.flush_queue(
+                    priority,
+                    |engine| &mut engine.writes,
+                    |counters| (&counters.write_batches, &counters.writes),
+                    |store, requests| async move { store.compare_and_swap_many(&requests).await },
+                    BatchResults::Writes,
+                );
+                self.flush_queue(
+                    priority,
+                    |engine| &mut engine.reads,
+                    |counters| (&counters.read_batches, &counters.reads),
+                    |store, groups| async move { store.read_many(&groups).await },
+                    BatchResults::Reads,
+                );
+            }
+            let shed = std::mem::take(&mut self.shedding);
+            if shed.is_empty() {
+                break;
+            }
+            for (id, op) in shed {
+                Counters::add(&self.counters.shed, 1);
+                self.hold_back(id, op);
+            }
+        }
+        let window = self.admission.window() as u64;
+        self.counters
+            .admission_window
+            .store(window, Ordering::Relaxed);
+    }
+
+    /// How many operations of `priority` may go out in the next batch: the
+    /// batch size, within the admission window for deferrable ones, which
+    /// also leave the last free slot to renewals and releases.
+    pub(super) fn room_for(&self, priority: Priority) -> usize {
+        let free = self
+            .options
+            .max_in_flight
+            .saturating_sub(self.batches.len());
+        let cap = self
+            .admission
+            .batch_cap(self.options.max_batch, self.op_timeout / 4);
+        if !priority.deferrable() {
+            return if free > 0 { cap } else { 0 };
+        }
+        let reserved = usize::from(self.options.max_in_flight > 1);
+        if free <= reserved {
+            return 0;
+        }
+        let now = self.clock.now().mono;
+        self.admission.room(now).min(cap)
+    }
+
+    /// Sends one priority's operations of one queue as batches while there
+    /// is room, through `call`; `counted` names the counters of its batches
+    /// and of its operations.
+    pub(super) fn flush_queue<T, R, Fut>(
+        &mut self,
+        priority: Priority,
+        queues: fn(&mut Self) -> &mut Queues<T>,
+        counted: fn(&Counters) -> (&AtomicU64, &AtomicU64),
+        call: impl Fn(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
+        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchResults,
+    ) where
+        R: 'static,
+        Fut: Future<Output = BatchResult<R>> + Send + 'static,
+    {
+        loop {
+            if queues(self).of(priority).is_empty() {
+                return;
+            }
+            let room = self.room_for(priority);
+            if room == 0 {
+                return;
+            }
+            let allow_suspects = self.suspects_in_flight == 0;
+            let lane = queues(self).of(priority);
+            if lane.healthy.is_empty() && !allow_suspects {
+                return;
+            }
+            let (chunk, suspects) = lane.take(room, allow_suspects);
+            let Some(out) = self.still_current(chunk, priority) else {
+                continue;
+            };
+            let (batches, operations) = counted(&self.counters);
+            Counters::add(batches, 1);
+            Counters::add(operations, out.items.len());
+            self.send(out, priority, suspects, &call, results);
+        }
+    }
+
+    /// The operations of `chunk` that are still their groups' operations in
+    /// flight, as a batch to send; `None` if none is. A renewal or release
+    /// whose deadline is nearer than the store's recent service time is
+    /// not sent, but answered as held back.
+    pub(super) fn still_current<T>(
+        &mut self,
+        chunk: Vec<Queued<T>>,
+        priority: Priority,
+    ) -> Option<Outgoing<T>> {
+        let now = self.clock.now().mono;
+        // What the store should take for this batch, at its round trip and
+        // learned cost per operation: an operation whose deadline comes
+        // sooner would be answered too late, and the store's time spent on
+        // it would be taken from the others.
+        let expected = self.admission.expected(chunk.len(), self.ops_in_flight);
+        let mut live = Vec::with_capacity(chunk.len());
+        for q in chunk {
+            if !self.is_current(q.id, q.op) {
+                continue;
+            }
+            if !priority.deferrable() && q.deadline.saturating_since(now) < expected {
+                // Held terms are being given up for want of time: nothing
+                // that adds load may go out, from this very flush on, until
+                // the store keeps up again.
+                let holding = self.holding();
+                self.admission.overloaded(now, self.op_timeout / 4, holding);
+                self.shedding.push((q.id, q.op));
+                continue;
+            }
+            live.push(q);
+        }
+        let deadline = live.iter().map(|q| q.deadline).max()?;
+        let ids = live.iter().map(|q| (q.id, q.op)).collect();
+        let items = live.into_iter().map(|q| q.item).collect();
+        Some(Outgoing {
+            ids,
+            deadline,
+            items,
+        })
+    }
+
+    /// Sends a batch through `call` in a task of its own, its reply made
+    /// by `results`; at its deadline the batch is abandoned (every operation
+    /// in it has timed out) and fails as a whole.
+    pub(super) fn send<T, R, Fut>(
+        &mut self,
+        out: Outgoing<T>,
+        priority: Priority,
+        suspects: bool,
+        call: impl FnOnce(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
+        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchResults,
+    ) where
+        R: 'static,
+        Fut: Future<Output = BatchResult<R>> + Send + 'static,
+    {
+        for (id, op) in &out.ids {
+            if let Some(current) = self.slots.get_mut(id).and_then(|s| s.op.as_mut()) {
+                if current.op == *op {
+                    current.sent = true;
+                }
+            }
+        }
+        let clock = self.clock.clone();
+        let sent = clock.now().mono;
+        let waited = out.deadline.saturating_since(sent);
+        let (ids, deadline) = (out.ids, out.deadline);
+        let count = ids.len();
+        let work = call(self.store.clone(), out.items);
+        let task = self.batches.spawn(async move {
+            let result = tokio::select! {
+                r = work => r,
+                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
+            };
+            BatchReply {
+                sent,
+                priority,
+                suspects,
+                result: results(ids, result),
+            }
+        });
+        let deferrable = if priority.deferrable() { count } else { 0 };
+        self.admission.sent(deferrable);
+        self.admitted.insert(task.id(), (count, deferrable));
+        self.ops_in_flight = self.ops_in_flight.saturating_add(count);
+        if suspects {
+            self.suspects_in_flight += 1;
+        }
+    }
+
+    /// Whether `op` is still the group's operation in flight (it may have
+    /// timed out while queued).
+    pub(super) fn is_current(&self, id: GroupId, op: OpId) -> bool {
+        self.slots
+            .get(&id)
+            .is_some_and(|s| s.op.is_some_and(|c| c.op == op))
+    }
+
+    pub(super) fn on_batch(&mut self, reply: BatchReply) {
+        let now = self.clock.now().mono;
+        let latency = now.saturating_since(reply.sent);
+        let (count, failed) = (reply.result.len(), reply.result.failed());
+        let target = self.op_timeout / 4;
+        let renewals = reply.priority == Priority::Renewal;
+        self.admission
+            .observe(now, latency, failed, count, target, renewals);
+        if reply.suspects {
+            self.suspects_in_flight = self.suspects_in_flight.saturating_sub(1);
+        }
+        // A group that failed while others in its batch succeeded may go
+        // only alone next time; one that failed with its whole batch (or
+        // with every item of it), with half as many, unless no batch of
+        // the same kind has come back with a success since it went out:
+        // then the store is failing everyone (an outage, a Redis that
+        // refuses every lease for a while), and blaming the items would
+        // only turn the recovery into batches of one.
+        let outcome = reply.result.outcome();
+        let kind = usize::from(matches!(reply.result, BatchResults::Writes(..)));
+        let store_works = self.last_success[kind].is_some_and(|t| t >= reply.sent);
+        if outcome != Outcome::AllFailed {
+            self.last_success[kind] = Some(now);
+        }
+        let isolate = match (outcome, store_works) {
+            (Outcome::Mixed, _) => 1,
+            (Outcome::AllFailed, true) => (count / 2).max(1),
+            (Outcome::AllFailed, false) | (Outcome::AllApplied, _) => usize::MAX,
+        };
+        match reply.result {
+            BatchResults::Reads(ids, result) => {
+                for ((id, op), result) in spread(ids, result) {
+                    self.judge(id, &result, isolate);
+                    let result = result.map(Reply::Read);
+                    self.answer(id, op, result);
+                }
+            }
+            BatchResults::Writes(ids, result) => {
+                for ((id, op), result) in spread(ids, result) {
+                    self.judge(id, &result, isolate);
+                    let result = result.map(Reply::Write);
+                    self.answer(id, op, result);
+                }
+            }
+        }
+    }
+
+    /// Files a group as healthy after a success, or as a suspect to be
+    /// sent in batches of at most `isolate` after a failure.
+    pub(super) fn judge<T>(&mut self, id: GroupId, result: &Result<T, StoreError>, isolate: usize) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        slot.isolate = match result {
+            Ok(_) => usize::MAX,
+            // Held back, not failed.
+            Err(e) if e.not_applied() => slot.isolate,
+            Err(_) if isolate == usize::MAX => slot.isolate,
+            Err(_) => slot.isolate.min(isolate),
+        };
+    }
+
+    /// Answers a group's operation that the engine did not send because it
+    /// could not have been answered before its deadline: busy, certainly not
+    /// applied, and no report on the store's health (it did not fail).
+    pub(super) fn hold_back(&mut self, id: GroupId, op: OpId) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let Some(current) = slot.op.filter(|c| c.op == op) else {
+            return;
+        };
+        slot.op = None;
+        let error = StoreError::busy(
+            "not sent: the store could not have answered before the operation's deadline",
+        );
+        let input = current.kind.failed(op, error);
+        self.step(id, input);
+    }
+
+    /// Hands a group its operation's outcome, if `op` is still the one it
+    /// waits for. A read's outcome answers a read, a write's a write; an
+    /// error answers either.
+    pub(super) fn answer(&mut self, id: GroupId, op: OpId, result: Result<Reply, StoreError>) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let Some(current) = slot.op else {
+            return;
+        };
+        if current.op != op {
+            return;
+        }
+        slot.op = None;
+        match &result {
+            Ok(Reply::Read(Some(v))) => saw(slot, v.version),
+            Ok(Reply::Write(CasOutcome::Applied(version))) => saw(slot, *version),
+            _ => {}
+        }
+        let health = result
+            .as_ref()
+            .err()
+            .map(|e| (e.kind().to_owned(), e.to_string()));
+        slot.session
+            .publisher
+            .store_health(current.kind.label(), health);
+        let input = match (current.kind, result) {
+            (_, Ok(Reply::Read(read))) => Input::ReadDone {
+                op,
+                result: Ok(read),
+            },
+            (_, Ok(Reply::Write(outcome))) => Input::CasDone {
+                op,
+                result: Ok(outcome),
+            },
+            (kind, Err(e)) => kind.failed(op, e),
+        };
+        self.step(id, input);
+    }
+}

@@ -1,0 +1,330 @@
+//! The store-wide change feed: subscribed once, demultiplexed by group,
+//! checked against reads, and resubscribed with a back-off when it fails.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+
+use crate::clock::{Clock, MonoTime, Now};
+use crate::error::StoreError;
+use crate::machine::{Action, Input, Phase};
+use crate::record::{GroupName, Version, Versioned};
+use crate::store::{Change, StoreFeed};
+
+use super::*;
+
+/// The engine's own check that its store-wide feed still delivers (see
+/// the module docs).
+pub(super) struct FeedCheck {
+    /// When the next check read goes out.
+    pub(super) next_at: MonoTime,
+    /// The check read in flight: the group read, and what the store said.
+    pub(super) reading: JoinSet<(GroupId, Result<Option<Versioned>, StoreError>)>,
+    /// A version the check read found that the feed had not delivered
+    /// yet: the group, the version, and when the feed must have delivered
+    /// it (or anything at all) by.
+    pub(super) owed: Option<(GroupId, Version, MonoTime)>,
+    /// Changes the feed has delivered so far, and how many it had when the
+    /// debt was noted: a feed that delivers other changes meanwhile is not
+    /// silent, only late (a busy store's feed lags; taking that for
+    /// silence would add every group's polls to its load).
+    pub(super) delivered: u64,
+    pub(super) delivered_when_owed: u64,
+    /// Which following group to read next (round robin).
+    pub(super) cursor: usize,
+}
+
+pub(super) enum Feed {
+    /// Not subscribed; try again at this instant.
+    Off { retry_at: MonoTime },
+    /// A subscription in flight.
+    Subscribing,
+    /// Changes arrive here.
+    Up(StoreFeed),
+    /// The store has no store-wide feed; groups subscribe one by one.
+    PerGroup,
+}
+
+/// Whether a group waits for a lease someone else may hold (what the feed
+/// check reads).
+pub(super) fn following(slot: &Slot) -> bool {
+    slot.machine.phase() == Phase::Candidate
+}
+
+/// Notes a version of the group's record the engine has seen.
+pub(super) fn saw(slot: &mut Slot, version: Version) {
+    slot.seen = Some(slot.seen.map_or(version, |s| s.max(version)));
+}
+
+/// Feeds the latest application pulse, if any arrived since the last.
+pub(super) fn feed_pulse(slot: &mut Slot, now: Now) -> Vec<Action> {
+    let last = slot.session.pulse.last.load(Ordering::Acquire);
+    if last <= slot.fed_pulse {
+        return Vec::new();
+    }
+    slot.fed_pulse = last;
+    let at = MonoTime::from_nanos(last).min(now.mono);
+    slot.machine.step(now, Input::Pulse { at })
+}
+
+/// Asks pulses to wake the engine while the application's silence is what
+/// keeps this candidate from leading.
+pub(super) fn watch_liveness(slot: &Slot, now: Now) {
+    if let Some(timeout) = slot.machine.timing().liveness_timeout {
+        let last = MonoTime::from_nanos(slot.session.pulse.last.load(Ordering::Acquire));
+        let silent = now.mono >= last + timeout;
+        let standing = slot.machine.phase() == Phase::Candidate;
+        slot.session
+            .pulse
+            .waiting
+            .store(silent && standing, Ordering::Release);
+    }
+}
+
+pub(super) async fn next_change(feed: &mut Feed) -> Option<Change> {
+    match feed {
+        Feed::Up(f) => f.next().await,
+        _ => std::future::pending().await,
+    }
+}
+
+impl Task {
+    /// When the feed check has something to do next, if the feed is up:
+    /// judge what a read found, or send the next read (only while some
+    /// group follows, and no read is in flight).
+    pub(super) fn feed_check_due(&self) -> Option<MonoTime> {
+        if !matches!(self.feed, Feed::Up(_)) {
+            return None;
+        }
+        if let Some((_, _, by)) = self.check.owed {
+            return Some(by);
+        }
+        // Whether any group follows is looked at only when a read is due
+        // (once per retry interval): it takes a pass over every group.
+        self.check.reading.is_empty().then_some(self.check.next_at)
+    }
+
+    /// Sends the feed check's read, or judges what it found, when due.
+    pub(super) fn run_feed_check(&mut self) {
+        let now = self.clock.now().mono;
+        if self.feed_check_due().is_none_or(|t| now < t) {
+            return;
+        }
+        if let Some((id, version, _)) = self.check.owed.take() {
+            let delivered = self
+                .slots
+                .get(&id)
+                .is_none_or(|s| s.seen.is_some_and(|seen| seen >= version));
+            let spoke = self.check.delivered != self.check.delivered_when_owed;
+            if !delivered && !spoke {
+                Counters::add(&self.counters.feed_silences, 1);
+                tracing::warn!(
+                    "the change feed did not deliver a write within an operation timeout; polling until it is back"
+                );
+                self.feed_lost();
+            }
+            return;
+        }
+        let interval = self.retry_interval();
+        self.check.next_at = now + interval;
+        let followers: Vec<GroupId> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| following(s))
+            .map(|(id, _)| *id)
+            .collect();
+        let Some(&id) = followers.get(self.check.cursor % followers.len().max(1)) else {
+            return;
+        };
+        self.check.cursor = self.check.cursor.wrapping_add(1);
+        let Some(slot) = self.slots.get(&id) else {
+            return;
+        };
+        let (store, clock, group) = (self.store.clone(), self.clock.clone(), slot.group.clone());
+        let timeout = self.op_timeout.min(interval);
+        Counters::add(&self.counters.read_batches, 1);
+        Counters::add(&self.counters.reads, 1);
+        self.check.reading.spawn(async move {
+            let deadline = clock.now().mono + timeout;
+            let result = tokio::select! {
+                r = store.read(&group) => r,
+                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
+            };
+            (id, result)
+        });
+    }
+
+    /// What the feed check's read found: a version newer than any the
+    /// engine has seen for the group must come on the feed within an
+    /// operation timeout.
+    pub(super) fn on_check_read(
+        &mut self,
+        id: GroupId,
+        result: Result<Option<Versioned>, StoreError>,
+    ) {
+        let Ok(Some(current)) = result else {
+            return;
+        };
+        let Some(slot) = self.slots.get(&id) else {
+            return;
+        };
+        if slot.seen.is_none_or(|seen| current.version > seen) && matches!(self.feed, Feed::Up(_)) {
+            // Two retry intervals: a busy store's feed lags, and taking
+            // lag for silence would add every group's polls to its load.
+            let by = self.clock.now().mono + self.retry_interval() * 2;
+            self.check.owed = Some((id, current.version, by));
+            self.check.delivered_when_owed = self.check.delivered;
+        }
+    }
+
+    /// The store-wide feed ended or went silent: every group polls until
+    /// the engine has subscribed again.
+    pub(super) fn feed_lost(&mut self) {
+        self.feed = Feed::Off {
+            retry_at: self.clock.now().mono + self.retry_interval(),
+        };
+        self.check.owed = None;
+        let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+        for id in ids {
+            self.step(id, Input::Feed { live: false });
+        }
+    }
+
+    pub(super) fn subscribe_if_due(&mut self) {
+        let Feed::Off { retry_at } = self.feed else {
+            return;
+        };
+        if self.slots.is_empty() || self.clock.now().mono < retry_at {
+            return;
+        }
+        self.feed = Feed::Subscribing;
+        let (store, clock) = (self.store.clone(), self.clock.clone());
+        // Bounded like an operation of the shortest term in the engine.
+        let timeout = self
+            .slots
+            .values()
+            .map(|s| s.machine.timing().op_timeout)
+            .min()
+            .unwrap_or(Duration::from_secs(5));
+        self.subscription.spawn(async move {
+            let deadline = clock.now().mono + timeout;
+            tokio::select! {
+                r = store.watch() => r,
+                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
+            }
+        });
+    }
+
+    pub(super) fn on_subscribed(&mut self, result: Result<Option<StoreFeed>, StoreError>) {
+        match result {
+            Ok(Some(feed)) => {
+                self.feed = Feed::Up(feed);
+                let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+                for id in ids {
+                    self.step(id, Input::Feed { live: true });
+                }
+            }
+            Ok(None) => {
+                self.feed = Feed::PerGroup;
+                let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+                for id in ids {
+                    self.subscribe_group(id);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "no change feed yet; polling");
+                self.feed = Feed::Off {
+                    retry_at: self.clock.now().mono + self.retry_interval(),
+                };
+            }
+        }
+    }
+
+    /// The shortest retry interval among the groups that have joined, for
+    /// re-subscribing and the feed check.
+    pub(super) fn retry_interval(&self) -> Duration {
+        if self.retry_min == Duration::MAX {
+            Duration::from_secs(1)
+        } else {
+            self.retry_min
+        }
+    }
+
+    pub(super) fn on_change(&mut self, change: Option<Change>) {
+        let Some(change) = change else {
+            tracing::debug!("change feed ended; polling until it is back");
+            return self.feed_lost();
+        };
+        Counters::add(&self.counters.changes, 1);
+        self.check.delivered = self.check.delivered.wrapping_add(1);
+        match change {
+            Change::Written { group, current } => {
+                for id in self.ids_of(&group) {
+                    if let Some(slot) = self.slots.get_mut(&id) {
+                        // What the feed delivered (a forged version only
+                        // blinds the check for this one group; it reads
+                        // the groups in turn).
+                        saw(slot, current.version);
+                    }
+                    self.step(
+                        id,
+                        Input::Observed {
+                            current: current.clone(),
+                        },
+                    );
+                }
+            }
+            Change::Hint { group } => {
+                for id in self.ids_of(&group) {
+                    self.step(id, Input::Changed);
+                }
+            }
+            Change::Resync => {
+                let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+                for id in ids {
+                    self.step(id, Input::Changed);
+                }
+            }
+        }
+    }
+
+    pub(super) fn ids_of(&self, group: &GroupName) -> Vec<GroupId> {
+        self.by_group.get(group).cloned().unwrap_or_default()
+    }
+
+    /// For a store without a store-wide feed: forward the group's own
+    /// change hints into the engine, re-subscribing when the feed ends.
+    pub(super) fn subscribe_group(&mut self, id: GroupId) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let tx = self.hint_tx.clone();
+        let (store, group, clock) = (self.store.clone(), slot.group.clone(), self.clock.clone());
+        let timeout = slot.machine.timing().op_timeout;
+        let retry = slot.machine.timing().retry_interval;
+        let handle = tokio::spawn(async move {
+            loop {
+                let deadline = clock.now().mono + timeout;
+                let subscribed = tokio::select! {
+                    r = store.changes(&group) => r,
+                    _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
+                };
+                match subscribed {
+                    Ok(Some(mut feed)) => {
+                        while feed.changed().await.is_some() {
+                            if tx.send(id).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    // This store cannot notify: the group polls.
+                    Ok(None) => return,
+                    Err(_) => {}
+                }
+                clock.sleep_until(clock.now().mono + retry).await;
+            }
+        });
+        slot.hints = Some(handle.abort_handle());
+    }
+}

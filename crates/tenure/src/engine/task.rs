@@ -1,0 +1,466 @@
+//! The engine's task: one per engine, holding a `Machine` per candidate.
+//! It feeds each machine its inputs and carries out the actions it returns;
+//! it never decides anything itself.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+
+use crate::admission::Admission;
+use crate::clock::{Clock, MonoTime};
+use crate::coordinator::{Command, Session};
+use crate::error::StoreError;
+use crate::machine::{Action, Input, Machine, OpId, ReadPurpose, WritePurpose};
+use crate::record::{GroupName, Version};
+use crate::role::LeaderInfo;
+use crate::store::{CasRequest, LeaseStore, StoreFeed};
+
+use super::*;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Read(ReadPurpose),
+    Write(WritePurpose),
+}
+
+impl OpKind {
+    /// The machine's input for operation `op` of this kind failing with
+    /// `error`.
+    pub(super) fn failed(self, op: OpId, error: StoreError) -> Input {
+        match self {
+            OpKind::Read(_) => Input::ReadDone {
+                op,
+                result: Err(error),
+            },
+            OpKind::Write(_) => Input::CasDone {
+                op,
+                result: Err(error),
+            },
+        }
+    }
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            OpKind::Read(p) => p.label(),
+            OpKind::Write(p) => p.label(),
+        }
+    }
+}
+
+/// A group's operation in flight.
+#[derive(Clone, Copy)]
+pub(super) struct Current {
+    pub(super) op: OpId,
+    pub(super) kind: OpKind,
+    /// Whether its batch has gone out; one that never did cannot have
+    /// applied.
+    pub(super) sent: bool,
+}
+
+pub(super) struct Slot {
+    pub(super) group: GroupName,
+    pub(super) machine: Machine,
+    pub(super) session: Session,
+    /// The last pulse fed to the machine.
+    pub(super) fed_pulse: u64,
+    /// The operation in flight, if any.
+    pub(super) op: Option<Current>,
+    /// The newest version of the group's record this engine has seen, by
+    /// the feed, a read or its own write (what the feed check compares).
+    pub(super) seen: Option<Version>,
+    /// The largest batch this group's operations may go in: unbounded
+    /// while healthy; after a failure half the batch it failed in (down to
+    /// one), until one succeeds.
+    pub(super) isolate: usize,
+    /// The wake-up in the heap that counts; older entries are stale.
+    pub(super) gen: u64,
+    pub(super) scheduled: Option<MonoTime>,
+    pub(super) renew_key: Option<MonoTime>,
+    pub(super) poll_key: Option<MonoTime>,
+    /// The per-group hint forwarder, for stores without a store-wide feed.
+    pub(super) hints: Option<AbortHandle>,
+}
+
+pub(super) struct Task {
+    pub(super) store: Arc<dyn LeaseStore>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) options: EngineOptions,
+    pub(super) counters: Arc<Counters>,
+    pub(super) rx: mpsc::UnboundedReceiver<ToEngine>,
+    /// Change hints of single groups, for stores without a store-wide feed.
+    pub(super) hints: mpsc::UnboundedReceiver<GroupId>,
+    pub(super) hint_tx: mpsc::UnboundedSender<GroupId>,
+    pub(super) rx_open: bool,
+    pub(super) slots: HashMap<GroupId, Slot>,
+    pub(super) by_group: HashMap<GroupName, Vec<GroupId>>,
+    pub(super) timers: BinaryHeap<Reverse<Timer>>,
+    pub(super) deadlines: BinaryHeap<Reverse<OpDeadline>>,
+    pub(super) renewals: BTreeSet<(MonoTime, GroupId)>,
+    pub(super) polls: BTreeSet<(MonoTime, GroupId)>,
+    pub(super) reads: Queues<GroupName>,
+    pub(super) writes: Queues<CasRequest>,
+    /// How many acquisitions and polls may be in flight.
+    pub(super) admission: Admission,
+    /// The operations each batch in flight carries, by task: all of them,
+    /// and the deferrable ones among them.
+    pub(super) admitted: HashMap<tokio::task::Id, (usize, usize)>,
+    /// Operations in flight in every batch: a batch sent now waits behind
+    /// them.
+    pub(super) ops_in_flight: usize,
+    /// The shortest operation timeout among the groups: a batch that takes
+    /// longer than a quarter of it is congestion.
+    pub(super) op_timeout: Duration,
+    /// The shortest retry interval among the groups that have joined.
+    pub(super) retry_min: Duration,
+    /// Batches of suspects in flight (at most one: a suspect whose request
+    /// hangs must not hold every slot).
+    pub(super) suspects_in_flight: usize,
+    /// When a batch of reads (`[0]`) and of writes (`[1]`) last came back
+    /// with a success: a batch failing whole after that blames its items,
+    /// before it the store.
+    pub(super) last_success: [Option<MonoTime>; 2],
+    /// Operations answered without being sent, to step after the flush.
+    pub(super) shedding: Vec<(GroupId, OpId)>,
+    /// Whether this turn queued a scheduled renewal or poll, which the
+    /// nearly-due ones then join.
+    pub(super) renewing: bool,
+    pub(super) polling: bool,
+    /// How far ahead of schedule any group's renewal or poll may be pulled
+    /// (the largest half-interval among the groups that have joined).
+    pub(super) renew_window: Duration,
+    pub(super) poll_window: Duration,
+    pub(super) batches: JoinSet<BatchReply>,
+    pub(super) feed: Feed,
+    pub(super) check: FeedCheck,
+    pub(super) subscription: JoinSet<Result<Option<StoreFeed>, StoreError>>,
+}
+
+impl Task {
+    pub(super) fn new(
+        store: Arc<dyn LeaseStore>,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+        counters: Arc<Counters>,
+        rx: mpsc::UnboundedReceiver<ToEngine>,
+    ) -> Task {
+        let now = clock.now().mono;
+        let (hint_tx, hints) = mpsc::unbounded_channel();
+        Task {
+            store,
+            clock,
+            options,
+            counters,
+            rx,
+            hints,
+            hint_tx,
+            rx_open: true,
+            slots: HashMap::new(),
+            by_group: HashMap::new(),
+            timers: BinaryHeap::new(),
+            deadlines: BinaryHeap::new(),
+            renewals: BTreeSet::new(),
+            polls: BTreeSet::new(),
+            reads: Queues::default(),
+            writes: Queues::default(),
+            admission: Admission::new(
+                options.max_batch / 64,
+                options.max_batch.saturating_mul(options.max_in_flight),
+            ),
+            admitted: HashMap::new(),
+            ops_in_flight: 0,
+            op_timeout: Duration::MAX,
+            retry_min: Duration::MAX,
+            suspects_in_flight: 0,
+            last_success: [None, None],
+            shedding: Vec::new(),
+            renewing: false,
+            polling: false,
+            renew_window: Duration::ZERO,
+            poll_window: Duration::ZERO,
+            batches: JoinSet::new(),
+            feed: Feed::Off { retry_at: now },
+            check: FeedCheck {
+                next_at: now,
+                reading: JoinSet::new(),
+                owed: None,
+                delivered: 0,
+                delivered_when_owed: 0,
+                cursor: 0,
+            },
+            subscription: JoinSet::new(),
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        loop {
+            self.subscribe_if_due();
+            let wake = self.next_wake();
+            let clock = self.clock.clone();
+            let asleep = clock.now().mono;
+            tokio::select! {
+                biased;
+                msg = self.rx.recv(), if self.rx_open => match msg {
+                    Some(msg) => self.handle(msg),
+                    None => self.rx_open = false,
+                },
+                Some(reply) = self.batches.join_next_with_id() => {
+                    let task = match &reply {
+                        Ok((task, _)) => *task,
+                        Err(e) => e.id(),
+                    };
+                    if let Some((all, deferrable)) = self.admitted.remove(&task) {
+                        self.ops_in_flight = self.ops_in_flight.saturating_sub(all);
+                        self.admission.returned(deferrable);
+                    }
+                    if let Ok((_, reply)) = reply {
+                        self.on_batch(reply);
+                    }
+                }
+                change = next_change(&mut self.feed) => self.on_change(change),
+                Some(subscribed) = self.subscription.join_next() => {
+                    self.on_subscribed(subscribed.unwrap_or(Ok(None)));
+                }
+                Some(id) = self.hints.recv() => self.step(id, Input::Changed),
+                Some(read) = self.check.reading.join_next() => {
+                    if let Ok((id, result)) = read {
+                        self.on_check_read(id, result);
+                    }
+                }
+                _ = sleep_until(&clock, wake) => self.woke(wake, asleep),
+            }
+            // Take in everything else that is ready, so one turn batches it.
+            while let Ok(msg) = self.rx.try_recv() {
+                self.handle(msg);
+            }
+            if let Feed::Up(feed) = &mut self.feed {
+                let mut ready = Vec::new();
+                while let Some(change) = feed.try_next() {
+                    ready.push(change);
+                }
+                for change in ready {
+                    self.on_change(Some(change));
+                }
+            }
+            self.fire_timers();
+            self.run_feed_check();
+            self.coalesce();
+            self.flush();
+            if !self.rx_open && self.slots.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// The engine's sleep for `wake` (begun at `asleep`) ended: how late,
+    /// measured before any work of this turn, against a wake-up that was
+    /// still ahead when it went to sleep (one already due is work, not
+    /// lateness). Late past a quarter of the operation timeout, the process
+    /// is what cannot keep up.
+    pub(super) fn woke(&mut self, wake: Option<MonoTime>, asleep: MonoTime) {
+        let Some(wake) = wake.filter(|w| *w > asleep) else {
+            return;
+        };
+        let now = self.clock.now().mono;
+        let lag = now.saturating_since(wake);
+        let holding = self.holding();
+        self.admission
+            .observe_lag(now, lag, self.op_timeout / 4, holding);
+    }
+
+    /// Whether any group leads (has a renewal scheduled, queued or in
+    /// flight): only then can a renewal batch end an admission pause.
+    pub(super) fn holding(&self) -> bool {
+        !self.renewals.is_empty() || !self.writes.by_priority[Priority::Renewal.index()].is_empty()
+    }
+
+    pub(super) fn handle(&mut self, msg: ToEngine) {
+        match msg {
+            ToEngine::Join(joining) => self.join(*joining),
+            ToEngine::Command(id, Command::Resign) => self.step(id, Input::Resign),
+            ToEngine::Command(id, Command::Shutdown) => self.step(id, Input::Shutdown),
+            ToEngine::Drained(id, token) => self.step(id, Input::Drained { token }),
+            ToEngine::Pulse(id) => self.step(id, Input::Tick),
+            ToEngine::TransferTo(id, to) => self.step(id, Input::TransferTo { to }),
+            ToEngine::SetMetadata(id, metadata) => self.step(id, Input::SetMetadata { metadata }),
+        }
+    }
+
+    pub(super) fn join(&mut self, joining: Joining) {
+        let Joining { id, session, seed } = joining;
+        let now = self.clock.now();
+        let machine = Machine::new(
+            session.timing().clone(),
+            session.candidate().clone(),
+            session.metadata().clone(),
+            seed,
+            now,
+        );
+        let group = session.group().clone();
+        self.by_group.entry(group.clone()).or_default().push(id);
+        let timing = machine.timing();
+        self.renew_window = self.renew_window.max(timing.renew_interval / 2);
+        self.poll_window = self.poll_window.max(timing.retry_interval / 2);
+        self.op_timeout = self.op_timeout.min(timing.op_timeout);
+        self.retry_min = self.retry_min.min(timing.retry_interval);
+        self.slots.insert(
+            id,
+            Slot {
+                group,
+                machine,
+                session,
+                fed_pulse: 0,
+                op: None,
+                seen: None,
+                isolate: usize::MAX,
+                gen: 0,
+                scheduled: None,
+                renew_key: None,
+                poll_key: None,
+                hints: None,
+            },
+        );
+        self.counters.groups.fetch_add(1, Ordering::Relaxed);
+        match self.feed {
+            Feed::Up(_) => self.step(id, Input::Feed { live: true }),
+            Feed::PerGroup => {
+                self.subscribe_group(id);
+                self.step(id, Input::Tick);
+            }
+            _ => self.step(id, Input::Tick),
+        }
+    }
+
+    pub(super) fn leave(&mut self, id: GroupId) {
+        let Some(slot) = self.slots.remove(&id) else {
+            return;
+        };
+        if let Some(hints) = slot.hints {
+            hints.abort();
+        }
+        if let Some(t) = slot.renew_key {
+            self.renewals.remove(&(t, id));
+        }
+        if let Some(t) = slot.poll_key {
+            self.polls.remove(&(t, id));
+        }
+        if let Some(ids) = self.by_group.get_mut(&slot.group) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.by_group.remove(&slot.group);
+            }
+        }
+        self.counters.groups.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Feeds one input to one group's machine and carries out what it says.
+    pub(super) fn step(&mut self, id: GroupId, input: Input) {
+        let now = self.clock.now();
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        let mut actions = feed_pulse(slot, now);
+        actions.extend(slot.machine.step(now, input));
+        let stopped = self.carry_out(id, actions);
+        if stopped {
+            self.leave(id);
+        } else {
+            self.reschedule(id, now);
+        }
+    }
+
+    /// Carries out one group's actions; returns true once it has stopped.
+    pub(super) fn carry_out(&mut self, id: GroupId, actions: Vec<Action>) -> bool {
+        let mut stopped = false;
+        for action in actions {
+            let Some(slot) = self.slots.get_mut(&id) else {
+                return true;
+            };
+            match action {
+                Action::Read {
+                    op,
+                    purpose,
+                    deadline,
+                } => {
+                    let kind = OpKind::Read(purpose);
+                    slot.op = Some(Current {
+                        op,
+                        kind,
+                        sent: false,
+                    });
+                    self.polling |= purpose == ReadPurpose::Poll;
+                    let priority = Priority::of(kind, &slot.machine.phase());
+                    let (group, isolate) = (slot.group.clone(), slot.isolate);
+                    let queued = Queued {
+                        id,
+                        op,
+                        deadline,
+                        isolate,
+                        item: group,
+                    };
+                    self.reads.of(priority).push(queued);
+                    self.file_deadline(id, op, deadline);
+                }
+                Action::Cas {
+                    op,
+                    purpose,
+                    expected,
+                    record,
+                    deadline,
+                } => {
+                    let kind = OpKind::Write(purpose);
+                    slot.op = Some(Current {
+                        op,
+                        kind,
+                        sent: false,
+                    });
+                    self.renewing |= purpose == WritePurpose::Renew;
+                    let priority = Priority::of(kind, &slot.machine.phase());
+                    let request = CasRequest {
+                        group: slot.group.clone(),
+                        expected,
+                        record,
+                    };
+                    let isolate = slot.isolate;
+                    let queued = Queued {
+                        id,
+                        op,
+                        deadline,
+                        isolate,
+                        item: request,
+                    };
+                    self.writes.of(priority).push(queued);
+                    self.file_deadline(id, op, deadline);
+                }
+                Action::Elected { token, deadline } => {
+                    let predecessor = slot.machine.predecessor().clone();
+                    slot.session
+                        .publisher
+                        .elected_after(token, deadline, predecessor);
+                }
+                Action::Renewed {
+                    deadline, latency, ..
+                } => slot.session.publisher.renewed(deadline, latency),
+                Action::EndTerm {
+                    reason,
+                    work_deadline,
+                    ..
+                } => slot.session.publisher.end_term(reason, work_deadline),
+                Action::LeaderChanged { leader } => {
+                    let info = leader.as_ref().and_then(LeaderInfo::from_record);
+                    slot.session.publisher.leader_changed(info);
+                }
+                Action::Failed { fault } => slot.session.publisher.failed(fault),
+                Action::Stopped => {
+                    slot.session.publisher.stopped();
+                    stopped = true;
+                }
+            }
+        }
+        stopped
+    }
+}
