@@ -13,7 +13,10 @@ use crate::machine::{Input, OpId, Phase, ReadPurpose, WritePurpose};
 use crate::record::Versioned;
 use crate::store::{BatchResult, CasOutcome, LeaseStore};
 
-use super::*;
+use super::feed::saw;
+use super::shared::Counters;
+use super::task::{OpKind, Task};
+use super::GroupId;
 
 /// What an operation is for, in the order the engine sends them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

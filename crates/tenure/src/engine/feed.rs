@@ -12,7 +12,9 @@ use crate::machine::{Action, Input, Phase};
 use crate::record::{GroupName, Version, Versioned};
 use crate::store::{Change, StoreFeed};
 
-use super::*;
+use super::shared::Counters;
+use super::task::{Slot, Task};
+use super::GroupId;
 
 /// The engine's own check that its store-wide feed still delivers (see
 /// the module docs).

@@ -83,12 +83,6 @@ mod schedule;
 mod shared;
 mod task;
 
-use batch::*;
-use feed::*;
-use schedule::*;
-use shared::*;
-use task::*;
-
 pub(crate) use shared::EngineShared;
 pub use shared::EngineSlot;
 

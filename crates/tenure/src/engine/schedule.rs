@@ -11,7 +11,11 @@ use crate::config::Timing;
 use crate::error::StoreError;
 use crate::machine::{Input, OpId};
 
-use super::*;
+use super::batch::Priority;
+use super::feed::{watch_liveness, Feed};
+use super::shared::Counters;
+use super::task::{Current, Task};
+use super::GroupId;
 
 /// A wake-up of one group, valid while the group's generation matches.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -10,7 +10,8 @@ use tokio::sync::mpsc;
 use crate::clock::Clock;
 use crate::store::LeaseStore;
 
-use super::*;
+use super::task::Task;
+use super::{EngineOptions, EngineStats, GroupId, ToEngine};
 
 #[derive(Default)]
 pub(super) struct Counters {

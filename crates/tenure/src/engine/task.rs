@@ -20,7 +20,11 @@ use crate::record::{GroupName, Version};
 use crate::role::LeaderInfo;
 use crate::store::{CasRequest, LeaseStore, StoreFeed};
 
-use super::*;
+use super::batch::{BatchReply, Priority, Queued, Queues};
+use super::feed::{feed_pulse, next_change, Feed, FeedCheck};
+use super::schedule::{sleep_until, OpDeadline, Timer};
+use super::shared::Counters;
+use super::{EngineOptions, GroupId, Joining, ToEngine};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum OpKind {
