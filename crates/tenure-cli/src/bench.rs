@@ -376,7 +376,7 @@ impl Etcdctl {
     }
 
     fn signal(&self, signal: i32) {
-        crate::child::signal_tokio_child(&self.child, signal);
+        crate::process::child::signal_tokio_child(&self.child, signal);
     }
 }
 

@@ -4,12 +4,10 @@
 //! and the runtime, run the command, turn its result into an exit code.
 
 mod bench;
-mod child;
 mod cli;
 mod connect;
 mod demo;
 mod exit;
-mod gate;
 mod http;
 #[cfg(feature = "kafka")]
 mod kafka;
@@ -17,6 +15,7 @@ mod logging;
 mod metadata_file;
 mod out;
 mod overload;
+mod process;
 mod procstat;
 mod release;
 mod run;
@@ -27,10 +26,8 @@ mod sharded;
 mod signals;
 mod status;
 mod store_url;
-mod supervise;
 mod view;
 mod watch;
-mod watchdog;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -42,17 +39,17 @@ use cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() == Some(std::ffi::OsStr::new(gate::SUBCOMMAND)) {
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(process::gate::SUBCOMMAND)) {
         // CMD's start through the gate: no runtime, no logging, and no
         // parsing of what follows (see the module).
-        return ExitCode::from(gate::main(args));
+        return ExitCode::from(process::gate::main(args));
     }
     // clap prints its own errors and exits 2 (0 for --help, --version).
     let cli = Cli::parse();
     if let Command::Watchdog(args) = &cli.command {
         // The watchdog needs neither a runtime nor logging: it blocks on a
         // pipe and may be the last process of its kind standing.
-        return ExitCode::from(watchdog::main(args));
+        return ExitCode::from(process::watchdog::main(args));
     }
     let level = match cli.command {
         // Thousands of elections: one log line each would be the bench.
@@ -91,7 +88,7 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::DemoCandidate(args) => demo::run_candidate(args).await,
-        Command::Watchdog(args) => Ok(watchdog::main(&args)),
+        Command::Watchdog(args) => Ok(process::watchdog::main(&args)),
         Command::BenchFollowers(args) => scale::followers(args).await,
         Command::BenchMember(args) => shard_bench::member(args).await,
         Command::BenchStandby(args) => overload::standby(args).await,

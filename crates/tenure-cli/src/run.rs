@@ -20,15 +20,15 @@ use tenure::{Config, Elector, ElectorError, Event, Metadata, Term, Timing};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::child;
 use crate::cli::RunArgs;
 use crate::connect::{self, Connected};
 use crate::exit::{self, usage};
 use crate::http;
 use crate::metadata_file;
+use crate::process::child;
+use crate::process::supervise::{self, CmdPlan, Ran};
 use crate::sharded;
 use crate::signals::Stop;
-use crate::supervise::{self, CmdPlan, Ran};
 use crate::view;
 
 /// A CMD that ran at least this long was not crash-looping: the back-off

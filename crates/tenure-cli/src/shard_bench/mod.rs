@@ -29,10 +29,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::bench::Stats;
-use crate::child;
 use crate::cli::BenchArgs;
 use crate::demo::now;
 use crate::exit::usage;
+use crate::process::child;
 use crate::procstat::{process_cpu, process_rss};
 use crate::store_url::StoreUrl;
 use ledger::Ledger;
