@@ -5,24 +5,21 @@
 
 mod bench;
 mod cli;
+mod commands;
 mod connect;
 mod demo;
 mod exit;
-mod http;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod logging;
-mod metadata_file;
 mod out;
 mod overload;
 mod process;
 mod procstat;
 mod release;
-mod run;
 mod scale;
 mod sets;
 mod shard_bench;
-mod sharded;
 mod signals;
 mod status;
 mod store_url;
@@ -81,7 +78,7 @@ fn main() -> ExitCode {
 
 async fn dispatch(command: Command) -> anyhow::Result<u8> {
     match command {
-        Command::Run(args) => run::run(args).await,
+        Command::Run(args) => commands::run::run(args).await,
         Command::Status(args) => status::run(args).await,
         Command::Watch(args) => watch::run(args).await,
         Command::Release(args) => release::run(args).await,

@@ -10,6 +10,14 @@
 //! what makes the back-off real: a resigned candidate stands again after one
 //! poll period, which would turn a crash-looping CMD into leadership flapping
 //! across the whole group.
+//!
+//! What only `run` uses lives beside it: [`sharded`] (`--shards`,
+//! `--slots`), [`http`] (`--metrics-addr`) and [`metadata_file`]
+//! (`--metadata-file`).
+
+mod http;
+mod metadata_file;
+mod sharded;
 
 use std::io;
 use std::process::ExitStatus;
@@ -23,11 +31,8 @@ use tracing::Instrument;
 use crate::cli::RunArgs;
 use crate::connect::{self, Connected};
 use crate::exit::{self, usage};
-use crate::http;
-use crate::metadata_file;
 use crate::process::child;
 use crate::process::supervise::{self, CmdPlan, Ran};
-use crate::sharded;
 use crate::signals::Stop;
 use crate::view;
 
