@@ -18,10 +18,8 @@ mod process;
 mod procstat;
 mod release;
 mod scale;
-mod sets;
 mod shard_bench;
 mod signals;
-mod status;
 mod store_url;
 mod view;
 mod watch;
@@ -79,7 +77,7 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Run(args) => commands::run::run(args).await,
-        Command::Status(args) => status::run(args).await,
+        Command::Status(args) => commands::status::run(args).await,
         Command::Watch(args) => watch::run(args).await,
         Command::Release(args) => release::run(args).await,
         Command::Demo(args) => demo::run(args).await,

@@ -4,3 +4,4 @@
 //! shown), and the supervision of CMD is in [`crate::process`].
 
 pub(crate) mod run;
+pub(crate) mod status;
