@@ -16,13 +16,11 @@ mod out;
 mod overload;
 mod process;
 mod procstat;
-mod release;
 mod scale;
 mod shard_bench;
 mod signals;
 mod store_url;
 mod view;
-mod watch;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -78,8 +76,8 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Run(args) => commands::run::run(args).await,
         Command::Status(args) => commands::status::run(args).await,
-        Command::Watch(args) => watch::run(args).await,
-        Command::Release(args) => release::run(args).await,
+        Command::Watch(args) => commands::watch::run(args).await,
+        Command::Release(args) => commands::release::run(args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::DemoCandidate(args) => demo::run_candidate(args).await,
