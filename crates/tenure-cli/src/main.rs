@@ -7,7 +7,6 @@ mod bench;
 mod cli;
 mod commands;
 mod connect;
-mod demo;
 mod exit;
 #[cfg(feature = "kafka")]
 mod kafka;
@@ -78,9 +77,9 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Status(args) => commands::status::run(args).await,
         Command::Watch(args) => commands::watch::run(args).await,
         Command::Release(args) => commands::release::run(args).await,
-        Command::Demo(args) => demo::run(args).await,
+        Command::Demo(args) => commands::demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
-        Command::DemoCandidate(args) => demo::run_candidate(args).await,
+        Command::DemoCandidate(args) => commands::demo::run_candidate(args).await,
         Command::Watchdog(args) => Ok(process::watchdog::main(&args)),
         Command::BenchFollowers(args) => scale::followers(args).await,
         Command::BenchMember(args) => shard_bench::member(args).await,

@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use crate::demo::report::{now, Report};
+use crate::commands::demo::report::{now, Report};
 
 /// How long the group must have been unchanged before a take-down, in
 /// terms: a newcomer's join rebalances the group (the eager assignors

@@ -30,7 +30,7 @@ use tokio::process::{Child, Command};
 
 use crate::bench::Stats;
 use crate::cli::BenchArgs;
-use crate::demo::now;
+use crate::commands::demo::now;
 use crate::exit::usage;
 use crate::process::child;
 use crate::procstat::{process_cpu, process_rss};
