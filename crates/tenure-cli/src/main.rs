@@ -3,7 +3,6 @@
 //! This file only wires things up: parse the command line, set up logging
 //! and the runtime, run the command, turn its result into an exit code.
 
-mod bench;
 mod cli;
 mod commands;
 mod connect;
@@ -12,11 +11,7 @@ mod exit;
 mod kafka;
 mod logging;
 mod out;
-mod overload;
 mod process;
-mod procstat;
-mod scale;
-mod shard_bench;
 mod signals;
 mod store_url;
 mod view;
@@ -78,12 +73,12 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Watch(args) => commands::watch::run(args).await,
         Command::Release(args) => commands::release::run(args).await,
         Command::Demo(args) => commands::demo::run(args).await,
-        Command::Bench(args) => bench::run(args).await,
+        Command::Bench(args) => commands::bench::run(args).await,
         Command::DemoCandidate(args) => commands::demo::run_candidate(args).await,
         Command::Watchdog(args) => Ok(process::watchdog::main(&args)),
-        Command::BenchFollowers(args) => scale::followers(args).await,
-        Command::BenchMember(args) => shard_bench::member(args).await,
-        Command::BenchStandby(args) => overload::standby(args).await,
+        Command::BenchFollowers(args) => commands::bench::scale::followers(args).await,
+        Command::BenchMember(args) => commands::bench::shard_bench::member(args).await,
+        Command::BenchStandby(args) => commands::bench::overload::standby(args).await,
     }
 }
 

@@ -3,6 +3,7 @@
 //! crate (the store URL, connecting, output, exit codes, how a leader is
 //! shown), and the supervision of CMD is in [`crate::process`].
 
+pub(crate) mod bench;
 pub(crate) mod demo;
 pub(crate) mod release;
 pub(crate) mod run;
