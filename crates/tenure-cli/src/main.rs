@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, HiddenCommand};
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
@@ -33,17 +33,20 @@ fn main() -> ExitCode {
     }
     // clap prints its own errors and exits 2 (0 for --help, --version).
     let cli = Cli::parse();
-    if let Command::Watchdog(args) = &cli.command {
+    if let Command::Hidden(HiddenCommand::Watchdog(args)) = &cli.command {
         // The watchdog needs neither a runtime nor logging: it blocks on a
         // pipe and may be the last process of its kind standing.
         return ExitCode::from(process::watchdog::main(args));
     }
     let level = match cli.command {
         // Thousands of elections: one log line each would be the bench.
-        Command::Bench(_) | Command::BenchFollowers(_) | Command::BenchMember(_) => "warn",
+        Command::Bench(_)
+        | Command::Hidden(HiddenCommand::BenchFollowers(_) | HiddenCommand::BenchMember(_)) => {
+            "warn"
+        }
         // Past capacity many groups fail at once; what counts is the
         // figures on stdout.
-        Command::BenchStandby(_) => "error",
+        Command::Hidden(HiddenCommand::BenchStandby(_)) => "error",
         _ => "info",
     };
     logging::init(cli.log_format, level);
@@ -74,11 +77,13 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Release(args) => commands::release::run(args).await,
         Command::Demo(args) => commands::demo::run(args).await,
         Command::Bench(args) => commands::bench::run(args).await,
-        Command::DemoCandidate(args) => commands::demo::run_candidate(args).await,
-        Command::Watchdog(args) => Ok(process::watchdog::main(&args)),
-        Command::BenchFollowers(args) => commands::bench::scale::followers(args).await,
-        Command::BenchMember(args) => commands::bench::shard_bench::member(args).await,
-        Command::BenchStandby(args) => commands::bench::overload::standby(args).await,
+        Command::Hidden(hidden) => match hidden {
+            HiddenCommand::DemoCandidate(args) => commands::demo::run_candidate(args).await,
+            HiddenCommand::Watchdog(args) => Ok(process::watchdog::main(&args)),
+            HiddenCommand::BenchFollowers(args) => commands::bench::scale::followers(args).await,
+            HiddenCommand::BenchMember(args) => commands::bench::shard_bench::member(args).await,
+            HiddenCommand::BenchStandby(args) => commands::bench::overload::standby(args).await,
+        },
     }
 }
 
