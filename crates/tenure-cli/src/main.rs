@@ -2,6 +2,13 @@
 //!
 //! This file only wires things up: parse the command line, set up logging
 //! and the runtime, run the command, turn its result into an exit code.
+//!
+//! The rest of the crate: [`cli`] (the command line), [`commands`] (one
+//! module per command, with what only it uses), [`process`] (the
+//! supervision of CMD), and what several commands share: [`store_url`]
+//! and [`connect`] (the store), [`view`] (how a leader is shown), [`out`],
+//! [`exit`] (exit codes), [`signals`] (tenure's own stop), [`logging`], and
+//! `kafka` (`kafka://`, which leads through a consumer group).
 
 mod cli;
 mod commands;
@@ -60,30 +67,12 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the runtime")),
     };
-    let result = runtime.block_on(dispatch(cli.command));
+    let result = runtime.block_on(commands::dispatch(cli.command));
     // Blocking store calls still in flight must not hold up the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => fail(&e),
-    }
-}
-
-async fn dispatch(command: Command) -> anyhow::Result<u8> {
-    match command {
-        Command::Run(args) => commands::run::run(args).await,
-        Command::Status(args) => commands::status::run(args).await,
-        Command::Watch(args) => commands::watch::run(args).await,
-        Command::Release(args) => commands::release::run(args).await,
-        Command::Demo(args) => commands::demo::run(args).await,
-        Command::Bench(args) => commands::bench::run(args).await,
-        Command::Hidden(hidden) => match hidden {
-            HiddenCommand::DemoCandidate(args) => commands::demo::run_candidate(args).await,
-            HiddenCommand::Watchdog(args) => Ok(process::watchdog::main(&args)),
-            HiddenCommand::BenchFollowers(args) => commands::bench::scale::followers(args).await,
-            HiddenCommand::BenchMember(args) => commands::bench::shard_bench::member(args).await,
-            HiddenCommand::BenchStandby(args) => commands::bench::overload::standby(args).await,
-        },
     }
 }
 
