@@ -61,6 +61,18 @@ pub enum Command {
     /// Measure hand-over and crash fail-over on real stores, against
     /// `etcdctl elect` as the reference; prints a table.
     Bench(BenchArgs),
+    /// The hidden subcommands, flattened: each is typed as a subcommand of
+    /// its own, `tenure demo-candidate` and so on.
+    #[command(flatten)]
+    Hidden(HiddenCommand),
+}
+
+/// The hidden subcommands: processes that `tenure` starts itself (the
+/// demo's candidates, CMD's watchdog, the benchmarks' helpers), not meant
+/// to be typed. Flattened into [`Command`], so their names on the command
+/// line are those of subcommands of `tenure` itself.
+#[derive(Debug, Subcommand)]
+pub enum HiddenCommand {
     /// One candidate of `tenure demo`, reporting its terms as JSON lines.
     #[command(hide = true)]
     DemoCandidate(DemoCandidateArgs),

@@ -2,35 +2,26 @@
 //!
 //! This file only wires things up: parse the command line, set up logging
 //! and the runtime, run the command, turn its result into an exit code.
+//!
+//! The rest of the crate: [`cli`] (the command line), [`commands`] (one
+//! module per command, with what only it uses), [`process`] (the
+//! supervision of CMD), and what several commands share: [`store_url`]
+//! and [`connect`] (the store), [`view`] (how a leader is shown), [`out`],
+//! [`exit`] (exit codes), [`signals`] (tenure's own stop), [`logging`], and
+//! `kafka` (`kafka://`, which leads through a consumer group).
 
-mod bench;
-mod child;
 mod cli;
+mod commands;
 mod connect;
-mod demo;
 mod exit;
-mod gate;
-mod http;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod logging;
-mod metadata_file;
 mod out;
-mod overload;
-mod procstat;
-mod release;
-mod run;
-mod scale;
-mod sets;
-mod shard_bench;
-mod sharded;
+mod process;
 mod signals;
-mod status;
 mod store_url;
-mod supervise;
 mod view;
-mod watch;
-mod watchdog;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -38,28 +29,31 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, HiddenCommand};
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() == Some(std::ffi::OsStr::new(gate::SUBCOMMAND)) {
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(process::gate::SUBCOMMAND)) {
         // CMD's start through the gate: no runtime, no logging, and no
         // parsing of what follows (see the module).
-        return ExitCode::from(gate::main(args));
+        return ExitCode::from(process::gate::main(args));
     }
     // clap prints its own errors and exits 2 (0 for --help, --version).
     let cli = Cli::parse();
-    if let Command::Watchdog(args) = &cli.command {
+    if let Command::Hidden(HiddenCommand::Watchdog(args)) = &cli.command {
         // The watchdog needs neither a runtime nor logging: it blocks on a
         // pipe and may be the last process of its kind standing.
-        return ExitCode::from(watchdog::main(args));
+        return ExitCode::from(process::watchdog::main(args));
     }
     let level = match cli.command {
         // Thousands of elections: one log line each would be the bench.
-        Command::Bench(_) | Command::BenchFollowers(_) | Command::BenchMember(_) => "warn",
+        Command::Bench(_)
+        | Command::Hidden(HiddenCommand::BenchFollowers(_) | HiddenCommand::BenchMember(_)) => {
+            "warn"
+        }
         // Past capacity many groups fail at once; what counts is the
         // figures on stdout.
-        Command::BenchStandby(_) => "error",
+        Command::Hidden(HiddenCommand::BenchStandby(_)) => "error",
         _ => "info",
     };
     logging::init(cli.log_format, level);
@@ -73,28 +67,12 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the runtime")),
     };
-    let result = runtime.block_on(dispatch(cli.command));
+    let result = runtime.block_on(commands::dispatch(cli.command));
     // Blocking store calls still in flight must not hold up the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => fail(&e),
-    }
-}
-
-async fn dispatch(command: Command) -> anyhow::Result<u8> {
-    match command {
-        Command::Run(args) => run::run(args).await,
-        Command::Status(args) => status::run(args).await,
-        Command::Watch(args) => watch::run(args).await,
-        Command::Release(args) => release::run(args).await,
-        Command::Demo(args) => demo::run(args).await,
-        Command::Bench(args) => bench::run(args).await,
-        Command::DemoCandidate(args) => demo::run_candidate(args).await,
-        Command::Watchdog(args) => Ok(watchdog::main(&args)),
-        Command::BenchFollowers(args) => scale::followers(args).await,
-        Command::BenchMember(args) => shard_bench::member(args).await,
-        Command::BenchStandby(args) => overload::standby(args).await,
     }
 }
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use tenure::{Clock, MonoTime, SystemClock, Term};
 
-use crate::child::{StopPlan, StopReport, Supervised};
-use crate::gate::{Answer, Gate};
+use crate::process::child::{StopPlan, StopReport, Supervised};
+use crate::process::gate::{Answer, Gate};
 use crate::signals::Stop;
 use crate::view;
 

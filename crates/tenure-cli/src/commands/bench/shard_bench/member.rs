@@ -12,7 +12,7 @@ use tenure::{ElectorError, ShardEvent, Shards};
 use super::counted::{Counted, Ops};
 use super::report::MemberReport;
 use crate::cli::BenchMemberArgs;
-use crate::demo::now;
+use crate::commands::demo::now;
 use crate::exit::usage;
 use crate::out;
 use crate::signals::Stop;

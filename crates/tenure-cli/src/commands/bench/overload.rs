@@ -18,8 +18,8 @@ use anyhow::{bail, Context};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::cli::{BenchArgs, BenchStandbyArgs};
-use crate::procstat::process_cpu;
-use crate::scale::{cpu_time, start_groups};
+use crate::commands::bench::procstat::process_cpu;
+use crate::commands::bench::scale::{cpu_time, start_groups};
 use crate::store_url::StoreUrl;
 
 /// Terms the groups get to settle before the trigger.

@@ -19,8 +19,8 @@ use tenure::{Config, Elector, ElectorError, Metadata, Shards, Term};
 use crate::cli::RunArgs;
 use crate::connect::Connected;
 use crate::exit::start_error;
+use crate::process::supervise::{self, CmdPlan, Ran};
 use crate::signals::Stop;
-use crate::supervise::{self, CmdPlan, Ran};
 
 /// What every CMD of this process shares.
 struct Common {

@@ -2,8 +2,8 @@
 //! `tenure run` holds, [`main`] is the hidden `tenure exec-gate` process.
 //!
 //! CMD must not run a single instruction before its watchdog
-//! ([`crate::watchdog`]) is armed: a `tenure` killed in between would
-//! leave CMD's own children with nobody to end them while another
+//! ([`watchdog`](super::watchdog)) is armed: a `tenure` killed in between
+//! would leave CMD's own children with nobody to end them while another
 //! candidate takes over (CMD itself would die through the parent-death
 //! signal, its children would not). But the watchdog must be told CMD's
 //! process group, which exists only once CMD's process does. So tenure
@@ -45,7 +45,7 @@ use tenure::{Clock, MonoTime, SystemClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use crate::child;
+use crate::process::child;
 
 /// The hidden subcommand that runs the gate. It is read before clap sees
 /// the command line: what follows is CMD, arbitrary bytes that must reach

@@ -10,14 +10,14 @@
 //!   margin, and waits until no process of the group is left;
 //! * tenure killed, frozen or wedged: CMD itself dies with tenure through
 //!   `PR_SET_PDEATHSIG` (set between fork and exec), and a small watchdog
-//!   process ([`crate::watchdog`]) kills the whole group when tenure dies or
-//!   when the term's deadline minus half the kill margin passes without
-//!   tenure having told it a later one (half: a working tenure kills at the
-//!   deadline minus the whole margin, so the watchdog only ever acts for a
-//!   tenure that could not). CMD's process starts as an exec gate
-//!   ([`crate::gate`]) that becomes CMD only once the watchdog is armed,
-//!   so no instant exists in which CMD could start children that nothing
-//!   would end;
+//!   process ([`watchdog`](super::watchdog)) kills the whole group when
+//!   tenure dies or when the term's deadline minus half the kill margin
+//!   passes without tenure having told it a later one (half: a working
+//!   tenure kills at the deadline minus the whole margin, so the watchdog
+//!   only ever acts for a tenure that could not). CMD's process starts as
+//!   an exec gate ([`gate`]) that becomes CMD only once the watchdog is
+//!   armed, so no instant exists in which CMD could start children that
+//!   nothing would end;
 //! * orphans: tenure is a child subreaper, so grandchildren whose parent
 //!   exited are re-parented to tenure and reaped here, even where PID 1 does
 //!   not reap (containers), and "the group is gone" can be observed.
@@ -33,11 +33,11 @@
 //! CMD never sees the store URL: `TENURE_STORE` (which may carry a
 //! password) is removed from its environment.
 //!
-//! This module (with [`crate::watchdog`]) is where the command's unsafe code
-//! lives: std has no call for process groups' signals, subreaping, the
-//! parent-death signal or `waitid`, so they are libc calls here, each with
-//! why it is sound; the rest of the command signals and spawns through the
-//! helpers below.
+//! This module (with [`watchdog`](super::watchdog)) is where the command's
+//! unsafe code lives: std has no call for process groups' signals,
+//! subreaping, the parent-death signal or `waitid`, so they are libc calls
+//! here, each with why it is sound; the rest of the command signals and
+//! spawns through the helpers below.
 #![allow(
     unsafe_code,
     reason = "the process-group, signal and reaping system calls std does not offer"
@@ -52,9 +52,9 @@ use anyhow::Context;
 use tenure::{Clock, MonoTime, SystemClock, Term};
 use tokio::process::{Child, ChildStdout, Command};
 
-use crate::gate::{self, Gate};
+use crate::process::gate::{self, Gate};
+use crate::process::watchdog::Watchdog;
 use crate::signals::Stop;
-use crate::watchdog::Watchdog;
 
 /// How often a stopping group is checked for remaining processes.
 const POLL: Duration = Duration::from_millis(5);

@@ -10,6 +10,14 @@
 //! what makes the back-off real: a resigned candidate stands again after one
 //! poll period, which would turn a crash-looping CMD into leadership flapping
 //! across the whole group.
+//!
+//! What only `run` uses lives beside it: [`sharded`] (`--shards`,
+//! `--slots`), [`http`] (`--metrics-addr`) and [`metadata_file`]
+//! (`--metadata-file`).
+
+mod http;
+mod metadata_file;
+mod sharded;
 
 use std::io;
 use std::process::ExitStatus;
@@ -20,15 +28,12 @@ use tenure::{Config, Elector, ElectorError, Event, Metadata, Term, Timing};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::child;
 use crate::cli::RunArgs;
 use crate::connect::{self, Connected};
 use crate::exit::{self, usage};
-use crate::http;
-use crate::metadata_file;
-use crate::sharded;
+use crate::process::child;
+use crate::process::supervise::{self, CmdPlan, Ran};
 use crate::signals::Stop;
-use crate::supervise::{self, CmdPlan, Ran};
 use crate::view;
 
 /// A CMD that ran at least this long was not crash-looping: the back-off

@@ -38,8 +38,8 @@ use tenure::{Clock, MonoTime, SystemClock};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::child;
 use crate::cli::WatchdogArgs;
+use crate::process::child;
 
 /// The line that makes the watchdog exit without killing.
 const DISARM: &str = "disarm";

@@ -28,12 +28,12 @@ use tenure::{Config, StoreError};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::bench::Stats;
-use crate::child;
 use crate::cli::BenchArgs;
-use crate::demo::now;
+use crate::commands::bench::procstat::{process_cpu, process_rss};
+use crate::commands::bench::Stats;
+use crate::commands::demo::now;
 use crate::exit::usage;
-use crate::procstat::{process_cpu, process_rss};
+use crate::process::child;
 use crate::store_url::StoreUrl;
 use ledger::Ledger;
 pub use member::member;

@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use crate::demo::report::{now, Report};
+use crate::commands::demo::report::{now, Report};
 
 /// How long the group must have been unchanged before a take-down, in
 /// terms: a newcomer's join rebalances the group (the eager assignors
@@ -91,8 +91,8 @@ impl Pool {
             .arg("--term")
             .arg(humantime::format_duration(self.term).to_string())
             .stderr(Stdio::null());
-        let crate::child::Helper { child, stdout, .. } =
-            crate::child::spawn_helper(&mut cmd, "candidate")?;
+        let crate::process::child::Helper { child, stdout, .. } =
+            crate::process::child::spawn_helper(&mut cmd, "candidate")?;
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
@@ -170,7 +170,7 @@ impl Pool {
             .remove(&leader)
             .context("the leader vanished")?;
         let t0 = now();
-        crate::child::signal_tokio_child(&old.child, signal);
+        crate::process::child::signal_tokio_child(&old.child, signal);
         let start = Instant::now();
         let took = loop {
             if let Some((_, at)) = self
@@ -192,7 +192,7 @@ impl Pool {
 
     async fn stop(mut self) {
         for c in self.candidates.values() {
-            crate::child::signal_tokio_child(&c.child, libc::SIGTERM);
+            crate::process::child::signal_tokio_child(&c.child, libc::SIGTERM);
         }
         for (_, mut c) in self.candidates.drain() {
             let _ = tokio::time::timeout(PATIENCE, c.child.wait()).await;

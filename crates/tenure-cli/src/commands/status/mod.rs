@@ -2,6 +2,8 @@
 //! scripts; for a group nobody holds, a listing of the sharded set it may
 //! name ([`sets`]).
 
+mod sets;
+
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -11,8 +13,8 @@ use tenure::{LeaderInfo, Versioned};
 use crate::cli::StatusArgs;
 use crate::connect;
 use crate::out;
-use crate::sets::{self, Probe};
 use crate::view::{self, LeaderJson};
+use sets::Probe;
 
 /// The JSON printed by `status --json`; the fields are listed in its help.
 #[derive(Debug, Serialize)]

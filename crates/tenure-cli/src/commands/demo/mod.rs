@@ -27,10 +27,10 @@ use report::Report;
 use summary::{Facts, HandOver, Kind, TermLog};
 use timeline::Timeline;
 
-use crate::child;
 use crate::cli::DemoArgs;
 use crate::exit::usage;
 use crate::out;
+use crate::process::child;
 use crate::signals::Stop;
 use crate::view;
 

@@ -5,6 +5,12 @@
 //!
 //! A "crash" cuts the leader off from the store (its operations hang, as if
 //! the process or its host died): the others can only wait out its lease.
+//!
+//! The other measurements are modules beside it: [`scale`] (`--groups`,
+//! with the hidden `tenure bench-followers`), [`shard_bench`] (`--shards`,
+//! with `tenure bench-member`), [`overload`] (`--overload`, with
+//! `tenure bench-standby`), `kafka` (hand-overs on `kafka://`) and
+//! [`procstat`] (what they read of a process from `/proc`).
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +27,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[cfg(feature = "kafka")]
 mod kafka;
+pub(crate) mod overload;
+mod procstat;
+pub(crate) mod scale;
+pub(crate) mod shard_bench;
 
 use crate::cli::BenchArgs;
 use crate::exit::usage;
@@ -39,11 +49,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .map(|u| StoreUrl::parse(u).map_err(usage))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if let Some(shards) = args.shards {
-        let bench = crate::shard_bench::run(&args, &urls, shards).await?;
+        let bench = shard_bench::run(&args, &urls, shards).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&bench)?);
         } else {
-            print!("{}", crate::shard_bench::table(&bench));
+            print!("{}", shard_bench::table(&bench));
         }
         // A shard worked by two members at once is a broken guarantee.
         return Ok(u8::from(bench.overlaps() != 0));
@@ -57,11 +67,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
                 "--overload needs a real store: memory:// lives in one process",
             ));
         }
-        let runs = crate::overload::run(&args, &urls).await?;
+        let runs = overload::run(&args, &urls).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&runs)?);
         } else {
-            print!("{}", crate::overload::table(&runs));
+            print!("{}", overload::table(&runs));
         }
         return Ok(0);
     }
@@ -69,11 +79,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         if args.groups.contains(&0) {
             return Err(usage("--groups counts must be positive"));
         }
-        let rows = crate::scale::run(&args, &urls).await?;
+        let rows = scale::run(&args, &urls).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
-            print!("{}", crate::scale::table(&rows));
+            print!("{}", scale::table(&rows));
         }
         return Ok(0);
     }
@@ -376,7 +386,7 @@ impl Etcdctl {
     }
 
     fn signal(&self, signal: i32) {
-        crate::child::signal_tokio_child(&self.child, signal);
+        crate::process::child::signal_tokio_child(&self.child, signal);
     }
 }
 
