@@ -8,6 +8,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+/// What the proxy does with the bytes it gets, and how many cuts there
+/// have been: a connection whose task slept through a cut and its heal
+/// (the two sent back to back, before the task ran) still learns that it
+/// was cut, from the count, and is closed like any other cut connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Setting {
+    mode: Mode,
+    cuts: u64,
+}
+
 /// What the proxy does with the bytes it gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -26,14 +36,14 @@ enum Mode {
 #[derive(Debug)]
 pub struct TcpProxy {
     addr: SocketAddr,
-    mode: watch::Sender<Mode>,
+    setting: watch::Sender<Setting>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.task.abort();
-        let _ = self.mode.send(Mode::Cut);
+        self.cut();
     }
 }
 
@@ -42,23 +52,30 @@ impl TcpProxy {
     pub async fn start(target: SocketAddr) -> std::io::Result<TcpProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let (mode, mode_rx) = watch::channel(Mode::Forward);
+        let (setting, setting_rx) = watch::channel(Setting {
+            mode: Mode::Forward,
+            cuts: 0,
+        });
         let task = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
-                if *mode_rx.borrow() == Mode::Cut {
+                if setting_rx.borrow().mode == Mode::Cut {
                     drop(inbound);
                     continue;
                 }
-                let mode = mode_rx.clone();
+                let setting = setting_rx.clone();
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(target).await else {
                         return;
                     };
-                    pump(inbound, outbound, mode).await;
+                    pump(inbound, outbound, setting).await;
                 });
             }
         });
-        Ok(TcpProxy { addr, mode, task })
+        Ok(TcpProxy {
+            addr,
+            setting,
+            task,
+        })
     }
 
     /// The address clients connect to.
@@ -68,7 +85,10 @@ impl TcpProxy {
 
     /// Stops forwarding: open connections go silent, new ones are refused.
     pub fn cut(&self) {
-        let _ = self.mode.send(Mode::Cut);
+        self.setting.send_modify(|s| {
+            s.mode = Mode::Cut;
+            s.cuts = s.cuts.wrapping_add(1);
+        });
     }
 
     /// Forwards requests to the server but throws its replies away, on open
@@ -76,33 +96,39 @@ impl TcpProxy {
     /// acts on a request whose client never hears back, as when a reply is
     /// lost in the network.
     pub fn drop_replies(&self) {
-        let _ = self.mode.send(Mode::DropReplies);
+        self.setting.send_modify(|s| s.mode = Mode::DropReplies);
     }
 
     /// Forwards again; connections that were cut or lost replies are
     /// closed, so clients reconnect.
     pub fn heal(&self) {
-        let _ = self.mode.send(Mode::Forward);
+        self.setting.send_modify(|s| s.mode = Mode::Forward);
     }
 }
 
-/// Carries one connection's bytes both ways as the mode says, until either
-/// side closes, or the proxy heals a connection it disturbed.
-async fn pump(inbound: TcpStream, outbound: TcpStream, mut mode: watch::Receiver<Mode>) {
+/// Carries one connection's bytes both ways as the setting says, until
+/// either side closes, or the proxy heals a connection it disturbed.
+async fn pump(inbound: TcpStream, outbound: TcpStream, mut setting: watch::Receiver<Setting>) {
     let (mut client_rx, mut client_tx) = inbound.into_split();
     let (mut server_rx, mut server_tx) = outbound.into_split();
     let (mut up, mut down) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    // The cuts this connection has seen: one more in the setting means it
+    // was cut, even if it never saw the mode say so.
+    let mut cuts_seen = setting.borrow_and_update().cuts;
     // Whether this connection lost bytes or went silent: it cannot carry a
     // protocol on after that, so it is closed when the proxy heals.
     let mut disturbed = false;
     loop {
-        let now = *mode.borrow_and_update();
-        match now {
+        let now = *setting.borrow_and_update();
+        if now.cuts != cuts_seen {
+            cuts_seen = now.cuts;
+            disturbed = true;
+        }
+        match now.mode {
             Mode::Cut => {
                 // Keep both sockets open and unread until healed: the
                 // client sees silence, not a reset, like a partition.
-                disturbed = true;
-                if mode.changed().await.is_err() {
+                if setting.changed().await.is_err() {
                     return;
                 }
                 continue;
@@ -113,9 +139,15 @@ async fn pump(inbound: TcpStream, outbound: TcpStream, mut mode: watch::Receiver
             }
             _ => {}
         }
+        // Bytes read after a cut are lost, as in a partition: the
+        // connection closes on the heal anyway.
+        let cut_since = |setting: &watch::Receiver<Setting>| setting.borrow().cuts != cuts_seen;
         tokio::select! {
             r = client_rx.read(&mut up) => match r {
                 Ok(n) if n > 0 => {
+                    if cut_since(&setting) {
+                        continue;
+                    }
                     if server_tx.write_all(&up[..n]).await.is_err() {
                         return;
                     }
@@ -124,7 +156,10 @@ async fn pump(inbound: TcpStream, outbound: TcpStream, mut mode: watch::Receiver
             },
             r = server_rx.read(&mut down) => match r {
                 Ok(n) if n > 0 => {
-                    if now == Mode::DropReplies {
+                    if cut_since(&setting) {
+                        continue;
+                    }
+                    if now.mode == Mode::DropReplies {
                         disturbed = true;
                     } else if client_tx.write_all(&down[..n]).await.is_err() {
                         return;
@@ -132,7 +167,7 @@ async fn pump(inbound: TcpStream, outbound: TcpStream, mut mode: watch::Receiver
                 }
                 _ => return,
             },
-            changed = mode.changed() => {
+            changed = setting.changed() => {
                 if changed.is_err() {
                     return;
                 }
@@ -199,5 +234,72 @@ impl HttpFront {
     /// The server requests are forwarded to.
     pub fn upstream(&self) -> SocketAddr {
         self.upstream
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server on loopback, for the proxy to forward to.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n @ 1..) = c.read(&mut buf).await {
+                        if c.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(c: &mut TcpStream) -> usize {
+        c.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        c.read(&mut buf).await.unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn a_cut_healed_before_the_connection_looked_still_closes_it() {
+        let proxy = TcpProxy::start(echo().await).await.unwrap();
+        let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut c).await, 4);
+        // Back to back, without a yield: the connection's task never sees
+        // the mode say Cut.
+        proxy.cut();
+        proxy.heal();
+        let mut buf = [0u8; 4];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), c.read(&mut buf))
+            .await
+            .expect("the cut connection is closed on the heal");
+        assert_eq!(read.unwrap_or(0), 0, "closed, not forwarding");
+        // New connections forward again.
+        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut fresh).await, 4);
+    }
+
+    #[tokio::test]
+    async fn bytes_sent_during_a_cut_never_arrive() {
+        let proxy = TcpProxy::start(echo().await).await.unwrap();
+        let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut c).await, 4);
+        proxy.cut();
+        c.write_all(b"lost").await.unwrap();
+        let mut buf = [0u8; 4];
+        let silent =
+            tokio::time::timeout(std::time::Duration::from_millis(300), c.read(&mut buf)).await;
+        assert!(silent.is_err(), "no echo during the cut: {silent:?}");
+        proxy.heal();
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), c.read(&mut buf))
+            .await
+            .expect("closed on the heal");
+        assert_eq!(read.unwrap_or(0), 0);
     }
 }
