@@ -117,7 +117,7 @@ impl DynamoDbOptions {
         })?;
         let mut keys = AccessKeyOptions::default();
         for pair in tenure::url::query_pairs(query) {
-            let (k, v) = pair.map_err(|why| bad(&shown, &why))?;
+            let (k, v) = pair.map_err(|why| bad(&shown, &why.to_string()))?;
             let k = k.as_str();
             let nonempty = |v: String| {
                 if v.is_empty() {
@@ -131,12 +131,12 @@ impl DynamoDbOptions {
                 "endpoint" => o.endpoint = Some(nonempty(v)?),
                 "profile" => o.profile = Some(nonempty(v)?),
                 "create" => {
-                    o.create_if_missing =
-                        tenure::url::parse_bool(k, &v).map_err(|why| bad(&shown, &why))?
+                    o.create_if_missing = tenure::url::parse_bool(k, &v)
+                        .map_err(|why| bad(&shown, &why.to_string()))?
                 }
                 "throttle_budget" => {
-                    o.throttle_budget =
-                        tenure::url::parse_duration(k, &v).map_err(|why| bad(&shown, &why))?
+                    o.throttle_budget = tenure::url::parse_duration(k, &v)
+                        .map_err(|why| bad(&shown, &why.to_string()))?
                 }
                 "ca" => o.ca = Some(("ca", PathBuf::from(nonempty(v)?))),
                 "ca_file" => o.ca = Some(("ca_file", PathBuf::from(nonempty(v)?))),
@@ -154,7 +154,7 @@ impl DynamoDbOptions {
         }
         o.credentials = keys
             .finish("the standard AWS chain")
-            .map_err(|why| bad(&shown, &why))?;
+            .map_err(|why| bad(&shown, &why.to_string()))?;
         o.check().map_err(|why| bad(&o.redacted_url(), &why))?;
         Ok(o)
     }
@@ -261,7 +261,7 @@ impl DynamoDbOptions {
     /// Checks what builder methods could not: the endpoint's form.
     pub(crate) fn check(&self) -> Result<(), String> {
         if let Some(e) = &self.endpoint {
-            check_http_endpoint(e, "http://127.0.0.1:8000")?;
+            check_http_endpoint(e, "http://127.0.0.1:8000").map_err(|e| e.to_string())?;
         }
         if self.region.as_deref() == Some("") {
             return Err("the region is empty: give one such as eu-west-1".into());

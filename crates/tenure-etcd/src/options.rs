@@ -62,7 +62,11 @@ impl EtcdOptions {
     /// Parses an `etcd://`, `etcds://`, `http://` or `https://` URL (see the
     /// type's docs). Errors name the part that is wrong, never the password.
     pub fn from_url(url: &str) -> Result<Self, EtcdStoreError> {
-        let bad = |reason: String| EtcdStoreError::InvalidUrl { reason };
+        fn bad(reason: impl ToString) -> EtcdStoreError {
+            EtcdStoreError::InvalidUrl {
+                reason: reason.to_string(),
+            }
+        }
         let parts = tenure::url::split_store_url(
             url,
             &["etcd", "etcds", "http", "https"],
@@ -73,14 +77,14 @@ impl EtcdOptions {
         let single = matches!(parts.scheme, "http" | "https");
         if !matches!(parts.path, "" | "/") {
             return Err(bad(
-                "a path is not allowed: set the key prefix with ?prefix=...".into(),
+                "a path is not allowed: set the key prefix with ?prefix=...",
             ));
         }
         let (user, password) =
             tenure::url::user_and_password(parts.userinfo, "etcd://user:password@host:port")
                 .map_err(bad)?;
         if parts.hosts.is_empty() {
-            return Err(bad("no endpoint: write etcd://host:2379".into()));
+            return Err(bad("no endpoint: write etcd://host:2379"));
         }
         // No default port (0 marks none given): etcd serves on 2379 and,
         // often on the same hosts, peers on 2380.
@@ -93,7 +97,7 @@ impl EtcdOptions {
         }
         if single && list.len() > 1 {
             return Err(bad(
-                "several endpoints need etcd:// or etcds://, not http(s)://".into(),
+                "several endpoints need etcd:// or etcds://, not http(s)://",
             ));
         }
         let (tls_files, others) =
@@ -121,10 +125,7 @@ impl EtcdOptions {
             }
         }
         if tls && options.tls_files.ca.is_none() {
-            return Err(bad(
-                "TLS needs the CA that signed the etcd servers' certificates: add ?ca=/path/to/ca.pem"
-                    .into(),
-            ));
+            return Err(bad("TLS needs the CA that signed the etcd servers' certificates: add ?ca=/path/to/ca.pem"));
         }
         Ok(options)
     }

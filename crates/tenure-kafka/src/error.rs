@@ -74,9 +74,9 @@ impl KafkaBackendError {
         }
     }
 
-    pub(crate) fn url(reason: impl Into<String>) -> Self {
+    pub(crate) fn url(reason: impl ToString) -> Self {
         KafkaBackendError::InvalidUrl {
-            reason: reason.into(),
+            reason: reason.to_string(),
         }
     }
 }

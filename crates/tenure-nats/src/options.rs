@@ -98,7 +98,11 @@ impl NatsOptions {
     /// Parses a `nats://` or `nats+tls://` URL (see the type's docs).
     /// Errors name the part that is wrong, never the password or token.
     pub fn from_url(url: &str) -> Result<Self, NatsStoreError> {
-        let bad = |reason: String| NatsStoreError::InvalidUrl { reason };
+        fn bad(reason: impl ToString) -> NatsStoreError {
+            NatsStoreError::InvalidUrl {
+                reason: reason.to_string(),
+            }
+        }
         let parts = tenure::url::split_store_url(
             url,
             &["nats", "nats+tls"],
@@ -116,19 +120,17 @@ impl NatsOptions {
             match parts.userinfo {
                 None => Auth::None,
                 Some(info) => {
-                    let (user, password) =
-                        tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
+                    let (user, password) = tenure::url::decode_userinfo(info).map_err(bad)?;
                     match password {
                         // nats://TOKEN@host: user info without a raw ':'
                         // is a token (one holding ':' writes it %3A).
                         None if user.is_empty() => return Err(bad(
-                            "an empty token: write nats://TOKEN@host or nats://user:password@host"
-                                .into(),
+                            "an empty token: write nats://TOKEN@host or nats://user:password@host",
                         )),
                         None => Auth::Token(user),
                         Some(_) if user.is_empty() => {
                             return Err(bad(
-                                "an empty user name: write nats://user:password@host:port".into(),
+                                "an empty user name: write nats://user:password@host:port",
                             ))
                         }
                         Some(password) => Auth::UserPassword { user, password },

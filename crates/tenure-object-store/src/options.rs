@@ -187,7 +187,7 @@ impl BucketOptions {
         }
         let mut keys = AccessKeyOptions::default();
         for pair in tenure::url::query_pairs(query) {
-            let (k, v) = pair.map_err(|why| bad(&shown, &why))?;
+            let (k, v) = pair.map_err(|why| bad(&shown, &why.to_string()))?;
             let k = k.as_str();
             if v.is_empty() {
                 return Err(bad(&shown, &format!("parameter {k} is empty")));
@@ -202,9 +202,12 @@ impl BucketOptions {
                     ))
                 }
             };
-            let flag = |v: &str| tenure::url::parse_bool(k, v).map_err(|why| bad(&shown, &why));
-            let duration =
-                |v: &str| tenure::url::parse_duration(k, v).map_err(|why| bad(&shown, &why));
+            let flag = |v: &str| {
+                tenure::url::parse_bool(k, v).map_err(|why| bad(&shown, &why.to_string()))
+            };
+            let duration = |v: &str| {
+                tenure::url::parse_duration(k, v).map_err(|why| bad(&shown, &why.to_string()))
+            };
             use BackendKind::{Azure, Gcs, S3};
             match k {
                 "endpoint" => o.endpoint = Some(v),
@@ -254,7 +257,7 @@ impl BucketOptions {
         }
         o.keys = keys
             .finish("the environment")
-            .map_err(|why| bad(&shown, &why))?;
+            .map_err(|why| bad(&shown, &why.to_string()))?;
         o.check().map_err(|why| bad(&o.redacted_url(), &why))?;
         Ok(o)
     }
@@ -394,7 +397,7 @@ impl BucketOptions {
     /// Checks what builder methods could not.
     pub(crate) fn check(&self) -> Result<(), String> {
         if let Some(e) = &self.endpoint {
-            check_http_endpoint(e, "http://127.0.0.1:9000")?;
+            check_http_endpoint(e, "http://127.0.0.1:9000").map_err(|e| e.to_string())?;
             // Object stores take no user:password@ (requests are signed
             // with the keys), and the client would show one in its errors.
             if e.contains('@') {

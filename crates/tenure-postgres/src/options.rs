@@ -100,7 +100,7 @@ impl PostgresOptions {
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
-                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
+                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.to_string()))?;
                 ((!u.is_empty()).then_some(u), p)
             }
         };
@@ -131,7 +131,10 @@ impl PostgresOptions {
                 "table" => table = decoded()?,
                 "ca" => ca = Some(("ca", PathBuf::from(decoded()?))),
                 "sslrootcert" => ca = Some(("sslrootcert", PathBuf::from(decoded()?))),
-                "timeout" => timeout = tenure::url::parse_timeout(k, &decoded()?).map_err(bad)?,
+                "timeout" => {
+                    timeout = tenure::url::parse_timeout(k, &decoded()?)
+                        .map_err(|e| bad(e.to_string()))?
+                }
                 "pool" => {
                     pool = decoded()?
                         .parse()

@@ -67,7 +67,11 @@ impl RedisOptions {
     ///
     /// Errors name the part of the URL that is wrong, never its password.
     pub fn from_url(url: &str) -> Result<Self, RedisStoreError> {
-        let bad = |reason: String| RedisStoreError::InvalidUrl { reason };
+        fn bad(reason: impl ToString) -> RedisStoreError {
+            RedisStoreError::InvalidUrl {
+                reason: reason.to_string(),
+            }
+        }
         let parts =
             tenure::url::split_store_url(url, &["redis", "rediss"], "redis:// or rediss:// (TLS)")
                 .map_err(bad)?;
@@ -77,13 +81,13 @@ impl RedisOptions {
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
-                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.into()))?;
+                let (u, p) = tenure::url::decode_userinfo(info).map_err(bad)?;
                 ((!u.is_empty()).then_some(u), p.filter(|p| !p.is_empty()))
             }
         };
         if user.is_some() && password.is_none() {
             return Err(bad(
-                "a user name without a password: write redis://user:password@host".into(),
+                "a user name without a password: write redis://user:password@host",
             ));
         }
         let (host, port) = tenure::url::split_host_port(hostport, 6379)

@@ -70,7 +70,11 @@ impl ZkOptions {
     /// Parses a `zk://` or `zookeeper://` URL (see the type's docs). Errors
     /// name the part that is wrong, never the password.
     pub fn from_url(url: &str) -> Result<Self, ZkStoreError> {
-        let bad = |reason: String| ZkStoreError::InvalidUrl { reason };
+        fn bad(reason: impl ToString) -> ZkStoreError {
+            ZkStoreError::InvalidUrl {
+                reason: reason.to_string(),
+            }
+        }
         let parts =
             tenure::url::split_store_url(url, &["zk", "zookeeper"], "zk:// (or zookeeper://)")
                 .map_err(bad)?;
@@ -78,7 +82,7 @@ impl ZkOptions {
             tenure::url::user_and_password(parts.userinfo, "zk://user:password@host:2181")
                 .map_err(bad)?;
         if parts.hosts.is_empty() {
-            return Err(bad("no host: write zk://host:2181/prefix".into()));
+            return Err(bad("no host: write zk://host:2181/prefix"));
         }
         let list = tenure::url::host_list(parts.hosts, DEFAULT_PORT, "host").map_err(bad)?;
         let (path, query) = (parts.path, parts.query);

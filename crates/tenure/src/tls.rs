@@ -73,7 +73,7 @@ impl TlsPaths {
         let mut files = TlsPaths::default();
         let mut others = Vec::new();
         for pair in crate::url::query_pairs(query) {
-            let (name, value) = pair?;
+            let (name, value) = pair.map_err(|e| e.to_string())?;
             if !files.take(&name, &value, tls, tls_scheme)? {
                 others.push((name, value));
             }

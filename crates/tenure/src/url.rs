@@ -70,6 +70,142 @@ pub enum UserinfoError {
     AtAfterHost,
 }
 
+/// What is wrong with a store URL, as the parsers in this module find it.
+/// The message names the part that is wrong and the fix, never a secret:
+/// option values appear only where they cannot be one (a duration that is
+/// not a duration), and an endpoint only [redacted](redact).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    /// No `://`: the URL has no scheme.
+    #[error("no scheme: the URL must start with {expected}")]
+    NoScheme {
+        /// The schemes the store takes, as the message names them.
+        expected: String,
+    },
+    /// A scheme the store does not take.
+    #[error("scheme {:?} is not {expected}", scheme.as_deref().unwrap_or("(none)"))]
+    WrongScheme {
+        /// The scheme written, or `None` where the text before `://` is no
+        /// scheme (it may then be a secret: `app:pw://x@h`).
+        scheme: Option<String>,
+        /// The schemes the store takes.
+        expected: String,
+    },
+    /// The user info cannot be told apart from the rest of the URL.
+    #[error(transparent)]
+    Userinfo(#[from] UserinfoError),
+    /// The user name's `%XX` escapes are malformed or not UTF-8.
+    #[error("the user name has an invalid %-escape or is not UTF-8 (write % as %25)")]
+    UserEscape,
+    /// The password's `%XX` escapes are malformed or not UTF-8.
+    #[error("the password has an invalid %-escape or is not UTF-8 (write % as %25)")]
+    PasswordEscape,
+    /// A user name where the store needs a password too.
+    #[error("a user name without a password: write {example}")]
+    NoPassword {
+        /// The form to write, such as `etcd://user:password@host:port`.
+        example: String,
+    },
+    /// A password without a user name where the store needs both.
+    #[error("an empty user name: write {example}")]
+    EmptyUser {
+        /// The form to write.
+        example: String,
+    },
+    /// One entry of a list of hosts is wrong.
+    #[error("{noun} {place}: {problem}")]
+    InList {
+        /// What the entries are (`server`, `host`, `endpoint`).
+        noun: String,
+        /// The entry's place in the list, from 1.
+        place: usize,
+        /// What is wrong with it.
+        problem: Box<UrlError>,
+    },
+    /// An empty host.
+    #[error("no host: write host:port")]
+    NoHost,
+    /// `[` without its `]`.
+    #[error("an IPv6 address without its closing ]")]
+    UnclosedIpv6,
+    /// Text after `[address]` that is not `:port`.
+    #[error("unexpected text after the IPv6 address: write [::1]:port")]
+    AfterIpv6,
+    /// An IPv6 address without brackets.
+    #[error("an IPv6 address must be in brackets: [::1]:port")]
+    UnbracketedIpv6,
+    /// A port that is not a number from 1 to 65535.
+    #[error("the port is not a number from 1 to 65535")]
+    BadPort,
+    /// A query word without `=` (most likely the tail of a secret value
+    /// holding an unescaped `&`): never repeated.
+    #[error("{}", BARE_WORD)]
+    BareWord,
+    /// An option name's `%XX` escapes are malformed or not UTF-8.
+    #[error("an option name has an invalid %-escape or is not UTF-8")]
+    OptionNameEscape,
+    /// An option value's `%XX` escapes are malformed or not UTF-8.
+    #[error("option {name}: the value has an invalid %-escape or is not UTF-8 (write % as %25)")]
+    OptionValueEscape {
+        /// The option.
+        name: String,
+    },
+    /// An option the store does not take.
+    #[error("unknown option {name:?}: the options are {}", known.join(", "))]
+    UnknownOption {
+        /// The option written.
+        name: String,
+        /// Every option the store takes.
+        known: Vec<&'static str>,
+    },
+    /// A duration too large to hold.
+    #[error("option {name}: {value:?} is out of range")]
+    DurationOutOfRange {
+        /// The option.
+        name: String,
+        /// Its value.
+        value: String,
+    },
+    /// A value that is not a duration.
+    #[error("option {name}: {value:?} is not a duration such as 500ms or 5s")]
+    NotADuration {
+        /// The option.
+        name: String,
+        /// Its value.
+        value: String,
+    },
+    /// A timeout of zero.
+    #[error("{name} is zero: give a positive duration such as 5s")]
+    ZeroTimeout {
+        /// The option.
+        name: String,
+    },
+    /// A value that is not a boolean.
+    #[error("option {name} must be true or false")]
+    NotABool {
+        /// The option.
+        name: String,
+    },
+    /// Half a pair of static access keys, or a session token alone.
+    #[error(
+        "static credentials need both access_key_id and secret_access_key \
+         (session_token is optional): give both, or neither to use {otherwise}"
+    )]
+    HalfAccessKeys {
+        /// Where credentials come from without keys.
+        otherwise: String,
+    },
+    /// An endpoint option that is not an `http://` or `https://` URL.
+    #[error("endpoint {shown:?} is not an http:// or https:// URL (e.g. endpoint={example})")]
+    NotHttpEndpoint {
+        /// The endpoint, [redacted](redact).
+        shown: String,
+        /// The form to write, such as `http://127.0.0.1:8000`.
+        example: String,
+    },
+}
+
 /// Splits what follows `scheme://` into the user info (before the
 /// authority's last `@`, if there is one) and the rest (hosts, path,
 /// query). The authority ends at the first `/`, `?` or `#`; a raw `@`
@@ -167,31 +303,32 @@ pub fn is_scheme(text: &str) -> bool {
 /// use tenure::url::split_store_url;
 /// let p = split_store_url("Redis://app:p%2Fw@h:1/2?prefix=x", &["redis", "rediss"], "redis://").unwrap();
 /// assert_eq!((p.scheme, p.userinfo, p.hosts, p.path, p.query), ("redis", Some("app:p%2Fw"), "h:1", "/2", "prefix=x"));
-/// let e = split_store_url("app:pw://x@h", &["redis"], "redis://").unwrap_err();
+/// let e = split_store_url("app:pw://x@h", &["redis"], "redis://").unwrap_err().to_string();
 /// assert!(e.contains("(none)") && !e.contains("pw"), "{e}");
-/// assert!(split_store_url("h:1", &["redis"], "redis://").unwrap_err().contains("no scheme"));
+/// let e = split_store_url("h:1", &["redis"], "redis://").unwrap_err();
+/// assert!(e.to_string().contains("no scheme"));
 /// ```
 pub fn split_store_url<'a>(
     url: &'a str,
     schemes: &[&'a str],
     expected: &str,
-) -> Result<UrlParts<'a>, String> {
+) -> Result<UrlParts<'a>, UrlError> {
     let Some((written, rest)) = url.split_once("://") else {
-        return Err(format!("no scheme: the URL must start with {expected}"));
+        return Err(UrlError::NoScheme {
+            expected: expected.to_owned(),
+        });
     };
     let Some(scheme) = schemes
         .iter()
         .find(|s| s.eq_ignore_ascii_case(written))
         .copied()
     else {
-        let shown = if is_scheme(written) {
-            written
-        } else {
-            "(none)"
-        };
-        return Err(format!("scheme {shown:?} is not {expected}"));
+        return Err(UrlError::WrongScheme {
+            scheme: is_scheme(written).then(|| written.to_owned()),
+            expected: expected.to_owned(),
+        });
     };
-    let (userinfo, rest) = split_userinfo(rest).map_err(|e| e.to_string())?;
+    let (userinfo, rest) = split_userinfo(rest)?;
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (hosts, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     Ok(UrlParts {
@@ -212,22 +349,23 @@ pub fn split_store_url<'a>(
 /// let (user, password) = user_and_password(Some("app:p%40ss"), "x").unwrap();
 /// assert_eq!((user.as_deref(), password.as_ref().map(|p| p.expose())), (Some("app"), Some("p@ss")));
 /// assert!(user_and_password(None, "x").unwrap().0.is_none());
-/// assert!(user_and_password(Some("app"), "x").unwrap_err().contains("without a password"));
-/// assert!(user_and_password(Some(":pw"), "x").unwrap_err().contains("empty user name"));
+/// assert!(user_and_password(Some("app"), "x").unwrap_err().to_string().contains("without a password"));
+/// assert!(user_and_password(Some(":pw"), "x").unwrap_err().to_string().contains("empty user name"));
 /// ```
 pub fn user_and_password(
     userinfo: Option<&str>,
     example: &str,
-) -> Result<(Option<String>, Option<crate::secret::Secret>), String> {
+) -> Result<(Option<String>, Option<crate::secret::Secret>), UrlError> {
     let Some(info) = userinfo else {
         return Ok((None, None));
     };
-    let (user, password) = decode_userinfo(info).map_err(str::to_owned)?;
+    let (user, password) = decode_userinfo(info)?;
+    let example = example.to_owned();
     let Some(password) = password else {
-        return Err(format!("a user name without a password: write {example}"));
+        return Err(UrlError::NoPassword { example });
     };
     if user.is_empty() {
-        return Err(format!("an empty user name: write {example}"));
+        return Err(UrlError::EmptyUser { example });
     }
     Ok((Some(user), Some(password.into())))
 }
@@ -239,13 +377,17 @@ pub fn user_and_password(
 /// ```
 /// use tenure::url::host_list;
 /// assert_eq!(host_list("a,[::1]:7,b:9", 4, "host"), Ok(vec!["a:4".into(), "[::1]:7".into(), "b:9".into()]));
-/// assert!(host_list("a,b:0", 4, "server").unwrap_err().starts_with("server 2: "));
+/// assert!(host_list("a,b:0", 4, "server").unwrap_err().to_string().starts_with("server 2: "));
 /// ```
-pub fn host_list(hosts: &str, default_port: u16, noun: &str) -> Result<Vec<String>, String> {
+pub fn host_list(hosts: &str, default_port: u16, noun: &str) -> Result<Vec<String>, UrlError> {
     let mut list = Vec::new();
     for host in hosts.split(',') {
-        let (h, port) = split_host_port(host, default_port)
-            .map_err(|e| format!("{noun} {}: {e}", list.len() + 1))?;
+        let (h, port) =
+            split_host_port(host, default_port).map_err(|problem| UrlError::InList {
+                noun: noun.to_owned(),
+                place: list.len() + 1,
+                problem: Box::new(problem),
+            })?;
         list.push(if h.contains(':') {
             format!("[{h}]:{port}")
         } else {
@@ -267,18 +409,14 @@ pub fn host_list(hosts: &str, default_port: u16, noun: &str) -> Result<Vec<Strin
 /// assert_eq!(tenure::url::decode_userinfo("app:a%2Fb%3Fc%23d@e+f"), Ok(("app".into(), Some("a/b?c#d@e+f".into()))));
 /// assert!(tenure::url::decode_userinfo("a%zz:b").is_err());
 /// ```
-pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), &'static str> {
+pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), UrlError> {
     let (user, password) = match info.split_once(':') {
         Some((u, p)) => (u, Some(p)),
         None => (info, None),
     };
-    let user = percent_decode(user)
-        .ok_or("the user name has an invalid %-escape or is not UTF-8 (write % as %25)")?;
+    let user = percent_decode(user).ok_or(UrlError::UserEscape)?;
     let password = password
-        .map(|p| {
-            percent_decode(p)
-                .ok_or("the password has an invalid %-escape or is not UTF-8 (write % as %25)")
-        })
+        .map(|p| percent_decode(p).ok_or(UrlError::PasswordEscape))
         .transpose()?;
     Ok((user, password))
 }
@@ -291,33 +429,29 @@ pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), &'static 
 /// use tenure::url::split_host_port;
 /// assert_eq!(split_host_port("db", 5432), Ok(("db".into(), 5432)));
 /// assert_eq!(split_host_port("[::1]:7000", 5432), Ok(("::1".into(), 7000)));
-/// assert!(split_host_port("db:99999", 5432).unwrap_err().contains("port"));
+/// assert_eq!(split_host_port("db:99999", 5432), Err(tenure::url::UrlError::BadPort));
 /// ```
-pub fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), String> {
+pub fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), UrlError> {
     if s.is_empty() {
-        return Err("no host: write host:port".into());
+        return Err(UrlError::NoHost);
     }
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (h, after) = rest
-            .split_once(']')
-            .ok_or_else(|| "an IPv6 address without its closing ]".to_owned())?;
+        let (h, after) = rest.split_once(']').ok_or(UrlError::UnclosedIpv6)?;
         let port = match after.strip_prefix(':') {
             Some(p) => Some(p),
             None if after.is_empty() => None,
-            None => return Err("unexpected text after the IPv6 address: write [::1]:port".into()),
+            None => return Err(UrlError::AfterIpv6),
         };
         (h.to_owned(), port)
     } else {
         match s.rsplit_once(':') {
-            Some((h, _)) if h.contains(':') => {
-                return Err("an IPv6 address must be in brackets: [::1]:port".into())
-            }
+            Some((h, _)) if h.contains(':') => return Err(UrlError::UnbracketedIpv6),
             Some((h, p)) => (h.to_owned(), Some(p)),
             None => (s.to_owned(), None),
         }
     };
     if host.is_empty() {
-        return Err("no host: write host:port".into());
+        return Err(UrlError::NoHost);
     }
     let port = match port {
         None => default_port,
@@ -325,7 +459,7 @@ pub fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), Stri
             .parse::<u16>()
             .ok()
             .filter(|p| *p != 0)
-            .ok_or_else(|| "the port is not a number from 1 to 65535".to_owned())?,
+            .ok_or(UrlError::BadPort)?,
     };
     Ok((host, port))
 }
@@ -339,20 +473,50 @@ pub fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), Stri
 /// ```
 /// let pairs: Result<Vec<_>, _> = tenure::url::query_pairs("a=1&b=x%2By+z&c=").collect();
 /// assert_eq!(pairs.unwrap(), [("a".into(), "1".into()), ("b".into(), "x+y+z".into()), ("c".into(), "".into())]);
-/// assert!(tenure::url::query_pairs("key=s3&cr3t").any(|p| p.is_err_and(|e| !e.contains("cr3t"))));
+/// assert!(tenure::url::query_pairs("key=s3&cr3t").any(|p| p.is_err_and(|e| !e.to_string().contains("cr3t"))));
 /// ```
-pub fn query_pairs(query: &str) -> impl Iterator<Item = Result<(String, String), String>> + '_ {
+pub fn query_pairs(query: &str) -> impl Iterator<Item = Result<(String, String), UrlError>> + '_ {
     query.split('&').filter(|p| !p.is_empty()).map(|pair| {
-        let (k, v) = pair.split_once('=').ok_or_else(|| BARE_WORD.to_owned())?;
-        let key = percent_decode(k)
-            .ok_or_else(|| "an option name has an invalid %-escape or is not UTF-8".to_owned())?;
-        let value = percent_decode(v).ok_or_else(|| {
-            format!(
-                "option {key}: the value has an invalid %-escape or is not UTF-8 (write % as %25)"
-            )
-        })?;
+        let (k, v) = pair.split_once('=').ok_or(UrlError::BareWord)?;
+        let key = percent_decode(k).ok_or(UrlError::OptionNameEscape)?;
+        let value =
+            percent_decode(v).ok_or_else(|| UrlError::OptionValueEscape { name: key.clone() })?;
         Ok((key, value))
     })
+}
+
+/// The options of a query string, as [`query_pairs`] reads them, in the
+/// order written, once every name is found in `known`: the one reader of
+/// a store's options, so that the error for a name outside the list names
+/// it and lists them all ([`UrlError::UnknownOption`]). The first pair
+/// that does not read is the error.
+///
+/// ```
+/// use tenure::url::{query_options, UrlError};
+/// const OPTIONS: &[&str] = &["prefix", "timeout"];
+/// let pairs = query_options("timeout=2s&prefix=x", OPTIONS).unwrap();
+/// assert_eq!(pairs, [("timeout".into(), "2s".into()), ("prefix".into(), "x".into())]);
+/// let e = query_options("prefix=x&bogus=1", OPTIONS).unwrap_err();
+/// assert_eq!(e.to_string(), r#"unknown option "bogus": the options are prefix, timeout"#);
+/// assert!(matches!(query_options("prefix", OPTIONS), Err(UrlError::BareWord)));
+/// ```
+pub fn query_options(
+    query: &str,
+    known: &[&'static str],
+) -> Result<Vec<(String, String)>, UrlError> {
+    query_pairs(query)
+        .map(|pair| {
+            let (name, value) = pair?;
+            if known.contains(&name.as_str()) {
+                Ok((name, value))
+            } else {
+                Err(UrlError::UnknownOption {
+                    name,
+                    known: known.to_vec(),
+                })
+            }
+        })
+        .collect()
 }
 
 /// The error for a word without `=` in a URL's query. It never repeats the
@@ -369,19 +533,24 @@ pub const BARE_WORD: &str = "an option without a value (no =): write name=value,
 /// use std::time::Duration;
 /// assert_eq!(tenure::url::parse_duration("timeout", "250ms"), Ok(Duration::from_millis(250)));
 /// assert_eq!(tenure::url::parse_duration("timeout", "3"), Ok(Duration::from_secs(3)));
-/// assert!(tenure::url::parse_duration("timeout", "soon").unwrap_err().contains("timeout"));
+/// assert!(tenure::url::parse_duration("timeout", "soon").unwrap_err().to_string().contains("timeout"));
 /// ```
-pub fn parse_duration(name: &str, value: &str) -> Result<Duration, String> {
+pub fn parse_duration(name: &str, value: &str) -> Result<Duration, UrlError> {
     let v = value.trim();
     if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return v
             .parse::<f64>()
             .ok()
             .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .ok_or_else(|| format!("option {name}: {value:?} is out of range"));
+            .ok_or_else(|| UrlError::DurationOutOfRange {
+                name: name.to_owned(),
+                value: value.to_owned(),
+            });
     }
-    humantime::parse_duration(v)
-        .map_err(|_| format!("option {name}: {value:?} is not a duration such as 500ms or 5s"))
+    humantime::parse_duration(v).map_err(|_| UrlError::NotADuration {
+        name: name.to_owned(),
+        value: value.to_owned(),
+    })
 }
 
 /// Parses the option `name`'s value as a store's timeout: a duration, as
@@ -390,14 +559,14 @@ pub fn parse_duration(name: &str, value: &str) -> Result<Duration, String> {
 /// ```
 /// use std::time::Duration;
 /// assert_eq!(tenure::url::parse_timeout("timeout", "2s"), Ok(Duration::from_secs(2)));
-/// assert!(tenure::url::parse_timeout("timeout", "0s").unwrap_err().contains("positive"));
+/// assert!(tenure::url::parse_timeout("timeout", "0s").unwrap_err().to_string().contains("positive"));
 /// ```
-pub fn parse_timeout(name: &str, value: &str) -> Result<Duration, String> {
+pub fn parse_timeout(name: &str, value: &str) -> Result<Duration, UrlError> {
     let d = parse_duration(name, value)?;
     if d.is_zero() {
-        return Err(format!(
-            "{name} is zero: give a positive duration such as 5s"
-        ));
+        return Err(UrlError::ZeroTimeout {
+            name: name.to_owned(),
+        });
     }
     Ok(d)
 }
@@ -407,13 +576,15 @@ pub fn parse_timeout(name: &str, value: &str) -> Result<Duration, String> {
 ///
 /// ```
 /// assert_eq!(tenure::url::parse_bool("create", "yes"), Ok(true));
-/// assert!(tenure::url::parse_bool("create", "maybe").unwrap_err().contains("true or false"));
+/// assert!(tenure::url::parse_bool("create", "maybe").unwrap_err().to_string().contains("true or false"));
 /// ```
-pub fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
+pub fn parse_bool(name: &str, value: &str) -> Result<bool, UrlError> {
     match value.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
         "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(format!("option {name} must be true or false")),
+        _ => Err(UrlError::NotABool {
+            name: name.to_owned(),
+        }),
     }
 }
 
@@ -723,7 +894,7 @@ impl ShownQuery {
 ///
 /// let mut half = AccessKeyOptions::default();
 /// half.set("secret_access_key", "s3cr3t".to_owned());
-/// let e = half.finish("the environment").unwrap_err();
+/// let e = half.finish("the environment").unwrap_err().to_string();
 /// assert!(e.contains("both access_key_id and secret_access_key") && !e.contains("s3cr3t"));
 /// ```
 #[derive(Default)]
@@ -757,14 +928,13 @@ impl AccessKeyOptions {
     /// or a session token without one, is an error naming the fix;
     /// `otherwise` says where credentials come from without keys ("the
     /// standard AWS chain"). The error shows no value.
-    pub fn finish(self, otherwise: &str) -> Result<Option<AccessKeys>, String> {
+    pub fn finish(self, otherwise: &str) -> Result<Option<AccessKeys>, UrlError> {
         match (self.access_key_id, self.secret_access_key) {
             (Some(id), Some(secret)) => Ok(Some(AccessKeys::new(id, secret, self.session_token))),
             (None, None) if self.session_token.is_none() => Ok(None),
-            _ => Err(format!(
-                "static credentials need both access_key_id and secret_access_key \
-                 (session_token is optional): give both, or neither to use {otherwise}"
-            )),
+            _ => Err(UrlError::HalfAccessKeys {
+                otherwise: otherwise.to_owned(),
+            }),
         }
     }
 }
@@ -776,10 +946,10 @@ impl AccessKeyOptions {
 /// ```
 /// use tenure::url::check_http_endpoint;
 /// assert!(check_http_endpoint("https://h:1", "http://h:1").is_ok());
-/// let e = check_http_endpoint("ftp://u:pw@h", "http://h:1").unwrap_err();
+/// let e = check_http_endpoint("ftp://u:pw@h", "http://h:1").unwrap_err().to_string();
 /// assert!(e.contains("not an http:// or https:// URL") && !e.contains("pw"), "{e}");
 /// ```
-pub fn check_http_endpoint(endpoint: &str, example: &str) -> Result<(), String> {
+pub fn check_http_endpoint(endpoint: &str, example: &str) -> Result<(), UrlError> {
     let ok = ["http://", "https://"].iter().any(|s| {
         endpoint
             .strip_prefix(s)
@@ -788,10 +958,10 @@ pub fn check_http_endpoint(endpoint: &str, example: &str) -> Result<(), String> 
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "endpoint {:?} is not an http:// or https:// URL (e.g. endpoint={example})",
-            redact(endpoint)
-        ))
+        Err(UrlError::NotHttpEndpoint {
+            shown: redact(endpoint),
+            example: example.to_owned(),
+        })
     }
 }
 
@@ -921,24 +1091,87 @@ mod tests {
     #[test]
     fn host_port_and_query_helpers() {
         assert_eq!(split_host_port("h:1", 9), Ok(("h".into(), 1)));
-        assert!(split_host_port("::1:9092", 9)
-            .unwrap_err()
-            .contains("brackets"));
-        assert!(split_host_port("[::1", 9).is_err());
-        assert!(split_host_port(":5", 9).unwrap_err().contains("no host"));
-        assert!(split_host_port("h:0", 9).is_err());
+        assert_eq!(
+            split_host_port("::1:9092", 9),
+            Err(UrlError::UnbracketedIpv6)
+        );
+        assert_eq!(split_host_port("[::1", 9), Err(UrlError::UnclosedIpv6));
+        assert_eq!(split_host_port(":5", 9), Err(UrlError::NoHost));
+        assert_eq!(split_host_port("h:0", 9), Err(UrlError::BadPort));
         let e = query_pairs("sasl.password=%zzsecret")
             .next()
             .unwrap()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sasl.password") && !e.contains("secret"), "{e}");
         // The tail of a secret holding a raw '&' is refused, never named.
         let e = query_pairs("secret_access_key=Qa1&Qb2&region=x")
             .find_map(Result::err)
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(e.contains("%26") && !e.contains("Qb2"), "{e}");
         assert_eq!(percent_decode("%2"), None);
         assert_eq!(percent_decode("%+1"), None, "a sign is not a hex digit");
+    }
+
+    #[test]
+    fn query_options_refuse_a_name_outside_the_list_after_reading_the_pairs_before() {
+        const KNOWN: &[&str] = &["timeout", "ca"];
+        assert_eq!(
+            query_options("ca=a&timeout=1s&ca=b", KNOWN),
+            Ok(vec![
+                ("ca".into(), "a".into()),
+                ("timeout".into(), "1s".into()),
+                ("ca".into(), "b".into())
+            ])
+        );
+        assert_eq!(query_options("", KNOWN), Ok(vec![]));
+        // Names are compared after decoding, exactly.
+        assert_eq!(
+            query_options("time%6Fut=1s", KNOWN),
+            Ok(vec![("timeout".into(), "1s".into())])
+        );
+        let e = query_options("Timeout=1s", KNOWN).unwrap_err();
+        assert_eq!(
+            e,
+            UrlError::UnknownOption {
+                name: "Timeout".into(),
+                known: KNOWN.to_vec()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            r#"unknown option "Timeout": the options are timeout, ca"#
+        );
+        // The first pair that does not read is the error.
+        assert_eq!(
+            query_options("password=%zz&bogus=1", KNOWN),
+            Err(UrlError::OptionValueEscape {
+                name: "password".into()
+            })
+        );
+    }
+
+    #[test]
+    fn messages_name_the_part_and_the_fix() {
+        let in_list = host_list("a,b:x", 1, "server").unwrap_err();
+        assert_eq!(
+            in_list.to_string(),
+            "server 2: the port is not a number from 1 to 65535"
+        );
+        assert_eq!(
+            split_store_url("app:pw://x@h", &["redis"], "redis://")
+                .unwrap_err()
+                .to_string(),
+            r#"scheme "(none)" is not redis://"#
+        );
+        assert_eq!(
+            split_store_url("Rediz://h", &["redis"], "redis://")
+                .unwrap_err()
+                .to_string(),
+            r#"scheme "Rediz" is not redis://"#
+        );
+        assert_eq!(UrlError::BareWord.to_string(), BARE_WORD);
     }
     #[test]
     fn text_before_colon_slash_slash_that_is_no_scheme_is_user_info() {
