@@ -16,6 +16,9 @@ pub const DEFAULT_PREFIX: &str = "tenure/";
 /// The default bound on connecting and on each request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The options an etcd URL takes, in the order its error lists them.
+const OPTIONS: &[&str] = &["prefix", "timeout", "ca", "cert", "key"];
+
 /// Where and how to reach etcd.
 ///
 /// Built from a URL by [`EtcdOptions::from_url`]:
@@ -101,7 +104,8 @@ impl EtcdOptions {
             ));
         }
         let (tls_files, others) =
-            TlsPaths::from_query(parts.query, tls, "etcds:// instead of etcd://").map_err(bad)?;
+            TlsPaths::from_options(parts.query, OPTIONS, tls, "etcds:// instead of etcd://")
+                .map_err(bad)?;
         let mut options = EtcdOptions {
             tls,
             hosts: list,
@@ -117,11 +121,8 @@ impl EtcdOptions {
                 "timeout" => {
                     options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
                 }
-                other => {
-                    return Err(bad(format!(
-                        "unknown option {other:?}: the options are prefix, timeout, ca, cert, key"
-                    )))
-                }
+                // from_options passed only the names in OPTIONS.
+                _ => {}
             }
         }
         if tls && options.tls_files.ca.is_none() {
@@ -231,7 +232,10 @@ mod tests {
                 ("etcd://u:pw-secret@h:1?ca=/x", "etcds://"),
                 ("etcds://u:pw-secret@h:1", "?ca="),
                 ("etcds://u:pw-secret@h:1?ca=/c&cert=/x", "cert and key"),
-                ("etcd://u:pw-secret@h:1?bogus=1", "unknown option"),
+                (
+                    "etcd://u:pw-secret@h:1?bogus=1",
+                    r#"unknown option "bogus": the options are prefix, timeout, ca, cert, key"#,
+                ),
                 ("etcd://user@h:1", "without a password"),
                 ("http://a:1,b:2", "several endpoints"),
                 ("etcd://", "no endpoint"),

@@ -21,6 +21,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The NATS client port.
 const DEFAULT_PORT: u16 = 4222;
 
+/// The options a NATS URL takes, in the order its error lists them.
+const OPTIONS: &[&str] = &["timeout", "ca", "cert", "key"];
+
 /// How the client proves who it is.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Auth {
@@ -139,7 +142,7 @@ impl NatsOptions {
             };
         let list = tenure::url::host_list(parts.hosts, DEFAULT_PORT, "server").map_err(bad)?;
         let (tls_files, others) =
-            TlsPaths::from_query(parts.query, tls, "nats+tls:// instead of nats://")
+            TlsPaths::from_options(parts.query, OPTIONS, tls, "nats+tls:// instead of nats://")
                 .map_err(bad)?;
         let mut options = NatsOptions {
             tls,
@@ -149,17 +152,10 @@ impl NatsOptions {
             timeout: DEFAULT_TIMEOUT,
             tls_files,
         };
+        // from_options passed only the names in OPTIONS: the TLS files and
+        // the timeout.
         for (name, value) in others {
-            match name.as_str() {
-                "timeout" => {
-                    options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
-                }
-                other => {
-                    return Err(bad(format!(
-                        "unknown option {other:?}: the options are timeout, ca, cert, key"
-                    )))
-                }
-            }
+            options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?;
         }
         Ok(options)
     }
@@ -311,7 +307,10 @@ mod tests {
                 ("nats://u:pw-secret@h:1/a.b", "bucket"),
                 ("nats://u:pw-secret@h:1/b?ca=/x", "nats+tls://"),
                 ("nats+tls://u:pw-secret@h:1?ca=/c&cert=/x", "cert and key"),
-                ("nats://u:pw-secret@h:1?bogus=1", "unknown option"),
+                (
+                    "nats://u:pw-secret@h:1?bogus=1",
+                    r#"unknown option "bogus": the options are timeout, ca, cert, key"#,
+                ),
                 ("nats://u:pw-secret@h:1?timeout=0s", "zero"),
                 ("nats://:pw-secret@h:1", "empty user"),
                 ("nats://", "no host"),

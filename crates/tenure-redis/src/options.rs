@@ -16,6 +16,9 @@ pub const DEFAULT_PREFIX: &str = "tenure:";
 /// The default bound on connecting and on each command.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The options a Redis URL takes, in the order its error lists them.
+const OPTIONS: &[&str] = &["prefix", "timeout", "quarantine", "ca", "cert", "key"];
+
 /// Where and how to reach Redis.
 ///
 /// Built from a URL by [`RedisOptions::from_url`]:
@@ -105,7 +108,8 @@ impl RedisOptions {
                 })?
         };
         let (tls_files, others) =
-            TlsPaths::from_query(query, tls, "rediss:// instead of redis://").map_err(bad)?;
+            TlsPaths::from_options(query, OPTIONS, tls, "rediss:// instead of redis://")
+                .map_err(bad)?;
         let mut options = RedisOptions {
             tls,
             host,
@@ -121,13 +125,15 @@ impl RedisOptions {
         for (name, value) in others {
             match name.as_str() {
                 "prefix" => options = options.with_prefix(value)?,
-                "timeout" => options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?,
-                "quarantine" => options.quarantine = Some(tenure::url::parse_duration(&name, &value).map_err(bad)?),
-                other => {
-                    return Err(bad(format!(
-                        "unknown option {other:?}: the options are prefix, timeout, quarantine, ca, cert, key"
-                    )))
+                "timeout" => {
+                    options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
                 }
+                "quarantine" => {
+                    options.quarantine =
+                        Some(tenure::url::parse_duration(&name, &value).map_err(bad)?)
+                }
+                // from_options passed only the names in OPTIONS.
+                _ => {}
             }
         }
         Ok(options)
@@ -251,7 +257,10 @@ mod tests {
                 ("redis://u:pw-secret@h:1?prefix=", "prefix is empty"),
                 ("redis://u:pw-secret@h:1?ca=/x", "rediss://"),
                 ("rediss://u:pw-secret@h:1?cert=/x", "cert and key"),
-                ("redis://u:pw-secret@h:1?bogus=1", "unknown option"),
+                (
+                    "redis://u:pw-secret@h:1?bogus=1",
+                    r#"unknown option "bogus": the options are prefix, timeout, quarantine, ca, cert, key"#,
+                ),
                 ("redis://u:pw-secret@h:1?timeout=5parsecs", "not a duration"),
                 ("redis://user@h:1", "without a password"),
                 ("redis://", "no host"),

@@ -23,6 +23,9 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 /// ZooKeeper's client port when a host names none.
 pub const DEFAULT_PORT: u16 = 2181;
 
+/// The options a ZooKeeper URL takes, in the order its error lists them.
+const OPTIONS: &[&str] = &["timeout", "session_timeout"];
+
 /// Where and how to reach ZooKeeper.
 ///
 /// Built from a URL by [`ZkOptions::from_url`]:
@@ -95,7 +98,7 @@ impl ZkOptions {
             timeout: DEFAULT_TIMEOUT,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
         };
-        for pair in tenure::url::query_pairs(query) {
+        for pair in tenure::url::known_query_pairs(query, OPTIONS) {
             let (name, value) = pair.map_err(bad)?;
             match name.as_str() {
                 "timeout" => {
@@ -105,12 +108,8 @@ impl ZkOptions {
                     options.session_timeout =
                         tenure::url::parse_duration(&name, &value).map_err(bad)?
                 }
-                other => {
-                    return Err(bad(format!(
-                        "unknown option {:?}: the options are timeout and session_timeout",
-                        tenure::url::redact(other)
-                    )))
-                }
+                // known_query_pairs passed only the names in OPTIONS.
+                _ => {}
             }
         }
         options.check().map_err(bad)?;
@@ -263,7 +262,10 @@ mod tests {
                 ("zk://u:pw-secret@h:1/zookeeper/x", "ZooKeeper's own"),
                 ("zk://u:pw-secret@h:1/a%2Fb", "%2F"),
                 ("zk://u:pw-secret@h:1/a%zz", "%-escape"),
-                ("zk://u:pw-secret@h:1?bogus=1", "unknown option"),
+                (
+                    "zk://u:pw-secret@h:1?bogus=1",
+                    r#"unknown option "bogus": the options are timeout, session_timeout"#,
+                ),
                 ("zk://u:pw-secret@h:1?timeout=0s", "zero"),
                 (
                     "zk://u:pw-secret@h:1?session_timeout=1ms",

@@ -70,9 +70,40 @@ impl TlsPaths {
         tls: bool,
         tls_scheme: &str,
     ) -> Result<(TlsPaths, Vec<(String, String)>), String> {
+        Self::read(crate::url::query_pairs(query), tls, tls_scheme)
+    }
+
+    /// [`from_query`](TlsPaths::from_query) for a store that takes the
+    /// options `known` (the TLS files among them): a name outside the list
+    /// is an error that names it and lists them all, in the place the pair
+    /// is written ([`query_options`](crate::url::query_options)).
+    ///
+    /// ```
+    /// use tenure::tls::TlsPaths;
+    /// const OPTIONS: &[&str] = &["timeout", "ca", "cert", "key"];
+    /// let (files, others) = TlsPaths::from_options("timeout=1s", OPTIONS, true, "nats+tls://").unwrap();
+    /// assert_eq!((files, others), (TlsPaths::default(), vec![("timeout".into(), "1s".into())]));
+    /// let e = TlsPaths::from_options("bogus=1", OPTIONS, true, "nats+tls://").unwrap_err();
+    /// assert_eq!(e, r#"unknown option "bogus": the options are timeout, ca, cert, key"#);
+    /// ```
+    pub fn from_options(
+        query: &str,
+        known: &[&'static str],
+        tls: bool,
+        tls_scheme: &str,
+    ) -> Result<(TlsPaths, Vec<(String, String)>), String> {
+        Self::read(crate::url::known_query_pairs(query, known), tls, tls_scheme)
+    }
+
+    /// Takes the TLS files from `pairs`, in order, and returns the rest.
+    fn read(
+        pairs: impl Iterator<Item = Result<(String, String), crate::url::UrlError>>,
+        tls: bool,
+        tls_scheme: &str,
+    ) -> Result<(TlsPaths, Vec<(String, String)>), String> {
         let mut files = TlsPaths::default();
         let mut others = Vec::new();
-        for pair in crate::url::query_pairs(query) {
+        for pair in pairs {
             let (name, value) = pair.map_err(|e| e.to_string())?;
             if !files.take(&name, &value, tls, tls_scheme)? {
                 others.push((name, value));

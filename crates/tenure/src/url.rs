@@ -152,7 +152,9 @@ pub enum UrlError {
         name: String,
     },
     /// An option the store does not take.
-    #[error("unknown option {name:?}: the options are {}", known.join(", "))]
+    /// The name is shown through [`redact`]: a value holding an unescaped
+    /// `&` can leave a piece of a secret in a name.
+    #[error("unknown option {:?}: the options are {}", redact(name), known.join(", "))]
     UnknownOption {
         /// The option written.
         name: String,
@@ -504,19 +506,26 @@ pub fn query_options(
     query: &str,
     known: &[&'static str],
 ) -> Result<Vec<(String, String)>, UrlError> {
-    query_pairs(query)
-        .map(|pair| {
-            let (name, value) = pair?;
-            if known.contains(&name.as_str()) {
-                Ok((name, value))
-            } else {
-                Err(UrlError::UnknownOption {
-                    name,
-                    known: known.to_vec(),
-                })
-            }
-        })
-        .collect()
+    known_query_pairs(query, known).collect()
+}
+
+/// [`query_options`] pair by pair, for a reader that checks each pair as
+/// it comes (the TLS files of [`TlsPaths::from_options`](crate::tls::TlsPaths::from_options)).
+pub fn known_query_pairs<'q>(
+    query: &'q str,
+    known: &'q [&'static str],
+) -> impl Iterator<Item = Result<(String, String), UrlError>> + 'q {
+    query_pairs(query).map(move |pair| {
+        let (name, value) = pair?;
+        if known.contains(&name.as_str()) {
+            Ok((name, value))
+        } else {
+            Err(UrlError::UnknownOption {
+                name,
+                known: known.to_vec(),
+            })
+        }
+    })
 }
 
 /// The error for a word without `=` in a URL's query. It never repeats the
@@ -1150,6 +1159,11 @@ mod tests {
                 name: "password".into()
             })
         );
+        // A name that looks like user info is masked: a password with an
+        // unescaped '&' ("ca=/c&s3cret@h=1") leaves its tail in a name.
+        let e = query_options("ca=/c&s3cret@h=1", KNOWN).unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(e.to_string().starts_with("unknown option \"***@h\""), "{e}");
     }
 
     #[test]
