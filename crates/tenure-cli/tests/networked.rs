@@ -161,7 +161,7 @@ macro_rules! lease_store_scenarios {
 lease_store_scenarios!(
     "postgres",
     postgres,
-    |_: &str| tenure::testkit::server_url("TENURE_TEST_POSTGRES"),
+    |_: &str| tenure_testkit::server_url("TENURE_TEST_POSTGRES"),
     graceful_handover_on
 );
 
@@ -169,7 +169,7 @@ lease_store_scenarios!(
     "redis",
     redis,
     |label: &str| {
-        let server = tenure::testkit::server_url("TENURE_TEST_REDIS")?;
+        let server = tenure_testkit::server_url("TENURE_TEST_REDIS")?;
         let url = format!("{server}?prefix={}:", unique(label));
         // A prefix without its data-set marker looks like a Redis that lost
         // its data, and its first election would wait out a quarantine of
@@ -191,7 +191,7 @@ lease_store_scenarios!(
     "etcd",
     etcd,
     |label: &str| {
-        let server = tenure::testkit::server_url("TENURE_TEST_ETCD")?;
+        let server = tenure_testkit::server_url("TENURE_TEST_ETCD")?;
         let endpoint = server.trim_start_matches("http://");
         Some(format!("etcd://{endpoint}?prefix={}/", unique(label)))
     },
@@ -202,7 +202,7 @@ lease_store_scenarios!(
     "dynamodb",
     dynamodb,
     |label: &str| {
-        let endpoint = tenure::testkit::server_url("TENURE_TEST_DYNAMODB")?;
+        let endpoint = tenure_testkit::server_url("TENURE_TEST_DYNAMODB")?;
         // dynalite accepts any credentials.
         Some(format!(
             "dynamodb://{}?region=us-east-1&endpoint={endpoint}&create=true&access_key_id=test&secret_access_key=test",
@@ -216,7 +216,7 @@ lease_store_scenarios!(
     "zookeeper",
     zookeeper,
     |label: &str| {
-        let server = tenure::testkit::server_url("TENURE_TEST_ZOOKEEPER")?;
+        let server = tenure_testkit::server_url("TENURE_TEST_ZOOKEEPER")?;
         Some(format!(
             "{}/{}",
             server.trim_end_matches('/'),
@@ -230,7 +230,7 @@ lease_store_scenarios!(
     "nats",
     nats,
     |_: &str| {
-        let server = tenure::testkit::server_url("TENURE_TEST_NATS")?;
+        let server = tenure_testkit::server_url("TENURE_TEST_NATS")?;
         Some(format!("{}/tenure-cli", server.trim_end_matches('/')))
     },
     graceful_handover_on
@@ -242,7 +242,7 @@ lease_store_scenarios!(
     "object-store",
     s3,
     |label: &str| {
-        let endpoint = tenure::testkit::server_url("TENURE_TEST_S3")?;
+        let endpoint = tenure_testkit::server_url("TENURE_TEST_S3")?;
         Some(format!(
             "s3://tenure-test/{}?region=us-east-1&endpoint={endpoint}&access_key_id=AKIDTENURECLI&secret_access_key=test",
             unique(label)
@@ -258,7 +258,7 @@ lease_store_scenarios!(
 #[cfg(feature = "kafka")]
 #[test]
 fn kafka_run_status_and_sigkill_of_the_leader() {
-    let Some(broker) = tenure::testkit::server_url("TENURE_TEST_KAFKA") else {
+    let Some(broker) = tenure_testkit::server_url("TENURE_TEST_KAFKA") else {
         return;
     };
     let group = unique("kafka");

@@ -130,7 +130,7 @@ fn force_supersedes_a_live_holder_without_two_leaders() {
 #[cfg(feature = "postgres")]
 #[test]
 fn force_supersedes_a_live_holder_without_two_leaders_on_postgres() {
-    let Some(url) = tenure::testkit::server_url("TENURE_TEST_POSTGRES") else {
+    let Some(url) = tenure_testkit::server_url("TENURE_TEST_POSTGRES") else {
         return;
     };
     forced_release_never_yields_two_leaders(&url, "force-postgres");

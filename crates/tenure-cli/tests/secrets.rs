@@ -106,7 +106,7 @@ fn every_command_with_each_password(url: impl Fn(&str) -> String) {
     feature = "nats"
 ))]
 fn server_host(var: &str, scheme: &str) -> Option<String> {
-    let url = tenure::testkit::server_url(var)?;
+    let url = tenure_testkit::server_url(var)?;
     Some(
         url.trim_start_matches(scheme)
             .trim_end_matches('/')
@@ -208,7 +208,7 @@ fn unreachable_stores_never_show_the_password() {
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_with_a_wrong_password_never_shows_it() {
-    let Some(url) = tenure::testkit::server_url("TENURE_TEST_POSTGRES") else {
+    let Some(url) = tenure_testkit::server_url("TENURE_TEST_POSTGRES") else {
         return;
     };
     let (user, host) = user_and_host(&url);
@@ -254,7 +254,7 @@ fn zookeeper_with_a_digest_password_never_shows_it() {
 #[cfg(feature = "dynamodb")]
 #[test]
 fn dynamodb_with_a_secret_key_it_accepts_never_shows_it() {
-    let Some(endpoint) = tenure::testkit::server_url("TENURE_TEST_DYNAMODB") else {
+    let Some(endpoint) = tenure_testkit::server_url("TENURE_TEST_DYNAMODB") else {
         return;
     };
     let table = unique("secrets");
@@ -293,7 +293,7 @@ fn nats_with_a_password_or_token_it_accepts_never_shows_it() {
 #[cfg(feature = "object-store")]
 #[test]
 fn s3_with_keys_it_accepts_never_shows_them() {
-    let Some(endpoint) = tenure::testkit::server_url("TENURE_TEST_S3") else {
+    let Some(endpoint) = tenure_testkit::server_url("TENURE_TEST_S3") else {
         return;
     };
     let prefix = unique("secrets");
@@ -312,7 +312,7 @@ fn s3_with_keys_it_accepts_never_shows_them() {
 #[cfg(feature = "kafka")]
 #[test]
 fn kafka_with_a_sasl_password_never_shows_it() {
-    let Some(brokers) = tenure::testkit::server_url("TENURE_TEST_KAFKA") else {
+    let Some(brokers) = tenure_testkit::server_url("TENURE_TEST_KAFKA") else {
         return;
     };
     let topic = unique("secrets");
@@ -339,7 +339,7 @@ fn kafka_with_a_sasl_password_never_shows_it() {
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_connects_quietly_to_an_existing_table() {
-    let Some(url) = tenure::testkit::server_url("TENURE_TEST_POSTGRES") else {
+    let Some(url) = tenure_testkit::server_url("TENURE_TEST_POSTGRES") else {
         return;
     };
     let url = format!("{url}?table=tenure_quiet_{:x}", rand::random::<u32>());

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use tenure::testkit::holders::{held_by, loads, moved, Holders};
+use tenure_testkit::holders::{held_by, loads, moved, Holders};
 
 const SLACK: Duration = Duration::from_secs(8);
 const SHARDS: usize = 16;
@@ -120,7 +120,7 @@ fn four_processes_share_sixteen_shards_and_a_crash_or_a_join_moves_only_what_it_
 #[cfg(feature = "postgres")]
 #[test]
 fn four_processes_share_sixteen_shards_on_postgres() {
-    let Some(url) = tenure::testkit::server_url("TENURE_TEST_POSTGRES") else {
+    let Some(url) = tenure_testkit::server_url("TENURE_TEST_POSTGRES") else {
         return;
     };
     let s = Scratch::new("shards-postgres");

@@ -133,7 +133,7 @@ mod tests {
     use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
     use aws_smithy_runtime_api::http::{Response, StatusCode};
     use aws_smithy_types::body::SdkBody;
-    use tenure::testkit::CountingRecorder;
+    use tenure_testkit::CountingRecorder;
 
     use super::*;
     use crate::error::tests::sdk_meta;

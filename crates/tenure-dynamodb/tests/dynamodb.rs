@@ -7,7 +7,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, held_by, released, scenarios, CountingRecorder, TermLog};
 use tenure::{CasOutcome, Config, Elector, LeaseStore, LeaseView, StoreError};
 use tenure_dynamodb::aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
@@ -15,6 +14,7 @@ use tenure_dynamodb::aws_sdk_dynamodb::types::{
 };
 use tenure_dynamodb::aws_sdk_dynamodb::Client;
 use tenure_dynamodb::{DynamoDbStore, DynamoDbStoreError};
+use tenure_testkit::{self as testkit, held_by, released, scenarios, CountingRecorder, TermLog};
 
 mod support;
 use support::{
@@ -183,7 +183,7 @@ async fn elector_acquires_and_refreshes() {
 async fn elector_steals_after_expiry() {
     let Some(url) = endpoint() else { return };
     let upstream: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
-    let proxy = tenure::testkit::TcpProxy::start(upstream).await.unwrap();
+    let proxy = tenure_testkit::TcpProxy::start(upstream).await.unwrap();
     let via_proxy = tenure_dynamodb::DynamoDbStore::connect_with(options(
         &format!("http://{}", proxy.addr()),
         TABLE,

@@ -7,12 +7,12 @@
 use std::iter::repeat_n;
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, held_by, many_groups};
 use tenure::{
     CasOutcome, CasRequest, Config, Elector, GroupName, LeaseStore, LeaseView, Role, StoreError,
     Versioned,
 };
 use tenure_dynamodb::DynamoDbStore;
+use tenure_testkit::{self as testkit, held_by, many_groups};
 
 mod support;
 use support::{endpoint, options, store, FaultProxy, Reply, TABLE};

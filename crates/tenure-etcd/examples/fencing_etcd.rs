@@ -13,10 +13,10 @@
 
 use etcd_client::{Client, DeleteOptions, TxnOp};
 use tenure::fence::StaleToken;
-use tenure::testkit::{unique_suffix, url_argument, HandOver};
 use tenure_etcd::{fence, EtcdOptions, EtcdStore};
+use tenure_testkit::{unique_suffix, url_argument, HandOver};
 
-type Error = tenure::testkit::StoryError;
+type Error = tenure_testkit::StoryError;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

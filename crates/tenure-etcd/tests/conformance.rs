@@ -3,9 +3,9 @@
 mod common;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Feeds, RawAccess, UrlHarness};
 use tenure::GroupName;
 use tenure_etcd::EtcdStore;
+use tenure_testkit::{self as testkit, Feeds, RawAccess, UrlHarness};
 
 /// The store's keys, read and written by a plain client.
 struct EtcdKeys {

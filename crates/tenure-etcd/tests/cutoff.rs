@@ -3,8 +3,8 @@
 
 mod common;
 
-use tenure::testkit::{scenarios, TcpProxy};
 use tenure_etcd::EtcdStore;
+use tenure_testkit::{scenarios, TcpProxy};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_leader_stops_before_the_other_is_elected() {

@@ -3,8 +3,8 @@
 //! effect) follows every renewal through the one prefix watch, whose
 //! events carry the records, reading nothing. Real time, generous bounds.
 
-use tenure::testkit::{self, scenarios};
 use tenure_etcd::EtcdStore;
+use tenure_testkit::{self as testkit, scenarios};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {

@@ -3,8 +3,9 @@
 
 mod common;
 
-use tenure::{testkit, LeaseStore, LeaseView, StoreError};
+use tenure::{LeaseStore, LeaseView, StoreError};
 use tenure_etcd::{EtcdStore, EtcdStoreError};
+use tenure_testkit as testkit;
 
 const SECRET: &str = "pw-Secret-7f3a";
 

@@ -8,12 +8,12 @@ mod common;
 use std::time::Duration;
 
 use common::EtcdServer;
-use tenure::testkit::{
-    self, expect_hint, expect_quiet, expect_written, held_by, next_change, write_seen_on_feed,
-    TcpProxy,
-};
 use tenure::{Change, GroupName, LeaseView, StoreFeed, Version};
 use tenure_etcd::EtcdStore;
+use tenure_testkit::{
+    self as testkit, expect_hint, expect_quiet, expect_written, held_by, next_change,
+    write_seen_on_feed, TcpProxy,
+};
 
 const WITHIN: Duration = Duration::from_secs(10);
 

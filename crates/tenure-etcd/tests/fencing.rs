@@ -3,8 +3,8 @@
 
 use etcd_client::{Client, TxnOp};
 use tenure::fence::StaleToken;
-use tenure::testkit;
 use tenure_etcd::{fence, EtcdOptions};
+use tenure_testkit as testkit;
 
 #[allow(
     dead_code,
@@ -28,7 +28,7 @@ async fn the_example_refuses_the_leader_whose_term_ended() {
     let Some(url) = testkit::server_url("TENURE_TEST_ETCD") else {
         return;
     };
-    tenure::testkit::story_holds(example::run(&url)).await;
+    tenure_testkit::story_holds(example::run(&url)).await;
 }
 
 /// A fence key and a data key of their own under `fence-test/`.

@@ -4,8 +4,8 @@
 
 mod common;
 
-use tenure::testkit::scenarios;
 use tenure_etcd::EtcdStore;
+use tenure_testkit::scenarios;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_keeps_one_leader_and_the_token_sequence() {

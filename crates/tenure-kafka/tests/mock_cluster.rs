@@ -116,7 +116,7 @@ async fn cooperative_sticky_assignment_keeps_the_leader_and_hands_over_without_o
     let (a, _) = candidate(&cfg, &group, "a");
     let first = leads(&a, Duration::from_secs(30), "a elected").await;
     let (b, _) = candidate(&cfg, &group, "b");
-    let log = tenure::testkit::TermLog::watch(&[&a, &b]);
+    let log = tenure_testkit::TermLog::watch(&[&a, &b]);
     // b's join rebalances incrementally: partition 0 stays with a, whose
     // term is never interrupted.
     let mut roles = b.watch_role();

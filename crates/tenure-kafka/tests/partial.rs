@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::kproxy::KafkaProxy;
 use common::*;
-use tenure::testkit::TermLog;
 use tenure_kafka::KafkaConfig;
+use tenure_testkit::TermLog;
 
 /// A private broker behind a proxy, with the group's topic created.
 async fn proxied(group: &str) -> Option<(Tansu, KafkaProxy, KafkaConfig)> {

@@ -142,7 +142,7 @@ pub(crate) fn filter_all() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::group;
+    use tenure_testkit::group;
 
     /// What NATS accepts as a key (async-nats checks the same).
     fn valid_key(k: &str) -> bool {

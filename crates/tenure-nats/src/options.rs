@@ -241,7 +241,7 @@ fn check_bucket(bucket: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{assert_hostile_password_handled, assert_url_refusals};
+    use tenure_testkit::{assert_hostile_password_handled, assert_url_refusals};
 
     /// Whether `o` authenticates with `user` and `password`.
     fn signs_in_as(o: &NatsOptions, user: &str, password: &str) -> bool {

@@ -7,9 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, held_by};
 use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_nats::NatsStore;
+use tenure_testkit::{self as testkit, held_by};
 
 /// A private server, and a handle on its bucket `bucket` with a 1 s
 /// operation timeout: the test freezes or kills the server under it.

@@ -4,9 +4,9 @@ mod common;
 
 use async_nats::jetstream::kv;
 use async_trait::async_trait;
-use tenure::testkit::{self, Feeds, RawAccess, UrlHarness};
 use tenure::GroupName;
 use tenure_nats::NatsStore;
+use tenure_testkit::{self as testkit, Feeds, RawAccess, UrlHarness};
 
 /// The store's bucket, read and written by a plain JetStream client.
 struct Bucket(kv::Store);

@@ -5,8 +5,8 @@
 
 mod common;
 
-use tenure::testkit::scenarios;
 use tenure_nats::NatsStore;
+use tenure_testkit::scenarios;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {

@@ -8,9 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
-use tenure::testkit::{self, held_by, TlsFiles};
 use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError};
 use tenure_nats::{NatsStore, NatsStoreError};
+use tenure_testkit::{self as testkit, held_by, TlsFiles};
 
 /// A password with every character that cuts a URL short.
 const SECRET: &str = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";

@@ -8,9 +8,9 @@ mod common;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use tenure::testkit::{self, held_by, TcpProxy};
 use tenure::{Change, LeaseView, StoreFeed};
 use tenure_nats::NatsStore;
+use tenure_testkit::{self as testkit, held_by, TcpProxy};
 
 /// Generous: a reconnect takes the client's back-off and the feed's.
 const PATIENCE: Duration = Duration::from_secs(30);

@@ -3,8 +3,8 @@
 
 mod common;
 
-use tenure::testkit::scenarios;
 use tenure_nats::NatsStore;
+use tenure_testkit::scenarios;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_is_taken_over_at_once_not_after_a_poll() {

@@ -9,9 +9,9 @@ mod common;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use tenure::testkit::{self, held_by};
 use tenure::{Change, GroupName, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_nats::NatsStore;
+use tenure_testkit::{self as testkit, held_by};
 
 async fn next_change(feed: &mut tenure::StoreFeed) -> Change {
     tokio::time::timeout(Duration::from_secs(5), feed.next())

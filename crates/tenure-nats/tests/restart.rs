@@ -9,8 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::scenarios;
 use tenure_nats::NatsStore;
+use tenure_testkit::scenarios;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_keeps_one_leader_and_the_token_sequence() {

@@ -17,14 +17,14 @@
 
 use serde::{Deserialize, Serialize};
 use tenure::fence::{self, StaleToken};
-use tenure::testkit::{unique_suffix, HandOver};
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{
     self, ObjectStore, ObjectStoreExt, PutMode, UpdateVersion,
 };
 use tenure_object_store::BucketStore;
+use tenure_testkit::{unique_suffix, HandOver};
 
-type Error = tenure::testkit::StoryError;
+type Error = tenure_testkit::StoryError;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

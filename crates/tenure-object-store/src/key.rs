@@ -137,7 +137,7 @@ fn decode(encoded: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::group;
+    use tenure_testkit::group;
 
     #[test]
     fn readable_names_stay_readable() {

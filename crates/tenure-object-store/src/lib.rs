@@ -205,7 +205,7 @@
 //!   existing object, or a wrong generation: 200, overwritten), which
 //!   would let two candidates both win. `gs://` is therefore tested only
 //!   in the code it shares with S3 and Azure and in its URL parsing: run
-//!   the conformance suite (`tenure::testkit::run_conformance`) against a
+//!   the conformance suite (`tenure_testkit::run_conformance`) against a
 //!   real bucket before relying on it.
 //!
 //! # When the data goes away

@@ -66,7 +66,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(LeaseRecord, Version), RecordError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::sample_record;
+    use tenure_testkit::sample_record;
 
     #[test]
     fn round_trips_with_its_version() {

@@ -545,7 +545,7 @@ mod tests {
     }
 
     /// Each refusal names the part to fix, and never the password the
-    /// cases carry ([`tenure::testkit::REFUSED_URL_PASSWORD`]).
+    /// cases carry ([`tenure_testkit::REFUSED_URL_PASSWORD`]).
     #[test]
     fn rejects_bad_urls_naming_the_fix() {
         let cases = [
@@ -576,6 +576,6 @@ mod tests {
             .into_iter()
             .filter(|(url, _)| !(account_set && *url == "az://cont"))
             .collect();
-        tenure::testkit::assert_url_refusals(BucketOptions::from_url, &cases);
+        tenure_testkit::assert_url_refusals(BucketOptions::from_url, &cases);
     }
 }

@@ -10,9 +10,9 @@
 //! connection check (a LIST) and exercise the lease operations, GET and
 //! conditional PUT.
 
-use tenure::testkit::{self, held_by};
 use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
 use tenure_object_store::{BucketOptions, BucketStore};
+use tenure_testkit::{self as testkit, held_by};
 
 mod support;
 use support::{endpoint, raw_request, PrivateMoto};

@@ -4,8 +4,8 @@
 //! existing blob with 409 and a stale `If-Match` with 412, as Azure does,
 //! so the whole conformance suite and the hand-over run on it too.
 
-use tenure::testkit::{self, scenarios, TcpProxy};
 use tenure_object_store::BucketStore;
+use tenure_testkit::{self as testkit, scenarios, TcpProxy};
 
 mod support;
 use support::unique_prefix;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, many_groups};
+use tenure_testkit::{self as testkit, many_groups};
 
 mod support;
 use support::{endpoint, store, unique_prefix};

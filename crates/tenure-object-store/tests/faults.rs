@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use tenure::testkit::{self, held_by};
 use tenure::{LeaseStore, LeaseView, StoreError};
 use tenure_object_store::{BucketOptions, BucketStore, BucketStoreError};
+use tenure_testkit::{self as testkit, held_by};
 
 mod support;
 use support::{

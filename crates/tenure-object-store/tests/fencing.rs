@@ -46,7 +46,7 @@ async fn the_example_refuses_the_leader_whose_term_ended() {
         support::BUCKET,
         &support::unique_prefix("fencing"),
     );
-    tenure::testkit::story_holds(example::run(&url)).await;
+    tenure_testkit::story_holds(example::run(&url)).await;
 }
 
 /// A read the object (token 4) before B wrote token 5; its put, on the

@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
-use tenure::testkit::{self, scenarios};
 use tenure::{LeaseStore, LeaseView};
 use tenure_object_store::BucketStore;
+use tenure_testkit::{self as testkit, scenarios};
 
 mod support;
 use support::{create_bucket, endpoint, options, PrivateMoto};

@@ -3,11 +3,11 @@
 //! scenarios, the objects as the crate docs describe them, and hostile
 //! objects in the bucket.
 
-use tenure::testkit::{self, held_by, released, scenarios, TcpProxy};
 use tenure::{LeaseStore, LeaseView, RecordError, StoreError, Version};
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
 use tenure_object_store::BucketStore;
+use tenure_testkit::{self as testkit, held_by, released, scenarios, TcpProxy};
 
 mod support;
 use support::{endpoint, own_prefix_and_group, raw_object, store, unique_prefix, url, BUCKET};

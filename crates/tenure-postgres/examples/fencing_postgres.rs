@@ -16,11 +16,11 @@
 //! against the test server. The recipes are explained in `docs/fencing.md`.
 
 use tenure::fence::StaleToken;
-use tenure::testkit::{unique_suffix, url_argument, HandOver};
 use tenure_postgres::{fence, PostgresStore};
+use tenure_testkit::{unique_suffix, url_argument, HandOver};
 use tokio_postgres::{Client, NoTls};
 
-type Error = tenure::testkit::StoryError;
+type Error = tenure_testkit::StoryError;
 
 /// The two recipes `write` applies, in the order of its answers.
 const RECIPES: [&str; 2] = ["WHERE", "trigger"];

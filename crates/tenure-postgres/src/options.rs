@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn text_before_colon_slash_slash_that_is_no_scheme_never_shows() {
         // The password is "pw-secret://pw-secret": neither piece may show.
-        tenure::testkit::assert_url_refusals(
+        tenure_testkit::assert_url_refusals(
             PostgresOptions::from_url,
             &[("app:pw-secret://pw-secret@127.0.0.1:5432/db", "postgres://")],
         );

@@ -109,7 +109,7 @@ mod tests {
                 incarnation: 7,
             }),
             metadata,
-            ..tenure::testkit::sample_record()
+            ..tenure_testkit::sample_record()
         }
     }
 

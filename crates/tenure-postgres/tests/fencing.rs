@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use tenure::fence::StaleToken;
-use tenure::testkit;
 use tenure_postgres::fence;
+use tenure_testkit as testkit;
 use tokio_postgres::{Client, NoTls};
 
 #[allow(
@@ -30,7 +30,7 @@ async fn connect(url: &str) -> Client {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_refuses_the_leader_whose_term_ended() {
     let Some(url) = url() else { return };
-    tenure::testkit::story_holds(example::run(&url)).await;
+    tenure_testkit::story_holds(example::run(&url)).await;
 }
 
 /// A table of its own with the trigger, dropped at the end.

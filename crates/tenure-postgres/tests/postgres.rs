@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure::testkit::{
-    self, many_groups, scenarios, sharded, Feeds, RawAccess, TcpProxy, UrlHarness,
-};
 use tenure::{GroupName, StoreError, StoreFeed, Version, Versioned};
 use tenure_postgres::{PostgresStore, PostgresStoreError};
+use tenure_testkit::{
+    self as testkit, many_groups, scenarios, sharded, Feeds, RawAccess, TcpProxy, UrlHarness,
+};
 
 mod private_server;
 use private_server::PrivatePostgres;

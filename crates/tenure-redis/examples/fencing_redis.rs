@@ -12,10 +12,10 @@
 //! against the test server. The recipe is explained in `docs/fencing.md`.
 
 use redis::AsyncCommands;
-use tenure::testkit::{unique_suffix, url_argument, HandOver};
 use tenure_redis::{fence, RedisStore};
+use tenure_testkit::{unique_suffix, url_argument, HandOver};
 
-type Error = tenure::testkit::StoryError;
+type Error = tenure_testkit::StoryError;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

@@ -287,7 +287,7 @@ pub(crate) async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::held_by;
+    use tenure_testkit::held_by;
 
     fn message(channel: &[u8], payload: &[u8]) -> Message {
         Message {

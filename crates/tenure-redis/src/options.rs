@@ -216,7 +216,7 @@ impl RedisOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{assert_hostile_password_handled, assert_url_refusals};
+    use tenure_testkit::{assert_hostile_password_handled, assert_url_refusals};
 
     #[test]
     fn parses_the_forms_users_write() {

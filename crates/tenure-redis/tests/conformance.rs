@@ -4,9 +4,9 @@ mod common;
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
-use tenure::testkit::{self, Feeds, RawAccess, UrlHarness};
 use tenure::GroupName;
 use tenure_redis::RedisStore;
+use tenure_testkit::{self as testkit, Feeds, RawAccess, UrlHarness};
 
 /// The store's hashes, read and written by a plain client.
 struct RedisKeys {
@@ -47,7 +47,7 @@ async fn conformance() {
     };
     // A prefix of its own, adopted as new: the suite expects a missing
     // record to read as never written (see the crate docs on data loss).
-    let prefix = format!("tenure-conformance-{:x}:", tenure::testkit::unique_suffix());
+    let prefix = format!("tenure-conformance-{:x}:", tenure_testkit::unique_suffix());
     let url = format!("{server}?prefix={prefix}");
     let store = RedisStore::connect(&url).await.expect("connect");
     assert!(store.adopt_empty().await.expect("adopt"));
@@ -70,7 +70,7 @@ async fn the_documented_acl_permissions_pass_the_suite() {
     let Some(server) = testkit::server_url("TENURE_TEST_REDIS") else {
         return;
     };
-    let suffix = tenure::testkit::unique_suffix();
+    let suffix = tenure_testkit::unique_suffix();
     let prefix = format!("tenure-acl-{suffix:x}:");
     let user = format!("tenure-acl-{suffix:x}");
     let mut raw = redis::Client::open(server.as_str())

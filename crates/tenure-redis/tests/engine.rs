@@ -7,9 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::{self, many_groups, scenarios};
 use tenure::{CasOutcome, CasRequest, Change, GroupName, LeaseStore, LeaseView, Version};
 use tenure_redis::RedisStore;
+use tenure_testkit::{self as testkit, many_groups, scenarios};
 
 /// The shared server with a prefix of its own, adopted as new.
 async fn shared(label: &str) -> Option<(String, RedisStore)> {

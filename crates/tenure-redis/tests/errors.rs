@@ -4,8 +4,9 @@
 mod common;
 
 use redis::AsyncCommands;
-use tenure::{testkit, LeaseStore, LeaseView, RecordError, StoreError};
+use tenure::{LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_redis::{RedisStore, RedisStoreError};
+use tenure_testkit as testkit;
 
 const SECRET: &str = "pw-Secret-7f3a";
 

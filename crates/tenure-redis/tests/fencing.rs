@@ -3,8 +3,8 @@
 
 use redis::AsyncCommands;
 use tenure::fence::StaleToken;
-use tenure::testkit;
 use tenure_redis::fence;
+use tenure_testkit as testkit;
 
 #[allow(
     dead_code,
@@ -39,7 +39,7 @@ async fn the_example_refuses_the_leader_whose_term_ended() {
     let Some(url) = testkit::server_url("TENURE_TEST_REDIS") else {
         return;
     };
-    tenure::testkit::story_holds(example::run(&url)).await;
+    tenure_testkit::story_holds(example::run(&url)).await;
 }
 
 #[tokio::test]

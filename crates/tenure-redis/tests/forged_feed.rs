@@ -9,9 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::{self, scenarios};
 use tenure::{LeaseRecord, Role};
 use tenure_redis::RedisStore;
+use tenure_testkit::{self as testkit, scenarios};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn forged_feed_records_from_a_publish_only_user_change_nothing() {

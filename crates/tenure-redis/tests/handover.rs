@@ -5,8 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::{self, scenarios};
 use tenure_redis::RedisStore;
+use tenure_testkit::{self as testkit, scenarios};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_is_taken_over_at_once_not_after_a_poll() {
@@ -17,7 +17,7 @@ async fn a_release_is_taken_over_at_once_not_after_a_poll() {
     // wait out the data-loss quarantine.
     let url = format!(
         "{server}?prefix=tenure-handover-{:x}:",
-        tenure::testkit::unique_suffix()
+        tenure_testkit::unique_suffix()
     );
     let a = RedisStore::connect(&url).await.unwrap();
     assert!(a.adopt_empty().await.unwrap());

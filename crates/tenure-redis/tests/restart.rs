@@ -8,10 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::time::Instant;
-use tenure::{
-    testkit, Clock, Elector, LeaseStore, LeaseView, MonoTime, StoreError, SystemClock, Version,
-};
+use tenure::{Clock, Elector, LeaseStore, LeaseView, MonoTime, StoreError, SystemClock, Version};
 use tenure_redis::RedisStore;
+use tenure_testkit as testkit;
 
 /// One term as its holder recorded it on the host's boot clock: from the
 /// send of its acquiring write (its first deadline minus the validity) to

@@ -12,8 +12,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::sharded;
 use tenure_redis::RedisStore;
+use tenure_testkit::sharded;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn eight_members_started_together_balance_beside_200000_other_keys() {

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::Rng;
-use tenure::testkit::TermLog;
 use tenure::Timing;
+use tenure_testkit::TermLog;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -304,7 +304,7 @@ impl<E, H> Stage<E, H> {
 
     /// The violations a term log of `place` (a group or a shard) shows.
     pub(crate) fn term_problems(&self, log: &TermLog, place: &str, what: &str) -> Vec<Violation> {
-        let node = |span: &tenure::testkit::TermSpan| self.slot_of(&span.candidate);
+        let node = |span: &tenure_testkit::TermSpan| self.slot_of(&span.candidate);
         term_violations(self.seed, log, place, what, node, |t| self.sim_time(t))
     }
 

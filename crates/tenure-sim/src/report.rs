@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use tenure::testkit::{TermLog, TermProblem, TermSpan};
 use tenure::Timing;
+use tenure_testkit::{TermLog, TermProblem, TermSpan};
 use tokio::time::Instant;
 
 use crate::clock::SimTime;

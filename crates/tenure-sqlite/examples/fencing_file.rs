@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tenure::fence::{self, StaleToken};
-use tenure::testkit::HandOver;
 use tenure_sqlite::SqliteStore;
+use tenure_testkit::HandOver;
 
-type Error = tenure::testkit::StoryError;
+type Error = tenure_testkit::StoryError;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

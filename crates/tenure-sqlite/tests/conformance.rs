@@ -6,7 +6,7 @@ mod common;
 async fn conformance() {
     let scratch = common::Scratch::new("conformance");
     let harness = scratch.harness();
-    tenure::testkit::run_conformance(&harness).await;
+    tenure_testkit::run_conformance(&harness).await;
 }
 
 /// Run twice against the same file: the suite's group names do not collide
@@ -15,6 +15,6 @@ async fn conformance() {
 async fn conformance_twice_on_one_file() {
     let scratch = common::Scratch::new("conformance-twice");
     let harness = scratch.harness();
-    tenure::testkit::run_conformance(&harness).await;
-    tenure::testkit::run_conformance(&harness).await;
+    tenure_testkit::run_conformance(&harness).await;
+    tenure_testkit::run_conformance(&harness).await;
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use common::{raw, Scratch};
 use rusqlite::types::Value;
-use tenure::testkit::{assert_misconfigured, held_by, unique_group};
 use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_sqlite::{SqliteOptions, SqliteStore, SqliteStoreError, SCHEMA_VERSION};
+use tenure_testkit::{assert_misconfigured, held_by, unique_group};
 
 #[tokio::test]
 async fn a_file_that_is_not_a_database_is_refused() {
@@ -256,7 +256,7 @@ async fn a_locked_database_is_retried_then_reported() {
     let options = SqliteOptions::default().with_busy_timeout(Duration::from_millis(300));
     let store = SqliteStore::connect_with(&path, options).await.unwrap();
     let g = unique_group("g");
-    let v1 = tenure::testkit::applied(&store, &g, None, &held_by("a", 1)).await;
+    let v1 = tenure_testkit::applied(&store, &g, None, &held_by("a", 1)).await;
 
     // Another process's long write transaction.
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
@@ -323,7 +323,7 @@ async fn a_hand_edit_changes_the_version() {
     let scratch = Scratch::new("hand-edit");
     let (path, store) = scratch.store().await;
     let g = unique_group("g");
-    let v1 = tenure::testkit::applied(&store, &g, None, &held_by("a", 1)).await;
+    let v1 = tenure_testkit::applied(&store, &g, None, &held_by("a", 1)).await;
     raw(&path)
         .execute(
             "UPDATE tenure_leases SET record = ?2 WHERE group_name = ?1",

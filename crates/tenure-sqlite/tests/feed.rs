@@ -7,9 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Scratch;
-use tenure::testkit::{held_by, released, unique_group};
 use tenure::{CasOutcome, LeaseStore, LeaseView};
 use tenure_sqlite::SqliteStore;
+use tenure_testkit::{held_by, released, unique_group};
 
 async fn next_hint(feed: &mut tenure::ChangeFeed, within: Duration) -> Option<Duration> {
     let started = Instant::now();
@@ -92,6 +92,6 @@ async fn dropping_the_feed_ends_its_poller() {
     let (_, store) = scratch.store().await;
     let g = unique_group("g");
     let feed = async { store.changes(&g).await.unwrap().unwrap() };
-    let started = tenure::testkit::tasks_end_with_feed(feed, Duration::from_secs(2)).await;
+    let started = tenure_testkit::tasks_end_with_feed(feed, Duration::from_secs(2)).await;
     assert_eq!(started, 1, "one poller per feed");
 }

@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use tenure::fence::StaleToken;
-use tenure::testkit::TempDir;
+use tenure_testkit::TempDir;
 
 #[allow(
     dead_code,
@@ -22,7 +22,7 @@ use example::FencedDir;
 #[tokio::test(flavor = "multi_thread")]
 async fn the_example_refuses_the_leader_whose_term_ended() {
     let parent = TempDir::new("fencing-file");
-    tenure::testkit::story_holds(example::run(parent.path())).await;
+    tenure_testkit::story_holds(example::run(parent.path())).await;
 }
 
 fn read(dir: &TempDir, name: &str) -> String {

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tenure::testkit::{self, held_by};
 use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, Version};
 use tenure_sqlite::{SqliteOptions, SqliteStore};
+use tenure_testkit::{self as testkit, held_by};
 
 const RACERS: usize = 16;
 /// How long a racer waits for the write lock.
@@ -179,7 +179,7 @@ async fn sixteen_processes_race() {
     for round in 0..3 {
         let dir = scratch.path(&format!("fresh-{round}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let group = tenure::testkit::unique_group("multi-process");
+        let group = tenure_testkit::unique_group("multi-process");
         race(
             &format!("fresh file {round}, CAS(None)"),
             &dir,
@@ -190,7 +190,7 @@ async fn sixteen_processes_race() {
     }
     let dir = scratch.path("takeover");
     std::fs::create_dir_all(&dir).unwrap();
-    let group = tenure::testkit::unique_group("multi-process");
+    let group = tenure_testkit::unique_group("multi-process");
     let store = SqliteStore::connect(dir.join("leases.db")).await.unwrap();
     let v = testkit::applied(&store, &group, None, &held_by("first", 1)).await;
     // The parent watches: a commit by another process reaches its feed.

@@ -232,8 +232,8 @@ async fn report(store: &ZkStore, changed: &mut Vec<GroupName>, relay: &mut FeedR
 mod tests {
     use super::*;
     use crate::test_server::own_prefix_url;
-    use tenure::testkit::{group, held_by};
     use tenure::LeaseStore;
+    use tenure_testkit::{group, held_by};
 
     /// A reader that does not keep up costs a resync, not memory: with
     /// room for two changes, rounds of ten writes overflow the feed, and

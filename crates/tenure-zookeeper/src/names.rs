@@ -63,7 +63,7 @@ pub(crate) fn decode(node: &str) -> Option<GroupName> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::group;
+    use tenure_testkit::group;
 
     #[test]
     fn names_round_trip_as_one_valid_node_name() {

@@ -226,7 +226,7 @@ fn parse_prefix(path: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::testkit::{assert_hostile_password_handled, assert_url_refusals};
+    use tenure_testkit::{assert_hostile_password_handled, assert_url_refusals};
 
     #[test]
     fn parses_the_forms_users_write() {

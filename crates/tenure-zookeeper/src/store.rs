@@ -743,7 +743,7 @@ impl LeaseStore for ZkStore {
 mod tests {
     use super::*;
     use crate::test_server::own_prefix_url;
-    use tenure::testkit::held_by;
+    use tenure_testkit::held_by;
 
     /// A read that finds the node missing, while another candidate
     /// creates it before the prefix node is read: the prefix node's

@@ -4,9 +4,9 @@
 /// shared test server (`TENURE_TEST_ZOOKEEPER`, which `scripts/servers.sh`
 /// exports); `None` (skip) when it is missing outside CI.
 pub(crate) fn own_prefix_url(label: &str) -> Option<String> {
-    let server = tenure::testkit::server_url("TENURE_TEST_ZOOKEEPER")?;
+    let server = tenure_testkit::server_url("TENURE_TEST_ZOOKEEPER")?;
     Some(format!(
         "{server}/tenure-{label}-{:x}",
-        tenure::testkit::unique_suffix()
+        tenure_testkit::unique_suffix()
     ))
 }

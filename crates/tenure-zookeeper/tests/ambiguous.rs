@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::{self, held_by, released, TcpProxy};
 use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError};
+use tenure_testkit::{self as testkit, held_by, released, TcpProxy};
 use tenure_zookeeper::ZkStore;
 
 fn ambiguous(result: Result<CasOutcome, StoreError>, what: &str) {

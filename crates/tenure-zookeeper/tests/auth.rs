@@ -4,8 +4,8 @@
 
 mod common;
 
-use tenure::testkit::{self, held_by};
 use tenure::{LeaseStore, LeaseView, StoreError};
+use tenure_testkit::{self as testkit, held_by};
 use tenure_zookeeper::{ZkStore, ZkStoreError};
 use zookeeper_client as zk;
 

@@ -3,8 +3,8 @@
 mod common;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Feeds, RawAccess, UrlHarness};
 use tenure::GroupName;
+use tenure_testkit::{self as testkit, Feeds, RawAccess, UrlHarness};
 use tenure_zookeeper::ZkStore;
 
 #[async_trait]

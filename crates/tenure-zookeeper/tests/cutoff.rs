@@ -3,7 +3,7 @@
 
 mod common;
 
-use tenure::testkit::{scenarios, TcpProxy};
+use tenure_testkit::{scenarios, TcpProxy};
 use tenure_zookeeper::ZkStore;
 
 #[tokio::test(flavor = "multi_thread")]

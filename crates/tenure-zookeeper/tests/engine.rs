@@ -6,7 +6,7 @@
 
 mod common;
 
-use tenure::testkit::{self, scenarios};
+use tenure_testkit::{self as testkit, scenarios};
 use tenure_zookeeper::ZkStore;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,10 +8,11 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::{
-    self, expect_hint, expect_quiet, expect_written, next_change, write_seen_on_feed, TcpProxy,
-};
 use tenure::{Change, GroupName, LeaseView};
+use tenure_testkit::{
+    self as testkit, expect_hint, expect_quiet, expect_written, next_change, write_seen_on_feed,
+    TcpProxy,
+};
 use tenure_zookeeper::ZkStore;
 use zookeeper_client as zk;
 

@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::testkit::{self, held_by, scenarios};
 use tenure::{GroupName, LeaseRecord, LeaseView, Version};
+use tenure_testkit::{self as testkit, held_by, scenarios};
 use tenure_zookeeper::ZkStore;
 use zookeeper_client as zk;
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use tenure::testkit::scenarios;
+use tenure_testkit::scenarios;
 use tenure_zookeeper::ZkStore;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -47,8 +47,10 @@
 //! * [`LeaseStore`]: read and compare-and-swap on the store's own version,
 //!   and an optional change feed; its read side alone is [`LeaseView`],
 //!   all an [`Observer`] needs. [`MemoryStore`] is in this crate; the
-//!   others (`tenure-sqlite`, `-postgres`, `-redis`, `-etcd`, `-dynamodb`)
-//!   are crates of their own.
+//!   others (`tenure-sqlite`, `-postgres`, `-redis`, `-etcd`, `-dynamodb`,
+//!   `-zookeeper`, `-nats`, `-object-store`) are crates of their own. A
+//!   new store proves itself with the conformance suite of the
+//!   `tenure-testkit` crate (a dev-dependency), as every one of those does.
 //! * [`Coordinator`]: the seam for backends that decide leadership
 //!   themselves (`tenure-kafka`'s consumer-group assignment); they drive the
 //!   same [`Elector`] handle through a [`Session`].
@@ -72,9 +74,6 @@
 //!
 //! # Features
 //!
-//! * `testkit`: the conformance suite every store runs, shared scenarios
-//!   against real servers, a cuttable TCP proxy and a term-overlap checker
-//!   (see the `testkit` module).
 //! * `model`: [`Machine`](machine::Machine) becomes `Clone` and `Hash`, so a
 //!   model checker can keep whole machines in its states (`tenure-model`),
 //!   and offers the deliberately broken timing its negative controls use.
@@ -104,11 +103,6 @@ pub mod secret;
 pub mod shards;
 pub mod store;
 mod term;
-// Compiled for the crate's own unit tests too (its dev-dependencies enable
-// what the feature does), which share its fixtures.
-#[cfg(any(test, feature = "testkit"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
-pub mod testkit;
 pub mod tls;
 pub mod url;
 

@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::testkit;
 use tenure::{
     Clock, Config, ElectorError, EndReason, Event, Faults, GroupName, LeaseStore, LeaseView,
     MemoryStore, Metadata, Observer, Role, Term, TokioClock,
 };
+use tenure_testkit as testkit;
 use tokio::time::Instant;
 
 const TERM: Duration = Duration::from_secs(10);

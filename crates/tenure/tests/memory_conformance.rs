@@ -3,8 +3,8 @@
 //! feeds are reported, not passed.
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Feeds, Harness};
 use tenure::{Faults, GroupName, LeaseStore, MemoryStore};
+use tenure_testkit::{self as testkit, Feeds, Harness};
 
 /// The memory store as `view` shows it. Clones of one [`MemoryStore`] share
 /// its records, so a clone is the memory store's "new connection"; `view`

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::testkit::ServiceTimeStore;
 use tenure::{Config, Elector, Engine, MemoryStore, TokioClock};
+use tenure_testkit::ServiceTimeStore;
 
 const TERM: Duration = Duration::from_secs(2);
 const PER_OP: Duration = Duration::from_millis(1);

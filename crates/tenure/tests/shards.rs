@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::testkit::holders::{self, held_by, loads, moved, Holders};
-use tenure::testkit::sharded;
 use tenure::{Clock, Config, Faults, MemoryStore, ShardEvent, Shards, TokioClock};
+use tenure_testkit::holders::{self, held_by, loads, moved, Holders};
+use tenure_testkit::sharded;
 
 const TERM: Duration = Duration::from_secs(10);
 const SHARDS: usize = 16;

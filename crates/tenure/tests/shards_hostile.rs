@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::testkit::holders::{of_members, Holders};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, Config, EngineSlot, Faults,
     FaultyStore, GroupName, Holder, LeaseRecord, LeaseStore, LeaseView, Listed, MemoryStore,
     Metadata, Shards, StoreError, StoreFeed, StoreFeedSender, TokioClock, Version, Versioned,
     WallTime,
 };
+use tenure_testkit::holders::{of_members, Holders};
 
 const TERM: Duration = Duration::from_secs(10);
 const SHARDS: usize = 16;
@@ -22,7 +22,7 @@ fn holders(members: &[&Shards]) -> Holders {
 }
 
 fn balanced(h: &Holders, members: usize) -> bool {
-    tenure::testkit::holders::balanced(h, SHARDS, members)
+    tenure_testkit::holders::balanced(h, SHARDS, members)
 }
 
 async fn until(members: &[&Shards], within: Duration, mut done: impl FnMut(&Holders) -> bool) {

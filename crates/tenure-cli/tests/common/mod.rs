@@ -81,7 +81,7 @@ impl Running {
 
     /// Sends `sig` to this process only.
     pub fn signal(&self, sig: i32) {
-        let _ = tenure::testkit::signal(self.pid(), sig);
+        let _ = tenure_testkit::signal(self.pid(), sig);
     }
 
     /// Waits for exit, up to `timeout`.
@@ -103,8 +103,8 @@ impl Drop for Running {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             // Its group (it leads one), then itself.
-            let _ = tenure::testkit::signal(-self.pid(), libc::SIGKILL);
-            let _ = tenure::testkit::signal(self.pid(), libc::SIGKILL);
+            let _ = tenure_testkit::signal(-self.pid(), libc::SIGKILL);
+            let _ = tenure_testkit::signal(self.pid(), libc::SIGKILL);
         }
         let _ = self.child.wait();
     }
@@ -136,7 +136,7 @@ impl Drop for Groups {
     fn drop(&mut self) {
         for &g in &self.0 {
             if g > 1 {
-                let _ = tenure::testkit::signal(-g, libc::SIGKILL);
+                let _ = tenure_testkit::signal(-g, libc::SIGKILL);
             }
         }
     }

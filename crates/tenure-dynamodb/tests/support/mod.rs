@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Harness, HttpFront};
 use tenure::GroupName;
 use tenure_dynamodb::aws_sdk_dynamodb::types::AttributeValue;
 use tenure_dynamodb::aws_sdk_dynamodb::Client;
 use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
+use tenure_testkit::{self as testkit, Harness, HttpFront};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -567,13 +567,13 @@ pub struct PrivateDynalite {
     child: Option<tokio::process::Child>,
 }
 
-pub use tenure::testkit::TlsFiles;
+pub use tenure_testkit::TlsFiles;
 
 fn npm_dir() -> String {
     std::env::var("TENURE_NPM_DIR").unwrap_or_else(|_| "/var/tmp/tenure-npm".into())
 }
 
-use tenure::testkit::free_port;
+use tenure_testkit::free_port;
 
 fn dynalite_bin() -> String {
     format!("{}/node_modules/.bin/dynalite", npm_dir())

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tenure::testkit::{free_port, Launch, PrivateServer, TempDir};
+use tenure_testkit::{free_port, Launch, PrivateServer, TempDir};
 
 /// A private etcd on free ports whose data directory survives restarts.
 pub type EtcdServer = PrivateServer<Etcd>;
@@ -110,4 +110,4 @@ pub fn wipe_and_restart(server: &mut EtcdServer) {
 }
 
 #[allow(unused_imports, reason = "not every test binary uses them")]
-pub use tenure::testkit::scenarios::{elector, one_leader};
+pub use tenure_testkit::scenarios::{elector, one_leader};

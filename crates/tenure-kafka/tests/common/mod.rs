@@ -31,7 +31,7 @@ pub fn logs() {
 /// The shared broker started by scripts/servers.sh.
 pub fn broker() -> Option<String> {
     logs();
-    tenure::testkit::server_url("TENURE_TEST_KAFKA")
+    tenure_testkit::server_url("TENURE_TEST_KAFKA")
 }
 
 /// A group of its own (named after `label`) on the shared broker, and the
@@ -145,7 +145,7 @@ impl Recorder {
 
 /// Waits up to a limit for an elector to lead and returns its term; panics
 /// naming the step if it does not, or if the elector stops.
-pub use tenure::testkit::scenarios::leads_within as leads;
+pub use tenure_testkit::scenarios::leads_within as leads;
 
 /// Called as soon as another candidate is elected: prints the time since
 /// `since`, the leader's crash (or hang), as the `MEASURE` line of
@@ -277,7 +277,7 @@ impl Tansu {
 
     async fn start_on(port: u16, advertised_port: u16) -> Option<Tansu> {
         logs();
-        let bin = tenure::testkit::server_url("TENURE_TANSU_BIN")?;
+        let bin = tenure_testkit::server_url("TENURE_TANSU_BIN")?;
         let listen = format!("127.0.0.1:{port}");
         let advertised = format!("127.0.0.1:{advertised_port}");
         let child = spawn_tansu(&bin, &listen, &advertised).await;
@@ -295,7 +295,7 @@ impl Tansu {
         self.signal(libc::SIGCONT);
         let _ = self.child.kill().await;
         let _ = self.child.wait().await;
-        let bin = tenure::testkit::server_url("TENURE_TANSU_BIN").unwrap();
+        let bin = tenure_testkit::server_url("TENURE_TANSU_BIN").unwrap();
         // The port may linger briefly after the kill.
         for _ in 0..50 {
             if std::net::TcpListener::bind(&self.listen).is_ok() {
@@ -308,7 +308,7 @@ impl Tansu {
 
     /// Creates `topic` with one partition (tansu's auto-creation makes four).
     pub async fn create_topic(&self, topic: &str) {
-        let bin = tenure::testkit::server_url("TENURE_TANSU_BIN").unwrap();
+        let bin = tenure_testkit::server_url("TENURE_TANSU_BIN").unwrap();
         let status = Command::new(bin)
             .args(["topic", "create", topic, "--partitions", "1", "--broker"])
             .arg(format!("tcp://{}", self.listen))
@@ -323,11 +323,11 @@ impl Tansu {
 
     pub fn signal(&self, sig: i32) {
         let pid = self.child.id().unwrap() as i32;
-        tenure::testkit::signal(pid, sig).expect("kill");
+        tenure_testkit::signal(pid, sig).expect("kill");
     }
 }
 
-use tenure::testkit::free_port;
+use tenure_testkit::free_port;
 
 async fn spawn_tansu(bin: &str, listen: &str, advertised: &str) -> Child {
     let child = Command::new(bin)
@@ -355,7 +355,7 @@ impl Drop for Tansu {
     fn drop(&mut self) {
         // A stopped process cannot act on SIGKILL until continued.
         if let Some(pid) = self.child.id() {
-            let _ = tenure::testkit::signal(pid as i32, libc::SIGCONT);
+            let _ = tenure_testkit::signal(pid as i32, libc::SIGCONT);
         }
     }
 }
@@ -438,7 +438,7 @@ impl ChildCandidate {
 
     pub fn signal(&self, sig: i32) {
         let pid = self.child.id().unwrap() as i32;
-        tenure::testkit::signal(pid, sig).expect("kill");
+        tenure_testkit::signal(pid, sig).expect("kill");
     }
 }
 

@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 
 use async_nats::jetstream::{self, kv};
-use tenure::testkit::{free_port, unique_suffix, Launch, PrivateServer, TempDir};
+use tenure_testkit::{free_port, unique_suffix, Launch, PrivateServer, TempDir};
 
 /// A bucket name of a test's own, so runs never share state.
 pub fn fresh_bucket(label: &str) -> String {
@@ -16,7 +16,7 @@ pub fn fresh_bucket(label: &str) -> String {
 /// The shared server's URL with a fresh bucket, or `None` (the test is
 /// skipped; under `CI=true` it fails instead).
 pub fn shared_url(label: &str) -> Option<String> {
-    let server = tenure::testkit::server_url("TENURE_TEST_NATS")?;
+    let server = tenure_testkit::server_url("TENURE_TEST_NATS")?;
     Some(format!(
         "{}/{}",
         server.trim_end_matches('/'),
@@ -143,4 +143,4 @@ impl Launch for Nats {
 }
 
 #[allow(unused_imports, reason = "not every test binary uses them")]
-pub use tenure::testkit::scenarios::{elector, one_leader};
+pub use tenure_testkit::scenarios::{elector, one_leader};

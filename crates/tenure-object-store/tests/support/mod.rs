@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::testkit::{self, Harness, HttpFront, RawAccess, UrlHarness};
 use tenure::GroupName;
 use tenure_object_store::object_store::path::Path;
 use tenure_object_store::object_store::{ObjectStoreExt, PutPayload};
 use tenure_object_store::{BucketOptions, BucketStore};
+use tenure_testkit::{self as testkit, Harness, HttpFront, RawAccess, UrlHarness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

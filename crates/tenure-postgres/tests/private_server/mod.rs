@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use tenure::testkit::scenarios::Restart;
+use tenure_testkit::scenarios::Restart;
 
 /// A PostgreSQL server in a temporary directory, on a port of its own,
 /// stopped and removed when dropped.

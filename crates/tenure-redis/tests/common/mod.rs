@@ -4,7 +4,7 @@
 
 use std::process::{Command, Stdio};
 
-use tenure::testkit::{free_port, Launch, PrivateServer, TempDir};
+use tenure_testkit::{free_port, Launch, PrivateServer, TempDir};
 
 /// A private redis-server on a free port, without persistence (so a
 /// restart loses every key, as the shared test server would).
@@ -66,4 +66,4 @@ impl Launch for Redis {
 }
 
 #[allow(unused_imports, reason = "not every test binary uses them")]
-pub use tenure::testkit::scenarios::{elector, one_leader};
+pub use tenure_testkit::scenarios::{elector, one_leader};

@@ -29,8 +29,8 @@
 //!   is dropped, quits early, or fails. Resignations hit one group; crashes,
 //!   shutdowns and stalls the whole process.
 //! * **Checker**, per group: every term's work records when it started and
-//!   when it stopped ([`tenure::testkit::TermLog::open`]), and so does every
-//!   term an elector publishes ([`tenure::testkit::TermLog::add`]); no two
+//!   when it stopped ([`tenure_testkit::TermLog::open`]), and so does every
+//!   term an elector publishes ([`tenure_testkit::TermLog::add`]); no two
 //!   spans of either log may overlap, and tokens must rise. No work may
 //!   start on a term past its deadline, nor run past the deadline (beyond
 //!   the timer's millisecond). No candidate may busy-wait (see the clock
@@ -50,8 +50,8 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::testkit::TermLog;
 use tenure::{Config, Elector, MemoryStore, Timing};
+use tenure_testkit::TermLog;
 
 use crate::checker::LivenessBounds;
 use crate::clock::SimTime;

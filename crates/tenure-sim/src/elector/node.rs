@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::testkit::{SpanGuard, TermLog};
 use tenure::{Elector, Event, Metadata, Role, Term};
+use tenure_testkit::{SpanGuard, TermLog};
 
 use super::behaviour::Behaviour;
 use super::*;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::testkit::{SpanGuard, TermLog};
 use tenure::{Clock, Metadata, ShardEvent, Shards, Term};
+use tenure_testkit::{SpanGuard, TermLog};
 
 use crate::elector::behaviour::Behaviour;
 use crate::elector::clock::TIMER_RESOLUTION;

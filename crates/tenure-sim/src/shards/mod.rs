@@ -45,8 +45,8 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::testkit::TermLog;
 use tenure::{Config, MemoryStore, Shards, Timing};
+use tenure_testkit::TermLog;
 
 use crate::clock::SimTime;
 use crate::faults::{FaultCounts, FaultKind};

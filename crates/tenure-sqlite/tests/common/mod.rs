@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rusqlite::OptionalExtension;
-use tenure::testkit::{Feeds, Harness};
 use tenure::GroupName;
 use tenure_sqlite::SqliteStore;
+use tenure_testkit::{Feeds, Harness};
 
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct Scratch {

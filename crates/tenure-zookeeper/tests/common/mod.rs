@@ -3,8 +3,8 @@
 //! kill and restart, and the shared elector helpers.
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
-use tenure::testkit::TcpProxy;
 use tenure::GroupName;
+use tenure_testkit::TcpProxy;
 use tenure_zookeeper::ZkStore;
 use zookeeper_client as zk;
 
@@ -105,12 +105,12 @@ impl Raw {
 }
 
 #[allow(unused_imports, reason = "not every test binary uses them")]
-pub use tenure::testkit::scenarios::{elector, one_leader};
+pub use tenure_testkit::scenarios::{elector, one_leader};
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tenure::testkit::{free_port, Launch, PrivateServer, TempDir};
+use tenure_testkit::{free_port, Launch, PrivateServer, TempDir};
 
 /// Where Debian's ZooKeeper jar and a logging backend are (what
 /// `scripts/servers.sh` installs); `TENURE_ZOOKEEPER_CLASSPATH` overrides.
@@ -202,7 +202,7 @@ pub fn serving(port: u16) -> bool {
 
 /// A prefix node of its own for a test on the shared server.
 pub fn unique_prefix(label: &str) -> String {
-    format!("/tenure-{label}-{:x}", tenure::testkit::unique_suffix())
+    format!("/tenure-{label}-{:x}", tenure_testkit::unique_suffix())
 }
 
 /// Writes `g` held by `id` (token 1) expecting `expected`; the write must
@@ -213,5 +213,5 @@ pub async fn write_held_by(
     expected: Option<tenure::Version>,
     id: &str,
 ) -> tenure::Version {
-    tenure::testkit::applied(store, g, expected, &tenure::testkit::held_by(id, 1)).await
+    tenure_testkit::applied(store, g, expected, &tenure_testkit::held_by(id, 1)).await
 }

@@ -160,6 +160,39 @@ pub struct EngineStats {
     pub feed_silences: u64,
 }
 
+impl EngineStats {
+    /// What the engine did between the snapshot `earlier` and this one: the
+    /// counters' differences, with the two gauges (`groups`,
+    /// `admission_window`) as they are now.
+    ///
+    /// ```
+    /// use tenure::{Engine, MemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::builder(MemoryStore::new()).start()?;
+    /// let before = engine.stats();
+    /// let elector = engine.elector("nightly").candidate_id("host-a").start()?;
+    /// elector.wait_for_leadership().await?;
+    /// let done = engine.stats().since(&before);
+    /// assert!(done.writes >= 1, "the election wrote the lease: {done:?}");
+    /// assert_eq!(done.groups, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn since(&self, earlier: &EngineStats) -> EngineStats {
+        EngineStats {
+            groups: self.groups,
+            read_batches: self.read_batches.saturating_sub(earlier.read_batches),
+            reads: self.reads.saturating_sub(earlier.reads),
+            write_batches: self.write_batches.saturating_sub(earlier.write_batches),
+            writes: self.writes.saturating_sub(earlier.writes),
+            changes: self.changes.saturating_sub(earlier.changes),
+            shed: self.shed.saturating_sub(earlier.shed),
+            admission_window: self.admission_window,
+            feed_silences: self.feed_silences.saturating_sub(earlier.feed_silences),
+        }
+    }
+}
+
 /// Runs the lease elections of many groups on one store: one task, one
 /// timer, batched store operations and one change feed (see the module
 /// docs). Electors built with [`Elector::builder`](crate::Elector::builder)

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::scenarios::timed;
-use crate::error::StoreError;
+use tenure::error::StoreError;
 
 /// How long a refused connection may take, with the 1 s timeout the
 /// checks' URLs carry.

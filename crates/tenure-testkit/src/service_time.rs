@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::engine::EngineSlot;
-use crate::record::{GroupName, LeaseRecord, Version, Versioned};
-use crate::store::{
+use tenure::engine::EngineSlot;
+use tenure::record::{GroupName, LeaseRecord, Version, Versioned};
+use tenure::store::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, LeaseStore, LeaseView, Listed, StoreFeed,
 };
-use crate::StoreError;
+use tenure::StoreError;
 
 /// `inner` behind one server that takes `per_op` for every operation (a
 /// batch of n takes n times that); change feeds are free. Clones share the
@@ -24,7 +24,7 @@ use crate::StoreError;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tenure::testkit::ServiceTimeStore;
+/// use tenure_testkit::ServiceTimeStore;
 /// use tenure::MemoryStore;
 /// // A store that serves 1,000 operations a second.
 /// let store = ServiceTimeStore::new(MemoryStore::new(), Duration::from_millis(1));

@@ -15,7 +15,7 @@ use metrics::{
 /// or as `Arc<CountingRecorder>` with `metrics::set_global_recorder`.
 ///
 /// ```
-/// let recorder = tenure::testkit::CountingRecorder::default();
+/// let recorder = tenure_testkit::CountingRecorder::default();
 /// {
 ///     let _local = metrics::set_default_local_recorder(&recorder);
 ///     metrics::counter!("retries_total", "op" => "write", "table" => "t").increment(2);

@@ -2,7 +2,7 @@
 //! store: taken percent-encoded, refused raw (the refusal naming the fix),
 //! and never shown in an error, a `Debug` or a `describe()`.
 
-use crate::store::LeaseView;
+use tenure::store::LeaseView;
 
 /// A password with `/ ? # @ +` in it, each between pieces no output may
 /// show.
@@ -65,7 +65,7 @@ pub const REFUSED_URL_PASSWORD: &str = "pw-secret";
 /// [`REFUSED_URL_PASSWORD`], the password the cases write in them.
 ///
 /// ```
-/// # use tenure::testkit::assert_url_refusals;
+/// # use tenure_testkit::assert_url_refusals;
 /// let parse = |url: &str| match url.strip_prefix("x://") {
 ///     Some(_) => Ok(()),
 ///     None => Err("the scheme must be x://".to_owned()),

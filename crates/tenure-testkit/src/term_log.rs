@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::time::Instant;
 
-use crate::elector::Elector;
-use crate::role::Role;
+use tenure::Elector;
+use tenure::Role;
 
 /// One term as seen from outside.
 #[derive(Clone, Debug)]
@@ -24,7 +24,7 @@ pub struct TermSpan {
     /// When it began: its elector announced it ([`TermLog::watch`]), or its
     /// work started ([`TermLog::open`]).
     pub elected: Instant,
-    /// When it ended: its work had to be gone ([`Term::ended`](crate::Term::ended)),
+    /// When it ended: its work had to be gone ([`Term::ended`](tenure::Term::ended)),
     /// or its work stopped ([`TermLog::open`]); `None` while it lasts.
     pub ended: Option<Instant>,
 }
@@ -116,7 +116,7 @@ impl TermLog {
     }
 
     /// Watches one more elector, from its current role on: a term's span
-    /// runs from its announcement to [`Term::ended`](crate::Term::ended).
+    /// runs from its announcement to [`Term::ended`](tenure::Term::ended).
     /// Must be called within a tokio runtime.
     pub fn add(&self, elector: &Elector) {
         let mut rx = elector.watch_role();

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::holders::{balanced, loads, of_members};
-use crate::clock::Clock;
-use crate::config::Config;
-use crate::shards::Shards;
-use crate::store::LeaseStore;
+use tenure::clock::Clock;
+use tenure::config::Config;
+use tenure::shards::Shards;
+use tenure::store::LeaseStore;
 
 /// One member of `set` per handle (`m0`, `m1`, …), each on its own handle
 /// as separate processes would be, all started at the same moment, with

@@ -5,14 +5,14 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
-use crate::elector::Elector;
-use crate::engine::EngineStats;
-use crate::record::GroupName;
-use crate::role::Role;
-use crate::store::LeaseStore;
-use crate::term::Term;
+use tenure::clock::{Clock, SystemClock};
+use tenure::config::Config;
+use tenure::engine::EngineStats;
+use tenure::record::GroupName;
+use tenure::store::LeaseStore;
+use tenure::Elector;
+use tenure::Role;
+use tenure::Term;
 
 pub use super::polled::{
     crashed_leader_replaced_within_the_bound, graceful_stop_hands_over_within_one_poll,
@@ -284,22 +284,11 @@ pub async fn many_groups_followed_without_reads<S: LeaseStore + Clone>(
     let (l0, f0, t0) = (engine.stats(), following_engine.stats(), Instant::now());
     tokio::time::sleep(term).await;
     let (l1, f1, window) = (engine.stats(), following_engine.stats(), t0.elapsed());
-    let delta = |a: EngineStats, b: EngineStats| EngineStats {
-        groups: b.groups,
-        read_batches: b.read_batches - a.read_batches,
-        reads: b.reads - a.reads,
-        write_batches: b.write_batches - a.write_batches,
-        writes: b.writes - a.writes,
-        changes: b.changes - a.changes,
-        shed: b.shed - a.shed,
-        admission_window: b.admission_window,
-        feed_silences: b.feed_silences - a.feed_silences,
-    };
     let figures = ManyGroups {
         elected_all,
         window,
-        leaders: delta(l0, l1),
-        followers: delta(f0, f1),
+        leaders: l1.since(&l0),
+        followers: f1.since(&f0),
     };
     assert_eq!(
         leaders.iter().filter(|e| e.is_leader()).count(),

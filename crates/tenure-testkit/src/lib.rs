@@ -1,11 +1,21 @@
-//! The conformance suite every [`LeaseStore`] runs, and helpers for store
-//! tests. Enabled by the `testkit` feature.
+//! The conformance suite every tenure [`LeaseStore`] runs, and the harness
+//! its tests use: private servers started and stopped by the test
+//! ([`PrivateServer`]), a TCP proxy that cuts and heals connections
+//! ([`TcpProxy`]), a term-overlap checker ([`TermLog`]), and the shared
+//! scenarios that run against every store. Depend on it as a
+//! dev-dependency (it is not on crates.io yet; a path into a checkout of
+//! the repository):
+//!
+//! ```toml
+//! [dev-dependencies]
+//! tenure-testkit = { path = "PATH/TO/tenure/crates/tenure-testkit" }
+//! ```
 //!
 //! The helpers are assertions: like `assert!`, they panic, naming what went
 //! differently, when the store under test or the server behind it does not
-//! behave (each says when under "Panics"). Nothing in this module is built
-//! without the `testkit` feature, so no input, configuration or store
-//! contents can reach those panics in a service.
+//! behave (each says when under "Panics"). A service never links this
+//! crate, so no input, configuration or store contents can reach those
+//! panics there.
 //!
 //! A store crate gives the suite a [`Harness`] for its store (open a fresh
 //! handle, plant and read raw bytes) and runs the whole suite in one test.
@@ -16,7 +26,7 @@
 //!
 //! ```
 //! use async_trait::async_trait;
-//! use tenure::testkit::{self, Harness};
+//! use tenure_testkit::{self as testkit, Harness};
 //! use tenure::{GroupName, MemoryStore};
 //!
 //! struct MemoryHarness(MemoryStore);
@@ -59,10 +69,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::clock::WallTime;
-use crate::error::StoreError;
-use crate::record::{GroupName, Holder, LeaseRecord, Metadata, Version};
-use crate::store::{CasOutcome, LeaseStore};
+use tenure::clock::WallTime;
+use tenure::error::StoreError;
+use tenure::record::{GroupName, Holder, LeaseRecord, Metadata, Version};
+use tenure::store::{CasOutcome, LeaseStore};
 
 mod conformance;
 mod connect_checks;
@@ -151,14 +161,14 @@ pub trait Harness: Send + Sync {
 /// Which change feeds a store promises (see [`Harness::promised_feeds`]).
 ///
 /// ```
-/// use tenure::testkit::Feeds;
+/// use tenure_testkit::Feeds;
 /// assert!(Feeds::PER_GROUP.per_group && !Feeds::PER_GROUP.store_wide);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Feeds {
-    /// [`LeaseView::changes`](crate::LeaseView::changes) returns a feed.
+    /// [`LeaseView::changes`](tenure::LeaseView::changes) returns a feed.
     pub per_group: bool,
-    /// [`LeaseView::watch`](crate::LeaseView::watch) returns a feed.
+    /// [`LeaseView::watch`](tenure::LeaseView::watch) returns a feed.
     pub store_wide: bool,
 }
 
@@ -168,7 +178,7 @@ impl Feeds {
         per_group: false,
         store_wide: false,
     };
-    /// A feed per group ([`LeaseView::changes`](crate::LeaseView::changes)).
+    /// A feed per group ([`LeaseView::changes`](tenure::LeaseView::changes)).
     pub const PER_GROUP: Feeds = Feeds {
         per_group: true,
         store_wide: false,
@@ -205,7 +215,7 @@ pub async fn check_conformance<H: Harness>(harness: &H) -> ConformanceReport {
 /// The results of one run of the suite.
 #[derive(Clone, Debug)]
 pub struct ConformanceReport {
-    /// The store as it describes itself ([`LeaseView::describe`](crate::LeaseView::describe)).
+    /// The store as it describes itself ([`LeaseView::describe`](tenure::LeaseView::describe)).
     pub store: String,
     /// The random prefix of every group name this run used.
     pub run_id: String,
@@ -290,7 +300,7 @@ pub enum CaseOutcome {
 /// round trip unchanged and compares equal to what a store reads back.
 ///
 /// ```
-/// let rec = tenure::testkit::held_by("node-a", 3);
+/// let rec = tenure_testkit::held_by("node-a", 3);
 /// assert_eq!(rec.holder_id(), Some("node-a"));
 /// assert_eq!(rec.token, 3);
 /// ```
@@ -359,7 +369,7 @@ pub async fn conflicts<S: LeaseStore + ?Sized>(
 ///     message: "the table leases does not exist: create it".into(),
 ///     source: None,
 /// };
-/// tenure::testkit::assert_misconfigured(&err, "does not exist");
+/// tenure_testkit::assert_misconfigured(&err, "does not exist");
 /// ```
 pub fn assert_misconfigured(err: &StoreError, names: &str) {
     assert!(
@@ -377,7 +387,7 @@ pub fn assert_misconfigured(err: &StoreError, names: &str) {
 /// when it steps down, so that the next term's token is `token + 1`.
 ///
 /// ```
-/// let rec = tenure::testkit::released(3);
+/// let rec = tenure_testkit::released(3);
 /// assert_eq!(rec.holder, None);
 /// assert_eq!(rec.token, 3);
 /// ```
@@ -397,8 +407,8 @@ pub fn released(token: u64) -> LeaseRecord {
 /// Store tests that share a persistent server use it to stay apart.
 ///
 /// ```
-/// let a = tenure::testkit::unique_group("jobs");
-/// let b = tenure::testkit::unique_group("jobs");
+/// let a = tenure_testkit::unique_group("jobs");
+/// let b = tenure_testkit::unique_group("jobs");
 /// assert_ne!(a, b);
 /// assert!(a.as_str().ends_with("-jobs"));
 /// ```
@@ -417,7 +427,7 @@ pub fn unique_group(label: &str) -> GroupName {
 /// The group named `name`, for tests that name their groups literally.
 ///
 /// ```
-/// let g = tenure::testkit::group("nightly-billing");
+/// let g = tenure_testkit::group("nightly-billing");
 /// assert_eq!(g.as_str(), "nightly-billing");
 /// ```
 ///

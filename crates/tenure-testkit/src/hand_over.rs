@@ -9,10 +9,10 @@
 use std::fmt::Debug;
 use std::future::Future;
 
-use crate::elector::Elector;
-use crate::fence::StaleToken;
-use crate::store::LeaseStore;
-use crate::term::Term;
+use tenure::fence::StaleToken;
+use tenure::store::LeaseStore;
+use tenure::Elector;
+use tenure::Term;
 
 /// The server URL an example runs against: its first argument, else the
 /// environment variable `env` the tests set; `what` names the URL for the

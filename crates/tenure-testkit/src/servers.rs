@@ -10,7 +10,7 @@
 ///
 /// ```no_run
 /// # async fn t() {
-/// let Some(url) = tenure::testkit::server_url("TENURE_TEST_POSTGRES") else { return };
+/// let Some(url) = tenure_testkit::server_url("TENURE_TEST_POSTGRES") else { return };
 /// # let _ = url; }
 /// ```
 pub fn server_url(var: &str) -> Option<String> {

@@ -1,11 +1,11 @@
 //! Who holds which shard of a sharded set, as a test sees it: a map from
 //! each shard to the member holding it. The library's tests read it from
-//! [`Shards::held`](crate::Shards::held), the CLI's from the processes
+//! [`Shards::held`](tenure::Shards::held), the CLI's from the processes
 //! running; both ask the same questions of two such maps.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::shards::Shards;
+use tenure::shards::Shards;
 
 /// Each held shard → the member holding it.
 pub type Holders = BTreeMap<String, String>;

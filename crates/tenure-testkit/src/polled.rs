@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
-use crate::elector::Elector;
-use crate::record::GroupName;
-use crate::role::Role;
-use crate::store::LeaseStore;
-use crate::term::Term;
+use tenure::config::Config;
+use tenure::record::GroupName;
+use tenure::store::LeaseStore;
+use tenure::Elector;
+use tenure::Role;
+use tenure::Term;
 
 use super::scenarios::{elector, leads_within, timed};
 use super::{TcpProxy, TermLog};

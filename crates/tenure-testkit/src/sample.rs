@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Holder, LeaseRecord, Metadata, WallTime};
+use tenure::{Holder, LeaseRecord, Metadata, WallTime};
 
 /// A held lease as a store keeps one: `host-a` (incarnation 7) holds token
 /// 3 for a 10 s term renewed at 1 s, and publishes its address. Tests

@@ -6,9 +6,9 @@ use super::{
     applied, case, conflicted, expect_record, held_by, released, write_applies, CaseResult, Cases,
     Ctx, Harness, Run, Verdict,
 };
-use crate::error::StoreError;
-use crate::record::{GroupName, LeaseRecord, Version, Versioned};
-use crate::store::{CasOutcome, CasRequest, LeaseStore, LeaseView};
+use tenure::error::StoreError;
+use tenure::record::{GroupName, LeaseRecord, Version, Versioned};
+use tenure::store::{CasOutcome, CasRequest, LeaseStore, LeaseView};
 
 /// Groups per batch in the large-batch case: more than one request of most
 /// stores' natural batch size, fewer than any sane limit.

@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 
 use async_trait::async_trait;
 
-use crate::record::GroupName;
-use crate::store::LeaseStore;
+use tenure::record::GroupName;
+use tenure::store::LeaseStore;
 
 use super::scenarios::Connect;
 use super::{Feeds, Harness};
@@ -40,7 +40,7 @@ pub trait RawAccess: Send + Sync {
 /// use std::sync::LazyLock;
 ///
 /// use async_trait::async_trait;
-/// use tenure::testkit::{self, Feeds, RawAccess, UrlHarness};
+/// use tenure_testkit::{self as testkit, Feeds, RawAccess, UrlHarness};
 /// use tenure::{GroupName, MemoryStore, StoreError};
 ///
 /// // A store opened from a URL: here every handle shares one memory.

@@ -1,12 +1,12 @@
-//! Checks on a store-wide change feed ([`LeaseView::watch`](crate::LeaseView::watch))
+//! Checks on a store-wide change feed ([`LeaseView::watch`](tenure::LeaseView::watch))
 //! for store tests: the next change within a bound, the shape a change
 //! must have, silence, and the end of the tasks a dropped feed leaves.
 
 use std::future::Future;
 use std::time::Duration;
 
-use crate::record::{GroupName, LeaseRecord, Metadata, Version, Versioned};
-use crate::store::{Change, LeaseStore, StoreFeed};
+use tenure::record::{GroupName, LeaseRecord, Metadata, Version, Versioned};
+use tenure::store::{Change, LeaseStore, StoreFeed};
 
 /// How long [`expect_quiet`] listens.
 const QUIET_FOR: Duration = Duration::from_millis(500);
@@ -32,7 +32,7 @@ pub async fn expect_quiet(feed: &mut StoreFeed, what: &str) {
 /// by `holder`.
 ///
 /// ```
-/// use tenure::testkit::{expect_written, held_by};
+/// use tenure_testkit::{expect_written, held_by};
 /// use tenure::{Change, GroupName, Version, Versioned};
 ///
 /// let g = GroupName::new("g").unwrap();

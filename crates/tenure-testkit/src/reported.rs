@@ -11,7 +11,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::store::LeaseStore;
+use tenure::store::LeaseStore;
 
 use super::scenarios::{
     cut_off_leader_stops_first, graceful_handover_via_feed, many_groups_followed_without_reads,

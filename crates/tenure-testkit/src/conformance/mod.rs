@@ -15,15 +15,15 @@ use super::{
     held_by, panic_message, random_id, released, run_case, CaseOutcome, CaseReport, CatchUnwind,
     ConformanceReport, Harness,
 };
-use crate::clock::{MonoTime, Now, WallTime};
-use crate::config::Config;
-use crate::error::{error_chain as chain, RecordError, StoreError};
-use crate::machine::{Action, Input, Machine};
-use crate::record::{
+use tenure::clock::{MonoTime, Now, WallTime};
+use tenure::config::Config;
+use tenure::error::{error_chain as chain, RecordError, StoreError};
+use tenure::machine::{Action, Input, Machine};
+use tenure::record::{
     GroupName, Holder, LeaseRecord, Metadata, Version, Versioned, MAX_GROUP_BYTES,
     MAX_METADATA_BYTES,
 };
-use crate::store::{CasOutcome, LeaseStore, LeaseView};
+use tenure::store::{CasOutcome, LeaseStore, LeaseView};
 
 /// How a case that did not fail ended.
 pub(super) enum Verdict {

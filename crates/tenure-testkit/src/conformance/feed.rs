@@ -4,7 +4,7 @@
 
 use super::batches::{cas_many, request};
 use super::*;
-use crate::store::{Change, StoreFeed};
+use tenure::store::{Change, StoreFeed};
 
 pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Cases<'a> {
     vec![
@@ -15,7 +15,7 @@ pub(super) fn cases<'a, H: Harness>(h: &'a H, r: &'a Run) -> Cases<'a> {
 
 /// Waits for one hint, up to [`FEED_LIMIT`].
 pub(super) async fn hint(
-    feed: &mut crate::store::ChangeFeed,
+    feed: &mut tenure::store::ChangeFeed,
     what: &str,
 ) -> Result<Duration, String> {
     let start = std::time::Instant::now();
@@ -28,7 +28,7 @@ pub(super) async fn hint(
 
 /// Lets pending hints pass until the feed is quiet for 250 ms; fails if it
 /// never is, since an elector would re-read in a busy loop.
-pub(super) async fn drain(feed: &mut crate::store::ChangeFeed) -> Result<(), String> {
+pub(super) async fn drain(feed: &mut tenure::store::ChangeFeed) -> Result<(), String> {
     for _ in 0..40 {
         match tokio::time::timeout(Duration::from_millis(250), feed.changed()).await {
             Ok(Some(())) => continue,

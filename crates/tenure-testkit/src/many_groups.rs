@@ -5,9 +5,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::elector::Elector;
-use crate::record::GroupName;
-use crate::store::{CasOutcome, CasRequest, LeaseStore};
+use tenure::record::GroupName;
+use tenure::store::{CasOutcome, CasRequest, LeaseStore};
+use tenure::Elector;
 
 use super::scenarios::elector;
 
