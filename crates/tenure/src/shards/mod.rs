@@ -47,6 +47,37 @@
 //!   membership lease (the store is unreachable, or another process runs
 //!   with the same id) stands for no shard and gives back what it holds.
 //!
+//! # A changing catalog
+//!
+//! A set built with [`ShardsBuilder::catalog`] follows a shard list that
+//! changes at runtime (a stream resharded, a topic that gains partitions, a
+//! tenant added), without restarting any member. One member at a time, the
+//! set's catalog leader (a lease of its own, group `SET/leader`), lists the
+//! user's [`ShardSource`] whenever the published list is older than the
+//! refresh period, and publishes it as records `SET/catalog/N`, written
+//! under its fencing token by compare-and-swap, so a deposed leader's late
+//! write is refused. Every member reads the catalog every poll (at once
+//! when its change feed shows a write of it) and assigns over its ready
+//! shards as over a fixed list:
+//!
+//! * a shard added is read and assigned like any shard; the others stay
+//!   where they are, unless the balance needs a move;
+//! * a shard removed is no member's target: its holder drains and releases
+//!   it (its record and token stay, so a shard that comes back continues
+//!   its tokens);
+//! * a shard that names parents ([`SourceShard::after`]) is assigned only
+//!   once none of them is in the catalog: its holder marks a parent
+//!   finished ([`Shards::mark_finished`], a record `SET/finished/SHARD`
+//!   written under the parent's own token), and the leader drops finished
+//!   shards, and shards the source no longer lists, at its next refresh;
+//! * a member never stands for a shard it has not read in a catalog; a
+//!   catalog torn by a leader that crashed while writing it is ignored and
+//!   written again by the next leader. Members take a catalog only when
+//!   it is newer than the one they have.
+//!
+//! A change of the source is followed within the refresh period plus a
+//! poll, plus the usual hand-over of a shard that moves.
+//!
 //! # Convergence
 //!
 //! With `T` the term, `ρ` the drift bound and `P` the poll (`T/4` plus up to
@@ -108,6 +139,7 @@
 //! ```
 
 pub mod assign;
+mod catalog;
 mod members;
 mod requests;
 mod sightings;
@@ -130,6 +162,7 @@ use crate::record::{check_name, GroupName, Metadata, MAX_CANDIDATE_BYTES, MAX_GR
 use crate::store::LeaseStore;
 use crate::term::Term;
 
+pub use catalog::{FinishError, ShardCatalog, ShardSource, SourceError, SourceShard};
 pub use members::Member;
 
 /// Configures and starts a [`Shards`] member; see [`Shards::builder`].
@@ -138,6 +171,8 @@ pub struct ShardsBuilder {
     set: String,
     member: Option<String>,
     shards: Vec<String>,
+    /// The source of a changing shard list, and how often it is listed.
+    catalog: Option<(Arc<dyn ShardSource>, Duration)>,
     config: Config,
     metadata: Metadata,
     clock: Arc<dyn Clock>,
@@ -165,6 +200,50 @@ impl ShardsBuilder {
         S: Into<String>,
     {
         self.shards = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Shards that come and go: the set's catalog leader lists `source`
+    /// every `refresh` and publishes the list in the store, and every
+    /// member assigns over it (see the [module documentation](crate::shards)
+    /// under "A changing catalog"). Every member of the set should be given
+    /// a source: any of them may become the catalog's leader. Instead of
+    /// [`shards`](ShardsBuilder::shards) or
+    /// [`shard_names`](ShardsBuilder::shard_names).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use async_trait::async_trait;
+    /// use tenure::shards::{ShardSource, SourceError, SourceShard};
+    /// use tenure::{MemoryStore, Shards};
+    ///
+    /// struct Stream;
+    ///
+    /// #[async_trait]
+    /// impl ShardSource for Stream {
+    ///     async fn list(&self) -> Result<Vec<SourceShard>, SourceError> {
+    ///         // A split: the children are read once the parent is finished.
+    ///         Ok(vec![
+    ///             SourceShard::new("shard-0"),
+    ///             SourceShard::new("shard-1").after(["shard-0"]),
+    ///             SourceShard::new("shard-2").after(["shard-0"]),
+    ///         ])
+    ///     }
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let shards = Shards::builder(MemoryStore::new(), "ingest")
+    ///     .member_id("host-a")
+    ///     .catalog(Stream, Duration::from_secs(60))
+    ///     .start()?;
+    /// let mut catalog = shards.watch_shards();
+    /// catalog.wait_for(|ready| !ready.is_empty()).await?;
+    /// assert_eq!(shards.current_shards(), ["shard-0"]);
+    /// # shards.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn catalog(mut self, source: impl ShardSource, refresh: Duration) -> Self {
+        self.catalog = Some((Arc::new(source), refresh));
         self
     }
 
@@ -209,11 +288,21 @@ impl ShardsBuilder {
             None => crate::elector::default_candidate_id(),
         };
         check_name("member id", &member, MAX_CANDIDATE_BYTES)?;
-        if self.shards.is_empty() {
-            return Err(ConfigError::timing(
-                "no shards: give a count with .shards(n) or names with .shard_names(..)",
-            )
-            .into());
+        match &self.catalog {
+            Some(_) if !self.shards.is_empty() => {
+                return Err(ConfigError::timing(
+                    "both a shard list and a catalog: give .shards(n), .shard_names(..) or .catalog(..), not two",
+                )
+                .into())
+            }
+            Some((_, refresh)) => catalog::check_refresh(*refresh)?,
+            None if self.shards.is_empty() => {
+                return Err(ConfigError::timing(
+                    "no shards: give a count with .shards(n), names with .shard_names(..), or a source with .catalog(..)",
+                )
+                .into())
+            }
+            None => {}
         }
         let mut sorted = self.shards.clone();
         sorted.sort();
@@ -237,10 +326,51 @@ impl ShardsBuilder {
             .metadata(self.metadata.clone())
             .clock(self.clock.clone())
             .start()?;
+        // A catalog set: the member follows the catalog, and stands to be
+        // its leader.
+        let (catalog_tx, catalog_rx) = watch::channel(None);
+        let leader = match &self.catalog {
+            Some((source, refresh)) => {
+                let elector =
+                    Elector::builder(self.store.clone(), catalog::leader_group(&self.set))
+                        .candidate_id(member.clone())
+                        .config(self.config.clone())
+                        .clock(self.clock.clone())
+                        .start()?;
+                Some((elector, source.clone(), *refresh))
+            }
+            None => None,
+        };
         let (members_tx, members) = watch::channel(Vec::new());
         let (electors_tx, electors) = watch::channel(BTreeMap::new());
         let (events, _) = broadcast::channel(1024);
         let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (shards_tx, current) = watch::channel(Arc::new(self.shards.clone()));
+        let catalog_read = Arc::new(tokio::sync::Notify::new());
+        let leader = leader.map(|(elector, source, refresh)| {
+            runtime.spawn(
+                catalog::Leader {
+                    set: self.set.clone(),
+                    store: self.store.clone(),
+                    source,
+                    refresh,
+                    term: self.config.term,
+                    clock: self.clock.clone(),
+                    events: events.clone(),
+                }
+                .run(elector.clone()),
+            );
+            runtime.spawn(catalog::follow(
+                self.store.clone(),
+                self.set.clone(),
+                timing.retry_interval,
+                self.clock.clone(),
+                catalog_tx,
+                catalog_read.clone(),
+            ));
+            elector
+        });
+        let following = leader.is_some().then(|| catalog_rx.clone());
         runtime.spawn(
             task::Task {
                 set: self.set.clone(),
@@ -253,10 +383,14 @@ impl ShardsBuilder {
                 drift: timing.drift,
                 poll: timing.retry_interval,
                 metadata: self.metadata,
-                clock: self.clock,
+                clock: self.clock.clone(),
                 members_tx,
                 electors_tx,
                 commands: commands_rx,
+                catalog: following.clone(),
+                catalog_read,
+                shards_tx,
+                leader,
             }
             .run(),
         );
@@ -270,6 +404,9 @@ impl ShardsBuilder {
             events,
             commands,
             membership,
+            current,
+            catalog: following,
+            clock: self.clock,
         });
         Ok(Shards { inner })
     }
@@ -303,6 +440,12 @@ pub(crate) struct Inner {
     /// Closing it (every handle dropped) or sending on it stops the member.
     commands: mpsc::UnboundedSender<()>,
     membership: Elector,
+    /// The shards assigned over now: the fixed list, or the catalog's
+    /// ready shards as this member last read them.
+    current: watch::Receiver<Arc<Vec<String>>>,
+    /// The catalog as last read, for a set that follows one.
+    catalog: Option<watch::Receiver<Option<Arc<ShardCatalog>>>>,
+    clock: Arc<dyn Clock>,
 }
 
 /// A member of a sharded set. Clones are handles to the same member; it
@@ -345,6 +488,20 @@ pub enum ShardEvent {
         /// Why (resigned to rebalance, superseded, renewal failed…).
         reason: EndReason,
     },
+    /// The shards assigned over changed: a catalog with shards added,
+    /// removed or unblocked was read.
+    ShardsChanged {
+        /// The catalog's generation.
+        generation: u64,
+        /// The ready shards, sorted by name.
+        shards: Vec<String>,
+    },
+    /// The catalog leader could not refresh the catalog (the source or the
+    /// store failed); it tries again within a quarter term.
+    CatalogFailed {
+        /// What failed.
+        error: String,
+    },
     /// The live members, as this member sees them, changed.
     MembersChanged {
         /// The live members, sorted by id.
@@ -357,7 +514,8 @@ pub enum ShardEvent {
 pub struct Assignment {
     /// The live members, as this member sees them.
     pub members: Vec<Member>,
-    /// Every shard, in the order given to the builder.
+    /// Every shard, in the order given to the builder (for a catalog, the
+    /// ready shards, sorted by name).
     pub shards: Vec<ShardHolding>,
 }
 
@@ -386,6 +544,7 @@ impl Shards {
             set: set.into(),
             member: None,
             shards: Vec::new(),
+            catalog: None,
             config: Config::default(),
             metadata: Metadata::new(),
             clock: system_clock(),
@@ -402,9 +561,42 @@ impl Shards {
         &self.inner.member
     }
 
-    /// Every shard of the set.
+    /// Every shard given to the builder (empty for a set that follows a
+    /// catalog: see [`current_shards`](Shards::current_shards)).
     pub fn shard_names(&self) -> &[String] {
         &self.inner.shards
+    }
+
+    /// The shards assigned over now: the fixed list, or the catalog's
+    /// ready shards as this member last read them (none before its first
+    /// read).
+    pub fn current_shards(&self) -> Vec<String> {
+        self.inner.current.borrow().as_ref().clone()
+    }
+
+    /// A watch of [`current_shards`](Shards::current_shards).
+    pub fn watch_shards(&self) -> watch::Receiver<Arc<Vec<String>>> {
+        self.inner.current.clone()
+    }
+
+    /// The catalog as this member last read it; `None` for a fixed list,
+    /// or before the first read.
+    pub fn catalog(&self) -> Option<ShardCatalog> {
+        self.inner
+            .catalog
+            .as_ref()
+            .and_then(|c| c.borrow().as_deref().cloned())
+    }
+
+    /// Marks `shard` finished, with the [`Term`] this member holds it
+    /// under (the one [`run_per_shard`](Shards::run_per_shard) handed the
+    /// work): the catalog leader drops it from the catalog at its next
+    /// refresh, and the shards that name it as a parent become ready.
+    /// Marking again is harmless. The mark is written under the term's
+    /// token; an ended term is refused.
+    pub async fn mark_finished(&self, shard: &str, term: &Term) -> Result<(), FinishError> {
+        let now = self.inner.clock.now().wall;
+        catalog::mark_finished(&*self.inner.store, &self.inner.set, shard, term, now).await
     }
 
     /// The live members as last seen.
@@ -448,9 +640,8 @@ impl Shards {
     /// Reads every shard's record (one batched read) and reports who holds
     /// what.
     pub async fn assignment(&self) -> Result<Assignment, StoreError> {
-        let groups: Vec<GroupName> = self
-            .inner
-            .shards
+        let current = self.current_shards();
+        let groups: Vec<GroupName> = current
             .iter()
             .map(|s| GroupName::new(shard_group(&self.inner.set, s)))
             .collect::<Result<_, _>>()
@@ -460,9 +651,7 @@ impl Shards {
             })?;
         let records = self.inner.store.read_many(&groups).await?;
         let targets = self.targets();
-        let shards = self
-            .inner
-            .shards
+        let shards = current
             .iter()
             .zip(records)
             .map(|(shard, r)| {

@@ -33,10 +33,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
 use super::assign::assign_names;
+use super::catalog::{catalog_prefix, ShardCatalog};
 use super::members::{Member, Roster};
 use super::requests::{Reply, Requests};
 use super::sightings::{Fed, Sightings};
@@ -89,6 +90,15 @@ pub(crate) struct Task {
     pub(crate) members_tx: watch::Sender<Vec<Member>>,
     pub(crate) electors_tx: watch::Sender<BTreeMap<String, Elector>>,
     pub(crate) commands: mpsc::UnboundedReceiver<()>,
+    /// The catalog, for a set that follows one (`shards` is then its ready
+    /// shards as last read).
+    pub(crate) catalog: Option<watch::Receiver<Option<Arc<ShardCatalog>>>>,
+    /// Tells the catalog's follower to read it now.
+    pub(crate) catalog_read: Arc<Notify>,
+    /// Where `shards` is published.
+    pub(crate) shards_tx: watch::Sender<Arc<Vec<String>>>,
+    /// The catalog leader's elector, stopped when the member leaves.
+    pub(crate) leader: Option<Elector>,
 }
 
 /// A shard this member gave up. While its elector stops (drains, and
@@ -250,7 +260,7 @@ impl Task {
             generations: 0,
             reported: None,
         };
-        let known: HashSet<String> = self.shards.iter().cloned().collect();
+        let mut known: HashSet<String> = self.shards.iter().cloned().collect();
         requests.subscribe();
         let mut membership = self.membership.watch_role();
         loop {
@@ -291,6 +301,13 @@ impl Task {
             let clock = self.clock.clone();
             tokio::select! {
                 _ = self.commands.recv() => break,
+                read = catalog_changed(&mut self.catalog) => {
+                    if read {
+                        self.follow_catalog(&mut s, &mut known);
+                    } else {
+                        self.catalog = None;
+                    }
+                }
                 change = next_change(&mut s.feed) => match change {
                     Some(change) => {
                         self.take_in(&mut s, &known, change);
@@ -490,6 +507,23 @@ impl Task {
     /// a hint of which member records to read.
     fn take_in(&self, s: &mut State, known: &HashSet<String>, change: Change) {
         let (members, shards) = (member_prefix(&self.set), shard_prefix(&self.set));
+        if self.catalog.is_some() {
+            // A write of a catalog part, or a feed that may have missed
+            // one: the follower reads the catalog (it takes nothing from
+            // the delivery, which is only a hint).
+            let part = match &change {
+                Change::Written { group, .. } | Change::Hint { group } => {
+                    group.as_str().starts_with(&catalog_prefix(&self.set))
+                }
+                Change::Resync => false,
+            };
+            if part || matches!(change, Change::Resync) {
+                self.catalog_read.notify_one();
+            }
+            if part {
+                return;
+            }
+        }
         match change {
             Change::Written { group, current } => {
                 if let Some(id) = group.as_str().strip_prefix(&members) {
@@ -644,6 +678,32 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// Assigns over the catalog's ready shards as last read: a shard added
+    /// is read (for its holder) and assigned; one removed is no target of
+    /// anyone's any more, and its holder drains and releases it.
+    fn follow_catalog(&mut self, s: &mut State, known: &mut HashSet<String>) {
+        let Some(catalog) = self.catalog.as_ref().and_then(|c| c.borrow().clone()) else {
+            return;
+        };
+        let ready = catalog.ready();
+        if ready == self.shards {
+            return;
+        }
+        for shard in &ready {
+            if !known.contains(shard) {
+                s.read_shards.insert(shard.clone());
+            }
+        }
+        *known = ready.iter().cloned().collect();
+        self.shards = ready;
+        s.dirty = true;
+        self.shards_tx.send_replace(Arc::new(self.shards.clone()));
+        let _ = self.events.send(ShardEvent::ShardsChanged {
+            generation: catalog.generation,
+            shards: self.shards.clone(),
+        });
     }
 
     /// Computes the targets again and stands for them.
@@ -812,6 +872,9 @@ impl Task {
             s.draining.spawn(async move { elector.shutdown().await });
         }
         while s.draining.join_next().await.is_some() {}
+        if let Some(leader) = &self.leader {
+            leader.shutdown().await;
+        }
         self.membership.shutdown().await;
         // Dropping `electors_tx` here tells every `shutdown()` caller.
     }
@@ -848,6 +911,15 @@ fn jittered(every: Duration) -> Duration {
 async fn sleep_until(clock: &Arc<dyn Clock>, wake: Option<MonoTime>) {
     match wake {
         Some(at) => clock.sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether the catalog changed (`false` once it can change no more);
+/// never ready for a set without one.
+async fn catalog_changed(catalog: &mut Option<watch::Receiver<Option<Arc<ShardCatalog>>>>) -> bool {
+    match catalog {
+        Some(rx) => rx.changed().await.is_ok(),
         None => std::future::pending().await,
     }
 }

@@ -1,0 +1,312 @@
+//! Sharded sets whose shards change at runtime, on tokio's paused clock:
+//! the catalog leader lists a source that gains, loses and splits shards,
+//! and the members follow, with the per-shard guarantee checked at every
+//! step.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure::shards::{FinishError, ShardSource, SourceError, SourceShard};
+use tenure::{Clock, Config, GroupName, LeaseView, MemoryStore, Shards, TokioClock};
+use tenure_testkit::holders::{self, moved, Holders};
+
+const TERM: Duration = Duration::from_secs(10);
+const REFRESH: Duration = Duration::from_secs(5);
+
+/// A source the test changes: what it lists, and how often it was asked.
+#[derive(Clone, Default)]
+struct Listing {
+    shards: Arc<Mutex<Vec<SourceShard>>>,
+    calls: Arc<Mutex<u64>>,
+    failing: Arc<Mutex<bool>>,
+}
+
+impl Listing {
+    fn set(&self, shards: Vec<SourceShard>) {
+        *self.shards.lock().unwrap() = shards;
+    }
+    fn calls(&self) -> u64 {
+        *self.calls.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl ShardSource for Listing {
+    async fn list(&self) -> Result<Vec<SourceShard>, SourceError> {
+        *self.calls.lock().unwrap() += 1;
+        if *self.failing.lock().unwrap() {
+            return Err("the stream is being deleted".into());
+        }
+        Ok(self.shards.lock().unwrap().clone())
+    }
+}
+
+fn plain(names: &[&str]) -> Vec<SourceShard> {
+    names.iter().map(|n| SourceShard::new(*n)).collect()
+}
+
+struct Set {
+    store: MemoryStore,
+    clock: Arc<TokioClock>,
+    source: Listing,
+    members: BTreeMap<String, Shards>,
+}
+
+impl Set {
+    fn of(ids: &[&str], shards: Vec<SourceShard>) -> Set {
+        let mut set = Set {
+            store: MemoryStore::new(),
+            clock: Arc::new(TokioClock::new()),
+            source: Listing::default(),
+            members: BTreeMap::new(),
+        };
+        set.source.set(shards);
+        for id in ids {
+            set.join(id);
+        }
+        set
+    }
+
+    fn join(&mut self, id: &str) {
+        let member = Shards::builder(self.store.clone(), "stream")
+            .member_id(id)
+            .catalog(self.source.clone(), REFRESH)
+            .config(Config::new(TERM))
+            .clock(self.clock.clone())
+            .start()
+            .expect("valid");
+        self.members.insert(id.to_owned(), member);
+    }
+
+    fn holders(&self) -> Holders {
+        holders::of_members(self.members.values())
+    }
+
+    /// Advances time in small steps, checking at every step that no shard
+    /// is held twice and that `never` does not hold, until `done` holds.
+    async fn until(
+        &self,
+        within: Duration,
+        never: impl Fn(&Holders) -> Option<String>,
+        done: impl Fn(&Holders) -> bool,
+    ) -> Holders {
+        let start = self.clock.now().mono;
+        loop {
+            let h = self.holders();
+            if let Some(broken) = never(&h) {
+                panic!("{broken}: {h:?}");
+            }
+            if done(&h) {
+                return h;
+            }
+            let took = self.clock.now().mono.saturating_since(start);
+            assert!(took <= within, "not done after {took:?}: {h:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Set {
+    /// Advances time for `span` in small steps, checking at every step
+    /// that no shard is held twice and that `never` does not hold.
+    async fn during(&self, span: Duration, never: impl Fn(&Holders) -> Option<String>) {
+        let start = self.clock.now().mono;
+        while self.clock.now().mono.saturating_since(start) < span {
+            if let Some(broken) = never(&self.holders()) {
+                panic!("{broken}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn held(h: &Holders) -> BTreeSet<&str> {
+    h.keys().map(String::as_str).collect()
+}
+
+fn nothing(_: &Holders) -> Option<String> {
+    None
+}
+
+/// The bound a change of the source takes to be held: a refresh, the
+/// members' poll, a take-over; generous on the paused clock.
+const FOLLOW: Duration = Duration::from_secs(30);
+
+#[tokio::test(start_paused = true)]
+async fn members_follow_shards_added_and_removed_and_moves_are_only_the_changed_ones() {
+    let set = Set::of(
+        &["a", "b", "c"],
+        plain(&["s0", "s1", "s2", "s3", "s4", "s5"]),
+    );
+    let before = set
+        .until(FOLLOW, nothing, |h| {
+            h.len() == 6 && holders::loads(h).len() == 3
+        })
+        .await;
+    // Two shards appear: only they move (nobody held them before).
+    set.source
+        .set(plain(&["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"]));
+    let after = set.until(FOLLOW, nothing, |h| h.len() == 8).await;
+    assert!(moved(&before, &after).is_empty(), "{before:?} → {after:?}");
+    // A shard disappears: its holder releases it, nobody takes it, and
+    // its record keeps its token.
+    let s3_holder = after["s3"].clone();
+    set.source
+        .set(plain(&["s0", "s1", "s2", "s4", "s5", "s6", "s7"]));
+    let fewer = set
+        .until(FOLLOW, nothing, |h| !h.contains_key("s3") && h.len() == 7)
+        .await;
+    // Besides s3, at most the one move the balance needs (its holder may
+    // now hold two fewer than another member).
+    let moved_now: BTreeSet<&String> = moved(&after, &fewer);
+    assert!(
+        moved_now.contains(&"s3".to_owned()) && moved_now.len() <= 2,
+        "s3 left {s3_holder}, and more moved: {after:?} → {fewer:?}"
+    );
+    let fewer = set
+        .until(FOLLOW, nothing, |h| holders::balanced(h, 7, 3))
+        .await;
+    assert!(!fewer.contains_key("s3"));
+    let record = set
+        .store
+        .read(&GroupName::new("stream/shards/s3").unwrap())
+        .await
+        .unwrap()
+        .expect("the record stays");
+    assert!(
+        record.record.holder.is_none() && record.record.token >= 1,
+        "{record:?}"
+    );
+    // Every member follows within a poll of the catalog's write.
+    for m in set.members.values() {
+        let mut shards = m.watch_shards();
+        tokio::time::timeout(TERM, shards.wait_for(|s| s.len() == 7))
+            .await
+            .expect("follows the catalog")
+            .unwrap();
+        assert!(m.catalog().is_some_and(|c| c.generation >= 3));
+    }
+    // It stays released.
+    set.during(Duration::from_secs(60), |h| {
+        h.contains_key("s3").then(|| "s3 held again".into())
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn children_wait_for_their_parents_to_be_finished() {
+    // A split: p's children c1 and c2; a merge: c2 and q into m.
+    let set = Set::of(
+        &["a", "b"],
+        vec![
+            SourceShard::new("p"),
+            SourceShard::new("q"),
+            SourceShard::new("c1").after(["p"]),
+            SourceShard::new("c2").after(["p"]),
+            SourceShard::new("m").after(["c2", "q"]),
+        ],
+    );
+    let blocked = |h: &Holders| -> Option<String> {
+        let h = held(h);
+        (h.contains("c1") || h.contains("c2") || h.contains("m"))
+            .then(|| "a child held before its parents finished".into())
+    };
+    set.until(FOLLOW, blocked, |h| held(h) == BTreeSet::from(["p", "q"]))
+        .await;
+    // Nothing changes while p is unfinished.
+    set.during(REFRESH * 4, |h| {
+        (held(h) != BTreeSet::from(["p", "q"])).then(|| format!("moved: {h:?}"))
+    })
+    .await;
+    // p's holder marks it finished; its children become ready, p leaves.
+    let holder = &set.members[&set.holders()["p"]];
+    let term = holder.held().remove("p").expect("held");
+    holder.mark_finished("p", &term).await.unwrap();
+    // Marking again is harmless.
+    holder.mark_finished("p", &term).await.unwrap();
+    let m_blocked = |h: &Holders| {
+        h.contains_key("m")
+            .then(|| "m held before c2 and q finished".to_owned())
+    };
+    set.until(FOLLOW, m_blocked, |h| {
+        held(h) == BTreeSet::from(["c1", "c2", "q"])
+    })
+    .await;
+    // A term of another shard, or an ended one, cannot mark a shard.
+    let c1_holder = &set.members[&set.holders()["c1"]];
+    let c1_term = c1_holder.held().remove("c1").expect("held");
+    assert!(matches!(
+        c1_holder.mark_finished("q", &c1_term).await,
+        Err(FinishError::NotHeld { .. })
+    ));
+    assert!(matches!(
+        holder.mark_finished("p", &term).await,
+        Ok(()) | Err(FinishError::NotHeld { .. })
+    ));
+    for shard in ["c2", "q"] {
+        let member = &set.members[&set.holders()[shard]];
+        let term = member.held().remove(shard).expect("held");
+        member.mark_finished(shard, &term).await.unwrap();
+    }
+    set.until(FOLLOW, nothing, |h| held(h) == BTreeSet::from(["c1", "m"]))
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_source_is_listed_by_one_leader_once_a_refresh_and_failures_keep_the_catalog() {
+    let set = Set::of(&["a", "b", "c"], plain(&["x", "y"]));
+    set.until(FOLLOW, nothing, |h| h.len() == 2).await;
+    let calls = set.source.calls();
+    tokio::time::sleep(REFRESH * 10).await;
+    let listed = set.source.calls() - calls;
+    // One leader lists, once per refresh (give or take the first and a
+    // retry), not one per member.
+    assert!(
+        (8..=12).contains(&listed),
+        "{listed} listings in 10 refreshes"
+    );
+    // A failing source keeps the catalog as it was.
+    *set.source.failing.lock().unwrap() = true;
+    tokio::time::sleep(REFRESH * 4).await;
+    assert_eq!(held(&set.holders()), BTreeSet::from(["x", "y"]));
+    *set.source.failing.lock().unwrap() = false;
+    set.source.set(plain(&["x", "y", "z"]));
+    set.until(FOLLOW, nothing, |h| h.len() == 3).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_catalog_leader_moves_when_it_leaves_and_a_new_member_follows_at_once() {
+    let mut set = Set::of(&["a", "b"], plain(&["x", "y", "z"]));
+    set.until(FOLLOW, nothing, |h| h.len() == 3).await;
+    // Whoever leads the catalog leaves; the other takes the duty over.
+    for id in ["a", "b"] {
+        let m = set.members.remove(id).unwrap();
+        m.shutdown().await;
+        set.join(id);
+    }
+    set.source.set(plain(&["x", "y", "z", "w"]));
+    set.until(FOLLOW * 2, nothing, |h| h.len() == 4).await;
+    set.join("c");
+    set.until(FOLLOW, nothing, |h| {
+        h.len() == 4 && holders::loads(h).len() == 3
+    })
+    .await;
+    assert_eq!(set.members["c"].current_shards(), ["w", "x", "y", "z"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_catalog_and_a_fixed_list_together_are_refused() {
+    let err = Shards::builder(MemoryStore::new(), "s")
+        .shards(3)
+        .catalog(Listing::default(), REFRESH)
+        .start()
+        .unwrap_err();
+    assert!(err.to_string().contains("not two"), "{err}");
+    let err = Shards::builder(MemoryStore::new(), "s")
+        .catalog(Listing::default(), Duration::ZERO)
+        .start()
+        .unwrap_err();
+    assert!(err.to_string().contains("refresh period is zero"), "{err}");
+}
