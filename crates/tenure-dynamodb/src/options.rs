@@ -116,12 +116,17 @@ impl DynamoDbOptions {
             )
         })?;
         let mut keys = AccessKeyOptions::default();
+        // Whether the pair before held a secret: this one's name may be
+        // its tail, and is then not named (see shown_option_name).
+        let mut after_secret = false;
         for pair in tenure::url::query_pairs(query) {
             let (k, v) = pair.map_err(|why| bad(&shown, &why.to_string()))?;
             let k = k.as_str();
+            let name = tenure::url::shown_option_name(k, after_secret);
+            after_secret = tenure::url::is_secret_key(k);
             let nonempty = |v: String| {
                 if v.is_empty() {
-                    Err(bad(&shown, &format!("parameter {k} is empty")))
+                    Err(bad(&shown, &format!("parameter {name} is empty")))
                 } else {
                     Ok(v)
                 }
@@ -145,7 +150,7 @@ impl DynamoDbOptions {
                     return Err(bad(
                         &shown,
                         &format!(
-                            "unknown parameter {k:?}: use region, endpoint, profile, create, \
+                            "unknown parameter {name}: use region, endpoint, profile, create, \
                              throttle_budget, ca, access_key_id, secret_access_key, session_token"
                         ),
                     ))
@@ -364,7 +369,7 @@ mod tests {
 
         // A URL that does not parse is echoed redacted in the error.
         assert_refused(
-            "dynamodb://leases?secret_access_key=TOPSECRET&access_key_id=AKIDX&bogus=1",
+            "dynamodb://leases?bogus=1&secret_access_key=TOPSECRET&access_key_id=AKIDX",
             "unknown parameter \"bogus\"",
             &["TOPSECRET", "AKIDX"],
         );
@@ -434,13 +439,22 @@ mod tests {
                 "create must be true or false",
             ),
             ("dynamodb://tbl?throttle_budget=soon", "throttle_budget"),
-            ("dynamodb://tbl?region=", "parameter region is empty"),
+            ("dynamodb://tbl?region=", "parameter \"region\" is empty"),
             (
                 "dynamodb://tbl?endpoint=localhost:8000",
                 "not an http:// or https:// URL",
             ),
             ("dynamodb://tbl?region=%zz", "invalid %-escape"),
             ("dynamodb://tbl?region=%ff", "not UTF-8"),
+            // A secret with an unescaped '&': its tail is not named.
+            (
+                "dynamodb://tbl?secret_access_key=Qa1&Qb2=Qc3&access_key_id=AKIDX",
+                "a name after a secret option, not shown",
+            ),
+            (
+                "dynamodb://tbl?session_token=Qa1&Qb2=&access_key_id=AKIDX",
+                "a name after a secret option, not shown",
+            ),
         ] {
             let e = DynamoDbOptions::from_url(url).unwrap_err();
             assert!(

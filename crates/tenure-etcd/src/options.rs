@@ -121,8 +121,9 @@ impl EtcdOptions {
                 "timeout" => {
                     options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
                 }
-                // from_options passed only the names in OPTIONS.
-                _ => {}
+                // from_options passed only the names in OPTIONS: one
+                // without an arm here is a bug, refused, never ignored.
+                other => return Err(bad(tenure::url::unknown_option(other, OPTIONS))),
             }
         }
         if tls && options.tls_files.ca.is_none() {

@@ -152,9 +152,12 @@ impl NatsOptions {
             timeout: DEFAULT_TIMEOUT,
             tls_files,
         };
-        // from_options passed only the names in OPTIONS: the TLS files and
-        // the timeout.
+        // from_options passed only the names in OPTIONS, and took the TLS
+        // files: one without an arm here is a bug, refused, never ignored.
         for (name, value) in others {
+            if name != "timeout" {
+                return Err(bad(tenure::url::unknown_option(&name, OPTIONS)));
+            }
             options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?;
         }
         Ok(options)

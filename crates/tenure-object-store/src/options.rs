@@ -186,11 +186,16 @@ impl BucketOptions {
             o.layout = Layout::new(&prefix).map_err(|why| bad(&shown, why))?;
         }
         let mut keys = AccessKeyOptions::default();
+        // Whether the pair before held a secret: this one's name may be
+        // its tail, and is then not named (see shown_option_name).
+        let mut after_secret = false;
         for pair in tenure::url::query_pairs(query) {
             let (k, v) = pair.map_err(|why| bad(&shown, &why.to_string()))?;
             let k = k.as_str();
+            let name = tenure::url::shown_option_name(k, after_secret);
+            after_secret = tenure::url::is_secret_key(k);
             if v.is_empty() {
-                return Err(bad(&shown, &format!("parameter {k} is empty")));
+                return Err(bad(&shown, &format!("parameter {name} is empty")));
             }
             let only = |allowed: &[BackendKind]| -> Result<(), BucketStoreError> {
                 if allowed.contains(&kind) {
@@ -250,7 +255,7 @@ impl BucketOptions {
                 _ => {
                     return Err(bad(
                         &shown,
-                        &format!("unknown parameter {k:?}: {}", parameters(kind)),
+                        &format!("unknown parameter {name}: {}", parameters(kind)),
                     ))
                 }
             }
@@ -555,6 +560,15 @@ mod tests {
             ("key:pw-secret://pw-secret@bucket/p", "s3://"),
             ("s3://BK", "bucket"),
             ("s3://bkt?nope=1", "unknown parameter \"nope\""),
+            // A secret with an unescaped '&': its tail is not named.
+            (
+                "s3://bkt?access_key_id=AKIDX&secret_access_key=Qa1&Qb2=",
+                "a name after a secret option, not shown",
+            ),
+            (
+                "az://cont?account=acct&access_key=Qa1&Qb2=Qc3",
+                "a name after a secret option, not shown",
+            ),
             ("s3://bkt?account=x", "does not apply to s3://"),
             ("gs://bkt?region=x", "does not apply to gs://"),
             (

@@ -132,8 +132,9 @@ impl RedisOptions {
                     options.quarantine =
                         Some(tenure::url::parse_duration(&name, &value).map_err(bad)?)
                 }
-                // from_options passed only the names in OPTIONS.
-                _ => {}
+                // from_options passed only the names in OPTIONS: one
+                // without an arm here is a bug, refused, never ignored.
+                other => return Err(bad(tenure::url::unknown_option(other, OPTIONS))),
             }
         }
         Ok(options)

@@ -108,8 +108,9 @@ impl ZkOptions {
                     options.session_timeout =
                         tenure::url::parse_duration(&name, &value).map_err(bad)?
                 }
-                // known_query_pairs passed only the names in OPTIONS.
-                _ => {}
+                // known_query_pairs passed only the names in OPTIONS: one
+                // without an arm here is a bug, refused, never ignored.
+                other => return Err(bad(tenure::url::unknown_option(other, OPTIONS))),
             }
         }
         options.check().map_err(bad)?;

@@ -148,15 +148,16 @@ pub enum UrlError {
     /// An option value's `%XX` escapes are malformed or not UTF-8.
     #[error("option {name}: the value has an invalid %-escape or is not UTF-8 (write % as %25)")]
     OptionValueEscape {
-        /// The option.
+        /// The option, as [`redact`] shows it.
         name: String,
     },
     /// An option the store does not take.
-    /// The name is shown through [`redact`]: a value holding an unescaped
-    /// `&` can leave a piece of a secret in a name.
-    #[error("unknown option {:?}: the options are {}", redact(name), known.join(", "))]
+    #[error("unknown option {name:?}: the options are {}", known.join(", "))]
     UnknownOption {
-        /// The option written.
+        /// The option written, as [`redact`] shows it: a name that looks
+        /// like user info (`s3cret@host`, from a password whose `&` was not
+        /// escaped) is masked. A secret's tail that looks like a plain name
+        /// cannot be told from one; write `&` in a value as `%26`.
         name: String,
         /// Every option the store takes.
         known: Vec<&'static str>,
@@ -482,7 +483,7 @@ pub fn query_pairs(query: &str) -> impl Iterator<Item = Result<(String, String),
         let (k, v) = pair.split_once('=').ok_or(UrlError::BareWord)?;
         let key = percent_decode(k).ok_or(UrlError::OptionNameEscape)?;
         let value =
-            percent_decode(v).ok_or_else(|| UrlError::OptionValueEscape { name: key.clone() })?;
+            percent_decode(v).ok_or_else(|| UrlError::OptionValueEscape { name: redact(&key) })?;
         Ok((key, value))
     })
 }
@@ -509,6 +510,15 @@ pub fn query_options(
     known_query_pairs(query, known).collect()
 }
 
+/// The error for option `name`, which is not among `known`: the name as
+/// [`redact`] shows it, and the list.
+pub fn unknown_option(name: &str, known: &[&'static str]) -> UrlError {
+    UrlError::UnknownOption {
+        name: redact(name),
+        known: known.to_vec(),
+    }
+}
+
 /// [`query_options`] pair by pair, for a reader that checks each pair as
 /// it comes (the TLS files of [`TlsPaths::from_options`](crate::tls::TlsPaths::from_options)).
 pub fn known_query_pairs<'q>(
@@ -520,10 +530,7 @@ pub fn known_query_pairs<'q>(
         if known.contains(&name.as_str()) {
             Ok((name, value))
         } else {
-            Err(UrlError::UnknownOption {
-                name,
-                known: known.to_vec(),
-            })
+            Err(unknown_option(&name, known))
         }
     })
 }
@@ -615,6 +622,26 @@ pub fn is_secret_key(key: &str) -> bool {
     ]
     .iter()
     .any(|s| k.contains(s))
+}
+
+/// How an error may name query option `name`: quoted and [`redact`]ed, or,
+/// when the pair just before it held a secret (`after_secret`, see
+/// [`is_secret_key`]), not at all. A secret with an unescaped `&`
+/// (`secret=Qa1&Qb2=Qc3`) leaves its tail as the next pair's name, which
+/// looks like any other; a reader stops at the first name it does not
+/// know, so only that pair can be a secret's tail.
+///
+/// ```
+/// use tenure::url::shown_option_name;
+/// assert_eq!(shown_option_name("regoin", false), r#""regoin""#);
+/// assert!(!shown_option_name("Qb2", true).contains("Qb2"));
+/// ```
+pub fn shown_option_name(name: &str, after_secret: bool) -> String {
+    if after_secret {
+        "(a name after a secret option, not shown: write & inside a value as %26)".to_owned()
+    } else {
+        format!("{:?}", redact(name))
+    }
 }
 
 /// An access key id as it may be shown: `***` and its last four
