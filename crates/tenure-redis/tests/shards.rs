@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use tenure_redis::RedisStore;
-use tenure_testkit::sharded;
+use tenure_testkit::{catalog, sharded};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn eight_members_started_together_balance_beside_200000_other_keys() {
@@ -46,4 +46,16 @@ async fn eight_members_started_together_balance_beside_200000_other_keys() {
     for m in &set {
         m.shutdown().await;
     }
+}
+
+/// A set following a changing catalog on Redis, each member on its own
+/// connection: the catalog's writes reach the members on the change feed.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_members_follow_a_split_and_a_removal() {
+    let server = common::Redis::start(&[]);
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(RedisStore::connect(&server.url()).await.unwrap());
+    }
+    catalog::follows_a_split_and_a_removal(handles, "stream", Duration::from_secs(1)).await;
 }

@@ -74,6 +74,7 @@ use tenure::error::StoreError;
 use tenure::record::{GroupName, Holder, LeaseRecord, Metadata, Version};
 use tenure::store::{CasOutcome, LeaseStore};
 
+pub mod catalog;
 mod conformance;
 mod connect_checks;
 mod counting_recorder;

@@ -4,53 +4,21 @@
 //! step.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use tenure::shards::{FinishError, ShardSource, SourceError, SourceShard};
+use tenure::shards::{FinishError, SourceShard};
 use tenure::{Clock, Config, GroupName, LeaseView, MemoryStore, Shards, TokioClock};
+use tenure_testkit::catalog::{held, plain, ScriptedSource};
 use tenure_testkit::holders::{self, moved, Holders};
 
 const TERM: Duration = Duration::from_secs(10);
 const REFRESH: Duration = Duration::from_secs(5);
 
-/// A source the test changes: what it lists, and how often it was asked.
-#[derive(Clone, Default)]
-struct Listing {
-    shards: Arc<Mutex<Vec<SourceShard>>>,
-    calls: Arc<Mutex<u64>>,
-    failing: Arc<Mutex<bool>>,
-}
-
-impl Listing {
-    fn set(&self, shards: Vec<SourceShard>) {
-        *self.shards.lock().unwrap() = shards;
-    }
-    fn calls(&self) -> u64 {
-        *self.calls.lock().unwrap()
-    }
-}
-
-#[async_trait]
-impl ShardSource for Listing {
-    async fn list(&self) -> Result<Vec<SourceShard>, SourceError> {
-        *self.calls.lock().unwrap() += 1;
-        if *self.failing.lock().unwrap() {
-            return Err("the stream is being deleted".into());
-        }
-        Ok(self.shards.lock().unwrap().clone())
-    }
-}
-
-fn plain(names: &[&str]) -> Vec<SourceShard> {
-    names.iter().map(|n| SourceShard::new(*n)).collect()
-}
-
 struct Set {
     store: MemoryStore,
     clock: Arc<TokioClock>,
-    source: Listing,
+    source: ScriptedSource,
     members: BTreeMap<String, Shards>,
 }
 
@@ -59,7 +27,7 @@ impl Set {
         let mut set = Set {
             store: MemoryStore::new(),
             clock: Arc::new(TokioClock::new()),
-            source: Listing::default(),
+            source: ScriptedSource::default(),
             members: BTreeMap::new(),
         };
         set.source.set(shards);
@@ -120,10 +88,6 @@ impl Set {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-fn held(h: &Holders) -> BTreeSet<&str> {
-    h.keys().map(String::as_str).collect()
 }
 
 fn nothing(_: &Holders) -> Option<String> {
@@ -268,10 +232,10 @@ async fn the_source_is_listed_by_one_leader_once_a_refresh_and_failures_keep_the
         "{listed} listings in 10 refreshes"
     );
     // A failing source keeps the catalog as it was.
-    *set.source.failing.lock().unwrap() = true;
+    set.source.fail(true);
     tokio::time::sleep(REFRESH * 4).await;
     assert_eq!(held(&set.holders()), BTreeSet::from(["x", "y"]));
-    *set.source.failing.lock().unwrap() = false;
+    set.source.fail(false);
     set.source.set(plain(&["x", "y", "z"]));
     set.until(FOLLOW, nothing, |h| h.len() == 3).await;
 }
@@ -300,12 +264,12 @@ async fn the_catalog_leader_moves_when_it_leaves_and_a_new_member_follows_at_onc
 async fn a_catalog_and_a_fixed_list_together_are_refused() {
     let err = Shards::builder(MemoryStore::new(), "s")
         .shards(3)
-        .catalog(Listing::default(), REFRESH)
+        .catalog(ScriptedSource::default(), REFRESH)
         .start()
         .unwrap_err();
     assert!(err.to_string().contains("not two"), "{err}");
     let err = Shards::builder(MemoryStore::new(), "s")
-        .catalog(Listing::default(), Duration::ZERO)
+        .catalog(ScriptedSource::default(), Duration::ZERO)
         .start()
         .unwrap_err();
     assert!(err.to_string().contains("refresh period is zero"), "{err}");

@@ -373,6 +373,16 @@ async fn write_catalog(
     })
 }
 
+/// The metadata key of a finished mark.
+const FINISHED_KEY: &str = "tenure.finished";
+
+/// Whether `record` is a finished mark. A store may read a group never
+/// written as a released record (Redis after a data loss): only a record
+/// carrying the mark counts.
+fn is_finished_mark(record: &LeaseRecord) -> bool {
+    record.metadata.get(FINISHED_KEY).is_some()
+}
+
 /// The shards marked finished, by name.
 async fn finished(store: &dyn LeaseStore, set: &str) -> Result<BTreeSet<String>, StoreError> {
     let prefix = finished_prefix(set);
@@ -380,7 +390,7 @@ async fn finished(store: &dyn LeaseStore, set: &str) -> Result<BTreeSet<String>,
         .list(&prefix)
         .await?
         .into_iter()
-        .filter(|l| matches!(&l.record, Ok(v) if v.record.token > 0))
+        .filter(|l| matches!(&l.record, Ok(v) if is_finished_mark(&v.record)))
         .filter_map(|l| l.group.as_str().strip_prefix(&prefix).map(str::to_owned))
         .collect())
 }
@@ -608,15 +618,34 @@ pub(crate) async fn mark_finished(
         term: Duration::ZERO,
         renewed_at: now,
         expires_at: now,
-        metadata: Metadata::new(),
+        metadata: Metadata::new().with(FINISHED_KEY, term.token().to_string()),
     };
-    match store
-        .compare_and_swap(&group, None, &record)
-        .await
-        .map_err(failed)?
-    {
-        CasOutcome::Applied(_) | CasOutcome::Conflict => Ok(()),
+    // Written on the version read (a store may show a group never written
+    // as a released record); a conflict is another write of the mark, or
+    // of a record that is none, so read again, a few times.
+    for _ in 0..3 {
+        let current = store.read(&group).await.map_err(failed)?;
+        if current
+            .as_ref()
+            .is_some_and(|v| is_finished_mark(&v.record))
+        {
+            return Ok(());
+        }
+        let expected = current.map(|v| v.version);
+        if let CasOutcome::Applied(_) = store
+            .compare_and_swap(&group, expected, &record)
+            .await
+            .map_err(failed)?
+        {
+            return Ok(());
+        }
     }
+    Err(failed(StoreError::Misconfigured {
+        message: format!(
+            "the finished mark {group} keeps changing under tenure's writes: another program writes it"
+        ),
+        source: None,
+    }))
 }
 
 /// Checks a catalog configuration.
