@@ -710,117 +710,71 @@ mod tests {
         assert_eq!(split(&[]), vec![Vec::<SourceShard>::new()]);
     }
 
+    /// Writes `shards` under `token` on the parts `stored` read (at a wall
+    /// time of `token` ms).
+    async fn write_on(
+        store: &MemoryStore,
+        stored: &Stored,
+        token: u64,
+        shards: &[SourceShard],
+    ) -> Result<ShardCatalog, WriteError> {
+        let at = WallTime::from_millis(token);
+        write_catalog(
+            store,
+            "s",
+            token,
+            Duration::from_secs(10),
+            at,
+            stored,
+            shards,
+        )
+        .await
+    }
+
+    /// Reads the parts, then writes on them.
+    async fn write(store: &MemoryStore, token: u64, shards: &[SourceShard]) -> ShardCatalog {
+        let stored = read_parts(store, "s", 1).await.unwrap();
+        write_on(store, &stored, token, shards).await.unwrap()
+    }
+
+    async fn read(store: &MemoryStore) -> ShardCatalog {
+        read_catalog(store, "s")
+            .await
+            .unwrap()
+            .expect("a whole catalog")
+    }
+
     #[tokio::test]
     async fn a_written_catalog_reads_back_whole() {
         let store = MemoryStore::new();
         let shards = names(500);
-        let before = read_parts(&store, "s", 1).await.unwrap();
-        let written = write_catalog(
-            &store,
-            "s",
-            3,
-            Duration::from_secs(10),
-            WallTime::from_millis(5),
-            &before,
-            &shards,
-        )
-        .await
-        .unwrap();
+        let written = write(&store, 3, &shards).await;
         assert_eq!(written.generation, 1);
-        let read = read_catalog(&store, "s").await.unwrap().unwrap();
-        assert_eq!(read, written);
+        assert_eq!(read(&store).await, written);
         // The same list again keeps the generation; a change raises it.
-        let again = read_parts(&store, "s", 1).await.unwrap();
-        let same = write_catalog(
-            &store,
-            "s",
-            3,
-            Duration::from_secs(10),
-            WallTime::from_millis(6),
-            &again,
-            &shards,
-        )
-        .await
-        .unwrap();
-        assert_eq!(same.generation, 1);
-        let fewer = read_parts(&store, "s", 1).await.unwrap();
-        let changed = write_catalog(
-            &store,
-            "s",
-            3,
-            Duration::from_secs(10),
-            WallTime::from_millis(7),
-            &fewer,
-            &shards[..10],
-        )
-        .await
-        .unwrap();
-        assert_eq!(changed.generation, 2);
+        assert_eq!(write(&store, 3, &shards).await.generation, 1);
+        assert_eq!(write(&store, 3, &shards[..10]).await.generation, 2);
         // The shorter catalog's trailing old parts are ignored.
-        assert_eq!(
-            read_catalog(&store, "s")
-                .await
-                .unwrap()
-                .unwrap()
-                .shards
-                .len(),
-            10
-        );
+        assert_eq!(read(&store).await.shards.len(), 10);
     }
 
     #[tokio::test]
     async fn a_lower_token_never_overwrites_a_higher_one() {
         let store = MemoryStore::new();
         let empty = read_parts(&store, "s", 1).await.unwrap();
-        write_catalog(
-            &store,
-            "s",
-            5,
-            Duration::from_secs(1),
-            WallTime::from_millis(1),
-            &empty,
-            &names(2),
-        )
-        .await
-        .unwrap();
+        write_on(&store, &empty, 5, &names(2)).await.unwrap();
         // A deposed leader that read before the write: its swap conflicts.
         assert!(matches!(
-            write_catalog(
-                &store,
-                "s",
-                4,
-                Duration::from_secs(1),
-                WallTime::from_millis(2),
-                &empty,
-                &names(1)
-            )
-            .await,
+            write_on(&store, &empty, 4, &names(1)).await,
             Err(WriteError::Conflict)
         ));
         // One that reads after it: it sees the higher token and stops.
         let now = read_parts(&store, "s", 1).await.unwrap();
         assert!(matches!(
-            write_catalog(
-                &store,
-                "s",
-                4,
-                Duration::from_secs(1),
-                WallTime::from_millis(2),
-                &now,
-                &names(1)
-            )
-            .await,
+            write_on(&store, &now, 4, &names(1)).await,
             Err(WriteError::Superseded)
         ));
-        assert_eq!(
-            read_catalog(&store, "s")
-                .await
-                .unwrap()
-                .unwrap()
-                .shards
-                .len(),
-            2
-        );
+        assert_eq!(read(&store).await.shards.len(), 2);
     }
 
     #[test]
