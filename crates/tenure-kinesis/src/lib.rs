@@ -1,0 +1,38 @@
+//! Kinesis for tenure: a stream's shards as the catalog of a sharded set.
+//!
+//! [`KinesisShards`] implements [`tenure::shards::ShardSource`] with
+//! `ListShards` (paged). Give it to
+//! [`ShardsBuilder::catalog`](tenure::ShardsBuilder::catalog) and the set
+//! follows the stream as it is resharded, without restarting any member:
+//!
+//! * each shard id is a shard of the set, held by one member at a time
+//!   under its own lease and fencing token;
+//! * a child of a `SplitShard` names its parent, a child of a
+//!   `MergeShards` names both; a child is assigned only once its parents
+//!   are out of the catalog, so records are read in order across a
+//!   reshard. The holder of a parent reads it to its end (`GetRecords`
+//!   returns no `NextShardIterator`) and marks it finished with
+//!   [`Shards::mark_finished`](tenure::Shards::mark_finished); the set's
+//!   catalog leader then drops it, and the children become ready.
+//!
+//! The source is opened from a URL,
+//! `kinesis://STREAM?region=..&endpoint=..` (see [`KinesisOptions`]), or
+//! from an SDK client built by the caller
+//! ([`KinesisShards::from_client`]). Region, credentials and endpoint
+//! come through the standard AWS chain unless the URL gives them. The
+//! HTTPS client is rustls with ring, never OpenSSL.
+//!
+//! Errors are [`KinesisError`]s: a missing stream
+//! ([`StreamNotFound`](KinesisError::StreamNotFound)), a stream being
+//! resharded ([`StreamBusy`](KinesisError::StreamBusy)), throttling, an
+//! unreachable endpoint; the catalog leader keeps the published catalog
+//! on any of them and lists again at its next refresh. No message holds a
+//! credential.
+
+mod error;
+mod options;
+mod source;
+
+pub use error::KinesisError;
+pub use options::{KinesisOptions, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+pub use source::KinesisShards;

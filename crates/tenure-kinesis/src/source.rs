@@ -1,0 +1,199 @@
+//! The stream's shards as a [`ShardSource`]: `ListShards`, paged.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+use aws_sdk_kinesis::config::{Credentials, Region};
+use aws_sdk_kinesis::types::Shard;
+use aws_sdk_kinesis::Client;
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use tenure::shards::{ShardSource, SourceError, SourceShard};
+
+use crate::error::{classify, KinesisError};
+use crate::options::{KinesisOptions, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+
+/// How long to wait for a TCP (and TLS) connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long one request may take before it fails as unreachable.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A Kinesis stream's shards, listed for a sharded set's catalog.
+///
+/// Each listing is `ListShards`, paged with `NextToken` until the last
+/// page, and each shard becomes a [`SourceShard`] named by its shard id
+/// that waits for its parents (`ParentShardId` and, after a merge,
+/// `AdjacentParentShardId`): a child of a split or a merge is assigned
+/// only once its parents are finished
+/// ([`Shards::mark_finished`](tenure::Shards::mark_finished)) and dropped
+/// from the catalog. Closed shards stay listed until the stream's retention
+/// period removes them; a parent Kinesis no longer lists is gone, and its
+/// children are ready.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tenure::{MemoryStore, Shards};
+/// use tenure_kinesis::KinesisShards;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let source = KinesisShards::connect(
+///     "kinesis://orders?region=us-east-1&endpoint=http://127.0.0.1:4567\
+///      &access_key_id=local&secret_access_key=local",
+/// )
+/// .await?;
+/// let shards = Shards::builder(MemoryStore::new(), "orders-consumers")
+///     .member_id("host-a")
+///     .catalog(source, Duration::from_secs(30))
+///     .start()?;
+/// shards
+///     .run_per_shard(|shard, term| async move {
+///         // Read `shard` from its checkpoint. When its iterator ends (no
+///         // NextShardIterator), mark it finished so its children start:
+///         // shards.mark_finished(&shard, &term).await
+///         term.cancelled().await;
+///         let _ = shard;
+///         Ok::<(), std::io::Error>(())
+///     })
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct KinesisShards {
+    client: Client,
+    stream: String,
+    page_size: u32,
+    /// Where the stream is, for messages: ` at ENDPOINT` (redacted) or
+    /// empty.
+    place: String,
+}
+
+impl KinesisShards {
+    /// Lists the stream a `kinesis://STREAM?…` URL names, with a client
+    /// built from its options (see [`KinesisOptions`]). Nothing is sent
+    /// yet: a missing stream shows at the first listing.
+    pub async fn connect(url: &str) -> Result<Self, KinesisError> {
+        Self::connect_with(KinesisOptions::from_url(url)?).await
+    }
+
+    /// [`connect`](KinesisShards::connect) with options set in code.
+    pub async fn connect_with(options: KinesisOptions) -> Result<Self, KinesisError> {
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+            .build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http)
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                    .build(),
+            );
+        if let Some(r) = &options.region {
+            loader = loader.region(Region::new(r.clone()));
+        }
+        if let Some(e) = &options.endpoint {
+            loader = loader.endpoint_url(e);
+        }
+        if let Some(p) = &options.profile {
+            loader = loader.profile_name(p);
+        }
+        if let Some(k) = &options.credentials {
+            loader = loader.credentials_provider(Credentials::new(
+                k.access_key_id(),
+                k.secret_access_key().expose(),
+                k.session_token().map(|t| t.expose().to_owned()),
+                None,
+                "tenure-kinesis-static",
+            ));
+        }
+        let config = loader.load().await;
+        if config.region().is_none() {
+            return Err(KinesisError::NoRegion {
+                stream: options.stream,
+            });
+        }
+        let place = options
+            .endpoint
+            .as_deref()
+            .map(|e| format!(" at {}", tenure::url::redact(e)))
+            .unwrap_or_default();
+        Ok(KinesisShards {
+            client: Client::new(&config),
+            stream: options.stream,
+            page_size: options.page_size,
+            place,
+        })
+    }
+
+    /// Lists `stream` with a client built by the caller (its region,
+    /// endpoint, credentials, retries and HTTP client as configured there).
+    pub fn from_client(client: Client, stream: impl Into<String>) -> Self {
+        KinesisShards {
+            client,
+            stream: stream.into(),
+            page_size: DEFAULT_PAGE_SIZE,
+            place: String::new(),
+        }
+    }
+
+    /// Shards asked for per `ListShards` page, clamped to 1 to
+    /// [`MAX_PAGE_SIZE`] (default [`DEFAULT_PAGE_SIZE`]).
+    pub fn page_size(mut self, shards: u32) -> Self {
+        self.page_size = shards.clamp(1, MAX_PAGE_SIZE);
+        self
+    }
+
+    /// The stream listed.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The SDK client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Every shard of the stream now, open and closed, each with the
+    /// parents it waits for, in the order Kinesis lists them.
+    pub async fn list_shards(&self) -> Result<Vec<SourceShard>, KinesisError> {
+        let max_results = i32::try_from(self.page_size).unwrap_or(i32::MAX);
+        let mut shards = Vec::new();
+        let mut next_token: Option<String> = None;
+        loop {
+            // With a NextToken, the stream name must not be sent: Kinesis
+            // refuses the two together.
+            let request = self.client.list_shards().max_results(max_results);
+            let request = match next_token.take() {
+                Some(token) => request.next_token(token),
+                None => request.stream_name(&self.stream),
+            };
+            let page = request
+                .send()
+                .await
+                .map_err(|e| classify(&e, &self.stream, &self.place))?;
+            shards.extend(page.shards().iter().map(source_shard));
+            match page.next_token() {
+                Some(token) if !token.is_empty() => next_token = Some(token.to_owned()),
+                _ => return Ok(shards),
+            }
+        }
+    }
+}
+
+/// A shard as the catalog takes it: its id, after its parents.
+pub(crate) fn source_shard(shard: &Shard) -> SourceShard {
+    let parents = [shard.parent_shard_id(), shard.adjacent_parent_shard_id()]
+        .into_iter()
+        .flatten()
+        .filter(|p| !p.is_empty());
+    SourceShard::new(shard.shard_id()).after(parents)
+}
+
+#[async_trait]
+impl ShardSource for KinesisShards {
+    async fn list(&self) -> Result<Vec<SourceShard>, SourceError> {
+        Ok(self.list_shards().await?)
+    }
+}
