@@ -277,9 +277,10 @@ _start_kinesalite() {
   local dir
   dir=$(_fresh_dir kinesalite) || return 1
   # Streams change state at once (the defaults take 500 ms, as the real
-  # service does).
+  # service does). Every test creates a stream of its own: the default
+  # limit of 10 shards per account would refuse them within one run.
   "$TENURE_NPM_DIR/node_modules/.bin/kinesalite" --port "$KINESALITE_PORT" \
-    --createStreamMs 0 --deleteStreamMs 0 --updateStreamMs 0 >"$dir/server.log" 2>&1 &
+    --createStreamMs 0 --deleteStreamMs 0 --updateStreamMs 0 --shardLimit 100000 >"$dir/server.log" 2>&1 &
   _launched kinesalite "$KINESALITE_PORT" 20 || return 1
   _serving kinesalite "$KINESALITE_PORT" TENURE_TEST_KINESIS "http://127.0.0.1:$KINESALITE_PORT"
 }
