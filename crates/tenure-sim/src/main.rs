@@ -60,6 +60,14 @@ struct Args {
     /// The most members running at once (sharded tier), up to 16.
     #[arg(long, requires = "shards")]
     max_members: Option<usize>,
+    /// The set follows a changing catalog (sharded tier): shards split,
+    /// merge, come and go during the fault phase.
+    #[arg(long, requires = "shards")]
+    catalog: bool,
+    /// A negative control for --catalog: the source lists children without
+    /// their parents.
+    #[arg(long, requires = "catalog", hide = true)]
+    catalog_forgets_parents: bool,
     /// Groups every candidate stands in (elector tier): `N` or `A..B`,
     /// within 1..16.
     #[arg(long, value_parser = parse_nodes, requires = "elector")]
@@ -209,6 +217,8 @@ fn main() -> ExitCode {
             if let Some(s) = &args.shard_count {
                 p.tier.shards = s.clone();
             }
+            p.tier.catalog |= args.catalog;
+            p.tier.catalog_forgets_parents |= args.catalog_forgets_parents;
         });
         drive(&args, sets)
     } else if args.elector {

@@ -39,6 +39,9 @@ pub enum ViolationKind {
     /// shards than it had to, or a settled assignment changed with no
     /// membership change.
     Balance,
+    /// A set following a changing catalog worked a child shard before its
+    /// parents were marked finished.
+    ParentOrder,
 }
 
 impl fmt::Display for ViolationKind {
@@ -51,6 +54,7 @@ impl fmt::Display for ViolationKind {
             ViolationKind::BusyWait => "busy wait",
             ViolationKind::WorkPastDeadline => "work past deadline",
             ViolationKind::Balance => "balance",
+            ViolationKind::ParentOrder => "parent order",
         })
     }
 }

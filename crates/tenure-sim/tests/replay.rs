@@ -100,6 +100,8 @@ fn every_tier_s_replay_command_names_every_non_default_parameter() {
             members: 3..=6,
             max_members: 10,
             shards: 8..=12,
+            catalog: true,
+            catalog_forgets_parents: false,
         },
         faults: ShardFaultRates::none(),
         ..ShardParams::default()
@@ -137,7 +139,7 @@ fn every_tier_s_replay_command_names_every_non_default_parameter() {
         (
             shards.replay_command(10),
             "--shards --seed 10 --trace --nodes 3..6 --max-members 10 --shard-count 8..12 \
-             --term-ms 1000 --notify on --no-faults",
+             --catalog --term-ms 1000 --notify on --no-faults",
         ),
         (
             custom_shards.replay_command(11),

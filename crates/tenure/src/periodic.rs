@@ -139,11 +139,18 @@ impl Elector {
                     .get(&key)
                     .and_then(|ms| ms.parse::<u64>().ok());
                 if let Some(last) = last {
-                    let due = last.saturating_add(
-                        u64::try_from(periodic.period.as_millis()).unwrap_or(u64::MAX),
-                    );
+                    let period = u64::try_from(periodic.period.as_millis()).unwrap_or(u64::MAX);
+                    let due = last.saturating_add(period);
                     let now = self.shared.clock.now().wall.as_millis();
-                    let wait = Duration::from_millis(due.saturating_sub(now));
+                    // A last run stamped a period or more ahead of this
+                    // clock (by a host whose clock runs ahead) is not
+                    // waited out: taken at its word it would hold the duty
+                    // back until this clock caught up, however far.
+                    let wait = if last >= now.saturating_add(period) {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_millis(due.saturating_sub(now))
+                    };
                     if !self.sleep_in_term(&term, wait).await {
                         continue;
                     }

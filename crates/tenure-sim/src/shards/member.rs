@@ -205,6 +205,29 @@ async fn work(ctx: WorkCtx, shard: String, term: Term) -> Result<(), WorkFailed>
         .await
 }
 
+/// For a set that follows a catalog: every quarter term, the member marks
+/// the parents it holds finished (a stream consumer that has read a closed
+/// shard to its end says so, whatever its work is doing); a refused mark
+/// (the term just ended) is made again by the next holder.
+async fn mark_parents(shards: Shards, finishing: super::catalog::Finishing, ctx: WorkCtx) {
+    loop {
+        for (shard, term) in shards.held() {
+            if shard.parse().is_ok_and(|s| finishing.to_mark(s)) {
+                let result = shards.mark_finished(&shard, &term).await;
+                let t = ctx.clock.inner.real_now();
+                lock(&ctx.findings).trace.event(
+                    t,
+                    Some(ctx.node),
+                    "finished",
+                    &[term.token()],
+                    || format!("shard {shard}: marked finished: {result:?}"),
+                );
+            }
+        }
+        ctx.sleep(ctx.term / 4).await;
+    }
+}
+
 /// The application: runs the work of every shard the member holds until it
 /// stops, calling `run_per_shard` again when a work fails.
 async fn app(shards: Shards, ctx: WorkCtx) {
@@ -269,6 +292,15 @@ async fn listen(
                         format!("sees {ids:?}")
                     });
             }
+            ShardEvent::ShardsChanged { generation, shards } => {
+                f.trace.event(t, Some(node), "catalog", &[generation], || {
+                    format!("generation {generation}: ready {shards:?}")
+                });
+            }
+            ShardEvent::CatalogFailed { error } => {
+                f.trace
+                    .event(t, Some(node), "catalog failed", &[], || error);
+            }
             _ => {}
         }
     }
@@ -299,9 +331,12 @@ impl Set {
             inner: slot.clock.clone(),
             pause: pause.clone(),
         });
-        let started = Shards::builder(store, SET)
-            .member_id(slot.name.clone())
-            .shards(self.work.len())
+        let builder = Shards::builder(store, SET).member_id(slot.name.clone());
+        let builder = match &self.catalog {
+            Some(c) => builder.catalog(c.source.clone(), CatalogSim::refresh(self.timing.term)),
+            None => builder.shards(self.work.len()),
+        };
+        let started = builder
             .config(self.config.clone())
             .metadata(Metadata::address(format!("10.0.0.{n}:8080")))
             .clock(clock.clone())
@@ -333,7 +368,12 @@ impl Set {
             },
             fault_end: self.stage.fault_end,
         };
-        let tasks = vec![
+        let mut tasks = Vec::new();
+        if let Some(c) = &self.catalog {
+            let marking = mark_parents(shards.clone(), c.finishing.clone(), ctx.clone());
+            tasks.push(tokio::spawn(marking));
+        }
+        tasks.extend([
             tokio::spawn(app(shards.clone(), ctx)),
             tokio::spawn(listen(
                 shards.clone(),
@@ -342,7 +382,7 @@ impl Set {
                 self.stage.findings.clone(),
                 self.views.clone(),
             )),
-        ];
+        ]);
         let inc = Incarnation {
             life: new.life,
             handle: Member { shards, pause },

@@ -55,6 +55,7 @@ use crate::paused::{self, lock, run_paused, Findings, Stage};
 use crate::report::ViolationKind;
 
 mod bounds;
+mod catalog;
 mod member;
 mod params;
 mod pause;
@@ -65,6 +66,7 @@ pub use bounds::ShardBounds;
 pub use params::{ShardFaultRates, ShardParams, ShardTier};
 pub use report::{Phase, Settling, ShardCounts, ShardReport, ShardSummary};
 
+use catalog::CatalogSim;
 use pause::Pause;
 use plan::{pause_length, Planned};
 
@@ -118,6 +120,8 @@ enum Ev {
     Sample,
     /// The next change of the tail.
     Tail(Phase),
+    /// The source of a set that follows a catalog changes.
+    Reshard,
     End,
 }
 
@@ -167,6 +171,8 @@ struct Set {
     /// Conflicting holders already reported: (shard, member, member).
     conflicts: HashSet<(usize, usize, usize)>,
     settlings: Vec<Settling>,
+    /// The changing source, for a set that follows a catalog.
+    catalog: Option<CatalogSim>,
 }
 
 impl Set {
@@ -177,6 +183,18 @@ impl Set {
         // Members do not pulse.
         let (skew, config, timing) = params.shared.draw_election(&mut rng, false)?;
         let bounds = ShardBounds::new(&timing, params.shared.latency);
+        // A set that follows a catalog keeps logs for the shards its
+        // source may add.
+        let logs = if params.tier.catalog {
+            shards * 3
+        } else {
+            shards
+        };
+        let forgets = params.tier.catalog_forgets_parents;
+        let catalog = params
+            .tier
+            .catalog
+            .then(|| CatalogSim::new(shards, logs, forgets));
         let mut set = Set {
             params: params.clone(),
             config,
@@ -185,8 +203,8 @@ impl Set {
             store: MemoryStore::new(),
             stage: Stage::new(seed, params.shared.fault_phase, params.shared.trace),
             // Not `vec![..; shards]`: clones of a log share its spans.
-            work: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
-            terms: Arc::new((0..shards).map(|_| TermLog::default()).collect()),
+            work: Arc::new((0..logs).map(|_| TermLog::default()).collect()),
+            terms: Arc::new((0..logs).map(|_| TermLog::default()).collect()),
             faults: FaultCounts::default(),
             joins: 0,
             views: Arc::default(),
@@ -198,6 +216,7 @@ impl Set {
             settled: None,
             conflicts: HashSet::new(),
             settlings: Vec::new(),
+            catalog,
         };
         for _ in 0..members {
             set.add_slot();
@@ -212,7 +231,7 @@ impl Set {
         if self.together {
             // Every member at the same instant; the set must settle within
             // the bound before the first fault.
-            let settle = self.bounds.settle + term / 10;
+            let settle = self.settle_bound() + term / 10;
             self.stage.push_opening(
                 &mut self.rng,
                 term,
@@ -226,10 +245,10 @@ impl Set {
                 at: SimTime::from_duration(Duration::ZERO),
                 before: Holders::new(),
                 member: None,
-                bound: self.bounds.settle,
+                bound: self.settle_bound(),
             });
             self.stage
-                .push(SimTime::from_duration(self.bounds.settle), Ev::Check);
+                .push(SimTime::from_duration(self.settle_bound()), Ev::Check);
         } else {
             // Starts spread over half a term; a term to settle first.
             self.stage.push_opening(
@@ -247,7 +266,46 @@ impl Set {
             Ev::TailStart,
         );
         self.stage
-            .push(self.stage.fault_end.after(self.bounds.settle), Ev::Check);
+            .push(self.stage.fault_end.after(self.settle_bound()), Ev::Check);
+        if self.catalog.is_some() {
+            // The source changes every one to four terms in the fault
+            // phase, after a simultaneous start has been checked.
+            let mut at = if self.together {
+                self.settle_bound() + term / 10
+            } else {
+                Duration::ZERO
+            };
+            loop {
+                at += self.rng.gen_range(term..term * 4);
+                let when = SimTime::from_duration(at);
+                if when >= self.stage.fault_end {
+                    break;
+                }
+                self.stage.push(when, Ev::Reshard);
+            }
+        }
+    }
+
+    /// The bound on settling from a start or from the faults' heal: for a
+    /// set that follows a catalog, also the time for a parent's holder to
+    /// mark it finished, the leader to drop it at its next refresh, and the
+    /// members to read that and take the children over.
+    fn settle_bound(&self) -> Duration {
+        let term = self.timing.term;
+        match &self.catalog {
+            Some(_) => self.bounds.settle + CatalogSim::refresh(term) * 2 + term * 2,
+            None => self.bounds.settle,
+        }
+    }
+
+    /// The source changes.
+    fn reshard(&mut self) {
+        let Some(catalog) = self.catalog.as_mut() else {
+            return;
+        };
+        if let Some(what) = catalog.reshard(&mut self.rng) {
+            self.stage.event(None, "RESHARD", &[], || what);
+        }
     }
 
     async fn run(mut self) -> ShardReport {
@@ -269,6 +327,7 @@ impl Set {
                 Ev::Check => self.check(),
                 Ev::Sample => self.sample(),
                 Ev::Tail(phase) => self.tail(phase),
+                Ev::Reshard => self.reshard(),
                 Ev::End => break,
             }
         }
@@ -314,7 +373,7 @@ impl Set {
             at: self.stage.fault_end,
             before: Holders::new(),
             member: None,
-            bound: self.bounds.settle,
+            bound: self.settle_bound(),
         });
         while self.stage.running().len() < 2 {
             self.joins += 1;
@@ -336,12 +395,30 @@ impl Set {
             .map(|&i| self.stage.slots[i].name.clone())
             .collect();
         names.sort();
-        let (n, m) = (self.work.len(), running.len());
+        let expected: BTreeSet<usize> = match &self.catalog {
+            Some(c) => c.ready(),
+            None => (0..self.work.len()).collect(),
+        };
+        let (n, m) = (expected.len(), running.len());
         let mut unsettled = Vec::new();
         let mut unbalanced = Vec::new();
-        let unheld: Vec<usize> = (0..n).filter(|s| !holders.contains_key(s)).collect();
+        let unheld: Vec<usize> = expected
+            .iter()
+            .copied()
+            .filter(|s| !holders.contains_key(s))
+            .collect();
         if !unheld.is_empty() {
             unsettled.push(format!("shards {unheld:?} are held by nobody"));
+        }
+        let stray: Vec<usize> = holders
+            .keys()
+            .copied()
+            .filter(|s| !expected.contains(s))
+            .collect();
+        if !stray.is_empty() {
+            unsettled.push(format!(
+                "shards {stray:?} are held ({holders:?}), and not among the catalog's ready shards {expected:?}"
+            ));
         }
         for &i in &running {
             let seen: Vec<String> = self.stage.slots[i]
@@ -579,6 +656,12 @@ impl Set {
             );
             terms += self.terms[s].spans().len() as u64;
         }
+        if let Some(catalog) = &self.catalog {
+            for (_, token, detail) in catalog.order_problems(&self.work) {
+                self.stage
+                    .violation(ViolationKind::ParentOrder, vec![], vec![token], detail);
+            }
+        }
         let run = self.stage.record(&self.timing, violations);
         let f = lock(&self.stage.findings);
         ShardReport {
@@ -594,6 +677,8 @@ impl Set {
                 views: self.views.load(std::sync::atomic::Ordering::Relaxed),
                 incarnations: self.stage.incarnations,
                 joins: self.joins,
+                reshards: self.catalog.as_ref().map_or(0, |c| c.reshards),
+                finished: self.catalog.as_ref().map_or(0, CatalogSim::finished),
                 faults: self.faults.clone(),
             },
             settlings: self.settlings.clone(),

@@ -104,6 +104,18 @@ pub struct ShardTier {
     /// How many shards the set has, drawn per seed from this range (1 to
     /// 64).
     pub shards: RangeInclusive<usize>,
+    /// Whether the set follows a changing catalog
+    /// ([`tenure::ShardsBuilder::catalog`]): during the fault phase shards
+    /// are split (two children after a parent), merged (a child after two
+    /// parents), added and removed, and a parent's holder marks it
+    /// finished; the checker adds that no child is worked before its
+    /// parents were marked finished, and the tail settles over the
+    /// catalog's ready shards.
+    pub catalog: bool,
+    /// A negative control for `catalog`: the source lists children
+    /// without their parents, so they are worked at once, and the checker
+    /// must report it.
+    pub catalog_forgets_parents: bool,
 }
 
 impl Default for ShardTier {
@@ -112,6 +124,8 @@ impl Default for ShardTier {
             members: 2..=5,
             max_members: 8,
             shards: 4..=24,
+            catalog: false,
+            catalog_forgets_parents: false,
         }
     }
 }
@@ -150,7 +164,14 @@ impl Tier for ShardTier {
         if self.max_members != default.max_members {
             flags += &format!(" --max-members {}", self.max_members);
         }
-        flags + &range_flag("shard-count", &self.shards, &default.shards)
+        flags += &range_flag("shard-count", &self.shards, &default.shards);
+        if self.catalog {
+            flags += " --catalog";
+        }
+        if self.catalog_forgets_parents {
+            flags += " --catalog-forgets-parents";
+        }
+        flags
     }
 
     fn run(params: &ShardParams, seed: u64) -> Result<ShardReport, SimError> {

@@ -141,6 +141,11 @@ pub struct ShardCounts {
     pub incarnations: u64,
     /// New members that joined.
     pub joins: u64,
+    /// Changes of a changing catalog's source (splits, merges, shards
+    /// added and removed).
+    pub reshards: u64,
+    /// Parents marked finished by their holders.
+    pub finished: u64,
     /// Faults injected, by kind (graceful leaves count as shutdowns).
     pub faults: FaultCounts,
 }
@@ -154,6 +159,8 @@ impl ShardCounts {
         self.views += other.views;
         self.incarnations += other.incarnations;
         self.joins += other.joins;
+        self.reshards += other.reshards;
+        self.finished += other.finished;
         self.faults.add(&other.faults);
     }
 }
@@ -213,6 +220,14 @@ impl fmt::Display for ShardSummary {
         let c = &self.counts;
         row(f, "processes started", c.incarnations)?;
         row(f, "new members joined", c.joins)?;
+        if c.reshards > 0 {
+            row(
+                f,
+                "catalog changes (splits, merges, adds, removals)",
+                c.reshards,
+            )?;
+            row(f, "parents marked finished", c.finished)?;
+        }
         row(f, "shard terms acquired", c.acquisitions)?;
         row(f, "terms worked", c.terms)?;
         row(f, "member-list changes seen", c.views)?;

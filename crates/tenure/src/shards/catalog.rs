@@ -249,6 +249,21 @@ impl Stored {
     }
 }
 
+/// `op`'s answer, or [`StoreError::Timeout`] once `limit` has passed on
+/// `clock`: a reply lost on the way (a connection black-holed by a
+/// partition) must not hold the catalog's leader or follower for ever.
+async fn bounded<T, E: From<StoreError>>(
+    clock: &dyn Clock,
+    limit: Duration,
+    op: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let deadline = clock.now().mono + limit;
+    tokio::select! {
+        r = op => r,
+        () = clock.sleep_until(deadline) => Err(StoreError::Timeout(limit).into()),
+    }
+}
+
 /// Reads part 0, then the other parts it names (and `at_least` parts in
 /// all, for a writer that must see the parts it is about to replace).
 async fn read_parts(
@@ -417,6 +432,8 @@ pub(crate) struct Leader {
     pub(crate) source: Arc<dyn ShardSource>,
     pub(crate) refresh: Duration,
     pub(crate) term: Duration,
+    /// The bound on each store operation.
+    pub(crate) op_timeout: Duration,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) events: tokio::sync::broadcast::Sender<super::ShardEvent>,
 }
@@ -437,6 +454,14 @@ impl Leader {
         if let Err(e) = result {
             tracing::error!(error = %e, "the catalog leader's elector stopped");
         }
+    }
+
+    /// `op`, bounded by the operation timeout.
+    async fn bounded<T, E: From<StoreError>>(
+        &self,
+        op: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        bounded(&*self.clock, self.op_timeout, op).await
     }
 
     /// One term's duty: keep the catalog fresh until the term ends.
@@ -472,7 +497,8 @@ impl Leader {
     /// the catalog is fresh, or `None` if this leader is deposed.
     async fn tick(&self, term: &Term) -> Result<Option<WallTime>, String> {
         let store = &*self.store;
-        let stored = read_parts(store, &self.set, 1)
+        let stored = self
+            .bounded(read_parts(store, &self.set, 1))
             .await
             .map_err(|e| e.to_string())?;
         if stored.highest_token() > term.token() {
@@ -480,8 +506,13 @@ impl Leader {
         }
         let now = self.clock.now().wall;
         if let Some(current) = stored.catalog() {
+            // Fresh if listed less than a refresh ago by this clock. A
+            // listing stamped a refresh or more ahead of this clock (by a
+            // host whose clock runs ahead) is not trusted to be fresh:
+            // taken at its word it would stop every refresh until this
+            // clock caught up.
             let fresh_until = current.listed_at + self.refresh;
-            if now < fresh_until {
+            if now < fresh_until && current.listed_at < now + self.refresh {
                 return Ok(Some(fresh_until));
             }
         }
@@ -490,7 +521,8 @@ impl Leader {
             .map_err(|_| format!("the shard source did not answer within {:?}", self.term))?
             .map_err(|e| format!("the shard source failed: {e}"))?;
         let listed = checked(&self.set, listed)?;
-        let done = finished(store, &self.set)
+        let done = self
+            .bounded(finished(store, &self.set))
             .await
             .map_err(|e| e.to_string())?;
         let shards: Vec<SourceShard> = listed
@@ -504,11 +536,12 @@ impl Leader {
         // catalog before leaves parts past the new end, which readers
         // ignore: part 0 names the count).
         let n = split(&shards).len() as u64;
-        let stored = read_parts(store, &self.set, n)
+        let stored = self
+            .bounded(read_parts(store, &self.set, n))
             .await
             .map_err(|e| e.to_string())?;
         let now = self.clock.now().wall;
-        match write_catalog(
+        let write = write_catalog(
             store,
             &self.set,
             term.token(),
@@ -516,9 +549,8 @@ impl Leader {
             now,
             &stored,
             &shards,
-        )
-        .await
-        {
+        );
+        match self.bounded(write).await {
             Ok(written) => {
                 tracing::debug!(set = %self.set, generation = written.generation, shards = written.shards.len(), "shard catalog written");
                 Ok(Some(written.listed_at + self.refresh))
@@ -538,13 +570,13 @@ impl Leader {
 pub(crate) async fn follow(
     store: Arc<dyn LeaseStore>,
     set: String,
-    poll: Duration,
+    (poll, op_timeout): (Duration, Duration),
     clock: Arc<dyn Clock>,
     tx: watch::Sender<Option<Arc<ShardCatalog>>>,
     read_now: Arc<tokio::sync::Notify>,
 ) {
     loop {
-        match read_catalog(&*store, &set).await {
+        match bounded(&*clock, op_timeout, read_catalog(&*store, &set)).await {
             Ok(Some(catalog)) => {
                 let newer = tx
                     .borrow()
@@ -594,8 +626,25 @@ pub enum FinishError {
 
 /// Marks `shard` finished under `term`, the shard's own: a record
 /// `SET/finished/SHARD` created with the term's token. Already marked is
-/// success.
+/// success. Gives up when the term ends (on `clock`), even with a store
+/// request unanswered.
 pub(crate) async fn mark_finished(
+    store: &dyn LeaseStore,
+    set: &str,
+    shard: &str,
+    term: &Term,
+    clock: &dyn Clock,
+) -> Result<(), FinishError> {
+    let not_held = || FinishError::NotHeld {
+        shard: shard.to_owned(),
+    };
+    tokio::select! {
+        r = mark(store, set, shard, term, clock.now().wall) => r,
+        () = clock.sleep_until(term.deadline_mono()) => Err(not_held()),
+    }
+}
+
+async fn mark(
     store: &dyn LeaseStore,
     set: &str,
     shard: &str,

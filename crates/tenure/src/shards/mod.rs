@@ -355,6 +355,7 @@ impl ShardsBuilder {
                     source,
                     refresh,
                     term: self.config.term,
+                    op_timeout: timing.op_timeout,
                     clock: self.clock.clone(),
                     events: events.clone(),
                 }
@@ -363,7 +364,7 @@ impl ShardsBuilder {
             runtime.spawn(catalog::follow(
                 self.store.clone(),
                 self.set.clone(),
-                timing.retry_interval,
+                (timing.retry_interval, timing.op_timeout),
                 self.clock.clone(),
                 catalog_tx,
                 catalog_read.clone(),
@@ -595,8 +596,8 @@ impl Shards {
     /// Marking again is harmless. The mark is written under the term's
     /// token; an ended term is refused.
     pub async fn mark_finished(&self, shard: &str, term: &Term) -> Result<(), FinishError> {
-        let now = self.inner.clock.now().wall;
-        catalog::mark_finished(&*self.inner.store, &self.inner.set, shard, term, now).await
+        let (store, clock) = (&*self.inner.store, &*self.inner.clock);
+        catalog::mark_finished(store, &self.inner.set, shard, term, clock).await
     }
 
     /// The live members as last seen.
