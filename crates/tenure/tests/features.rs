@@ -294,6 +294,47 @@ async fn a_duty_keeps_its_period_across_leaders() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_last_run_stamped_far_ahead_by_a_fast_clock_does_not_hold_the_duty_back() {
+    let jobs = Jobs::new();
+    // A released lease whose last leader's wall clock ran two hours ahead:
+    // its duty's last run is stamped in this clock's future.
+    let now = jobs.clock.now().wall;
+    let ahead = now + Duration::from_secs(7200);
+    let released = LeaseRecord {
+        holder: None,
+        token: 1,
+        term: TERM,
+        renewed_at: ahead,
+        expires_at: now,
+        metadata: Metadata::new().with("tenure.duty.default", ahead.as_millis().to_string()),
+    };
+    let group = GroupName::new("jobs").unwrap();
+    let planted = jobs.store.compare_and_swap(&group, None, &released).await;
+    assert!(matches!(planted, Ok(CasOutcome::Applied(_))));
+    let runs = Arc::new(AtomicU32::new(0));
+    let a = jobs.candidate("a");
+    let counted = runs.clone();
+    let duty = tokio::spawn(async move {
+        a.run_periodic(Periodic::every(Duration::from_secs(60)), move |_term| {
+            let runs = counted.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "runs at once, not in two hours"
+    );
+    jobs.shutdown().await;
+    duty.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_duty_is_an_event() {
     let jobs = Jobs::new();
     let a = jobs.candidate("a");

@@ -506,14 +506,8 @@ impl Leader {
         }
         let now = self.clock.now().wall;
         if let Some(current) = stored.catalog() {
-            // Fresh if listed less than a refresh ago by this clock. A
-            // listing stamped a refresh or more ahead of this clock (by a
-            // host whose clock runs ahead) is not trusted to be fresh:
-            // taken at its word it would stop every refresh until this
-            // clock caught up.
-            let fresh_until = current.listed_at + self.refresh;
-            if now < fresh_until && current.listed_at < now + self.refresh {
-                return Ok(Some(fresh_until));
+            if fresh(current.listed_at, now, self.refresh) {
+                return Ok(Some(current.listed_at + self.refresh));
             }
         }
         let listed = tokio::time::timeout(self.term, self.source.list())
@@ -561,6 +555,14 @@ impl Leader {
             Err(WriteError::Store(e)) => Err(e.to_string()),
         }
     }
+}
+
+/// Whether a catalog listed at `listed_at` is fresh at `now`: listed less
+/// than `refresh` ago by this clock. A listing stamped `refresh` or more
+/// ahead of this clock (by a host whose clock runs ahead) is not: taken at
+/// its word it would stop every refresh until this clock caught up.
+fn fresh(listed_at: WallTime, now: WallTime, refresh: Duration) -> bool {
+    now < listed_at + refresh && listed_at < now + refresh
 }
 
 /// Follows the set's catalog for one member: reads it every `poll`, and
@@ -854,6 +856,20 @@ mod tests {
         junk.metadata =
             Metadata::new().with(PART_KEY, format!("{{\"g\":1,\"n\":{},\"s\":[]}}", u64::MAX));
         assert!(stored(vec![Some(junk)]).catalog().is_none());
+    }
+
+    #[test]
+    fn a_listing_is_fresh_for_a_refresh_and_never_from_far_ahead() {
+        let refresh = Duration::from_secs(60);
+        let at = |s: u64| WallTime::from_millis(1_000_000 + s * 1000);
+        assert!(fresh(at(0), at(0), refresh));
+        assert!(fresh(at(0), at(59), refresh));
+        assert!(!fresh(at(0), at(60), refresh));
+        // A clock a little ahead of this one: still fresh.
+        assert!(fresh(at(30), at(0), refresh));
+        // Stamped a refresh or more ahead: not trusted.
+        assert!(!fresh(at(60), at(0), refresh));
+        assert!(!fresh(at(7200), at(0), refresh));
     }
 
     #[test]
