@@ -575,12 +575,21 @@ pub struct BenchArgs {
     /// held and the load balanced again, and how many shards moved.
     #[arg(long, value_name = "N", conflicts_with_all = ["groups", "etcdctl"])]
     pub shards: Option<usize>,
-    /// With --shards: how many member processes the set starts with.
-    #[arg(long, value_name = "M", default_value_t = 8, requires = "shards")]
+    /// With --shards: how many member processes the set starts with; with
+    /// --catalog, how many members (on handles of their own).
+    #[arg(long, value_name = "M", default_value_t = 8)]
     pub members: usize,
-    /// With --shards: how many rounds of join, graceful leave and kill.
-    #[arg(long, value_name = "N", default_value_t = 3, requires = "shards")]
+    /// With --shards: how many rounds of join, graceful leave and kill;
+    /// with --catalog, of a shard added, one split and one removed.
+    #[arg(long, value_name = "N", default_value_t = 3)]
     pub rounds: usize,
+    /// Measure a sharded set that follows a changing catalog instead of
+    /// hand-overs: --members members on each store; in each of --rounds
+    /// rounds a shard is added, a held shard splits (its children wait for
+    /// its holder to mark it finished) and one is removed, and the table
+    /// shows how long each change took to be followed.
+    #[arg(long, conflicts_with_all = ["groups", "shards", "overload", "etcdctl"])]
+    pub catalog: bool,
     /// An etcd endpoint to measure `etcdctl elect` on, as the reference.
     #[arg(long, value_name = "ENDPOINT")]
     pub etcdctl: Option<String>,

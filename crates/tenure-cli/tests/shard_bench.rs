@@ -64,3 +64,32 @@ fn the_shard_bench_refuses_a_store_its_members_cannot_share() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("separate processes"), "{stderr}");
 }
+
+/// `tenure bench --catalog` follows an added, a split and a removed shard
+/// on SQLite, and reports each change once, with no shard held twice.
+#[test]
+fn the_catalog_bench_follows_every_change_and_finds_no_overlap() {
+    let scratch = Scratch::new("catalog-bench");
+    let out = run_to_end(tenure().args([
+        "bench",
+        "--catalog",
+        "--members",
+        "3",
+        "--rounds",
+        "2",
+        "--term",
+        "1s",
+        "--json",
+        "--store",
+        &scratch.store(),
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    let row = &v[0];
+    assert_eq!(row["members"], 3, "{v:#}");
+    for change in ["added", "split", "removed"] {
+        assert_eq!(row[change]["n"], 2, "{change}: {v:#}");
+    }
+    assert_eq!(row["overlaps"], 0, "{v:#}");
+}

@@ -8,16 +8,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::config::Config;
-use tenure::shards::{ShardSource, Shards, SourceError, SourceShard};
+use tenure::shards::{ShardList, ShardSource, Shards, SourceError, SourceShard};
 use tenure::store::LeaseStore;
 
 use super::holders::{of_members, Holders};
 
-/// A [`ShardSource`] the test scripts: what it lists now, whether it
-/// fails, and how often it was asked. Clones share all three.
+/// A [`ShardSource`] the test scripts: what it lists now (a
+/// [`ShardList`]), whether it fails, and how often it was asked. Clones
+/// share all three.
 #[derive(Clone, Debug, Default)]
 pub struct ScriptedSource {
-    shards: Arc<Mutex<Vec<SourceShard>>>,
+    list: ShardList,
     failing: Arc<Mutex<bool>>,
     calls: Arc<Mutex<u64>>,
 }
@@ -32,7 +33,7 @@ impl ScriptedSource {
 
     /// Lists `shards` from now on.
     pub fn set(&self, shards: Vec<SourceShard>) {
-        *lock(&self.shards) = shards;
+        self.list.set(shards);
     }
 
     /// Fails every listing from now on (or stops failing).
@@ -57,7 +58,7 @@ impl ShardSource for ScriptedSource {
         if *lock(&self.failing) {
             return Err("the scripted source is failing".into());
         }
-        Ok(lock(&self.shards).clone())
+        self.list.list().await
     }
 }
 

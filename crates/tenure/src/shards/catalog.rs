@@ -73,6 +73,54 @@ pub trait ShardSource: Send + Sync + 'static {
     async fn list(&self) -> Result<Vec<SourceShard>, SourceError>;
 }
 
+/// A [`ShardSource`] whose list the application sets: tenants read from
+/// a configuration it reloads, partitions it learns of by other means.
+/// Clones share the list; the catalog leader sees a change at its next
+/// refresh.
+///
+/// ```
+/// use tenure::shards::{ShardList, SourceShard};
+/// let tenants = ShardList::new([SourceShard::new("acme")]);
+/// tenants.set([SourceShard::new("acme"), SourceShard::new("globex")]);
+/// assert_eq!(tenants.get().len(), 2);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ShardList {
+    shards: Arc<std::sync::Mutex<Vec<SourceShard>>>,
+}
+
+impl ShardList {
+    /// A list of `shards`.
+    pub fn new(shards: impl IntoIterator<Item = SourceShard>) -> Self {
+        let list = ShardList::default();
+        list.set(shards);
+        list
+    }
+
+    /// Lists `shards` from now on.
+    pub fn set(&self, shards: impl IntoIterator<Item = SourceShard>) {
+        *self.lock() = shards.into_iter().collect();
+    }
+
+    /// What it lists now.
+    pub fn get(&self) -> Vec<SourceShard> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SourceShard>> {
+        self.shards
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl ShardSource for ShardList {
+    async fn list(&self) -> Result<Vec<SourceShard>, SourceError> {
+        Ok(self.get())
+    }
+}
+
 /// A shard as a [`ShardSource`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceShard {

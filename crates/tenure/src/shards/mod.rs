@@ -162,7 +162,7 @@ use crate::record::{check_name, GroupName, Metadata, MAX_CANDIDATE_BYTES, MAX_GR
 use crate::store::LeaseStore;
 use crate::term::Term;
 
-pub use catalog::{FinishError, ShardCatalog, ShardSource, SourceError, SourceShard};
+pub use catalog::{FinishError, ShardCatalog, ShardList, ShardSource, SourceError, SourceShard};
 pub use members::Member;
 
 /// Configures and starts a [`Shards`] member; see [`Shards::builder`].

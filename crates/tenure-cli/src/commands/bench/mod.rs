@@ -8,7 +8,7 @@
 //!
 //! The other measurements are modules beside it: [`scale`] (`--groups`,
 //! with the hidden `tenure bench-followers`), [`shard_bench`] (`--shards`,
-//! with `tenure bench-member`), [`overload`] (`--overload`, with
+//! with `tenure bench-member`), [`catalog`] (`--catalog`), [`overload`] (`--overload`, with
 //! `tenure bench-standby`), `kafka` (hand-overs on `kafka://`) and
 //! [`procstat`] (what they read of a process from `/proc`).
 
@@ -25,6 +25,7 @@ use tenure::{
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+pub(crate) mod catalog;
 #[cfg(feature = "kafka")]
 mod kafka;
 pub(crate) mod overload;
@@ -48,6 +49,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|u| StoreUrl::parse(u).map_err(usage))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.catalog {
+        let rows = catalog::run(&args, &urls).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", catalog::table(&rows));
+        }
+        // A shard worked by two members at once is a broken guarantee.
+        return Ok(u8::from(rows.iter().any(catalog::CatalogRow::overlapped)));
+    }
     if let Some(shards) = args.shards {
         let bench = shard_bench::run(&args, &urls, shards).await?;
         if args.json {
