@@ -29,10 +29,12 @@
 //! on any of them and lists again at its next refresh. No message holds a
 //! credential.
 
+pub mod checkpoint;
 mod error;
 mod options;
 mod source;
 
+pub use checkpoint::{CheckpointError, Checkpoints};
 pub use error::KinesisError;
 pub use options::{KinesisOptions, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use source::KinesisShards;
