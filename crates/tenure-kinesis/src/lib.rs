@@ -1,4 +1,15 @@
-//! Kinesis for tenure: a stream's shards as the catalog of a sharded set.
+//! Kinesis for tenure: a stream's shards as the catalog of a sharded set,
+//! and a consumer on it with fenced checkpoints in DynamoDB.
+//!
+//! [`KinesisConsumer`] reads every shard of a stream with a set of
+//! consumers sharing one lease store: each shard is held by one member at
+//! a time, read from its checkpoint (`GetShardIterator`
+//! `AFTER_SEQUENCE_NUMBER`, or `TRIM_HORIZON`), page by page to a
+//! handler; the checkpoint is saved after each page under the term's
+//! fencing token, so a deposed holder's late checkpoint is refused
+//! ([`CheckpointError::Stale`]); a closed shard read to its end is
+//! finished, which lets its children start. See [`checkpoint`] for the
+//! table's layout.
 //!
 //! [`KinesisShards`] implements [`tenure::shards::ShardSource`] with
 //! `ListShards` (paged). Give it to
@@ -30,11 +41,16 @@
 //! credential.
 
 pub mod checkpoint;
+mod consumer;
 mod error;
 mod options;
 mod source;
 
 pub use checkpoint::{CheckpointError, Checkpoints};
+pub use consumer::{
+    ConsumerError, KinesisConsumer, KinesisConsumerBuilder, Record, DEFAULT_BATCH, DEFAULT_IDLE,
+    DEFAULT_REFRESH,
+};
 pub use error::KinesisError;
 pub use options::{KinesisOptions, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use source::KinesisShards;
