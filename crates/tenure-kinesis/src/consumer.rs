@@ -203,6 +203,11 @@ struct Inner {
 ///    read: [`finish`](Checkpoints::finish) in the table, then
 ///    [`Shards::mark_finished`], which lets its children be assigned.
 ///
+/// A stale refusal of the claim or a save ends the term's work after a
+/// pause of up to 5 s (repeated refusals in the log mean the checkpoints
+/// carry tokens of another lease table, one recreated, say: their tokens
+/// start again at 1).
+///
 /// Reading stops when the term is cancelled. An expired iterator is got
 /// again from the last checkpoint; throttling and an unreachable service
 /// back off (100 ms doubling to 5 s) and try again. Records are delivered
@@ -321,12 +326,18 @@ where
     loop {
         match op().await {
             Ok(v) => return Ok(v),
-            Err(CheckpointError::Stale { .. }) => {
-                tracing::info!(
+            Err(CheckpointError::Stale { stored_token, .. }) => {
+                tracing::warn!(
                     shard,
                     token = term.token(),
-                    "checkpoint refused as stale: the shard has a newer holder"
+                    stored_token,
+                    "checkpoint refused as stale: the shard has a newer holder (if this repeats, \
+                     the checkpoints carry tokens of another lease table: one recreated, say)"
                 );
+                // The term is superseded and ends soon; a pause keeps a
+                // checkpoint table with tokens from elsewhere from making
+                // this member take and resign the shard in a tight loop.
+                pause(term, BACKOFF_MAX).await;
                 return Err(Stop::Done);
             }
             Err(e) if e.is_transient() => {

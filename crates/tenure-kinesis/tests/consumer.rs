@@ -331,3 +331,105 @@ async fn two_consumers_read_every_record_in_order_across_a_split_and_a_shutdown(
         .await
         .expect("delete stream");
 }
+
+/// A checkpoint under a higher token than the consumer's term (a newer
+/// holder's, as far as the table can tell) is never overwritten: the
+/// consumer's claim is refused as stale, counted, and the shard's work
+/// ends without handling a record; the run still ends cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_token_in_the_table_stops_the_shards_work() {
+    let kinesis = tenure_testkit::server_url("TENURE_TEST_KINESIS");
+    let dynamo = tenure_testkit::server_url("TENURE_TEST_DYNAMODB");
+    let (Some(kinesis), Some(dynamo)) = (kinesis, dynamo) else {
+        return;
+    };
+    let stream = format!("stale-{:x}", tenure_testkit::unique_suffix());
+    let source = KinesisShards::connect(&format!(
+        "kinesis://{stream}?endpoint={kinesis}&region=us-east-1\
+         &access_key_id=local&secret_access_key=local"
+    ))
+    .await
+    .expect("connect kinesis");
+    let client = source.client().clone();
+    client
+        .create_stream()
+        .stream_name(&stream)
+        .shard_count(1)
+        .send()
+        .await
+        .expect("create stream");
+    wait_active(&client, &stream).await;
+    for n in 0..5 {
+        client
+            .put_record()
+            .stream_name(&stream)
+            .partition_key("k")
+            .data(Blob::new(format!("{n}")))
+            .send()
+            .await
+            .expect("put record");
+    }
+    let dynamo_store = DynamoDbStore::connect_with(
+        DynamoDbOptions::new("tenure_kinesis_test_leases")
+            .unwrap()
+            .region("local")
+            .endpoint(&dynamo)
+            .static_credentials("local", "local")
+            .create_if_missing(true),
+    )
+    .await
+    .expect("connect dynalite");
+    let table = format!("tenure_cp_stale_{:x}", tenure_testkit::unique_suffix());
+    let checkpoints = Checkpoints::new(dynamo_store.client().clone(), &table);
+    checkpoints.create_table_if_missing().await.unwrap();
+    let seeded = checkpoints.claim(&id(0), 1_000_000).await.unwrap();
+
+    let consumer = KinesisConsumer::builder(source, MemoryStore::new(), checkpoints.clone())
+        .member_id("low")
+        .term(Duration::from_secs(1))
+        .refresh(Duration::from_millis(300))
+        .start()
+        .expect("start");
+    let handled = Arc::new(Mutex::new(0usize));
+    let runner = consumer.clone();
+    let count = handled.clone();
+    let task = tokio::spawn(async move {
+        runner
+            .run(move |_, records, _| {
+                let count = count.clone();
+                async move {
+                    *count.lock().unwrap() += records.len();
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+    });
+    let start = Instant::now();
+    while checkpoints.stale_refusals() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the claim was never refused"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    consumer.shutdown().await;
+    task.await.unwrap().expect("the run ends cleanly");
+    assert_eq!(
+        *handled.lock().unwrap(),
+        0,
+        "records handled under a stale term"
+    );
+    assert_eq!(
+        checkpoints.load(&id(0)).await.unwrap(),
+        Some(seeded),
+        "the newer checkpoint was overwritten"
+    );
+    println!("stale refusals: {}", checkpoints.stale_refusals());
+    client
+        .delete_stream()
+        .stream_name(&stream)
+        .send()
+        .await
+        .expect("delete stream");
+}
