@@ -13,6 +13,8 @@
 //! `EARLY MEMBER CHILD PARENT` if a child's record comes before its
 //! parent's checkpoint says finished, and on SIGTERM leaves the set and
 //! prints `STALE MEMBER N`, the stale checkpoint refusals.
+//! `CONSUMER_HANDLER_DELAY_MS` makes the handler wait that long after each
+//! page, before its checkpoint is saved.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,6 +33,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     };
     let term = Duration::from_millis(term_ms.parse()?);
+    // A pause in the handler before each page's checkpoint (the chaos
+    // test's SIGSTOP then lands inside it, and the save goes out late).
+    let delay = Duration::from_millis(
+        std::env::var("CONSUMER_HANDLER_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
     let source = KinesisShards::connect(kinesis).await?;
     let store = DynamoDbStore::connect(leases).await?;
     let checkpoints = Checkpoints::new(store.client().clone(), table.as_str());
@@ -81,17 +91,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         println!("EARLY {name} {shard} {parent}");
                     }
                 }
-                let mut out = std::io::stdout().lock();
-                for r in &records {
-                    writeln!(
-                        out,
-                        "REC {name} {shard} {} {} {}",
-                        term.token(),
-                        r.sequence_number,
-                        String::from_utf8_lossy(&r.data)
-                    )?;
+                {
+                    let mut out = std::io::stdout().lock();
+                    for r in &records {
+                        writeln!(
+                            out,
+                            "REC {name} {shard} {} {} {}",
+                            term.token(),
+                            r.sequence_number,
+                            String::from_utf8_lossy(&r.data)
+                        )?;
+                    }
+                    out.flush()?;
                 }
-                out.flush()?;
+                tokio::time::sleep(delay).await;
                 Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
             }
         })

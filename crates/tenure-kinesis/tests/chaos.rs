@@ -160,19 +160,24 @@ async fn three_processes_killed_stopped_and_terminated_in_turns_across_a_split_a
     table.create_table_if_missing().await.unwrap();
 
     let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    // The same lines with when they arrived, for the hand-over figures.
+    let t0 = Instant::now();
+    let timed: Arc<Mutex<Vec<(Duration, String)>>> = Arc::default();
     let spawn = |name: &str| {
         let mut child = Command::new(&bin)
             .args([&kinesis_url, &leases_url, &cp_table, name, TERM_MS])
+            .env("CONSUMER_HANDLER_DELAY_MS", "150")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
             .expect("spawn consumer");
         let out = child.stdout.take().expect("stdout");
-        let lines = lines.clone();
+        let (lines, timed) = (lines.clone(), timed.clone());
         tokio::spawn(async move {
             let mut out = BufReader::new(out).lines();
             while let Ok(Some(line)) = out.next_line().await {
+                timed.lock().unwrap().push((t0.elapsed(), line.clone()));
                 lines.lock().unwrap().push(line);
             }
         });
@@ -219,6 +224,8 @@ async fn three_processes_killed_stopped_and_terminated_in_turns_across_a_split_a
     let mut stopped: Option<Proc> = None;
     let mut ended: Vec<Proc> = Vec::new();
     let mut events = Vec::new();
+    // (when, signal, process) of each SIGKILL, SIGSTOP and SIGTERM.
+    let mut hits: Vec<(Duration, &str, String)> = Vec::new();
     let started = Instant::now();
     for n in 0..RECORDS {
         client
@@ -236,6 +243,7 @@ async fn three_processes_killed_stopped_and_terminated_in_turns_across_a_split_a
                 let p = procs.remove(holder(&procs, &lines));
                 signal(&p, "-KILL");
                 events.push(format!("{at:?} SIGKILL {}", p.name));
+                hits.push((t0.elapsed(), "SIGKILL", p.name.clone()));
                 ended.push(p);
                 procs.push(spawn("c4"));
             }
@@ -255,6 +263,7 @@ async fn three_processes_killed_stopped_and_terminated_in_turns_across_a_split_a
                 let p = procs.remove(holder(&procs, &lines));
                 signal(&p, "-STOP");
                 events.push(format!("{at:?} SIGSTOP {}", p.name));
+                hits.push((t0.elapsed(), "SIGSTOP", p.name.clone()));
                 stopped = Some(p);
             }
             300 => {
@@ -267,6 +276,7 @@ async fn three_processes_killed_stopped_and_terminated_in_turns_across_a_split_a
                 let p = procs.remove(holder(&procs, &lines));
                 signal(&p, "-TERM");
                 events.push(format!("{at:?} SIGTERM {}", p.name));
+                hits.push((t0.elapsed(), "SIGTERM", p.name.clone()));
                 ended.push(p);
                 procs.push(spawn("c5"));
             }
@@ -375,6 +385,42 @@ async fn three_processes_killed_stopped_and_terminated_in_turns_across_a_split_a
         total - usize::try_from(RECORDS).unwrap(),
         runs.len()
     );
+    // Per signal: for each shard its victim handled in the second before,
+    // the gap until another process handled it, and the records both did.
+    let timed = timed.lock().unwrap().clone();
+    let recs: Vec<(Duration, &str, &str, u64)> = timed
+        .iter()
+        .filter_map(|(t, l)| {
+            let f: Vec<&str> = l.strip_prefix("REC ")?.split(' ').collect();
+            Some((*t, *f.first()?, *f.get(1)?, f.get(4)?.parse().ok()?))
+        })
+        .collect();
+    for (at, sig, victim) in &hits {
+        let shards: BTreeSet<&str> = recs
+            .iter()
+            .filter(|(t, m, ..)| {
+                m == victim && at.saturating_sub(*t) < Duration::from_secs(1) && *t <= *at
+            })
+            .map(|r| r.2)
+            .collect();
+        for shard in shards {
+            let before: BTreeSet<u64> = recs
+                .iter()
+                .filter(|(t, m, s, _)| m == victim && *s == shard && *t <= *at)
+                .map(|r| r.3)
+                .collect();
+            let after: Vec<&(Duration, &str, &str, u64)> = recs
+                .iter()
+                .filter(|(t, m, s, _)| m != victim && *s == shard && *t > *at)
+                .collect();
+            let gap = after.first().map(|r| r.0.saturating_sub(*at));
+            let dups = after.iter().filter(|r| before.contains(&r.3)).count();
+            println!(
+                "{sig} {victim}: {shard} next handled by another process after {gap:?}, \
+                 {dups} duplicates"
+            );
+        }
+    }
     client
         .delete_stream()
         .stream_name(&stream)
