@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use rand::Rng;
 use tenure::shards::{ShardList, SourceShard};
 use tenure::{Config, Shards};
 
@@ -125,8 +126,15 @@ async fn measure(url: &StoreUrl, args: &BenchArgs, term: Duration) -> anyhow::Re
     );
     let (mut added, mut split, mut removed) = (Vec::new(), Vec::new(), Vec::new());
     let mut next = n;
+    // A change waits for the leader's next refresh: each one is made at a
+    // random moment, so that the figures sample every phase of the
+    // refresh instead of one.
+    let phase = || {
+        Duration::from_millis(rand::thread_rng().gen_range(0..refresh.as_millis().max(1) as u64))
+    };
     for round in 0..args.rounds {
         // A shard added.
+        tokio::time::sleep(phase()).await;
         let mut listed = source.get();
         let new = format!("s{next}");
         next += 1;
@@ -152,14 +160,16 @@ async fn measure(url: &StoreUrl, args: &BenchArgs, term: Duration) -> anyhow::Re
         if h.contains_key(&a) || h.contains_key(&b) {
             bail!("a child of {parent} was held before {parent} was finished");
         }
-        let holder = members
+        tokio::time::sleep(phase()).await;
+        // Its holder marks it finished (waiting for one, if it is moving).
+        until(&members, &mut overlaps, within, "the parent held", |h| {
+            h.contains_key(&parent)
+        })
+        .await?;
+        let (holder, t) = members
             .iter()
-            .find(|m| h.get(&parent).is_some_and(|id| id == m.member_id()))
+            .find_map(|m| Some((m, m.held().remove(&parent)?)))
             .with_context(|| format!("{parent} is held by nobody"))?;
-        let t = holder
-            .held()
-            .remove(&parent)
-            .with_context(|| format!("{parent} is not held"))?;
         holder.mark_finished(&parent, &t).await?;
         split.push(
             until(&members, &mut overlaps, within, "a split's children", |h| {
@@ -168,6 +178,7 @@ async fn measure(url: &StoreUrl, args: &BenchArgs, term: Duration) -> anyhow::Re
             .await?,
         );
         // A shard removed.
+        tokio::time::sleep(phase()).await;
         let gone = listed
             .iter()
             .find(|s| s.parents.is_empty() && s.name != parent)
@@ -186,7 +197,7 @@ async fn measure(url: &StoreUrl, args: &BenchArgs, term: Duration) -> anyhow::Re
         m.shutdown().await;
     }
     Ok(CatalogRow {
-        store: url.to_string(),
+        store: url.scheme().to_owned(),
         members: n,
         term_ms: term.as_secs_f64() * 1e3,
         refresh_ms: refresh.as_secs_f64() * 1e3,
@@ -200,7 +211,7 @@ async fn measure(url: &StoreUrl, args: &BenchArgs, term: Duration) -> anyhow::Re
 /// The table `tenure bench --catalog` prints.
 pub fn table(rows: &[CatalogRow]) -> String {
     let mut out = format!(
-        "{:<40}{:>7}  {:>6}  {:>7}  {:<32}{:>3}  {:>10}  {:>8}\n",
+        "{:<12}{:>7}  {:>6}  {:>7}  {:<32}{:>3}  {:>10}  {:>8}\n",
         "store", "members", "term", "refresh", "change", "n", "median", "max"
     );
     for r in rows {
@@ -210,7 +221,7 @@ pub fn table(rows: &[CatalogRow]) -> String {
             ("shard removed → released", &r.removed),
         ] {
             out += &format!(
-                "{:<40}{:>7}  {:>5.1}s  {:>6.1}s  {:<32}{:>3}  {:>7.0} ms  {:>5.0} ms\n",
+                "{:<12}{:>7}  {:>5.1}s  {:>6.1}s  {:<32}{:>3}  {:>7.0} ms  {:>5.0} ms\n",
                 r.store,
                 r.members,
                 r.term_ms / 1e3,
