@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure::shards::{FinishError, SourceShard};
-use tenure::{Clock, Config, GroupName, LeaseView, MemoryStore, Shards, TokioClock};
+use tenure::{
+    Clock, Config, GroupName, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Shards,
+    TokioClock, WallTime,
+};
 use tenure_testkit::catalog::{held, plain, ScriptedSource};
 use tenure_testkit::holders::{self, moved, Holders};
 
@@ -273,4 +276,169 @@ async fn a_catalog_and_a_fixed_list_together_are_refused() {
         .start()
         .unwrap_err();
     assert!(err.to_string().contains("refresh period is zero"), "{err}");
+}
+
+/// Writes a whole one-part catalog of `names` into `store` by hand, as
+/// generation `g` under `token`.
+async fn seed_catalog(store: &MemoryStore, token: u64, g: u64, names: &[&str]) {
+    let group = GroupName::new("stream/catalog/0").unwrap();
+    let current = store.read(&group).await.unwrap().map(|v| v.version);
+    let shards: Vec<String> = names
+        .iter()
+        .map(|n| format!("{{\"name\":\"{n}\"}}"))
+        .collect();
+    let json = format!("{{\"g\":{g},\"n\":1,\"s\":[{}]}}", shards.join(","));
+    let at = WallTime::from_millis(0);
+    let record = LeaseRecord {
+        holder: None,
+        token,
+        term: TERM,
+        renewed_at: at,
+        expires_at: at,
+        metadata: Metadata::new().with("tenure.catalog", json),
+    };
+    store
+        .compare_and_swap(&group, current, &record)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn catalog_parts_under_a_higher_token_than_the_leader_record_are_written_over() {
+    // The set's leader record lost (a store that lost writes) while the
+    // catalog kept parts written under token 50: the new leader (token 1)
+    // writes over them instead of resigning and standing again for ever.
+    let store = MemoryStore::new();
+    seed_catalog(&store, 50, 9, &["old"]).await;
+    let mut set = Set::of(&[], plain(&["x", "y"]));
+    set.store = store;
+    set.join("a");
+    set.join("b");
+    set.until(FOLLOW, nothing, |h| held(h) == BTreeSet::from(["x", "y"]))
+        .await;
+    tokio::time::sleep(TERM * 3).await;
+    let leader = set
+        .store
+        .read(&GroupName::new("stream/leader").unwrap())
+        .await
+        .unwrap()
+        .expect("a catalog leader");
+    assert!(
+        leader.record.token < 5,
+        "the catalog leader resigned and stood again: token {}",
+        leader.record.token
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_take_a_rewritten_catalog_whose_generation_is_not_higher() {
+    let set = Set::of(&["a", "b"], plain(&["x", "y"]));
+    set.until(FOLLOW, nothing, |h| h.len() == 2).await;
+    // The catalog written again from generation 1 (under the current
+    // leader's token, as after a store's loss of writes), with another
+    // list, while the source fails so that the leader keeps it: the
+    // members follow it though its generation is lower than theirs.
+    set.source.fail(true);
+    let token = set
+        .store
+        .read(&GroupName::new("stream/catalog/0").unwrap())
+        .await
+        .unwrap()
+        .expect("a catalog")
+        .record
+        .token;
+    seed_catalog(&set.store, token + 1, 1, &["x", "y", "z"]).await;
+    set.until(FOLLOW, nothing, |h| h.len() == 3).await;
+}
+
+/// A [`MemoryStore`] that counts the reads of the set's catalog.
+#[derive(Clone)]
+struct CountingReads {
+    inner: MemoryStore,
+    catalog_reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl CountingReads {
+    fn count(&self, group: &GroupName) {
+        if group.as_str().starts_with("stream/catalog/") {
+            self.catalog_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseView for CountingReads {
+    async fn read(
+        &self,
+        group: &GroupName,
+    ) -> Result<Option<tenure::Versioned>, tenure::StoreError> {
+        self.count(group);
+        self.inner.read(group).await
+    }
+    async fn read_many(
+        &self,
+        groups: &[GroupName],
+    ) -> tenure::BatchResult<Option<tenure::Versioned>> {
+        groups.iter().for_each(|g| self.count(g));
+        self.inner.read_many(groups).await
+    }
+    async fn changes(
+        &self,
+        group: &GroupName,
+    ) -> Result<Option<tenure::ChangeFeed>, tenure::StoreError> {
+        self.inner.changes(group).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<tenure::Listed>, tenure::StoreError> {
+        self.inner.list(prefix).await
+    }
+    async fn watch(&self) -> Result<Option<tenure::StoreFeed>, tenure::StoreError> {
+        self.inner.watch().await
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for CountingReads {
+    async fn compare_and_swap(
+        &self,
+        group: &GroupName,
+        expected: Option<tenure::Version>,
+        record: &LeaseRecord,
+    ) -> Result<tenure::CasOutcome, tenure::StoreError> {
+        self.inner.compare_and_swap(group, expected, record).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_left_reads_the_catalog_no_more() {
+    let store = CountingReads {
+        inner: MemoryStore::new(),
+        catalog_reads: Arc::default(),
+    };
+    let source = ScriptedSource::default();
+    source.set(plain(&["x", "y"]));
+    let member = Shards::builder(store.clone(), "stream")
+        .member_id("a")
+        .catalog(source, REFRESH)
+        .config(Config::new(TERM))
+        .clock(Arc::new(TokioClock::new()))
+        .start()
+        .expect("valid");
+    tokio::time::sleep(FOLLOW).await;
+    assert_eq!(member.current_shards(), ["x", "y"]);
+    // The handle is kept (it holds a receiver of the catalog).
+    member.shutdown().await;
+    tokio::time::sleep(TERM).await;
+    let before = store
+        .catalog_reads
+        .load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(TERM * 10).await;
+    let after = store
+        .catalog_reads
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(before, after, "the catalog was read after the member left");
+    drop(member);
 }

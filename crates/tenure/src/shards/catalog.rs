@@ -30,7 +30,7 @@
 //!
 //! [`Shards::mark_finished`]: super::Shards::mark_finished
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,8 +155,12 @@ impl SourceShard {
 /// A set's catalog as a member last read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardCatalog {
-    /// Rises with every change of the list.
+    /// Rises with every change of the list written under one token.
     pub generation: u64,
+    /// The fencing token of the catalog leader's term that wrote it
+    /// (every part carries it: parts of two leaders' writes are no
+    /// catalog).
+    pub token: u64,
     /// The shards, sorted by name.
     pub shards: Vec<SourceShard>,
     /// When the leader last listed the source, by its wall clock.
@@ -253,7 +257,11 @@ struct Stored {
 }
 
 impl Stored {
-    /// The whole catalog, if every part shows one generation.
+    /// The whole catalog, if every part shows one generation written
+    /// under one token. Two leaders that read the same parts both write
+    /// the next generation: parts of both, with the same generation and
+    /// count, would stitch a list neither wrote (a shard lost between
+    /// them), so the token must match too.
     fn catalog(&self) -> Option<ShardCatalog> {
         let (_, first) = self.parts.first()?.as_ref()?;
         let head = decode(first)?;
@@ -262,7 +270,7 @@ impl Stored {
         for k in 0..n {
             let (_, record) = self.parts.get(k)?.as_ref()?;
             let part = decode(record)?;
-            if part.g != head.g || part.n != head.n {
+            if part.g != head.g || part.n != head.n || record.token != first.token {
                 return None;
             }
             shards.extend(part.s);
@@ -270,6 +278,7 @@ impl Stored {
         shards.sort_by(|a, b| a.name.cmp(&b.name));
         Some(ShardCatalog {
             generation: head.g,
+            token: first.token,
             shards,
             listed_at: first.renewed_at,
         })
@@ -364,7 +373,11 @@ impl From<StoreError> for WriteError {
 }
 
 /// Writes `shards` as the catalog under `token`, on the parts `stored`
-/// read: every part compare-and-swapped on its version.
+/// read: every part compare-and-swapped on its version. Parts written
+/// under a higher token are a later leader's, and refused, unless
+/// `overrule` (the writer's term is valid after the read, so the higher
+/// token is no later term's: the set's leader record went back).
+#[allow(clippy::too_many_arguments)]
 async fn write_catalog(
     store: &dyn LeaseStore,
     set: &str,
@@ -373,8 +386,9 @@ async fn write_catalog(
     now: WallTime,
     stored: &Stored,
     shards: &[SourceShard],
+    overrule: bool,
 ) -> Result<ShardCatalog, WriteError> {
-    if stored.highest_token() > token {
+    if stored.highest_token() > token && !overrule {
         return Err(WriteError::Superseded);
     }
     let mut sorted = shards.to_vec();
@@ -431,6 +445,7 @@ async fn write_catalog(
     }
     Ok(ShardCatalog {
         generation,
+        token,
         shards: sorted,
         listed_at: now,
     })
@@ -470,7 +485,62 @@ fn checked(set: &str, listed: Vec<SourceShard>) -> Result<Vec<SourceShard>, Stri
             return Err(format!("the source listed shard {:?} twice", shard.name));
         }
     }
+    if let Some(shard) = waits_for_itself(&listed) {
+        return Err(format!(
+            "the source listed shard {shard:?} after itself (through its parents): it could never be assigned"
+        ));
+    }
     Ok(listed)
+}
+
+/// A shard that is its own ancestor among the `listed` (a parent cycle),
+/// if any: it would wait for ever.
+fn waits_for_itself(listed: &[SourceShard]) -> Option<String> {
+    let parents: BTreeMap<&str, &[String]> = listed
+        .iter()
+        .map(|s| (s.name.as_str(), s.parents.as_slice()))
+        .collect();
+    // Depth-first, each shard finished once: linear in shards + edges.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Open,
+        Done,
+    }
+    let mut marks: BTreeMap<&str, Mark> = BTreeMap::new();
+    for start in listed {
+        if marks.contains_key(start.name.as_str()) {
+            continue;
+        }
+        // (shard, index of the next parent to visit)
+        let mut path: Vec<(&str, usize)> = vec![(start.name.as_str(), 0)];
+        marks.insert(start.name.as_str(), Mark::Open);
+        while let Some(&(shard, next)) = path.last() {
+            let of = parents.get(shard).copied().unwrap_or_default();
+            match of.get(next) {
+                None => {
+                    marks.insert(shard, Mark::Done);
+                    path.pop();
+                }
+                Some(parent) => {
+                    if let Some(top) = path.last_mut() {
+                        top.1 += 1;
+                    }
+                    let parent = parent.as_str();
+                    match marks.get(parent) {
+                        Some(Mark::Open) => return Some(parent.to_owned()),
+                        Some(Mark::Done) => {}
+                        // A parent not listed is gone: nothing to wait on.
+                        None if !parents.contains_key(parent) => {}
+                        None => {
+                            marks.insert(parent, Mark::Open);
+                            path.push((parent, 0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    None
 }
 
 /// What the catalog leader needs.
@@ -540,6 +610,30 @@ impl Leader {
         }
     }
 
+    /// Whether this leader may write over the parts `stored` read: those
+    /// written under a higher token are a later term's, and end this
+    /// leader's duty, unless its own term is still valid now, after the
+    /// read. Then no later term can have begun (never two valid terms):
+    /// the higher token is history from before the set's leader record
+    /// went back (a store that lost writes, or hand-written records), and
+    /// giving up to it would resign and win again without end.
+    fn may_write_over(&self, stored: &Stored, term: &Term) -> bool {
+        let highest = stored.highest_token();
+        if highest <= term.token() {
+            return true;
+        }
+        if !term.is_valid() {
+            return false;
+        }
+        tracing::warn!(
+            set = %self.set,
+            parts = highest,
+            leader = term.token(),
+            "the shard catalog was written under a higher token than this valid leader's: the set's leader record went back (lost writes?); writing over it"
+        );
+        true
+    }
+
     /// Reads the catalog, and lists the source if the catalog is older
     /// than the refresh period (or missing, or torn). Returns until when
     /// the catalog is fresh, or `None` if this leader is deposed.
@@ -549,7 +643,7 @@ impl Leader {
             .bounded(read_parts(store, &self.set, 1))
             .await
             .map_err(|e| e.to_string())?;
-        if stored.highest_token() > term.token() {
+        if !self.may_write_over(&stored, term) {
             return Ok(None);
         }
         let now = self.clock.now().wall;
@@ -582,6 +676,9 @@ impl Leader {
             .bounded(read_parts(store, &self.set, n))
             .await
             .map_err(|e| e.to_string())?;
+        if !self.may_write_over(&stored, term) {
+            return Ok(None);
+        }
         let now = self.clock.now().wall;
         let write = write_catalog(
             store,
@@ -591,6 +688,7 @@ impl Leader {
             now,
             &stored,
             &shards,
+            true,
         );
         match self.bounded(write).await {
             Ok(written) => {
@@ -615,24 +713,30 @@ fn fresh(listed_at: WallTime, now: WallTime, refresh: Duration) -> bool {
 
 /// Follows the set's catalog for one member: reads it every `poll`, and
 /// at once when `read_now` is notified (the member's feed delivered a
-/// write of a part), and sends each newer generation on `tx`, until `tx`
-/// has no receiver.
+/// write of a part), and sends each catalog that is not the one it sent
+/// last (another token or generation) on `tx`, until `stop` is cancelled
+/// or `tx` has no receiver. Not "only a higher generation": the store's catalog is the
+/// truth, and a store that lost writes, or a leader record that went
+/// back, restarts generations lower.
 pub(crate) async fn follow(
     store: Arc<dyn LeaseStore>,
     set: String,
     (poll, op_timeout): (Duration, Duration),
     clock: Arc<dyn Clock>,
     tx: watch::Sender<Option<Arc<ShardCatalog>>>,
-    read_now: Arc<tokio::sync::Notify>,
+    (read_now, stop): (
+        Arc<tokio::sync::Notify>,
+        tokio_util::sync::CancellationToken,
+    ),
 ) {
-    loop {
+    while !stop.is_cancelled() {
         match bounded(&*clock, op_timeout, read_catalog(&*store, &set)).await {
             Ok(Some(catalog)) => {
-                let newer = tx
+                let other = tx
                     .borrow()
                     .as_ref()
-                    .is_none_or(|c| catalog.generation > c.generation);
-                if newer {
+                    .is_none_or(|c| (c.token, c.generation) != (catalog.token, catalog.generation));
+                if other {
                     tx.send_replace(Some(Arc::new(catalog)));
                 }
             }
@@ -643,6 +747,7 @@ pub(crate) async fn follow(
         }
         tokio::select! {
             () = tx.closed() => return,
+            () = stop.cancelled() => return,
             () = read_now.notified() => {}
             () = clock.sleep_until(clock.now().mono + poll) => {}
         }
@@ -690,7 +795,8 @@ pub(crate) async fn mark_finished(
     };
     tokio::select! {
         r = mark(store, set, shard, term, clock.now().wall) => r,
-        () = clock.sleep_until(term.deadline_mono()) => Err(not_held()),
+        // The deadline as renewals move it, not as it was at the call.
+        () = term.expired() => Err(not_held()),
     }
 }
 
@@ -781,6 +887,7 @@ mod tests {
     fn a_child_is_ready_once_its_parents_left_the_catalog() {
         let catalog = ShardCatalog {
             generation: 1,
+            token: 1,
             shards: vec![
                 SourceShard::new("a"),
                 SourceShard::new("b").after(["a"]),
@@ -826,6 +933,7 @@ mod tests {
             at,
             stored,
             shards,
+            false,
         )
         .await
     }
@@ -896,6 +1004,13 @@ mod tests {
         assert!(stored(vec![Some(part(2, 2)), Some(part(2, 2))])
             .catalog()
             .is_some());
+        // The same generation and count written by two leaders (each read
+        // the same parts and wrote the next generation): no catalog.
+        let mut later = part(2, 2);
+        later.token = 2;
+        assert!(stored(vec![Some(part(2, 2)), Some(later)])
+            .catalog()
+            .is_none());
         let mut junk = part(1, 1);
         junk.metadata = Metadata::new().with(PART_KEY, "{\"g\":1,\"n\":0,\"s\":[]}");
         assert!(stored(vec![Some(junk.clone())]).catalog().is_none());
@@ -926,5 +1041,22 @@ mod tests {
         assert!(checked("s", vec![SourceShard::new("")]).is_err());
         assert!(checked("s", vec![SourceShard::new("x".repeat(300))]).is_err());
         assert!(checked("s", names(3)).is_ok());
+        // A shard its own parent, or a cycle of parents: never ready.
+        assert!(checked("s", vec![SourceShard::new("a").after(["a"])]).is_err());
+        let cycle = vec![
+            SourceShard::new("a").after(["c"]),
+            SourceShard::new("b").after(["a"]),
+            SourceShard::new("c").after(["b", "gone"]),
+            SourceShard::new("d"),
+        ];
+        assert!(checked("s", cycle).unwrap_err().contains("after itself"));
+        // A diamond (a merge of a split's children) is no cycle.
+        let diamond = vec![
+            SourceShard::new("p"),
+            SourceShard::new("l").after(["p"]),
+            SourceShard::new("r").after(["p"]),
+            SourceShard::new("m").after(["l", "r", "gone"]),
+        ];
+        assert!(checked("s", diamond).is_ok());
     }
 }

@@ -347,6 +347,7 @@ impl ShardsBuilder {
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (shards_tx, current) = watch::channel(Arc::new(self.shards.clone()));
         let catalog_read = Arc::new(tokio::sync::Notify::new());
+        let catalog_stop = tokio_util::sync::CancellationToken::new();
         let leader = leader.map(|(elector, source, refresh)| {
             runtime.spawn(
                 catalog::Leader {
@@ -367,7 +368,7 @@ impl ShardsBuilder {
                 (timing.retry_interval, timing.op_timeout),
                 self.clock.clone(),
                 catalog_tx,
-                catalog_read.clone(),
+                (catalog_read.clone(), catalog_stop.clone()),
             ));
             elector
         });
@@ -390,6 +391,7 @@ impl ShardsBuilder {
                 commands: commands_rx,
                 catalog: following.clone(),
                 catalog_read,
+                catalog_stop,
                 shards_tx,
                 leader,
             }
@@ -746,7 +748,9 @@ impl Shards {
                         }
                     }
                     Ok((_, _, Err(e))) => {
-                        runners.abort_all();
+                        // Dropped and awaited: no work of this member
+                        // still runs once the error is returned.
+                        runners.shutdown().await;
                         return Err(e);
                     }
                     Err(join) => {

@@ -95,6 +95,9 @@ pub(crate) struct Task {
     pub(crate) catalog: Option<watch::Receiver<Option<Arc<ShardCatalog>>>>,
     /// Tells the catalog's follower to read it now.
     pub(crate) catalog_read: Arc<Notify>,
+    /// Stops the catalog's follower when the member leaves (the handles
+    /// keep a receiver of the catalog, so it cannot tell by itself).
+    pub(crate) catalog_stop: tokio_util::sync::CancellationToken,
     /// Where `shards` is published.
     pub(crate) shards_tx: watch::Sender<Arc<Vec<String>>>,
     /// The catalog leader's elector, stopped when the member leaves.
@@ -875,6 +878,7 @@ impl Task {
         if let Some(leader) = &self.leader {
             leader.shutdown().await;
         }
+        self.catalog_stop.cancel();
         self.membership.shutdown().await;
         // Dropping `electors_tx` here tells every `shutdown()` caller.
     }
