@@ -14,7 +14,8 @@
 //! parent's checkpoint says finished, and on SIGTERM leaves the set and
 //! prints `STALE MEMBER N`, the stale checkpoint refusals.
 //! `CONSUMER_HANDLER_DELAY_MS` makes the handler wait that long after each
-//! page, before its checkpoint is saved.
+//! page, before its checkpoint is saved; `CONSUMER_BATCH` sets the
+//! records per `GetRecords` page (10 unless set).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -41,6 +42,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
     );
+    let batch: i32 = std::env::var("CONSUMER_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
     let source = KinesisShards::connect(kinesis).await?;
     let store = DynamoDbStore::connect(leases).await?;
     let checkpoints = Checkpoints::new(store.client().clone(), table.as_str());
@@ -50,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .term(term)
         .refresh(Duration::from_millis(300))
         .idle(Duration::from_millis(50))
-        .batch(10)
+        .batch(batch)
         .start()?;
     let stopper = consumer.clone();
     tokio::spawn(async move {

@@ -41,6 +41,9 @@ pub const SEQUENCE_LENGTH: &str = "sequence_length";
 pub const TOKEN: &str = "token";
 /// Whether the shard was read to its end (BOOL).
 pub const FINISHED: &str = "finished";
+/// The consumer set whose claim wrote the item (S), for a handle made
+/// with [`Checkpoints::owned_by`].
+pub const OWNER: &str = "owner";
 
 /// How long [`Checkpoints::create_table_if_missing`] waits for a new
 /// table to become active.
@@ -57,6 +60,9 @@ pub struct Checkpoint {
     pub token: u64,
     /// Whether the shard was read to its end.
     pub finished: bool,
+    /// The consumer set that claimed it, if claimed through a handle
+    /// [`owned_by`](Checkpoints::owned_by) one.
+    pub owner: Option<String>,
 }
 
 /// An error of [`Checkpoints`].
@@ -91,6 +97,22 @@ pub enum CheckpointError {
         sequence: String,
         /// The sequence number stored.
         stored: String,
+    },
+    /// The item was claimed by another consumer set: two sets (each reads
+    /// every record of the stream) share one checkpoint table, and each
+    /// would skip what the other checkpointed. Refused, never retried.
+    #[error(
+        "checkpoint table {table}: shard {shard:?} is claimed by the consumer set {owner:?}, not          {mine:?}: give each consumer set a checkpoint table of its own (or the same set name,          if they are one consumer)"
+    )]
+    OtherOwner {
+        /// The table.
+        table: String,
+        /// The shard.
+        shard: String,
+        /// The set stored.
+        owner: String,
+        /// This handle's set.
+        mine: String,
     },
     /// A sequence number that is not a non-empty string of decimal digits.
     #[error("invalid sequence number {sequence:?} for shard {shard:?}: Kinesis sequence numbers are decimal digits")]
@@ -161,11 +183,25 @@ impl CheckpointError {
 /// [`DynamoDbStore::client`](tenure_dynamodb::DynamoDbStore::client) of a
 /// store opened from a `dynamodb://` URL (its SDK retries are off; every
 /// checkpoint write is conditional, so retrying one is safe either way).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Checkpoints {
     client: Client,
     table: String,
     stale: Arc<AtomicU64>,
+    /// The consumer set this handle claims for, if any.
+    owner: Option<String>,
+}
+
+/// Not derived: the SDK client's `Debug` prints the access key id of
+/// its credentials.
+impl std::fmt::Debug for Checkpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoints")
+            .field("table", &self.table)
+            .field("owner", &self.owner)
+            .field("stale_refusals", &self.stale.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 /// Compares two sequence numbers: by length, then as text (they are
@@ -184,7 +220,23 @@ impl Checkpoints {
             client,
             table: table.into(),
             stale: Arc::new(AtomicU64::new(0)),
+            owner: None,
         }
+    }
+
+    /// The same table, claiming for the consumer set `set`: each claim
+    /// writes the set into the item ([`OWNER`]) and is refused as
+    /// [`OtherOwner`](CheckpointError::OtherOwner) if another set's name
+    /// is there. [`KinesisConsumer`](crate::KinesisConsumer) does this
+    /// with its set's name.
+    pub fn owned_by(mut self, set: impl Into<String>) -> Self {
+        self.owner = Some(set.into());
+        self
+    }
+
+    /// The consumer set this handle claims for, if any.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
     }
 
     /// The table.
@@ -295,12 +347,19 @@ impl Checkpoints {
     /// term starts. Refused as [`Stale`](CheckpointError::Stale) if a
     /// higher token is stored.
     pub async fn claim(&self, shard: &str, token: u64) -> Result<Checkpoint, CheckpointError> {
-        let out = self
-            .update(shard, token)
-            .update_expression("SET #t = :t")
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await;
+        let update = self.update(shard, token);
+        let update = match &self.owner {
+            Some(owner) => update
+                .update_expression("SET #t = :t, #o = :o")
+                .condition_expression(
+                    "(attribute_not_exists(#k) OR #t <= :t) AND \
+                     (attribute_not_exists(#o) OR #o = :o)",
+                )
+                .expression_attribute_names("#o", OWNER)
+                .expression_attribute_values(":o", AttributeValue::S(owner.clone())),
+            None => update.update_expression("SET #t = :t"),
+        };
+        let out = update.return_values(ReturnValue::AllNew).send().await;
         let out = self
             .conditional(shard, token, None, out, "UpdateItem (claim)")
             .await?;
@@ -410,6 +469,19 @@ impl Checkpoints {
             Some(item) => Some(self.decode(shard, &item)?),
             None => self.load(shard).await?,
         };
+        if let (Some(owner), Some(mine)) = (
+            stored.as_ref().and_then(|s| s.owner.as_ref()),
+            self.owner.as_ref(),
+        ) {
+            if owner != mine {
+                return Err(CheckpointError::OtherOwner {
+                    table: self.table.clone(),
+                    shard: shard.to_owned(),
+                    owner: owner.clone(),
+                    mine: mine.clone(),
+                });
+            }
+        }
         let Some(stored) = stored else {
             // Refused, yet no item: deleted in between. Nothing was
             // written; the caller may try again.
@@ -463,16 +535,44 @@ impl Checkpoints {
             None => None,
             Some(_) => return Err(self.malformed(shard, "sequence is not a string")),
         };
+        // The saves compare by the stored length: one that does not match
+        // the sequence would refuse every save (or let one move back).
+        let length = match item.get(SEQUENCE_LENGTH) {
+            Some(AttributeValue::N(n)) => Some(n.as_str()),
+            None => None,
+            Some(_) => return Err(self.malformed(shard, "sequence_length is not a number")),
+        };
+        match (&sequence, length) {
+            (Some(s), Some(l))
+                if !s.is_empty()
+                    && s.bytes().all(|b| b.is_ascii_digit())
+                    && l == s.len().to_string() => {}
+            (None, None) => {}
+            (Some(_), Some(_)) => {
+                return Err(self.malformed(
+                    shard,
+                    "sequence is not a decimal number of sequence_length digits",
+                ))
+            }
+            (Some(_), None) => return Err(self.malformed(shard, "sequence_length is missing")),
+            (None, Some(_)) => return Err(self.malformed(shard, "sequence is missing")),
+        }
         let finished = match item.get(FINISHED) {
             Some(AttributeValue::Bool(b)) => *b,
             None => false,
             Some(_) => return Err(self.malformed(shard, "finished is not a boolean")),
+        };
+        let owner = match item.get(OWNER) {
+            Some(AttributeValue::S(s)) => Some(s.clone()),
+            None => None,
+            Some(_) => return Err(self.malformed(shard, "owner is not a string")),
         };
         Ok(Checkpoint {
             shard: shard.to_owned(),
             sequence,
             token,
             finished,
+            owner,
         })
     }
 

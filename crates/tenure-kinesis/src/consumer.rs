@@ -20,6 +20,10 @@ pub const DEFAULT_REFRESH: Duration = Duration::from_secs(10);
 /// The default wait after a `GetRecords` page that was empty.
 pub const DEFAULT_IDLE: Duration = Duration::from_millis(250);
 
+/// The shortest wait after an empty page [`idle`](KinesisConsumerBuilder::idle)
+/// accepts.
+pub const MIN_IDLE: Duration = Duration::from_millis(10);
+
 /// The default most records asked for per `GetRecords` page.
 pub const DEFAULT_BATCH: i32 = 1000;
 
@@ -137,9 +141,12 @@ impl KinesisConsumerBuilder {
         self
     }
 
-    /// How long to wait after an empty page (default [`DEFAULT_IDLE`]).
+    /// How long to wait after an empty page (default [`DEFAULT_IDLE`], at
+    /// least [`MIN_IDLE`]).
     pub fn idle(mut self, idle: Duration) -> Self {
-        self.idle = idle;
+        // Never zero: an empty shard would be polled as fast as the
+        // network allows, throttling every reader of it.
+        self.idle = idle.max(MIN_IDLE);
         self
     }
 
@@ -154,6 +161,12 @@ impl KinesisConsumerBuilder {
     /// [`run`](KinesisConsumer::run).
     pub fn start(self) -> Result<KinesisConsumer, ConsumerError> {
         let set = self.set.unwrap_or_else(|| self.source.stream().to_owned());
+        // Claims carry the set's name: a second set on the same table is
+        // refused instead of skipping what this one checkpointed.
+        let checkpoints = match self.checkpoints.owner() {
+            Some(_) => self.checkpoints,
+            None => self.checkpoints.owned_by(set.clone()),
+        };
         let mut b = (self.shards)(set).catalog(self.source.clone(), self.refresh);
         if let Some(id) = self.member_id {
             b = b.member_id(id);
@@ -167,7 +180,7 @@ impl KinesisConsumerBuilder {
                 kinesis: self.source.client().clone(),
                 stream: self.source.stream().to_owned(),
                 shards,
-                checkpoints: self.checkpoints,
+                checkpoints,
                 idle: self.idle,
                 batch: self.batch,
             }),
@@ -279,7 +292,10 @@ impl KinesisConsumer {
     /// shard id, a page of records and the shard's term, until the member
     /// stops ([`shutdown`](KinesisConsumer::shutdown)): then `Ok(())`.
     /// Fails if the handler fails, or the checkpoint table or Kinesis
-    /// refuse a request for good.
+    /// refuse a request for good; the consumer has then left the set
+    /// (as by [`shutdown`](KinesisConsumer::shutdown)), so that the other
+    /// consumers take its shards over instead of their leases being held
+    /// with nobody reading.
     pub async fn run<H, Fut, E>(&self, handler: H) -> Result<(), ConsumerError>
     where
         H: Fn(String, Vec<Record>, Term) -> Fut + Send + Sync + 'static,
@@ -288,7 +304,8 @@ impl KinesisConsumer {
     {
         let handler = Arc::new(handler);
         let inner = self.inner.clone();
-        self.inner
+        let result = self
+            .inner
             .shards
             .run_per_shard(move |shard, term| {
                 let (inner, handler) = (inner.clone(), handler.clone());
@@ -299,7 +316,11 @@ impl KinesisConsumer {
                     }
                 }
             })
-            .await
+            .await;
+        if result.is_err() {
+            self.shutdown().await;
+        }
+        result
     }
 }
 

@@ -88,6 +88,21 @@ pub enum KinesisError {
         /// What the SDK reported.
         detail: String,
     },
+    /// The listing did not end: more than
+    /// [`MAX_LISTED_SHARDS`](crate::MAX_LISTED_SHARDS) shards, or
+    /// page after empty page with a `NextToken`. No Kinesis stream has
+    /// that many shards; the endpoint is something else, or broken.
+    #[error(
+        "listing stream {stream:?}{place} did not end ({detail}): check that the endpoint is Kinesis"
+    )]
+    Endless {
+        /// The stream.
+        stream: String,
+        /// Where (` at ENDPOINT`), or empty.
+        place: String,
+        /// How far it went.
+        detail: String,
+    },
     /// Kinesis refused the call for another reason (access denied, an
     /// invalid argument, an expired paging token).
     #[error(

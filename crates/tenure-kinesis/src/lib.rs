@@ -49,8 +49,8 @@ mod source;
 pub use checkpoint::{CheckpointError, Checkpoints};
 pub use consumer::{
     ConsumerError, KinesisConsumer, KinesisConsumerBuilder, Record, DEFAULT_BATCH, DEFAULT_IDLE,
-    DEFAULT_REFRESH,
+    DEFAULT_REFRESH, MIN_IDLE,
 };
 pub use error::KinesisError;
 pub use options::{KinesisOptions, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
-pub use source::KinesisShards;
+pub use source::{KinesisShards, MAX_LISTED_SHARDS};

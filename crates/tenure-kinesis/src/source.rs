@@ -59,7 +59,7 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct KinesisShards {
     client: Client,
     stream: String,
@@ -67,6 +67,18 @@ pub struct KinesisShards {
     /// Where the stream is, for messages: ` at ENDPOINT` (redacted) or
     /// empty.
     place: String,
+}
+
+/// Not derived: the SDK client's `Debug` prints the access key id of
+/// its credentials.
+impl std::fmt::Debug for KinesisShards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KinesisShards")
+            .field("stream", &self.stream)
+            .field("page_size", &self.page_size)
+            .field("place", &self.place)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KinesisShards {
@@ -161,6 +173,7 @@ impl KinesisShards {
         let max_results = i32::try_from(self.page_size).unwrap_or(i32::MAX);
         let mut shards = Vec::new();
         let mut next_token: Option<String> = None;
+        let mut empty_pages = 0;
         loop {
             // With a NextToken, the stream name must not be sent: Kinesis
             // refuses the two together.
@@ -174,6 +187,21 @@ impl KinesisShards {
                 .await
                 .map_err(|e| classify(&e, &self.stream, &self.place))?;
             shards.extend(page.shards().iter().map(source_shard));
+            empty_pages = if page.shards().is_empty() {
+                empty_pages + 1
+            } else {
+                0
+            };
+            if shards.len() > MAX_LISTED_SHARDS || empty_pages > MAX_EMPTY_PAGES {
+                return Err(KinesisError::Endless {
+                    stream: self.stream.clone(),
+                    place: self.place.clone(),
+                    detail: format!(
+                        "{} shards, the last {empty_pages} pages empty",
+                        shards.len()
+                    ),
+                });
+            }
             match page.next_token() {
                 Some(token) if !token.is_empty() => next_token = Some(token.to_owned()),
                 _ => return Ok(shards),
@@ -181,6 +209,15 @@ impl KinesisShards {
         }
     }
 }
+
+/// The most shards a listing gathers: far beyond any stream (the default
+/// quota is 500 per stream, 20,000 when raised), and a bound on what an
+/// endpoint that pages for ever can make this process hold.
+pub const MAX_LISTED_SHARDS: usize = 100_000;
+
+/// Empty pages in a row, each with a `NextToken`, after which a listing
+/// is given up.
+const MAX_EMPTY_PAGES: u32 = 100;
 
 /// A shard as the catalog takes it: its id, after its parents.
 pub(crate) fn source_shard(shard: &Shard) -> SourceShard {

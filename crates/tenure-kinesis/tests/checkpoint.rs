@@ -81,6 +81,7 @@ async fn a_lower_token_is_refused_and_counted() {
             sequence: Some("300".into()),
             token: 7,
             finished: false,
+            owner: None,
         })
     );
 }
@@ -158,4 +159,104 @@ async fn claim_fences_the_old_holder_and_finish_sets_finished() {
     c.finish("p", 4).await.unwrap();
     assert!(c.claim("p", 5).await.unwrap().finished);
     assert_eq!(c.stale_refusals(), 1);
+}
+
+#[tokio::test]
+async fn a_hostile_item_is_malformed_never_retried_for_ever_nor_moved_back() {
+    let Some(endpoint) = endpoint() else { return };
+    let c = checkpoints(&endpoint, "hostile").await;
+    let put = |shard: &str, attrs: Vec<(&str, AttributeValue)>| {
+        let mut put = c
+            .client()
+            .put_item()
+            .table_name(c.table())
+            .item(SHARD, AttributeValue::S(shard.to_owned()));
+        for (k, v) in attrs {
+            put = put.item(k, v);
+        }
+        put.send()
+    };
+    // A length that does not match the sequence: every save's condition
+    // would fail while the item read after it allows the write (so it
+    // looked transient, and was tried again for ever).
+    put(
+        "len",
+        vec![
+            (SEQUENCE, AttributeValue::S("100".into())),
+            (SEQUENCE_LENGTH, AttributeValue::N("50".into())),
+            (TOKEN, AttributeValue::N("1".into())),
+        ],
+    )
+    .await
+    .unwrap();
+    // A sequence without its length: the condition's "no length" branch
+    // would let any sequence in, backwards too.
+    put(
+        "nolen",
+        vec![
+            (SEQUENCE, AttributeValue::S("900".into())),
+            (TOKEN, AttributeValue::N("1".into())),
+        ],
+    )
+    .await
+    .unwrap();
+    put(
+        "text",
+        vec![
+            (SEQUENCE, AttributeValue::S("12x".into())),
+            (SEQUENCE_LENGTH, AttributeValue::N("3".into())),
+        ],
+    )
+    .await
+    .unwrap();
+    for shard in ["len", "nolen", "text"] {
+        let e = c.load(shard).await.unwrap_err();
+        assert!(
+            matches!(e, CheckpointError::Malformed { .. }),
+            "{shard}: {e:?}"
+        );
+        assert!(!e.is_transient(), "{shard}: {e:?}");
+        let e = c.claim(shard, 2).await.unwrap_err();
+        assert!(
+            matches!(e, CheckpointError::Malformed { .. }),
+            "{shard}: {e:?}"
+        );
+    }
+    let e = c.save("len", "200", 2).await.unwrap_err();
+    assert!(matches!(e, CheckpointError::Malformed { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_second_consumer_set_on_the_same_table_is_refused_not_skipping_records() {
+    let Some(endpoint) = endpoint() else { return };
+    let c = checkpoints(&endpoint, "owner").await;
+    let (x, y) = (
+        c.clone().owned_by("orders-x"),
+        c.clone().owned_by("orders-y"),
+    );
+    let cp = x.claim("s", 1).await.unwrap();
+    assert_eq!(cp.owner.as_deref(), Some("orders-x"));
+    x.save("s", "100", 1).await.unwrap();
+    // Another set, even with a higher token: refused, naming both sets.
+    let e = y.claim("s", 9).await.unwrap_err();
+    match &e {
+        CheckpointError::OtherOwner { owner, mine, .. } => {
+            assert_eq!((owner.as_str(), mine.as_str()), ("orders-x", "orders-y"));
+        }
+        other => panic!("not OtherOwner: {other:?}"),
+    }
+    assert!(!e.is_transient());
+    assert!(
+        e.to_string().contains("a checkpoint table of its own"),
+        "{e}"
+    );
+    // The owner's own next term claims as before; the item is unchanged
+    // by the refusal.
+    let cp = x.claim("s", 2).await.unwrap();
+    assert_eq!((cp.sequence.as_deref(), cp.token), (Some("100"), 2));
+    // A shard first claimed by `y` is its own.
+    assert_eq!(
+        y.claim("t", 1).await.unwrap().owner.as_deref(),
+        Some("orders-y")
+    );
 }

@@ -433,3 +433,117 @@ async fn a_higher_token_in_the_table_stops_the_shards_work() {
         .await
         .expect("delete stream");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_whose_handler_fails_leaves_and_the_other_reads_its_shards() {
+    let kinesis = tenure_testkit::server_url("TENURE_TEST_KINESIS");
+    let dynamo = tenure_testkit::server_url("TENURE_TEST_DYNAMODB");
+    let (Some(kinesis), Some(dynamo)) = (kinesis, dynamo) else {
+        return;
+    };
+    let stream = format!("fail-{:x}", tenure_testkit::unique_suffix());
+    let source = KinesisShards::connect(&format!(
+        "kinesis://{stream}?endpoint={kinesis}&region=us-east-1\
+         &access_key_id=local&secret_access_key=local"
+    ))
+    .await
+    .expect("connect kinesis");
+    let client = source.client().clone();
+    client
+        .create_stream()
+        .stream_name(&stream)
+        .shard_count(2)
+        .send()
+        .await
+        .expect("create stream");
+    wait_active(&client, &stream).await;
+    let keys = hash_keys();
+    for n in 0..20u64 {
+        client
+            .put_record()
+            .stream_name(&stream)
+            .partition_key("k")
+            .explicit_hash_key(&keys[if n % 2 == 0 { 0 } else { 2 }])
+            .data(Blob::new(n.to_string()))
+            .send()
+            .await
+            .expect("put record");
+    }
+    let dynamo_store = DynamoDbStore::connect_with(
+        DynamoDbOptions::new("tenure_kinesis_test_leases")
+            .unwrap()
+            .region("local")
+            .endpoint(&dynamo)
+            .static_credentials("local", "local")
+            .create_if_missing(true),
+    )
+    .await
+    .expect("connect dynalite");
+    let table = format!("tenure_cp_fail_{:x}", tenure_testkit::unique_suffix());
+    Checkpoints::new(dynamo_store.client().clone(), &table)
+        .create_table_if_missing()
+        .await
+        .unwrap();
+    let store = MemoryStore::new();
+    let start = |name: &str| {
+        KinesisConsumer::builder(
+            source.clone(),
+            store.clone(),
+            Checkpoints::new(dynamo_store.client().clone(), &table),
+        )
+        .set("fail-test")
+        .member_id(name)
+        .term(Duration::from_secs(1))
+        .refresh(Duration::from_millis(300))
+        .idle(Duration::from_millis(50))
+        .start()
+        .expect("start consumer")
+    };
+    // `a` alone takes both shards, and fails on its first page.
+    let a = start("a");
+    let failed = tokio::time::timeout(
+        Duration::from_secs(30),
+        a.run(|_, _, _| async { Err::<(), _>(std::io::Error::other("handler failed")) }),
+    )
+    .await
+    .expect("a's run returns once its handler fails");
+    assert!(failed.is_err(), "{failed:?}");
+    // `a`'s handle is kept: its shards must still go to `b`.
+    let b = start("b");
+    let seen: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
+    let runner = b.clone();
+    let got = seen.clone();
+    let task = tokio::spawn(async move {
+        runner
+            .run(move |_, records, _| {
+                let got = got.clone();
+                async move {
+                    for r in records {
+                        got.lock()
+                            .unwrap()
+                            .insert(String::from_utf8_lossy(&r.data).parse().unwrap());
+                    }
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().unwrap().len() < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "b handled only {:?} while a's handle lives",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.shutdown().await;
+    task.await.unwrap().unwrap();
+    drop(a);
+    client
+        .delete_stream()
+        .stream_name(&stream)
+        .send()
+        .await
+        .expect("delete stream");
+}

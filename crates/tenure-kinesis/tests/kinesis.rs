@@ -236,6 +236,34 @@ async fn an_unreachable_endpoint_is_unavailable_and_shows_no_credentials() {
     ))
     .await
     .unwrap();
+    // Neither the source's Debug nor the checkpoint table's (both hold an
+    // SDK client, whose own Debug prints the access key id).
+    let checkpoints = tenure_kinesis::Checkpoints::new(
+        tenure_dynamodb::aws_sdk_dynamodb::Client::from_conf(
+            tenure_dynamodb::aws_sdk_dynamodb::Config::builder()
+                .behavior_version_latest()
+                .region(tenure_dynamodb::aws_sdk_dynamodb::config::Region::new(
+                    "us-east-1",
+                ))
+                .credentials_provider(tenure_dynamodb::aws_sdk_dynamodb::config::Credentials::new(
+                    "AKIDLOCALWXYZ",
+                    "TOPSECRET",
+                    Some("SESSIONTOKEN".to_owned()),
+                    None,
+                    "test",
+                ))
+                .build(),
+        ),
+        "cp",
+    );
+    for debug in [format!("{source:?}"), format!("{checkpoints:?}")] {
+        assert!(
+            !debug.contains("TOPSECRET")
+                && !debug.contains("AKIDLOCAL")
+                && !debug.contains("SESSIONTOKEN"),
+            "{debug}"
+        );
+    }
     let e = source.list_shards().await.unwrap_err();
     assert!(matches!(e, KinesisError::Unavailable { .. }), "{e:?}");
     assert!(e.is_transient());
@@ -348,6 +376,26 @@ async fn pages_follow_next_token_without_the_stream_name() {
     assert!(
         bodies.iter().all(|b| b.contains(r#""MaxResults":3"#)),
         "{bodies:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_listing_that_never_ends_is_refused_not_held_for_ever() {
+    // Empty pages, each with a NextToken, without end.
+    let (endpoint, bodies) = paging_server(usize::MAX, 0).await;
+    let (endless, _) = source(&endpoint, "endless").await;
+    let e = endless.list_shards().await.unwrap_err();
+    assert!(matches!(e, KinesisError::Endless { .. }), "{e:?}");
+    assert!(!e.is_transient());
+    assert!(bodies.lock().unwrap().len() <= 102);
+    // More shards than any stream has.
+    let (endpoint, _) = paging_server(200_000, 10_000).await;
+    let (huge, _) = source(&endpoint, "huge").await;
+    let e = huge.page_size(10_000).list_shards().await.unwrap_err();
+    assert!(matches!(e, KinesisError::Endless { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("check that the endpoint is Kinesis"),
+        "{e}"
     );
 }
 
