@@ -49,10 +49,10 @@ struct Settings {
 fn settings() -> Result<Settings, Error> {
     let mut s = Settings {
         consumers: 3,
-        rounds: 3,
+        rounds: 5,
         term_ms: 1000,
-        records: 3000,
-        handler_ms: 20,
+        records: 20_000,
+        handler_ms: 50,
         batch: 100,
     };
     let mut args = std::env::args().skip(1);
@@ -476,11 +476,17 @@ async fn hand_overs(
                     .filter(|h| h.member != victim && h.shard == shard && h.at > at)
                     .collect();
                 let gap = after.first().map(|h| (h.at - at).as_secs_f64());
-                // What the others owe: written before the signal, never
-                // handled by the victim.
+                // What the others owe: written before the signal, handled
+                // by nobody before it, nor by the victim ever.
+                let done: BTreeSet<u64> = handled
+                    .iter()
+                    .filter(|h| h.shard == shard && h.at <= at)
+                    .map(|h| h.n)
+                    .chain(victims.iter().copied())
+                    .collect();
                 let owed: Vec<u64> = written
                     .iter()
-                    .filter(|(n, sh, t)| *sh == shard && *t <= at && !victims.contains(n))
+                    .filter(|(n, sh, t)| *sh == shard && *t <= at && !done.contains(n))
                     .map(|(n, ..)| *n)
                     .collect();
                 let catch_up = if owed.is_empty() {
@@ -712,7 +718,16 @@ async fn main() -> Result<(), Error> {
             }
         );
     }
-    println!("stale checkpoint refusals: {stale:?}");
+    // Each process prints its count when it leaves (SIGTERM); a killed
+    // one prints none.
+    let refusals: u64 = stale
+        .iter()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    println!(
+        "stale checkpoint refusals: {refusals} (counted by the {} processes that left by SIGTERM)",
+        stale.len()
+    );
     println!();
     println!("{:<34} {:>6} {:>9} {:>9}", "reshard", "reads", "p50", "max");
     let split_n = splits.len();
