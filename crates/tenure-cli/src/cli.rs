@@ -147,6 +147,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["shards", "slots"])]
     pub wait: Option<Duration>,
 
+    /// This candidate's priority: while a candidate of lower priority (one
+    /// without --priority is 0) leads, this one asks it to hand over after
+    /// --preempt-after, and it drains its CMD and hands over. Equal
+    /// priorities never preempt. Not with --shards, --slots or kafka://.
+    #[arg(long, value_name = "N", conflicts_with_all = ["shards", "slots"])]
+    pub priority: Option<u32>,
+
+    /// With --priority: how long this candidate stands under a
+    /// lower-priority leader before it asks, and between requests
+    /// [default: the term].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "priority")]
+    pub preempt_after: Option<Duration>,
+
     /// Split the group into N shards spread over every `tenure run --shards
     /// N` process of the group, and run one CMD per shard this process
     /// holds, with TENURE_SHARD (0..N-1) and TENURE_SHARDS set. Each shard

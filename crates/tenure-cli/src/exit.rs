@@ -55,6 +55,7 @@ pub fn refused(why: impl fmt::Display) -> anyhow::Error {
 pub fn start_error(e: tenure::ElectorError) -> anyhow::Error {
     match e {
         tenure::ElectorError::Config(c) => usage(c),
+        e @ tenure::ElectorError::Unsupported { .. } => usage(e),
         other => anyhow::Error::new(other),
     }
 }

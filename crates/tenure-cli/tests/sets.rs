@@ -266,6 +266,26 @@ fn release_to_hands_leadership_to_the_named_candidate() {
 }
 
 #[test]
+fn a_higher_priority_candidate_takes_over_after_its_delay_and_keeps_leading() {
+    let mut e = Election::new("priority");
+    let _a = e.leader("a", &[], bounds().crash_failover + SLACK);
+    let _low = e.candidate("c", &["--priority", "0"]);
+    let began = Instant::now();
+    let _b = e.candidate("b", &["--priority", "5", "--preempt-after", "2s"]);
+    let next = e
+        .started(1, Duration::from_secs(2) + bounds().crash_failover + SLACK)
+        .expect("the higher-priority candidate's CMD started");
+    assert_eq!(next.id, "b");
+    assert_eq!(next.token, 2);
+    assert!(
+        began.elapsed() >= Duration::from_secs(2),
+        "before its delay"
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(e.starts().len(), 2, "leadership moved again");
+}
+
+#[test]
 fn a_changed_metadata_file_is_published_while_leading() {
     let s = Scratch::new("metadata-file");
     let child = recording_child(&s);

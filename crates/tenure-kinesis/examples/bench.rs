@@ -22,7 +22,7 @@
 //! prints a table; it asserts nothing about time.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -240,7 +240,7 @@ fn spread_keys(count: u32) -> Vec<String> {
 /// A stream of `shards` shards, its consumers' tables, and the fleet.
 async fn setup(
     s: &Settings,
-    bin: &PathBuf,
+    bin: &Path,
     kinesis: &str,
     dynamo: &str,
     label: &str,
@@ -269,7 +269,7 @@ async fn setup(
         .await?;
     wait_active(&client, &stream).await?;
     let fleet = Fleet {
-        bin: bin.clone(),
+        bin: bin.to_path_buf(),
         kinesis_url,
         leases_url,
         cp_table: format!("tenure_bench_cp_{label}_{stamp:x}"),
@@ -355,7 +355,7 @@ fn secs(v: Option<f64>) -> String {
 /// the consumers start.
 async fn throughput(
     s: &Settings,
-    bin: &PathBuf,
+    bin: &Path,
     kinesis: &str,
     dynamo: &str,
 ) -> Result<(usize, Duration, BTreeMap<String, usize>), Error> {
@@ -425,7 +425,7 @@ struct HandOver {
 /// writing throughout.
 async fn hand_overs(
     s: &Settings,
-    bin: &PathBuf,
+    bin: &Path,
     kinesis: &str,
     dynamo: &str,
 ) -> Result<(BTreeMap<&'static str, Vec<HandOver>>, Vec<String>), Error> {
@@ -460,7 +460,11 @@ async fn hand_overs(
             // Every shard the victim handled in the second before.
             let held: BTreeSet<String> = handled
                 .iter()
-                .filter(|h| h.member == victim && h.at <= at && at - h.at < Duration::from_secs(1))
+                .filter(|h| {
+                    h.member == victim
+                        && h.at <= at
+                        && at.saturating_sub(h.at) < Duration::from_secs(1)
+                })
                 .map(|h| h.shard.clone())
                 .collect();
             for shard in held {
@@ -475,7 +479,7 @@ async fn hand_overs(
                     .iter()
                     .filter(|h| h.member != victim && h.shard == shard && h.at > at)
                     .collect();
-                let gap = after.first().map(|h| (h.at - at).as_secs_f64());
+                let gap = after.first().map(|h| h.at.saturating_sub(at).as_secs_f64());
                 // What the others owe: written before the signal, handled
                 // by nobody before it, nor by the victim ever.
                 let done: BTreeSet<u64> = handled
@@ -493,7 +497,12 @@ async fn hand_overs(
                     gap
                 } else {
                     owed.iter()
-                        .map(|n| after.iter().find(|h| h.n == *n).map(|h| h.at - at))
+                        .map(|n| {
+                            after
+                                .iter()
+                                .find(|h| h.n == *n)
+                                .map(|h| h.at.saturating_sub(at))
+                        })
                         .try_fold(Duration::ZERO, |max, t| t.map(|t| max.max(t)))
                         .map(|t| t.as_secs_f64())
                 };
@@ -570,7 +579,7 @@ async fn wait_read(handled: &Mutex<Vec<Handled>>, shards: &[String], at: Duratio
 /// record handled, and from each merge to the merged child's.
 async fn reshards(
     s: &Settings,
-    bin: &PathBuf,
+    bin: &Path,
     kinesis: &str,
     dynamo: &str,
 ) -> Result<(Vec<f64>, Vec<f64>), Error> {
@@ -588,7 +597,7 @@ async fn reshards(
             .unwrap()
             .iter()
             .find(|h| h.shard == shard && h.at >= after)
-            .map(|h| h.at - after)
+            .map(|h| h.at.saturating_sub(after))
     };
     let (mut split_times, mut merge_times) = (Vec::new(), Vec::new());
     for round in 0..s.rounds {

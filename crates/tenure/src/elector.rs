@@ -48,6 +48,8 @@ pub struct ElectorBuilder {
     config: Config,
     metadata: Metadata,
     clock: Arc<dyn Clock>,
+    priority: Option<u32>,
+    preempt_after: Option<Duration>,
 }
 
 impl ElectorBuilder {
@@ -75,6 +77,55 @@ impl ElectorBuilder {
     /// What the leader publishes in its record (its address, say).
     pub fn metadata(mut self, metadata: Metadata) -> Self {
         self.metadata = metadata;
+        self
+    }
+
+    /// This candidate's priority (default: none, which is 0). It is
+    /// published in the record while this candidate leads; while another
+    /// leads with a lower priority (one that set none is 0), this
+    /// candidate, once it has stood for the
+    /// [preemption delay](ElectorBuilder::preempt_after), asks the leader
+    /// to hand over. The leader checks the request against its own
+    /// priority on a read of its own record and, if it is higher, drains
+    /// its work and releases the lease reserved for this candidate (the
+    /// path of [`Elector::transfer_to`]): never two valid terms, and the
+    /// token rises. Equal priorities never preempt; a candidate up for
+    /// less than the delay never takes over by preemption. Not available
+    /// with a [`Coordinator`] (Kafka decides leadership itself).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tenure::{Elector, MemoryStore};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let clock = std::sync::Arc::new(tenure::TokioClock::new());
+    /// let old = Elector::builder(store.clone(), "jobs").candidate_id("v1").clock(clock.clone()).start()?;
+    /// old.wait_for_leadership().await?;
+    /// // The new version, preferred: it leads one delay after it starts.
+    /// let new = Elector::builder(store, "jobs")
+    ///     .candidate_id("v2")
+    ///     .priority(10)
+    ///     .preempt_after(Duration::from_secs(5))
+    ///     .clock(clock)
+    ///     .start()?;
+    /// let term = new.wait_for_leadership().await?;
+    /// assert_eq!(term.token(), 2);
+    /// # old.shutdown().await; new.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn priority(mut self, priority: u32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// How long this candidate, with a [`priority`](ElectorBuilder::priority),
+    /// stands under one lower-priority leader's term before it asks it to
+    /// hand over, and waits again after each request (default: one term).
+    /// The hysteresis against a flapping candidate: one that is up for
+    /// less than this never takes leadership by preemption.
+    pub fn preempt_after(mut self, delay: Duration) -> Self {
+        self.preempt_after = Some(delay);
         self
     }
 
@@ -113,6 +164,16 @@ impl ElectorBuilder {
         };
         check_name("candidate id", &candidate, MAX_CANDIDATE_BYTES)?;
         self.metadata.validate_published()?;
+        let mut metadata = self.metadata;
+        if let Some(priority) = self.priority {
+            if matches!(self.backend, Backend::Coordinator(_)) {
+                return Err(ElectorError::Unsupported {
+                    what: "candidate priority (a coordinator decides leadership itself)",
+                });
+            }
+            metadata.insert(crate::record::PRIORITY_KEY, priority.to_string());
+            metadata.validate()?;
+        }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ElectorError::NoRuntime)?;
 
         let holder = Holder {
@@ -144,7 +205,7 @@ impl ElectorBuilder {
                 channels,
                 pulse.clone(),
                 timing.clone(),
-                self.metadata.clone(),
+                metadata.clone(),
             )
         };
         let runner = match self.backend {
@@ -189,6 +250,21 @@ impl ElectorBuilder {
                 (link, Some(engine))
             }
         };
+        if let (Some(priority), Some(engine)) = (self.priority.filter(|p| *p > 0), &engine) {
+            runtime.spawn(
+                crate::preempt::Preemption {
+                    store: engine.store.clone(),
+                    group: group.clone(),
+                    me: holder.id.clone(),
+                    priority,
+                    delay: self.preempt_after.unwrap_or(timing.term),
+                    term: timing.term,
+                    clock: self.clock.clone(),
+                    role: role_rx.clone(),
+                }
+                .run(),
+            );
+        }
         Ok(Elector {
             shared: Arc::new(Shared {
                 group,
@@ -197,7 +273,7 @@ impl ElectorBuilder {
                 clock: self.clock,
                 role: role_rx,
                 published,
-                metadata: std::sync::Mutex::new(self.metadata),
+                metadata: std::sync::Mutex::new(metadata),
                 link,
                 pulse,
                 engine,
@@ -335,6 +411,8 @@ impl Elector {
             config: Config::default(),
             metadata: Metadata::new(),
             clock: system_clock(),
+            priority: None,
+            preempt_after: None,
         }
     }
 

@@ -96,6 +96,7 @@ pub mod memory;
 pub mod metrics;
 mod observer;
 mod periodic;
+mod preempt;
 mod publish;
 pub mod record;
 mod role;

@@ -37,6 +37,18 @@ pub const DUTY_PREFIX: &str = "tenure.duty.";
 /// (see [`LeaseRecord::transfer_to`]).
 pub const TRANSFER_TO_KEY: &str = "tenure.transfer-to";
 
+/// The metadata key of a candidate's priority, published in its record by
+/// an elector built with
+/// [`ElectorBuilder::priority`](crate::ElectorBuilder::priority); a record
+/// without it is priority 0.
+pub const PRIORITY_KEY: &str = "tenure.priority";
+
+/// The metadata key that, beside [`TRANSFER_TO_KEY`] on a held record,
+/// makes the transfer request a preemption: the priority of the candidate
+/// that asks. The leader hands over only if it is above its own; a request
+/// without it is an operator's (`tenure release --to`), always honoured.
+pub const TRANSFER_PRIORITY_KEY: &str = "tenure.transfer-priority";
+
 /// The name of a role that exactly one candidate holds at a time.
 ///
 /// Any UTF-8 text of 1 to 255 bytes without control characters.
@@ -244,6 +256,15 @@ impl LeaseRecord {
         self.metadata
             .get(TRANSFER_TO_KEY)
             .filter(|id| !id.is_empty())
+    }
+
+    /// The priority its holder published ([`PRIORITY_KEY`]); 0 if none, or
+    /// if it is no number.
+    pub fn priority(&self) -> u32 {
+        self.metadata
+            .get(PRIORITY_KEY)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Encodes the record as JSON, the format stores keep in one column.

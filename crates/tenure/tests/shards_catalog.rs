@@ -380,7 +380,9 @@ impl LeaseView for CountingReads {
         &self,
         groups: &[GroupName],
     ) -> tenure::BatchResult<Option<tenure::Versioned>> {
-        groups.iter().for_each(|g| self.count(g));
+        for g in groups {
+            self.count(g);
+        }
         self.inner.read_many(groups).await
     }
     async fn changes(

@@ -141,14 +141,20 @@ impl Machine {
         };
         match result {
             Ok(Some(v)) if self.is_mine(&v.record) && v.record.token == token => {
-                let request = v.record.transfer_to().map(str::to_owned);
+                let request = v
+                    .record
+                    .transfer_to()
+                    .filter(|_| self.honours(&v.record))
+                    .map(str::to_owned);
                 if let State::Leader(lead) = &mut self.state {
                     lead.version = v.version;
                     lead.record = v.record;
                     lead.verifying = false;
                     lead.next_renew = now.mono;
                 }
-                // An operator asked this leader to hand over.
+                // An operator, or a candidate of higher priority, asked
+                // this leader to hand over. A request declined is gone at
+                // the next renewal, which writes this leader's own record.
                 if let Some(to) = request {
                     self.transfer(to, out);
                 }
@@ -222,6 +228,25 @@ impl Machine {
             drained: false,
             successor,
         };
+    }
+
+    /// Whether this leader honours the transfer request in `record`, its
+    /// own record rewritten by someone else: an operator's (no priority
+    /// given) always; a preemption only if the priority it names is above
+    /// this leader's own. The request is a hint: it is this check, on a
+    /// read of the leader's own record, that ends the term.
+    fn honours(&self, record: &LeaseRecord) -> bool {
+        match record.metadata.get(crate::record::TRANSFER_PRIORITY_KEY) {
+            None => true,
+            Some(asked) => {
+                let mine = self
+                    .metadata
+                    .get(crate::record::PRIORITY_KEY)
+                    .and_then(|p| p.parse::<u32>().ok())
+                    .unwrap_or(0);
+                asked.parse::<u32>().is_ok_and(|asked| asked > mine)
+            }
+        }
     }
 
     /// Hands the lease to `to`: drain, then a release reserved for it.

@@ -377,7 +377,10 @@ impl From<StoreError> for WriteError {
 /// under a higher token are a later leader's, and refused, unless
 /// `overrule` (the writer's term is valid after the read, so the higher
 /// token is no later term's: the set's leader record went back).
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the write's whole context, each a distinct input"
+)]
 async fn write_catalog(
     store: &dyn LeaseStore,
     set: &str,

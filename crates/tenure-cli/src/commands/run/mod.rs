@@ -182,13 +182,18 @@ impl Runner {
         // `--wait` bounds only the first election.
         let mut wait = self.args.wait;
         loop {
-            let elector = self
+            let mut builder = self
                 .builder()?
                 .candidate_id(self.id.clone())
                 .config(self.config.clone())
-                .metadata(self.metadata.clone())
-                .start()
-                .map_err(exit::start_error)?;
+                .metadata(self.metadata.clone());
+            if let Some(priority) = self.args.priority {
+                builder = builder.priority(priority);
+            }
+            if let Some(delay) = self.args.preempt_after {
+                builder = builder.preempt_after(delay);
+            }
+            let elector = builder.start().map_err(exit::start_error)?;
             self.electors.send_replace(Some(elector.clone()));
             tracing::info!(store = %self.conn.url, term = ?self.config.term, "standing");
             let events = tokio::spawn(log_events(elector.events()).in_current_span());
