@@ -103,6 +103,57 @@
 //! (`etcdctl snapshot restore`) rolls revisions back: stop every candidate
 //! for at least one term before doing that.
 //!
+//! # On a cluster
+//!
+//! Give the URL every member's client endpoint
+//! (`etcd://m1:2379,m2:2379,m3:2379`): the client moves among them.
+//!
+//! **What holds across a member's failure.** Every read is linearizable
+//! (etcd confirms it with the Raft leader before answering) and every
+//! request requires a leader (`hasleader`), so a member that lost its
+//! leader (partitioned from its quorum, frozen, or while the cluster
+//! elects) refuses instead of answering from its own, perhaps stale,
+//! state; a compare-and-swap commits on a majority or not at all. So the
+//! failure of a minority of members (the Raft leader included) never gives
+//! two valid terms, and tokens only rise. Tested with real `tenure run`
+//! processes on a 3-member cluster, their CMDs writing to a resource that
+//! refuses lower tokens, in the repository's
+//! `crates/tenure-cli/tests/cluster_etcd.rs`:
+//! `sigkill_of_the_leading_member_never_gives_two_terms` (the leading
+//! member SIGKILLed while tenure's leader renews, restarted 3 s later,
+//! three times) and `a_member_cut_off_or_frozen_never_gives_two_terms`
+//! (each member cut off from tenure's clients by a proxy, then
+//! SIGSTOPped).
+//!
+//! **Whether tenure's term survives it** is a matter of time, not safety:
+//! the cluster must elect a new leader (etcd's election timeout, 1 s by
+//! default, plus a round) and the client reach a member that has one
+//! within what is left of the term. A killed member's connections reset
+//! and the client moves at once; a silent one (frozen, or a network that
+//! drops packets) holds a request until the `timeout` option, 5 s by
+//! default. Keep `timeout` below half the term (`?timeout=1s` with a 2 s
+//! term) so that a renewal stuck on a silent member is tried on another
+//! in time; otherwise the leader loses its term and another candidate is
+//! elected once it has expired. The repository's `docs/benchmarks.md`
+//! ("Clustered stores") has the measured gaps and how often the term
+//! moved.
+//!
+//! **What breaks fencing** (none of it is tested; each undoes writes the
+//! cluster had acknowledged, so a record, and the token in it, can go
+//! back, and a token already handed out be handed out again):
+//!
+//! * restoring a snapshot (`etcdctl snapshot restore`), or re-forming the
+//!   cluster from one member with `--force-new-cluster` when that member
+//!   lagged the others (disaster recovery from a minority);
+//! * losing a majority's recent writes at once: `--unsafe-no-fsync`
+//!   (etcd 3.5 and later), or disks that acknowledge a write before it is
+//!   durable, followed by a power loss of most members.
+//!
+//! Before any of those, stop every candidate for at least one term.
+//! Reads with `--consistency=s` (serializable, served from the member's
+//! own state) may show an older holder; tenure never makes them, but a
+//! tool that decides who may act from one is not fenced.
+//!
 //! # Fencing what the leader writes to etcd
 //!
 //! [`fence::fenced_txn`] applies writes in a transaction only if a fence

@@ -168,6 +168,62 @@
 //! still there. Restoring an old snapshot, or a new ensemble, brings zxids
 //! back down: stop every candidate for a term first.
 //!
+//! # On a cluster
+//!
+//! Give the URL every server of the ensemble
+//! (`zk://z1:2181,z2:2181,z3:2181/tenure`): the client moves among them.
+//!
+//! **What holds across a server's failure.** Every write is ordered by the
+//! ensemble's leader and committed by a quorum, and conditional on the
+//! version read (see Operations), so a write based on a stale read is
+//! refused; tenure's leader learns that its term goes on only from the
+//! reply to its own write. A server that loses its leader (partitioned
+//! from its quorum, frozen, or while the ensemble elects) stops serving
+//! and closes its clients' connections within `syncLimit` × `tickTime`;
+//! the client moves to another server, and the session (on which no lease
+//! depends) goes on. So the failure of a minority of servers (the leader
+//! included) never gives two valid terms, and tokens only rise. Tested
+//! with real `tenure run` processes on a 3-server ensemble, their CMDs
+//! writing to a resource that refuses lower tokens, in the repository's
+//! `crates/tenure-cli/tests/cluster_zookeeper.rs`:
+//! `sigkill_of_the_leading_server_never_gives_two_terms` (the ensemble's
+//! leader SIGKILLed while tenure's leader renews, restarted 3 s later,
+//! three times) and `a_server_cut_off_or_frozen_never_gives_two_terms`
+//! (each server cut off from tenure's clients by a proxy, then
+//! SIGSTOPped).
+//!
+//! **Whether tenure's term survives it** is a matter of time, not safety:
+//! the ensemble must elect a new leader and the client reach a server that
+//! serves, within what is left of the term. A killed server's connections
+//! reset and the client moves at once; a silent one (frozen, or a network
+//! that drops packets) holds a request until the `timeout` option, 5 s by
+//! default. Keep `timeout` below half the term (`?timeout=1s` with a 2 s
+//! term); otherwise the leader loses its term and another candidate is
+//! elected once it has expired. The repository's `docs/benchmarks.md`
+//! ("Clustered stores") has the measured gaps and how often the term
+//! moved.
+//!
+//! **What breaks fencing:**
+//!
+//! * **Reads without `sync` are not linearizable.** A server that lags
+//!   its leader (or is cut off from it, until `syncLimit` × `tickTime`
+//!   passes: 10 s with the defaults) answers `getData` from its own
+//!   state. tenure only ever acts on its own conditional writes, so a
+//!   stale read merely delays a takeover or shows `tenure status` an older
+//!   holder. But anything that decides whether to act from a read of the
+//!   record (a resource that looks up the current token in ZooKeeper to
+//!   check a writer, a script reading the node) must `sync` first, or take
+//!   the token from the writer and keep the highest it saw, as the fencing
+//!   recipe does. Read-only mode (`readonlymode.enabled`) stretches this
+//!   without bound for clients that ask for it; tenure's client does not.
+//! * **Undoing acknowledged writes.** Restoring an old snapshot or data
+//!   directory, re-forming an ensemble from a minority's data, or losing a
+//!   quorum's recent transactions at once (`forceSync=no`, as the tests'
+//!   ensemble runs for speed, or disks that acknowledge writes before they
+//!   are durable, then a power loss of most servers) brings zxids, records
+//!   and tokens back: a token already handed out can be handed out again.
+//!   Stop every candidate for at least one term first. (Not tested.)
+//!
 //! # Authentication and secrets
 //!
 //! `zk://user:password@host/prefix` authenticates the session with
