@@ -556,7 +556,11 @@ const BENCH_EXAMPLES: &str = "Examples:
   tenure bench --groups 100,1000,10000 --store sqlite:///tmp/scale.db --store memory://
   # a sharded set: 64 shards over 8 member processes; a 9th joins, one leaves
   # (SIGTERM), one is killed (SIGKILL), three rounds
-  tenure bench --shards 64 --members 8 --store sqlite:///tmp/shards.db";
+  tenure bench --shards 64 --members 8 --store sqlite:///tmp/shards.db
+  # a sharded set following a changing catalog: added, split, removed shards
+  tenure bench --catalog --members 4 --store sqlite:///tmp/catalog.db
+  # preemption: a higher-priority candidate's start to its election
+  tenure bench --priority --rounds 5 --store sqlite:///tmp/priority.db";
 
 /// `tenure bench`.
 #[derive(Debug, Args)]
@@ -593,7 +597,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "M", default_value_t = 8)]
     pub members: usize,
     /// With --shards: how many rounds of join, graceful leave and kill;
-    /// with --catalog, of a shard added, one split and one removed.
+    /// with --catalog, of a shard added, one split and one removed; with
+    /// --priority, of a preemption.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub rounds: usize,
     /// Measure a sharded set that follows a changing catalog instead of
@@ -603,6 +608,12 @@ pub struct BenchArgs {
     /// shows how long each change took to be followed.
     #[arg(long, conflicts_with_all = ["groups", "shards", "overload", "etcdctl"])]
     pub catalog: bool,
+    /// Measure preemption instead of hand-overs: on each store, a leader of
+    /// no priority and then a candidate of higher priority (preemption
+    /// delay: one term); the table shows the time from the higher
+    /// candidate's start to its election, and the gap with no leader.
+    #[arg(long, conflicts_with_all = ["groups", "shards", "overload", "etcdctl", "catalog"])]
+    pub priority: bool,
     /// An etcd endpoint to measure `etcdctl elect` on, as the reference.
     #[arg(long, value_name = "ENDPOINT")]
     pub etcdctl: Option<String>,

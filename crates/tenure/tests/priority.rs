@@ -14,12 +14,15 @@ use tenure::{
 const TERM: Duration = Duration::from_secs(10);
 const DELAY: Duration = Duration::from_secs(15);
 
+/// A term: its token, its candidate, when it began and when it ended.
+type TermSpan = (u64, String, MonoTime, Option<MonoTime>);
+
 struct Group {
     clock: Arc<TokioClock>,
     store: MemoryStore,
     /// Every term begun, as (token, candidate, began, ended) on the
     /// paused clock; `ended` set when its term ends.
-    terms: Arc<Mutex<Vec<(u64, String, MonoTime, Option<MonoTime>)>>>,
+    terms: Arc<Mutex<Vec<TermSpan>>>,
 }
 
 impl Group {

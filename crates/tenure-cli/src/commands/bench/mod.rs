@@ -8,7 +8,8 @@
 //!
 //! The other measurements are modules beside it: [`scale`] (`--groups`,
 //! with the hidden `tenure bench-followers`), [`shard_bench`] (`--shards`,
-//! with `tenure bench-member`), [`catalog`] (`--catalog`), [`overload`] (`--overload`, with
+//! with `tenure bench-member`), [`catalog`] (`--catalog`), [`priority`]
+//! (`--priority`), [`overload`] (`--overload`, with
 //! `tenure bench-standby`), `kafka` (hand-overs on `kafka://`) and
 //! [`procstat`] (what they read of a process from `/proc`).
 
@@ -29,6 +30,7 @@ pub(crate) mod catalog;
 #[cfg(feature = "kafka")]
 mod kafka;
 pub(crate) mod overload;
+pub(crate) mod priority;
 mod procstat;
 pub(crate) mod scale;
 pub(crate) mod shard_bench;
@@ -58,6 +60,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         }
         // A shard worked by two members at once is a broken guarantee.
         return Ok(u8::from(rows.iter().any(catalog::CatalogRow::overlapped)));
+    }
+    if args.priority {
+        let rows = priority::run(&args, &urls).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", priority::table(&rows));
+        }
+        // Two terms at once is a broken guarantee.
+        return Ok(u8::from(rows.iter().any(priority::PriorityRow::overlapped)));
     }
     if let Some(shards) = args.shards {
         let bench = shard_bench::run(&args, &urls, shards).await?;
