@@ -123,7 +123,9 @@
 //! member SIGKILLed while tenure's leader renews, restarted 3 s later,
 //! three times) and `a_member_cut_off_or_frozen_never_gives_two_terms`
 //! (each member cut off from tenure's clients by a proxy, then
-//! SIGSTOPped).
+//! SIGSTOPped), and `a_member_partitioned_from_its_quorum_never_gives_two_terms`
+//! (each member of a private cluster cut off from its peers, both ways,
+//! while it still answers tenure's clients: it stops serving reads).
 //!
 //! **Whether tenure's term survives it** is a matter of time, not safety:
 //! the cluster must elect a new leader (etcd's election timeout, 1 s by

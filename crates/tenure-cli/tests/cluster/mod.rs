@@ -20,10 +20,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{bounds, unique, uptime, wait_for, ChildLine, Election, Running, Scratch};
+use crate::common::{unique, uptime, wait_for, ChildLine, Election, Running, Scratch};
 
-/// The term every candidate runs with.
-pub const TERM: &str = "2s";
+/// The term every candidate runs with: 2 s, or `TENURE_CLUSTER_TERM`
+/// (`6s`) to measure another (docs/benchmarks.md).
+pub fn term() -> String {
+    std::env::var("TENURE_CLUSTER_TERM").unwrap_or_else(|_| "2s".to_owned())
+}
+
+/// The bounds [`term`] promises.
+pub fn term_bounds() -> tenure::Bounds {
+    let term = humantime::parse_duration(&term()).expect("TENURE_CLUSTER_TERM is a duration");
+    tenure::Config::new(term)
+        .validate()
+        .expect("a valid term")
+        .bounds()
+}
 
 /// Stamps come every 20 ms (plus a shell's start-up): an interval longer
 /// than this is a gap in the work, not the stamp cadence.
@@ -217,6 +229,8 @@ pub struct Figures {
     /// to its end: the gap with no valid term, plus up to one stamp
     /// interval (some 20-40 ms).
     pub gap: f64,
+    /// When that interval began, in seconds after the fault began.
+    pub gap_at: f64,
     /// The token writing just before the fault, and the last within it.
     pub before: Option<u64>,
     pub after: Option<u64>,
@@ -238,8 +252,8 @@ impl fmt::Display for Figures {
         };
         write!(
             f,
-            "{}: longest interval without a write {:.2} s; term {tokens}",
-            self.what, self.gap
+            "{}: longest interval without a write {:.2} s (from {:+.1} s); term {tokens}",
+            self.what, self.gap, self.gap_at
         )
     }
 }
@@ -255,16 +269,18 @@ pub fn fault_figures(stamps: &[Stamp], faults: &[Fault]) -> Vec<Figures> {
                 .filter(|s| s.at > fault.from && s.at <= fault.to)
                 .copied()
                 .collect();
-            let mut gap: f64 = 0.0;
+            let (mut gap, mut gap_from): (f64, f64) = (0.0, fault.from);
             let mut last = before.map_or(fault.from, |s| s.at);
-            for s in &within {
-                gap = gap.max(s.at - last);
-                last = s.at;
+            for at in within.iter().map(|s| s.at).chain([fault.to]) {
+                if at - last > gap {
+                    (gap, gap_from) = (at - last, last);
+                }
+                last = at;
             }
-            gap = gap.max(fault.to - last);
             Figures {
                 what: fault.what.clone(),
                 gap,
+                gap_at: gap_from - fault.from,
                 before: before.map(|s| s.token),
                 after: within.last().map(|s| s.token),
             }
@@ -374,15 +390,15 @@ impl Store<'_> {
 
     /// Three `tenure run` candidates (a, b, c; 2 s term) on `url`, all
     /// running the stamping CMD, once the first CMD started.
-    fn election(&self, label: &str, url: &str) -> (Election, Vec<Running>) {
+    pub fn election(&self, label: &str, url: &str) -> (Election, Vec<Running>) {
         let group = unique(label);
         let mut e = Election::on(Scratch::new(label), url, &group).stamping();
-        TERM.clone_into(&mut e.term);
+        e.term = term();
         let candidates: Vec<Running> = ["a", "b", "c"]
             .iter()
             .map(|id| e.candidate(id, &[]))
             .collect();
-        e.started(0, bounds().crash_failover + Duration::from_secs(20))
+        e.started(0, term_bounds().crash_failover + Duration::from_secs(20))
             .unwrap_or_else(|| {
                 panic!("{}: no candidate led; see {}", self.name, e.s.dir.display())
             });
@@ -492,19 +508,25 @@ impl Store<'_> {
         figures
     }
 
-    fn finish(&self, e: &mut Election, candidates: Vec<Running>, faults: &[Fault]) -> Vec<Figures> {
+    pub fn finish(
+        &self,
+        e: &mut Election,
+        candidates: Vec<Running>,
+        faults: &[Fault],
+    ) -> Vec<Figures> {
         let figures = check_and_report(
             self.name,
             &e.s.path("stamps.log"),
             &e.starts(),
             faults,
-            bounds().crash_failover + Duration::from_secs(10),
+            term_bounds().crash_failover + Duration::from_secs(10),
         );
         let moved = figures.iter().filter(|f| !f.kept()).count();
         let worst = figures.iter().map(|f| f.gap).fold(0.0, f64::max);
         eprintln!(
-            "{}: {} faults, the term moved across {moved}, longest interval without a write {worst:.2} s, {} terms in all",
+            "{} (term {}): {} faults, the term moved across {moved}, longest interval without a write {worst:.2} s, {} terms in all",
             self.name,
+            term(),
             faults.len(),
             e.starts().len()
         );
@@ -545,6 +567,7 @@ mod checks {
         ];
         let f = fault_figures(&log, &faults);
         assert!((f[0].gap - 1.48).abs() < 1e-9, "{:?}", f[0]);
+        assert!((f[0].gap_at - 0.01).abs() < 1e-9, "{:?}", f[0]);
         assert_eq!(
             (f[0].before, f[0].after, f[0].kept()),
             (Some(3), Some(4), false)
