@@ -19,13 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::StreamStatus;
-use aws_sdk_kinesis::Client;
 use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
 use tenure_kinesis::checkpoint::compare_sequences;
 use tenure_kinesis::{Checkpoints, KinesisShards};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+
+mod common;
+use common::wait_active;
 
 const RECORDS: u64 = 420;
 const TERM_MS: &str = "1000";
@@ -96,24 +97,6 @@ fn holder(procs: &[Proc], lines: &Mutex<Vec<String>>) -> usize {
         .filter_map(|l| l.strip_prefix("REC ")?.split(' ').next())
         .find_map(|member| procs.iter().position(|p| p.name == member))
         .unwrap_or(0)
-}
-
-async fn wait_active(client: &Client, stream: &str) {
-    let start = Instant::now();
-    loop {
-        let d = client
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await
-            .expect("describe stream");
-        if d.stream_description_summary().map(|s| s.stream_status()) == Some(&StreamStatus::Active)
-        {
-            return;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "never ACTIVE");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

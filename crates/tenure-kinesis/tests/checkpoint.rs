@@ -3,9 +3,10 @@
 //! finish marks.
 
 use tenure_dynamodb::aws_sdk_dynamodb::types::AttributeValue;
-use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
 use tenure_kinesis::checkpoint::{Checkpoint, SEQUENCE, SEQUENCE_LENGTH, SHARD, TOKEN};
 use tenure_kinesis::{CheckpointError, Checkpoints};
+
+mod common;
 
 /// The dynalite endpoint, or `None` (skip; with `CI=true` it fails).
 fn endpoint() -> Option<String> {
@@ -15,16 +16,7 @@ fn endpoint() -> Option<String> {
 /// A checkpoint table of the test's own, created, on a client built the
 /// way tenure-dynamodb builds one for dynalite.
 async fn checkpoints(endpoint: &str, label: &str) -> Checkpoints {
-    let store = DynamoDbStore::connect_with(
-        DynamoDbOptions::new("tenure_kinesis_test_leases")
-            .unwrap()
-            .region("local")
-            .endpoint(endpoint)
-            .static_credentials("local", "local")
-            .create_if_missing(true),
-    )
-    .await
-    .expect("connect to dynalite");
+    let store = common::dynalite(endpoint).await;
     let table = format!("tenure_cp_{label}_{:x}", tenure_testkit::unique_suffix());
     let c = Checkpoints::new(store.client().clone(), table);
     assert!(c.create_table_if_missing().await.expect("create table"));

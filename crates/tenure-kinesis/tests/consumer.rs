@@ -15,13 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::StreamStatus;
-use aws_sdk_kinesis::Client;
 use tenure::store::LeaseView;
 use tenure::{GroupName, MemoryStore};
-use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
 use tenure_kinesis::checkpoint::compare_sequences;
-use tenure_kinesis::{Checkpoints, KinesisConsumer, KinesisShards, Record};
+use tenure_kinesis::{Checkpoints, KinesisConsumer, Record};
+
+mod common;
+use common::wait_active;
 
 const RECORDS: u64 = 240;
 const SPLIT_AT: u64 = 80;
@@ -40,24 +40,6 @@ struct Page {
     shard: String,
     token: u64,
     records: Vec<Record>,
-}
-
-async fn wait_active(client: &Client, stream: &str) {
-    let start = Instant::now();
-    loop {
-        let d = client
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await
-            .expect("describe stream");
-        if d.stream_description_summary().map(|s| s.stream_status()) == Some(&StreamStatus::Active)
-        {
-            return;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "never ACTIVE");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The hash keys the producer cycles through: the lower quarter (shard 0,
@@ -79,32 +61,10 @@ async fn two_consumers_read_every_record_in_order_across_a_split_and_a_shutdown(
         return;
     };
     let stream = format!("consume-{:x}", tenure_testkit::unique_suffix());
-    let source = KinesisShards::connect(&format!(
-        "kinesis://{stream}?endpoint={kinesis}&region=us-east-1\
-         &access_key_id=local&secret_access_key=local"
-    ))
-    .await
-    .expect("connect kinesis");
-    let client = source.client().clone();
-    client
-        .create_stream()
-        .stream_name(&stream)
-        .shard_count(2)
-        .send()
-        .await
-        .expect("create stream");
-    wait_active(&client, &stream).await;
+    let (source, client) = common::source(&kinesis, &stream).await;
+    common::create_stream(&client, &stream, 2).await;
 
-    let dynamo_store = DynamoDbStore::connect_with(
-        DynamoDbOptions::new("tenure_kinesis_test_leases")
-            .unwrap()
-            .region("local")
-            .endpoint(&dynamo)
-            .static_credentials("local", "local")
-            .create_if_missing(true),
-    )
-    .await
-    .expect("connect dynalite");
+    let dynamo_store = common::dynalite(&dynamo).await;
     let table = format!("tenure_cp_consumer_{:x}", tenure_testkit::unique_suffix());
     let table_handle = Checkpoints::new(dynamo_store.client().clone(), &table);
     table_handle.create_table_if_missing().await.unwrap();
@@ -344,21 +304,8 @@ async fn a_higher_token_in_the_table_stops_the_shards_work() {
         return;
     };
     let stream = format!("stale-{:x}", tenure_testkit::unique_suffix());
-    let source = KinesisShards::connect(&format!(
-        "kinesis://{stream}?endpoint={kinesis}&region=us-east-1\
-         &access_key_id=local&secret_access_key=local"
-    ))
-    .await
-    .expect("connect kinesis");
-    let client = source.client().clone();
-    client
-        .create_stream()
-        .stream_name(&stream)
-        .shard_count(1)
-        .send()
-        .await
-        .expect("create stream");
-    wait_active(&client, &stream).await;
+    let (source, client) = common::source(&kinesis, &stream).await;
+    common::create_stream(&client, &stream, 1).await;
     for n in 0..5 {
         client
             .put_record()
@@ -369,16 +316,7 @@ async fn a_higher_token_in_the_table_stops_the_shards_work() {
             .await
             .expect("put record");
     }
-    let dynamo_store = DynamoDbStore::connect_with(
-        DynamoDbOptions::new("tenure_kinesis_test_leases")
-            .unwrap()
-            .region("local")
-            .endpoint(&dynamo)
-            .static_credentials("local", "local")
-            .create_if_missing(true),
-    )
-    .await
-    .expect("connect dynalite");
+    let dynamo_store = common::dynalite(&dynamo).await;
     let table = format!("tenure_cp_stale_{:x}", tenure_testkit::unique_suffix());
     let checkpoints = Checkpoints::new(dynamo_store.client().clone(), &table);
     checkpoints.create_table_if_missing().await.unwrap();
@@ -442,21 +380,8 @@ async fn a_consumer_whose_handler_fails_leaves_and_the_other_reads_its_shards() 
         return;
     };
     let stream = format!("fail-{:x}", tenure_testkit::unique_suffix());
-    let source = KinesisShards::connect(&format!(
-        "kinesis://{stream}?endpoint={kinesis}&region=us-east-1\
-         &access_key_id=local&secret_access_key=local"
-    ))
-    .await
-    .expect("connect kinesis");
-    let client = source.client().clone();
-    client
-        .create_stream()
-        .stream_name(&stream)
-        .shard_count(2)
-        .send()
-        .await
-        .expect("create stream");
-    wait_active(&client, &stream).await;
+    let (source, client) = common::source(&kinesis, &stream).await;
+    common::create_stream(&client, &stream, 2).await;
     let keys = hash_keys();
     for n in 0..20u64 {
         client
@@ -469,16 +394,7 @@ async fn a_consumer_whose_handler_fails_leaves_and_the_other_reads_its_shards() 
             .await
             .expect("put record");
     }
-    let dynamo_store = DynamoDbStore::connect_with(
-        DynamoDbOptions::new("tenure_kinesis_test_leases")
-            .unwrap()
-            .region("local")
-            .endpoint(&dynamo)
-            .static_credentials("local", "local")
-            .create_if_missing(true),
-    )
-    .await
-    .expect("connect dynalite");
+    let dynamo_store = common::dynalite(&dynamo).await;
     let table = format!("tenure_cp_fail_{:x}", tenure_testkit::unique_suffix());
     Checkpoints::new(dynamo_store.client().clone(), &table)
         .create_table_if_missing()

@@ -9,13 +9,14 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::types::StreamStatus;
 use aws_sdk_kinesis::Client;
 use tenure::shards::{ShardSource, SourceShard};
 use tenure::{MemoryStore, Shards};
 use tenure_kinesis::{KinesisError, KinesisShards};
 use tenure_testkit::holders::{self, Holders};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+use common::{create_stream, source, wait_active};
 
 /// The kinesalite endpoint, or `None` (the test skips; with `CI=true` it
 /// fails instead).
@@ -23,59 +24,8 @@ fn endpoint() -> Option<String> {
     tenure_testkit::server_url("TENURE_TEST_KINESIS")
 }
 
-fn url(endpoint: &str, stream: &str) -> String {
-    format!(
-        "kinesis://{stream}?endpoint={endpoint}&region=us-east-1\
-         &access_key_id=local&secret_access_key=local"
-    )
-}
-
 fn unique(label: &str) -> String {
     format!("{label}-{:x}", tenure_testkit::unique_suffix())
-}
-
-/// A source on `stream`, and the SDK client it uses (for the test's own
-/// CreateStream, SplitShard and MergeShards).
-async fn source(endpoint: &str, stream: &str) -> (KinesisShards, Client) {
-    let source = KinesisShards::connect(&url(endpoint, stream))
-        .await
-        .expect("connect");
-    let client = source.client().clone();
-    (source, client)
-}
-
-/// Waits until the stream is ACTIVE (kinesalite runs with 0 ms state
-/// changes, so at once).
-async fn wait_active(client: &Client, stream: &str) {
-    let start = Instant::now();
-    loop {
-        let d = client
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await
-            .expect("describe stream");
-        if d.stream_description_summary().map(|s| s.stream_status()) == Some(&StreamStatus::Active)
-        {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{stream} never became ACTIVE"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn create_stream(client: &Client, stream: &str, shards: i32) {
-    client
-        .create_stream()
-        .stream_name(stream)
-        .shard_count(shards)
-        .send()
-        .await
-        .expect("create stream");
-    wait_active(client, stream).await;
 }
 
 /// Deletes the test's stream (kinesalite keeps every stream until it
@@ -279,77 +229,31 @@ async fn an_unreachable_endpoint_is_unavailable_and_shows_no_credentials() {
 /// `NextToken` = the index of the next one, and records every request's
 /// body.
 async fn paging_server(total: usize, page: usize) -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let bodies = Arc::new(Mutex::new(Vec::new()));
     let seen = bodies.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                return;
-            };
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                loop {
-                    // One request: headers, then Content-Length bytes.
-                    let head_end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        let mut chunk = [0; 4096];
-                        match conn.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    };
-                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map_or(0, |v| v.trim().parse().unwrap());
-                    while buf.len() < head_end + length {
-                        let mut chunk = [0; 4096];
-                        match conn.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let body =
-                        String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
-                    buf.drain(..head_end + length);
-                    seen.lock().unwrap().push(body.clone());
-                    let from = body
-                        .split("\"NextToken\":\"")
-                        .nth(1)
-                        .and_then(|t| t.split('"').next())
-                        .map_or(0, |t| t.parse().unwrap());
-                    let to = (from + page).min(total);
-                    let shards: Vec<String> = (from..to)
-                        .map(|i| {
-                            format!(
-                                r#"{{"ShardId":"shard-{i:03}","ParentShardId":"p-{i}","HashKeyRange":{{"StartingHashKey":"0","EndingHashKey":"1"}},"SequenceNumberRange":{{"StartingSequenceNumber":"1"}}}}"#
-                            )
-                        })
-                        .collect();
-                    let next = if to < total {
-                        format!(r#","NextToken":"{to}""#)
-                    } else {
-                        String::new()
-                    };
-                    let reply = format!(r#"{{"Shards":[{}]{next}}}"#, shards.join(","));
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.1\r\n\
-                         x-amzn-requestid: test\r\ncontent-length: {}\r\n\r\n{reply}",
-                        reply.len()
-                    );
-                    if conn.write_all(response.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let endpoint = common::scripted(move |_, body| {
+        seen.lock().unwrap().push(body.to_owned());
+        let from = body
+            .split("\"NextToken\":\"")
+            .nth(1)
+            .and_then(|t| t.split('"').next())
+            .map_or(0, |t| t.parse().unwrap());
+        let to = (from + page).min(total);
+        let shards: Vec<String> = (from..to)
+            .map(|i| {
+                format!(
+                    r#"{{"ShardId":"shard-{i:03}","ParentShardId":"p-{i}","HashKeyRange":{{"StartingHashKey":"0","EndingHashKey":"1"}},"SequenceNumberRange":{{"StartingSequenceNumber":"1"}}}}"#
+                )
+            })
+            .collect();
+        let next = if to < total {
+            format!(r#","NextToken":"{to}""#)
+        } else {
+            String::new()
+        };
+        (200, format!(r#"{{"Shards":[{}]{next}}}"#, shards.join(",")))
+    })
+    .await;
     (endpoint, bodies)
 }
 

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tenure::MemoryStore;
-use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
-use tenure_kinesis::{Checkpoints, KinesisConsumer, KinesisShards};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tenure_kinesis::{Checkpoints, KinesisConsumer};
+
+mod common;
 
 /// One request as the server saw it: its operation, body, and when.
 type Seen = Arc<Mutex<Vec<(String, String, Instant)>>>;
@@ -59,78 +59,15 @@ fn reply(op: &str, records_calls: usize) -> (u16, String) {
 }
 
 async fn scripted_kinesis() -> (String, Seen) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let seen: Seen = Arc::default();
     let log = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                return;
-            };
-            let log = log.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                loop {
-                    let head_end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        let mut chunk = [0; 4096];
-                        match conn.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    };
-                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map_or(0, |v| v.trim().parse().unwrap());
-                    let op = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("x-amz-target:"))
-                        .and_then(|v| v.trim().split('.').nth(1))
-                        .unwrap_or("")
-                        .to_owned();
-                    while buf.len() < head_end + length {
-                        let mut chunk = [0; 4096];
-                        match conn.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let body =
-                        String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
-                    buf.drain(..head_end + length);
-                    // The header is lower-cased above; the SDK's operation
-                    // names are matched in that case.
-                    let op = match op.as_str() {
-                        "listshards" => "ListShards",
-                        "getsharditerator" => "GetShardIterator",
-                        "getrecords" => "GetRecords",
-                        other => other,
-                    }
-                    .to_owned();
-                    let (status, reply) = {
-                        let mut log = log.lock().unwrap();
-                        let calls = log.iter().filter(|(o, ..)| o == "GetRecords").count();
-                        log.push((op.clone(), body, Instant::now()));
-                        reply(&op, calls)
-                    };
-                    let reason = if status == 200 { "OK" } else { "Bad Request" };
-                    let response = format!(
-                        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/x-amz-json-1.1\r\n\
-                         x-amzn-requestid: test\r\ncontent-length: {}\r\n\r\n{reply}",
-                        reply.len()
-                    );
-                    if conn.write_all(response.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let endpoint = common::scripted(move |op, body| {
+        let mut log = log.lock().unwrap();
+        let calls = log.iter().filter(|(o, ..)| o == "GetRecords").count();
+        log.push((op.to_owned(), body.to_owned(), Instant::now()));
+        reply(op, calls)
+    })
+    .await;
     (endpoint, seen)
 }
 
@@ -141,22 +78,8 @@ async fn throttling_backs_off_an_expired_iterator_resumes_from_the_checkpoint_an
         return;
     };
     let (endpoint, seen) = scripted_kinesis().await;
-    let source = KinesisShards::connect(&format!(
-        "kinesis://scripted?endpoint={endpoint}&region=us-east-1\
-         &access_key_id=local&secret_access_key=local"
-    ))
-    .await
-    .expect("connect");
-    let store = DynamoDbStore::connect_with(
-        DynamoDbOptions::new("tenure_kinesis_test_leases")
-            .unwrap()
-            .region("local")
-            .endpoint(&dynamo)
-            .static_credentials("local", "local")
-            .create_if_missing(true),
-    )
-    .await
-    .expect("connect dynalite");
+    let (source, _) = common::source(&endpoint, "scripted").await;
+    let store = common::dynalite(&dynamo).await;
     let table = format!("tenure_cp_scripted_{:x}", tenure_testkit::unique_suffix());
     let checkpoints = Checkpoints::new(store.client().clone(), &table);
     checkpoints.create_table_if_missing().await.unwrap();
