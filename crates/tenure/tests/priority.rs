@@ -36,15 +36,25 @@ impl Group {
 
     /// A candidate `id`, with `priority` if given, its terms recorded.
     fn candidate(&self, id: &str, priority: Option<u32>) -> Elector {
-        let mut b = Elector::builder(self.store.clone(), "jobs")
+        self.candidate_with(id, |b| match priority {
+            Some(p) => b.priority(p),
+            None => b,
+        })
+    }
+
+    /// A candidate `id` as `configure` makes it (from a builder with the
+    /// term and the preemption delay set), its terms recorded.
+    fn candidate_with(
+        &self,
+        id: &str,
+        configure: impl FnOnce(tenure::ElectorBuilder) -> tenure::ElectorBuilder,
+    ) -> Elector {
+        let b = Elector::builder(self.store.clone(), "jobs")
             .candidate_id(id)
             .term(TERM)
             .preempt_after(DELAY)
             .clock(self.clock.clone());
-        if let Some(p) = priority {
-            b = b.priority(p);
-        }
-        let e = b.start().expect("valid");
+        let e = configure(b).start().expect("valid");
         let mut events = e.events();
         let (terms, clock, id) = (self.terms.clone(), self.clock.clone(), id.to_owned());
         tokio::spawn(async move {
@@ -260,14 +270,7 @@ async fn a_zero_delay_asks_at_once() {
     let g = Group::new();
     let a = g.candidate("a", None);
     a.wait_for_leadership().await.unwrap();
-    let b = Elector::builder(g.store.clone(), "jobs")
-        .candidate_id("b")
-        .term(TERM)
-        .priority(9)
-        .preempt_after(Duration::ZERO)
-        .clock(g.clock.clone())
-        .start()
-        .unwrap();
+    let b = g.candidate_with("b", |b| b.priority(9).preempt_after(Duration::ZERO));
     let started = g.clock.now().mono;
     tokio::time::timeout(TERM * 2, b.wait_for_leadership())
         .await
@@ -283,22 +286,11 @@ async fn a_request_that_cannot_be_written_is_no_busy_loop() {
     let g = Group::new();
     // The leader's metadata leaves no room for a request in its record.
     let big = "x".repeat(tenure::record::MAX_METADATA_BYTES - 40);
-    let a = Elector::builder(g.store.clone(), "jobs")
-        .candidate_id("a")
-        .term(TERM)
-        .metadata(tenure::Metadata::new().with("blob", big))
-        .clock(g.clock.clone())
-        .start()
-        .unwrap();
+    let a = g.candidate_with("a", |b| {
+        b.metadata(tenure::Metadata::new().with("blob", big))
+    });
     a.wait_for_leadership().await.unwrap();
-    let b = Elector::builder(g.store.clone(), "jobs")
-        .candidate_id("b")
-        .term(TERM)
-        .priority(9)
-        .preempt_after(Duration::ZERO)
-        .clock(g.clock.clone())
-        .start()
-        .unwrap();
+    let b = g.candidate_with("b", |b| b.priority(9).preempt_after(Duration::ZERO));
     // A task asking in a loop would starve the paused clock's timers.
     tokio::time::timeout(TERM * 30, tokio::time::sleep(TERM * 10))
         .await
