@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::primitives::Blob;
 use tenure_dynamodb::{DynamoDbOptions, DynamoDbStore};
 use tenure_kinesis::checkpoint::compare_sequences;
 use tenure_kinesis::{Checkpoints, KinesisShards};
@@ -211,15 +210,7 @@ async fn three_processes_killed_stopped_and_terminated_in_turns_across_a_split_a
     let mut hits: Vec<(Duration, &str, String)> = Vec::new();
     let started = Instant::now();
     for n in 0..RECORDS {
-        client
-            .put_record()
-            .stream_name(&stream)
-            .partition_key("k")
-            .explicit_hash_key(&keys[usize::try_from(n % 3).unwrap()])
-            .data(Blob::new(n.to_string()))
-            .send()
-            .await
-            .expect("put record");
+        common::put_numbered(&client, &stream, &keys[usize::try_from(n % 3).unwrap()], n).await;
         let at = started.elapsed();
         match n {
             60 => {
@@ -404,10 +395,5 @@ async fn three_processes_killed_stopped_and_terminated_in_turns_across_a_split_a
             );
         }
     }
-    client
-        .delete_stream()
-        .stream_name(&stream)
-        .send()
-        .await
-        .expect("delete stream");
+    common::delete_stream(&client, &stream).await;
 }

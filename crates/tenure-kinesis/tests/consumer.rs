@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::primitives::Blob;
 use tenure::store::LeaseView;
 use tenure::{GroupName, MemoryStore};
 use tenure_kinesis::checkpoint::compare_sequences;
@@ -161,15 +160,7 @@ async fn two_consumers_read_every_record_in_order_across_a_split_and_a_shutdown(
     let keys = hash_keys();
     let mut stale_a = 0;
     for n in 0..RECORDS {
-        client
-            .put_record()
-            .stream_name(&stream)
-            .partition_key("k")
-            .explicit_hash_key(&keys[usize::try_from(n % 3).unwrap()])
-            .data(Blob::new(n.to_string()))
-            .send()
-            .await
-            .expect("put record");
+        common::put_numbered(&client, &stream, &keys[usize::try_from(n % 3).unwrap()], n).await;
         if n == SPLIT_AT {
             client
                 .split_shard()
@@ -284,12 +275,7 @@ async fn two_consumers_read_every_record_in_order_across_a_split_and_a_shutdown(
         total - usize::try_from(RECORDS).unwrap(),
         runs.len()
     );
-    client
-        .delete_stream()
-        .stream_name(&stream)
-        .send()
-        .await
-        .expect("delete stream");
+    common::delete_stream(&client, &stream).await;
 }
 
 /// A checkpoint under a higher token than the consumer's term (a newer
@@ -307,14 +293,7 @@ async fn a_higher_token_in_the_table_stops_the_shards_work() {
     let (source, client) = common::source(&kinesis, &stream).await;
     common::create_stream(&client, &stream, 1).await;
     for n in 0..5 {
-        client
-            .put_record()
-            .stream_name(&stream)
-            .partition_key("k")
-            .data(Blob::new(format!("{n}")))
-            .send()
-            .await
-            .expect("put record");
+        common::put_numbered(&client, &stream, "1", n).await;
     }
     let dynamo_store = common::dynalite(&dynamo).await;
     let table = format!("tenure_cp_stale_{:x}", tenure_testkit::unique_suffix());
@@ -364,12 +343,7 @@ async fn a_higher_token_in_the_table_stops_the_shards_work() {
         "the newer checkpoint was overwritten"
     );
     println!("stale refusals: {}", checkpoints.stale_refusals());
-    client
-        .delete_stream()
-        .stream_name(&stream)
-        .send()
-        .await
-        .expect("delete stream");
+    common::delete_stream(&client, &stream).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -384,15 +358,7 @@ async fn a_consumer_whose_handler_fails_leaves_and_the_other_reads_its_shards() 
     common::create_stream(&client, &stream, 2).await;
     let keys = hash_keys();
     for n in 0..20u64 {
-        client
-            .put_record()
-            .stream_name(&stream)
-            .partition_key("k")
-            .explicit_hash_key(&keys[if n % 2 == 0 { 0 } else { 2 }])
-            .data(Blob::new(n.to_string()))
-            .send()
-            .await
-            .expect("put record");
+        common::put_numbered(&client, &stream, &keys[if n % 2 == 0 { 0 } else { 2 }], n).await;
     }
     let dynamo_store = common::dynalite(&dynamo).await;
     let table = format!("tenure_cp_fail_{:x}", tenure_testkit::unique_suffix());
@@ -456,10 +422,5 @@ async fn a_consumer_whose_handler_fails_leaves_and_the_other_reads_its_shards() 
     b.shutdown().await;
     task.await.unwrap().unwrap();
     drop(a);
-    client
-        .delete_stream()
-        .stream_name(&stream)
-        .send()
-        .await
-        .expect("delete stream");
+    common::delete_stream(&client, &stream).await;
 }

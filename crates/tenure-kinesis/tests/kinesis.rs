@@ -16,7 +16,7 @@ use tenure_kinesis::{KinesisError, KinesisShards};
 use tenure_testkit::holders::{self, Holders};
 
 mod common;
-use common::{create_stream, source, wait_active};
+use common::{create_stream, delete_stream, source, wait_active};
 
 /// The kinesalite endpoint, or `None` (the test skips; with `CI=true` it
 /// fails instead).
@@ -26,17 +26,6 @@ fn endpoint() -> Option<String> {
 
 fn unique(label: &str) -> String {
     format!("{label}-{:x}", tenure_testkit::unique_suffix())
-}
-
-/// Deletes the test's stream (kinesalite keeps every stream until it
-/// stops, and counts their shards against its account limit).
-async fn delete_stream(client: &Client, stream: &str) {
-    client
-        .delete_stream()
-        .stream_name(stream)
-        .send()
-        .await
-        .expect("delete stream");
 }
 
 /// The SDK's view of the stream's shards (hash ranges for splits).

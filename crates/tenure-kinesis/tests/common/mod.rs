@@ -68,6 +68,31 @@ pub async fn create_stream(client: &Client, stream: &str, shards: i32) {
     wait_active(client, stream).await;
 }
 
+/// Deletes the test's stream (kinesalite keeps every stream until it
+/// stops, and counts their shards against its account limit).
+pub async fn delete_stream(client: &Client, stream: &str) {
+    client
+        .delete_stream()
+        .stream_name(stream)
+        .send()
+        .await
+        .expect("delete stream");
+}
+
+/// Writes record `n` (its data the number as text) to the shard whose
+/// hash key range holds `hash_key`.
+pub async fn put_numbered(client: &Client, stream: &str, hash_key: &str, n: u64) {
+    client
+        .put_record()
+        .stream_name(stream)
+        .partition_key("k")
+        .explicit_hash_key(hash_key)
+        .data(aws_sdk_kinesis::primitives::Blob::new(n.to_string()))
+        .send()
+        .await
+        .expect("put record");
+}
+
 /// The tests' lease table on dynalite (created if missing); its client
 /// also serves the checkpoint tables.
 pub async fn dynalite(endpoint: &str) -> DynamoDbStore {
