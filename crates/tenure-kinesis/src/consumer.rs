@@ -116,7 +116,14 @@ impl std::fmt::Debug for KinesisConsumerBuilder {
 
 impl KinesisConsumerBuilder {
     /// The sharded set's name in the lease store (default: the stream's
-    /// name). Consumers of one stream with the same set share its shards.
+    /// name). Consumers of one stream with the same set share its shards;
+    /// each set reads every record, and needs a checkpoint table of its
+    /// own (a claim of another set's item is refused as
+    /// [`OtherOwner`](crate::CheckpointError::OtherOwner)). A stream
+    /// deleted and created again under the same name is a new stream whose
+    /// shard ids start again at `shardId-000000000000`: give its consumers
+    /// a new set and a new checkpoint table, or the old finished marks and
+    /// checkpoints would say its shards were read.
     pub fn set(mut self, set: impl Into<String>) -> Self {
         self.set = Some(set.into());
         self

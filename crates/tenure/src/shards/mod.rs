@@ -64,7 +64,10 @@
 //!   where they are, unless the balance needs a move;
 //! * a shard removed is no member's target: its holder drains and releases
 //!   it (its record and token stay, so a shard that comes back continues
-//!   its tokens);
+//!   its tokens); a shard marked finished stays finished: a name that
+//!   comes back after its mark is dropped again (give a source whose
+//!   names are reused, such as a stream deleted and created again, a new
+//!   set name);
 //! * a shard that names parents ([`SourceShard::after`]) is assigned only
 //!   once none of them is in the catalog: its holder marks a parent
 //!   finished ([`Shards::mark_finished`], a record `SET/finished/SHARD`
@@ -72,8 +75,11 @@
 //!   shards, and shards the source no longer lists, at its next refresh;
 //! * a member never stands for a shard it has not read in a catalog; a
 //!   catalog torn by a leader that crashed while writing it is ignored and
-//!   written again by the next leader. Members take a catalog only when
-//!   it is newer than the one they have.
+//!   written again by the next leader; parts of two leaders' writes are
+//!   one torn catalog too. Members take each catalog written under
+//!   another token or generation than the one they have (the store's is
+//!   the truth: generations may start again lower after a store lost
+//!   writes).
 //!
 //! A change of the source is followed within the refresh period plus a
 //! poll, plus the usual hand-over of a shard that moves.
