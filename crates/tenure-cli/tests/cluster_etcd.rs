@@ -133,8 +133,8 @@ fn a_member_cut_off_or_frozen_never_gives_two_terms() {
 /// receiver of a message may have dialed, so a member's peer traffic is
 /// every connection to its own peer port plus every connection it dialed
 /// to another's: those carry its id in their first request's
-/// `X-Server-From` header. A cut closes both kinds (and refuses them anew)
-/// until healed; connections without the header (health probes) to the
+/// `X-Server-From` header. A cut silences both kinds (new ones too) until
+/// healed, then closes them; connections without the header (health probes) to the
 /// others pass.
 mod peers {
     use std::net::SocketAddr;
@@ -195,6 +195,10 @@ mod peers {
         }
         let from = sender(&head);
         if blocked(&cut.borrow_and_update(), index, from.as_deref()) {
+            // Silence, as in a partition, until healed; then closed.
+            while cut.changed().await.is_ok()
+                && blocked(&cut.borrow_and_update(), index, from.as_deref())
+            {}
             return;
         }
         let Ok(mut outbound) = TcpStream::connect(target).await else {
@@ -217,7 +221,13 @@ mod peers {
                     _ => return,
                 },
                 changed = cut.changed() => {
-                    if changed.is_err() || blocked(&cut.borrow_and_update(), index, from.as_deref()) {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if blocked(&cut.borrow_and_update(), index, from.as_deref()) {
+                        // Both sockets kept open and unread: silence, as
+                        // in a partition, until healed; then closed.
+                        while cut.changed().await.is_ok() && blocked(&cut.borrow_and_update(), index, from.as_deref()) {}
                         return;
                     }
                 }

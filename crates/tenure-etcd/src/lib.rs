@@ -136,9 +136,12 @@
 //! default. Keep `timeout` below half the term (`?timeout=1s` with a 2 s
 //! term) so that a renewal stuck on a silent member is tried on another
 //! in time; otherwise the leader loses its term and another candidate is
-//! elected once it has expired. The repository's `docs/benchmarks.md`
-//! ("Clustered stores") has the measured gaps and how often the term
-//! moved.
+//! elected once it has expired. A member that comes back from a
+//! partition with a higher Raft term makes the cluster elect again (no
+//! leader for another election timeout) unless members run with
+//! `--pre-vote` (the default from etcd 3.5; etcd 3.4 has it off). The
+//! repository's `docs/benchmarks.md` ("Clustered stores") has the
+//! measured gaps and how often the term moved.
 //!
 //! **What breaks fencing** (none of it is tested; each undoes writes the
 //! cluster had acknowledged, so a record, and the token in it, can go

@@ -190,7 +190,9 @@
 //! leader SIGKILLed while tenure's leader renews, restarted 3 s later,
 //! three times) and `a_server_cut_off_or_frozen_never_gives_two_terms`
 //! (each server cut off from tenure's clients by a proxy, then
-//! SIGSTOPped).
+//! SIGSTOPped), and `a_server_partitioned_from_its_quorum_never_gives_two_terms`
+//! (each server of a private ensemble cut off from its quorum, both ways,
+//! while it still answers tenure's clients).
 //!
 //! **Whether tenure's term survives it** is a matter of time, not safety:
 //! the ensemble must elect a new leader and the client reach a server that
@@ -199,7 +201,10 @@
 //! that drops packets) holds a request until the `timeout` option, 5 s by
 //! default. Keep `timeout` below half the term (`?timeout=1s` with a 2 s
 //! term); otherwise the leader loses its term and another candidate is
-//! elected once it has expired. The repository's `docs/benchmarks.md`
+//! elected once it has expired. A leader cut off from its followers (not
+//! dead: silent) is only given up after `syncLimit` × `tickTime` (10 s
+//! with ZooKeeper's defaults), and no write commits meanwhile: a term
+//! shorter than that is lost. The repository's `docs/benchmarks.md`
 //! ("Clustered stores") has the measured gaps and how often the term
 //! moved.
 //!
@@ -208,9 +213,11 @@
 //! * **Reads without `sync` are not linearizable.** A server that lags
 //!   its leader (or is cut off from it, until `syncLimit` × `tickTime`
 //!   passes: 10 s with the defaults) answers `getData` from its own
-//!   state. tenure only ever acts on its own conditional writes, so a
-//!   stale read merely delays a takeover or shows `tenure status` an older
-//!   holder. But anything that decides whether to act from a read of the
+//!   state (`a_server_partitioned_from_its_quorum_never_gives_two_terms`
+//!   shows it: a session on a partitioned follower reads a record older
+//!   than the quorum's). tenure only ever acts on its own conditional
+//!   writes, so a stale read merely delays a takeover or shows `tenure
+//!   status` an older holder. But anything that decides whether to act from a read of the
 //!   record (a resource that looks up the current token in ZooKeeper to
 //!   check a writer, a script reading the node) must `sync` first, or take
 //!   the token from the writer and keep the highest it saw, as the fencing
