@@ -395,7 +395,7 @@ fn a_member_partitioned_from_its_quorum_never_gives_two_terms() {
         );
         common::wait_for(Duration::from_secs(30), || whole(&pc.cluster).then_some(()))
             .expect("the cluster is whole again");
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(Duration::from_secs(2));
         faults.push(cluster::Fault {
             what: format!(
                 "{} ({was}) partitioned from its peers for 3s",

@@ -384,7 +384,7 @@ fn a_server_partitioned_from_its_quorum_never_gives_two_terms() {
             whole(&ensemble.cluster).then_some(())
         })
         .expect("the ensemble is whole again");
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(Duration::from_secs(2));
         faults.push(cluster::Fault {
             what: format!("{name} ({was}) partitioned from its quorum for 4s"),
             from,

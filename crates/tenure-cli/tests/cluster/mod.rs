@@ -368,7 +368,7 @@ pub struct Store<'a> {
 const DOWN: Duration = Duration::from_secs(3);
 /// How long a test waits, after a member serves again, before the next
 /// fault: the store's and tenure's dust settles.
-const SETTLE: Duration = Duration::from_secs(3);
+const SETTLE: Duration = Duration::from_secs(2);
 
 impl Store<'_> {
     fn leading_member(&self) -> usize {
