@@ -9,6 +9,7 @@
 //! cargo run -p tenure-sim --release -- --seeds 200 --start-seed 5000 --nodes 3..20
 //! cargo run -p tenure-sim --release -- --seed 42 --trace
 //! cargo run -p tenure-sim --release -- --elector --seeds 1000
+//! cargo run -p tenure-sim --release -- --elector --priorities --seeds 300
 //! cargo run -p tenure-sim --release -- --shards --seeds 1000
 //! ```
 
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tenure_sim::elector::ElectorParams;
+use tenure_sim::elector::{ElectorFaultRates, ElectorParams};
 use tenure_sim::shards::ShardParams;
 use tenure_sim::{
     FaultPlan, FaultRates, Liveness, Notify, Params, Shared, SimParams, SkewBound, Tier,
@@ -72,6 +73,22 @@ struct Args {
     /// within 1..16.
     #[arg(long, value_parser = parse_nodes, requires = "elector")]
     groups: Option<RangeInclusive<usize>>,
+    /// Candidate priorities (elector tier): each candidate gets a priority
+    /// drawn from the seed (some equal, some none) and higher ones preempt
+    /// lower; checks that once every fault has healed the highest-priority
+    /// live candidate leads within a derived bound and leadership then
+    /// stays put.
+    #[arg(long, requires = "elector")]
+    priorities: bool,
+    /// A negative control for --priorities: the electors are built without
+    /// their priorities, while the checker still expects them.
+    #[arg(long, requires = "priorities", hide = true)]
+    priorities_unset: bool,
+    /// A negative control for --priorities: the stale transfer requests of
+    /// the tail name a priority above the leader's, so it hands over to a
+    /// candidate of no higher priority.
+    #[arg(long, requires = "priorities", hide = true)]
+    priorities_forge_above: bool,
     /// The term in milliseconds.
     #[arg(long)]
     term_ms: Option<u64>,
@@ -107,6 +124,10 @@ struct Args {
     /// Inject crashes only.
     #[arg(long, conflicts_with_all = ["no_faults", "elector", "shards"])]
     crash_only: bool,
+    /// No partitions or storms (elector tier): every store operation
+    /// completes or fails, late at worst.
+    #[arg(long, requires = "elector", conflicts_with = "no_faults")]
+    no_partitions: bool,
     /// Inject no faults at all.
     #[arg(long)]
     no_faults: bool,
@@ -228,6 +249,12 @@ fn main() -> ExitCode {
             }
             if let Some(g) = &args.groups {
                 p.tier.groups = g.clone();
+            }
+            p.tier.priorities = args.priorities;
+            p.tier.priorities_unset = args.priorities_unset;
+            p.tier.priorities_forge_above = args.priorities_forge_above;
+            if args.no_partitions {
+                p.faults = ElectorFaultRates::without_partitions();
             }
         });
         drive(&args, electors)

@@ -318,6 +318,12 @@ impl<E, H> Stage<E, H> {
             .unwrap_or(usize::MAX)
     }
 
+    /// The slot whose id is `id` (a candidate's, as its records name it),
+    /// if any.
+    pub(crate) fn slot_index(&self, id: &str) -> Option<usize> {
+        self.slots.iter().position(|s| s.name == id)
+    }
+
     /// A new slot named `name`, its clock drawn from `rng` within `shared`'s
     /// drift bound and this seed's `skew` bound, and whether its views of
     /// the store notify after it; returns its index.

@@ -42,6 +42,15 @@ pub enum ViolationKind {
     /// A set following a changing catalog worked a child shard before its
     /// parents were marked finished.
     ParentOrder,
+    /// With candidate priorities (the elector tier's `--priorities`), once
+    /// every fault had healed and membership was stable, a group's leader
+    /// was not a live candidate of the highest priority within the derived
+    /// bound.
+    Priority,
+    /// With candidate priorities, leadership moved in the stable tail other
+    /// than to a strictly higher priority, or moved again once a candidate
+    /// of the highest priority led.
+    Oscillation,
 }
 
 impl fmt::Display for ViolationKind {
@@ -55,6 +64,8 @@ impl fmt::Display for ViolationKind {
             ViolationKind::WorkPastDeadline => "work past deadline",
             ViolationKind::Balance => "balance",
             ViolationKind::ParentOrder => "parent order",
+            ViolationKind::Priority => "priority",
+            ViolationKind::Oscillation => "oscillation",
         })
     }
 }

@@ -89,6 +89,7 @@ fn every_tier_s_replay_command_names_every_non_default_parameter() {
         tier: ElectorTier {
             nodes: 3..=4,
             groups: 2..=2,
+            ..ElectorTier::default()
         },
         faults: ElectorFaultRates::none(),
         ..ElectorParams::default()

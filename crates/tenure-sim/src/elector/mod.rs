@@ -38,6 +38,26 @@
 //!   term within the heal bound, and keep it; after a crash of a leader in
 //!   the tail its groups must have a new term within the crash bound
 //!   ([`LivenessBounds`]).
+//! * **Priorities** (`--priorities`, [`ElectorTier::priorities`]): each
+//!   candidate is built with a priority drawn from the seed (levels 0 to
+//!   3, some none, so ties are common) and the seed's preemption delay
+//!   (the default term, zero, or up to two terms), and higher priorities
+//!   preempt lower ones throughout the faults. In half the seeds the
+//!   highest-priority candidates crash a term before the faults end and
+//!   come back as they end, so the tail starts with a climb. With every
+//!   fault healed and membership stable, each group's leader must be a
+//!   live candidate of the highest priority within `heal + hops·hop`
+//!   after the heal ([`ViolationKind::Priority`]; `hop`, one preemption,
+//!   is derived in the `priority` module: observe the term, the delay, the
+//!   request, the leader's next renewal noticing it, the drain, the
+//!   reserved release taken; `hops` is the number of distinct priorities
+//!   above the heal leader's among the live candidates); after the heal
+//!   bound leadership may move only to a strictly higher priority, and not
+//!   at all once the group's bound has passed, until the tail's crash
+//!   ([`ViolationKind::Oscillation`]), while stale transfer requests (a
+//!   priority not above the leader's) are written into leaders' records
+//!   and must be declined. A hand-over under way at the heal check counts
+//!   as a term for the heal bound.
 //!
 //! The fault schedule, the clocks, latencies and the work's behaviour all
 //! derive from the seed; the candidates' retry jitter and incarnations are
@@ -65,6 +85,7 @@ pub(crate) mod clock;
 mod node;
 mod params;
 pub(crate) mod plan;
+mod priority;
 pub(crate) mod report;
 pub(crate) mod windows;
 
@@ -74,6 +95,8 @@ pub use windows::StoreTroubleRates;
 
 use clock::SimClock;
 use plan::Planned;
+use priority::Priorities;
+pub use priority::PriorityOutcome;
 
 /// The name of the `g`-th group.
 fn group_name(g: usize) -> String {
@@ -112,6 +135,13 @@ enum Ev {
     Storm,
     TailStart,
     HealCheck,
+    /// The priority bound of a group has passed.
+    PriorityCheck(usize),
+    /// A stale transfer request is written into a group's record.
+    Forge(usize),
+    /// The highest-priority candidates crash, to start again as the fault
+    /// phase ends.
+    TopCrash,
     TailCrash,
     CrashCheck,
     End,
@@ -139,6 +169,15 @@ struct Cluster {
     heal_leaders: Vec<Option<(usize, u64)>>,
     /// When the tail's leader crashed, and the groups it led then.
     tail_crash: Option<(SimTime, Vec<usize>)>,
+    /// With `--priorities`: every candidate's priority, the delay and the
+    /// hop bound.
+    priorities: Option<Priorities>,
+    /// Per group, when its priority bound passes (set at the heal check).
+    priority_due: Vec<Option<SimTime>>,
+    /// Per group, the leader when its priority bound had passed.
+    priority_leaders: Vec<Option<(usize, u64)>>,
+    /// What the priority checks measured.
+    priority: PriorityOutcome,
 }
 
 impl Cluster {
@@ -150,6 +189,10 @@ impl Cluster {
         // Slow windows make operations take up to 1.5 operation timeouts.
         let slow = LivenessBounds::slow_op(&timing);
         let bounds = LivenessBounds::new(&timing, params.shared.latency, slow);
+        let priorities = params
+            .tier
+            .priorities
+            .then(|| Priorities::draw(seed, n, &timing, params.shared.latency));
         let mut stage = Stage::new(seed, params.shared.fault_phase, params.shared.trace);
         for i in 0..n {
             stage.add_slot(format!("node-{i}"), &mut rng, &params.shared, skew);
@@ -169,6 +212,10 @@ impl Cluster {
             bounds,
             heal_leaders: vec![None; groups],
             tail_crash: None,
+            priorities,
+            priority_due: vec![None; groups],
+            priority_leaders: vec![None; groups],
+            priority: PriorityOutcome::default(),
         };
         cluster.plan();
         Ok(cluster)
@@ -192,7 +239,22 @@ impl Cluster {
                 .push(self.stage.fault_end.before(term * 5 / 2), Ev::Storm);
         }
         let b = self.bounds;
-        let tail_crash = self.stage.fault_end.after(b.heal.max(b.quiet) + term / 2);
+        let mut tail_crash = self.stage.fault_end.after(b.heal.max(b.quiet) + term / 2);
+        if let Some(p) = &self.priorities {
+            // Room for the longest climb (a hop per priority above the
+            // lowest), then a hop more in which a further move would show.
+            let n = self.stage.slots.len();
+            let lowest = (0..n).map(|i| p.level(i)).min().unwrap_or(0);
+            let hops = p.levels_above(0..n, lowest) as u32;
+            let settled = self.stage.fault_end.after(b.heal + p.hop * (hops + 1));
+            tail_crash = tail_crash.max(settled);
+            // In half the seeds the tail begins with a climb: the
+            // highest-priority candidates crash a term before the fault
+            // phase ends and come back as it ends, under a leader of lower
+            // priority.
+            self.stage
+                .push(self.stage.fault_end.before(term), Ev::TopCrash);
+        }
         self.stage.push(self.stage.fault_end, Ev::TailStart);
         self.stage
             .push(self.stage.fault_end.after(b.heal), Ev::HealCheck);
@@ -214,6 +276,9 @@ impl Cluster {
                     .stage
                     .event(None, "tail", &[], || "faults healed".into()),
                 Ev::HealCheck => self.heal_check(),
+                Ev::PriorityCheck(g) => self.priority_check(g),
+                Ev::Forge(g) => self.forge(g).await,
+                Ev::TopCrash => self.top_crash(),
                 Ev::TailCrash => self.tail_crash(),
                 Ev::CrashCheck => self.crash_check(),
                 Ev::End => break,
@@ -245,6 +310,12 @@ impl Cluster {
     fn heal_check(&mut self) {
         for g in 0..self.groups() {
             self.heal_leaders[g] = self.leader(g);
+            if self.heal_leaders[g].is_none() && self.priorities.is_some() {
+                // A preemption's hand-over (drain, release, take) may be
+                // under way now: a term valid since the faults healed is
+                // enough, and the checks of the climb take it from there.
+                self.heal_leaders[g] = self.term_since_heal(g);
+            }
             if self.heal_leaders[g].is_none() {
                 let bound = self.bounds.heal;
                 let what = format!(
@@ -253,6 +324,20 @@ impl Cluster {
                 self.liveness_violation(g, vec![], vec![], what);
             }
         }
+        if self.priorities.is_some() {
+            self.plan_priority_checks();
+        }
+    }
+
+    /// The last term of group `g` the electors published that began by now
+    /// and was valid at some instant since every fault healed, if any.
+    fn term_since_heal(&self, g: usize) -> Option<(usize, u64)> {
+        let fault_end = self.stage.fault_end;
+        let s = self.published[g].spans().into_iter().rev().find(|s| {
+            self.stage.sim_time(s.elected) <= self.stage.now
+                && s.ended.is_none_or(|e| self.stage.sim_time(e) >= fault_end)
+        })?;
+        Some((self.stage.slot_index(&s.candidate)?, s.token))
     }
 
     /// Checks that the leaders found at the heal check kept their terms,
@@ -261,7 +346,13 @@ impl Cluster {
     fn tail_crash(&mut self) {
         for g in 0..self.groups() {
             let leader = self.leader(g);
-            if let Some((node, token)) = self.heal_leaders[g] {
+            // With priorities the heal leader may be preempted: the leader
+            // the priority check found must have kept its term.
+            let kept = match self.priorities {
+                Some(_) => self.priority_leaders[g],
+                None => self.heal_leaders[g],
+            };
+            if let Some((node, token)) = kept {
                 if leader != Some((node, token)) {
                     let what = format!(
                         "node {node} led with token {token} in the fault-free tail but lost its term without a fault (now: {leader:?})"
@@ -351,6 +442,7 @@ impl Cluster {
             })
         });
         let crash_gaps = crash_gaps.collect();
+        violations.extend(self.oscillations());
         let run = self.stage.record(&self.timing, violations);
         let f = lock(&self.stage.findings);
         ElectorReport {
@@ -376,6 +468,7 @@ impl Cluster {
                 bound: self.bounds.crash,
             },
             closest_handover: closest,
+            priority: self.priorities.is_some().then(|| self.priority.clone()),
         }
     }
 }

@@ -191,13 +191,27 @@ impl Cluster {
         let slot = &self.stage.slots[n];
         let store = new.view.faults.wrap(self.store.clone(), slot.name.clone());
         let mut electors = Vec::new();
+        // The control that leaves priorities unset builds the electors
+        // as if priorities were off; the checker still expects them.
+        let priority = self
+            .priorities
+            .as_ref()
+            .filter(|_| !self.params.tier.priorities_unset);
         for g in 0..self.work.len() {
-            let started = Elector::builder(store.clone(), group_name(g))
+            let mut builder = Elector::builder(store.clone(), group_name(g))
                 .candidate_id(slot.name.clone())
                 .config(self.config.clone())
                 .metadata(Metadata::address(format!("10.0.0.{n}:8080")))
-                .clock(slot.clock.clone())
-                .start();
+                .clock(slot.clock.clone());
+            if let Some(p) = priority {
+                if let Some(level) = p.of[n] {
+                    builder = builder.priority(level);
+                }
+                if let Some(delay) = p.delay {
+                    builder = builder.preempt_after(delay);
+                }
+            }
+            let started = builder.start();
             match started {
                 Ok(e) => electors.push(e),
                 Err(e) => {

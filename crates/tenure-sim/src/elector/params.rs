@@ -69,9 +69,23 @@ impl FaultPlan for ElectorFaultRates {
     fn check(&self) -> Result<(), SimError> {
         check_intervals(self.kinds(true))
     }
+
+    fn flag(&self) -> Option<&'static str> {
+        (*self == Self::without_partitions()).then_some("--no-partitions")
+    }
 }
 
 impl ElectorFaultRates {
+    /// The default rates without partitions or storms (`--no-partitions`):
+    /// every store operation then completes or fails, late at worst, so a
+    /// caller without a timeout of its own is never left waiting for good.
+    pub fn without_partitions() -> Self {
+        let mut rates = Self::default();
+        rates.store_trouble.partition_every = None;
+        rates.storms = false;
+        rates
+    }
+
     /// Every kind with its mean interval, in the order a run's plan draws
     /// them in; pulse stalls only if the application `pulses`.
     pub(crate) fn kinds(&self, pulses: bool) -> impl Iterator<Item = (Planned, Option<Duration>)> {
@@ -101,6 +115,30 @@ pub struct ElectorTier {
     /// How many groups every candidate stands in, on one store handle (so
     /// one engine runs them all), drawn per seed from this range (1 to 16).
     pub groups: RangeInclusive<usize>,
+    /// Candidate priorities (`--priorities`): each candidate is built with
+    /// a priority drawn from the seed (few levels, so ties are common;
+    /// some set none, some an explicit 0) and the seed's preemption delay,
+    /// so higher priorities preempt lower ones throughout the run. The
+    /// checker adds, per group: once every fault has healed the leader is
+    /// a live candidate of the highest priority within a derived bound
+    /// ([`ViolationKind::Priority`](crate::ViolationKind::Priority)), and
+    /// leadership only ever moves to a higher priority after the heal
+    /// bound, and not at all once the highest leads, until the tail's
+    /// crash ([`ViolationKind::Oscillation`](crate::ViolationKind::Oscillation)),
+    /// while stale transfer requests (a priority not above the leader's)
+    /// are written into leaders' records and must be declined.
+    pub priorities: bool,
+    /// A negative control for `priorities`: the electors are built without
+    /// their priorities (no candidate publishes one or asks), while the
+    /// checker still expects the highest to lead; it must report
+    /// [`ViolationKind::Priority`](crate::ViolationKind::Priority).
+    pub priorities_unset: bool,
+    /// A negative control for `priorities`: the transfer requests the tail
+    /// writes name a priority above the leader's (a forgery the leader
+    /// cannot tell from a real request, so it hands over to a candidate of
+    /// no higher priority); the checker must report
+    /// [`ViolationKind::Oscillation`](crate::ViolationKind::Oscillation).
+    pub priorities_forge_above: bool,
 }
 
 impl Default for ElectorTier {
@@ -108,6 +146,9 @@ impl Default for ElectorTier {
         ElectorTier {
             nodes: 2..=5,
             groups: 1..=3,
+            priorities: false,
+            priorities_unset: false,
+            priorities_forge_above: false,
         }
     }
 }
@@ -123,12 +164,33 @@ impl Tier for ElectorTier {
 
     fn check(&self) -> Result<(), SimError> {
         check_range("node count", &self.nodes, 2, 20)?;
-        check_range("group count", &self.groups, 1, 16)
+        check_range("group count", &self.groups, 1, 16)?;
+        if (self.priorities_unset || self.priorities_forge_above) && !self.priorities {
+            return Err(SimError::Params(
+                "the priority controls need priorities on".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn flags(&self, default: &Self) -> String {
-        range_flag("nodes", &self.nodes, &default.nodes)
-            + &range_flag("groups", &self.groups, &default.groups)
+        let mut flags = range_flag("nodes", &self.nodes, &default.nodes)
+            + &range_flag("groups", &self.groups, &default.groups);
+        if self.priorities {
+            flags += " --priorities";
+        }
+        flags
+    }
+
+    fn control_flags(&self) -> String {
+        let mut flags = String::new();
+        if self.priorities_unset {
+            flags += " --priorities-unset";
+        }
+        if self.priorities_forge_above {
+            flags += " --priorities-forge-above";
+        }
+        flags
     }
 
     fn run(params: &ElectorParams, seed: u64) -> Result<ElectorReport, SimError> {

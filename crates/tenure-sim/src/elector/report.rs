@@ -11,6 +11,8 @@ use crate::report::{
 };
 use crate::tier::{TierReport, TierSummary};
 
+use super::PriorityOutcome;
+
 /// Everything one seed's elector-tier run found.
 #[derive(Clone, Debug)]
 pub struct ElectorReport {
@@ -34,6 +36,8 @@ pub struct ElectorReport {
     /// The least time from one candidate's work stopping to another's
     /// starting.
     pub closest_handover: Option<Duration>,
+    /// With candidate priorities, what their checks measured.
+    pub priority: Option<PriorityOutcome>,
 }
 
 impl fmt::Display for ElectorReport {
@@ -125,6 +129,16 @@ pub struct ElectorSummary {
     pub crash_gaps: Vec<(Duration, Duration)>,
     /// The least hand-over time, and its seed.
     pub closest_handover: Option<(Duration, u64)>,
+    /// Seeds run with candidate priorities.
+    pub priority_seeds: u64,
+    /// Their climbs to the highest priority, with their bounds and the
+    /// preemptions the bounds allowed for.
+    pub climbs: Vec<(Duration, Duration, usize)>,
+    /// Groups checked for priority, by how many preemptions their bound
+    /// allowed for.
+    pub hops: BTreeMap<usize, u64>,
+    /// Stale transfer requests written into leaders' records.
+    pub forged: u64,
 }
 
 impl TierSummary<ElectorReport> for ElectorSummary {
@@ -135,6 +149,14 @@ impl TierSummary<ElectorReport> for ElectorSummary {
         self.heal_gaps.extend(r.heal.with_bound());
         self.crash_gaps.extend(r.crash.with_bound());
         keep_closest(&mut self.closest_handover, r.closest_handover, r.run.seed);
+        if let Some(p) = &r.priority {
+            self.priority_seeds += 1;
+            self.climbs.extend(p.climbs.iter().copied());
+            for &h in &p.hops {
+                *self.hops.entry(h).or_insert(0) += 1;
+            }
+            self.forged += p.forged;
+        }
     }
 
     fn totals(&self) -> &Totals {
@@ -187,6 +209,62 @@ impl fmt::Display for ElectorSummary {
                 "closest hand-over"
             )?;
         }
+        if self.priority_seeds > 0 {
+            self.priority_lines(f)?;
+        }
         violations_line(f, &self.runs.violations)
+    }
+}
+
+impl ElectorSummary {
+    /// The priority checks' lines: groups by the preemptions their bound
+    /// allowed for, the climbs against their bounds, the stale requests.
+    fn priority_lines(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let groups: u64 = self.hops.values().sum();
+        let by_hops: Vec<String> = self
+            .hops
+            .iter()
+            .map(|(h, n)| format!("{n} with {h}"))
+            .collect();
+        row(
+            f,
+            "priority: groups checked",
+            format!(
+                "{groups} in {} seeds (preemptions allowed for: {})",
+                self.priority_seeds,
+                by_hops.join(", ")
+            ),
+        )?;
+        let already: Vec<_> = self.climbs.iter().filter(|c| c.2 == 0).collect();
+        let preempted: Vec<_> = self.climbs.iter().filter(|c| c.2 > 0).collect();
+        climb_line(f, "highest leads, no preemption needed", &already)?;
+        climb_line(f, "highest leads, after preemption", &preempted)?;
+        row(f, "  stale transfer requests written", self.forged)
+    }
+}
+
+/// One line of climbs: how many, median and max, the range of their
+/// bounds, and the worst climb against its bound.
+fn climb_line(
+    f: &mut fmt::Formatter<'_>,
+    what: &str,
+    climbs: &[&(Duration, Duration, usize)],
+) -> fmt::Result {
+    let mut took: Vec<Duration> = climbs.iter().map(|c| c.0).collect();
+    took.sort();
+    let worst = climbs
+        .iter()
+        .map(|c| c.0.as_secs_f64() / c.1.as_secs_f64())
+        .fold(0.0, f64::max);
+    let lo = climbs.iter().map(|c| c.1).min();
+    let hi = climbs.iter().map(|c| c.1).max();
+    match (took.get(took.len() / 2), took.last(), lo, hi) {
+        (Some(med), Some(max), Some(lo), Some(hi)) => writeln!(
+            f,
+            "  {what:<38} n={:<6} median {med:>9.3?}  max {max:>9.3?}  bound {lo:.3?}..{hi:.3?}  worst climb/bound {:.0}%",
+            took.len(),
+            worst * 100.0
+        ),
+        _ => writeln!(f, "  {what:<38} n=0"),
     }
 }

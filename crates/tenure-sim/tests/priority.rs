@@ -1,0 +1,82 @@
+//! The elector tier with candidate priorities (`--priorities`): higher
+//! priorities preempt lower ones under every fault, and once every fault
+//! has healed the highest-priority live candidate leads within the derived
+//! bound and leadership stays put, while stale transfer requests are
+//! written into leaders' records and declined. Each priority check is seen
+//! to fail under its negative control.
+
+use tenure_sim::elector::{ElectorFaultRates, ElectorParams, ElectorSummary};
+use tenure_sim::ViolationKind;
+
+mod runs;
+use runs::{first_violation, run_clean};
+
+/// Priorities on, with every fault but partitions (see the ignored test
+/// below for why).
+fn priorities() -> ElectorParams {
+    let mut params = ElectorParams {
+        faults: ElectorFaultRates::without_partitions(),
+        ..ElectorParams::default()
+    };
+    params.tier.priorities = true;
+    params
+}
+
+fn assert_exercised(summary: &ElectorSummary) {
+    // Preemptions happened (every transfer here is one), some groups had
+    // to climb in the tail, and stale requests were written and declined.
+    assert!(
+        summary
+            .counts
+            .end_reasons
+            .get("transferred")
+            .is_some_and(|&n| n > 10),
+        "{summary}"
+    );
+    assert!(summary.climbs.iter().any(|c| c.2 > 0), "{summary}");
+    assert!(summary.forged > summary.runs.seeds, "{summary}");
+    assert_eq!(summary.climbs.len() as u64, summary.groups, "{summary}");
+}
+
+#[test]
+fn priority_seeds_hold_every_invariant() {
+    let summary = run_clean(&priorities(), 0..40);
+    assert_exercised(&summary);
+}
+
+#[test]
+fn the_highest_priority_must_lead_once_faults_heal() {
+    // Control: the electors are built without their priorities, so nobody
+    // preempts, and the checker must see the wrong candidate lead.
+    let mut params = priorities();
+    params.tier.priorities_unset = true;
+    let (v, replay) = first_violation(&params, 0..20, |v| v.kind == ViolationKind::Priority)
+        .expect("no priority violation with the priorities unset");
+    assert!(
+        replay.contains("--priorities --priorities-unset"),
+        "{replay}"
+    );
+    assert!(v.detail.contains("highest priority"), "{v}");
+}
+
+#[test]
+fn leadership_must_not_move_once_the_highest_leads() {
+    // Control: the tail's stale requests name a priority above the
+    // leader's, which it must honour, handing over to a candidate of no
+    // higher priority (and the highest then takes it back).
+    let mut params = priorities();
+    params.tier.priorities_forge_above = true;
+    let (v, replay) = first_violation(&params, 0..20, |v| v.kind == ViolationKind::Oscillation)
+        .expect("no oscillation with requests forged above the leader's priority");
+    assert!(replay.contains("--priorities-forge-above"), "{replay}");
+    assert_eq!(v.tokens.len(), 2, "{v}");
+    assert!(v.tokens[0] < v.tokens[1], "{v}");
+}
+
+#[test]
+#[ignore = "finding of issue 30: preempt.rs calls the store without an operation timeout, so a request that hangs in a partition wedges the candidate's preemption for good, and the highest priority never leads (e.g. seed 1)"]
+fn priority_seeds_with_partitions_hold_every_invariant() {
+    let mut params = priorities();
+    params.faults = ElectorFaultRates::default();
+    run_clean(&params, 0..40);
+}
