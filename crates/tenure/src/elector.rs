@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::clock::{system_clock, Clock};
+use crate::clock::{system_clock, Clock, MonoTime};
 use crate::config::{Config, Timing};
 use crate::coordinator::{Command, Coordinator, Session};
 use crate::engine::{Engine, EngineShared, Joining, ToEngine};
@@ -251,6 +251,13 @@ impl ElectorBuilder {
             }
         };
         if let (Some(priority), Some(engine)) = (self.priority.filter(|p| *p > 0), &engine) {
+            let (pulse, clock, lapse) =
+                (pulse.clone(), self.clock.clone(), timing.liveness_timeout);
+            let live = move || {
+                lapse.is_none_or(|t| {
+                    clock.now().mono < MonoTime::from_nanos(pulse.last.load(Ordering::Acquire)) + t
+                })
+            };
             runtime.spawn(
                 crate::preempt::Preemption {
                     store: engine.store.clone(),
@@ -259,8 +266,11 @@ impl ElectorBuilder {
                     priority,
                     delay: self.preempt_after.unwrap_or(timing.term),
                     term: timing.term,
+                    op_timeout: timing.op_timeout,
+                    renew_interval: timing.renew_interval,
                     clock: self.clock.clone(),
                     role: role_rx.clone(),
+                    live: Box::new(live),
                 }
                 .run(),
             );

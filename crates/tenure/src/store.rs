@@ -434,6 +434,21 @@ impl Listed {
     }
 }
 
+/// `op`'s answer, or [`StoreError::Timeout`] once `limit` has passed on
+/// `clock`: a reply lost on the way (a connection black-holed by a
+/// partition) must not hold a task that waits for it for ever.
+pub(crate) async fn bounded<T, E: From<StoreError>>(
+    clock: &dyn crate::clock::Clock,
+    limit: std::time::Duration,
+    op: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let deadline = clock.now().mono + limit;
+    tokio::select! {
+        r = op => r,
+        () = clock.sleep_until(deadline) => Err(StoreError::Timeout(limit).into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

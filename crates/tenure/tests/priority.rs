@@ -49,7 +49,17 @@ impl Group {
         id: &str,
         configure: impl FnOnce(tenure::ElectorBuilder) -> tenure::ElectorBuilder,
     ) -> Elector {
-        let b = Elector::builder(self.store.clone(), "jobs")
+        self.candidate_on(self.store.clone(), id, configure)
+    }
+
+    /// The same, on a store handle of its own (one with faults, say).
+    fn candidate_on(
+        &self,
+        store: impl LeaseStore,
+        id: &str,
+        configure: impl FnOnce(tenure::ElectorBuilder) -> tenure::ElectorBuilder,
+    ) -> Elector {
+        let b = Elector::builder(store, "jobs")
             .candidate_id(id)
             .term(TERM)
             .preempt_after(DELAY)
@@ -298,4 +308,78 @@ async fn a_request_that_cannot_be_written_is_no_busy_loop() {
     assert_eq!(g.holder().await, Some(("a".to_owned(), 1)));
     a.shutdown().await;
     b.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_candidate_whose_liveness_lapsed_does_not_ask() {
+    let g = Group::new();
+    let a = g.candidate("a", None);
+    a.wait_for_leadership().await.unwrap();
+    // b never pulses: it could not take the lease, so it must not make a
+    // hand it over (to wait out a reservation nobody takes, again and
+    // again).
+    let b = g.candidate_with("b", |b| {
+        b.priority(9).liveness_timeout(Duration::from_secs(5))
+    });
+    tokio::time::sleep(TERM * 20).await;
+    assert_eq!(g.holder().await, Some(("a".to_owned(), 1)));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_into_a_dead_leaders_record_does_not_delay_the_takeover() {
+    let g = Group::new();
+    let faults = tenure::Faults::new();
+    let a = g.candidate_on(faults.wrap(g.store.clone(), "a"), "a", |b| b);
+    a.wait_for_leadership().await.unwrap();
+    let b = g.candidate("b", Some(9));
+    let wait = tenure::Config::new(TERM)
+        .validate()
+        .unwrap()
+        .takeover_wait(TERM);
+    // a dies just before b asks, so that b's request (after its look for
+    // a renewal) would land in a record nobody renews, before the
+    // takeover.
+    tokio::time::sleep(DELAY.saturating_sub(Duration::from_millis(500))).await;
+    faults.partition("a");
+    let cut = g.clock.now().mono;
+    tokio::time::timeout(wait + TERM, b.wait_for_leadership())
+        .await
+        .expect("b never led")
+        .unwrap();
+    let took = g.clock.now().mono.saturating_since(cut);
+    assert!(
+        took <= wait + TERM / 3 + Duration::from_secs(1),
+        "the takeover took {took:?} after the leader died (a takeover wait is {wait:?})"
+    );
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_candidate_that_stops_withdraws_its_request() {
+    let g = Group::new();
+    // a polls (no change feed), so it sees a request only at its next
+    // renewal: b stops before that.
+    let faults = tenure::Faults::new();
+    faults.set_no_notifications(true);
+    let a = g.candidate_on(faults.wrap(g.store.clone(), "a"), "a", |b| b);
+    a.wait_for_leadership().await.unwrap();
+    let b = g.candidate("b", Some(9));
+    let group = GroupName::new("jobs").unwrap();
+    loop {
+        let v = g.store.read(&group).await.unwrap().unwrap();
+        if v.record.transfer_to() == Some("b") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    b.shutdown().await;
+    tokio::time::sleep(TERM * 3).await;
+    // Without the withdrawal a hands over to b, gone, and the lease waits
+    // out its reservation with no leader.
+    assert_eq!(g.holder().await, Some(("a".to_owned(), 1)));
+    assert_eq!(g.leaders(), ["a"]);
+    a.shutdown().await;
 }

@@ -140,6 +140,12 @@ async fn transfer(
         record
             .metadata
             .insert(tenure::record::TRANSFER_TO_KEY, to.to_owned());
+        // An operator's request, not a candidate's preemption: a priority
+        // a candidate's request left there would let a candidate of higher
+        // priority overwrite the operator's choice.
+        record
+            .metadata
+            .remove(tenure::record::TRANSFER_PRIORITY_KEY);
         if record.holder.is_none() {
             // A reservation lasts one term from now.
             record.renewed_at = WallTime::now();

@@ -42,7 +42,7 @@ use crate::clock::{Clock, WallTime};
 use crate::elector::Elector;
 use crate::error::{ConfigError, ElectorError, StoreError};
 use crate::record::{check_name, GroupName, LeaseRecord, Metadata, Version, MAX_GROUP_BYTES};
-use crate::store::{CasOutcome, CasRequest, LeaseStore};
+use crate::store::{bounded, CasOutcome, CasRequest, LeaseStore};
 use crate::term::Term;
 
 /// The error a [`ShardSource`] returns; shown in the logs and in
@@ -303,21 +303,6 @@ impl Stored {
             .map(|p| p.g)
             .max()
             .unwrap_or(0)
-    }
-}
-
-/// `op`'s answer, or [`StoreError::Timeout`] once `limit` has passed on
-/// `clock`: a reply lost on the way (a connection black-holed by a
-/// partition) must not hold the catalog's leader or follower for ever.
-async fn bounded<T, E: From<StoreError>>(
-    clock: &dyn Clock,
-    limit: Duration,
-    op: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, E> {
-    let deadline = clock.now().mono + limit;
-    tokio::select! {
-        r = op => r,
-        () = clock.sleep_until(deadline) => Err(StoreError::Timeout(limit).into()),
     }
 }
 
