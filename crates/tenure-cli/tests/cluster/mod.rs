@@ -376,7 +376,10 @@ impl Store<'_> {
             .unwrap_or_else(|| panic!("{}: no member of the cluster leads", self.name))
     }
 
+    /// Waits until every member serves under one leader (first starting
+    /// any that an earlier test left dead, and waking any it left stopped).
     fn wait_whole(&self) {
+        self.cluster.heal();
         wait_for(Duration::from_secs(30), || {
             (self.whole)(self.cluster).then_some(())
         })
