@@ -107,7 +107,7 @@
 //! # What breaks fencing on PostgreSQL
 //!
 //! tenure's guarantees rest on the row: its version for compare-and-swap,
-//! and the record in it for the fencing token and the holder's term. Three
+//! and the record in it for the fencing token and the holder's term. Four
 //! things an operator can do take that away:
 //!
 //! * **Deleting a row** (`DELETE`, `TRUNCATE`, dropping the table). The
@@ -125,11 +125,24 @@
 //! * **Fail-over to an asynchronous replica** that had not received the
 //!   latest writes: the same as a restore to a moment ago.
 //!
+//! * **An old primary left running after a standby's promotion**, even with
+//!   synchronous replication. A commit whose wait for the standby is
+//!   cancelled (by `statement_timeout`, which this store sets to ¾ of its
+//!   `timeout`, or by a client's cancel) stays committed on that primary
+//!   and returns success with only a `WARNING` ("the transaction has
+//!   already committed locally, but might not have been replicated"). So a
+//!   leader whose connection still reaches the old primary can renew there,
+//!   and read its renewal back, while candidates on the promoted standby
+//!   take the lease once it expires there: two leaders. Stop (or fence off)
+//!   the old primary before or as the standby is promoted, and point every
+//!   candidate at the new one. (Not tested: no test runs a standby.)
+//!
 //! After a restore or such a fail-over, stop every candidate of the
 //! affected groups and start them again no sooner than one term later; for
 //! fail-over without that step, use synchronous replication
 //! (`synchronous_commit = on` with `synchronous_standby_names`), so that a
-//! write tenure saw applied survives the fail-over.
+//! write tenure saw applied survives the fail-over, and stop the old
+//! primary as above.
 //!
 //! Unlike `tenure-redis`, this store has no data-set marker and quarantine:
 //! a PostgreSQL that loses committed writes has been restored or failed
