@@ -142,6 +142,14 @@
 //!   marker, so a token may be issued twice. For fencing you can rely on,
 //!   run Redis with `appendonly yes` and `appendfsync always` on one master,
 //!   or use a consensus store (etcd) instead.
+//! * **Two masters**: a replica promoted (`REPLICAOF NO ONE`, or by
+//!   Sentinel) while the old master still runs and some candidates still
+//!   reach it. Each master then grants and renews leases on its own: two
+//!   leaders, one per master. Stop the old master (or make it a replica of
+//!   the new one) as the replica is promoted; `min-replicas-to-write 1`
+//!   with `min-replicas-max-lag` makes a master cut off from its replicas
+//!   refuse writes after that lag, which bounds this only if the lag is
+//!   shorter than the term. (Not tested: no test runs a replica.)
 //! * **Deleting or evicting one key**: the marker stays and the group starts
 //!   over at token 1. Never `DEL` tenure's keys (release a lease through
 //!   tenure instead), and keep `maxmemory-policy` at `noeviction` or a
