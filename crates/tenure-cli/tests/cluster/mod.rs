@@ -37,10 +37,6 @@ pub fn term_bounds() -> tenure::Bounds {
         .bounds()
 }
 
-/// Stamps come every 20 ms (plus a shell's start-up): an interval longer
-/// than this is a gap in the work, not the stamp cadence.
-pub const CADENCE_SLACK: f64 = 0.15;
-
 /// One member of a cluster `scripts/servers.sh` started: its client
 /// address and its directory (`pid`, `start`, `server.log`).
 #[derive(Debug, Clone)]
