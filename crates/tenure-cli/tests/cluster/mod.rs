@@ -37,6 +37,50 @@ pub fn term_bounds() -> tenure::Bounds {
         .bounds()
 }
 
+/// How long the store's own cluster may go without a leader across a
+/// fault for tenure's leader still to be expected to keep its term. A
+/// renewal due when the store fails leaves the term `validity - renew
+/// interval` to run (1.31 s at a 2 s term); a failed attempt is tried again
+/// within a retry interval and its jitter (0.7 s), and the client needs
+/// some time to reconnect to a member that serves (0.2 s allowed): if the
+/// store led again before that retry, the retry renews. 0.41 s at a 2 s
+/// term; at longer stretches whether the term keeps is only reported.
+pub fn keeps_term_below() -> f64 {
+    let term = humantime::parse_duration(&term()).expect("TENURE_CLUSTER_TERM is a duration");
+    let timing = tenure::Config::new(term).validate().expect("a valid term");
+    let left = timing
+        .bounds()
+        .leader_validity
+        .saturating_sub(timing.renew_interval)
+        .saturating_sub(timing.retry_interval + timing.retry_jitter);
+    left.as_secs_f64() - 0.2
+}
+
+/// Polls `leader` until `done`, from just before a fault: the longest
+/// stretch without a leader, from the last poll that saw one to the next
+/// that did (so a bound from above, by a poll's length).
+pub fn longest_leaderless(leader: impl Fn() -> bool, done: &std::sync::atomic::AtomicBool) -> f64 {
+    let mut last_led = uptime();
+    let mut longest: f64 = 0.0;
+    let mut led_before = true;
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let led = leader();
+        let now = uptime();
+        if led {
+            if !led_before {
+                longest = longest.max(now - last_led);
+            }
+            last_led = now;
+        }
+        led_before = led;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !led_before {
+        longest = longest.max(uptime() - last_led);
+    }
+    longest
+}
+
 /// One member of a cluster `scripts/servers.sh` started: its client
 /// address and its directory (`pid`, `start`, `server.log`).
 #[derive(Debug, Clone)]
@@ -60,6 +104,13 @@ impl Member {
     pub fn alive(&self) -> bool {
         self.pid()
             .is_some_and(|pid| tenure_testkit::signal(pid, 0).is_ok())
+    }
+
+    /// Whether its pid file names a process that is gone (a member a test
+    /// killed); false for one without a pid file (a private cluster's).
+    pub fn known_dead(&self) -> bool {
+        self.pid()
+            .is_some_and(|pid| tenure_testkit::signal(pid, 0).is_err())
     }
 
     /// Sends `sig` to the member's process.
@@ -215,6 +266,9 @@ pub struct Fault {
     pub what: String,
     pub from: f64,
     pub to: f64,
+    /// The longest stretch the store's cluster had no leader, where
+    /// measured: below [`keeps_term_below`], tenure's term must keep.
+    pub leaderless: Option<f64>,
 }
 
 /// What the fenced resource saw across one fault.
@@ -230,6 +284,8 @@ pub struct Figures {
     /// The token writing just before the fault, and the last within it.
     pub before: Option<u64>,
     pub after: Option<u64>,
+    /// The store's longest stretch without a leader, where measured.
+    pub leaderless: Option<f64>,
 }
 
 impl Figures {
@@ -250,7 +306,11 @@ impl fmt::Display for Figures {
             f,
             "{}: longest interval without a write {:.2} s (from {:+.1} s); term {tokens}",
             self.what, self.gap, self.gap_at
-        )
+        )?;
+        match self.leaderless {
+            Some(l) => write!(f, "; the store had no leader for up to {l:.2} s"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -279,6 +339,7 @@ pub fn fault_figures(stamps: &[Stamp], faults: &[Fault]) -> Vec<Figures> {
                 gap_at: gap_from - fault.from,
                 before: before.map(|s| s.token),
                 after: within.last().map(|s| s.token),
+                leaderless: fault.leaderless,
             }
         })
         .collect()
@@ -291,7 +352,10 @@ pub fn fault_figures(stamps: &[Stamp], faults: &[Fault]) -> Vec<Figures> {
 ///   token went back), and every CMD start had a higher token than the
 ///   ones before;
 /// * a term leads again once the cluster is whole: a write within the
-///   last second, waited for up to `recover_within`.
+///   last second, waited for up to `recover_within`;
+/// * where the store's own cluster was measured to lead again within
+///   [`keeps_term_below`] (a killed leader's successor elected that fast),
+///   tenure's term kept.
 pub fn check_and_report(
     store: &str,
     stamps_log: &Path,
@@ -331,6 +395,15 @@ pub fn check_and_report(
     assert!(
         bad.is_empty(),
         "{store}: CMD starts whose token did not rise: {bad:?}"
+    );
+    let within = keeps_term_below();
+    let lost: Vec<&Figures> = figures
+        .iter()
+        .filter(|f| f.leaderless.is_some_and(|l| l < within) && !f.kept())
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{store}: tenure's term did not keep although the store had a leader again within {within:.2} s: {lost:?}"
     );
     assert!(
         starts.len() < 20,
@@ -420,13 +493,23 @@ impl Store<'_> {
         let mut faults = Vec::new();
         for round in 1..=rounds {
             let m = &self.cluster.members[self.leading_member()];
-            let from = uptime();
-            m.kill();
-            std::thread::sleep(DOWN);
-            m.start();
-            self.wait_whole();
-            std::thread::sleep(SETTLE);
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let (from, leaderless) = std::thread::scope(|scope| {
+                let poll = scope
+                    .spawn(|| longest_leaderless(|| (self.leader)(self.cluster).is_some(), &done));
+                // The poller's first look, before the kill.
+                std::thread::sleep(Duration::from_millis(200));
+                let from = uptime();
+                m.kill();
+                std::thread::sleep(DOWN);
+                m.start();
+                self.wait_whole();
+                std::thread::sleep(SETTLE);
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                (from, poll.join().expect("the leader poller"))
+            });
             faults.push(Fault {
+                leaderless: Some(leaderless),
                 what: format!(
                     "SIGKILL of the leading member {} (round {round}), restarted {DOWN:?} later",
                     m.name
@@ -482,6 +565,7 @@ impl Store<'_> {
             proxies[i].heal();
             std::thread::sleep(SETTLE);
             faults.push(Fault {
+                leaderless: None,
                 what: format!(
                     "{} ({was}) cut off from tenure's clients for {DOWN:?}",
                     m.name
@@ -497,6 +581,7 @@ impl Store<'_> {
             self.wait_whole();
             std::thread::sleep(SETTLE);
             faults.push(Fault {
+                leaderless: None,
                 what: format!("{} ({was}) frozen (SIGSTOP) for {DOWN:?}", m.name),
                 from,
                 to: uptime(),
@@ -557,11 +642,13 @@ mod checks {
                 what: "kill".into(),
                 from: 1.01,
                 to: 3.0,
+                leaderless: None,
             },
             Fault {
                 what: "late".into(),
                 from: 2.51,
                 to: 4.0,
+                leaderless: Some(0.2),
             },
         ];
         let f = fault_figures(&log, &faults);
