@@ -16,8 +16,8 @@
 //! one (never two valid terms, no token back), that CMD tokens rose, and
 //! that a term leads once the cluster is whole, and, after a kill, that
 //! tenure's term kept if the cluster led again fast enough for a retried
-//! renewal (0.41 s at a 2 s term: etcd, electing after a 1 s timeout,
-//! never does; a longer `TENURE_CLUSTER_TERM` makes it apply); and print,
+//! renewal (0.41 s at a 2 s term, a conservative bound: etcd, electing
+//! after a 1 s timeout, never meets it); and print,
 //! for each fault, the longest interval without a write (the gap with no
 //! valid term) and whether tenure's term survived it (docs/benchmarks.md
 //! has the figures).

@@ -334,7 +334,7 @@ impl QuorumEnsemble {
 /// two (its quorum traffic cut both ways) for 4 s while it still answers
 /// its clients, tenure's among them (every server in their URL, a 1 s
 /// request timeout). The partitioned server must stop serving within
-/// `syncLimit` × `tickTime` (2 s; checked: else the cut did nothing), the
+/// `syncLimit` × `tickTime` (4 s in this private ensemble; checked: else the cut did nothing), the
 /// fenced resource refuse no write, tokens rise, and a term lead once
 /// healed. Until it stops serving, the partitioned server answers reads
 /// from its own state, which may be stale: tenure acts only on the replies
@@ -397,22 +397,22 @@ fn a_server_partitioned_from_its_quorum_never_gives_two_terms() {
     s.finish(&mut e, candidates, &faults);
     let (stale, newer) = stale_read.expect("a follower was partitioned");
     eprintln!(
-        "zookeeper: a partitioned follower read the record at version (mzxid) {stale} \
-         while the quorum had {newer}"
+        "zookeeper: a partitioned follower read a record written after the cut as {stale:?} \
+         while the quorum had it at version (mzxid) {newer}"
     );
     assert!(
-        stale < newer,
-        "the partitioned server read version {stale}, the quorum {newer}: it heard of a write made after the cut"
+        stale.is_none_or(|v| v < newer),
+        "the partitioned server read version {stale:?}, the quorum {newer}: it heard of a write made after the cut"
     );
 }
 
 /// A session on server `i` (opened before it is cut off) and one on
-/// another server of the quorum, each reading `group`'s record.
+/// another server of the quorum, each reading a probe record of the
+/// test's own, which the quorum's session writes after the cut.
 struct TwoReaders {
     on_it: tenure_zookeeper::ZkStore,
     on_quorum: tenure_zookeeper::ZkStore,
-    group: tenure::GroupName,
-    before: u64,
+    probe: tenure::GroupName,
 }
 
 impl TwoReaders {
@@ -431,30 +431,52 @@ impl TwoReaders {
             )))
             .expect("connect to one server")
         };
-        let group = tenure::GroupName::new(group).expect("group name");
+        let probe = tenure::GroupName::new(format!("{group}-probe")).expect("group name");
         let on_it = connect(i);
         let on_quorum = connect((i + 1) % 3);
-        let before = version(rt, &on_it, &group).expect("a record");
         TwoReaders {
             on_it,
             on_quorum,
-            group,
-            before,
+            probe,
         }
     }
 
-    /// Once the quorum has a write made after the cut: the version the
-    /// partitioned server reads, which has heard of no write since, and
-    /// the quorum's. Until it stops serving (`syncLimit` × `tickTime`,
-    /// 4 s), it still answers the session it had, from its own state: a
-    /// read without `sync` is not linearizable.
-    fn after_the_cut(&self, rt: &tokio::runtime::Runtime) -> (u64, u64) {
-        let newer = common::wait_for(Duration::from_secs(3), || {
-            version(rt, &self.on_quorum, &self.group).filter(|&v| v > self.before)
-        })
-        .expect("the quorum's record was renewed after the cut");
-        let stale = version(rt, &self.on_it, &self.group)
-            .expect("the partitioned server still answers its session's reads");
+    /// Writes the probe through the quorum after the cut, then reads it
+    /// through the partitioned server, which has heard of no write since
+    /// (none, or an older version), and through the quorum (its
+    /// version). Until it stops serving (`syncLimit` × `tickTime`, 4 s),
+    /// the partitioned server still answers the session it had, from its
+    /// own state: a read without `sync` is not linearizable.
+    fn after_the_cut(&self, rt: &tokio::runtime::Runtime) -> (Option<u64>, u64) {
+        use tenure::{LeaseStore, LeaseView};
+        let now = tenure::WallTime::now();
+        let record = tenure::LeaseRecord {
+            holder: None,
+            token: 1,
+            term: Duration::from_secs(1),
+            renewed_at: now,
+            expires_at: now,
+            metadata: tenure::Metadata::new(),
+        };
+        rt.block_on(async {
+            let current = self
+                .on_quorum
+                .read(&self.probe)
+                .await
+                .expect("read the probe");
+            self.on_quorum
+                .compare_and_swap(&self.probe, current.map(|v| v.version), &record)
+                .await
+                .expect("the quorum takes a write")
+        });
+        let newer = version(rt, &self.on_quorum, &self.probe).expect("the quorum reads the probe");
+        let stale = rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(3), self.on_it.read(&self.probe)).await
+        });
+        let stale = stale
+            .expect("the partitioned server still answers its session's reads")
+            .expect("a read of the partitioned server")
+            .map(|v| v.version.0);
         (stale, newer)
     }
 }

@@ -138,11 +138,15 @@
 //!   candidate at the new one. (Not tested: no test runs a standby.)
 //!
 //! After a restore or such a fail-over, stop every candidate of the
-//! affected groups and start them again no sooner than one term later; for
-//! fail-over without that step, use synchronous replication
-//! (`synchronous_commit = on` with `synchronous_standby_names`), so that a
-//! write tenure saw applied survives the fail-over, and stop the old
-//! primary as above.
+//! affected groups and start them again no sooner than one term later.
+//! Synchronous replication (`synchronous_commit = on` with
+//! `synchronous_standby_names`) narrows the window but does not close it,
+//! even with the old primary stopped: a renewal whose wait for a slow or
+//! absent standby is cancelled by this store's own `statement_timeout`
+//! still reports success (the `WARNING` above), so a write tenure saw
+//! applied may be missing on the standby, which then holds an older
+//! expiry than the leader believes. Keep the restart step for every
+//! fail-over.
 //!
 //! Unlike `tenure-redis`, this store has no data-set marker and quarantine:
 //! a PostgreSQL that loses committed writes has been restored or failed

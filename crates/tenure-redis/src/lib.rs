@@ -146,10 +146,13 @@
 //!   Sentinel) while the old master still runs and some candidates still
 //!   reach it. Each master then grants and renews leases on its own: two
 //!   leaders, one per master. Stop the old master (or make it a replica of
-//!   the new one) as the replica is promoted; `min-replicas-to-write 1`
+//!   the new one) as the replica is promoted. `min-replicas-to-write 1`
 //!   with `min-replicas-max-lag` makes a master cut off from its replicas
-//!   refuse writes after that lag, which bounds this only if the lag is
-//!   shorter than the term. (Not tested: no test runs a replica.)
+//!   refuse writes only after that lag (plus the replicas' one-second
+//!   acknowledgement period): until then a leader still renewing there
+//!   overlaps the new master's leader. It shortens the window, never
+//!   closes it, and a replica still following the old master keeps it
+//!   writable. (Not tested: no test runs a replica.)
 //! * **Deleting or evicting one key**: the marker stays and the group starts
 //!   over at token 1. Never `DEL` tenure's keys (release a lease through
 //!   tenure instead), and keep `maxmemory-policy` at `noeviction` or a

@@ -40,11 +40,13 @@ pub fn term_bounds() -> tenure::Bounds {
 /// How long the store's own cluster may go without a leader across a
 /// fault for tenure's leader still to be expected to keep its term. A
 /// renewal due when the store fails leaves the term `validity - renew
-/// interval` to run (1.31 s at a 2 s term); a failed attempt is tried again
-/// within a retry interval and its jitter (0.7 s), and the client needs
-/// some time to reconnect to a member that serves (0.2 s allowed): if the
-/// store led again before that retry, the retry renews. 0.41 s at a 2 s
-/// term; at longer stretches whether the term keeps is only reported.
+/// interval` to run (1.31 s at a 2 s term); a failed renewal is tried
+/// again after about half a retry interval and repeatedly, so the term
+/// keeps if the store serves again a little before it runs out. The bound
+/// allows a whole retry interval and its jitter (0.7 s) and 0.2 s to
+/// reconnect to a member that serves: conservative, for a loaded machine.
+/// 0.41 s at a 2 s term; at longer stretches whether the term keeps is
+/// only reported.
 pub fn keeps_term_below() -> f64 {
     let term = humantime::parse_duration(&term()).expect("TENURE_CLUSTER_TERM is a duration");
     let timing = tenure::Config::new(term).validate().expect("a valid term");
@@ -100,17 +102,16 @@ impl Member {
             .ok()
     }
 
-    /// Whether its process exists (a stopped one included).
+    /// Whether its process exists (a stopped one included; a zombie,
+    /// killed but not yet reaped by whoever adopted it, is gone).
     pub fn alive(&self) -> bool {
-        self.pid()
-            .is_some_and(|pid| tenure_testkit::signal(pid, 0).is_ok())
+        self.pid().is_some_and(crate::common::running)
     }
 
     /// Whether its pid file names a process that is gone (a member a test
     /// killed); false for one without a pid file (a private cluster's).
     pub fn known_dead(&self) -> bool {
-        self.pid()
-            .is_some_and(|pid| tenure_testkit::signal(pid, 0).is_err())
+        self.pid().is_some_and(|pid| !crate::common::running(pid))
     }
 
     /// Sends `sig` to the member's process.
@@ -497,6 +498,10 @@ impl Store<'_> {
             let (from, leaderless) = std::thread::scope(|scope| {
                 let poll = scope
                     .spawn(|| longest_leaderless(|| (self.leader)(self.cluster).is_some(), &done));
+                // The poller stops however this ends: a panic below must
+                // not leave the scope waiting for it (and the candidates
+                // running) until nextest's timeout.
+                let _stop = StopOnDrop(&done);
                 // The poller's first look, before the kill.
                 std::thread::sleep(Duration::from_millis(200));
                 let from = uptime();
@@ -616,6 +621,15 @@ impl Store<'_> {
         );
         drop(candidates);
         figures
+    }
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -180,6 +180,14 @@ fn stat_fields(pid: i32) -> Option<Vec<String>> {
     Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
+/// Whether `pid` has not exited: it exists and is no zombie (a killed
+/// process reparented to init is reaped whenever init gets to it).
+pub fn running(pid: i32) -> bool {
+    stat_fields(pid)
+        .and_then(|f| f.first().cloned())
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
 /// Live (not zombie) members of process group `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
     processes()
