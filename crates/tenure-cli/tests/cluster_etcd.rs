@@ -136,7 +136,7 @@ fn a_member_cut_off_or_frozen_never_gives_two_terms() {
     store(&c).cut_off_each_member();
 }
 
-/// Peer traffic of a private 3-member cluster, through a proxy in front of
+/// The peer traffic of a private 3-member cluster goes, through a proxy in front of
 /// each member's peer port that can cut one member off from the others
 /// while it still answers its clients.
 ///
@@ -147,108 +147,33 @@ fn a_member_cut_off_or_frozen_never_gives_two_terms() {
 /// `X-Server-From` header. A cut silences both kinds (new ones too) until
 /// healed, then closes them; connections without the header (health probes) to the
 /// others pass.
+/// (An id as etcd writes it, hex.)
 mod peers {
-    use std::net::SocketAddr;
+    use std::sync::Arc;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
-    use tokio::sync::watch;
+    use crate::cluster::peer_proxy::{Dialer, Identify};
 
-    /// The member cut off: its index and its id as etcd writes it (hex).
-    pub type Cut = Option<(usize, String)>;
+    /// The member cut off: its index and its id.
+    pub type Cut = crate::cluster::peer_proxy::Cut<String>;
 
-    /// Starts the proxy in front of member `index`'s peer port `target`
-    /// on `listener`.
-    pub fn proxy(
-        listener: TcpListener,
-        index: usize,
-        target: SocketAddr,
-        cut: watch::Receiver<Cut>,
-    ) {
-        tokio::spawn(async move {
-            while let Ok((inbound, _)) = listener.accept().await {
-                tokio::spawn(connection(inbound, index, target, cut.clone()));
+    /// The id in `X-Server-From` of the first request's headers.
+    pub fn sender() -> Identify<String> {
+        Arc::new(|head: &[u8]| {
+            if !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                return Dialer::More;
             }
-        });
-    }
-
-    /// The id in `X-Server-From` of the request headers in `head`.
-    fn sender(head: &[u8]) -> Option<String> {
-        let text = String::from_utf8_lossy(head);
-        text.lines().find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("x-server-from")
-                .then(|| value.trim().to_owned())
+            let text = String::from_utf8_lossy(head);
+            Dialer::Known(text.lines().find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("x-server-from")
+                    .then(|| value.trim().to_owned())
+            }))
         })
-    }
-
-    fn blocked(cut: &Cut, index: usize, from: Option<&str>) -> bool {
-        match cut {
-            None => false,
-            Some((i, id)) => *i == index || from == Some(id.as_str()),
-        }
-    }
-
-    async fn connection(
-        mut inbound: TcpStream,
-        index: usize,
-        target: SocketAddr,
-        mut cut: watch::Receiver<Cut>,
-    ) {
-        // The first request's headers, to learn who dialed.
-        let mut head = Vec::new();
-        let mut buf = vec![0u8; 16 * 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
-            match inbound.read(&mut buf).await {
-                Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
-                _ => return,
-            }
-        }
-        let from = sender(&head);
-        if blocked(&cut.borrow_and_update(), index, from.as_deref()) {
-            // Silence, as in a partition, until healed; then closed.
-            while cut.changed().await.is_ok()
-                && blocked(&cut.borrow_and_update(), index, from.as_deref())
-            {}
-            return;
-        }
-        let Ok(mut outbound) = TcpStream::connect(target).await else {
-            return;
-        };
-        if outbound.write_all(&head).await.is_err() {
-            return;
-        }
-        let (mut client_rx, mut client_tx) = inbound.into_split();
-        let (mut server_rx, mut server_tx) = outbound.into_split();
-        let mut down = vec![0u8; 16 * 1024];
-        loop {
-            tokio::select! {
-                r = client_rx.read(&mut buf) => match r {
-                    Ok(n) if n > 0 => if server_tx.write_all(&buf[..n]).await.is_err() { return },
-                    _ => return,
-                },
-                r = server_rx.read(&mut down) => match r {
-                    Ok(n) if n > 0 => if client_tx.write_all(&down[..n]).await.is_err() { return },
-                    _ => return,
-                },
-                changed = cut.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    if blocked(&cut.borrow_and_update(), index, from.as_deref()) {
-                        // Both sockets kept open and unread: silence, as
-                        // in a partition, until healed; then closed.
-                        while cut.changed().await.is_ok() && blocked(&cut.borrow_and_update(), index, from.as_deref()) {}
-                        return;
-                    }
-                }
-            }
-        }
     }
 }
 
 /// A private 3-member cluster whose peer traffic goes through
-/// [`peers::proxy`]s, its members killed when dropped.
+/// [`cluster::peer_proxy`]s, its members killed when dropped.
 struct PeerCluster {
     cluster: Cluster,
     cut: tokio::sync::watch::Sender<peers::Cut>,
@@ -276,10 +201,11 @@ impl PeerCluster {
                 .expect("bind a peer proxy");
             advertised.push(listener.local_addr().expect("addr"));
             let _guard = rt.enter();
-            peers::proxy(
+            cluster::peer_proxy::proxy(
                 listener,
                 i,
                 SocketAddr::from(([127, 0, 0, 1], peer)),
+                peers::sender(),
                 cut_rx.clone(),
             );
         }

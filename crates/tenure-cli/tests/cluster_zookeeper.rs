@@ -127,95 +127,29 @@ fn a_server_cut_off_or_frozen_never_gives_two_terms() {
 /// cut silences every connection to the server's proxies and every one it
 /// dialed to the others' (new ones too) until healed, then closes them.
 mod quorum {
-    use std::net::SocketAddr;
+    use std::sync::Arc;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
-    use tokio::sync::watch;
+    use crate::cluster::peer_proxy::{Dialer, Identify};
 
     /// The server cut off: its index and its server id.
-    pub type Cut = Option<(usize, i64)>;
+    pub type Cut = crate::cluster::peer_proxy::Cut<i64>;
 
-    /// Starts the proxy in front of port `target` of server `index`, on
-    /// `listener`; the dialer's id is the big-endian 64-bit word at
-    /// offset `id_at` of what it sends first.
-    pub fn proxy(
-        listener: TcpListener,
-        index: usize,
-        target: SocketAddr,
-        id_at: usize,
-        cut: watch::Receiver<Cut>,
-    ) {
-        tokio::spawn(async move {
-            while let Ok((inbound, _)) = listener.accept().await {
-                tokio::spawn(connection(inbound, index, target, id_at, cut.clone()));
+    /// The dialer's id: the big-endian 64-bit word at offset `id_at` of
+    /// what it sends first.
+    pub fn id_at(at: usize) -> Identify<i64> {
+        Arc::new(move |head: &[u8]| match head.get(at..at + 8) {
+            Some(word) => {
+                let mut id = [0u8; 8];
+                id.copy_from_slice(word);
+                Dialer::Known(Some(i64::from_be_bytes(id)))
             }
-        });
-    }
-
-    fn blocked(cut: &Cut, index: usize, from: i64) -> bool {
-        match cut {
-            None => false,
-            Some((i, id)) => *i == index || *id == from,
-        }
-    }
-
-    async fn connection(
-        mut inbound: TcpStream,
-        index: usize,
-        target: SocketAddr,
-        id_at: usize,
-        mut cut: watch::Receiver<Cut>,
-    ) {
-        let mut head = vec![0u8; id_at + 8];
-        if inbound.read_exact(&mut head).await.is_err() {
-            return;
-        }
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&head[id_at..]);
-        let from = i64::from_be_bytes(word);
-        if blocked(&cut.borrow_and_update(), index, from) {
-            // Silence, as in a partition, until healed; then closed.
-            while cut.changed().await.is_ok() && blocked(&cut.borrow_and_update(), index, from) {}
-            return;
-        }
-        let Ok(mut outbound) = TcpStream::connect(target).await else {
-            return;
-        };
-        if outbound.write_all(&head).await.is_err() {
-            return;
-        }
-        let (mut client_rx, mut client_tx) = inbound.into_split();
-        let (mut server_rx, mut server_tx) = outbound.into_split();
-        let (mut up, mut down) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
-        loop {
-            tokio::select! {
-                r = client_rx.read(&mut up) => match r {
-                    Ok(n) if n > 0 => if server_tx.write_all(&up[..n]).await.is_err() { return },
-                    _ => return,
-                },
-                r = server_rx.read(&mut down) => match r {
-                    Ok(n) if n > 0 => if client_tx.write_all(&down[..n]).await.is_err() { return },
-                    _ => return,
-                },
-                changed = cut.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    if blocked(&cut.borrow_and_update(), index, from) {
-                        // Both sockets kept open and unread: silence, as
-                        // in a partition, until healed; then closed.
-                        while cut.changed().await.is_ok() && blocked(&cut.borrow_and_update(), index, from) {}
-                        return;
-                    }
-                }
-            }
-        }
+            None => Dialer::More,
+        })
     }
 }
 
 /// A private 3-server ensemble whose quorum traffic goes through
-/// [`quorum::proxy`]s, its servers killed when dropped.
+/// [`cluster::peer_proxy`]s, its servers killed when dropped.
 struct QuorumEnsemble {
     cluster: Cluster,
     cut: tokio::sync::watch::Sender<quorum::Cut>,
@@ -253,11 +187,11 @@ impl QuorumEnsemble {
                     .expect("bind a quorum proxy");
                 via.push(listener.local_addr().expect("addr").port());
                 let _guard = rt.enter();
-                quorum::proxy(
+                cluster::peer_proxy::proxy(
                     listener,
                     i,
                     SocketAddr::from(([127, 0, 0, 1], port)),
-                    id_at,
+                    quorum::id_at(id_at),
                     cut_rx.clone(),
                 );
             }

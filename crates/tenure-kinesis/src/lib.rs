@@ -31,7 +31,9 @@
 //! from an SDK client built by the caller
 //! ([`KinesisShards::from_client`]). Region, credentials and endpoint
 //! come through the standard AWS chain unless the URL gives them. The
-//! HTTPS client is rustls with ring, never OpenSSL.
+//! HTTPS client is rustls with ring, never OpenSSL. The SDK's own retries
+//! are off: [`KinesisConsumer`] backs off from throttling and unreachable
+//! endpoints itself, and the catalog leader lists again at its next retry.
 //!
 //! Errors are [`KinesisError`]s: a missing stream
 //! ([`StreamNotFound`](KinesisError::StreamNotFound)), a stream being

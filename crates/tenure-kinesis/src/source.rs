@@ -94,8 +94,12 @@ impl KinesisShards {
         let http = aws_smithy_http_client::Builder::new()
             .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
             .build_https();
+        // The SDK's own retries are off: the consumer backs off from
+        // throttling itself (its back-off is the one documented and
+        // tested), and the catalog leader lists again at its next retry.
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .http_client(http)
+            .retry_config(aws_config::retry::RetryConfig::disabled())
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(CONNECT_TIMEOUT)

@@ -14,6 +14,8 @@
 
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
+pub mod peer_proxy;
+
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
