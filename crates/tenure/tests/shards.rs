@@ -418,74 +418,6 @@ async fn members_started_together_balance_within_the_bound() {
     }
 }
 
-/// A member's store, counting the shard records it reads.
-struct CountingShardReads {
-    inner: tenure::FaultyStore<MemoryStore>,
-    shard_records: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl tenure::LeaseView for CountingShardReads {
-    async fn read(
-        &self,
-        group: &tenure::GroupName,
-    ) -> Result<Option<tenure::Versioned>, tenure::StoreError> {
-        self.count(std::slice::from_ref(group));
-        self.inner.read(group).await
-    }
-    async fn changes(
-        &self,
-        group: &tenure::GroupName,
-    ) -> Result<Option<tenure::ChangeFeed>, tenure::StoreError> {
-        self.inner.changes(group).await
-    }
-    async fn read_many(
-        &self,
-        groups: &[tenure::GroupName],
-    ) -> tenure::BatchResult<Option<tenure::Versioned>> {
-        self.count(groups);
-        self.inner.read_many(groups).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<tenure::Listed>, tenure::StoreError> {
-        self.inner.list(prefix).await
-    }
-    async fn watch(&self) -> Result<Option<tenure::StoreFeed>, tenure::StoreError> {
-        self.inner.watch().await
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
-#[async_trait::async_trait]
-impl tenure::LeaseStore for CountingShardReads {
-    async fn compare_and_swap(
-        &self,
-        group: &tenure::GroupName,
-        expected: Option<tenure::Version>,
-        record: &tenure::LeaseRecord,
-    ) -> Result<tenure::CasOutcome, tenure::StoreError> {
-        self.inner.compare_and_swap(group, expected, record).await
-    }
-    async fn compare_and_swap_many(
-        &self,
-        requests: &[tenure::CasRequest],
-    ) -> tenure::BatchResult<tenure::CasOutcome> {
-        self.inner.compare_and_swap_many(requests).await
-    }
-}
-
-impl CountingShardReads {
-    fn count(&self, groups: &[tenure::GroupName]) {
-        let shards = groups
-            .iter()
-            .filter(|g| g.as_str().contains("/shards/"))
-            .count();
-        self.shard_records
-            .fetch_add(shards, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// Who holds a shard is taken from the change feed, not read again: 16
 /// members started together over 256 shards read, each, the shard records
 /// once at the start (the refresh), not once more for every shard that
@@ -499,9 +431,12 @@ async fn shard_holders_come_from_the_feed_not_from_a_read_per_hand_over() {
     let faults = Faults::new();
     let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let handles = (0..members)
-        .map(|i| CountingShardReads {
-            inner: faults.wrap(store.clone(), format!("m{i}")),
-            shard_records: read.clone(),
+        .map(|i| {
+            tenure_testkit::CountingReads::new(
+                faults.wrap(store.clone(), format!("m{i}")),
+                "/shards/",
+            )
+            .counting_into(read.clone())
         })
         .collect();
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());

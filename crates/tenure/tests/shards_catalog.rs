@@ -351,75 +351,9 @@ async fn members_take_a_rewritten_catalog_whose_generation_is_not_higher() {
     set.until(FOLLOW, nothing, |h| h.len() == 3).await;
 }
 
-/// A [`MemoryStore`] that counts the reads of the set's catalog.
-#[derive(Clone)]
-struct CountingReads {
-    inner: MemoryStore,
-    catalog_reads: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl CountingReads {
-    fn count(&self, group: &GroupName) {
-        if group.as_str().starts_with("stream/catalog/") {
-            self.catalog_reads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl LeaseView for CountingReads {
-    async fn read(
-        &self,
-        group: &GroupName,
-    ) -> Result<Option<tenure::Versioned>, tenure::StoreError> {
-        self.count(group);
-        self.inner.read(group).await
-    }
-    async fn read_many(
-        &self,
-        groups: &[GroupName],
-    ) -> tenure::BatchResult<Option<tenure::Versioned>> {
-        for g in groups {
-            self.count(g);
-        }
-        self.inner.read_many(groups).await
-    }
-    async fn changes(
-        &self,
-        group: &GroupName,
-    ) -> Result<Option<tenure::ChangeFeed>, tenure::StoreError> {
-        self.inner.changes(group).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<tenure::Listed>, tenure::StoreError> {
-        self.inner.list(prefix).await
-    }
-    async fn watch(&self) -> Result<Option<tenure::StoreFeed>, tenure::StoreError> {
-        self.inner.watch().await
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
-#[async_trait::async_trait]
-impl LeaseStore for CountingReads {
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<tenure::Version>,
-        record: &LeaseRecord,
-    ) -> Result<tenure::CasOutcome, tenure::StoreError> {
-        self.inner.compare_and_swap(group, expected, record).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_member_that_left_reads_the_catalog_no_more() {
-    let store = CountingReads {
-        inner: MemoryStore::new(),
-        catalog_reads: Arc::default(),
-    };
+    let store = tenure_testkit::CountingReads::new(MemoryStore::new(), "stream/catalog/");
     let source = ScriptedSource::default();
     source.set(plain(&["x", "y"]));
     let member = Shards::builder(store.clone(), "stream")
@@ -434,13 +368,9 @@ async fn a_member_that_left_reads_the_catalog_no_more() {
     // The handle is kept (it holds a receiver of the catalog).
     member.shutdown().await;
     tokio::time::sleep(TERM).await;
-    let before = store
-        .catalog_reads
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let before = store.reads();
     tokio::time::sleep(TERM * 10).await;
-    let after = store
-        .catalog_reads
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let after = store.reads();
     assert_eq!(before, after, "the catalog was read after the member left");
     drop(member);
 }

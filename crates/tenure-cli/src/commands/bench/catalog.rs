@@ -16,8 +16,8 @@ use tenure::shards::{ShardList, SourceShard};
 use tenure::{Config, Shards};
 
 use crate::cli::BenchArgs;
+use crate::commands::bench::separate_handles;
 use crate::commands::bench::Stats;
-use crate::exit::usage;
 use crate::store_url::StoreUrl;
 
 /// How often the catalog leader lists the source, in terms.
@@ -49,12 +49,7 @@ impl CatalogRow {
 
 /// Runs the rounds on every store.
 pub async fn run(args: &BenchArgs, urls: &[StoreUrl]) -> anyhow::Result<Vec<CatalogRow>> {
-    if urls.iter().any(|u| !u.is_shared()) {
-        return Err(usage(
-            "--catalog needs a real store: each member opens its own handle, and memory:// lives in one",
-        ));
-    }
-    let term = args.term.unwrap_or(Duration::from_secs(2));
+    let term = separate_handles(urls, "--catalog", "member", args.term)?;
     Config::new(term).validate()?;
     let mut rows = Vec::new();
     for url in urls {

@@ -39,6 +39,23 @@ use crate::cli::BenchArgs;
 use crate::exit::usage;
 use crate::store_url::StoreUrl;
 
+/// For a mode whose `who` (members, candidates) each open a handle of
+/// their own: refuses `memory://` (it lives in one handle), and returns
+/// the term (2 s unless `--term` says).
+pub(crate) fn separate_handles(
+    urls: &[StoreUrl],
+    flag: &str,
+    who: &str,
+    term: Option<Duration>,
+) -> anyhow::Result<Duration> {
+    if urls.iter().any(|u| !u.is_shared()) {
+        return Err(usage(format!(
+            "{flag} needs a real store: each {who} opens its own handle, and memory:// lives in one"
+        )));
+    }
+    Ok(term.unwrap_or(Duration::from_secs(2)))
+}
+
 /// Runs `tenure bench`.
 pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
     if args.stores.is_empty() && args.etcdctl.is_none() {

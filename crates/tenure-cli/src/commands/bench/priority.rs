@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use tenure::{Config, Elector, Event};
 
 use crate::cli::BenchArgs;
-use crate::commands::bench::Stats;
+use crate::commands::bench::{separate_handles, Stats};
 use crate::exit::usage;
 use crate::store_url::StoreUrl;
 
@@ -44,12 +44,7 @@ impl PriorityRow {
 
 /// Runs the rounds on every store.
 pub async fn run(args: &BenchArgs, urls: &[StoreUrl]) -> anyhow::Result<Vec<PriorityRow>> {
-    if urls.iter().any(|u| !u.is_shared()) {
-        return Err(usage(
-            "--priority needs a real store: each candidate opens its own handle, and memory:// lives in one",
-        ));
-    }
-    let term = args.term.unwrap_or(Duration::from_secs(2));
+    let term = separate_handles(urls, "--priority", "candidate", args.term)?;
     Config::new(term).validate().map_err(usage)?;
     let mut rows = Vec::new();
     for url in urls {
