@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::clock::{system_clock, Clock, MonoTime};
+use crate::clock::{system_clock, Clock};
 use crate::config::{Config, Timing};
 use crate::coordinator::{Command, Coordinator, Session};
 use crate::engine::{Engine, EngineShared, Joining, ToEngine};
@@ -223,6 +223,12 @@ impl ElectorBuilder {
                 Runner::Engine(engine)
             }
         };
+        // A candidate of priority above 0 asks lower-priority leaders to
+        // hand over (a machine's decision, carried out by the engine).
+        let preempt_after = self
+            .priority
+            .filter(|p| *p > 0)
+            .map(|_| self.preempt_after.unwrap_or(timing.term));
         let (link, engine) = match runner {
             Runner::Coordinator(coordinator) => {
                 let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -242,6 +248,7 @@ impl ElectorBuilder {
                     id,
                     session,
                     seed: rand::random(),
+                    preempt_after,
                 })));
                 let link = Link(Route::Engine {
                     engine: engine.clone(),
@@ -250,31 +257,6 @@ impl ElectorBuilder {
                 (link, Some(engine))
             }
         };
-        if let (Some(priority), Some(engine)) = (self.priority.filter(|p| *p > 0), &engine) {
-            let (pulse, clock, lapse) =
-                (pulse.clone(), self.clock.clone(), timing.liveness_timeout);
-            let live = move || {
-                lapse.is_none_or(|t| {
-                    clock.now().mono < MonoTime::from_nanos(pulse.last.load(Ordering::Acquire)) + t
-                })
-            };
-            runtime.spawn(
-                crate::preempt::Preemption {
-                    store: engine.store.clone(),
-                    group: group.clone(),
-                    me: holder.id.clone(),
-                    priority,
-                    delay: self.preempt_after.unwrap_or(timing.term),
-                    term: timing.term,
-                    op_timeout: timing.op_timeout,
-                    renew_interval: timing.renew_interval,
-                    clock: self.clock.clone(),
-                    role: role_rx.clone(),
-                    live: Box::new(live),
-                }
-                .run(),
-            );
-        }
         Ok(Elector {
             shared: Arc::new(Shared {
                 group,

@@ -96,7 +96,6 @@ pub mod memory;
 pub mod metrics;
 mod observer;
 mod periodic;
-mod preempt;
 mod publish;
 pub mod record;
 mod role;

@@ -49,6 +49,23 @@ pub const PRIORITY_KEY: &str = "tenure.priority";
 /// without it is an operator's (`tenure release --to`), always honoured.
 pub const TRANSFER_PRIORITY_KEY: &str = "tenure.transfer-priority";
 
+/// The reserved metadata key a member of a sharded set publishes in its
+/// membership record (`SET/members/ID`) while it cannot read the set's
+/// shard catalog (a store failure of its own, or a catalog torn or
+/// hostile for longer than two polls): why, in a line. It stands for no
+/// shard it has not read in a catalog; `tenure status --group SET` shows
+/// it. Removed once it reads a whole catalog again.
+pub const CATALOG_UNREADABLE_KEY: &str = "tenure.catalog-unreadable";
+
+/// The reserved metadata key that a writer other than the holder sets when
+/// it rewrites the holder's record keeping holder, token and times (a
+/// transfer or preemption request, or its withdrawal): the version it
+/// rewrote. A holder never writes it, so such a write is known to be no
+/// renewal, and a candidate that saw the version it names keeps counting
+/// its takeover wait from then (see [`LeaseRecord::rewrites`]): requests
+/// written into a dead leader's record do not delay the takeover.
+pub const REWRITTEN_OVER_KEY: &str = "tenure.rewritten-over";
+
 /// The name of a role that exactly one candidate holds at a time.
 ///
 /// Any UTF-8 text of 1 to 255 bytes without control characters.
@@ -188,6 +205,14 @@ impl Metadata {
         self.validate()
     }
 
+    /// The priority these metadata publish ([`PRIORITY_KEY`]); 0 if none,
+    /// or if it is no number.
+    pub fn priority(&self) -> u32 {
+        self.get(PRIORITY_KEY)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Removes an entry, returning its value.
     pub fn remove(&mut self, key: &str) -> Option<String> {
         self.0.remove(key)
@@ -261,10 +286,67 @@ impl LeaseRecord {
     /// The priority its holder published ([`PRIORITY_KEY`]); 0 if none, or
     /// if it is no number.
     pub fn priority(&self) -> u32 {
-        self.metadata
-            .get(PRIORITY_KEY)
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0)
+        self.metadata.priority()
+    }
+
+    /// This held record with a request to hand over to `to` written into
+    /// it over `version` (holder, token and times kept): a preemption
+    /// request naming the asker's `priority`, or an operator's request
+    /// (`None`, always honoured). Marked with [`REWRITTEN_OVER_KEY`], so
+    /// that it counts as no renewal.
+    pub fn with_request(&self, version: Version, to: &str, priority: Option<u32>) -> LeaseRecord {
+        let mut asked = self.clone();
+        asked.metadata.insert(TRANSFER_TO_KEY, to);
+        match priority {
+            Some(p) => asked.metadata.insert(TRANSFER_PRIORITY_KEY, p.to_string()),
+            None => {
+                asked.metadata.remove(TRANSFER_PRIORITY_KEY);
+            }
+        }
+        asked
+            .metadata
+            .insert(REWRITTEN_OVER_KEY, version.0.to_string());
+        asked
+    }
+
+    /// This held record with its request taken out, over `version`: a
+    /// withdrawal, marked as [`with_request`](Self::with_request) marks a
+    /// request.
+    pub fn without_request(&self, version: Version) -> LeaseRecord {
+        let mut withdrawn = self.clone();
+        withdrawn.metadata.remove(TRANSFER_TO_KEY);
+        withdrawn.metadata.remove(TRANSFER_PRIORITY_KEY);
+        withdrawn
+            .metadata
+            .insert(REWRITTEN_OVER_KEY, version.0.to_string());
+        withdrawn
+    }
+
+    /// Whether this record is `earlier` rewritten by someone other than its
+    /// holder, directly over `earlier`'s version: held by the same holder
+    /// with the same token, term and times, the same metadata but for a
+    /// request, and marked as written over that version
+    /// ([`REWRITTEN_OVER_KEY`]). A holder's own writes never carry the
+    /// mark, so such a record is no renewal: the holder's term is still
+    /// bounded by the write that `earlier` shows or one before it.
+    pub fn rewrites(&self, earlier: &Versioned) -> bool {
+        let prior = &earlier.record;
+        let strip = |m: &Metadata| {
+            let mut m = m.clone();
+            for key in [TRANSFER_TO_KEY, TRANSFER_PRIORITY_KEY, REWRITTEN_OVER_KEY] {
+                m.remove(key);
+            }
+            m
+        };
+        let over = self.metadata.get(REWRITTEN_OVER_KEY);
+        self.holder.is_some()
+            && over.and_then(|v| v.parse::<u64>().ok()) == Some(earlier.version.0)
+            && self.holder == prior.holder
+            && self.token == prior.token
+            && self.term == prior.term
+            && self.renewed_at == prior.renewed_at
+            && self.expires_at == prior.expires_at
+            && strip(&self.metadata) == strip(&prior.metadata)
     }
 
     /// Encodes the record as JSON, the format stores keep in one column.

@@ -383,3 +383,75 @@ async fn a_candidate_that_stops_withdraws_its_request() {
     assert_eq!(g.leaders(), ["a"]);
     a.shutdown().await;
 }
+
+/// Issue 39, schedule 3: a chain of priorities under a dead leader. `a`
+/// (no priority) dies just after a renewal that falls inside the first
+/// candidate's look; candidates of priority 5, 9 and 12 started a few
+/// seconds apart look in turn. Each must see that the record was not
+/// renewed (another candidate's request is no renewal), and no request
+/// may restart the others' takeover wait: the first takeover comes within
+/// the documented crash fail-over bound of the last real renewal, whatever
+/// the number of priority levels.
+#[tokio::test(start_paused = true)]
+async fn a_chain_of_priorities_under_a_dead_leader_keeps_the_crash_failover_bound() {
+    let g = Group::new();
+    let faults = tenure::Faults::new();
+    let a = g.candidate_on(faults.wrap(g.store.clone(), "a"), "a", |b| b);
+    a.wait_for_leadership().await.unwrap();
+    let started = g.clock.now().mono;
+    let mut others = Vec::new();
+    for (id, priority) in [("p5", 5), ("p9", 9), ("p12", 12)] {
+        others.push(g.candidate(id, Some(priority)));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    // The first look begins a delay after p5 started: a dies just after
+    // its first renewal from then on.
+    let group = GroupName::new("jobs").unwrap();
+    let first_look = started + DELAY;
+    let mut seen = g
+        .store
+        .read(&group)
+        .await
+        .unwrap()
+        .unwrap()
+        .record
+        .renewed_at;
+    let renewed = loop {
+        let v = g.store.read(&group).await.unwrap().unwrap();
+        if v.record.renewed_at != seen {
+            if g.clock.now().mono >= first_look {
+                break g.clock.now().mono;
+            }
+            seen = v.record.renewed_at;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    faults.partition("a");
+    let bound = tenure::Config::new(TERM)
+        .validate()
+        .unwrap()
+        .bounds()
+        .crash_failover;
+    let elected = async {
+        loop {
+            if let Some((holder, _)) = g.holder().await {
+                if holder != "a" {
+                    return holder;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    let holder = tokio::time::timeout(bound * 3, elected)
+        .await
+        .expect("nobody took over from the dead leader");
+    let took = g.clock.now().mono.saturating_since(renewed);
+    assert!(
+        took <= bound,
+        "{holder} took over {took:?} after the last real renewal; the crash fail-over bound is {bound:?}"
+    );
+    for e in others {
+        e.shutdown().await;
+    }
+    a.shutdown().await;
+}

@@ -136,18 +136,15 @@ async fn transfer(
     // may be gone by the time the write arrives: read again and retry.
     let mut current = first.clone();
     for _ in 0..FORCE_ATTEMPTS {
-        let mut record = current.record.clone();
-        record
-            .metadata
-            .insert(tenure::record::TRANSFER_TO_KEY, to.to_owned());
-        // An operator's request, not a candidate's preemption: a priority
-        // a candidate's request left there would let a candidate of higher
-        // priority overwrite the operator's choice.
-        record
-            .metadata
-            .remove(tenure::record::TRANSFER_PRIORITY_KEY);
+        // An operator's request, not a candidate's preemption (no
+        // priority: one a candidate's request left there would let a
+        // candidate of higher priority overwrite the operator's choice),
+        // marked as a rewrite so that it delays no takeover.
+        let mut record = current.record.with_request(current.version, to, None);
         if record.holder.is_none() {
-            // A reservation lasts one term from now.
+            // A reservation lasts one term from now (a release's record,
+            // not a rewrite of a holder's).
+            record.metadata.remove(tenure::record::REWRITTEN_OVER_KEY);
             record.renewed_at = WallTime::now();
             record.expires_at = WallTime::now() + record.term;
         }

@@ -104,6 +104,8 @@ pub(crate) struct Joining {
     pub(crate) id: GroupId,
     pub(crate) session: Session,
     pub(crate) seed: u64,
+    /// The preemption delay of a candidate with a priority, if it has one.
+    pub(crate) preempt_after: Option<std::time::Duration>,
 }
 
 /// Tuning for an [`Engine`].

@@ -51,9 +51,6 @@ impl Counters {
 pub(crate) struct EngineShared {
     pub(super) tx: mpsc::UnboundedSender<ToEngine>,
     pub(crate) clock: Arc<dyn Clock>,
-    /// The store the engine's groups live in (a candidate's preemption
-    /// request is written there).
-    pub(crate) store: Arc<dyn LeaseStore>,
     pub(super) next_id: AtomicU64,
     pub(super) counters: Arc<Counters>,
 }
@@ -83,7 +80,6 @@ impl EngineShared {
         let shared = Arc::new(EngineShared {
             tx,
             clock: clock.clone(),
-            store: store.clone(),
             next_id: AtomicU64::new(1),
             counters: counters.clone(),
         });

@@ -295,15 +295,23 @@ impl Task {
     }
 
     pub(super) fn join(&mut self, joining: Joining) {
-        let Joining { id, session, seed } = joining;
+        let Joining {
+            id,
+            session,
+            seed,
+            preempt_after,
+        } = joining;
         let now = self.clock.now();
-        let machine = Machine::new(
+        let mut machine = Machine::new(
             session.timing().clone(),
             session.candidate().clone(),
             session.metadata().clone(),
             seed,
             now,
         );
+        if let Some(delay) = preempt_after {
+            machine.preempt_after(delay, now);
+        }
         let group = session.group().clone();
         self.by_group.entry(group.clone()).or_default().push(id);
         let timing = machine.timing();

@@ -31,6 +31,9 @@ impl Machine {
             let deadline = now.mono + self.timing.op_timeout;
             return self.write(WritePurpose::Acquire, expected, record, now, deadline, out);
         }
+        if self.is_live(now) && self.advance_preempt(now, out) {
+            return;
+        }
         // A failed read leaves `observed` empty but moves `next_read`, so a
         // store that keeps failing is polled, not spun on.
         if self.reread || now.mono >= self.next_read {
@@ -67,6 +70,7 @@ impl Machine {
                     return;
                 }
                 self.own_write_failures = 0;
+                self.preempt_elected();
                 self.predecessor = replaced;
                 self.reported = None;
                 self.state = State::Leader(Lead {
@@ -108,6 +112,7 @@ impl Machine {
         result: Result<Option<Versioned>, StoreError>,
         out: &mut Vec<Action>,
     ) {
+        self.preempt_read_done(now);
         let delay = self.busy_backoff(&result);
         self.next_read = match (&result, self.feed_live) {
             // The feed reports every later write.

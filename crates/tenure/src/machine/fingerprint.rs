@@ -35,6 +35,7 @@ impl std::hash::Hash for Machine {
             busy_streak,
             predecessor,
             metadata_dirty,
+            preempt,
             anchor_at_receive,
         } = self;
         me.hash(h);
@@ -59,6 +60,7 @@ impl std::hash::Hash for Machine {
         busy_streak.hash(h);
         predecessor.hash(h);
         metadata_dirty.hash(h);
+        preempt.hash(h);
         anchor_at_receive.hash(h);
     }
 }

@@ -185,6 +185,11 @@ pub enum WritePurpose {
     /// Clear the holder, keeping the token, so the next candidate can take
     /// over at once.
     Release,
+    /// A waiting candidate of higher priority writes a request to hand
+    /// over into the leader's record (holder, token and times kept).
+    Request,
+    /// A candidate that stops takes its request out of the leader's record.
+    Withdraw,
 }
 
 impl WritePurpose {
@@ -194,6 +199,8 @@ impl WritePurpose {
             WritePurpose::Acquire => "acquire",
             WritePurpose::Renew => "renew",
             WritePurpose::Release => "release",
+            WritePurpose::Request => "request",
+            WritePurpose::Withdraw => "withdraw",
         }
     }
 }

@@ -118,7 +118,7 @@ impl Machine {
                 }
                 _ => self.next_read = now.mono,
             },
-            State::Releasing(_) | State::Stopped => {}
+            State::Releasing(_) | State::Withdrawing(_) | State::Stopped => {}
         }
     }
 
@@ -239,11 +239,7 @@ impl Machine {
         match record.metadata.get(crate::record::TRANSFER_PRIORITY_KEY) {
             None => true,
             Some(asked) => {
-                let mine = self
-                    .metadata
-                    .get(crate::record::PRIORITY_KEY)
-                    .and_then(|p| p.parse::<u32>().ok())
-                    .unwrap_or(0);
+                let mine = self.metadata.priority();
                 asked.parse::<u32>().is_ok_and(|asked| asked > mine)
             }
         }

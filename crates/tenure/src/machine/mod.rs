@@ -32,6 +32,7 @@ mod fingerprint;
 mod io;
 mod leader;
 mod observation;
+mod preempt;
 mod release;
 mod takeover;
 mod timers;
@@ -39,6 +40,7 @@ mod timers;
 pub use io::{Action, EndReason, Fault, Input, OpId, Phase, ReadPurpose, WritePurpose};
 use leader::Lead;
 use observation::Observed;
+use preempt::{Preempt, Withdraw};
 use release::{After, Release};
 
 /// The role, with what only that role holds.
@@ -62,6 +64,9 @@ enum State {
     },
     /// Clearing this node from the record.
     Releasing(Release),
+    /// Stopping: taking this candidate's preemption request out of the
+    /// leader's record.
+    Withdrawing(Withdraw),
     /// Stopped for good: every input is ignored.
     Stopped,
 }
@@ -160,6 +165,9 @@ pub struct Machine {
     predecessor: Metadata,
     /// The metadata changed since the last renewal was sent: renew now.
     metadata_dirty: bool,
+    /// Candidate priority: when to ask a lower-priority leader to hand
+    /// over; `None` when preemption is off.
+    preempt: Option<Preempt>,
     /// Test-only mutation: anchor deadlines at the reply instead of the send
     /// (see [`Machine::anchor_deadlines_at_receive`]).
     anchor_at_receive: bool,
@@ -194,6 +202,7 @@ impl Machine {
             busy_streak: 0,
             predecessor: Metadata::new(),
             metadata_dirty: false,
+            preempt: None,
             anchor_at_receive: false,
         }
     }
@@ -225,7 +234,7 @@ impl Machine {
             State::Candidate => Phase::Candidate,
             State::Leader(l) => Phase::Leader { token: l.token },
             State::Draining { lead, .. } => Phase::Draining { token: lead.token },
-            State::Releasing(_) => Phase::Releasing,
+            State::Releasing(_) | State::Withdrawing(_) => Phase::Releasing,
             State::Stopped => Phase::Stopped,
         }
     }
@@ -347,9 +356,13 @@ impl Machine {
                         at(self.next_read);
                     }
                     // A candidate that may not stand (no pulse) has nothing
-                    // to do at the takeover instant; waking there would spin.
+                    // to do at the takeover instant, nor a request to make;
+                    // waking there would spin.
                     if self.is_live(now) {
                         if let Some(t) = self.takeover_wake(now) {
+                            at(t);
+                        }
+                        if let Some(t) = self.preempt_wake() {
                             at(t);
                         }
                     }
@@ -368,6 +381,11 @@ impl Machine {
             State::Releasing(r) => {
                 if self.op.is_none() {
                     at(self.release_at(r));
+                }
+            }
+            State::Withdrawing(w) => {
+                if self.op.is_none() {
+                    at(Self::withdraw_at(w));
                 }
             }
             State::Stopped => {}
@@ -460,6 +478,7 @@ impl Machine {
                 self.on_verify(now, lead.token, result, out)
             }
             (State::Releasing(_), ReadPurpose::Verify) => self.on_release_verify(now, result, out),
+            (State::Withdrawing(_), _) => self.on_withdraw_read(now, result, out),
             _ => {}
         }
     }
@@ -469,8 +488,11 @@ impl Machine {
         match &self.state {
             State::Candidate => self.observe_from(now, Some(current), true, out),
             State::Leader(_) => self.on_delivery_while_leading(now, &current),
-            // A release verifies with reads of its own.
-            State::Draining { .. } | State::Releasing(_) | State::Stopped => {}
+            // A release (and a withdrawal) verifies with reads of its own.
+            State::Draining { .. }
+            | State::Releasing(_)
+            | State::Withdrawing(_)
+            | State::Stopped => {}
         }
     }
 
@@ -486,6 +508,9 @@ impl Machine {
         if let State::Releasing(_) = self.state {
             return self.on_release_write(now, purpose, result, out);
         }
+        if let State::Withdrawing(_) = self.state {
+            return self.on_withdraw_write(now, purpose, result, out);
+        }
         let reply = || WriteReply {
             record,
             sent,
@@ -494,8 +519,13 @@ impl Machine {
         match purpose {
             WritePurpose::Acquire => self.on_acquire(now, reply(), out),
             WritePurpose::Renew => self.on_renew(now, reply(), out),
-            // A release is only ever in flight while releasing.
-            WritePurpose::Release => {}
+            WritePurpose::Request => {
+                let WriteReply { record, result, .. } = reply();
+                self.on_request(now, record, result, out);
+            }
+            // A release is only ever in flight while releasing, a
+            // withdrawal while withdrawing.
+            WritePurpose::Release | WritePurpose::Withdraw => {}
         }
     }
 
@@ -507,6 +537,7 @@ impl Machine {
             State::Leader(_) => self.advance_leader(now, out),
             State::Draining { .. } => self.advance_draining(now, out),
             State::Releasing(_) => self.advance_releasing(now, out),
+            State::Withdrawing(_) => self.advance_withdrawing(now, out),
         }
     }
 }

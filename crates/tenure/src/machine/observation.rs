@@ -79,6 +79,23 @@ impl Machine {
                 o.since = now.mono;
             }
             Some(o) if o.current.as_ref() == current.as_ref() => o.confirmed |= !from_feed,
+            // Someone other than the holder rewrote the record a read
+            // showed, directly over it (a transfer request, a withdrawal):
+            // no renewal, so the holder's term is still bounded from when
+            // that version was first seen. Requests written into a dead
+            // leader's record must not delay its takeover.
+            Some(o)
+                if o.confirmed
+                    && current
+                        .as_ref()
+                        .zip(o.current.as_ref())
+                        .is_some_and(|(new, seen)| {
+                            new.version != seen.version && new.record.rewrites(seen)
+                        }) =>
+            {
+                o.current = current;
+                o.confirmed = !from_feed;
+            }
             _ => {
                 self.observed = Some(Observed {
                     current,

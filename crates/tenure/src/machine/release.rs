@@ -64,7 +64,9 @@ impl Machine {
                 // leave the lease held for a whole crash fail-over: wait for
                 // it, and release what it wrote.
                 let in_flight = match self.op.as_ref().map(|p| &p.kind) {
-                    Some(OpKind::Write(_, record)) => Some((record.token, record.term)),
+                    Some(OpKind::Write(purpose, record)) if *purpose != WritePurpose::Request => {
+                        Some((record.token, record.term))
+                    }
                     _ => None,
                 };
                 match in_flight {
@@ -80,13 +82,14 @@ impl Machine {
                             until: now.mono + self.timing.op_timeout * 2,
                         });
                     }
+                    None if self.begin_withdraw(now) => {}
                     None => self.stop(out),
                 }
             }
             State::Leader(_) => self.begin_drain(EndReason::Shutdown, After::Stop, out),
             State::Draining { then, .. } => *then = After::Stop,
             State::Releasing(r) => r.then = After::Stop,
-            State::Stopped => {}
+            State::Withdrawing(_) | State::Stopped => {}
         }
     }
 

@@ -11,6 +11,7 @@ use crate::record::TRANSFER_TO_KEY;
 mod candidate;
 mod feed;
 mod leader;
+mod preempt;
 mod release;
 mod takeover;
 
