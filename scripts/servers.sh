@@ -18,6 +18,10 @@
 #   TENURE_TEST_S3        http://127.0.0.1:PORT (moto's S3, conditional writes; bucket tenure-test)
 #   TENURE_MOTO_BIN       the moto_server program (tests start private ones to restart and to check signatures)
 #   TENURE_TEST_AZURE     http://127.0.0.1:PORT (Azurite's blob service; container tenure-test)
+#   TENURE_TEST_KUBERNETES a kubeconfig (context tenure-test, every right; reader: read only; limited:
+#                         namespace tenure-limited only; wrong-token) of tenure-kube-testserver, this
+#                         repository's Kubernetes API server for Leases, keeping them in the etcd above
+#   TENURE_TEST_KUBERNETES_CA its CA certificate (PEM)
 #   TENURE_TEST_ETCD_CLUSTER          http://127.0.0.1:P1,http://127.0.0.1:P2,http://127.0.0.1:P3
 #                                     (a 3-member etcd cluster, the clustered-store tests)
 #   TENURE_TEST_ETCD_CLUSTER_DIR      its members' directories m1 m2 m3, each with `pid` (the
@@ -43,6 +47,7 @@ ZK_CLASSPATH="/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 NATS_PORT="${NATS_PORT:-24222}"
 MOTO_PORT="${MOTO_PORT:-24500}"
 AZURITE_PORT="${AZURITE_PORT:-24510}"
+KUBE_PORT="${KUBE_PORT:-26443}"
 # The clusters: member N (1..3) of etcd serves clients on ETCD_CLUSTER_PORT+10N
 # (peers +1, metrics +2); ZooKeeper server N on ZK_ENSEMBLE_PORT+N (quorum
 # +10+N, election +20+N).
@@ -274,6 +279,30 @@ _start_etcd() {
     --listen-metrics-urls "http://127.0.0.1:$metrics" >"$dir/server.log" 2>&1 &
   _launched etcd "$ETCD_PORT" 30 || return 1
   _serving etcd "$ETCD_PORT" TENURE_TEST_ETCD "http://127.0.0.1:$ETCD_PORT"
+}
+
+# tenure-kube-testserver (crates/tenure-kube-testserver): built here with
+# cargo into the target directory scripts/test.sh uses (the same default),
+# then started on the etcd above, under a key prefix of its own. It makes
+# its CA and tokens at each start and writes the kubeconfig.
+_start_kube() {
+  local dir root bin
+  dir=$(_fresh_dir kube) || return 1
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+  local target="${CARGO_TARGET_DIR:-/var/tmp/tenure-target/$(printf '%s' "$root" | cksum | cut -d' ' -f1)}"
+  bin="${TENURE_KUBE_TESTSERVER_BIN:-}"
+  if [ -z "$bin" ]; then
+    (cd "$root" && CARGO_TARGET_DIR="$target" cargo build --quiet --locked -p tenure-kube-testserver --bin tenure-kube-testserver) \
+      >"$dir/build.log" 2>&1 || { _log "building tenure-kube-testserver failed"; tail -20 "$dir/build.log" >&2; return 1; }
+    bin="$target/debug/tenure-kube-testserver"
+  fi
+  "$bin" --etcd "http://127.0.0.1:$ETCD_PORT" --listen "127.0.0.1:$KUBE_PORT" --dir "$dir" \
+    --prefix "/tenure-kube-test-$$-$RANDOM/" >"$dir/server.log" 2>&1 &
+  _launched kube "$KUBE_PORT" 30 || return 1
+  local i
+  for ((i = 0; i < 50; i++)); do [ -s "$dir/kubeconfig" ] && break; sleep 0.1; done
+  export TENURE_TEST_KUBERNETES_CA="$dir/ca.crt"
+  _serving kube "$KUBE_PORT" TENURE_TEST_KUBERNETES "$dir/kubeconfig"
 }
 
 _start_dynalite() {
@@ -513,7 +542,7 @@ _stop_pid() {
 
 servers_stop() {
   local name file
-  for name in postgres redis etcd dynalite kinesalite tansu zookeeper nats moto azurite; do
+  for name in postgres redis etcd kube dynalite kinesalite tansu zookeeper nats moto azurite; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
     _stop_pid "$TENURE_SERVERS_DIR/$name.pid"
   done
@@ -532,12 +561,12 @@ servers_start() {
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
   local s port
-  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$DYNALITE_PORT" "$KINESALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT" \
+  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$KUBE_PORT" "$DYNALITE_PORT" "$KINESALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT" \
     $((ETCD_CLUSTER_PORT + 10)) $((ETCD_CLUSTER_PORT + 20)) $((ETCD_CLUSTER_PORT + 30)) \
     $((ZK_ENSEMBLE_PORT + 1)) $((ZK_ENSEMBLE_PORT + 2)) $((ZK_ENSEMBLE_PORT + 3)); do
     _wait_port_free "$port" 15 || return 1
   done
-  for s in postgres redis etcd dynalite kinesalite tansu zookeeper nats moto azurite etcd_cluster zookeeper_ensemble; do
+  for s in postgres redis etcd kube dynalite kinesalite tansu zookeeper nats moto azurite etcd_cluster zookeeper_ensemble; do
     if ! "_start_$s"; then
       _log "$s failed to start; stopping the others"
       servers_stop
@@ -595,6 +624,13 @@ servers_check() {
     done
     [ "$n" = 3 ] || { _log "$var names $n members, not 3"; missing=1; }
   done
+  if [ -z "${TENURE_TEST_KUBERNETES:-}" ] || [ ! -s "$TENURE_TEST_KUBERNETES" ]; then
+    _log "TENURE_TEST_KUBERNETES is not a kubeconfig file"
+    missing=1
+  elif ! _wait_port 127.0.0.1 "$KUBE_PORT" 5; then
+    _log "TENURE_TEST_KUBERNETES: nothing answers on 127.0.0.1:$KUBE_PORT"
+    missing=1
+  fi
   if [ -z "${TENURE_MOTO_BIN:-}" ] || [ ! -x "$TENURE_MOTO_BIN" ]; then
     _log "TENURE_MOTO_BIN is not an executable"
     missing=1
