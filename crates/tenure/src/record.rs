@@ -59,11 +59,13 @@ pub const CATALOG_UNREADABLE_KEY: &str = "tenure.catalog-unreadable";
 
 /// The reserved metadata key that a writer other than the holder sets when
 /// it rewrites the holder's record keeping holder, token and times (a
-/// transfer or preemption request, or its withdrawal): the version it
-/// rewrote. A holder never writes it, so such a write is known to be no
-/// renewal, and a candidate that saw the version it names keeps counting
-/// its takeover wait from then (see [`LeaseRecord::rewrites`]): requests
-/// written into a dead leader's record do not delay the takeover.
+/// transfer or preemption request, or its withdrawal): the version of the
+/// holder's own write that it rewrote, carried through a chain of such
+/// rewrites ([`Versioned::rewrite_base`]). A holder never writes it, so
+/// such a write is known to be no renewal, and a candidate that saw the
+/// holder's write (or any rewrite of it) keeps counting its takeover wait
+/// from then (see [`LeaseRecord::rewrites`]): requests written into a dead
+/// leader's record do not delay the takeover.
 pub const REWRITTEN_OVER_KEY: &str = "tenure.rewritten-over";
 
 /// The name of a role that exactly one candidate holds at a time.
@@ -290,11 +292,12 @@ impl LeaseRecord {
     }
 
     /// This held record with a request to hand over to `to` written into
-    /// it over `version` (holder, token and times kept): a preemption
-    /// request naming the asker's `priority`, or an operator's request
-    /// (`None`, always honoured). Marked with [`REWRITTEN_OVER_KEY`], so
-    /// that it counts as no renewal.
-    pub fn with_request(&self, version: Version, to: &str, priority: Option<u32>) -> LeaseRecord {
+    /// it (holder, token and times kept): a preemption request naming the
+    /// asker's `priority`, or an operator's request (`None`, always
+    /// honoured). Marked with [`REWRITTEN_OVER_KEY`] as a rewrite of the
+    /// holder's write `base` (the [`rewrite_base`](Versioned::rewrite_base)
+    /// of the version read), so that it counts as no renewal.
+    pub fn with_request(&self, base: Version, to: &str, priority: Option<u32>) -> LeaseRecord {
         let mut asked = self.clone();
         asked.metadata.insert(TRANSFER_TO_KEY, to);
         match priority {
@@ -305,30 +308,32 @@ impl LeaseRecord {
         }
         asked
             .metadata
-            .insert(REWRITTEN_OVER_KEY, version.0.to_string());
+            .insert(REWRITTEN_OVER_KEY, base.0.to_string());
         asked
     }
 
-    /// This held record with its request taken out, over `version`: a
-    /// withdrawal, marked as [`with_request`](Self::with_request) marks a
-    /// request.
-    pub fn without_request(&self, version: Version) -> LeaseRecord {
+    /// This held record with its request taken out: a withdrawal, marked
+    /// as a rewrite of `base` as [`with_request`](Self::with_request) marks
+    /// a request.
+    pub fn without_request(&self, base: Version) -> LeaseRecord {
         let mut withdrawn = self.clone();
         withdrawn.metadata.remove(TRANSFER_TO_KEY);
         withdrawn.metadata.remove(TRANSFER_PRIORITY_KEY);
         withdrawn
             .metadata
-            .insert(REWRITTEN_OVER_KEY, version.0.to_string());
+            .insert(REWRITTEN_OVER_KEY, base.0.to_string());
         withdrawn
     }
 
-    /// Whether this record is `earlier` rewritten by someone other than its
-    /// holder, directly over `earlier`'s version: held by the same holder
-    /// with the same token, term and times, the same metadata but for a
-    /// request, and marked as written over that version
-    /// ([`REWRITTEN_OVER_KEY`]). A holder's own writes never carry the
-    /// mark, so such a record is no renewal: the holder's term is still
-    /// bounded by the write that `earlier` shows or one before it.
+    /// Whether this record is `earlier` rewritten by others than its
+    /// holder, with no write of the holder's between: held by the same
+    /// holder with the same token, term and times, the same metadata but
+    /// for a request, and marked ([`REWRITTEN_OVER_KEY`]) as a rewrite of
+    /// the holder's write that `earlier` is or rewrites
+    /// ([`Versioned::rewrite_base`]). Every rewrite is a compare-and-swap
+    /// over the version its writer read, and a holder's own writes never
+    /// carry the mark, so such a record is no renewal: the holder's term is
+    /// still bounded by the write `earlier` stems from.
     pub fn rewrites(&self, earlier: &Versioned) -> bool {
         let prior = &earlier.record;
         let strip = |m: &Metadata| {
@@ -340,7 +345,7 @@ impl LeaseRecord {
         };
         let over = self.metadata.get(REWRITTEN_OVER_KEY);
         self.holder.is_some()
-            && over.and_then(|v| v.parse::<u64>().ok()) == Some(earlier.version.0)
+            && over.and_then(|v| v.parse::<u64>().ok()) == Some(earlier.rewrite_base().0)
             && self.holder == prior.holder
             && self.token == prior.token
             && self.term == prior.term
@@ -449,6 +454,20 @@ pub struct Versioned {
     pub record: LeaseRecord,
     /// The store's version, to pass back to compare-and-swap.
     pub version: Version,
+}
+
+impl Versioned {
+    /// The version of the holder's own write this record stems from: its
+    /// own version, or, for a held record that others rewrote (a request,
+    /// a withdrawal), the version its [`REWRITTEN_OVER_KEY`] names.
+    pub fn rewrite_base(&self) -> Version {
+        self.record
+            .holder
+            .as_ref()
+            .and_then(|_| self.record.metadata.get(REWRITTEN_OVER_KEY))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(self.version, Version)
+    }
 }
 
 fn ceil_millis(d: Duration) -> u64 {

@@ -140,7 +140,9 @@ async fn transfer(
         // priority: one a candidate's request left there would let a
         // candidate of higher priority overwrite the operator's choice),
         // marked as a rewrite so that it delays no takeover.
-        let mut record = current.record.with_request(current.version, to, None);
+        let mut record = current
+            .record
+            .with_request(current.rewrite_base(), to, None);
         if record.holder.is_none() {
             // A reservation lasts one term from now (a release's record,
             // not a rewrite of a holder's).

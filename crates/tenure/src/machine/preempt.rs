@@ -3,8 +3,8 @@
 //!
 //! The request is the one an operator makes with `tenure release --to`:
 //! the leader's own record rewritten with holder, token and times kept,
-//! naming this candidate and its priority, and marked as written over the
-//! version it replaced ([`LeaseRecord::with_request`]). It is a hint,
+//! naming this candidate and its priority, and marked as a rewrite of the
+//! leader's own write ([`LeaseRecord::with_request`]). It is a hint,
 //! never authority: the leader reads its record, honours the request only
 //! if the priority named is above its own, and hands over through the
 //! transfer path. The mark makes the request count as no renewal for every
@@ -263,7 +263,7 @@ impl Machine {
                 return None;
             }
         }
-        let asked = record.with_request(v.version, &self.me.id, Some(mine));
+        let asked = record.with_request(v.rewrite_base(), &self.me.id, Some(mine));
         // A request that cannot fit is not asked; the look ends, and the
         // next is a delay away (no busy loop).
         asked.metadata.validate().ok()?;
@@ -372,7 +372,7 @@ impl Machine {
         let deadline = (now.mono + self.timing.op_timeout).min(w.until);
         match &w.current {
             Some(v) => {
-                let record = v.record.without_request(v.version);
+                let record = v.record.without_request(v.rewrite_base());
                 let expected = Some(v.version);
                 self.write(WritePurpose::Withdraw, expected, record, now, deadline, out);
             }

@@ -142,11 +142,28 @@ fn a_rewrite_not_over_the_version_seen_restarts_the_wait() {
     poll(&mut m, at(0), Some(first.clone()));
     // Marked as written over a version b never saw (a renewal between):
     // counted from its own sighting.
-    let mut other = first.record.with_request(Version(11), "c", Some(5));
-    other.metadata.insert(REWRITTEN_OVER_KEY, "11");
+    let other = first.record.with_request(Version(11), "c", Some(5));
     poll(&mut m, at(2_500), Some(stored(&other, 12)));
     let (now, _) = poll_until_write(&mut m, at(2_500), Some(stored(&other, 12)));
     assert_eq!(now.mono, at(2_500).mono + takeover_wait());
+}
+
+#[test]
+fn a_chain_of_rewrites_keeps_the_wait_even_with_one_missed() {
+    let mut m = machine("b", timing());
+    let base = renewed(10, 0);
+    poll(&mut m, at(0), Some(base.clone()));
+    // c asks (v11), d asks over c's request (v12): b, polling, sees only
+    // v12, which still names the holder's own write v10.
+    let c = stored(
+        &base.record.with_request(base.rewrite_base(), "c", Some(5)),
+        11,
+    );
+    let d = stored(&c.record.with_request(c.rewrite_base(), "d", Some(9)), 12);
+    assert_eq!(d.rewrite_base(), Version(10));
+    let (now, a) = poll_until_write(&mut m, at(0), Some(d));
+    assert_eq!(now.mono, at(0).mono + takeover_wait());
+    assert_eq!(cas_op(&a).1, Some(Version(12)));
 }
 
 #[test]
