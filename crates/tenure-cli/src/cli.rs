@@ -494,8 +494,11 @@ members [{id, state (\"live\", \"expired\", \"released\"), metadata, token,
 expires_in_ms (null once released), holds}], leases [{name, state (\"held\",
 \"expired\", \"released\"), holder (null if unheld), token, expires_in_ms}],
 undecodable [{group, error}] (records that are not tenure leases),
-group_lease (null, or {state, holder, token}: a plain lease under the set's
-own name, which the set does not use). A store that cannot list groups
+catalog_unreadable [{member, reason}] (live members of a set that follows a
+shard catalog which cannot read it, and so stand for no shard they have not
+read in one; shown as a warning line for people), group_lease (null, or
+{state, holder, token}: a plain lease under the set's own name, which the set
+does not use). A store that cannot list groups
 (kafka://) shows the group alone, with a warning on stderr saying so.";
 
 const WATCH_EXAMPLES: &str = "\

@@ -11,6 +11,14 @@
 //! | `tenure_term_remaining_seconds` | gauge | time left in the term after the last renewal |
 //! | `tenure_store_errors_total{op}` | counter | failed store operations (`read`, `acquire`, `renew`, `release`) |
 //! | `tenure_duty_failures_total` | counter | failed runs of a periodic leader duty |
+//!
+//! A sharded set that follows a catalog adds, labelled `set` (and
+//! `member`):
+//!
+//! | name | kind | meaning |
+//! |---|---|---|
+//! | `tenure_shard_catalog_unreadable_total{set, member}` | counter | reads of the catalog by this member that failed or found no whole catalog, once it stayed unreadable for two reads in a row |
+//! | `tenure_shard_catalog_left_out_total{set}` | counter | shards the catalog leader left out of the catalog (they cannot be published), each counted when first left out |
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::shards::{FinishError, SourceShard};
+use tenure::shards::{CatalogError, FinishError, SourceShard};
 use tenure::{
     Clock, Config, GroupName, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Shards,
     TokioClock, WallTime,
@@ -373,4 +373,306 @@ async fn a_member_that_left_reads_the_catalog_no_more() {
     let after = store.reads();
     assert_eq!(before, after, "the catalog was read after the member left");
     drop(member);
+}
+
+/// Issue 39, schedule 1: a catalog leader whose own source fails (expired
+/// credentials on that host only) hands the duty on.
+///
+/// Schedule: member `a` starts alone with a source that always fails and
+/// wins `stream/leader`; `b`, whose source works, joins 5 s later. Within a
+/// few terms `b` must lead the catalog, publish it, and the set hold both
+/// shards. Before the fix `a` retried every quarter term for ever and no
+/// catalog was ever written.
+#[tokio::test(start_paused = true)]
+async fn a_catalog_leader_whose_source_fails_hands_the_duty_to_one_whose_source_works() {
+    let store = MemoryStore::new();
+    let clock = Arc::new(TokioClock::new());
+    let start = |id: &str, source: ScriptedSource| {
+        Shards::builder(store.clone(), "stream")
+            .member_id(id)
+            .catalog(source, REFRESH)
+            .config(Config::new(TERM))
+            .clock(clock.clone())
+            .start()
+            .expect("valid")
+    };
+    let broken = ScriptedSource::listing(plain(&["x", "y"]));
+    broken.fail(true);
+    let a = start("a", broken.clone());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let leader = GroupName::new("stream/leader").unwrap();
+    let led_by = |store: &MemoryStore| {
+        let store = store.clone();
+        let leader = leader.clone();
+        async move {
+            store
+                .read(&leader)
+                .await
+                .unwrap()
+                .and_then(|v| v.record.holder_id().map(str::to_owned))
+        }
+    };
+    assert_eq!(led_by(&store).await.as_deref(), Some("a"));
+    let b = start("b", ScriptedSource::listing(plain(&["x", "y"])));
+    let members = [a.clone(), b.clone()];
+    let began = tokio::time::Instant::now();
+    loop {
+        let h = holders::of_members(members.iter());
+        if h.len() == 2 {
+            break;
+        }
+        assert!(
+            began.elapsed() <= TERM * 8,
+            "no catalog {:?} after b joined: catalog leader {:?}, a's source listed {} times, holders {h:?}",
+            began.elapsed(),
+            led_by(&store).await,
+            broken.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(led_by(&store).await.as_deref(), Some("b"));
+    // The duty stays with b: a, backing off, does not take it back.
+    let calls = broken.calls();
+    tokio::time::sleep(TERM * 6).await;
+    assert_eq!(led_by(&store).await.as_deref(), Some("b"));
+    assert_eq!(broken.calls(), calls, "a listed its source while b led");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Issue 39: a source failing on every member does not make the duty flap:
+/// each member that gives it up waits longer before standing again.
+#[tokio::test(start_paused = true)]
+async fn a_source_failing_everywhere_does_not_make_the_duty_flap() {
+    let set = Set::of(&["a", "b", "c"], plain(&["x", "y"]));
+    set.until(FOLLOW, nothing, |h| h.len() == 2).await;
+    set.source.fail(true);
+    let leader = GroupName::new("stream/leader").unwrap();
+    let token = |store: MemoryStore| {
+        let leader = leader.clone();
+        async move {
+            store
+                .read(&leader)
+                .await
+                .unwrap()
+                .map_or(0, |v| v.record.token)
+        }
+    };
+    let before = token(set.store.clone()).await;
+    tokio::time::sleep(TERM * 30).await;
+    let terms = token(set.store.clone()).await - before;
+    // Without a back-off, a leader giving up every term would be 30 terms.
+    assert!(terms <= 12, "{terms} catalog leaders' terms in 30 terms");
+    // Held shards stay held through the outage; the catalog comes back.
+    assert_eq!(held(&set.holders()), BTreeSet::from(["x", "y"]));
+    set.source.fail(false);
+    set.source.set(plain(&["x", "y", "z"]));
+    set.until(TERM * 10, nothing, |h| h.len() == 3).await;
+}
+
+/// Names of `n` shards, each `len` copies of `c` and a number.
+fn repeated(c: char, len: usize, n: usize) -> Vec<SourceShard> {
+    (0..n)
+        .map(|i| SourceShard::new(format!("{}{i:02}", c.to_string().repeat(len))))
+        .collect()
+}
+
+/// Issue 39, schedule 2: parts are sized on the bytes stored (a part is a
+/// JSON string inside the record's metadata, where `"` and `\` are escaped
+/// once more). Before the fix every refresh failed with "a catalog part is
+/// too large" and no catalog was written.
+#[tokio::test(start_paused = true)]
+async fn names_that_escape_twice_are_published() {
+    for shards in [
+        repeated('\\', 118, 20),
+        repeated('"', 118, 20),
+        (0..110)
+            .map(|i| SourceShard::new(format!("{{\"t\":\"acme-{i:03}\"}}")))
+            .collect(),
+    ] {
+        let set = Set::of(&["a", "b"], shards.clone());
+        set.until(FOLLOW, nothing, |h| h.len() == shards.len())
+            .await;
+        for m in set.members.values() {
+            m.shutdown().await;
+        }
+    }
+}
+
+/// Issue 39, schedule 2: one shard that cannot be published (300 parents)
+/// is left out and reported, naming the limit; the others are published.
+/// Before the fix its part was refused as too large at every refresh, and
+/// no catalog was written.
+#[tokio::test(start_paused = true)]
+async fn a_shard_that_cannot_be_published_does_not_stop_the_others() {
+    let parents: Vec<String> = (0..300).map(|i| format!("parent-{i:04}")).collect();
+    let set = Set::of(
+        &["a", "b"],
+        vec![
+            SourceShard::new("x"),
+            SourceShard::new("y"),
+            SourceShard::new("many").after(parents),
+        ],
+    );
+    // Subscribed before any member runs: whichever leads reports it.
+    let mut streams: Vec<_> = set.members.values().map(Shards::events).collect();
+    set.until(FOLLOW, nothing, |h| held(h) == BTreeSet::from(["x", "y"]))
+        .await;
+    let catalog = set.members["a"].catalog().expect("a catalog");
+    assert_eq!(catalog.shards.len(), 2, "{catalog:?}");
+    let mut reported = Vec::new();
+    for stream in &mut streams {
+        while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(1), stream.next()).await
+        {
+            if let tenure::shards::ShardEvent::ShardLeftOut { shard, error } = e {
+                reported.push((shard, error));
+            }
+        }
+    }
+    // Once, not at every refresh (the leader refreshed a few times).
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    let (shard, error) = &reported[0];
+    assert_eq!(shard, "many");
+    assert!(
+        matches!(
+            error,
+            CatalogError::TooManyParents {
+                parents: 300,
+                max: 16,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("at most 16"), "{error}");
+}
+
+/// Issue 39, schedule 4: a hostile part 0 claiming 65,536 parts costs the
+/// members and the leader a few reads, not 65,535 each, and the leader
+/// writes over it.
+#[tokio::test(start_paused = true)]
+async fn a_part_0_claiming_65536_parts_does_not_stall_the_catalog() {
+    let memory = MemoryStore::new();
+    let group = GroupName::new("stream/catalog/0").unwrap();
+    let at = WallTime::from_millis(0);
+    let hostile = LeaseRecord {
+        holder: None,
+        token: u64::MAX,
+        term: TERM,
+        renewed_at: at,
+        expires_at: at,
+        metadata: Metadata::new().with("tenure.catalog", "{\"g\":1,\"n\":65536,\"s\":[]}"),
+    };
+    memory
+        .compare_and_swap(&group, None, &hostile)
+        .await
+        .unwrap();
+    let store = tenure_testkit::CountingReads::new(memory.clone(), "stream/catalog/");
+    let source = ScriptedSource::listing(plain(&["x", "y"]));
+    let clock = Arc::new(TokioClock::new());
+    let members: Vec<Shards> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            Shards::builder(store.clone(), "stream")
+                .member_id(*id)
+                .catalog(source.clone(), REFRESH)
+                .config(Config::new(TERM))
+                .clock(clock.clone())
+                .start()
+                .expect("valid")
+        })
+        .collect();
+    let began = tokio::time::Instant::now();
+    while holders::of_members(members.iter()).len() < 2 {
+        assert!(
+            began.elapsed() <= FOLLOW,
+            "not held: {} catalog reads",
+            store.reads()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(TERM * 3).await;
+    let reads = store.reads();
+    // Two members polling every quarter term and a leader ticking: a few
+    // hundred part reads at most, not tens of thousands per poll.
+    assert!(reads < 2_000, "{reads} catalog part reads");
+    let part0 = memory.read(&group).await.unwrap().expect("part 0");
+    let written = part0.record.metadata.get("tenure.catalog").unwrap_or("");
+    assert!(
+        !written.contains("65536"),
+        "part 0 not written over: {written}"
+    );
+    for m in &members {
+        m.shutdown().await;
+    }
+}
+
+/// Issue 39: a member that cannot read the catalog says so: a warning, a
+/// counter (`tenure_shard_catalog_unreadable_total`), and the reason in its
+/// membership record (`tenure.catalog-unreadable`, which `tenure status
+/// --group SET` shows), removed once it reads a whole catalog again.
+/// Before, it logged at debug level only, and stood for no shard.
+///
+/// Schedule: part 0 of a two-part catalog is planted, part 1 is missing
+/// (a torn catalog), and the source fails, so that the leader keeps it;
+/// member `a` joins.
+#[tokio::test(start_paused = true)]
+async fn a_member_that_cannot_read_the_catalog_says_so() {
+    let recorder = tenure_testkit::CountingRecorder::default();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let store = MemoryStore::new();
+    let part0 = GroupName::new("stream/catalog/0").unwrap();
+    let at = WallTime::from_millis(0);
+    let torn = LeaseRecord {
+        holder: None,
+        token: 1,
+        term: TERM,
+        renewed_at: at,
+        expires_at: at,
+        metadata: Metadata::new().with(
+            "tenure.catalog",
+            "{\"g\":3,\"n\":2,\"s\":[{\"name\":\"x\"}]}",
+        ),
+    };
+    store.compare_and_swap(&part0, None, &torn).await.unwrap();
+    let source = ScriptedSource::listing(plain(&["x", "y"]));
+    source.fail(true);
+    let a = Shards::builder(store.clone(), "stream")
+        .member_id("a")
+        .catalog(source.clone(), REFRESH)
+        .config(Config::new(TERM))
+        .clock(Arc::new(TokioClock::new()))
+        .start()
+        .expect("valid");
+    let member = GroupName::new("stream/members/a").unwrap();
+    let published = || {
+        let store = store.clone();
+        let member = member.clone();
+        async move {
+            store.read(&member).await.unwrap().and_then(|v| {
+                v.record
+                    .metadata
+                    .get("tenure.catalog-unreadable")
+                    .map(str::to_owned)
+            })
+        }
+    };
+    tokio::time::sleep(TERM * 2).await;
+    let reason = published().await;
+    let counted = recorder.count(
+        "tenure_shard_catalog_unreadable_total",
+        &[("set", "stream"), ("member", "a")],
+    );
+    assert!(
+        reason.as_deref().is_some_and(|r| r.contains("part 1 of 2")) && counted > 0,
+        "published {reason:?}, counted {counted}"
+    );
+    assert!(a.current_shards().is_empty());
+    // The source works again: the leader writes a whole catalog, a reads
+    // it and takes the reason back.
+    source.fail(false);
+    tokio::time::sleep(TERM * 3).await;
+    assert_eq!(a.current_shards(), ["x", "y"]);
+    assert_eq!(published().await, None);
+    a.shutdown().await;
 }

@@ -182,13 +182,103 @@ impl ShardCatalog {
 
 /// The metadata key of a catalog part.
 const PART_KEY: &str = "tenure.catalog";
-/// Bytes of shard list per part: a part's metadata stays well under
-/// [`MAX_METADATA_BYTES`](crate::record::MAX_METADATA_BYTES) with its
-/// header and JSON escaping.
-const PART_BYTES: usize = 3000;
-/// The most parts a reader follows: a hostile part 0 cannot make it read
-/// without end (65,536 × 3,000 bytes of names is far beyond any stream).
-const MAX_PARTS: u64 = 65_536;
+/// Bytes of shard list per part, **as stored**: a part is a JSON document
+/// kept as a JSON string inside the record's metadata, so every `"` and
+/// `\` of the shards' own JSON is escaped once more. With the part's
+/// header (two `u64`s) and the metadata's own key, a part stays under
+/// [`MAX_METADATA_BYTES`](crate::record::MAX_METADATA_BYTES) (4,096).
+const PART_BYTES: usize = 3500;
+/// The most shards a catalog holds: as many as a Kinesis stream's listing
+/// may bring (`tenure_kinesis::MAX_LISTED_SHARDS`). A source listing more
+/// is refused ([`CatalogError::TooManyShards`]).
+pub const MAX_CATALOG_SHARDS: usize = 100_000;
+/// The most parents a shard may name (a Kinesis split names one, a merge
+/// two). A shard naming more is left out of the catalog
+/// ([`CatalogError::TooManyParents`]).
+pub const MAX_PARENTS: usize = 16;
+/// The most parts a catalog has, and a reader follows: what
+/// [`MAX_CATALOG_SHARDS`] Kinesis shards need at [`PART_BYTES`] a part
+/// (a 20-byte shard id and two parents, about 110 bytes stored each:
+/// about 3,200 parts), with room to spare. A listing that needs more is
+/// refused ([`CatalogError::TooManyParts`]); a part 0 claiming more is no
+/// catalog part, and a valid leader writes over it.
+const MAX_PARTS: u64 = 4096;
+/// Parts read at once after part 0, doubling up to [`MAX_PART_BATCH`]; a
+/// reader stops at the first part that is missing or not of part 0's
+/// catalog, so a part 0 claiming many parts that are not there costs one
+/// batch.
+const FIRST_PART_BATCH: u64 = 16;
+/// The most parts read in one batch.
+const MAX_PART_BATCH: u64 = 1024;
+
+/// Why a source's listing, or one shard of it, cannot be published in the
+/// catalog. A shard-level problem leaves that shard out (reported as
+/// [`ShardEvent::ShardLeftOut`](super::ShardEvent::ShardLeftOut)) and the
+/// others are published; a catalog-level one keeps the catalog as it was
+/// (reported as [`ShardEvent::CatalogFailed`](super::ShardEvent::CatalogFailed)).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// The shard's name cannot name its groups (empty, too long, control
+    /// characters).
+    #[error("shard {shard:?} is left out of the catalog: {problem} (give the source shard names of 1 to {max} bytes without control characters)")]
+    BadName {
+        /// The shard's name as listed.
+        shard: String,
+        /// What is wrong with it.
+        problem: String,
+        /// The longest name, in bytes.
+        max: usize,
+    },
+    /// A parent's name is no shard name: the shard could never be told
+    /// its parent finished.
+    #[error("shard {shard:?} is left out of the catalog: its parent {parent:?} is no valid shard name ({problem})")]
+    BadParent {
+        /// The shard's name.
+        shard: String,
+        /// The parent named.
+        parent: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The shard names more parents than a catalog holds.
+    #[error("shard {shard:?} is left out of the catalog: it names {parents} parents, at most {max} are allowed")]
+    TooManyParents {
+        /// The shard's name.
+        shard: String,
+        /// How many parents it names.
+        parents: usize,
+        /// [`MAX_PARENTS`].
+        max: usize,
+    },
+    /// The shard, stored (its name and parents, escaped twice), is larger
+    /// than one catalog part holds.
+    #[error("shard {shard:?} is left out of the catalog: it takes {bytes} bytes stored, a catalog part holds {max} (shorten its name or its parents' names, or name fewer parents)")]
+    TooLarge {
+        /// The shard's name.
+        shard: String,
+        /// Its size as stored.
+        bytes: usize,
+        /// The most a part holds.
+        max: usize,
+    },
+    /// The source listed more shards than a catalog holds.
+    #[error("the source listed {shards} shards, a catalog holds at most {max}: the catalog is kept as it was")]
+    TooManyShards {
+        /// How many were listed.
+        shards: usize,
+        /// [`MAX_CATALOG_SHARDS`].
+        max: usize,
+    },
+    /// The listing needs more parts than a catalog may have.
+    #[error("the listing needs {parts} catalog parts, at most {max} are allowed (shorter names, fewer parents): the catalog is kept as it was")]
+    TooManyParts {
+        /// How many parts it needs.
+        parts: usize,
+        /// The most parts.
+        max: u64,
+    },
+}
 
 /// One part of a catalog, as stored in its record's metadata.
 #[derive(Debug, Serialize, Deserialize)]
@@ -224,13 +314,22 @@ fn group(name: String) -> Result<GroupName, StoreError> {
     })
 }
 
-/// Splits `shards` into parts of about [`PART_BYTES`] each (at least one,
-/// empty for an empty list).
+/// The bytes `shard` takes in a part as stored: its JSON, escaped again
+/// as part of a JSON string, and a comma.
+fn stored_size(shard: &SourceShard) -> usize {
+    serde_json::to_string(shard)
+        .and_then(|json| serde_json::to_string(&json))
+        .map_or(usize::MAX, |twice| twice.len().saturating_sub(2) + 1)
+}
+
+/// Splits `shards` into parts of at most [`PART_BYTES`] each as stored
+/// (at least one, empty for an empty list; a shard larger than that, which
+/// [`checked`] leaves out, would take a part of its own).
 fn split(shards: &[SourceShard]) -> Vec<Vec<SourceShard>> {
     let mut parts = vec![Vec::new()];
     let mut bytes = 0;
     for shard in shards {
-        let size = serde_json::to_vec(shard).map_or(PART_BYTES, |v| v.len() + 1);
+        let size = stored_size(shard);
         if bytes + size > PART_BYTES && !parts.last().is_some_and(Vec::is_empty) {
             parts.push(Vec::new());
             bytes = 0;
@@ -284,6 +383,38 @@ impl Stored {
         })
     }
 
+    /// Why the parts read are no whole catalog, or `None` if they are one,
+    /// or there is no catalog at all (no part 0 yet).
+    fn problem(&self) -> Option<String> {
+        let first = self.parts.first()?.as_ref();
+        let (_, first) = first?;
+        let Some(head) = decode(first) else {
+            return Some(format!(
+                "catalog part 0 is no catalog part (undecodable, or claiming more than {MAX_PARTS} parts)"
+            ));
+        };
+        let n = usize::try_from(head.n).unwrap_or(usize::MAX);
+        for k in 1..n {
+            let Some(Some((_, record))) = self.parts.get(k) else {
+                return Some(format!(
+                    "catalog part {k} of {n} (generation {}) is missing",
+                    head.g
+                ));
+            };
+            match decode(record) {
+                None => return Some(format!("catalog part {k} of {n} is no catalog part")),
+                Some(p) if p.g != head.g || p.n != head.n || record.token != first.token => {
+                    return Some(format!(
+                        "catalog part {k} of {n} is of generation {} under token {}, part 0 of generation {} under token {}",
+                        p.g, record.token, head.g, first.token
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        None
+    }
+
     /// The highest token any part was written under.
     fn highest_token(&self) -> u64 {
         self.parts
@@ -306,34 +437,57 @@ impl Stored {
     }
 }
 
-/// Reads part 0, then the other parts it names (and `at_least` parts in
-/// all, for a writer that must see the parts it is about to replace).
+/// Reads part 0, then the other parts it names while they are of its
+/// catalog (in batches from [`FIRST_PART_BATCH`] parts, doubling: a part
+/// 0 that claims parts which are not there costs one batch, not a read of
+/// every part it claims), and `at_least` parts in all, for a writer that
+/// must see the parts it is about to replace.
 async fn read_parts(
     store: &dyn LeaseStore,
     set: &str,
     at_least: u64,
 ) -> Result<Stored, StoreError> {
     let first = store.read(&group(catalog_group(set, 0))?).await?;
-    let n = first
+    let head = first
         .as_ref()
-        .and_then(|v| decode(&v.record))
-        .map_or(1, |p| p.n)
-        .max(at_least)
-        .min(MAX_PARTS);
+        .and_then(|v| decode(&v.record).map(|p| (p.g, p.n, v.record.token)));
+    let claimed = head.map_or(1, |(_, n, _)| n);
+    let at_least = at_least.min(MAX_PARTS);
+    let mut whole = head.is_some();
     let mut parts = vec![first.map(|v| (v.version, v.record))];
-    if n > 1 {
-        let groups = (1..n)
+    let (mut next, mut batch) = (1_u64, FIRST_PART_BATCH);
+    loop {
+        let end = if whole {
+            claimed.max(at_least)
+        } else {
+            at_least
+        };
+        if next >= end {
+            break;
+        }
+        let upto = end.min(next.saturating_add(batch));
+        let groups = (next..upto)
             .map(|k| group(catalog_group(set, k)))
             .collect::<Result<Vec<_>, _>>()?;
-        for read in store.read_many(&groups).await? {
-            parts.push(read?.map(|v| (v.version, v.record)));
+        for (k, read) in (next..upto).zip(store.read_many(&groups).await?) {
+            let read = read?;
+            if whole && k < claimed {
+                let same = read
+                    .as_ref()
+                    .is_some_and(|v| decode(&v.record).map(|p| (p.g, p.n, v.record.token)) == head);
+                whole &= same;
+            }
+            parts.push(read.map(|v| (v.version, v.record)));
         }
+        next = upto;
+        batch = batch.saturating_mul(2).min(MAX_PART_BATCH);
     }
     Ok(Stored { parts })
 }
 
 /// Reads the set's catalog: `None` if there is none yet, or it is torn.
-pub(crate) async fn read_catalog(
+#[cfg(test)]
+async fn read_catalog(
     store: &dyn LeaseStore,
     set: &str,
 ) -> Result<Option<ShardCatalog>, StoreError> {
@@ -384,7 +538,10 @@ async fn write_catalog(
     let current = stored.catalog();
     let generation = match &current {
         Some(c) if c.shards == sorted => c.generation,
-        _ => stored.highest_generation().saturating_add(1),
+        // A generation that cannot rise (a hostile part at `u64::MAX`)
+        // starts again at 1: readers take any other (token, generation)
+        // than theirs, so it is still seen as new.
+        _ => stored.highest_generation().checked_add(1).unwrap_or(1),
     };
     let pieces = split(&sorted);
     let n = pieces.len() as u64;
@@ -461,24 +618,85 @@ async fn finished(store: &dyn LeaseStore, set: &str) -> Result<BTreeSet<String>,
         .collect())
 }
 
-/// Checks what a source listed: names the set can hold, unique.
-fn checked(set: &str, listed: Vec<SourceShard>) -> Result<Vec<SourceShard>, String> {
+/// Why one shard cannot be published, if it cannot: a name the set's
+/// groups cannot carry, too many parents or a bad one, or more bytes
+/// stored than a part holds.
+fn unpublishable(set: &str, shard: &SourceShard) -> Option<CatalogError> {
+    let bad_name = |problem: String| CatalogError::BadName {
+        shard: shard.name.clone(),
+        problem,
+        max: MAX_GROUP_BYTES,
+    };
+    let named = check_name("shard name", &shard.name, MAX_GROUP_BYTES)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            GroupName::new(super::shard_group(set, &shard.name)).map_err(|e| e.to_string())
+        })
+        .and_then(|_| {
+            GroupName::new(format!("{}{}", finished_prefix(set), shard.name))
+                .map_err(|e| e.to_string())
+        });
+    if let Err(problem) = named {
+        return Some(bad_name(problem));
+    }
+    if shard.parents.len() > MAX_PARENTS {
+        return Some(CatalogError::TooManyParents {
+            shard: shard.name.clone(),
+            parents: shard.parents.len(),
+            max: MAX_PARENTS,
+        });
+    }
+    for parent in &shard.parents {
+        if let Err(e) = check_name("parent shard name", parent, MAX_GROUP_BYTES) {
+            return Some(CatalogError::BadParent {
+                shard: shard.name.clone(),
+                parent: parent.clone(),
+                problem: e.to_string(),
+            });
+        }
+    }
+    let bytes = stored_size(shard);
+    (bytes > PART_BYTES).then(|| CatalogError::TooLarge {
+        shard: shard.name.clone(),
+        bytes,
+        max: PART_BYTES,
+    })
+}
+
+/// Checks what a source listed: the shards that can be published, and why
+/// each other one cannot (left out, so that one bad shard does not stop
+/// the others). A listing that cannot be published at all (a name listed
+/// twice, a shard waiting for itself, too many shards) is refused.
+fn checked(
+    set: &str,
+    listed: Vec<SourceShard>,
+) -> Result<(Vec<SourceShard>, Vec<CatalogError>), String> {
+    if listed.len() > MAX_CATALOG_SHARDS {
+        return Err(CatalogError::TooManyShards {
+            shards: listed.len(),
+            max: MAX_CATALOG_SHARDS,
+        }
+        .to_string());
+    }
     let mut seen = BTreeSet::new();
     for shard in &listed {
-        check_name("shard name", &shard.name, MAX_GROUP_BYTES).map_err(|e| e.to_string())?;
-        GroupName::new(super::shard_group(set, &shard.name)).map_err(|e| e.to_string())?;
-        GroupName::new(format!("{}{}", finished_prefix(set), shard.name))
-            .map_err(|e| e.to_string())?;
         if !seen.insert(shard.name.as_str()) {
             return Err(format!("the source listed shard {:?} twice", shard.name));
         }
     }
-    if let Some(shard) = waits_for_itself(&listed) {
+    let (mut kept, mut left_out) = (Vec::with_capacity(listed.len()), Vec::new());
+    for shard in listed {
+        match unpublishable(set, &shard) {
+            Some(why) => left_out.push(why),
+            None => kept.push(shard),
+        }
+    }
+    if let Some(shard) = waits_for_itself(&kept) {
         return Err(format!(
             "the source listed shard {shard:?} after itself (through its parents): it could never be assigned"
         ));
     }
-    Ok(listed)
+    Ok((kept, left_out))
 }
 
 /// A shard that is its own ancestor among the `listed` (a parent cycle),
@@ -531,6 +749,71 @@ fn waits_for_itself(listed: &[SourceShard]) -> Option<String> {
     None
 }
 
+/// Failed refreshes in a row after which a catalog leader hands the duty
+/// on, the first time: at a retry every quarter term, about a term of
+/// failures. A leader whose own source fails (credentials expired on its
+/// host, a host-local network fault) must not keep the duty from a member
+/// whose source works.
+pub(crate) const GIVE_UP_AFTER: u32 = 4;
+
+/// The most a hand-over's pacing doubles (see [`Pacing`]): a member
+/// waits at most `2^3 = 8` terms before standing again, and leads at
+/// most 8 terms of failed refreshes before handing on.
+pub(crate) const MOST_DOUBLINGS: u32 = 3;
+
+/// How a member paces the catalog duty when its refreshes fail.
+///
+/// After its `k`-th hand-over in a row (with no catalog listed by anyone
+/// since its last), a member waits `2^(k−1)` terms before standing again
+/// (at most [`MOST_DOUBLINGS`] doublings), and, should it lead again before
+/// anyone lists the source, hands on only after `GIVE_UP_AFTER · 2^k`
+/// failures. A source failing on one member only moves the duty on within
+/// about a term, to a member whose source works (which then lists it, and
+/// the pacing starts over); a source failing on every member moves the
+/// duty ever more slowly (each member's leads and waits double, to 8
+/// terms), not every term.
+#[derive(Debug, Default)]
+pub(crate) struct Pacing {
+    /// Refreshes failed in a row, across terms.
+    failures: u32,
+    /// Hand-overs in a row without a catalog listed since.
+    handed_on: u32,
+    /// When the last of them was, by this member's wall clock.
+    handed_on_at: Option<WallTime>,
+}
+
+impl Pacing {
+    /// A refresh that succeeded (or found the catalog fresh).
+    fn succeeded(&mut self) {
+        *self = Pacing::default();
+    }
+
+    /// Someone listed the source at `listed_at`: if after the last
+    /// hand-over, the duty is done elsewhere, and the pacing starts over.
+    fn listed(&mut self, listed_at: WallTime) {
+        if self.handed_on_at.is_some_and(|at| listed_at > at) {
+            self.handed_on = 0;
+            self.handed_on_at = None;
+        }
+    }
+
+    /// A refresh that failed: whether to hand the duty on now.
+    fn failed(&mut self) -> bool {
+        self.failures = self.failures.saturating_add(1);
+        let limit = GIVE_UP_AFTER << self.handed_on.min(MOST_DOUBLINGS);
+        self.failures >= limit
+    }
+
+    /// The duty is handed on at `now`: how long to wait, in terms, before
+    /// standing again.
+    fn hand_on(&mut self, now: WallTime) -> u32 {
+        self.failures = 0;
+        self.handed_on = self.handed_on.saturating_add(1);
+        self.handed_on_at = Some(now);
+        1 << (self.handed_on - 1).min(MOST_DOUBLINGS)
+    }
+}
+
 /// What the catalog leader needs.
 pub(crate) struct Leader {
     pub(crate) set: String,
@@ -542,24 +825,105 @@ pub(crate) struct Leader {
     pub(crate) op_timeout: Duration,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) events: tokio::sync::broadcast::Sender<super::ShardEvent>,
+    /// Builds the elector that stands for the duty again after a back-off.
+    pub(crate) stand: Box<dyn Fn() -> Result<Elector, ElectorError> + Send + Sync>,
+    /// How the duty is paced when refreshes fail.
+    pub(crate) pacing: std::sync::Mutex<Pacing>,
+    /// The shards left out at the last refresh (reported when this
+    /// changes, not at every refresh).
+    pub(crate) left_out: std::sync::Mutex<BTreeSet<String>>,
+}
+
+/// Why a term's duty ended early.
+#[derive(Debug)]
+enum LeadError {
+    /// The duty failed [`GIVE_UP_AFTER`] times in a row: hand it on.
+    GaveUp,
+    /// The elector failed for good.
+    Elector(ElectorError),
+}
+
+impl From<ElectorError> for LeadError {
+    fn from(e: ElectorError) -> Self {
+        LeadError::Elector(e)
+    }
+}
+
+/// Stops a catalog leader (see [`Leader::run`]).
+pub(crate) struct LeaderHandle {
+    pub(crate) stop: tokio_util::sync::CancellationToken,
+    pub(crate) done: tokio::task::JoinHandle<()>,
+}
+
+impl LeaderHandle {
+    /// Stops standing for the duty (a leader drains and releases it) and
+    /// returns once done.
+    pub(crate) async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.done.await;
+    }
 }
 
 impl Leader {
-    /// Runs the catalog duty in every term `elector` wins, until it stops.
-    pub(crate) async fn run(self, elector: Elector) {
+    /// Runs the catalog duty in every term `elector` wins, until `stop` is
+    /// cancelled or the elector fails for good. A leader whose refreshes
+    /// keep failing resigns, stops standing for a back-off, and stands
+    /// again (see [`Pacing`]).
+    pub(crate) async fn run(self, mut elector: Elector, stop: tokio_util::sync::CancellationToken) {
         let this = Arc::new(self);
-        let result = elector
-            .run_while_leader(move |term| {
-                let this = this.clone();
-                async move {
-                    this.lead(term).await;
-                    Ok::<(), ElectorError>(())
+        loop {
+            let result = {
+                let leader = this.clone();
+                let run = elector.run_while_leader(move |term| {
+                    let leader = leader.clone();
+                    async move { leader.lead(term).await }
+                });
+                tokio::pin!(run);
+                tokio::select! {
+                    r = &mut run => r,
+                    () = stop.cancelled() => {
+                        let ((), r) = tokio::join!(elector.shutdown(), &mut run);
+                        if let Err(LeadError::Elector(e)) = r {
+                            tracing::error!(error = %e, "the catalog leader's elector stopped");
+                        }
+                        return;
+                    }
                 }
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "the catalog leader's elector stopped");
+            };
+            match result {
+                Ok(()) => return,
+                Err(LeadError::Elector(e)) => {
+                    tracing::error!(error = %e, "the catalog leader's elector stopped");
+                    return;
+                }
+                Err(LeadError::GaveUp) => {}
+            }
+            elector.shutdown().await;
+            let backoff = this.backoff();
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = this.clock.sleep_until(this.clock.now().mono + backoff) => {}
+            }
+            elector = match (this.stand)() {
+                Ok(elector) => elector,
+                Err(e) => {
+                    tracing::error!(set = %this.set, error = %e, "cannot stand for the shard catalog's duty again");
+                    return;
+                }
+            };
         }
+    }
+
+    /// How long to wait before standing again after a hand-over.
+    fn backoff(&self) -> Duration {
+        let terms = self.pacing().hand_on(self.clock.now().wall);
+        self.term.saturating_mul(terms)
+    }
+
+    fn pacing(&self) -> std::sync::MutexGuard<'_, Pacing> {
+        self.pacing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `op`, bounded by the operation timeout.
@@ -570,29 +934,36 @@ impl Leader {
         bounded(&*self.clock, self.op_timeout, op).await
     }
 
-    /// One term's duty: keep the catalog fresh until the term ends.
-    async fn lead(&self, term: Term) {
+    /// One term's duty: keep the catalog fresh until the term ends, or
+    /// give it up after failed refreshes in a row (see [`Pacing`]).
+    async fn lead(&self, term: Term) -> Result<(), LeadError> {
         // After a failure, try again within a fraction of the term, never
         // faster than a tenth of it.
         let retry = (self.term / 4).max(Duration::from_millis(10));
         loop {
             let wait = match self.tick(&term).await {
                 Ok(Some(fresh_until)) => {
+                    self.pacing().succeeded();
                     let now = self.clock.now().wall;
                     Duration::from_millis(fresh_until.as_millis().saturating_sub(now.as_millis()))
                         .max(retry / 2)
                 }
-                Ok(None) => return,
+                Ok(None) => return Ok(()),
                 Err(why) => {
-                    tracing::warn!(set = %self.set, error = %why, "the shard catalog was not refreshed; trying again");
                     let _ = self
                         .events
-                        .send(super::ShardEvent::CatalogFailed { error: why });
+                        .send(super::ShardEvent::CatalogFailed { error: why.clone() });
+                    let give_up = self.pacing().failed();
+                    if give_up {
+                        tracing::warn!(set = %self.set, error = %why, "the shard catalog was not refreshed, again; handing the duty on to another member");
+                        return Err(LeadError::GaveUp);
+                    }
+                    tracing::warn!(set = %self.set, error = %why, "the shard catalog was not refreshed; trying again");
                     retry
                 }
             };
             tokio::select! {
-                () = term.cancelled() => return,
+                () = term.cancelled() => return Ok(()),
                 () = self.clock.sleep_until(self.clock.now().mono + wait) => {}
             }
         }
@@ -636,6 +1007,7 @@ impl Leader {
         }
         let now = self.clock.now().wall;
         if let Some(current) = stored.catalog() {
+            self.pacing().listed(current.listed_at);
             if fresh(current.listed_at, now, self.refresh) {
                 return Ok(Some(current.listed_at + self.refresh));
             }
@@ -644,7 +1016,8 @@ impl Leader {
             .await
             .map_err(|_| format!("the shard source did not answer within {:?}", self.term))?
             .map_err(|e| format!("the shard source failed: {e}"))?;
-        let listed = checked(&self.set, listed)?;
+        let (listed, left_out) = checked(&self.set, listed)?;
+        self.report_left_out(left_out);
         let done = self
             .bounded(finished(store, &self.set))
             .await
@@ -659,7 +1032,15 @@ impl Leader {
         // The parts the new catalog replaces, all of them read (a longer
         // catalog before leaves parts past the new end, which readers
         // ignore: part 0 names the count).
-        let n = split(&shards).len() as u64;
+        let parts = split(&shards).len();
+        if parts as u64 > MAX_PARTS {
+            return Err(CatalogError::TooManyParts {
+                parts,
+                max: MAX_PARTS,
+            }
+            .to_string());
+        }
+        let n = parts as u64;
         let stored = self
             .bounded(read_parts(store, &self.set, n))
             .await
@@ -691,12 +1072,134 @@ impl Leader {
     }
 }
 
+impl Leader {
+    /// Reports the shards left out of the catalog when they change: a
+    /// warning and a [`ShardEvent::ShardLeftOut`](super::ShardEvent::ShardLeftOut)
+    /// each, once, not at every refresh.
+    fn report_left_out(&self, left_out: Vec<CatalogError>) {
+        let mut reported = self
+            .left_out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now: BTreeSet<String> = left_out.iter().map(|e| shard_of(e).to_owned()).collect();
+        for error in left_out {
+            let shard = shard_of(&error).to_owned();
+            if reported.contains(&shard) {
+                continue;
+            }
+            tracing::warn!(set = %self.set, error = %error, "a shard the source listed cannot be published");
+            metrics::counter!("tenure_shard_catalog_left_out_total", "set" => self.set.clone())
+                .increment(1);
+            let _ = self
+                .events
+                .send(super::ShardEvent::ShardLeftOut { shard, error });
+        }
+        *reported = now;
+    }
+}
+
+/// The shard a shard-level [`CatalogError`] names (empty for a
+/// catalog-level one).
+fn shard_of(error: &CatalogError) -> &str {
+    match error {
+        CatalogError::BadName { shard, .. }
+        | CatalogError::BadParent { shard, .. }
+        | CatalogError::TooManyParents { shard, .. }
+        | CatalogError::TooLarge { shard, .. } => shard,
+        CatalogError::TooManyShards { .. } | CatalogError::TooManyParts { .. } => "",
+    }
+}
+
 /// Whether a catalog listed at `listed_at` is fresh at `now`: listed less
 /// than `refresh` ago by this clock. A listing stamped `refresh` or more
 /// ahead of this clock (by a host whose clock runs ahead) is not: taken at
 /// its word it would stop every refresh until this clock caught up.
 fn fresh(listed_at: WallTime, now: WallTime, refresh: Duration) -> bool {
     now < listed_at + refresh && listed_at < now + refresh
+}
+
+/// Reads in a row that found the catalog unreadable (a store failure, or
+/// parts torn or hostile) before a member counts it unreadable: a catalog
+/// read while its leader writes it may be torn for a moment.
+const UNREADABLE_AFTER: u32 = 2;
+
+/// While the catalog stays unreadable, a member warns at most once per
+/// this much time.
+const UNREADABLE_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The longest reason a member publishes under
+/// [`CATALOG_UNREADABLE_KEY`](crate::record::CATALOG_UNREADABLE_KEY).
+const MOST_REASON_BYTES: usize = 200;
+
+/// What a member's follower knows of its own reads of the catalog: whether
+/// they fail, since when it warned, what it published.
+struct Unreadable {
+    set: String,
+    member: String,
+    membership: Elector,
+    /// Failed reads in a row.
+    failed: u32,
+    /// When it last warned, while the catalog stays unreadable.
+    warned: Option<crate::clock::MonoTime>,
+    /// Whether the reason is published in the membership record.
+    published: bool,
+}
+
+impl Unreadable {
+    /// A read that found a whole catalog, or none at all yet.
+    fn read(&mut self) {
+        self.failed = 0;
+        if self.warned.take().is_some() {
+            tracing::info!(set = %self.set, member = %self.member, "the shard catalog is readable again");
+        }
+        if self.published {
+            self.published = false;
+            let _ = self.membership.update_metadata(|m| {
+                m.remove(crate::record::CATALOG_UNREADABLE_KEY);
+            });
+        }
+    }
+
+    /// A read that failed, or found no whole catalog, for `why`.
+    fn failed(&mut self, why: &str, now: crate::clock::MonoTime) {
+        self.failed = self.failed.saturating_add(1);
+        if self.failed < UNREADABLE_AFTER {
+            tracing::debug!(set = %self.set, error = %why, "the shard catalog could not be read");
+            return;
+        }
+        metrics::counter!(
+            "tenure_shard_catalog_unreadable_total",
+            "set" => self.set.clone(),
+            "member" => self.member.clone()
+        )
+        .increment(1);
+        if self
+            .warned
+            .is_none_or(|at| now >= at + UNREADABLE_WARN_EVERY)
+        {
+            self.warned = Some(now);
+            tracing::warn!(set = %self.set, member = %self.member, error = %why, reads = self.failed, "this member cannot read the shard catalog: it stands for no shard it has not read in one");
+        }
+        if !self.published {
+            let mut reason: String = why.chars().filter(|c| !c.is_control()).collect();
+            if reason.len() > MOST_REASON_BYTES {
+                let mut end = MOST_REASON_BYTES;
+                while !reason.is_char_boundary(end) {
+                    end -= 1;
+                }
+                reason.truncate(end);
+            }
+            let published = self.membership.update_metadata(|m| {
+                m.insert(crate::record::CATALOG_UNREADABLE_KEY, reason);
+            });
+            match published {
+                Ok(()) => self.published = true,
+                Err(e) => {
+                    tracing::debug!(set = %self.set, error = %e, "cannot publish that the shard catalog is unreadable");
+                }
+            }
+        }
+    }
 }
 
 /// Follows the set's catalog for one member: reads it every `poll`, and
@@ -706,6 +1209,17 @@ fn fresh(listed_at: WallTime, now: WallTime, refresh: Duration) -> bool {
 /// or `tx` has no receiver. Not "only a higher generation": the store's catalog is the
 /// truth, and a store that lost writes, or a leader record that went
 /// back, restarts generations lower.
+///
+/// A catalog it cannot read ([`UNREADABLE_AFTER`] reads in a row that
+/// failed, or found parts but no whole catalog) is warned of (at most
+/// once per [`UNREADABLE_WARN_EVERY`]), counted
+/// (`tenure_shard_catalog_unreadable_total`), and published in the
+/// member's record under
+/// [`CATALOG_UNREADABLE_KEY`](crate::record::CATALOG_UNREADABLE_KEY).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the follower's whole context, each a distinct input"
+)]
 pub(crate) async fn follow(
     store: Arc<dyn LeaseStore>,
     set: String,
@@ -716,22 +1230,35 @@ pub(crate) async fn follow(
         Arc<tokio::sync::Notify>,
         tokio_util::sync::CancellationToken,
     ),
+    (member, membership): (String, Elector),
 ) {
+    let mut unreadable = Unreadable {
+        set: set.clone(),
+        member,
+        membership,
+        failed: 0,
+        warned: None,
+        published: false,
+    };
     while !stop.is_cancelled() {
-        match bounded(&*clock, op_timeout, read_catalog(&*store, &set)).await {
-            Ok(Some(catalog)) => {
-                let other = tx
-                    .borrow()
-                    .as_ref()
-                    .is_none_or(|c| (c.token, c.generation) != (catalog.token, catalog.generation));
-                if other {
-                    tx.send_replace(Some(Arc::new(catalog)));
+        let read = bounded(&*clock, op_timeout, read_parts(&*store, &set, 1)).await;
+        match read {
+            Ok(stored) => match stored.catalog() {
+                Some(catalog) => {
+                    unreadable.read();
+                    let other = tx.borrow().as_ref().is_none_or(|c| {
+                        (c.token, c.generation) != (catalog.token, catalog.generation)
+                    });
+                    if other {
+                        tx.send_replace(Some(Arc::new(catalog)));
+                    }
                 }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::debug!(set = %set, error = %e, "the shard catalog could not be read")
-            }
+                None => match stored.problem() {
+                    None => unreadable.read(),
+                    Some(why) => unreadable.failed(&why, clock.now().mono),
+                },
+            },
+            Err(e) => unreadable.failed(&e.to_string(), clock.now().mono),
         }
         tokio::select! {
             () = tx.closed() => return,
@@ -904,6 +1431,58 @@ mod tests {
         assert_eq!(split(&[]), vec![Vec::<SourceShard>::new()]);
     }
 
+    /// A part is a JSON string in the record's metadata: `"` and `\` are
+    /// escaped once more. Sized on the shards' own JSON, 20 names of 120
+    /// backslashes made parts of over 5,000 bytes stored.
+    #[test]
+    fn parts_are_sized_on_the_bytes_stored() {
+        let escaping = |c: &str, n: usize| -> Vec<SourceShard> {
+            (0..n)
+                .map(|i| SourceShard::new(format!("{}{i:02}", c.repeat(118))))
+                .collect()
+        };
+        let tenants: Vec<SourceShard> = (0..110)
+            .map(|i| SourceShard::new(format!("{{\"t\":\"acme-{i:03}\"}}")))
+            .collect();
+        let largest = SourceShard::new("\"".repeat(240))
+            .after((0..2).map(|i| format!("{i:02}{}", "\"".repeat(253))));
+        assert!(unpublishable("s", &largest).is_none());
+        for shards in [
+            escaping("\\", 20),
+            escaping("\"", 20),
+            tenants,
+            vec![largest.clone(), largest],
+        ] {
+            for p in split(&shards) {
+                let json = serde_json::to_string(&Part {
+                    g: u64::MAX,
+                    n: u64::MAX,
+                    s: p,
+                })
+                .unwrap();
+                let metadata = Metadata::new().with(PART_KEY, json);
+                assert!(metadata.validate().is_ok(), "{:?}", metadata.validate());
+            }
+        }
+    }
+
+    /// [`MAX_PARTS`] holds a catalog of [`MAX_CATALOG_SHARDS`] Kinesis
+    /// shards, each naming two parents as a merge does.
+    #[test]
+    fn the_most_parts_hold_the_most_kinesis_shards() {
+        let shards: Vec<SourceShard> = (0..MAX_CATALOG_SHARDS)
+            .map(|i| {
+                SourceShard::new(format!("shardId-{i:012}")).after([
+                    format!("shardId-{:012}", i + MAX_CATALOG_SHARDS),
+                    format!("shardId-{:012}", i + 2 * MAX_CATALOG_SHARDS),
+                ])
+            })
+            .collect();
+        let parts = split(&shards).len() as u64;
+        assert!(parts <= MAX_PARTS, "{parts} parts");
+        assert!(parts * 2 > MAX_PARTS, "{parts} parts: the bound is loose");
+    }
+
     /// Writes `shards` under `token` on the parts `stored` read (at a wall
     /// time of `token` ms).
     async fn write_on(
@@ -1026,8 +1605,63 @@ mod tests {
     #[test]
     fn a_source_listing_bad_names_is_refused() {
         assert!(checked("s", vec![SourceShard::new("a"), SourceShard::new("a")]).is_err());
-        assert!(checked("s", vec![SourceShard::new("")]).is_err());
-        assert!(checked("s", vec![SourceShard::new("x".repeat(300))]).is_err());
+        // A shard that cannot be published is left out, the others kept.
+        let (kept, left_out) = checked(
+            "s",
+            vec![
+                SourceShard::new(""),
+                SourceShard::new("x".repeat(300)),
+                SourceShard::new("ok"),
+                SourceShard::new("p").after(["bad\n"]),
+                SourceShard::new("many").after((0..=MAX_PARENTS).map(|i| i.to_string())),
+            ],
+        )
+        .unwrap();
+        assert_eq!(kept, vec![SourceShard::new("ok")]);
+        assert!(
+            matches!(
+                &left_out[..],
+                [
+                    CatalogError::BadName { .. },
+                    CatalogError::BadName {
+                        max: MAX_GROUP_BYTES,
+                        ..
+                    },
+                    CatalogError::BadParent { .. },
+                    CatalogError::TooManyParents {
+                        parents: 17,
+                        max: MAX_PARENTS,
+                        ..
+                    },
+                ]
+            ),
+            "{left_out:?}"
+        );
+        assert!(
+            left_out[3].to_string().contains("at most 16"),
+            "{}",
+            left_out[3]
+        );
+        // The most parents, each as long and as escaped as can be: too
+        // large for a part, left out naming the limit.
+        let huge = SourceShard::new("\"".repeat(240))
+            .after((0..MAX_PARENTS).map(|i| format!("{i:02}{}", "\\".repeat(253))));
+        let (kept, left_out) = checked("s", vec![huge]).unwrap();
+        assert!(kept.is_empty());
+        assert!(
+            matches!(
+                &left_out[..],
+                [CatalogError::TooLarge {
+                    max: PART_BYTES,
+                    ..
+                }]
+            ),
+            "{left_out:?}"
+        );
+        let many: Vec<SourceShard> = (0..=MAX_CATALOG_SHARDS)
+            .map(|i| SourceShard::new(i.to_string()))
+            .collect();
+        assert!(checked("s", many).unwrap_err().contains("at most 100000"));
         assert!(checked("s", names(3)).is_ok());
         // A shard its own parent, or a cycle of parents: never ready.
         assert!(checked("s", vec![SourceShard::new("a").after(["a"])]).is_err());

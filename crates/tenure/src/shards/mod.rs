@@ -84,6 +84,30 @@
 //! A change of the source is followed within the refresh period plus a
 //! poll, plus the usual hand-over of a shard that moves.
 //!
+//! What goes wrong is told, and does not stop the set:
+//!
+//! * a catalog leader whose refreshes fail four times in a row (about a
+//!   term: its source fails on its host only, say) hands the duty on and
+//!   stands again after a term, so a member whose source works takes it
+//!   over; a member that keeps failing while nobody lists the source (a
+//!   source failing everywhere) waits and tolerates twice as long each
+//!   time, up to 8 terms, so that the duty does not move every term;
+//! * a shard the source lists that cannot be published (a name the set's
+//!   groups cannot carry, more than [`MAX_PARENTS`] parents, more bytes
+//!   than a catalog part holds) is left out and reported once
+//!   ([`ShardEvent::ShardLeftOut`], naming the limit); the others are
+//!   published. A listing of more than [`MAX_CATALOG_SHARDS`] shards is
+//!   refused whole;
+//! * a catalog part 0 written by someone else that claims more parts than
+//!   a catalog may have, or parts that are not there, costs a reader one
+//!   batch of reads, and a valid leader writes over it;
+//! * a member that cannot read the catalog (its store fails, or the parts
+//!   stay torn or hostile) warns (once a minute at most), counts it in
+//!   `tenure_shard_catalog_unreadable_total`, and publishes why in its
+//!   membership record
+//!   ([`CATALOG_UNREADABLE_KEY`](crate::record::CATALOG_UNREADABLE_KEY)),
+//!   which `tenure status --group SET` shows.
+//!
 //! # Convergence
 //!
 //! With `T` the term, `ρ` the drift bound and `P` the poll (`T/4` plus up to
@@ -168,7 +192,10 @@ use crate::record::{check_name, GroupName, Metadata, MAX_CANDIDATE_BYTES, MAX_GR
 use crate::store::LeaseStore;
 use crate::term::Term;
 
-pub use catalog::{FinishError, ShardCatalog, ShardList, ShardSource, SourceError, SourceShard};
+pub use catalog::{
+    CatalogError, FinishError, ShardCatalog, ShardList, ShardSource, SourceError, SourceShard,
+    MAX_CATALOG_SHARDS, MAX_PARENTS,
+};
 pub use members::Member;
 
 /// Configures and starts a [`Shards`] member; see [`Shards::builder`].
@@ -355,7 +382,20 @@ impl ShardsBuilder {
         let catalog_read = Arc::new(tokio::sync::Notify::new());
         let catalog_stop = tokio_util::sync::CancellationToken::new();
         let leader = leader.map(|(elector, source, refresh)| {
-            runtime.spawn(
+            let stand = {
+                let (store, set) = (self.store.clone(), self.set.clone());
+                let (member, config, clock) =
+                    (member.clone(), self.config.clone(), self.clock.clone());
+                move || {
+                    Elector::builder(store.clone(), catalog::leader_group(&set))
+                        .candidate_id(member.clone())
+                        .config(config.clone())
+                        .clock(clock.clone())
+                        .start()
+                }
+            };
+            let stop = tokio_util::sync::CancellationToken::new();
+            let done = runtime.spawn(
                 catalog::Leader {
                     set: self.set.clone(),
                     store: self.store.clone(),
@@ -365,8 +405,11 @@ impl ShardsBuilder {
                     op_timeout: timing.op_timeout,
                     clock: self.clock.clone(),
                     events: events.clone(),
+                    stand: Box::new(stand),
+                    pacing: std::sync::Mutex::default(),
+                    left_out: std::sync::Mutex::default(),
                 }
-                .run(elector.clone()),
+                .run(elector, stop.clone()),
             );
             runtime.spawn(catalog::follow(
                 self.store.clone(),
@@ -375,8 +418,9 @@ impl ShardsBuilder {
                 self.clock.clone(),
                 catalog_tx,
                 (catalog_read.clone(), catalog_stop.clone()),
+                (member.clone(), membership.clone()),
             ));
-            elector
+            catalog::LeaderHandle { stop, done }
         });
         let following = leader.is_some().then(|| catalog_rx.clone());
         runtime.spawn(
@@ -506,10 +550,24 @@ pub enum ShardEvent {
         shards: Vec<String>,
     },
     /// The catalog leader could not refresh the catalog (the source or the
-    /// store failed); it tries again within a quarter term.
+    /// store failed); it tries again within a quarter term, and after
+    /// four failures in a row (about a term) hands the duty on to another
+    /// member, standing again after a back-off of a term. A member whose
+    /// refreshes keep failing as others' do (a source failing everywhere)
+    /// waits twice as long, and tolerates twice as many failures, each
+    /// time, up to 8 terms: the duty moves ever more slowly.
     CatalogFailed {
         /// What failed.
         error: String,
+    },
+    /// The catalog leader left a shard the source listed out of the
+    /// catalog: it cannot be published (its name, its parents, its size);
+    /// the others are published. Reported once while it stays left out.
+    ShardLeftOut {
+        /// The shard, as the source listed it.
+        shard: String,
+        /// Why, naming the limit.
+        error: CatalogError,
     },
     /// The live members, as this member sees them, changed.
     MembersChanged {

@@ -100,8 +100,8 @@ pub(crate) struct Task {
     pub(crate) catalog_stop: tokio_util::sync::CancellationToken,
     /// Where `shards` is published.
     pub(crate) shards_tx: watch::Sender<Arc<Vec<String>>>,
-    /// The catalog leader's elector, stopped when the member leaves.
-    pub(crate) leader: Option<Elector>,
+    /// The catalog leader, stopped when the member leaves.
+    pub(crate) leader: Option<super::catalog::LeaderHandle>,
 }
 
 /// A shard this member gave up. While its elector stops (drains, and
@@ -869,13 +869,13 @@ impl Task {
     /// Leaves gracefully: every shard drained and released first (those
     /// given up before included, so the others take them over at once),
     /// then the membership lease.
-    async fn leave(self, mut s: State) {
+    async fn leave(mut self, mut s: State) {
         self.electors_tx.send_replace(BTreeMap::new());
         for elector in std::mem::take(&mut s.standing).into_values() {
             s.draining.spawn(async move { elector.shutdown().await });
         }
         while s.draining.join_next().await.is_some() {}
-        if let Some(leader) = &self.leader {
+        if let Some(leader) = self.leader.take() {
             leader.shutdown().await;
         }
         self.catalog_stop.cancel();

@@ -239,7 +239,16 @@ struct SetJson {
     members: Vec<MemberJson>,
     leases: Vec<LeaseJson>,
     undecodable: Vec<UndecodableJson>,
+    /// Live members that publish that they cannot read the set's shard
+    /// catalog ([`tenure::record::CATALOG_UNREADABLE_KEY`]).
+    catalog_unreadable: Vec<CatalogUnreadableJson>,
     group_lease: Option<GroupLeaseJson>,
+}
+
+#[derive(Debug, Serialize)]
+struct CatalogUnreadableJson {
+    member: String,
+    reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -322,6 +331,23 @@ impl SetView {
             .count()
     }
 
+    /// Live members that publish that they cannot read the set's shard
+    /// catalog, with the reason each gives, in natural order of id.
+    fn catalog_unreadable(&self, now: SystemTime) -> Vec<(&str, &str)> {
+        self.members
+            .iter()
+            .filter(|m| state_of(&m.record, now) == State::Held)
+            .filter_map(|m| {
+                let reason = m
+                    .record
+                    .record
+                    .metadata
+                    .get(tenure::record::CATALOG_UNREADABLE_KEY)?;
+                Some((m.name.as_str(), reason))
+            })
+            .collect()
+    }
+
     fn live_members(&self, now: SystemTime) -> usize {
         self.members
             .iter()
@@ -389,6 +415,14 @@ impl SetView {
                     error: u.error.clone(),
                 })
                 .collect(),
+            catalog_unreadable: self
+                .catalog_unreadable(now)
+                .into_iter()
+                .map(|(member, reason)| CatalogUnreadableJson {
+                    member: member.to_owned(),
+                    reason: reason.to_owned(),
+                })
+                .collect(),
             group_lease: own.map(|v| GroupLeaseJson {
                 state: state_of(v, now),
                 holder: v.record.holder_id().map(str::to_owned),
@@ -438,6 +472,13 @@ impl SetView {
         let mut lines = vec![summary, format!("store:   {store}")];
         if let Some(v) = own {
             lines.push(format!("note:    {}", own_note(group, v, now)));
+        }
+        for (member, reason) in self.catalog_unreadable(now) {
+            lines.push(format!(
+                "warning: member {} cannot read the shard catalog (it stands for no shard it has not read in one): {}",
+                shown_name(member),
+                view::escape(reason)
+            ));
         }
         if self.kind == Kind::Sharded {
             let rows = self
@@ -724,6 +765,48 @@ mod tests {
         assert_eq!(v["leases"][1]["token"], u64::MAX);
         assert_eq!(v["leases"][2]["state"], "expired");
         assert_eq!(v["group_lease"]["state"], "released");
+
+        assert_eq!(v["catalog_unreadable"], serde_json::json!([]));
+        assert!(!text.contains("cannot read the shard catalog"), "{text}");
+
+        // A live member that cannot read the catalog says so in its record;
+        // status shows it (escaped), a gone member's word is not shown.
+        let mut blind = record(Some("m2"), 1, 2000);
+        blind.metadata = Metadata::new().with(
+            tenure::record::CATALOG_UNREADABLE_KEY,
+            "catalog part 1 of 2 (generation 3) is missing\u{1b}[31m",
+        );
+        plant(&store, "cs/members/m2", blind).await;
+        let mut gone = record(Some("m7"), 1, -5000);
+        gone.metadata = Metadata::new().with(tenure::record::CATALOG_UNREADABLE_KEY, "old");
+        plant(&store, "cs/members/m7", gone).await;
+        let Probe::Set(set) = probe(&store, &group, "memory://").await.unwrap() else {
+            panic!("not seen as a set");
+        };
+        let text = set.human(&group, "memory://", None, now);
+        let warning = text
+            .lines()
+            .find(|l| l.contains("cannot read the shard catalog"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            warning.starts_with("warning: member m2 cannot read the shard catalog")
+                && warning.contains("part 1 of 2")
+                && !warning.contains('\u{1b}'),
+            "{warning}"
+        );
+        assert_eq!(
+            text.matches("cannot read the shard catalog").count(),
+            1,
+            "{text}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&set.json(&group, "memory://", None, now).unwrap()).unwrap();
+        assert_eq!(v["catalog_unreadable"][0]["member"], "m2");
+        assert!(v["catalog_unreadable"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("part 1 of 2"));
+        assert_eq!(v["catalog_unreadable"].as_array().unwrap().len(), 1);
 
         let plain = GroupName::new("plain").unwrap();
         plant(&store, "plain", record(None, 1, 0)).await;
