@@ -98,3 +98,27 @@ fn priority_seeds_with_partitions_hold_every_invariant() {
     params.faults = ElectorFaultRates::default();
     run_clean(&params, 0..40);
 }
+
+#[test]
+fn a_chain_of_priorities_under_a_crashed_leader_keeps_the_crash_failover_bound() {
+    // Half the priority seeds end with the chain: the candidates above the
+    // lowest priority restart one by one under a leader of the lowest,
+    // which crashes during their looks for its renewals; the tail's crash
+    // check judges the takeover against the crash fail-over bound.
+    let summary = run_clean(&priorities(), 100..130);
+    assert!(summary.chains >= 5, "{summary}");
+}
+
+#[test]
+fn unmarked_requests_into_a_dead_leaders_record_miss_the_crash_bound() {
+    // Control: requests written into the dead leader's record without the
+    // rewrite mark restart every candidate's takeover wait, as every
+    // request did before; the crash check must see the takeover late.
+    let mut params = priorities();
+    params.tier.priorities_chain_unmarked = true;
+    let (_, replay) = first_violation(&params, 100..130, |v| {
+        v.kind == ViolationKind::Liveness && v.detail.contains("crash failover bound")
+    })
+    .expect("no late takeover with unmarked requests in the dead leader's record");
+    assert!(replay.contains("--priorities-chain-unmarked"), "{replay}");
+}

@@ -81,6 +81,7 @@ use crate::paused::{self, lock, run_paused, Findings, Stage};
 use crate::report::ViolationKind;
 
 pub(crate) mod behaviour;
+mod chain;
 pub(crate) mod clock;
 mod node;
 mod params;
@@ -142,6 +143,13 @@ enum Ev {
     /// The highest-priority candidates crash, to start again as the fault
     /// phase ends.
     TopCrash,
+    /// With priorities, in half the seeds: the candidates above the lowest
+    /// priority crash, to come back one by one under a leader of the lowest.
+    ChainStart,
+    /// That leader crashes while they look for its renewals.
+    ChainKill,
+    /// The chain's control: an unmarked request into a group's record.
+    ChainForge(usize),
     TailCrash,
     CrashCheck,
     End,
@@ -178,6 +186,11 @@ struct Cluster {
     priority_leaders: Vec<Option<(usize, u64)>>,
     /// What the priority checks measured.
     priority: PriorityOutcome,
+    /// With priorities: the chain's own random stream, in the seeds that
+    /// run it.
+    chain_rng: Option<StdRng>,
+    /// When the chain began (the end of the stable tail).
+    chain_started: Option<SimTime>,
 }
 
 impl Cluster {
@@ -216,6 +229,8 @@ impl Cluster {
             priority_due: vec![None; groups],
             priority_leaders: vec![None; groups],
             priority: PriorityOutcome::default(),
+            chain_rng: params.tier.priorities.then(|| chain::draw(seed)).flatten(),
+            chain_started: None,
         };
         cluster.plan();
         Ok(cluster)
@@ -258,12 +273,7 @@ impl Cluster {
         self.stage.push(self.stage.fault_end, Ev::TailStart);
         self.stage
             .push(self.stage.fault_end.after(b.heal), Ev::HealCheck);
-        self.stage.push(tail_crash, Ev::TailCrash);
-        self.stage.push(
-            tail_crash.after(b.crash + Duration::from_millis(1)),
-            Ev::CrashCheck,
-        );
-        self.stage.push(tail_crash.after(b.crash + term), Ev::End);
+        self.plan_tail_end(tail_crash);
     }
 
     async fn run(mut self) -> ElectorReport {
@@ -279,6 +289,9 @@ impl Cluster {
                 Ev::PriorityCheck(g) => self.priority_check(g),
                 Ev::Forge(g) => self.forge(g).await,
                 Ev::TopCrash => self.top_crash(),
+                Ev::ChainStart => self.chain_start(),
+                Ev::ChainKill => self.chain_kill(),
+                Ev::ChainForge(g) => self.chain_forge(g).await,
                 Ev::TailCrash => self.tail_crash(),
                 Ev::CrashCheck => self.crash_check(),
                 Ev::End => break,
@@ -344,6 +357,13 @@ impl Cluster {
     /// then crashes the leader of the first group (and so every group it
     /// leads).
     fn tail_crash(&mut self) {
+        self.check_kept();
+        self.crash_leader();
+    }
+
+    /// Checks that the leaders found at the heal check (or the priority
+    /// check) kept their terms through the stable tail.
+    fn check_kept(&mut self) {
         for g in 0..self.groups() {
             let leader = self.leader(g);
             // With priorities the heal leader may be preempted: the leader
@@ -361,16 +381,21 @@ impl Cluster {
                 }
             }
         }
-        let Some((n, _)) = self.leader(0) else {
-            return;
-        };
+    }
+
+    /// Crashes the leader of the first group (and so every group it
+    /// leads), to start again half a term later; the groups it led, if
+    /// anyone led.
+    fn crash_leader(&mut self) -> Option<Vec<usize>> {
+        let (n, _) = self.leader(0)?;
         let led: Vec<usize> = (0..self.groups())
             .filter(|&g| self.leader(g).is_some_and(|(l, _)| l == n))
             .collect();
         self.crash(n);
-        self.tail_crash = Some((self.stage.now, led));
+        self.tail_crash = Some((self.stage.now, led.clone()));
         let at = self.stage.now.after(self.timing.term / 2);
         self.stage.push(at, Ev::Start(n));
+        Some(led)
     }
 
     /// The groups the crashed leader led must each have a new term by now.

@@ -139,6 +139,12 @@ pub struct ElectorTier {
     /// no higher priority); the checker must report
     /// [`ViolationKind::Oscillation`](crate::ViolationKind::Oscillation).
     pub priorities_forge_above: bool,
+    /// A negative control for the chain of priorities under a dead leader
+    /// (`--priorities`, half the seeds): requests are written into the
+    /// dead leader's record without the rewrite mark, each restarting every
+    /// candidate's takeover wait; the tail's crash check must report
+    /// [`ViolationKind::Liveness`](crate::ViolationKind::Liveness).
+    pub priorities_chain_unmarked: bool,
 }
 
 impl Default for ElectorTier {
@@ -149,6 +155,7 @@ impl Default for ElectorTier {
             priorities: false,
             priorities_unset: false,
             priorities_forge_above: false,
+            priorities_chain_unmarked: false,
         }
     }
 }
@@ -165,7 +172,9 @@ impl Tier for ElectorTier {
     fn check(&self) -> Result<(), SimError> {
         check_range("node count", &self.nodes, 2, 20)?;
         check_range("group count", &self.groups, 1, 16)?;
-        if (self.priorities_unset || self.priorities_forge_above) && !self.priorities {
+        if (self.priorities_unset || self.priorities_forge_above || self.priorities_chain_unmarked)
+            && !self.priorities
+        {
             return Err(SimError::Params(
                 "the priority controls need priorities on".into(),
             ));
@@ -189,6 +198,9 @@ impl Tier for ElectorTier {
         }
         if self.priorities_forge_above {
             flags += " --priorities-forge-above";
+        }
+        if self.priorities_chain_unmarked {
+            flags += " --priorities-chain-unmarked";
         }
         flags
     }

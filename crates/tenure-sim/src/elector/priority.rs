@@ -108,8 +108,10 @@ impl Priorities {
 ///   if a request under this term was already tried during the faults and
 ///   did not get through, the wait before the next, which is at least a
 ///   term;
-/// * `ask = 6·rtt`: the request's read and compare-and-swap, tried up to
-///   three times when a renewal or another candidate's request wins the
+/// * `ask = (I + O)/(1 − ρ) + 8·rtt`: the look for a renewal (a read, a
+///   renewal interval and an operation timeout, a read), then the
+///   request's compare-and-swap, tried up to three times (a read and a
+///   write each) when a renewal or another candidate's request wins the
 ///   race;
 /// * `notice = I/(1 − ρ) + 3·rtt`: the leader's next renewal conflicts
 ///   with the request (an operation of its own may be in flight first) and
@@ -129,7 +131,10 @@ pub(crate) fn hop(timing: &Timing, latency: Duration, delay: Duration) -> Durati
     let slow = LivenessBounds::slow_op(timing);
     let observe = slow.max(stretch(timing.op_timeout)) + poll + rtt * 2;
     let wait = stretch(delay.max(timing.term));
-    let ask = rtt * 6;
+    // The look for a renewal (a renewal interval and an operation timeout
+    // between its reads), then the compare-and-swap, tried up to three
+    // times when a renewal or another candidate's request wins the race.
+    let ask = stretch(timing.renew_interval + timing.op_timeout) + rtt * 8;
     let notice = stretch(timing.renew_interval) + rtt * 3;
     let drain = stretch(timing.term);
     let hand = poll + rtt * 3;
@@ -154,6 +159,9 @@ pub struct PriorityOutcome {
     /// (declined, unless a control forged them above the leader's
     /// priority).
     pub forged: u64,
+    /// Chains run: candidates above the lowest priority restarted one by
+    /// one under a leader of the lowest, which crashed during their looks.
+    pub chains: u64,
 }
 
 impl Cluster {
@@ -355,9 +363,11 @@ impl Cluster {
         let fault_end = self.stage.fault_end;
         let healed = fault_end.after(self.bounds.heal);
         let crash = self
-            .tail_crash
-            .as_ref()
-            .map_or(self.stage.now, |(at, _)| *at);
+            .chain_started
+            .into_iter()
+            .chain(self.tail_crash.as_ref().map(|(at, _)| *at))
+            .min()
+            .unwrap_or(self.stage.now);
         for g in 0..self.work.len() {
             let Some(due) = self.priority_due[g] else {
                 continue;

@@ -139,6 +139,9 @@ pub struct ElectorSummary {
     pub hops: BTreeMap<usize, u64>,
     /// Stale transfer requests written into leaders' records.
     pub forged: u64,
+    /// Chains of priorities run under a leader that then crashed (its
+    /// fail-over judged by the crash check).
+    pub chains: u64,
 }
 
 impl TierSummary<ElectorReport> for ElectorSummary {
@@ -156,6 +159,7 @@ impl TierSummary<ElectorReport> for ElectorSummary {
                 *self.hops.entry(h).or_insert(0) += 1;
             }
             self.forged += p.forged;
+            self.chains += p.chains;
         }
     }
 
@@ -239,7 +243,12 @@ impl ElectorSummary {
         let preempted: Vec<_> = self.climbs.iter().filter(|c| c.2 > 0).collect();
         climb_line(f, "highest leads, no preemption needed", &already)?;
         climb_line(f, "highest leads, after preemption", &preempted)?;
-        row(f, "  stale transfer requests written", self.forged)
+        row(f, "  stale transfer requests written", self.forged)?;
+        row(
+            f,
+            "  chains of priorities under a crashed leader",
+            self.chains,
+        )
     }
 }
 
