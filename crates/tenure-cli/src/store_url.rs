@@ -157,6 +157,12 @@ pub const SCHEMES: &[Scheme] = &[
         tenure_object_store::BucketStore
     ),
     scheme!(
+        ["mysql", "mariadb"],
+        "mysql",
+        "mysql://[USER[:PASS]@]HOST[:PORT]/DB[?table=..&tls=true&ca=..&cert=..&key=..] (or mariadb://)",
+        tenure_mysql::MysqlStore
+    ),
+    scheme!(
         ["kafka"],
         "kafka",
         "kafka://BROKER[,BROKER]/TOPIC",
@@ -204,7 +210,7 @@ pub enum StoreUrl {
     /// A networked store, opened by its crate from the whole URL:
     /// `postgres://`, `redis://`, `rediss://`, `etcd://`, `etcds://`,
     /// `dynamodb://`, `zk://`, `nats://`, `nats+tls://`, `s3://`, `gs://`, `az://`,
-    /// `kafka://`.
+    /// `mysql://`, `mariadb://`, `kafka://`.
     Networked {
         /// The scheme, lower-cased.
         scheme: String,

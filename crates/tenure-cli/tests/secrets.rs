@@ -90,7 +90,12 @@ fn refused_naming(url: &str, escape: &str) -> Option<i32> {
 
 /// [`every_command`] on the URL `url` makes of each form of the password:
 /// raw (refused as ambiguous) and percent-encoded (refused by the server).
-#[cfg(any(feature = "postgres", feature = "redis", feature = "etcd"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "redis",
+    feature = "etcd",
+    feature = "mysql"
+))]
 fn every_command_with_each_password(url: impl Fn(&str) -> String) {
     for password in [PASSWORD, ESCAPED] {
         every_command(&url(password));
@@ -170,6 +175,14 @@ fn unreachable_stores_never_show_the_password() {
             "az://cont?account=acct&endpoint=http://127.0.0.1:1&access_key={PASSWORD}"
         ));
     }
+    if cfg!(feature = "mysql") {
+        urls.push(format!("mysql://app:{PASSWORD}@127.0.0.1:1/db"));
+        urls.push(format!(
+            "mariadb://app:{PASSWORD}@127.0.0.1:1/db?tls=true&ca=/nonexistent"
+        ));
+        urls.push(format!("mysql://app:{PASSWORD}@127.0.0.1:1/db?bogus=1"));
+        urls.push(format!("mysql://app:{PASSWORD}@127.0.0.1:1"));
+    }
     if cfg!(feature = "kafka") {
         urls.push(format!("kafka://app:{PASSWORD}@127.0.0.1:1/t"));
         urls.push(format!(
@@ -213,6 +226,17 @@ fn postgres_with_a_wrong_password_never_shows_it() {
     };
     let (user, host) = user_and_host(&url);
     every_command_with_each_password(|p| format!("postgres://{user}:{p}@{host}/postgres"));
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_with_a_wrong_password_never_shows_it() {
+    let Some(url) = tenure_testkit::server_url("TENURE_TEST_MYSQL") else {
+        return;
+    };
+    let (user, host) = user_and_host(&url);
+    every_command_with_each_password(|p| format!("mysql://{user}:{p}@{host}/tenure"));
+    every_command_with_each_password(|p| format!("mariadb://{user}:{p}@{host}/tenure"));
 }
 
 #[cfg(feature = "redis")]
@@ -355,8 +379,8 @@ fn postgres_connects_quietly_to_an_existing_table() {
 }
 
 /// The user and `host:port` of the test server's
-/// `postgres://USER:PASS@HOST:PORT/DB`.
-#[cfg(feature = "postgres")]
+/// `postgres://USER:PASS@HOST:PORT/DB` (or `mysql://`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn user_and_host(url: &str) -> (String, String) {
     let rest = url.split_once("://").expect("scheme").1;
     let (info, after) = rest.rsplit_once('@').expect("user info");
