@@ -68,6 +68,11 @@ struct Args {
     /// Negative control: deadlines anchored at the reply's receipt.
     #[arg(long)]
     anchor_at_receive: bool,
+    /// Candidate priorities: node i publishes priority i and asks a leader
+    /// of lower priority to hand over after this many seconds (set a
+    /// --horizon that leaves room for the delay, a look and the hand-over).
+    #[arg(long)]
+    preempt_after: Option<f64>,
     /// Checker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -109,6 +114,7 @@ fn main() -> ExitCode {
         quantum: Duration::from_millis(args.quantum_ms),
         latency: Duration::from_millis(args.latency_ms),
         anchor_at_receive: args.anchor_at_receive,
+        preempt_after: args.preempt_after.map(secs),
         ..Params::default()
     };
     if let Some(ms) = args.skew_ms {

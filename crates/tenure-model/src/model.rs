@@ -125,6 +125,11 @@ impl ElectionModel {
         self.fault_end
     }
 
+    /// Whether the nodes have priorities and preempt.
+    pub fn preempts(&self) -> bool {
+        self.params.preempt_after.is_some()
+    }
+
     /// Whether the horizon reaches the heal bound past the faults' end, so
     /// that the liveness properties can be judged at all.
     pub fn judges_liveness(&self) -> bool {
@@ -136,13 +141,15 @@ impl ElectionModel {
             id: format!("n{i}"),
             incarnation,
         };
-        let mut m = Machine::new(
-            self.timing.clone(),
-            me,
-            Metadata::new(),
-            i as u64,
-            clock::now(node, i, t),
-        );
+        let now = clock::now(node, i, t);
+        let metadata = match self.params.preempt_after {
+            Some(_) => Metadata::new().with(tenure::record::PRIORITY_KEY, i.to_string()),
+            None => Metadata::new(),
+        };
+        let mut m = Machine::new(self.timing.clone(), me, metadata, i as u64, now);
+        if let Some(delay) = self.params.preempt_after {
+            m.preempt_after(delay, now);
+        }
         if self.params.anchor_at_receive {
             m.anchor_deadlines_at_receive();
         }
@@ -382,9 +389,12 @@ impl ElectionModel {
             Action::EndTerm {
                 token,
                 work_deadline,
-                ..
+                reason,
             } => {
                 let g = &mut s.ghost;
+                if matches!(reason, tenure::machine::EndReason::Transferred { .. }) {
+                    g.preempted = true;
+                }
                 match g.open_term(n, inc) {
                     Some(t) if t.token == *token => {
                         t.open = false;

@@ -157,6 +157,11 @@ pub struct Params {
     /// The last real instant explored; by default the faults' end plus the
     /// heal bound plus one quantum.
     pub horizon: Option<Duration>,
+    /// Candidate priorities: node `i` publishes priority `i` and asks a
+    /// leader of lower priority to hand over after this preemption delay
+    /// (the machine's preemption room, requests and withdrawals included).
+    /// `None`: no priorities, as before.
+    pub preempt_after: Option<Duration>,
 }
 
 impl Default for Params {
@@ -176,6 +181,7 @@ impl Default for Params {
             skew: None,
             anchor_at_receive: false,
             horizon: None,
+            preempt_after: None,
         }
     }
 }
@@ -305,6 +311,9 @@ impl fmt::Display for Params {
         }
         if self.anchor_at_receive {
             f.write_str(", deadlines anchored at the receipt (negative control)")?;
+        }
+        if let Some(d) = self.preempt_after {
+            write!(f, ", node i of priority i, preempting after {d:?}")?;
         }
         Ok(())
     }

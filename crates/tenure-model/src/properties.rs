@@ -39,7 +39,9 @@
 //!
 //! Reachability (`sometimes`, so a check that passes is not vacuous):
 //! leadership changes hands; a graceful release applies; a resigning node
-//! takes its own released lease back before the waiting node does.
+//! takes its own released lease back before the waiting node does; with
+//! priorities, a leader hands over to a candidate of higher priority that
+//! asked.
 
 use stateright::Property;
 
@@ -71,6 +73,8 @@ pub mod names {
     pub const RELEASED: &str = "a graceful release applies";
     /// The resigner takes the lease back.
     pub const RESIGNER_RETAKES: &str = "a resigning node takes its released lease back";
+    /// With priorities, a leader hands over to a higher one that asked.
+    pub const PREEMPTED: &str = "a leader hands over to a higher priority that asked";
 }
 
 /// Whether `term` is valid at real time `t`, judged on its holder's clock.
@@ -129,6 +133,10 @@ pub fn all() -> Vec<Property<ElectionModel>> {
         Property::sometimes(RELEASED, |_: &ElectionModel, s: &State| s.ghost.released),
         Property::sometimes(RESIGNER_RETAKES, |_: &ElectionModel, s: &State| {
             s.ghost.resigner_retook
+        }),
+        // Reached at once without priorities, so that it says nothing there.
+        Property::sometimes(PREEMPTED, |m: &ElectionModel, s: &State| {
+            m.preempts() == s.ghost.preempted
         }),
     ]
 }

@@ -215,6 +215,9 @@ pub struct Ghost {
     pub shut_down: u8,
     /// When the last fault happened.
     pub last_fault: Option<u64>,
+    /// A leader handed over to a candidate of higher priority that asked
+    /// (only with priorities: nothing else transfers in the model).
+    pub preempted: bool,
 }
 
 /// One term, as the properties judge it: valid from its election while its
