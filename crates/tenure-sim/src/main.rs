@@ -69,6 +69,24 @@ struct Args {
     /// their parents.
     #[arg(long, requires = "catalog", hide = true)]
     catalog_forgets_parents: bool,
+    /// Hostile catalog faults (sharded tier, with --catalog), drawn per
+    /// seed: names escaped twice where stored, a shard naming 300 parents,
+    /// a part 0 claiming 65,536 parts, and at the tail's start the
+    /// catalog leader's source failing on that member only.
+    #[arg(long, requires = "catalog")]
+    catalog_hostile: bool,
+    /// A negative control for --catalog-hostile: the source fails on every
+    /// member at the tail's start.
+    #[arg(long, requires = "catalog_hostile", hide = true)]
+    catalog_source_fails_everywhere: bool,
+    /// A negative control for --catalog-hostile: the checker expects the
+    /// shard naming 300 parents to be held.
+    #[arg(long, requires = "catalog_hostile", hide = true)]
+    catalog_expects_left_out: bool,
+    /// A negative control for --catalog-hostile: the part 0 planted comes
+    /// with all 4,096 parts it claims.
+    #[arg(long, requires = "catalog_hostile", hide = true)]
+    catalog_plants_whole: bool,
     /// Groups every candidate stands in (elector tier): `N` or `A..B`,
     /// within 1..16.
     #[arg(long, value_parser = parse_nodes, requires = "elector")]
@@ -240,6 +258,10 @@ fn main() -> ExitCode {
             }
             p.tier.catalog |= args.catalog;
             p.tier.catalog_forgets_parents |= args.catalog_forgets_parents;
+            p.tier.catalog_hostile |= args.catalog_hostile;
+            p.tier.catalog_source_fails_everywhere |= args.catalog_source_fails_everywhere;
+            p.tier.catalog_expects_left_out |= args.catalog_expects_left_out;
+            p.tier.catalog_plants_whole |= args.catalog_plants_whole;
         });
         drive(&args, sets)
     } else if args.elector {

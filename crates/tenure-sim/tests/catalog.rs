@@ -56,3 +56,67 @@ fn a_source_that_forgets_the_parents_has_children_worked_too_early() {
     assert!(v.detail.contains("before its parent"), "{v}");
     assert!(replay.contains("--catalog"), "{replay}");
 }
+
+/// Hostile catalog contents and a source failing on the catalog leader
+/// only (`--catalog-hostile`, issue 39), each drawn per seed.
+fn hostile() -> ShardParams {
+    let mut params = catalog();
+    params.tier.catalog_hostile = true;
+    params
+}
+
+fn assert_hostile(summary: &ShardSummary) {
+    // Part 0s were planted and sources failed (at least one a seed).
+    assert!(summary.counts.hostile >= summary.runs.seeds, "{summary}");
+    assert!(summary.counts.acquisitions > summary.shards, "{summary}");
+}
+
+clean_seed_ranges! {
+    hostile(), assert_hostile;
+    hostile_catalog_seeds_0_to_4_hold_every_invariant: 0..4,
+    hostile_catalog_seeds_4_to_8_hold_every_invariant: 4..8,
+}
+
+/// Shorter runs for the controls.
+fn hostile_control(apply: impl Fn(&mut ShardParams)) -> ShardParams {
+    let mut params = hostile();
+    params.shared.fault_phase = Duration::from_secs(30);
+    apply(&mut params);
+    params
+}
+
+#[test]
+fn a_source_failing_on_every_member_leaves_the_shard_added_unheld() {
+    let params = hostile_control(|p| p.tier.catalog_source_fails_everywhere = true);
+    let (v, replay) = first_violation(&params, 0..8, |v| {
+        v.kind == ViolationKind::Liveness && v.detail.contains("held by nobody")
+    })
+    .expect("the set never follows the source once it fails everywhere");
+    assert!(v.detail.contains("heal of every fault"), "{v}");
+    assert!(
+        replay.contains("--catalog-source-fails-everywhere"),
+        "{replay}"
+    );
+}
+
+#[test]
+fn a_checker_expecting_the_shard_left_out_sees_it_unheld() {
+    let params = hostile_control(|p| p.tier.catalog_expects_left_out = true);
+    let (v, replay) = first_violation(&params, 0..8, |v| {
+        v.kind == ViolationKind::Liveness && v.detail.contains("held by nobody")
+    })
+    .expect("the shard of 300 parents is never held");
+    assert!(v.detail.contains("are held by nobody"), "{v}");
+    assert!(replay.contains("--catalog-expects-left-out"), "{replay}");
+}
+
+#[test]
+fn a_whole_catalog_of_the_most_parts_costs_more_reads_than_the_bound() {
+    let params = hostile_control(|p| p.tier.catalog_plants_whole = true);
+    let (v, replay) = first_violation(&params, 0..8, |v| {
+        v.kind == ViolationKind::Liveness && v.detail.contains("catalog part reads")
+    })
+    .expect("reading 4,096 parts at each poll is reported");
+    assert!(v.detail.contains("hostile part 0"), "{v}");
+    assert!(replay.contains("--catalog-plants-whole"), "{replay}");
+}

@@ -103,6 +103,7 @@ fn every_tier_s_replay_command_names_every_non_default_parameter() {
             shards: 8..=12,
             catalog: true,
             catalog_forgets_parents: false,
+            ..ShardTier::default()
         },
         faults: ShardFaultRates::none(),
         ..ShardParams::default()

@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use rand::Rng;
-use tenure::shards::SourceShard;
+use tenure::shards::{ShardSource, SourceError, SourceShard};
 use tenure_testkit::{catalog::ScriptedSource, TermLog};
 use tokio::time::Instant;
 
@@ -36,6 +37,68 @@ impl Finishing {
     }
 }
 
+/// What a name of a shard is padded with when the seed draws hostile
+/// names: 100 bytes of `\` and `"`, each escaped twice where the catalog
+/// stores it (the part is a JSON string inside the record's metadata).
+static ESCAPES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| "\\\"".repeat(50));
+
+/// How many parents the hostile shard names (the library allows 16).
+pub(super) const HOSTILE_PARENTS: usize = 300;
+
+/// The shard index a name stands for: its leading digits, followed by
+/// nothing or by [`ESCAPES`]; `None` for any other name.
+pub(super) fn shard_index(name: &str) -> Option<usize> {
+    let digits = name.len() - name.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let (number, rest) = name.split_at(digits);
+    if rest.is_empty() || rest == ESCAPES.as_str() {
+        number.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// The hostile catalog faults a seed drew (`--catalog-hostile`), and the
+/// negative controls on them.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Hostile {
+    /// Every shard's name is padded with [`ESCAPES`].
+    pub(super) escaped_names: bool,
+    /// The source lists one more shard naming [`HOSTILE_PARENTS`] parents,
+    /// which cannot be published: left out, never held.
+    pub(super) many_parents: bool,
+    /// A negative control for `many_parents`: the checker expects that
+    /// shard to be held.
+    pub(super) expects_left_out: bool,
+    /// At the tail's start, the source of the member that listed it last
+    /// (the catalog's leader, if it runs) fails on that member only, until
+    /// the set has been checked settled, and a shard is added.
+    pub(super) broken_source: bool,
+    /// A negative control for `broken_source`: the source fails on every
+    /// member.
+    pub(super) broken_everywhere: bool,
+}
+
+/// The source as one member's process sees it: the set's
+/// [`ScriptedSource`], failing while the member is among the broken.
+pub(super) struct MemberSource {
+    node: usize,
+    inner: ScriptedSource,
+    broken: Arc<Mutex<BTreeSet<usize>>>,
+    everywhere: Arc<Mutex<bool>>,
+    last_lister: Arc<Mutex<Option<usize>>>,
+}
+
+#[async_trait]
+impl ShardSource for MemberSource {
+    async fn list(&self) -> Result<Vec<SourceShard>, SourceError> {
+        *lock(&self.last_lister) = Some(self.node);
+        if *lock(&self.everywhere) || lock(&self.broken).contains(&self.node) {
+            return Err(format!("the source fails on member {} only", self.node).into());
+        }
+        self.inner.list().await
+    }
+}
+
 /// The source and its history.
 pub(super) struct CatalogSim {
     pub(super) source: ScriptedSource,
@@ -53,32 +116,118 @@ pub(super) struct CatalogSim {
     /// A negative control: the source lists children without their
     /// parents (the checker still knows them).
     forgets_parents: bool,
-}
-
-/// The shard named `i`.
-fn shard(i: usize) -> SourceShard {
-    SourceShard::new(i.to_string())
+    /// The hostile faults drawn.
+    pub(super) hostile: Hostile,
+    /// The shard that cannot be published, if `hostile.many_parents`: its
+    /// index (a log of its own, past `capacity`).
+    left_out: Option<usize>,
+    /// The members whose source fails now.
+    broken: Arc<Mutex<BTreeSet<usize>>>,
+    /// Whether the source fails on every member now.
+    everywhere: Arc<Mutex<bool>>,
+    /// The member that listed the source last.
+    last_lister: Arc<Mutex<Option<usize>>>,
 }
 
 fn index(s: &SourceShard) -> Option<usize> {
-    s.name.parse().ok()
+    shard_index(&s.name)
 }
 
 impl CatalogSim {
     /// A source listing shards `0` to `shards − 1`, with room for
-    /// `capacity` shards in all.
-    pub(super) fn new(shards: usize, capacity: usize, forgets_parents: bool) -> Self {
-        let listed: Vec<SourceShard> = (0..shards).map(shard).collect();
-        CatalogSim {
-            source: ScriptedSource::listing(listed.clone()),
+    /// `capacity` shards in all (and one more for a hostile shard).
+    pub(super) fn new(
+        shards: usize,
+        capacity: usize,
+        forgets_parents: bool,
+        hostile: Hostile,
+    ) -> Self {
+        let mut sim = CatalogSim {
+            source: ScriptedSource::default(),
             finishing: Finishing::default(),
-            listed,
+            listed: Vec::new(),
             parents: BTreeMap::new(),
             next: shards,
             capacity,
             reshards: 0,
             forgets_parents,
+            left_out: hostile.many_parents.then_some(capacity),
+            hostile,
+            broken: Arc::default(),
+            everywhere: Arc::default(),
+            last_lister: Arc::default(),
+        };
+        sim.listed = (0..shards).map(|i| sim.shard(i)).collect();
+        sim.publish();
+        sim
+    }
+
+    /// The shard named for index `i`.
+    fn shard(&self, i: usize) -> SourceShard {
+        if self.hostile.escaped_names {
+            SourceShard::new(format!("{i}{}", *ESCAPES))
+        } else {
+            SourceShard::new(i.to_string())
         }
+    }
+
+    /// What the source lists from now on: the shards listed, and the
+    /// hostile shard if drawn.
+    fn publish(&self) {
+        let mut listed = self.listed.clone();
+        if let Some(k) = self.left_out {
+            let ghosts = (0..HOSTILE_PARENTS).map(|j| format!("ghost-{j:04}"));
+            listed.push(self.shard(k).after(ghosts));
+        }
+        self.source.set(listed);
+    }
+
+    /// The source as member `node`'s processes see it.
+    pub(super) fn member_source(&self, node: usize) -> MemberSource {
+        MemberSource {
+            node,
+            inner: self.source.clone(),
+            broken: self.broken.clone(),
+            everywhere: self.everywhere.clone(),
+            last_lister: self.last_lister.clone(),
+        }
+    }
+
+    /// The member that listed the source last.
+    pub(super) fn last_lister(&self) -> Option<usize> {
+        *lock(&self.last_lister)
+    }
+
+    /// The source fails on `node` (on every member, under the control)
+    /// from now on; returns what it did.
+    pub(super) fn break_source(&self, node: usize) -> String {
+        if self.hostile.broken_everywhere {
+            *lock(&self.everywhere) = true;
+            "the source fails on every member".into()
+        } else {
+            lock(&self.broken).insert(node);
+            format!("the source fails on member {node} only")
+        }
+    }
+
+    /// Every member's source works again.
+    pub(super) fn heal_sources(&self) {
+        lock(&self.broken).clear();
+        *lock(&self.everywhere) = false;
+    }
+
+    /// A shard is added (at the tail's start, so that the catalog must be
+    /// written again); returns what it did.
+    pub(super) fn add_one(&mut self) -> Option<String> {
+        if self.next >= self.capacity {
+            return None;
+        }
+        let a = self.next;
+        self.next += 1;
+        self.listed.push(self.shard(a));
+        self.reshards += 1;
+        self.publish();
+        Some(format!("shard {a} is added"))
     }
 
     /// How many shards were marked finished.
@@ -89,9 +238,10 @@ impl CatalogSim {
     /// Child `c` of `parents`, as the source lists it.
     fn child(&self, c: usize, parents: &[usize]) -> SourceShard {
         if self.forgets_parents {
-            shard(c)
+            self.shard(c)
         } else {
-            shard(c).after(parents.iter().map(usize::to_string))
+            let names: Vec<String> = parents.iter().map(|&p| self.shard(p).name).collect();
+            self.shard(c).after(names)
         }
     }
 
@@ -104,9 +254,11 @@ impl CatalogSim {
     /// marked finished.
     fn in_catalog(&self) -> BTreeSet<usize> {
         let marked = lock(&self.finishing.marked);
+        let expected_left_out = self.left_out.filter(|_| self.hostile.expects_left_out);
         self.listed
             .iter()
             .filter_map(index)
+            .chain(expected_left_out)
             .filter(|i| !marked.contains_key(i))
             .collect()
     }
@@ -169,13 +321,13 @@ impl CatalogSim {
             _ if self.next < self.capacity => {
                 let a = self.next;
                 self.next += 1;
-                self.listed.push(shard(a));
+                self.listed.push(self.shard(a));
                 format!("shard {a} is added")
             }
             _ => return None,
         };
         self.reshards += 1;
-        self.source.set(self.listed.clone());
+        self.publish();
         Some(what)
     }
 

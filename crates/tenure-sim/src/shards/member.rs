@@ -184,7 +184,7 @@ impl WorkCtx {
 }
 
 async fn work(ctx: WorkCtx, shard: String, term: Term) -> Result<(), WorkFailed> {
-    let Ok(s) = shard.parse::<usize>() else {
+    let Some(s) = super::catalog::shard_index(&shard) else {
         let t = ctx.clock.inner.real_now();
         lock(&ctx.findings).violations.add(
             ViolationKind::Contract,
@@ -212,7 +212,7 @@ async fn work(ctx: WorkCtx, shard: String, term: Term) -> Result<(), WorkFailed>
 async fn mark_parents(shards: Shards, finishing: super::catalog::Finishing, ctx: WorkCtx) {
     loop {
         for (shard, term) in shards.held() {
-            if shard.parse().is_ok_and(|s| finishing.to_mark(s)) {
+            if super::catalog::shard_index(&shard).is_some_and(|s| finishing.to_mark(s)) {
                 let result = shards.mark_finished(&shard, &term).await;
                 let t = ctx.clock.inner.real_now();
                 lock(&ctx.findings).trace.event(
@@ -326,6 +326,7 @@ impl Set {
         let store = PausedStore::new(
             new.view.faults.wrap(self.store.clone(), slot.name.clone()),
             pause.clone(),
+            self.catalog_reads.clone(),
         );
         let clock = Arc::new(PausedClock {
             inner: slot.clock.clone(),
@@ -333,7 +334,7 @@ impl Set {
         });
         let builder = Shards::builder(store, SET).member_id(slot.name.clone());
         let builder = match &self.catalog {
-            Some(c) => builder.catalog(c.source.clone(), CatalogSim::refresh(self.timing.term)),
+            Some(c) => builder.catalog(c.member_source(n), CatalogSim::refresh(self.timing.term)),
             None => builder.shards(self.work.len()),
         };
         let started = builder

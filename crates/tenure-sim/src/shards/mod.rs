@@ -39,13 +39,16 @@
 //! seed run again follows the same schedule but may differ in detail.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tenure::{Config, MemoryStore, Shards, Timing};
+use tenure::{
+    Config, GroupName, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Shards, Timing,
+    WallTime,
+};
 use tenure_testkit::TermLog;
 
 use crate::clock::SimTime;
@@ -63,10 +66,10 @@ mod plan;
 mod report;
 
 pub use bounds::ShardBounds;
-pub use params::{ShardFaultRates, ShardParams, ShardTier};
+pub use params::{ShardFaultRates, ShardParams, ShardTier, HOSTILE_READS_PER_MEMBER};
 pub use report::{Phase, Settling, ShardCounts, ShardReport, ShardSummary};
 
-use catalog::CatalogSim;
+use catalog::{CatalogSim, Hostile};
 use pause::Pause;
 use plan::{pause_length, Planned};
 
@@ -122,6 +125,15 @@ enum Ev {
     Tail(Phase),
     /// The source of a set that follows a catalog changes.
     Reshard,
+    /// A hostile catalog part 0 is planted (`catalog_hostile`).
+    Plant,
+    /// The catalog part reads since a plant must be few.
+    CostCheck {
+        /// The reads counted when it was planted.
+        before: usize,
+        /// The members running then.
+        members: usize,
+    },
     End,
 }
 
@@ -173,6 +185,14 @@ struct Set {
     settlings: Vec<Settling>,
     /// The changing source, for a set that follows a catalog.
     catalog: Option<CatalogSim>,
+    /// Catalog part reads by every member, so far.
+    catalog_reads: Arc<AtomicUsize>,
+    /// Draws for the hostile catalog faults, apart from `rng`.
+    hostile_rng: StdRng,
+    /// When hostile part 0s are planted.
+    plants: Vec<Duration>,
+    /// Hostile catalog faults injected.
+    hostile_faults: u64,
 }
 
 impl Set {
@@ -191,10 +211,44 @@ impl Set {
             shards
         };
         let forgets = params.tier.catalog_forgets_parents;
+        // Hostile faults are drawn from a generator of their own: the rest
+        // of the run is drawn as without them.
+        let mut hostile_rng = StdRng::seed_from_u64(seed ^ 0x39ca_7a10_9000_0039);
+        let hostile = if params.tier.catalog_hostile {
+            let mut h = Hostile {
+                escaped_names: hostile_rng.gen_bool(0.5),
+                many_parents: hostile_rng.gen_bool(0.5),
+                broken_source: hostile_rng.gen_bool(0.5),
+                expects_left_out: params.tier.catalog_expects_left_out,
+                broken_everywhere: params.tier.catalog_source_fails_everywhere,
+            };
+            // The controls need their fault; every seed has one at least.
+            h.many_parents |= h.expects_left_out;
+            h.broken_source |= h.broken_everywhere;
+            if !(h.escaped_names || h.many_parents || h.broken_source) {
+                h.broken_source = true;
+            }
+            h
+        } else {
+            Hostile::default()
+        };
+        let plants: Vec<Duration> = if params.tier.catalog_hostile {
+            let fault = params.shared.fault_phase;
+            let mut at: Vec<Duration> = (0..hostile_rng.gen_range(1..=3))
+                .map(|_| fault.mul_f64(hostile_rng.gen_range(0.2..0.9)))
+                .collect();
+            at.sort();
+            at
+        } else {
+            Vec::new()
+        };
+        // The shard that cannot be published has a log of its own.
+        let logs_with = logs + usize::from(hostile.many_parents);
         let catalog = params
             .tier
             .catalog
-            .then(|| CatalogSim::new(shards, logs, forgets));
+            .then(|| CatalogSim::new(shards, logs, forgets, hostile));
+        let logs = logs_with;
         let mut set = Set {
             params: params.clone(),
             config,
@@ -217,9 +271,25 @@ impl Set {
             conflicts: HashSet::new(),
             settlings: Vec::new(),
             catalog,
+            catalog_reads: Arc::default(),
+            hostile_rng,
+            plants,
+            hostile_faults: 0,
         };
         for _ in 0..members {
             set.add_slot();
+        }
+        if let Some(c) = &set.catalog {
+            if set.params.tier.catalog_hostile {
+                let h = c.hostile.clone();
+                let plants = set.plants.len();
+                set.stage.event(None, "HOSTILE", &[], || {
+                    format!(
+                        "escaped names: {}, a shard of 300 parents: {}, part 0s planted: {plants}, the leader's source fails at the tail: {}",
+                        h.escaped_names, h.many_parents, h.broken_source
+                    )
+                });
+            }
         }
         set.plan();
         Ok(set)
@@ -284,17 +354,91 @@ impl Set {
                 self.stage.push(when, Ev::Reshard);
             }
         }
+        for at in self.plants.clone() {
+            self.stage.push(SimTime::from_duration(at), Ev::Plant);
+        }
     }
 
     /// The bound on settling from a start or from the faults' heal: for a
     /// set that follows a catalog, also the time for a parent's holder to
     /// mark it finished, the leader to drop it at its next refresh, and the
     /// members to read that and take the children over.
+    ///
+    /// With a source failing on the catalog leader only (`catalog_hostile`),
+    /// also the time for that leader to hand the duty on: its next refresh
+    /// (at most half a term away), three retries a quarter term apart, its
+    /// release taken over within a poll, and the new leader's write
+    /// followed within a poll: 3 terms.
     fn settle_bound(&self) -> Duration {
         let term = self.timing.term;
         match &self.catalog {
+            Some(c) if c.hostile.broken_source => {
+                self.bounds.settle + CatalogSim::refresh(term) * 2 + term * 5
+            }
             Some(_) => self.bounds.settle + CatalogSim::refresh(term) * 2 + term * 2,
             None => self.bounds.settle,
+        }
+    }
+
+    /// Plants a hostile catalog part 0 claiming 65,536 parts (under the
+    /// control, with every one of 4,096 parts it claims), written by hand
+    /// under the highest token; schedules the check of what reading it
+    /// cost.
+    async fn plant(&mut self) {
+        let whole = self.params.tier.catalog_plants_whole;
+        let n: u64 = if whole { 4096 } else { 65_536 };
+        let written = if whole { n } else { 1 };
+        let at = WallTime::from_millis(0);
+        let record = LeaseRecord {
+            holder: None,
+            token: u64::MAX,
+            term: self.timing.term,
+            renewed_at: at,
+            expires_at: at,
+            metadata: Metadata::new()
+                .with("tenure.catalog", format!("{{\"g\":1,\"n\":{n},\"s\":[]}}")),
+        };
+        for k in 0..written {
+            let Ok(group) = GroupName::new(format!("{SET}/catalog/{k}")) else {
+                continue;
+            };
+            let current = self.store.read(&group).await.ok().flatten();
+            let _ = self
+                .store
+                .compare_and_swap(&group, current.map(|v| v.version), &record)
+                .await;
+        }
+        self.hostile_faults += 1;
+        self.stage.event(None, "PLANT", &[n], || {
+            format!("a hostile catalog part 0 claiming {n} parts ({written} written)")
+        });
+        let before = self
+            .catalog_reads
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let members = self.stage.running().len().max(1);
+        self.stage.push(
+            self.stage.now.after(self.timing.term / 2),
+            Ev::CostCheck { before, members },
+        );
+    }
+
+    /// The catalog part reads since a plant must be few: a reader follows
+    /// no part 0 claiming more parts than a catalog may have.
+    fn cost_check(&mut self, before: usize, members: usize) {
+        let reads = self
+            .catalog_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .saturating_sub(before);
+        let bound = HOSTILE_READS_PER_MEMBER * members;
+        if reads > bound {
+            self.stage.violation(
+                ViolationKind::Liveness,
+                vec![],
+                vec![],
+                format!(
+                    "{reads} catalog part reads in the half term after a hostile part 0 was planted, over the bound of {bound} ({HOSTILE_READS_PER_MEMBER} for each of {members} members)"
+                ),
+            );
         }
     }
 
@@ -328,6 +472,8 @@ impl Set {
                 Ev::Sample => self.sample(),
                 Ev::Tail(phase) => self.tail(phase),
                 Ev::Reshard => self.reshard(),
+                Ev::Plant => self.plant().await,
+                Ev::CostCheck { before, members } => self.cost_check(before, members),
                 Ev::End => break,
             }
         }
@@ -342,7 +488,7 @@ impl Set {
         for (i, slot) in self.stage.slots.iter().enumerate() {
             let Some(inc) = &slot.current else { continue };
             for (shard, term) in inc.handle.shards.held() {
-                let Ok(s) = shard.parse::<usize>() else {
+                let Some(s) = catalog::shard_index(&shard) else {
                     continue;
                 };
                 if let Some(other) = out.insert(s, i) {
@@ -380,6 +526,32 @@ impl Set {
             let n = self.add_slot();
             self.start(n);
         }
+        self.break_source();
+    }
+
+    /// At the tail's start (`catalog_hostile`, if drawn): the source of the
+    /// member that listed it last (the catalog leader, unless it is gone;
+    /// then any running member's) fails on that member only, and a shard
+    /// is added, so that the catalog must be written again by a member
+    /// whose source works. Healed once the set was checked settled.
+    fn break_source(&mut self) {
+        let running = self.stage.running();
+        let Some(c) = self.catalog.as_mut() else {
+            return;
+        };
+        if !c.hostile.broken_source || running.is_empty() {
+            return;
+        }
+        let node = match c.last_lister() {
+            Some(n) if running.contains(&n) => n,
+            _ => running[self.hostile_rng.gen_range(0..running.len())],
+        };
+        let what = c.break_source(node);
+        let added = c.add_one();
+        self.hostile_faults += 1;
+        self.stage.event(Some(node), "SOURCE FAILS", &[], || {
+            format!("{what}; {}", added.unwrap_or_default())
+        });
     }
 
     /// The set must have settled after the change under way.
@@ -387,6 +559,13 @@ impl Set {
         let Some(change) = self.change.take() else {
             return;
         };
+        if change.phase == Phase::Settle {
+            // The source that failed at the tail's start works again once
+            // this check has looked (below, with the state as it is now).
+            if let Some(c) = &self.catalog {
+                c.heal_sources();
+            }
+        }
         let holders = self.holders();
         let running = self.stage.running();
         // Sorted as the library sorts members: by id.
@@ -679,6 +858,11 @@ impl Set {
                 joins: self.joins,
                 reshards: self.catalog.as_ref().map_or(0, |c| c.reshards),
                 finished: self.catalog.as_ref().map_or(0, CatalogSim::finished),
+                hostile: self.hostile_faults,
+                catalog_reads: self
+                    .catalog_reads
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    as u64,
                 faults: self.faults.clone(),
             },
             settlings: self.settlings.clone(),

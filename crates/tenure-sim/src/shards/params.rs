@@ -116,7 +116,39 @@ pub struct ShardTier {
     /// without their parents, so they are worked at once, and the checker
     /// must report it.
     pub catalog_forgets_parents: bool,
+    /// Hostile catalog faults for `catalog` (issue 39), each drawn per seed
+    /// (from a generator of its own, so that the rest of the run is drawn
+    /// as without them): shard names padded with 100 bytes of `\` and `"`
+    /// (escaped twice where the catalog stores them); one more shard
+    /// naming 300 parents, which cannot be published and must not stop the
+    /// others; a part 0 planted 1 to 3 times in the fault phase claiming
+    /// 65,536 parts (every member's reads of catalog parts in the half term
+    /// after must stay under [`HOSTILE_READS_PER_MEMBER`] each); and, at the
+    /// tail's start, the source of the member that listed it last failing
+    /// on that member only, with a shard added: the set must still settle
+    /// (a member whose source works must take over the duty).
+    pub catalog_hostile: bool,
+    /// A negative control for `catalog_hostile`: the source fails on every
+    /// member at the tail's start, so the shard added is never published,
+    /// and the checker must report the set unsettled.
+    pub catalog_source_fails_everywhere: bool,
+    /// A negative control for `catalog_hostile`: the checker expects the
+    /// shard naming 300 parents to be held, and must report it held by
+    /// nobody.
+    pub catalog_expects_left_out: bool,
+    /// A negative control for `catalog_hostile`: the part 0 planted comes
+    /// with every part it claims (a whole catalog of 4,096 empty parts,
+    /// the most a reader follows), so that readers do read them all, and
+    /// the cost check must report it.
+    pub catalog_plants_whole: bool,
 }
+
+/// The most catalog part reads per running member in the half term after
+/// a hostile part 0 is planted (`catalog_hostile`): a member reads part 0
+/// and one batch of 16 at each poll or feed delivery, the leader writes
+/// the catalog again. Following the 65,536 parts it claims costs 65,535
+/// reads at each.
+pub const HOSTILE_READS_PER_MEMBER: usize = 1_000;
 
 impl Default for ShardTier {
     fn default() -> Self {
@@ -126,6 +158,10 @@ impl Default for ShardTier {
             shards: 4..=24,
             catalog: false,
             catalog_forgets_parents: false,
+            catalog_hostile: false,
+            catalog_source_fails_everywhere: false,
+            catalog_expects_left_out: false,
+            catalog_plants_whole: false,
         }
     }
 }
@@ -148,6 +184,20 @@ impl Tier for ShardTier {
     }
 
     fn check(&self) -> Result<(), SimError> {
+        if self.catalog_hostile && !self.catalog {
+            return Err(SimError::Params(
+                "hostile catalog faults need a catalog: give --catalog with --catalog-hostile"
+                    .into(),
+            ));
+        }
+        let controls = self.catalog_source_fails_everywhere
+            || self.catalog_expects_left_out
+            || self.catalog_plants_whole;
+        if controls && !self.catalog_hostile {
+            return Err(SimError::Params(
+                "the hostile catalog's negative controls need --catalog-hostile".into(),
+            ));
+        }
         check_range("member count", &self.members, 2, 12)?;
         let most = *self.members.end();
         if self.max_members < most || self.max_members > 16 {
@@ -170,6 +220,19 @@ impl Tier for ShardTier {
         }
         if self.catalog_forgets_parents {
             flags += " --catalog-forgets-parents";
+        }
+        for (on, flag) in [
+            (self.catalog_hostile, " --catalog-hostile"),
+            (
+                self.catalog_source_fails_everywhere,
+                " --catalog-source-fails-everywhere",
+            ),
+            (self.catalog_expects_left_out, " --catalog-expects-left-out"),
+            (self.catalog_plants_whole, " --catalog-plants-whole"),
+        ] {
+            if on {
+                flags += flag;
+            }
         }
         flags
     }

@@ -8,7 +8,7 @@
 //! [`Pause`] is the switch, shared by the process's clock ([`PausedClock`])
 //! and its view of the store ([`PausedStore`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -126,15 +126,33 @@ impl Clock for PausedClock {
 
 /// A member's view of the store: requests wait to go out, and replies to
 /// come back, while the process is frozen; so do change notifications.
+///
+/// It also counts the reads of catalog parts (groups under `SET/catalog/`)
+/// into a counter the set shares, for the cost check of hostile catalogs.
 #[derive(Clone, Debug)]
 pub(crate) struct PausedStore<S> {
     inner: S,
     pause: Pause,
+    catalog_reads: Arc<AtomicUsize>,
 }
 
 impl<S> PausedStore<S> {
-    pub(crate) fn new(inner: S, pause: Pause) -> Self {
-        PausedStore { inner, pause }
+    pub(crate) fn new(inner: S, pause: Pause, catalog_reads: Arc<AtomicUsize>) -> Self {
+        PausedStore {
+            inner,
+            pause,
+            catalog_reads,
+        }
+    }
+
+    fn count(&self, groups: &[GroupName]) {
+        let parts = groups
+            .iter()
+            .filter(|g| g.as_str().contains("/catalog/"))
+            .count();
+        if parts > 0 {
+            self.catalog_reads.fetch_add(parts, Ordering::Relaxed);
+        }
     }
 }
 
@@ -152,10 +170,12 @@ impl<S: LeaseStore> PausedStore<S> {
 #[async_trait]
 impl<S: LeaseStore> LeaseView for PausedStore<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
+        self.count(std::slice::from_ref(group));
         self.gated(self.inner.read(group)).await
     }
 
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
+        self.count(groups);
         self.gated(self.inner.read_many(groups)).await
     }
 
@@ -253,7 +273,11 @@ mod tests {
             )),
             pause: pause.clone(),
         };
-        let store = PausedStore::new(Faults::new().wrap(MemoryStore::new(), "a"), pause.clone());
+        let store = PausedStore::new(
+            Faults::new().wrap(MemoryStore::new(), "a"),
+            pause.clone(),
+            Arc::default(),
+        );
         assert_eq!(pause.latest(), None);
         tokio::time::sleep(Duration::from_millis(100)).await;
         pause.freeze(ms(1_000));

@@ -146,6 +146,11 @@ pub struct ShardCounts {
     pub reshards: u64,
     /// Parents marked finished by their holders.
     pub finished: u64,
+    /// Hostile catalog faults injected (`catalog_hostile`): part 0s
+    /// planted, sources failing on one member.
+    pub hostile: u64,
+    /// Catalog part reads by every member.
+    pub catalog_reads: u64,
     /// Faults injected, by kind (graceful leaves count as shutdowns).
     pub faults: FaultCounts,
 }
@@ -161,6 +166,8 @@ impl ShardCounts {
         self.joins += other.joins;
         self.reshards += other.reshards;
         self.finished += other.finished;
+        self.hostile += other.hostile;
+        self.catalog_reads += other.catalog_reads;
         self.faults.add(&other.faults);
     }
 }
@@ -227,6 +234,14 @@ impl fmt::Display for ShardSummary {
                 c.reshards,
             )?;
             row(f, "parents marked finished", c.finished)?;
+            row(f, "catalog part reads", c.catalog_reads)?;
+        }
+        if c.hostile > 0 {
+            row(
+                f,
+                "hostile catalog faults (part 0s planted, sources failing)",
+                c.hostile,
+            )?;
         }
         row(f, "shard terms acquired", c.acquisitions)?;
         row(f, "terms worked", c.terms)?;
