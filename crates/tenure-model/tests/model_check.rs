@@ -125,6 +125,21 @@ fn the_wall_clock_takeover_is_safe_within_half_the_skew() {
 }
 
 #[test]
+fn a_lower_leader_hands_over_to_a_higher_priority_that_asks() {
+    // The machine's preemption room under the checker: node 1 (priority 1)
+    // asks node 0 (priority 0) at once (a zero delay; its look for a
+    // renewal still takes a renewal interval and an operation timeout);
+    // every schedule holds every property, and a hand-over by preemption
+    // is reached.
+    let outcome = holds(Params {
+        preempt_after: Some(Duration::ZERO),
+        horizon: Some(secs(6.5)),
+        ..Params::default()
+    });
+    assert!(outcome.reached.contains(&PREEMPTED), "{outcome}");
+}
+
+#[test]
 fn three_nodes_elect_one() {
     holds(Params {
         nodes: 3,
