@@ -107,6 +107,11 @@ struct Args {
     /// candidate of no higher priority.
     #[arg(long, requires = "priorities", hide = true)]
     priorities_forge_above: bool,
+    /// A negative control for --priorities: in the seeds that run the chain
+    /// of priorities under a dead leader, requests without the rewrite
+    /// mark are written into its record, delaying the takeover.
+    #[arg(long, requires = "priorities", hide = true)]
+    priorities_chain_unmarked: bool,
     /// The term in milliseconds.
     #[arg(long)]
     term_ms: Option<u64>,
@@ -275,6 +280,7 @@ fn main() -> ExitCode {
             p.tier.priorities = args.priorities;
             p.tier.priorities_unset = args.priorities_unset;
             p.tier.priorities_forge_above = args.priorities_forge_above;
+            p.tier.priorities_chain_unmarked = args.priorities_chain_unmarked;
             if args.no_partitions {
                 p.faults = ElectorFaultRates::without_partitions();
             }
