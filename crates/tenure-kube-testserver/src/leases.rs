@@ -929,18 +929,17 @@ impl Storage {
         let mut items = Vec::new();
         let mut at = revision;
         let mut more = None;
-        loop {
+        // etcd3/store.go GetList: with a limit, fetch `limit` keys, and
+        // while the selectors leave the page short, fetch again, twice as
+        // many each time (at most 10,000), stopping at `limit` matches.
+        let mut fetch = q.limit;
+        'pages: loop {
             let mut opts = GetOptions::new().with_range(end.clone());
             if at > 0 {
                 opts = opts.with_revision(at);
             }
-            let page = if q.limit > 0 {
-                q.limit.saturating_sub(items.len()).max(1)
-            } else {
-                0
-            };
-            if page > 0 {
-                opts = opts.with_limit(i64::try_from(page).unwrap_or(i64::MAX));
+            if fetch > 0 {
+                opts = opts.with_limit(i64::try_from(fetch).unwrap_or(i64::MAX));
             }
             let resp = match self.client.kv_client().get(start.clone(), Some(opts)).await {
                 Ok(r) => r,
@@ -955,24 +954,25 @@ impl Storage {
                     .map_or(0, etcd_client::ResponseHeader::revision);
             }
             let kvs = resp.kvs();
-            for kv in kvs {
+            for (i, kv) in kvs.iter().enumerate() {
                 let obj = answered(kv.value(), kv.mod_revision());
                 if q.labels.matches(&obj) && q.fields.matches(&obj) {
                     items.push(obj);
                 }
-            }
-            let has_more = resp.more();
-            let last = kvs.last().map(|kv| kv.key().to_vec());
-            match (has_more, last) {
-                (true, Some(last)) if q.limit > 0 && items.len() >= q.limit => {
-                    let rel = String::from_utf8_lossy(&last[prefix.len()..]).into_owned();
-                    more = Some(encode_continue(at, &format!("{rel}\u{0}")));
-                    break;
+                if q.limit > 0 && items.len() >= q.limit {
+                    if i + 1 < kvs.len() || resp.more() {
+                        let rel = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+                        more = Some(encode_continue(at, &format!("{rel}\u{0}")));
+                    }
+                    break 'pages;
                 }
+            }
+            match (resp.more(), kvs.last()) {
                 (true, Some(last)) => {
-                    let mut next = last;
+                    let mut next = last.key().to_vec();
                     next.push(0);
                     start = String::from_utf8_lossy(&next).into_owned();
+                    fetch = (fetch * 2).min(10_000);
                 }
                 _ => break,
             }
