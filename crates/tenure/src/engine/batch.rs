@@ -51,10 +51,14 @@ impl Priority {
     pub(super) fn of(kind: OpKind, phase: &Phase) -> Priority {
         match kind {
             OpKind::Write(WritePurpose::Renew) => Priority::Renewal,
-            OpKind::Write(WritePurpose::Release | WritePurpose::Withdraw) => Priority::Release,
-            // A request adds load for a leader that may decline it: it waits
-            // for admission as an acquisition does.
-            OpKind::Write(WritePurpose::Acquire | WritePurpose::Request) => Priority::Acquisition,
+            OpKind::Write(WritePurpose::Release) => Priority::Release,
+            // A request adds load for a leader that may decline it, and a
+            // withdrawal is best effort with no term at stake: both wait
+            // for admission as an acquisition does (shedding one must not
+            // read as a held term at risk).
+            OpKind::Write(
+                WritePurpose::Acquire | WritePurpose::Request | WritePurpose::Withdraw,
+            ) => Priority::Acquisition,
             OpKind::Read(ReadPurpose::Poll) => Priority::Poll,
             OpKind::Read(ReadPurpose::Verify) => match phase {
                 Phase::Leader { .. } => Priority::Renewal,

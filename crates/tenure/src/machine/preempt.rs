@@ -20,10 +20,16 @@
 //!   preemption, equal priorities never preempt, and a declined or lost
 //!   request is never repeated in a loop.
 //! * **Whether the leader lives.** A look reads the record, waits a renewal
-//!   interval and an operation timeout, and reads again: only a record
-//!   whose renewal (its times) changed in between gets a request. Another
-//!   candidate's request changes the version but not the times, so it is
-//!   no sign of life.
+//!   interval and an operation timeout, and reads again: only a record the
+//!   holder wrote again in between gets a request. Another candidate's
+//!   request changes the version but names the same holder's write
+//!   ([`Versioned::rewrite_base`]), so it is no sign of life; the record's
+//!   times are not compared (a holder whose wall clock stands still still
+//!   renews).
+//! * **Whom.** Only what a read showed moves the term waited under (a
+//!   forged feed delivery cannot make a candidate forget its request or
+//!   start its delay again), and never a record of this candidate's own id
+//!   (an earlier process of its own).
 //! * **Who may ask.** A candidate whose liveness pulse lapsed does not (it
 //!   could not take the lease); an operator's request, or another
 //!   candidate's of at least this priority, stays.
@@ -34,9 +40,11 @@
 use std::time::Duration;
 
 use super::{Action, Machine, ReadPurpose, State, WritePurpose};
-use crate::clock::{MonoTime, Now, WallTime};
+use crate::clock::{MonoTime, Now};
 use crate::error::StoreError;
-use crate::record::{Holder, LeaseRecord, Versioned};
+use crate::record::{
+    Holder, LeaseRecord, Version, Versioned, TRANSFER_PRIORITY_KEY, TRANSFER_TO_KEY,
+};
 use crate::store::CasOutcome;
 
 /// How many times a request is written again after a conflict in one look
@@ -72,8 +80,8 @@ pub(super) struct Preempt {
 /// A look for a renewal.
 #[derive(Clone, Debug, Hash)]
 struct Look {
-    /// The record's times when the look began.
-    renewal: (WallTime, WallTime),
+    /// The holder's write the record stemmed from when the look began.
+    base: Version,
     /// When the look ends: a live leader has renewed by then.
     until: MonoTime,
 }
@@ -123,15 +131,20 @@ impl Machine {
         self.metadata.priority()
     }
 
-    /// Follows the visible leader: a new lower-priority term starts the
-    /// delay again; none stops waiting.
+    /// Follows the leader a read showed: a new lower-priority term starts
+    /// the delay again; none stops waiting. What only the change feed
+    /// showed, or nothing known, changes nothing.
     fn track_leader(&mut self, now: Now) {
         let mine = self.own_priority();
-        let lower = self
-            .reported
+        let Some(o) = self.observed.as_ref().filter(|o| o.confirmed) else {
+            return;
+        };
+        let lower = o
+            .current
             .as_ref()
-            .filter(|(_, _, metadata)| metadata.priority() < mine)
-            .map(|(holder, token, _)| (holder.clone(), *token));
+            .map(|v| &v.record)
+            .filter(|r| r.holder_id().is_some_and(|id| id != self.me.id) && r.priority() < mine)
+            .and_then(|r| Some((r.holder.clone()?, r.token)));
         let Some(p) = &mut self.preempt else {
             return;
         };
@@ -203,15 +216,15 @@ impl Machine {
             self.end_look(now);
             return false;
         };
-        let renewal = (v.record.renewed_at, v.record.expires_at);
+        let base = v.rewrite_base();
         let Some(look) = &p.look else {
             let until = now.mono + self.timing.renew_interval + self.timing.op_timeout;
             if let Some(p) = &mut self.preempt {
-                p.look = Some(Look { renewal, until });
+                p.look = Some(Look { base, until });
             }
             return false;
         };
-        if look.renewal == renewal {
+        if look.base == base {
             // Not renewed for a renewal interval: not a live leader (what
             // changed, if anything, was a request).
             self.end_look(now);
@@ -257,7 +270,7 @@ impl Machine {
             }
             let theirs = record
                 .metadata
-                .get(crate::record::TRANSFER_PRIORITY_KEY)
+                .get(TRANSFER_PRIORITY_KEY)
                 .and_then(|p| p.parse::<u32>().ok());
             if theirs.is_none_or(|p| p >= mine) {
                 return None;
@@ -372,11 +385,25 @@ impl Machine {
         let deadline = (now.mono + self.timing.op_timeout).min(w.until);
         match &w.current {
             Some(v) => {
-                let record = v.record.without_request(v.rewrite_base());
+                let record = match v.record.holder {
+                    Some(_) => v.record.without_request(v.rewrite_base()),
+                    // The leader honoured the request already and released
+                    // the lease reserved for this candidate, which is
+                    // leaving: a plain release, so that the others need not
+                    // wait the reservation out.
+                    None => {
+                        let mut released = v.record.clone();
+                        released.metadata.remove(TRANSFER_TO_KEY);
+                        released.metadata.remove(TRANSFER_PRIORITY_KEY);
+                        released.expires_at = now.wall;
+                        released
+                    }
+                };
                 let expected = Some(v.version);
                 self.write(WritePurpose::Withdraw, expected, record, now, deadline, out);
             }
-            None => self.read(ReadPurpose::Verify, now, deadline, out),
+            // A best-effort read: deferred like a poll under load.
+            None => self.read(ReadPurpose::Poll, now, deadline, out),
         }
     }
 
@@ -393,10 +420,15 @@ impl Machine {
             return;
         };
         match result {
+            // The request still in the leader's record, or the lease
+            // already released reserved for this candidate.
             Ok(Some(v))
-                if v.record.holder.as_ref() == Some(&w.from.0)
-                    && v.record.token == w.from.1
-                    && v.record.transfer_to() == Some(me.as_str()) =>
+                if v.record.token == w.from.1
+                    && v.record.transfer_to() == Some(me.as_str())
+                    && v.record
+                        .holder
+                        .as_ref()
+                        .is_none_or(|holder| *holder == w.from.0) =>
             {
                 w.current = Some(v);
                 w.retry_at = now.mono;

@@ -34,6 +34,10 @@ pub(super) struct Release {
     pub(super) term: Duration,
     /// The candidate the released record reserves the lease for.
     pub(super) successor: Option<String>,
+    /// The successor asked for the lease in the record (a request, not
+    /// this node's own transfer): it is reserved for only while the
+    /// record still names it (a candidate that withdrew is leaving).
+    pub(super) requested: bool,
     /// Reserved metadata the release carries forward to the next term (a
     /// periodic duty's last run).
     pub(super) carried: Metadata,
@@ -76,6 +80,7 @@ impl Machine {
                             token,
                             term,
                             successor: None,
+                            requested: false,
                             carried: Metadata::new(),
                             version: None,
                             retry_at: now.mono,
@@ -109,11 +114,13 @@ impl Machine {
         // Keep trying while the lease is still ours to give up, and at
         // least twice.
         let until = lead.deadline.max(now.mono + self.timing.op_timeout * 2);
+        let requested = successor.is_some() && lead.record.transfer_to() == successor.as_deref();
         self.state = State::Releasing(Release {
             then: *then,
             token: lead.token,
             term: lead.record.term,
             successor: successor.clone(),
+            requested,
             carried: carried_forward(&lead.record.metadata),
             version: Some(lead.version),
             retry_at: now.mono,
@@ -222,6 +229,11 @@ impl Machine {
             Ok(Some(v)) if v.record.holder.as_ref() == Some(&mine) && v.record.token == r.token => {
                 r.version = Some(v.version);
                 r.retry_at = now.mono;
+                // The candidate that asked took its request back (it is
+                // stopping) or another replaced it: no reservation for it.
+                if r.requested && v.record.transfer_to() != r.successor.as_deref() {
+                    r.successor = None;
+                }
             }
             Ok(current) => {
                 // Released already, or taken by another: nothing of ours

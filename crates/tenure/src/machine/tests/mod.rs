@@ -12,6 +12,7 @@ mod candidate;
 mod feed;
 mod leader;
 mod preempt;
+mod preempt_schedules;
 mod release;
 mod takeover;
 
