@@ -189,7 +189,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub backoff: Duration,
 
-    /// Serve /metrics, /healthz and /leader over HTTP on this address.
+    /// Serve /metrics, /healthz, /readyz (200 only on the leader) and /leader
+    /// over HTTP on this address.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
 

@@ -163,6 +163,12 @@ pub const SCHEMES: &[Scheme] = &[
         tenure_mysql::MysqlStore
     ),
     scheme!(
+        ["k8s", "kubernetes"],
+        "kubernetes",
+        "k8s://NAMESPACE[?context=..&kubeconfig=..&label=KEY=VALUE]",
+        tenure_kubernetes::KubernetesStore
+    ),
+    scheme!(
         ["kafka"],
         "kafka",
         "kafka://BROKER[,BROKER]/TOPIC",
@@ -210,7 +216,7 @@ pub enum StoreUrl {
     /// A networked store, opened by its crate from the whole URL:
     /// `postgres://`, `redis://`, `rediss://`, `etcd://`, `etcds://`,
     /// `dynamodb://`, `zk://`, `nats://`, `nats+tls://`, `s3://`, `gs://`, `az://`,
-    /// `mysql://`, `mariadb://`, `kafka://`.
+    /// `mysql://`, `mariadb://`, `k8s://`, `kubernetes://`, `kafka://`.
     Networked {
         /// The scheme, lower-cased.
         scheme: String,

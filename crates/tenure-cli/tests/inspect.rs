@@ -138,7 +138,7 @@ fn leader_serving_http(e: &mut Election) -> (Running, String, ChildLine) {
     let a = e.candidate("a", &["--metrics-addr", "127.0.0.1:0"]);
     let served = wait_logged(
         &e.s.path("a.log"),
-        "serving /metrics, /healthz and /leader",
+        "serving /metrics, /healthz, /readyz and /leader",
         SLACK,
     )
     .expect("the server started");
@@ -169,6 +169,8 @@ fn metrics_healthz_and_leader_over_http() {
 
     let (code, body) = get(&addr, "/healthz");
     assert_eq!((code, body.as_str()), (200, "ok\n"));
+    let (code, body) = get(&addr, "/readyz");
+    assert_eq!(code, 200, "the leader is ready: {body}");
 
     let (code, body) = get(&addr, "/leader");
     assert_eq!(code, 200);

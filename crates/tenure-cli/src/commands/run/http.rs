@@ -6,6 +6,12 @@
 //! * `/healthz`: 200, or 503 while this process believes it leads but its
 //!   term is past due (client-go's `HealthzAdaptor`): a leader stuck that
 //!   way is wedged, and a supervisor should restart it;
+//! * `/readyz`: 200 only while this process leads with a term still in
+//!   force, 503 otherwise (a candidate, a follower, a leader past its
+//!   deadline or stepping down): a readiness probe, so that a Service
+//!   sends traffic to the leader alone. client-go's `HealthzAdaptor` has
+//!   no such check (it only fails a leader past its deadline, as
+//!   `/healthz` does); its users add a readiness check of their own;
 //! * `/leader`: JSON of the leader as this process sees it.
 //!
 //! Small enough not to need an HTTP stack; it never reads a request body.
@@ -79,7 +85,7 @@ pub async fn serve(addr: SocketAddr, sources: Sources) -> anyhow::Result<SocketA
         .await
         .with_context(|| format!("cannot listen on {addr} for --metrics-addr"))?;
     let local = listener.local_addr()?;
-    tracing::info!(addr = %local, "serving /metrics, /healthz and /leader");
+    tracing::info!(addr = %local, "serving /metrics, /healthz, /readyz and /leader");
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
@@ -181,12 +187,13 @@ fn respond(head: &str, sources: &Sources) -> Response {
             body: sources.metrics.render(),
         },
         "/healthz" => healthz(elector.as_ref()),
+        "/readyz" => readyz(elector.as_ref()),
         "/leader" => Response {
             status: 200,
             content_type: "application/json",
             body: leader_json(elector.as_ref(), &sources.metadata),
         },
-        _ => text(404, "not found: try /metrics, /healthz or /leader\n"),
+        _ => text(404, "not found: try /metrics, /healthz, /readyz or /leader\n"),
     }
 }
 
@@ -214,6 +221,23 @@ fn healthz(elector: Option<&Elector>) -> Response {
         }
     }
     text(200, "ok\n")
+}
+
+/// 200 only for a leader whose term is still in force: the readiness
+/// probe of a sidecar, so that only the leader's pod is ready.
+fn readyz(elector: Option<&Elector>) -> Response {
+    match elector.map(Elector::role) {
+        Some(Role::Leader(term)) if !term.remaining().is_zero() => text(
+            200,
+            &format!(
+                "ready: leading group {} with token {}\n",
+                term.group(),
+                term.token()
+            ),
+        ),
+        Some(Role::Leader(_)) => text(503, "not ready: the term is past its deadline\n"),
+        _ => text(503, "not ready: not the leader\n"),
+    }
 }
 
 /// The body of `/leader`.
@@ -342,6 +366,8 @@ mod tests {
             .unwrap();
         let term = elector.wait_for_leadership().await.unwrap();
         assert_eq!(healthz(Some(&elector)).status, 200);
+        assert_eq!(readyz(None).status, 503);
+        assert_eq!(readyz(Some(&elector)).status, 200);
         let body = leader_json(Some(&elector), &Metadata::address("10.0.0.7:1"));
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["role"], "leader");
@@ -353,5 +379,29 @@ mod tests {
         let r = healthz(Some(&elector));
         assert_eq!(r.status, 503);
         assert!(r.body.contains("past its deadline"), "{}", r.body);
+        assert_eq!(readyz(Some(&elector)).status, 503, "a leader past its deadline is not ready");
+    }
+
+    #[tokio::test]
+    async fn readyz_is_ready_only_on_the_leader() {
+        let store = MemoryStore::new();
+        let a = Elector::builder(store.clone(), "g")
+            .candidate_id("a")
+            .term(Duration::from_secs(5))
+            .start()
+            .unwrap();
+        a.wait_for_leadership().await.unwrap();
+        let b = Elector::builder(store, "g")
+            .candidate_id("b")
+            .term(Duration::from_secs(5))
+            .start()
+            .unwrap();
+        assert_eq!(readyz(Some(&a)).status, 200);
+        assert!(!b.role().is_leader());
+        let r = readyz(Some(&b));
+        assert_eq!(r.status, 503, "{}", r.body);
+        b.shutdown().await;
+        a.shutdown().await;
+        assert_eq!(readyz(Some(&a)).status, 503, "stopped");
     }
 }
