@@ -202,16 +202,57 @@ impl Failure {
     }
 
     /// Whether a retry within the operation's timeout may succeed and is
-    /// safe: 429 (priority and fairness refused it before it ran) and 503
-    /// (the server is starting, stopping or cannot reach etcd; the request
-    /// was not carried out).
-    pub(crate) fn retry(&self) -> bool {
-        matches!(
-            self,
-            Failure::Status {
-                code: 429 | 503,
-                ..
-            }
-        )
+    /// safe. 429 (API priority and fairness refused the request before it
+    /// ran) always; 503 (the server starting, stopping, or failing to reach
+    /// etcd) only for a read: a write answered 503 may have been applied
+    /// (etcd can commit what it did not confirm in time), and its retry
+    /// would then conflict with itself, so it is reported as it is.
+    pub(crate) fn retry(&self, write: bool) -> bool {
+        match self {
+            Failure::Status { code: 429, .. } => true,
+            Failure::Status { code: 503, .. } => !write,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> Failure {
+        Failure::Status {
+            code,
+            reason: String::new(),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_answers_that_ran_nothing_are_retried() {
+        assert!(status(429).retry(true) && status(429).retry(false));
+        assert!(status(503).retry(false), "a read answered 503");
+        assert!(
+            !status(503).retry(true),
+            "a write answered 503 may have applied"
+        );
+        for code in [400, 401, 403, 404, 409, 410, 422, 500, 504] {
+            assert!(!status(code).retry(false), "{code}");
+        }
+        assert!(!Failure::Transport("reset".into()).retry(false));
+    }
+
+    #[test]
+    fn the_role_names_exactly_the_verbs() {
+        let role = role_needed("billing");
+        assert!(
+            role.contains(r#"verbs: ["get", "list", "watch", "create", "update"]"#),
+            "{role}"
+        );
+        assert!(
+            role.contains("namespace: billing")
+                && !role.contains("patch")
+                && !role.contains("delete")
+        );
     }
 }

@@ -206,9 +206,10 @@ impl KubernetesStore {
 }
 
 impl Inner {
-    /// Runs a request, retrying 429 and 503 answers with back-off (50 ms,
+    /// Runs a request, retrying 429 answers (and 503 for reads, whose
+    /// `what` is not a write: see [`Failure::retry`]) with back-off (50 ms,
     /// doubling, at most 1 s) within the operation timeout.
-    pub(crate) async fn call<T, F, Fut>(&self, _what: &'static str, f: F) -> Result<T, CallError>
+    pub(crate) async fn call<T, F, Fut>(&self, what: &'static str, f: F) -> Result<T, CallError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
@@ -221,7 +222,8 @@ impl Inner {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => {
                     let failure = Failure::of(&e);
-                    if failure.retry() && tokio::time::Instant::now() + pause < deadline {
+                    let write = matches!(what, "create" | "update");
+                    if failure.retry(write) && tokio::time::Instant::now() + pause < deadline {
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_secs(1));
                         continue;
