@@ -26,10 +26,10 @@
 //!   ([`Versioned::rewrite_base`]), so it is no sign of life; the record's
 //!   times are not compared (a holder whose wall clock stands still still
 //!   renews).
-//! * **Whom.** Only what a read showed moves the term waited under (a
-//!   forged feed delivery cannot make a candidate forget its request or
-//!   start its delay again), and never a record of this candidate's own id
-//!   (an earlier process of its own).
+//! * **Whom.** The leader a read or the change feed showed, never one of
+//!   this candidate's own id (an earlier process of its own); only a read
+//!   makes it forget a request it made (a forged feed delivery cannot make
+//!   it stop without withdrawing).
 //! * **Who may ask.** A candidate whose liveness pulse lapsed does not (it
 //!   could not take the lease); an operator's request, or another
 //!   candidate's of at least this priority, stays.
@@ -131,14 +131,18 @@ impl Machine {
         self.metadata.priority()
     }
 
-    /// Follows the leader a read showed: a new lower-priority term starts
-    /// the delay again; none stops waiting. What only the change feed
-    /// showed, or nothing known, changes nothing.
+    /// Follows the leader: a new lower-priority term starts the delay
+    /// again; none stops waiting; nothing known (a failed read) changes
+    /// nothing. The change feed counts here (a candidate that follows the
+    /// feed does not poll), but only a read forgets a request this
+    /// candidate made: a forged delivery may restart the delay, never make
+    /// it leave its request behind when it stops.
     fn track_leader(&mut self, now: Now) {
         let mine = self.own_priority();
-        let Some(o) = self.observed.as_ref().filter(|o| o.confirmed) else {
+        let Some(o) = self.observed.as_ref() else {
             return;
         };
+        let confirmed = o.confirmed;
         let lower = o
             .current
             .as_ref()
@@ -149,7 +153,7 @@ impl Machine {
             return;
         };
         if p.under != lower {
-            if p.asked.is_some() && p.asked != lower {
+            if confirmed && p.asked.is_some() && p.asked != lower {
                 p.asked = None;
             }
             p.under = lower;
