@@ -736,3 +736,79 @@ async fn a_huge_timeout_still_connects() {
         None
     );
 }
+
+/// A reply lost on the way (the server acts, the client never hears):
+/// the single write's error is an unknown outcome, never a conflict or
+/// "busy", and a read afterwards shows it applied; a batch whose second
+/// request's reply is lost leaves its outcome unknown too, and a read
+/// shows one consistent record (the dropped connection rolled back its
+/// transaction, or it had committed).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_reply_is_an_unknown_outcome_that_a_read_resolves() {
+    let Some(url) = url() else { return };
+    let addr = server_addr(&url);
+    let proxy = TcpProxy::start(addr.parse().unwrap()).await.unwrap();
+    let via_proxy = with(&url.replace(&addr, &proxy.addr().to_string()), "timeout=1s");
+    let store = MysqlStore::connect(&via_proxy).await.unwrap();
+    let direct = MysqlStore::connect(&url).await.unwrap();
+    let group = testkit::unique_group("my-lost-reply");
+    let v0 = applied(
+        store
+            .compare_and_swap(&group, None, &testkit::held_by("a", 1))
+            .await,
+    );
+    // Once through, so the statement is prepared on the connection: the
+    // lost reply is then the execution's, not the preparation's.
+    let v1 = applied(
+        store
+            .compare_and_swap(&group, Some(v0), &testkit::held_by("a", 1))
+            .await,
+    );
+    proxy.drop_replies();
+    let e = store
+        .compare_and_swap(&group, Some(v1), &testkit::held_by("a", 2))
+        .await
+        .expect_err("no reply");
+    assert!(
+        !e.not_applied(),
+        "a lost reply is no proof of nothing written: {e:?}"
+    );
+    let read = direct.read(&group).await.unwrap().unwrap();
+    assert!(read.version > v1, "the server applied it: {read:?}");
+    assert_eq!(read.record.token, 2);
+    let v2 = read.version;
+    let batch = [CasRequest {
+        group: group.clone(),
+        expected: Some(v2),
+        record: testkit::held_by("a", 3),
+    }];
+    match store.compare_and_swap_many(&batch).await {
+        Err(e) => assert!(!e.not_applied(), "{e:?}"),
+        Ok(results) => match &results[..] {
+            [Err(e)] => assert!(!e.not_applied(), "{e:?}"),
+            other => panic!("a batch without replies answered {other:?}"),
+        },
+    }
+    proxy.heal();
+    // The transaction's connection is gone: its locks are freed, and the
+    // row is either as before or written, whole.
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let r = direct.read(&group).await.unwrap().unwrap();
+            let free = direct
+                .compare_and_swap(&group, Some(r.version), &r.record)
+                .await;
+            if let Ok(CasOutcome::Applied(_)) = free {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the row's lock is freed once the connection is gone");
+    assert!(
+        (read.version == v2 && read.record.token == 2)
+            || (read.version > v2 && read.record.token == 3),
+        "{read:?}"
+    );
+}
