@@ -340,6 +340,94 @@ fn kubernetes_partition_of_the_leader_never_overlaps_its_successor() {
     );
 }
 
+// Leases on this repository's Kubernetes API server (tenure-kube-testserver,
+// TENURE_TEST_KUBERNETES is its kubeconfig), one label of the test's own.
+lease_store_scenarios!(
+    "kubernetes",
+    kubernetes,
+    |label: &str| {
+        let kubeconfig = tenure_testkit::server_url("TENURE_TEST_KUBERNETES")?;
+        Some(format!(
+            "k8s://tenure-test?kubeconfig={kubeconfig}&label=tenure-cli={}",
+            unique(label)
+        ))
+    },
+    graceful_handover_on
+);
+
+/// The leader's `tenure run` cut off from the Kubernetes API server (its
+/// kubeconfig names a proxy that goes silent), the other candidate still
+/// reaching it: the same checks as on MariaDB.
+#[cfg(feature = "kubernetes")]
+#[test]
+fn kubernetes_partition_of_the_leader_never_overlaps_its_successor() {
+    let Some(kubeconfig) = tenure_testkit::server_url("TENURE_TEST_KUBERNETES") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let mut kc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&kubeconfig).expect("the kubeconfig servers.sh wrote"),
+    )
+    .expect("the test server writes JSON");
+    let server = kc["clusters"][0]["cluster"]["server"]
+        .as_str()
+        .expect("a server")
+        .to_owned();
+    let addr = server.trim_start_matches("https://").to_owned();
+    let proxy = rt
+        .block_on(tenure_testkit::TcpProxy::start(
+            addr.parse().expect("host:port"),
+        ))
+        .expect("proxy");
+    kc["clusters"][0]["cluster"]["server"] =
+        serde_json::Value::String(format!("https://{}", proxy.addr()));
+    let label = "kubernetes-partition";
+    let s = Scratch::new(label);
+    let via = s.path("kubeconfig-via-proxy");
+    std::fs::write(&via, kc.to_string()).expect("write the proxied kubeconfig");
+    let run = unique(label);
+    let direct =
+        format!("k8s://tenure-test?kubeconfig={kubeconfig}&label=tenure-cli={run}&timeout=1s");
+    let cut_off = format!(
+        "k8s://tenure-test?kubeconfig={}&label=tenure-cli={run}&timeout=1s",
+        via.display()
+    );
+    let mut e = Election::on(s, &cut_off, &unique(label)).stamping();
+    let (_a, first) = e.leader("a", &[], bounds().crash_failover + SLACK);
+    e.store = direct;
+    let _b = e.candidate("b", &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    let cut = Instant::now();
+    proxy.cut();
+    let next = e
+        .started(1, bounds().crash_failover + SLACK)
+        .unwrap_or_else(|| panic!("b did not take over\n{}", e.logs()));
+    let took = cut.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    proxy.heal();
+    let spans = common::stamp_spans(&e.s);
+    let (Some(old), Some(new)) = (spans.get(&first.token), spans.get(&next.token)) else {
+        panic!("both CMDs stamped: {spans:?}");
+    };
+    eprintln!(
+        "kubernetes partition: b's CMD started {took:?} after the cut; old CMD's last stamp {:.2} s, \
+         new CMD's first {:.2} s (gap {:.0} ms, dual activity 0 s)",
+        old.1,
+        new.0,
+        (new.0 - old.1) * 1000.0
+    );
+    assert_eq!(next.id, "b");
+    assert!(next.token > first.token, "{next:?} after {first:?}");
+    assert!(
+        old.1 < new.0,
+        "the cut-off leader's CMD (token {}) still worked at {:.3} s after the new one (token {}) started at {:.3} s",
+        first.token,
+        old.1,
+        next.token,
+        new.0
+    );
+}
+
 /// The leader's `tenure run` cut off from MariaDB (its connections go
 /// through a proxy that goes silent, as in a partition), while the other
 /// candidate still reaches it: the other takes over once the lease
