@@ -235,7 +235,7 @@ impl Machine {
     /// given) always; a preemption only if the priority it names is above
     /// this leader's own. The request is a hint: it is this check, on a
     /// read of the leader's own record, that ends the term.
-    fn honours(&self, record: &LeaseRecord) -> bool {
+    pub(super) fn honours(&self, record: &LeaseRecord) -> bool {
         match record.metadata.get(crate::record::TRANSFER_PRIORITY_KEY) {
             None => true,
             Some(asked) => {

@@ -222,6 +222,18 @@ impl Machine {
     ) {
         let retry = self.leader_retry();
         let mine = self.me.clone();
+        // A successor that asked in the record is reserved for only while
+        // the record still asks for it: one that took its request back is
+        // leaving (a plain release), and a request of a higher priority
+        // that replaced it, which this leader honours, is the successor now.
+        let asked = match &result {
+            Ok(Some(v)) => v
+                .record
+                .transfer_to()
+                .filter(|_| self.honours(&v.record))
+                .map(str::to_owned),
+            _ => None,
+        };
         let State::Releasing(r) = &mut self.state else {
             return;
         };
@@ -229,10 +241,8 @@ impl Machine {
             Ok(Some(v)) if v.record.holder.as_ref() == Some(&mine) && v.record.token == r.token => {
                 r.version = Some(v.version);
                 r.retry_at = now.mono;
-                // The candidate that asked took its request back (it is
-                // stopping) or another replaced it: no reservation for it.
                 if r.requested && v.record.transfer_to() != r.successor.as_deref() {
-                    r.successor = None;
+                    r.successor = asked;
                 }
             }
             Ok(current) => {

@@ -177,6 +177,33 @@ fn a_withdrawn_request_is_not_reserved_for_by_the_release() {
     );
 }
 
+/// A request replaced by one of higher priority while the leader drains
+/// (the leader honours both): the release is reserved for the one the
+/// record names now. A plain release instead let anyone, of any priority,
+/// take the lease (the simulator saw leadership move to an equal priority
+/// in the stable tail).
+#[test]
+fn a_request_replaced_by_a_higher_one_is_reserved_for_the_higher() {
+    let (mut m, record) = leader("a");
+    let a = first_renewal_refused(&mut m, 10);
+    let asked = record.with_request(Version(1), "b", Some(5));
+    let a = read(&mut m, at(RENEW + 20), read_op(&a), Some(stored(&asked, 2)));
+    let (_, reason) = term_ended(&a);
+    assert!(
+        matches!(reason, EndReason::Transferred { .. }),
+        "{reason:?}"
+    );
+    let a = m.step(at(RENEW + 30), Input::Drained { token: 1 });
+    let (op, _, _) = cas_op(&a);
+    let a = cas(&mut m, at(RENEW + 40), op, CasOutcome::Conflict);
+    let higher = stored(&asked.with_request(Version(1), "c", Some(9)), 3);
+    let a = read(&mut m, at(RENEW + 50), read_op(&a), Some(higher));
+    let (_, expected, release) = cas_op(&a);
+    assert_eq!(expected, Some(Version(3)));
+    assert_eq!(release.holder, None);
+    assert_eq!(release.transfer_to(), Some("c"), "{release:?}");
+}
+
 /// Was a bug (cosmetic, behaviour vs the old task). The old task never asked
 /// a leader with its own candidate id (`leader.candidate != self.me`); the
 /// machine follows `reported`, which leaves out only this very incarnation.
