@@ -61,6 +61,13 @@ pub enum Command {
     /// Measure hand-over and crash fail-over on real stores, against
     /// `etcdctl elect` as the reference; prints a table.
     Bench(BenchArgs),
+    /// List every group in a store (or those starting with --prefix) with
+    /// its holder, token and expiry.
+    List(ListArgs),
+    /// Print a shell completion script for SHELL on stdout.
+    Completions(CompletionsArgs),
+    /// Print tenure's man page (roff) on stdout.
+    Man,
     /// The hidden subcommands, flattened: each is typed as a subcommand of
     /// its own, `tenure demo-candidate` and so on.
     #[command(flatten)]
@@ -194,14 +201,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
 
-    /// The command and its arguments.
-    #[arg(
-        value_name = "CMD",
-        required = true,
-        num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// The command and its arguments: everything after `--`, or from the
+    /// first word that is no option of tenure's on. An unknown option
+    /// before it (`--onse`) is a usage error, never CMD.
+    #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
@@ -219,6 +222,35 @@ pub struct StatusArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `tenure list`.
+#[derive(Debug, Args)]
+#[command(after_help = LIST_EXAMPLES)]
+pub struct ListArgs {
+    /// Only groups whose name starts with this (byte for byte, no
+    /// wildcards).
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub prefix: String,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `tenure completions`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  tenure completions bash > /etc/bash_completion.d/tenure
+  tenure completions zsh > \"${fpath[1]}/_tenure\"
+  tenure completions fish > ~/.config/fish/completions/tenure.fish")]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `tenure watch`.
@@ -270,7 +302,11 @@ pub struct ReleaseArgs {
     /// is asked (through its record) to drain its work and release the
     /// lease reserved for ID for one term, so ID takes over at once and
     /// nobody else does meanwhile. Safe with a live leader: it stops first.
-    #[arg(long, value_name = "ID", conflicts_with_all = ["force", "unsafe_clear"])]
+    /// Refused (exit 3) unless the store shows ID standing, which only a
+    /// candidate asking by --priority does: a waiting candidate only reads.
+    /// With --force, done anyway with a warning; a hand-over to a candidate
+    /// that is not running leaves the group leaderless for a term.
+    #[arg(long, value_name = "ID", conflicts_with = "unsafe_clear")]
     pub to: Option<String>,
 }
 
@@ -409,22 +445,42 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
     }
 }
 
-const MAIN_EXAMPLES: &str = "\
+/// The exit codes of every command, one table for `--help` (each
+/// command's ends with it) and the README.
+macro_rules! exit_codes {
+    () => {
+        "Exit codes (every command):
+  0   success; `run` stopped by SIGINT, SIGTERM or SIGHUP (CMD stopped,
+      lease released)
+  1   runtime failure: store unreachable, CMD failed to start, demo or bench
+      found a problem
+  2   usage error: bad option, URL, URL option, timing or name; nothing was
+      taken or written
+  3   refused: `release` found the holder alive, or cannot see the --to
+      candidate stand (add --force)
+  4   `run --wait`: not leading within the wait; released
+  75  `run --once`: leadership lost while CMD ran; CMD was stopped and is
+      not run again (EX_TEMPFAIL)
+  `run --once` otherwise exits with CMD's status, or 128+N when tenure
+  itself was stopped by signal N."
+    };
+}
+
+const MAIN_EXAMPLES: &str = concat!("\
 Examples:
   tenure run --group nightly-billing -- ./bill --all
   tenure status --group nightly-billing
   tenure watch --group nightly-billing --json
   tenure release --group nightly-billing
+  tenure list --prefix nightly-
   tenure demo
   tenure bench --store postgres://app:secret@db/app --etcdctl http://127.0.0.1:2379
+  tenure completions bash > /etc/bash_completion.d/tenure
+  tenure man > /usr/local/share/man/man1/tenure.1
 
-Exit codes: 0 success, 1 runtime failure (store unreachable, CMD failed to
-start, demo found a problem), 2 usage error (bad flag, URL or timing),
-3 `release` refused because the holder is alive; `run --once` exits with
-CMD's status, or 75 if leadership was lost while CMD ran (CMD was stopped
-and is not run again).";
+", exit_codes!());
 
-const RUN_EXAMPLES: &str = "\
+const RUN_EXAMPLES: &str = concat!("\
 Examples:
   # Run the billing job on exactly one of the hosts that run this line:
   tenure run --group nightly-billing --term 10s -- ./bill --all
@@ -464,11 +520,25 @@ that switched users) are reported and left after SIGKILL. SIGINT, SIGTERM or
 SIGHUP to tenure: stop CMD, release, exit 0 (128+signal with --once). A second
 signal skips the grace.
 
-HTTP endpoints (--metrics-addr): GET /metrics (Prometheus), GET /healthz (200,
-or 503 while this process leads on a term that is past due), GET /leader (JSON
-of the leader as this process sees it).";
+--once is for a job (a migration, a nightly batch: run it once, wherever
+leadership lands, and exit with its status, as `flock` and `consul lock`
+do); without it CMD is a daemon: restarted after a back-off whenever it
+exits, for as long as this candidate leads.
 
-const STATUS_EXAMPLES: &str = "\
+HTTP endpoints (--metrics-addr): GET /metrics (Prometheus text: HELP and TYPE
+for every series, labelled by group, the renewal latency a histogram),
+GET /healthz (200 while tenure works; 503 while this process leads on a term
+past due: restart it), GET /readyz (200 only on the leader with a term in
+force, else 503: a readiness probe), GET /leader (JSON of the leader as this
+process sees it).
+
+Under systemd (Type=notify): READY=1 once standing, STATUS= with the role,
+WATCHDOG=1 every WatchdogSec/2 while tenure works, STOPPING=1 on stop;
+NOTIFY_SOCKET and WATCHDOG_* are not passed on to CMD.
+
+", exit_codes!());
+
+const STATUS_EXAMPLES: &str = concat!("\
 Examples:
   tenure status --group nightly-billing
   tenure status --group nightly-billing --store sqlite:///var/lib/tenure/tenure.db --json
@@ -500,9 +570,28 @@ shard catalog which cannot read it, and so stand for no shard they have not
 read in one; shown as a warning line for people), group_lease (null, or
 {state, holder, token}: a plain lease under the set's own name, which the set
 does not use). A store that cannot list groups
-(kafka://) shows the group alone, with a warning on stderr saying so.";
+(kafka://) shows the group alone, with a warning on stderr saying so.
 
-const WATCH_EXAMPLES: &str = "\
+", exit_codes!());
+
+const LIST_EXAMPLES: &str = concat!("\
+Examples:
+  tenure list
+  tenure list --prefix nightly- --store postgres://app@db/app
+  tenure list --json | jq '.groups[] | select(.state == \"held\") | .group'
+
+One row per group: its name, state (held, expired: held but not renewed in
+time by its holder's clock, released), holder, fencing token and expiry. A
+sharded set shows as its member and shard groups (SET/members/ID,
+SET/shards/N); `tenure status --group SET` sums them up. JSON fields: store,
+prefix, groups [{group, state, holder (null if released), token, metadata,
+expires_at (RFC 3339), expires_in_ms (negative once expired)}], undecodable
+[{group, error}] (records that are not tenure leases). A store that cannot
+list its groups (kafka://) is refused with exit 2.
+
+", exit_codes!());
+
+const WATCH_EXAMPLES: &str = concat!("\
 Examples:
   tenure watch --group nightly-billing
   tenure watch --group nightly-billing --json | jq .leader.candidate
@@ -510,9 +599,11 @@ Examples:
 Prints the leader at start, then one line per change. A leader counts as gone
 once its record stayed unchanged for its term × 1.01. JSON fields per line:
 at (RFC 3339), group, leader (null, or {candidate, token, metadata,
-renewed_at, expires_at}).";
+renewed_at, expires_at}).
 
-const RELEASE_EXAMPLES: &str = "\
+", exit_codes!());
+
+const RELEASE_EXAMPLES: &str = concat!("\
 Examples:
   # Clear the lease of a crashed holder (waits one term to make sure):
   tenure release --group nightly-billing
@@ -536,7 +627,9 @@ stopped first: never two leaders.
 candidate takes over within a round trip while a live holder keeps acting
 until its next renewal. Two leaders act at once; only fencing tokens checked
 by the resource protect the data. For a holder known to be dead and a group
-that cannot wait one term.";
+that cannot wait one term.
+
+", exit_codes!());
 
 const DEMO_EXAMPLES: &str = "\
 Examples:

@@ -7,7 +7,8 @@
 //! module per command, with what only it uses), [`process`] (the
 //! supervision of CMD), and what several commands share: [`store_url`]
 //! and [`connect`] (the store), [`view`] (how a leader is shown), [`out`],
-//! [`exit`] (exit codes), [`signals`] (tenure's own stop), [`logging`], and
+//! [`exit`] (exit codes), [`signals`] (tenure's own stop), [`notify`]
+//! (systemd's `sd_notify` protocol), [`logging`], and
 //! `kafka` (`kafka://`, which leads through a consumer group).
 
 mod cli;
@@ -17,6 +18,7 @@ mod exit;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod logging;
+mod notify;
 mod out;
 mod process;
 mod signals;
@@ -45,6 +47,8 @@ fn main() -> ExitCode {
         // pipe and may be the last process of its kind standing.
         return ExitCode::from(process::watchdog::main(args));
     }
+    // Before any thread starts: CMD must not inherit systemd's socket.
+    notify::capture_env();
     let level = match cli.command {
         // Thousands of elections: one log line each would be the bench.
         Command::Bench(_)

@@ -71,6 +71,12 @@ fn networked_stores_fail_cleanly_without_leaking_passwords() {
         let args = ["status", "--group", "g", "--store", url];
         if feature_on {
             fails_saying(&args, 1, &["cannot open the store"]);
+            // People read this line: no Debug text of a client library
+            // (tonic's and hyper's transport errors print their causes so).
+            let (_, err) = fails(&args);
+            for debug in ["Os {", "ConnectError(", "kind:", "Status {", "MetadataMap", "Some("] {
+                assert!(!err.contains(debug), "Debug text ({debug}) in: {err}");
+            }
         } else {
             fails_saying(&args, 2, &["--features"]);
         }
@@ -123,6 +129,19 @@ fn bad_timing_and_names_are_usage_errors() {
     assert!(err.contains("not a duration"), "{err}");
     let (code, _) = fails(&["run", "--group", "g"]);
     assert_eq!(code, 2);
+
+    // Below the floor the timing model can honour on a real store: refused
+    // naming the smallest term, before anything is taken.
+    for short in ["1ms", "99ms", "1ns"] {
+        fails_saying(
+            &[
+                "run", "--group", "g", "--store", &store, "--term", short, "--", "true",
+            ],
+            2,
+            &["too short", "at least 100ms"],
+        );
+    }
+    assert_eq!(status_json(&store, "g")["state"], "never", "nothing was taken");
 }
 
 /// On kafka:// the term is the heartbeat timeout: a URL that sets another

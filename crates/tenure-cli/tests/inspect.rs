@@ -147,6 +147,57 @@ fn leader_serving_http(e: &mut Election) -> (Running, String, ChildLine) {
     (a, addr, line)
 }
 
+/// The /metrics text as a Prometheus text-format parser reads it: every
+/// series with `# HELP` and `# TYPE`, the renewal latency a histogram (not
+/// a summary), and no label whose value changes on every restart (the
+/// candidate id).
+fn prometheus_conventions(text: &str) {
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .expect("the Prometheus text format");
+    assert!(!scrape.samples.is_empty(), "{text}");
+    let mut latency = false;
+    for sample in &scrape.samples {
+        let family = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|suffix| {
+                let base = sample.metric.strip_suffix(suffix)?;
+                text.contains(&format!("# TYPE {base} ")).then_some(base)
+            })
+            .unwrap_or(&sample.metric);
+        assert!(
+            scrape.docs.contains_key(family),
+            "no # HELP for {family}: {text}"
+        );
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "no # TYPE for {family}: {text}"
+        );
+        // A histogram's _sum and _count read as untyped samples of their
+        // own; every other sample has its family's type.
+        assert!(
+            family != sample.metric || !matches!(sample.value, prometheus_parse::Value::Untyped(_)),
+            "{family} is untyped: {text}"
+        );
+        assert!(
+            sample.labels.get("candidate").is_none(),
+            "{family} is labelled by the candidate id, which changes on every restart: {text}"
+        );
+        if sample.metric == "tenure_renew_latency_seconds" {
+            latency = true;
+            assert!(
+                matches!(sample.value, prometheus_parse::Value::Histogram(_)),
+                "the renewal latency is a histogram: {:?}\n{text}",
+                sample.value
+            );
+        }
+    }
+    assert!(latency, "{text}");
+    assert!(
+        text.contains("# TYPE tenure_renew_latency_seconds histogram"),
+        "{text}"
+    );
+}
+
 #[test]
 fn metrics_healthz_and_leader_over_http() {
     let mut e = Election::new("http");
@@ -154,13 +205,14 @@ fn metrics_healthz_and_leader_over_http() {
 
     let metrics = wait_for(SLACK, || {
         let (code, body) = get(&addr, "/metrics");
-        (code == 200 && body.contains("tenure_renew_latency_seconds")).then_some(body)
+        (code == 200 && body.contains("tenure_renew_latency_seconds_count")).then_some(body)
     })
     .expect("metrics with a renewal in them");
     assert!(
-        metrics.contains(r#"tenure_is_leader{group="g",candidate="a"} 1"#),
+        metrics.contains(r#"tenure_is_leader{group="g"} 1"#),
         "{metrics}"
     );
+    prometheus_conventions(&metrics);
     assert!(metrics.contains("tenure_transitions_total"), "{metrics}");
     assert!(
         metrics.contains("tenure_term_remaining_seconds"),

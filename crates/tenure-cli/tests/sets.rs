@@ -255,7 +255,11 @@ fn release_to_hands_leadership_to_the_named_candidate() {
     let _b = e.candidate("b", &[]);
     let _c = e.candidate("c", &[]);
     std::thread::sleep(Duration::from_secs(1));
-    succeeds(tenure().args(["release", "--group", "g", "--to", "c", "--store", &e.store]));
+    // No store shows a waiting candidate (c only reads), so --to needs
+    // --force (tests/conventions.rs: refused without it).
+    succeeds(tenure().args([
+        "release", "--group", "g", "--to", "c", "--force", "--store", &e.store,
+    ]));
     let next = e
         .started(1, Duration::from_secs(2) + SLACK)
         .expect("a second CMD started");

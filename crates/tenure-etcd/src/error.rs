@@ -207,7 +207,7 @@ impl Ctx<'_> {
         {
             return EtcdStoreError::Tls {
                 target,
-                detail: text,
+                detail: plain_detail(&e),
             };
         }
         if lower.contains("timed out") || lower.contains("deadline") {
@@ -220,7 +220,7 @@ impl Ctx<'_> {
         if transport {
             return EtcdStoreError::Unreachable {
                 target,
-                detail: text,
+                detail: plain_detail(&e),
             };
         }
         EtcdStoreError::Etcd {
@@ -229,4 +229,32 @@ impl Ctx<'_> {
             source: e,
         }
     }
+}
+
+/// What failed, for people: tonic's and hyper's transport errors display
+/// their causes with `Debug` (`ConnectError("tcp connect error", Os { code:
+/// 111, kind: ConnectionRefused, .. })`), so the detail is the innermost
+/// I/O error's own text where there is one, a gRPC status's message, or
+/// else the error's first line cut before any `Debug` structure.
+fn plain_detail(e: &etcd_client::Error) -> String {
+    if let etcd_client::Error::GRpcStatus(status) = e {
+        return format!("{}: {}", status.code().description(), status.message());
+    }
+    let mut innermost_io = None;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            innermost_io = Some(io.to_string());
+        }
+        cause = c.source();
+    }
+    if let Some(io) = innermost_io {
+        return io;
+    }
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let cut = first
+        .find(['(', '{'])
+        .map_or(first, |i| first[..i].trim_end());
+    cut.trim_end_matches(':').to_owned()
 }

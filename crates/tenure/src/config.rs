@@ -141,6 +141,21 @@ use crate::error::ConfigError;
 /// would push deadline arithmetic toward overflow and are locks, not leases.
 pub const MAX_TERM: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The shortest term [`Config::validate`] accepts: 100 ms.
+///
+/// The timing model is scale-free, but what it is run on is not. At this
+/// term the derived settings are an operation timeout of 25 ms (a few
+/// round trips on a LAN to a store that commits synchronously, with
+/// room), a renewal every 33 ms and a stop grace of 10 ms (ten ticks of the
+/// 1 ms timer a tokio runtime sleeps on, so the work is told to stop a
+/// measurable time before the deadline). Below it, one scheduler stall or
+/// one slow fsync is longer than those margins, and every term ends in a
+/// step-down: a 1 ms term took 881 tokens in 3 s, killing its work each
+/// time. Like Kubernetes' leases (whole seconds), most deployments want
+/// seconds; a term under a second suits only a store next to its
+/// candidates.
+pub const MIN_TERM: Duration = Duration::from_millis(100);
+
 /// The timing settings of an election. Unset settings derive from the term.
 ///
 /// ```
@@ -212,7 +227,8 @@ impl Config {
     /// Checks every rule and resolves the derived settings.
     ///
     /// The rules, each reported with its values when broken:
-    /// * the term is positive;
+    /// * the term is at least [`MIN_TERM`] (100 ms), reported as
+    ///   [`ConfigError::TermTooShort`];
     /// * the drift bound is in `[0, 0.5)`;
     /// * renew interval and stop grace are positive;
     /// * the leader renews and still has time to stop its work before its
@@ -226,6 +242,12 @@ impl Config {
             return Err(ConfigError::timing(
                 "term is zero: give a positive term such as 10s",
             ));
+        }
+        if term < MIN_TERM {
+            return Err(ConfigError::TermTooShort {
+                term,
+                min: MIN_TERM,
+            });
         }
         if term > MAX_TERM {
             return Err(ConfigError::timing(format!(
@@ -455,6 +477,22 @@ mod tests {
         assert!(err(Config::new(Duration::ZERO)).contains("term is zero"));
         assert!(err(Config::new(MAX_TERM + Duration::from_secs(1))).contains("longest supported"));
         assert!(Config::new(MAX_TERM).validate().is_ok());
+        assert!(Config::new(MIN_TERM).validate().is_ok());
+        for short in [
+            Duration::from_nanos(1),
+            Duration::from_millis(1),
+            Duration::from_nanos(99_999_999),
+        ] {
+            let e = Config::new(short).validate().unwrap_err();
+            assert_eq!(
+                e,
+                ConfigError::TermTooShort {
+                    term: short,
+                    min: MIN_TERM
+                }
+            );
+            assert!(e.to_string().contains("at least 100ms"), "{e}");
+        }
         // One setting out of range at a time, and what the error must name.
         type Setting = fn(&mut Config);
         let cases: [(Setting, &str); 7] = [

@@ -46,6 +46,16 @@ pub enum ConfigError {
         /// The key used, for the message (the values are not shown).
         key: String,
     },
+    /// The term is shorter than [`MIN_TERM`](crate::config::MIN_TERM): its
+    /// derived margins (operation timeout, stop grace) would be shorter
+    /// than one stall of a real store or scheduler.
+    #[error("invalid timing: a term of {term:?} is too short: the term must be at least {min:?} (its operation timeout and stop grace are a quarter and a tenth of it, shorter than one stall of a real store); use a term of seconds")]
+    TermTooShort {
+        /// The term given.
+        term: std::time::Duration,
+        /// The shortest term accepted.
+        min: std::time::Duration,
+    },
     /// The timing settings contradict each other or the safety rules.
     #[error("invalid timing: {rule}")]
     Timing {

@@ -1,16 +1,22 @@
 //! Metrics through the `metrics` facade; an application (or the `tenure`
-//! binary) installs an exporter. Every series carries `group` and
-//! `candidate` labels.
+//! binary) installs an exporter, then calls [`describe`] so that every
+//! series has its `# HELP` (and, for Prometheus, its `# TYPE` from the
+//! first sample). Every series of an elector carries a `group` label, and
+//! none carries a value that changes on every restart: the candidate id
+//! (`hostname-pid-random` by default) is not a label, since each restart
+//! would start new series and leave the old ones to go stale; the process
+//! is the scrape target (Prometheus's `instance`), and `tenure status`
+//! names the holder.
 //!
 //! | name | kind | meaning |
 //! |---|---|---|
-//! | `tenure_is_leader` | gauge | 1 while this candidate leads |
-//! | `tenure_transitions_total{kind}` | counter | `elected` / `ousted` |
-//! | `tenure_step_downs_total{reason}` | counter | why terms ended |
-//! | `tenure_renew_latency_seconds` | histogram | renewal round trip |
-//! | `tenure_term_remaining_seconds` | gauge | time left in the term after the last renewal |
-//! | `tenure_store_errors_total{op}` | counter | failed store operations (`read`, `acquire`, `renew`, `release`) |
-//! | `tenure_duty_failures_total` | counter | failed runs of a periodic leader duty |
+//! | `tenure_is_leader{group}` | gauge | 1 while this candidate leads |
+//! | `tenure_transitions_total{group, kind}` | counter | `elected` / `ousted` |
+//! | `tenure_step_downs_total{group, reason}` | counter | why terms ended |
+//! | `tenure_renew_latency_seconds{group}` | histogram | renewal round trip; export it with [`RENEW_LATENCY_BUCKETS`] |
+//! | `tenure_term_remaining_seconds{group}` | gauge | time left in the term after the last renewal |
+//! | `tenure_store_errors_total{group, op}` | counter | failed store operations (`read`, `acquire`, `renew`, `release`) |
+//! | `tenure_duty_failures_total{group}` | counter | failed runs of a periodic leader duty |
 //!
 //! A sharded set that follows a catalog adds, labelled `set` (and
 //! `member`):
@@ -19,24 +25,97 @@
 //! |---|---|---|
 //! | `tenure_shard_catalog_unreadable_total{set, member}` | counter | reads of the catalog by this member that failed or found no whole catalog, once it stayed unreadable for two reads in a row |
 //! | `tenure_shard_catalog_left_out_total{set}` | counter | shards the catalog leader left out of the catalog (they cannot be published), each counted when first left out |
+//!
+//! With `metrics-exporter-prometheus`, the renewal latency is a histogram
+//! (rather than the exporter's default summary, which cannot be
+//! aggregated across processes) once its buckets are set:
+//!
+//! ```
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//! let builder = PrometheusBuilder::new().set_buckets_for_metric(
+//!     Matcher::Full(tenure::metrics::RENEW_LATENCY.to_owned()),
+//!     tenure::metrics::RENEW_LATENCY_BUCKETS,
+//! )?;
+//! let recorder = builder.build_recorder();
+//! metrics::with_local_recorder(&recorder, || {
+//!     tenure::metrics::describe();
+//!     // A renewal, as an elector records it.
+//!     metrics::histogram!(tenure::metrics::RENEW_LATENCY, "group" => "g").record(0.004);
+//! });
+//! let text = recorder.handle().render();
+//! assert!(text.contains("# HELP tenure_renew_latency_seconds"));
+//! assert!(text.contains("# TYPE tenure_renew_latency_seconds histogram"));
+//! # Ok::<(), metrics_exporter_prometheus::BuildError>(())
+//! ```
 
 use std::time::Duration;
 
 use crate::machine::EndReason;
 use crate::record::GroupName;
 
-/// The labels of one candidate's series.
+/// The name of the renewal latency histogram.
+pub const RENEW_LATENCY: &str = "tenure_renew_latency_seconds";
+
+/// Bucket bounds (seconds) for [`RENEW_LATENCY`]: 1 ms to 10 s, as a
+/// store's round trip ranges from a LAN to a retried cloud call.
+pub const RENEW_LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Describes every series tenure records (`# HELP` text and unit) to the
+/// installed recorder. Call it once after installing the recorder (the
+/// `tenure` binary does); without it the series still count, without help.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_gauge!(
+        "tenure_is_leader",
+        "1 while this process leads the group, else 0"
+    );
+    describe_counter!(
+        "tenure_transitions_total",
+        "Changes of this process's role in the group: kind=elected or ousted"
+    );
+    describe_counter!(
+        "tenure_step_downs_total",
+        "Terms of this process that ended, by reason"
+    );
+    describe_histogram!(
+        RENEW_LATENCY,
+        Unit::Seconds,
+        "Round trip of each successful renewal of the lease"
+    );
+    describe_gauge!(
+        "tenure_term_remaining_seconds",
+        Unit::Seconds,
+        "Time left in this process's term after its last renewal (0 when not leading)"
+    );
+    describe_counter!(
+        "tenure_store_errors_total",
+        "Failed store operations, by op (read, acquire, renew, release)"
+    );
+    describe_counter!(
+        "tenure_duty_failures_total",
+        "Failed runs of a periodic leader duty"
+    );
+    describe_counter!(
+        "tenure_shard_catalog_unreadable_total",
+        "Reads of a sharded set's catalog by this member that failed or found no whole catalog"
+    );
+    describe_counter!(
+        "tenure_shard_catalog_left_out_total",
+        "Shards the catalog leader left out of the catalog because they cannot be published"
+    );
+}
+
+/// The labels of one candidate's series: its group only (see the module).
 pub(crate) struct Meter {
-    labels: [(&'static str, String); 2],
+    labels: [(&'static str, String); 1],
 }
 
 impl Meter {
-    pub(crate) fn new(group: &GroupName, candidate: &str) -> Self {
+    pub(crate) fn new(group: &GroupName) -> Self {
         let meter = Meter {
-            labels: [
-                ("group", group.to_string()),
-                ("candidate", candidate.to_owned()),
-            ],
+            labels: [("group", group.to_string())],
         };
         metrics::gauge!("tenure_is_leader", &meter.labels).set(0.0);
         meter
@@ -51,8 +130,7 @@ impl Meter {
     }
 
     pub(crate) fn renewed(&self, latency: Duration, remaining: Duration) {
-        metrics::histogram!("tenure_renew_latency_seconds", &self.labels)
-            .record(latency.as_secs_f64());
+        metrics::histogram!(RENEW_LATENCY, &self.labels).record(latency.as_secs_f64());
         metrics::gauge!("tenure_term_remaining_seconds", &self.labels).set(remaining.as_secs_f64());
     }
 

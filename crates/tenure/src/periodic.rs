@@ -119,10 +119,8 @@ impl Elector {
         Fut: Future<Output = Result<(), E>>,
         E: std::fmt::Display,
     {
-        let labels = [
-            ("group", self.group().to_string()),
-            ("candidate", self.candidate_id().to_owned()),
-        ];
+        // No candidate label: see the metrics module.
+        let labels = [("group", self.group().to_string())];
         let key = periodic.key();
         loop {
             let term = match self.wait_for_leadership().await {

@@ -79,7 +79,7 @@ impl Publisher {
         drained: DrainedTo,
     ) -> Publisher {
         Publisher {
-            meter: Meter::new(&group, &holder.id),
+            meter: Meter::new(&group),
             group,
             holder,
             clock,

@@ -5,6 +5,8 @@
 
 mod bench;
 mod demo;
+mod generated;
+mod list;
 mod release;
 mod run;
 mod status;
@@ -22,6 +24,9 @@ pub async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Release(args) => release::run(args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::List(args) => list::run(args).await,
+        Command::Completions(args) => generated::completions(args.shell),
+        Command::Man => generated::man(),
         Command::Hidden(hidden) => match hidden {
             HiddenCommand::DemoCandidate(args) => demo::run_candidate(args).await,
             HiddenCommand::Watchdog(args) => Ok(watchdog::main(&args)),

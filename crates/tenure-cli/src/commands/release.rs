@@ -52,7 +52,7 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
     };
     let Some(holder) = first.record.holder.clone() else {
         if let Some(to) = &args.to {
-            return transfer(&conn, &group, &first, to).await;
+            return transfer(&conn, &group, &first, to, args.force).await;
         }
         out::print(&format!(
             "nothing to release: group {group} is already released (last token {})",
@@ -62,7 +62,7 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
     };
     let holder_id = view::escape(&holder.id);
     if let Some(to) = &args.to {
-        return transfer(&conn, &group, &first, to).await;
+        return transfer(&conn, &group, &first, to, args.force).await;
     }
     if args.unsafe_clear {
         warn(&format!(
@@ -125,6 +125,7 @@ async fn transfer(
     group: &GroupName,
     first: &Versioned,
     to: &str,
+    force: bool,
 ) -> anyhow::Result<u8> {
     if to.is_empty() || to.len() > 255 || to.chars().any(char::is_control) {
         return Err(crate::exit::usage(
@@ -132,6 +133,25 @@ async fn transfer(
         ));
     }
     let to_shown = view::escape(to);
+    if first.record.holder_id() == Some(to) {
+        return Err(crate::exit::usage(format!(
+            "--to {to_shown}: {to_shown} already holds group {group}; name another candidate"
+        )));
+    }
+    if !is_standing(&first.record, to) {
+        if !force {
+            return Err(refused(format!(
+                "--to {to_shown}: tenure cannot see that {to_shown} stands for group {group}: a waiting candidate only reads the store, so no store shows it \
+                 (only one asking to preempt by --priority does), and a hand-over to a candidate that is not running leaves the group without a leader for a whole term \
+                 ({}); check that {to_shown} runs, then add --force",
+                view::short(first.record.term)
+            )));
+        }
+        warn(&format!(
+            "warning: --force: handing group {group} to {to_shown} without seeing it stand; if it is not running, the group has no leader for {}",
+            view::short(first.record.term)
+        ));
+    }
     // A live holder renews every third of its term, so the version read
     // may be gone by the time the write arrives: read again and retry.
     let mut current = first.clone();
@@ -179,6 +199,17 @@ async fn transfer(
     }
     let now = read(conn, group).await?;
     changed(group, first, now.as_ref())
+}
+
+/// Whether the store shows that candidate `to` stands: only a candidate
+/// asking the holder to hand over by its priority (the preemption room)
+/// leaves a trace; a candidate that waits only reads.
+fn is_standing(record: &LeaseRecord, to: &str) -> bool {
+    record.transfer_to() == Some(to)
+        && record
+            .metadata
+            .get(tenure::record::TRANSFER_PRIORITY_KEY)
+            .is_some()
 }
 
 /// The holder of the record `--force` writes.

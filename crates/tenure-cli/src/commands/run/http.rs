@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
 use tenure::{Elector, Metadata, Role};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -54,8 +54,17 @@ const BUSY: &[u8] =
 /// runs its upkeep (histogram draining) in the background.
 pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
+        // The renewal latency as a histogram (aggregatable across
+        // processes), not the exporter's default summary.
+        .set_buckets_for_metric(
+            Matcher::Full(tenure::metrics::RENEW_LATENCY.to_owned()),
+            tenure::metrics::RENEW_LATENCY_BUCKETS,
+        )
+        .context("cannot set the renewal latency's buckets")?
         .install_recorder()
         .context("cannot install the metrics recorder")?;
+    // `# HELP` for every series (`# TYPE` comes with the first sample).
+    tenure::metrics::describe();
     let upkeep = handle.clone();
     tokio::spawn(async move {
         loop {

@@ -60,6 +60,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     child::become_subreaper();
 
     let (electors, elector_rx) = watch::channel(None);
+    let notifier = crate::notify::Notifier::from_captured();
+    if let Some(n) = &notifier {
+        n.spawn(elector_rx.clone());
+        let n = std::sync::Arc::clone(n);
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            stop.stopped().await;
+            n.stopping();
+        });
+    }
     if let Some(addr) = args.metrics_addr {
         // Installed before any elector starts, so its first series count.
         let metrics = http::install_metrics()?;
@@ -83,6 +93,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         if conn.url.scheme() == "kafka" {
             return Err(usage(
                 "--shards and --slots need a lease store: on kafka:// leadership is decided by consumer-group assignment of one partition",
+            ));
+        }
+        if let Some(n) = &notifier {
+            n.notify(&format!(
+                "READY=1\nSTATUS=member {} of {} set {}",
+                view::escape(&id),
+                if args.shards.is_some() { "sharded" } else { "slotted" },
+                view::escape(group.as_str())
             ));
         }
         let span = tracing::info_span!("run", group = %group, candidate = %id);

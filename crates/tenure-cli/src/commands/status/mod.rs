@@ -128,7 +128,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<u8> {
 }
 
 /// `held`, `expired`, `released` or `never`.
-fn state_of(record: Option<&Versioned>, now: SystemTime) -> &'static str {
+pub(super) fn state_of(record: Option<&Versioned>, now: SystemTime) -> &'static str {
     match record {
         None => "never",
         Some(v) if v.record.holder.is_none() => "released",
