@@ -55,6 +55,21 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 step "cargo doc -D warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked --exclude tenure-cli
 
+# The declared rust-version of every crate against what its locked
+# dependencies declare (no second toolchain can be installed here; see the
+# script for what this does and does not check).
+step "MSRV: declared rust-version against the locked dependencies"
+python3 scripts/msrv.py
+
+# Every publishable crate packs (files, metadata, path dependencies that
+# carry a version), in dependency order: `--workspace` resolves each
+# against the workspace's packages before any is on crates.io. Not
+# verified by a build of each tarball (that is the workspace build above,
+# from the same files).
+step "cargo package (every publishable crate)"
+cargo package --workspace --locked --no-verify --allow-dirty \
+  --exclude tenure-sim --exclude tenure-model --exclude tenure-kube-testserver
+
 step "tests (nextest)"
 cargo nextest run --workspace --all-features --locked --profile ci
 

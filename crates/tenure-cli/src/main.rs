@@ -11,6 +11,14 @@
 //! (systemd's `sd_notify` protocol), [`logging`], and
 //! `kafka` (`kafka://`, which leads through a consumer group).
 
+// CMD's supervision needs Linux: prctl (PR_SET_PDEATHSIG,
+// PR_SET_CHILD_SUBREAPER), /proc and CLOCK_BOOTTIME.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "the tenure command builds on Linux only: it supervises CMD with prctl (PR_SET_PDEATHSIG, \
+     PR_SET_CHILD_SUBREAPER) and /proc; the tenure library builds on macOS too"
+);
+
 mod cli;
 mod commands;
 mod connect;

@@ -228,15 +228,6 @@ impl DynamoDbOptions {
         self
     }
 
-    /// The same as [`ca`](DynamoDbOptions::ca).
-    #[deprecated(
-        since = "0.1.0",
-        note = "renamed to ca, the name every tenure store uses"
-    )]
-    pub fn ca_file(self, path: impl Into<PathBuf>) -> Self {
-        self.ca(path)
-    }
-
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table

@@ -151,13 +151,6 @@ impl DynamoDbStore {
         Ok(store)
     }
 
-    /// The same as [`connect_with`](DynamoDbStore::connect_with), under its
-    /// former name.
-    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
-    pub async fn with_options(options: DynamoDbOptions) -> Result<Self, DynamoDbStoreError> {
-        Self::connect_with(options).await
-    }
-
     /// A store on an SDK client you configured yourself (a shared
     /// `SdkConfig`, your own retry or timeout settings, an assumed role).
     /// Nothing is checked until the first operation; call

@@ -314,15 +314,6 @@ impl BucketOptions {
         self
     }
 
-    /// The same as [`ca`](BucketOptions::ca).
-    #[deprecated(
-        since = "0.1.0",
-        note = "renamed to ca, the name every tenure store uses"
-    )]
-    pub fn ca_file(self, path: impl Into<PathBuf>) -> Self {
-        self.ca(path)
-    }
-
     /// The bucket (or container).
     pub fn bucket(&self) -> &str {
         &self.bucket

@@ -125,13 +125,6 @@ impl BucketStore {
         Ok(s)
     }
 
-    /// The same as [`connect_with`](BucketStore::connect_with), under its
-    /// former name.
-    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
-    pub async fn with_options(options: BucketOptions) -> Result<Self, BucketStoreError> {
-        Self::connect_with(options).await
-    }
-
     /// Builds the client without sending anything (no bucket check): the
     /// first request is the first lease operation. For servers whose
     /// LIST misbehaves, or to connect before the bucket exists.

@@ -81,13 +81,6 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// The same as [`connect_with`](PostgresStore::connect_with), under its
-    /// former name.
-    #[deprecated(since = "0.1.0", note = "renamed to connect_with")]
-    pub async fn with_options(options: PostgresOptions) -> Result<Self, PostgresStoreError> {
-        Self::connect_with(options).await
-    }
-
     /// The options in force.
     pub fn options(&self) -> &PostgresOptions {
         &self.inner.options

@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
 use tenure::tls::{read_pem, Expected};
 use tenure::StoreError;
 
@@ -18,7 +20,9 @@ pub(crate) fn connector(
         None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
         Some((option, path)) => {
             let pem = read_pem(option, path, Expected::Certificates)?;
-            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            // read_pem checked every section; rustls-pki-types decodes them,
+            // as tenure::tls does (rustls-pemfile is unmaintained).
+            for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert = cert.map_err(|e| {
                     StoreError::misconfigured(
                         format!("the {option} file {} is not PEM", path.display()),

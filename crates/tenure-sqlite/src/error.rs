@@ -218,8 +218,3 @@ impl From<SqliteStoreError> for StoreError {
         StoreError::from_backend(e)
     }
 }
-
-/// The name this error had before the store crates agreed on
-/// `{Backend}StoreError`.
-#[deprecated(since = "0.1.0", note = "renamed to SqliteStoreError")]
-pub type SqliteError = SqliteStoreError;

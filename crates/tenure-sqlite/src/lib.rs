@@ -128,11 +128,6 @@ mod options;
 mod schema;
 mod store;
 
-#[allow(
-    deprecated,
-    reason = "the old name stays importable for existing users"
-)]
-pub use error::SqliteError;
 pub use error::SqliteStoreError;
 pub use options::SqliteOptions;
 pub use schema::SCHEMA_VERSION;

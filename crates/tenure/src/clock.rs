@@ -139,7 +139,12 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 }
 
 /// The production clock: `CLOCK_BOOTTIME` on Linux (monotonic, and it keeps
-/// counting while the machine is suspended), `CLOCK_MONOTONIC` elsewhere.
+/// counting while the machine is suspended), and on macOS its
+/// `CLOCK_MONOTONIC`, which Apple documents to "continue to increment while
+/// the system is asleep" (it is `mach_continuous_time`; `CLOCK_UPTIME_RAW`,
+/// `mach_absolute_time`, is the one that stops). Other platforms are
+/// refused at compile time: a clock that stops in suspend would let a
+/// resumed leader believe in a term that ended in real time.
 ///
 /// Timers in tokio run on `CLOCK_MONOTONIC`, which stops during suspend, so a
 /// plain tokio sleep could wake a leader *after* its term has lapsed in real
@@ -162,7 +167,8 @@ impl SystemClock {
     pub(crate) fn mono_now() -> MonoTime {
         #[cfg(target_os = "linux")]
         const CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
-        #[cfg(not(target_os = "linux"))]
+        // Counts sleep on macOS (see the type's docs).
+        #[cfg(target_os = "macos")]
         const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
         let mut ts = libc::timespec {
             tv_sec: 0,

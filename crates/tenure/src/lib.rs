@@ -80,7 +80,18 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The terms are counted on a monotonic clock that keeps counting while the
+// machine is suspended (see `SystemClock`): CLOCK_BOOTTIME on Linux,
+// CLOCK_MONOTONIC on macOS. Elsewhere no such clock is known to this crate,
+// and a clock that stops in suspend would be unsafe.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+compile_error!(
+    "tenure builds on Linux and macOS only: it needs a monotonic clock that keeps counting through suspend \
+     (CLOCK_BOOTTIME on Linux, CLOCK_MONOTONIC on macOS), and knows of none on this platform"
+);
+
 mod admission;
+
 pub mod clock;
 pub mod concurrent;
 pub mod config;

@@ -50,9 +50,9 @@ pub async fn run(args: ListArgs) -> anyhow::Result<u8> {
     let listed = match conn.view().list(&args.prefix).await {
         Err(e @ StoreError::Unsupported { .. }) => {
             return Err(usage(format!(
-                "{e}: {} cannot enumerate its groups; use `tenure status --group NAME` for one group",
-                conn.url
-            )))
+            "{e}: {} cannot enumerate its groups; use `tenure status --group NAME` for one group",
+            conn.url
+        )))
         }
         other => other.with_context(|| format!("cannot list the groups of {}", conn.url))?,
     };
@@ -93,7 +93,13 @@ pub async fn run(args: ListArgs) -> anyhow::Result<u8> {
         out::print(&view::json(&json)?)?;
         return Ok(0);
     }
-    out::print(&human(&groups, &undecodable, &args.prefix, &conn.url.to_string(), now))?;
+    out::print(&human(
+        &groups,
+        &undecodable,
+        &args.prefix,
+        &conn.url.to_string(),
+        now,
+    ))?;
     Ok(0)
 }
 
@@ -109,7 +115,10 @@ fn human(
         return if prefix.is_empty() {
             format!("no groups in {store}")
         } else {
-            format!("no groups starting with {} in {store}", view::escape(prefix))
+            format!(
+                "no groups starting with {} in {store}",
+                view::escape(prefix)
+            )
         };
     }
     let mut rows = vec![[

@@ -202,7 +202,10 @@ fn respond(head: &str, sources: &Sources) -> Response {
             content_type: "application/json",
             body: leader_json(elector.as_ref(), &sources.metadata),
         },
-        _ => text(404, "not found: try /metrics, /healthz, /readyz or /leader\n"),
+        _ => text(
+            404,
+            "not found: try /metrics, /healthz, /readyz or /leader\n",
+        ),
     }
 }
 
@@ -388,7 +391,11 @@ mod tests {
         let r = healthz(Some(&elector));
         assert_eq!(r.status, 503);
         assert!(r.body.contains("past its deadline"), "{}", r.body);
-        assert_eq!(readyz(Some(&elector)).status, 503, "a leader past its deadline is not ready");
+        assert_eq!(
+            readyz(Some(&elector)).status,
+            503,
+            "a leader past its deadline is not ready"
+        );
     }
 
     #[tokio::test]
