@@ -466,7 +466,8 @@ macro_rules! exit_codes {
     };
 }
 
-const MAIN_EXAMPLES: &str = concat!("\
+const MAIN_EXAMPLES: &str = concat!(
+    "\
 Examples:
   tenure run --group nightly-billing -- ./bill --all
   tenure status --group nightly-billing
@@ -478,9 +479,12 @@ Examples:
   tenure completions bash > /etc/bash_completion.d/tenure
   tenure man > /usr/local/share/man/man1/tenure.1
 
-", exit_codes!());
+",
+    exit_codes!()
+);
 
-const RUN_EXAMPLES: &str = concat!("\
+const RUN_EXAMPLES: &str = concat!(
+    "\
 Examples:
   # Run the billing job on exactly one of the hosts that run this line:
   tenure run --group nightly-billing --term 10s -- ./bill --all
@@ -536,9 +540,12 @@ Under systemd (Type=notify): READY=1 once standing, STATUS= with the role,
 WATCHDOG=1 every WatchdogSec/2 while tenure works, STOPPING=1 on stop;
 NOTIFY_SOCKET and WATCHDOG_* are not passed on to CMD.
 
-", exit_codes!());
+",
+    exit_codes!()
+);
 
-const STATUS_EXAMPLES: &str = concat!("\
+const STATUS_EXAMPLES: &str = concat!(
+    "\
 Examples:
   tenure status --group nightly-billing
   tenure status --group nightly-billing --store sqlite:///var/lib/tenure/tenure.db --json
@@ -572,9 +579,12 @@ read in one; shown as a warning line for people), group_lease (null, or
 does not use). A store that cannot list groups
 (kafka://) shows the group alone, with a warning on stderr saying so.
 
-", exit_codes!());
+",
+    exit_codes!()
+);
 
-const LIST_EXAMPLES: &str = concat!("\
+const LIST_EXAMPLES: &str = concat!(
+    "\
 Examples:
   tenure list
   tenure list --prefix nightly- --store postgres://app@db/app
@@ -589,9 +599,12 @@ expires_at (RFC 3339), expires_in_ms (negative once expired)}], undecodable
 [{group, error}] (records that are not tenure leases). A store that cannot
 list its groups (kafka://) is refused with exit 2.
 
-", exit_codes!());
+",
+    exit_codes!()
+);
 
-const WATCH_EXAMPLES: &str = concat!("\
+const WATCH_EXAMPLES: &str = concat!(
+    "\
 Examples:
   tenure watch --group nightly-billing
   tenure watch --group nightly-billing --json | jq .leader.candidate
@@ -601,9 +614,12 @@ once its record stayed unchanged for its term × 1.01. JSON fields per line:
 at (RFC 3339), group, leader (null, or {candidate, token, metadata,
 renewed_at, expires_at}).
 
-", exit_codes!());
+",
+    exit_codes!()
+);
 
-const RELEASE_EXAMPLES: &str = concat!("\
+const RELEASE_EXAMPLES: &str = concat!(
+    "\
 Examples:
   # Clear the lease of a crashed holder (waits one term to make sure):
   tenure release --group nightly-billing
@@ -629,7 +645,9 @@ until its next renewal. Two leaders act at once; only fencing tokens checked
 by the resource protect the data. For a holder known to be dead and a group
 that cannot wait one term.
 
-", exit_codes!());
+",
+    exit_codes!()
+);
 
 const DEMO_EXAMPLES: &str = "\
 Examples:

@@ -74,7 +74,14 @@ fn networked_stores_fail_cleanly_without_leaking_passwords() {
             // People read this line: no Debug text of a client library
             // (tonic's and hyper's transport errors print their causes so).
             let (_, err) = fails(&args);
-            for debug in ["Os {", "ConnectError(", "kind:", "Status {", "MetadataMap", "Some("] {
+            for debug in [
+                "Os {",
+                "ConnectError(",
+                "kind:",
+                "Status {",
+                "MetadataMap",
+                "Some(",
+            ] {
                 assert!(!err.contains(debug), "Debug text ({debug}) in: {err}");
             }
         } else {
@@ -141,7 +148,11 @@ fn bad_timing_and_names_are_usage_errors() {
             &["too short", "at least 100ms"],
         );
     }
-    assert_eq!(status_json(&store, "g")["state"], "never", "nothing was taken");
+    assert_eq!(
+        status_json(&store, "g")["state"],
+        "never",
+        "nothing was taken"
+    );
 }
 
 /// On kafka:// the term is the heartbeat timeout: a URL that sets another

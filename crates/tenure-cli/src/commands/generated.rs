@@ -29,7 +29,9 @@ pub fn man() -> anyhow::Result<u8> {
 fn write_all(bytes: &[u8]) -> anyhow::Result<u8> {
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        Err(e) if !out::is_closed(&e) => Err(anyhow::Error::new(e).context("cannot write to stdout")),
+        Err(e) if !out::is_closed(&e) => {
+            Err(anyhow::Error::new(e).context("cannot write to stdout"))
+        }
         _ => Ok(0),
     }
 }

@@ -99,7 +99,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             n.notify(&format!(
                 "READY=1\nSTATUS=member {} of {} set {}",
                 view::escape(&id),
-                if args.shards.is_some() { "sharded" } else { "slotted" },
+                if args.shards.is_some() {
+                    "sharded"
+                } else {
+                    "slotted"
+                },
                 view::escape(group.as_str())
             ));
         }
