@@ -73,9 +73,8 @@ pub fn name_by_hand(group: &str) -> String {
         use std::fmt::Write as _;
         let _ = write!(bits, "{b:08b}");
     }
-    while bits.len() % 5 != 0 {
-        bits.push('0');
-    }
+    let pad = (5 - bits.len() % 5) % 5;
+    bits.extend(std::iter::repeat_n('0', pad));
     let enc: String = bits
         .as_bytes()
         .chunks(5)
