@@ -121,6 +121,10 @@ pub(super) struct CatalogSim {
     /// The shard that cannot be published, if `hostile.many_parents`: its
     /// index (a log of its own, past `capacity`).
     left_out: Option<usize>,
+    /// The shard added at the tail's start, if `hostile.broken_source`:
+    /// its index (a log of its own, past `capacity`, so that there is
+    /// always room for it).
+    tail_shard: Option<usize>,
     /// The members whose source fails now.
     broken: Arc<Mutex<BTreeSet<usize>>>,
     /// Whether the source fails on every member now.
@@ -135,7 +139,9 @@ fn index(s: &SourceShard) -> Option<usize> {
 
 impl CatalogSim {
     /// A source listing shards `0` to `shards − 1`, with room for
-    /// `capacity` shards in all (and one more for a hostile shard).
+    /// `capacity` shards in all, and past them one for the shard added at
+    /// the tail's start and one for the hostile shard, if drawn (see
+    /// [`CatalogSim::extra_logs`]).
     pub(super) fn new(
         shards: usize,
         capacity: usize,
@@ -151,7 +157,10 @@ impl CatalogSim {
             capacity,
             reshards: 0,
             forgets_parents,
-            left_out: hostile.many_parents.then_some(capacity),
+            tail_shard: hostile.broken_source.then_some(capacity),
+            left_out: hostile
+                .many_parents
+                .then_some(capacity + usize::from(hostile.broken_source)),
             hostile,
             broken: Arc::default(),
             everywhere: Arc::default(),
@@ -216,14 +225,15 @@ impl CatalogSim {
         *lock(&self.everywhere) = false;
     }
 
+    /// The logs the hostile faults need past `capacity`.
+    pub(super) fn extra_logs(hostile: &Hostile) -> usize {
+        usize::from(hostile.broken_source) + usize::from(hostile.many_parents)
+    }
+
     /// A shard is added (at the tail's start, so that the catalog must be
     /// written again); returns what it did.
     pub(super) fn add_one(&mut self) -> Option<String> {
-        if self.next >= self.capacity {
-            return None;
-        }
-        let a = self.next;
-        self.next += 1;
+        let a = self.tail_shard.take()?;
         self.listed.push(self.shard(a));
         self.reshards += 1;
         self.publish();

@@ -242,8 +242,9 @@ impl Set {
         } else {
             Vec::new()
         };
-        // The shard that cannot be published has a log of its own.
-        let logs_with = logs + usize::from(hostile.many_parents);
+        // The shard added at the tail's start and the shard that cannot be
+        // published have logs of their own.
+        let logs_with = logs + CatalogSim::extra_logs(&hostile);
         let catalog = params
             .tier
             .catalog
