@@ -755,6 +755,19 @@ pub struct BenchArgs {
     /// the worst).
     #[arg(long, value_name = "N", default_value_t = 1, requires = "overload")]
     pub runs: usize,
+    /// Measure what one renewal costs instead of hand-overs: on each
+    /// store, N leases (--groups, default 100,000; term 10s unless --term)
+    /// held by tenure and, on Redis, by the loop a user would write
+    /// instead (a task per lease, a compare-and-set script every third of
+    /// the term); the table shows the client's and the store server's CPU
+    /// per renewal and the time to hold them all.
+    #[arg(long, conflicts_with_all = ["shards", "overload", "etcdctl", "catalog", "priority"])]
+    pub renewal_cost: bool,
+    /// With --renewal-cost: the store server's pid, whose CPU (with its
+    /// children's, e.g. PostgreSQL's backends) is read from /proc; Redis's
+    /// is read from its INFO without it.
+    #[arg(long, value_name = "PID", requires = "renewal_cost")]
+    pub store_pid: Option<u32>,
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,

@@ -221,7 +221,7 @@ pub(crate) fn pattern(prefix: &str) -> String {
 /// What a message reports; `None` for one on a channel that names no group.
 fn decode(prefix: &str, message: &Message) -> Option<Change> {
     let name = message.channel.strip_prefix(prefix.as_bytes())?;
-    let group = GroupName::new(std::str::from_utf8(name).ok()?).ok()?;
+    let group = GroupName::try_from(std::str::from_utf8(name).ok()?).ok()?;
     let written = (|| {
         let rest = message.payload.strip_prefix(b"1:")?;
         let colon = rest.iter().position(|b| *b == b':')?;

@@ -180,6 +180,7 @@
 //! (`+config|get` is optional: it lets [`RedisStore::connect`] check the
 //! eviction policy).
 
+pub mod baseline;
 mod conn;
 mod error;
 mod feed;

@@ -78,15 +78,18 @@ pub const REWRITTEN_OVER_KEY: &str = "tenure.rewritten-over";
 /// assert!(GroupName::new("épée/🦀").is_ok());
 /// assert!(GroupName::new("").is_err());
 /// ```
+///
+/// Shared, not copied: a clone (one per store operation in the engine) is
+/// a reference count, not a string.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct GroupName(String);
+pub struct GroupName(std::sync::Arc<str>);
 
 impl GroupName {
     /// Checks and wraps a group name.
     pub fn new(name: impl Into<String>) -> Result<Self, ConfigError> {
         let name = name.into();
         check_name("group name", &name, MAX_GROUP_BYTES)?;
-        Ok(GroupName(name))
+        Ok(GroupName(name.into()))
     }
 
     /// The name as text.
@@ -110,7 +113,10 @@ impl AsRef<str> for GroupName {
 impl TryFrom<&str> for GroupName {
     type Error = ConfigError;
     fn try_from(s: &str) -> Result<Self, ConfigError> {
-        GroupName::new(s)
+        // Straight into its shared form, without a `String` on the way (a
+        // store's feed names a group per change).
+        check_name("group name", s, MAX_GROUP_BYTES)?;
+        Ok(GroupName(s.into()))
     }
 }
 
@@ -356,18 +362,30 @@ impl LeaseRecord {
 
     /// Encodes the record as JSON, the format stores keep in one column.
     pub fn encode(&self) -> Vec<u8> {
-        let wire = Wire {
+        let mut out = Vec::with_capacity(128);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends [`encode`](LeaseRecord::encode)'s bytes to `out`: a store
+    /// that encodes thousands of records per batch reuses one buffer.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let wire = WireRef {
             v: FORMAT_VERSION,
-            holder: self.holder.clone(),
+            holder: self.holder.as_ref(),
             token: self.token,
             // Rounded up: a challenger must never wait less than the holder's term.
             term_ms: ceil_millis(self.term),
             renewed_at_ms: self.renewed_at.as_millis(),
             expires_at_ms: self.expires_at.as_millis(),
-            metadata: self.metadata.clone(),
+            metadata: &self.metadata,
         };
-        // Serializing plain strings and integers into a Vec cannot fail.
-        serde_json::to_vec(&wire).unwrap_or_default()
+        let len = out.len();
+        // Serializing plain strings and integers into a Vec cannot fail;
+        // were it to, nothing half-written is left behind.
+        if serde_json::to_writer(&mut *out, &wire).is_err() {
+            out.truncate(len);
+        }
     }
 
     /// Decodes a record written by [`encode`](LeaseRecord::encode).
@@ -376,6 +394,15 @@ impl LeaseRecord {
     /// whose fields contradict each other is a [`RecordError`]; the caller
     /// must not overwrite such a record.
     pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        // One pass for a record of a format this build reads (every record
+        // a store holds, nearly always); anything else takes the two
+        // passes below, which tell a foreign value from a newer format
+        // from a corrupt record.
+        if let Ok(w) = serde_json::from_slice::<Wire>(bytes) {
+            if w.v <= FORMAT_VERSION {
+                return LeaseRecord::from_wire(w);
+            }
+        }
         let probe: Probe = serde_json::from_slice(bytes).map_err(|e| RecordError::Foreign {
             detail: e.to_string(),
         })?;
@@ -396,6 +423,11 @@ impl LeaseRecord {
         let w: Wire = serde_json::from_slice(bytes).map_err(|e| RecordError::Corrupt {
             detail: e.to_string(),
         })?;
+        LeaseRecord::from_wire(w)
+    }
+
+    /// The record a decoded [`Wire`] describes, checked.
+    fn from_wire(w: Wire) -> Result<Self, RecordError> {
         let rec = LeaseRecord {
             holder: w.holder,
             token: w.token,
@@ -488,6 +520,19 @@ struct Wire {
     expires_at_ms: u64,
     #[serde(default)]
     metadata: Metadata,
+}
+
+/// [`Wire`] borrowing the record's fields, for encoding without copies
+/// (the same fields in the same order, so the same bytes).
+#[derive(Serialize)]
+struct WireRef<'a> {
+    v: u32,
+    holder: Option<&'a Holder>,
+    token: u64,
+    term_ms: u64,
+    renewed_at_ms: u64,
+    expires_at_ms: u64,
+    metadata: &'a Metadata,
 }
 
 #[derive(Deserialize)]

@@ -166,6 +166,10 @@ pub(super) struct Outgoing<T> {
 /// whether it carried suspects.
 pub(super) struct BatchReply {
     pub(super) sent: MonoTime,
+    /// When the store's answer landed, read in the batch's own task: the
+    /// engine's turn that handles it may come later on a busy host, and
+    /// that wait is not the store's.
+    pub(super) landed: MonoTime,
     pub(super) priority: Priority,
     pub(super) suspects: bool,
     pub(super) result: BatchResults,
@@ -377,9 +381,18 @@ impl Task {
         // sooner would be answered too late, and the store's time spent on
         // it would be taken from the others.
         let expected = self.admission.expected(chunk.len(), self.ops_in_flight);
+        // An acquisition or poll that waited for admission until the store
+        // could no longer answer it in time is not worth the store's time
+        // either (a timeout would count against the store): it is answered
+        // busy now, and its candidate backs off with jitter.
+        let least = expected;
         let mut live = Vec::with_capacity(chunk.len());
         for q in chunk {
             if !self.is_current(q.id, q.op) {
+                continue;
+            }
+            if priority.deferrable() && q.deadline.saturating_since(now) < least {
+                self.shedding.push((q.id, q.op));
                 continue;
             }
             if !priority.deferrable() && q.deadline.saturating_since(now) < expected {
@@ -437,6 +450,7 @@ impl Task {
             };
             BatchReply {
                 sent,
+                landed: clock.now().mono,
                 priority,
                 suspects,
                 result: results(ids, result),
@@ -461,7 +475,7 @@ impl Task {
 
     pub(super) fn on_batch(&mut self, reply: BatchReply) {
         let now = self.clock.now().mono;
-        let latency = now.saturating_since(reply.sent);
+        let latency = reply.landed.saturating_since(reply.sent);
         let (count, failed) = (reply.result.len(), reply.result.failed());
         let target = self.op_timeout / 4;
         let renewals = reply.priority == Priority::Renewal;
@@ -555,7 +569,10 @@ impl Task {
         slot.op = None;
         match &result {
             Ok(Reply::Read(Some(v))) => saw(slot, v.version),
-            Ok(Reply::Write(CasOutcome::Applied(version))) => saw(slot, *version),
+            Ok(Reply::Write(CasOutcome::Applied(version))) => {
+                saw(slot, *version);
+                slot.wrote = Some(slot.wrote.map_or(*version, |w| w.max(*version)));
+            }
             _ => {}
         }
         let health = result

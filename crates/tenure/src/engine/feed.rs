@@ -84,6 +84,34 @@ pub(super) fn watch_liveness(slot: &Slot, now: Now) {
     }
 }
 
+/// The candidates of one group, copied out of `Task::by_group` (a step
+/// may change it) without an allocation for the usual one.
+enum Ids {
+    One(GroupId),
+    Many(Vec<GroupId>),
+}
+
+impl IntoIterator for Ids {
+    type Item = GroupId;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<GroupId>, std::vec::IntoIter<GroupId>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        match self {
+            Ids::One(id) => Some(id).into_iter().chain(Vec::new()),
+            Ids::Many(ids) => None.into_iter().chain(ids),
+        }
+    }
+}
+
+impl Ids {
+    fn len(&self) -> usize {
+        match self {
+            Ids::One(_) => 1,
+            Ids::Many(ids) => ids.len(),
+        }
+    }
+}
+
 pub(super) async fn next_change(feed: &mut Feed) -> Option<Change> {
     match feed {
         Feed::Up(f) => f.next().await,
@@ -262,19 +290,41 @@ impl Task {
         self.check.delivered = self.check.delivered.wrapping_add(1);
         match change {
             Change::Written { group, current } => {
-                for id in self.ids_of(&group) {
+                // One candidate per group is the rule: no copy of the list.
+                let ids = match self.by_group.get(&group).map(Vec::as_slice) {
+                    Some(&[one]) => Ids::One(one),
+                    Some(many) => Ids::Many(many.to_vec()),
+                    None => Ids::Many(Vec::new()),
+                };
+                let last = ids.len().saturating_sub(1);
+                let mut current = Some(current);
+                for (i, id) in ids.into_iter().enumerate() {
+                    let Some(version) = current.as_ref().map(|c| c.version) else {
+                        break;
+                    };
                     if let Some(slot) = self.slots.get_mut(&id) {
                         // What the feed delivered (a forged version only
                         // blinds the check for this one group; it reads
                         // the groups in turn).
-                        saw(slot, current.version);
+                        saw(slot, version);
+                        // A leader's own write coming back: a leader acts
+                        // on a delivery only if it is newer than its own
+                        // last write (`on_delivery_while_leading`), and
+                        // this one is not. Skipping it spares the machine
+                        // step (and the record's copy) of every renewal.
+                        let leading = matches!(slot.machine.phase(), Phase::Leader { .. });
+                        if leading && slot.wrote.is_some_and(|w| w >= version) {
+                            continue;
+                        }
                     }
-                    self.step(
-                        id,
-                        Input::Observed {
-                            current: current.clone(),
-                        },
-                    );
+                    let delivered = if i == last {
+                        current.take()
+                    } else {
+                        current.clone()
+                    };
+                    if let Some(current) = delivered {
+                        self.step(id, Input::Observed { current });
+                    }
                 }
             }
             Change::Hint { group } => {

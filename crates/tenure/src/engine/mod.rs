@@ -37,8 +37,12 @@
 //!   One that waits out its whole timeout unsent is answered
 //!   [`StoreError::Busy`](crate::StoreError::Busy) (certainly not applied), and its candidate backs
 //!   off with jitter.
-//!   The engine's own lag (waking later than its earliest timer) counts as
-//!   congestion too: past its process's CPU it holds what it can renew.
+//!   The window moves on the store's replies (their latency, measured
+//!   where the reply lands, and their errors), never on the engine's own
+//!   lag: a host whose CPU others take is not a slow store. Waking late
+//!   only pauses acquisitions while it puts held terms at risk (half a
+//!   renewal's margin gone), so past its process's CPU the engine holds
+//!   what it can renew.
 //! * **Nothing sent late.** A renewal whose deadline would pass before the
 //!   store could answer it, counting every operation in flight ahead of
 //!   it, is not sent (it is answered `Busy`), and the admission window

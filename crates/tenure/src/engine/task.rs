@@ -66,6 +66,40 @@ pub(super) struct Current {
     pub(super) sent: bool,
 }
 
+/// Hashes the engine's own group ids (sequential numbers it hands out, no
+/// input from outside) with one multiplication instead of SipHash: the
+/// slots are looked up a dozen times per store operation.
+#[derive(Clone, Copy, Default)]
+pub(super) struct IdHash;
+
+impl std::hash::BuildHasher for IdHash {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+/// See [`IdHash`].
+pub(super) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing: the high bits, which hashbrown uses for its
+        // control bytes, depend on every bit of the id.
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 pub(super) struct Slot {
     pub(super) group: GroupName,
     pub(super) machine: Machine,
@@ -77,6 +111,11 @@ pub(super) struct Slot {
     /// The newest version of the group's record this engine has seen, by
     /// the feed, a read or its own write (what the feed check compares).
     pub(super) seen: Option<Version>,
+    /// The newest version the store reported applying for this group's
+    /// own writes, as handed to its machine: a leader's own write coming
+    /// back on the feed at or below it tells the machine nothing (see
+    /// `Task::on_change`).
+    pub(super) wrote: Option<Version>,
     /// The largest batch this group's operations may go in: unbounded
     /// while healthy; after a failure half the batch it failed in (down to
     /// one), until one succeeds.
@@ -100,7 +139,7 @@ pub(super) struct Task {
     pub(super) hints: mpsc::UnboundedReceiver<GroupId>,
     pub(super) hint_tx: mpsc::UnboundedSender<GroupId>,
     pub(super) rx_open: bool,
-    pub(super) slots: HashMap<GroupId, Slot>,
+    pub(super) slots: HashMap<GroupId, Slot, IdHash>,
     pub(super) by_group: HashMap<GroupName, Vec<GroupId>>,
     pub(super) timers: BinaryHeap<Reverse<Timer>>,
     pub(super) deadlines: BinaryHeap<Reverse<OpDeadline>>,
@@ -121,6 +160,11 @@ pub(super) struct Task {
     pub(super) op_timeout: Duration,
     /// The shortest retry interval among the groups that have joined.
     pub(super) retry_min: Duration,
+    /// The least time any group's renewal may go out after falling due and
+    /// still have its whole operation timeout before the term's end (the
+    /// leader's validity less the renew interval, the stop grace and the
+    /// operation timeout): what a late wake-up of the engine eats into.
+    pub(super) renew_margin: Duration,
     /// Batches of suspects in flight (at most one: a suspect whose request
     /// hangs must not hold every slot).
     pub(super) suspects_in_flight: usize,
@@ -163,7 +207,7 @@ impl Task {
             hints,
             hint_tx,
             rx_open: true,
-            slots: HashMap::new(),
+            slots: HashMap::default(),
             by_group: HashMap::new(),
             timers: BinaryHeap::new(),
             deadlines: BinaryHeap::new(),
@@ -179,6 +223,7 @@ impl Task {
             ops_in_flight: 0,
             op_timeout: Duration::MAX,
             retry_min: Duration::MAX,
+            renew_margin: Duration::MAX,
             suspects_in_flight: 0,
             last_success: [None, None],
             shedding: Vec::new(),
@@ -254,6 +299,7 @@ impl Task {
             self.run_feed_check();
             self.coalesce();
             self.flush();
+            self.compact_heaps();
             if !self.rx_open && self.slots.is_empty() {
                 return;
             }
@@ -263,17 +309,17 @@ impl Task {
     /// The engine's sleep for `wake` (begun at `asleep`) ended: how late,
     /// measured before any work of this turn, against a wake-up that was
     /// still ahead when it went to sleep (one already due is work, not
-    /// lateness). Late past a quarter of the operation timeout, the process
-    /// is what cannot keep up.
+    /// lateness). A busy host, not a slow store: admission pauses only if
+    /// the lag puts the terms held at risk (see `Admission::late_wake`).
     pub(super) fn woke(&mut self, wake: Option<MonoTime>, asleep: MonoTime) {
         let Some(wake) = wake.filter(|w| *w > asleep) else {
             return;
         };
         let now = self.clock.now().mono;
         let lag = now.saturating_since(wake);
-        let holding = self.holding();
+        let margin = self.holding().then_some(self.renew_margin);
         self.admission
-            .observe_lag(now, lag, self.op_timeout / 4, holding);
+            .late_wake(now, lag, margin, self.op_timeout / 4);
     }
 
     /// Whether any group leads (has a renewal scheduled, queued or in
@@ -319,6 +365,13 @@ impl Task {
         self.poll_window = self.poll_window.max(timing.retry_interval / 2);
         self.op_timeout = self.op_timeout.min(timing.op_timeout);
         self.retry_min = self.retry_min.min(timing.retry_interval);
+        let spent = timing
+            .renew_interval
+            .saturating_add(timing.stop_grace)
+            .saturating_add(timing.op_timeout);
+        self.renew_margin = self
+            .renew_margin
+            .min(timing.leader_validity.saturating_sub(spent));
         self.slots.insert(
             id,
             Slot {
@@ -328,6 +381,7 @@ impl Task {
                 fed_pulse: 0,
                 op: None,
                 seen: None,
+                wrote: None,
                 isolate: usize::MAX,
                 gen: 0,
                 scheduled: None,

@@ -10,7 +10,8 @@
 //! with the hidden `tenure bench-followers`), [`shard_bench`] (`--shards`,
 //! with `tenure bench-member`), [`catalog`] (`--catalog`), [`priority`]
 //! (`--priority`), [`overload`] (`--overload`, with
-//! `tenure bench-standby`), `kafka` (hand-overs on `kafka://`) and
+//! `tenure bench-standby`), [`renewal_cost`] (`--renewal-cost`, tenure
+//! beside a naive loop), `kafka` (hand-overs on `kafka://`) and
 //! [`procstat`] (what they read of a process from `/proc`).
 
 use std::process::Stdio;
@@ -32,6 +33,7 @@ mod kafka;
 pub(crate) mod overload;
 pub(crate) mod priority;
 mod procstat;
+pub(crate) mod renewal_cost;
 pub(crate) mod scale;
 pub(crate) mod shard_bench;
 
@@ -68,6 +70,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|u| StoreUrl::parse(u).map_err(usage))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.renewal_cost {
+        let rows = renewal_cost::run(&args, &urls).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print!("{}", renewal_cost::table(&rows));
+        }
+        return Ok(0);
+    }
     if args.catalog {
         let rows = catalog::run(&args, &urls).await?;
         if args.json {

@@ -41,6 +41,8 @@ pub struct OverloadRun {
     plateau: usize,
     /// Fewest led from `RECOVERY_TERMS` after the trigger until the kill.
     worst_after_trigger: usize,
+    /// Fewest led over the last 10 s before the kill (by both).
+    worst_last_10s: usize,
     /// Fewest led by `b` from `RECOVERY_TERMS` after the kill of `a` on.
     worst_after_kill: usize,
     /// Cores used by `a` and `b` while both stood, and by the store server
@@ -220,6 +222,7 @@ async fn measure(
         term_s: t,
         plateau: fewest(&series, trigger - 2.0 * t, trigger, false),
         worst_after_trigger: fewest(&series, trigger + recovery, killed, false),
+        worst_last_10s: fewest(&series, killed - 10.0, killed, false),
         worst_after_kill: fewest(&series, killed + recovery, f64::MAX, true),
         cores_a,
         cores_b,
@@ -264,17 +267,18 @@ pub async fn standby(args: BenchStandbyArgs) -> anyhow::Result<u8> {
 /// The table, one row per run, then each run's series.
 pub fn table(runs: &[OverloadRun]) -> String {
     let mut out = String::new();
-    out.push_str("| store | groups | term | run | plateau before the trigger | worst from 3 terms after it | b alone, worst from 3 terms after a's SIGKILL | cores a / b | store server cores |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| store | groups | term | run | plateau before the trigger | worst from 3 terms after it | worst over the last 10 s before the kill | b alone, worst from 3 terms after a's SIGKILL | cores a / b | store server cores |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in runs {
         out.push_str(&format!(
-            "| {} | {} | {} s | {} | {} | {} | {} | {:.2} / {:.2} | {} |\n",
+            "| {} | {} | {} s | {} | {} | {} | {} | {} | {:.2} / {:.2} | {} |\n",
             r.store,
             r.groups,
             r.term_s,
             r.run,
             r.plateau,
             r.worst_after_trigger,
+            r.worst_last_10s,
             r.worst_after_kill,
             r.cores_a,
             r.cores_b,
