@@ -1297,19 +1297,22 @@ pub enum FinishError {
 /// Marks `shard` finished under `term`, the shard's own: a record
 /// `SET/finished/SHARD` created with the term's token. Already marked is
 /// success. Gives up when the term ends (on `clock`), even with a store
-/// request unanswered.
+/// request unanswered, and each store request after `op_timeout`: a
+/// request whose reply was lost would otherwise hold the mark until the
+/// term ends, which for a shard held and renewed is never (its children
+/// then wait for ever).
 pub(crate) async fn mark_finished(
     store: &dyn LeaseStore,
     set: &str,
     shard: &str,
     term: &Term,
-    clock: &dyn Clock,
+    (clock, op_timeout): (&dyn Clock, Duration),
 ) -> Result<(), FinishError> {
     let not_held = || FinishError::NotHeld {
         shard: shard.to_owned(),
     };
     tokio::select! {
-        r = mark(store, set, shard, term, clock.now().wall) => r,
+        r = mark(store, set, shard, term, (clock, op_timeout)) => r,
         // The deadline as renewals move it, not as it was at the call.
         () = term.expired() => Err(not_held()),
     }
@@ -1320,8 +1323,9 @@ async fn mark(
     set: &str,
     shard: &str,
     term: &Term,
-    now: WallTime,
+    (clock, op_timeout): (&dyn Clock, Duration),
 ) -> Result<(), FinishError> {
+    let now = clock.now().wall;
     if !term.is_valid() || term.group().as_str() != super::shard_group(set, shard) {
         return Err(FinishError::NotHeld {
             shard: shard.to_owned(),
@@ -1344,7 +1348,9 @@ async fn mark(
     // as a released record); a conflict is another write of the mark, or
     // of a record that is none, so read again, a few times.
     for _ in 0..3 {
-        let current = store.read(&group).await.map_err(failed)?;
+        let current = bounded(clock, op_timeout, store.read(&group))
+            .await
+            .map_err(failed)?;
         if current
             .as_ref()
             .is_some_and(|v| is_finished_mark(&v.record))
@@ -1352,11 +1358,8 @@ async fn mark(
             return Ok(());
         }
         let expected = current.map(|v| v.version);
-        if let CasOutcome::Applied(_) = store
-            .compare_and_swap(&group, expected, &record)
-            .await
-            .map_err(failed)?
-        {
+        let swap = store.compare_and_swap(&group, expected, &record);
+        if let CasOutcome::Applied(_) = bounded(clock, op_timeout, swap).await.map_err(failed)? {
             return Ok(());
         }
     }

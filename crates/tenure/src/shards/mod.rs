@@ -460,6 +460,7 @@ impl ShardsBuilder {
             current,
             catalog: following,
             clock: self.clock,
+            op_timeout: timing.op_timeout,
         });
         Ok(Shards { inner })
     }
@@ -499,6 +500,8 @@ pub(crate) struct Inner {
     /// The catalog as last read, for a set that follows one.
     catalog: Option<watch::Receiver<Option<Arc<ShardCatalog>>>>,
     clock: Arc<dyn Clock>,
+    /// The bound on each store request (of a finished mark).
+    op_timeout: Duration,
 }
 
 /// A member of a sharded set. Clones are handles to the same member; it
@@ -663,7 +666,8 @@ impl Shards {
     /// token; an ended term is refused.
     pub async fn mark_finished(&self, shard: &str, term: &Term) -> Result<(), FinishError> {
         let (store, clock) = (&*self.inner.store, &*self.inner.clock);
-        catalog::mark_finished(store, &self.inner.set, shard, term, clock).await
+        let timing = (clock, self.inner.op_timeout);
+        catalog::mark_finished(store, &self.inner.set, shard, term, timing).await
     }
 
     /// The live members as last seen.
