@@ -100,10 +100,12 @@
 //! * a batch of reads is one `SELECT … WHERE group_name IN (…)`;
 //! * a batch of compare-and-swaps is one transaction in two requests: the
 //!   first locks the rows with `SELECT … FOR UPDATE SKIP LOCKED` (and
-//!   reads which rows exist), the second is every write as a statement of
-//!   its own (an `UPDATE` per renewal, an `INSERT IGNORE` per new row), in
-//!   one multi-statement request ending in `COMMIT`, each write answered by
-//!   its own matched-row count and version. A row another session holds
+//!   reads which rows exist), the second is one multi-statement request
+//!   ending in `COMMIT`: an `INSERT IGNORE` per new row, answered by its
+//!   own affected-row count and version, and one `UPDATE … JOIN (SELECT …
+//!   UNION ALL …)` for every renewal of a row locked at its expected
+//!   version, whose new versions are read back in the same transaction. A
+//!   row another session holds
 //!   (an operator's open transaction) is skipped: that group's write fails
 //!   alone, at once, as [`StoreError::Busy`](tenure::StoreError::Busy), and
 //!   the rest apply. (A row another session is *inserting*, in a

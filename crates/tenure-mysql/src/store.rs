@@ -232,8 +232,10 @@ async fn transaction(
         .into_iter()
         .filter_map(|row| as_bytes(sql::values(row).into_iter().next().flatten()))
         .collect();
-    let next = sql::next_version();
-    let mut statements = Vec::new();
+    let mut inserts = Vec::new();
+    // The renewals: rows this transaction holds at their expected version.
+    let mut derived = String::new();
+    let mut updated: Vec<&[u8]> = Vec::new();
     for (k, (group, expected, record)) in reqs.iter().enumerate() {
         let name = group.as_str().as_bytes();
         let plan = match expected {
@@ -248,13 +250,16 @@ async fn transaction(
             None => Plan::Insert,
         };
         match plan {
-            Plan::Update => statements.push(format!(
-                "UPDATE {table} SET version = {next}, record = {} WHERE group_name = {} AND version = {}",
-                hex(record),
-                hex(name),
-                expected.map_or(0, |v| v.0)
-            )),
-            Plan::Insert => statements.push(format!(
+            Plan::Update => {
+                let v = expected.map_or(0, |v| v.0);
+                if derived.is_empty() {
+                    derived = format!("SELECT {} AS g, {v} AS e, {} AS r", hex(name), hex(record));
+                } else {
+                    derived.push_str(&format!(" UNION ALL SELECT {}, {v}, {}", hex(name), hex(record)));
+                }
+                updated.push(name);
+            }
+            Plan::Insert => inserts.push(format!(
                 "INSERT IGNORE INTO {table} (group_name, version, record) VALUES ({}, LAST_INSERT_ID({}), {})",
                 hex(name),
                 sql::CLOCK,
@@ -264,11 +269,30 @@ async fn transaction(
         }
         planned.push((round[k], plan));
     }
+    // One statement for every renewal: the rows are locked here at the
+    // expected versions, so each matches; the versions they got are read
+    // back in the same transaction.
+    let mut statements = inserts;
+    if !updated.is_empty() {
+        statements.push(format!(
+            "UPDATE {table} AS t JOIN ({derived}) AS v ON t.group_name = v.g AND t.version = v.e \
+             SET t.version = GREATEST(t.version + 1, {}), t.record = v.r",
+            sql::CLOCK
+        ));
+        statements.push(format!(
+            "SELECT group_name, version FROM {table} WHERE group_name IN {}",
+            in_list(
+                updated
+                    .iter()
+                    .map(|n| std::str::from_utf8(n).unwrap_or_default())
+            )
+        ));
+    }
     statements.push("COMMIT".to_owned());
     let mut r = live.conn.query_iter(statements.join(";\n")).await?;
     for (_, plan) in planned
         .iter_mut()
-        .filter(|(_, p)| matches!(p, Plan::Update | Plan::Insert))
+        .filter(|(_, p)| matches!(p, Plan::Insert))
     {
         let applied = r.affected_rows() == 1;
         let id = r.last_insert_id();
@@ -278,6 +302,30 @@ async fn transaction(
             (true, _) => Plan::NoVersion,
             (false, _) => Plan::Conflict,
         };
+    }
+    if !updated.is_empty() {
+        // The UPDATE, then the versions.
+        let _: Vec<Row> = r.collect().await?;
+        let rows: Vec<Row> = r.collect().await?;
+        let now: HashMap<Vec<u8>, Option<u64>> = rows
+            .into_iter()
+            .filter_map(|row| {
+                let mut v = sql::values(row);
+                let name = as_bytes(v.get_mut(0).and_then(Option::take))?;
+                Some((name, as_u64(v.get(1).and_then(Option::as_ref))))
+            })
+            .collect();
+        for (k, (i, plan)) in planned.iter_mut().enumerate() {
+            if *plan != Plan::Update {
+                continue;
+            }
+            debug_assert_eq!(round[k], *i);
+            let (group, expected, _) = &reqs[k];
+            *plan = match now.get(group.as_str().as_bytes()) {
+                Some(Some(v)) if expected.is_some_and(|e| *v > e.0) => Plan::Applied(*v),
+                _ => Plan::Conflict,
+            };
+        }
     }
     // The commit.
     let _: Vec<Row> = r.collect().await?;
@@ -470,9 +518,11 @@ impl LeaseStore for MysqlStore {
     /// One transaction of two requests for a batch in which no group
     /// repeats: the rows are locked with `FOR UPDATE SKIP LOCKED` (a row
     /// another session holds fails alone, at once, as
-    /// [`StoreError::Busy`]), then every write is a statement of its own in
-    /// one multi-statement request ending in `COMMIT`, each answered by its
-    /// own matched-row count. The n-th write of a group goes in the n-th of
+    /// [`StoreError::Busy`]), then one multi-statement request ending in
+    /// `COMMIT`: an `INSERT IGNORE` per new row, answered by its own
+    /// affected-row count, and one `UPDATE` for every row locked at its
+    /// expected version, whose new versions are read back in the same
+    /// transaction. The n-th write of a group goes in the n-th of
     /// successive transactions, and a batch of more than 1000 groups is cut
     /// into transactions of 1000. If a transaction fails, its requests and
     /// every later one fail with its error; earlier ones' outcomes stand.

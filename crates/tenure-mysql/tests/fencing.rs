@@ -179,11 +179,6 @@ async fn a_stale_write_waiting_on_the_successors_row_lock_is_refused_once_it_com
             .expect("B writes");
 
         let mut a = connect(&url).await;
-        let a_id: u64 = a
-            .query_first("SELECT CONNECTION_ID()")
-            .await
-            .unwrap()
-            .unwrap();
         let statement = if recipe == "WHERE" {
             where_clause.clone()
         } else {
@@ -201,11 +196,12 @@ async fn a_stale_write_waiting_on_the_successors_row_lock_is_refused_once_it_com
         // says so; no sleep guesses).
         let blocked = async {
             loop {
+                // A's statement, in the table of this test's own, waiting.
                 let waiting: Option<i64> = setup
                     .exec_first(
                         "SELECT COUNT(*) FROM information_schema.innodb_trx
-                         WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'",
-                        (a_id,),
+                         WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?",
+                        (format!("UPDATE {}%", table.name),),
                     )
                     .await
                     .unwrap();
