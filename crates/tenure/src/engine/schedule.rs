@@ -210,17 +210,27 @@ impl Task {
             let input = kind.failed(op, error);
             self.step(d.id, input);
         }
+        // How late the most overdue wake-up fires: an engine that never
+        // sleeps (its turns back to back, on a host whose CPU others take)
+        // shows its lateness here, not as a late sleep.
+        let mut late = Duration::ZERO;
         while let Some(Reverse(t)) = self.timers.peek().copied() {
             if t.at > now {
                 break;
             }
             self.timers.pop();
+            late = late.max(now.saturating_since(t.at));
             if self.slots.get(&t.id).is_some_and(|s| s.gen == t.gen) {
                 if let Some(slot) = self.slots.get_mut(&t.id) {
                     slot.scheduled = None;
                 }
                 self.step(t.id, Input::Tick);
             }
+        }
+        if !late.is_zero() {
+            let margin = self.holding().then_some(self.renew_margin);
+            self.admission
+                .late_wake(now, late, margin, self.op_timeout / 4);
         }
     }
 
