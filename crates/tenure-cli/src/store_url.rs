@@ -1,21 +1,21 @@
 //! Store URLs: which backend holds the lease records, and where.
 //!
-//! `sqlite://` (the embedded default) and `memory://` are built in; every
-//! networked store is one entry of [`SCHEMES`]: its URL schemes, the cargo
-//! feature that builds it, its URL form for `--help` and errors, and its
-//! opener. Adding a store to the command is adding an entry. URLs may carry
-//! secrets (a password in the user info, a token in the query), so the only
-//! way to print one is its redacted [`Display`](std::fmt::Display).
+//! The lease stores are `tenure-connect`'s, the library entry point that
+//! applications use too: the same URLs, parsed by each store crate's own
+//! parser before anything connects (so a bad option is a usage error), and
+//! the same errors. This module adds what only the command has: `kafka://`
+//! (leadership by consumer group, read-only here), the default file in the
+//! state directory, and `--help`. URLs may carry secrets (a password in the
+//! user info, a token in the query), so the only way to print one is its
+//! redacted [`Display`](std::fmt::Display).
 
 use std::fmt;
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use tenure::error::error_chain;
 use tenure::url::redact;
-use tenure::{LeaseStore, LeaseView, MemoryStore};
+use tenure::{LeaseStore, LeaseView};
+use tenure_connect::Scheme;
 
 /// What a store URL opens.
 #[derive(Clone)]
@@ -59,145 +59,21 @@ impl Backend {
     }
 }
 
-/// What opening a store yields.
-type Opened = Result<Backend, OpenError>;
+/// `kafka://`: not a lease store (leadership follows a consumer group's
+/// assignment), so not `tenure-connect`'s; the command reads it.
+pub const KAFKA: Scheme = Scheme {
+    names: &["kafka"],
+    feature: "kafka",
+    built: cfg!(feature = "kafka"),
+    form: "kafka://BROKER[,BROKER]/TOPIC",
+};
 
-/// Opens a store from its whole URL.
-type Opener = for<'a> fn(&'a str) -> Pin<Box<dyn Future<Output = Opened> + Send + 'a>>;
-
-/// Everything the command knows about one networked store.
-pub struct Scheme {
-    /// The URL schemes that name it, lower-cased; the first is its name.
-    pub names: &'static [&'static str],
-    /// The cargo feature that builds it into `tenure`.
-    pub feature: &'static str,
-    /// Whether this binary was built with it.
-    pub built: bool,
-    /// Its URL form, for `--help`.
-    pub form: &'static str,
-    /// Opens it (fails naming the feature when it is not built).
-    pub open: Opener,
-}
-
-/// One [`SCHEMES`] entry: the URL schemes that name the store, the cargo
-/// feature that builds it, its URL form, and how it opens: the lease store
-/// type whose `connect(url)` opens it, or `|url| …`, an async body that
-/// opens something else. The feature is named once: the entry counts as
-/// built, and its opener is compiled, exactly when the feature is on;
-/// without it the opener fails naming the feature.
-macro_rules! scheme {
-    ($names:expr, $feature:literal, $form:expr, $store:path) => {
-        scheme!($names, $feature, $form, |url| opened(
-            <$store>::connect(url).await
-        ))
-    };
-    ($names:expr, $feature:literal, $form:expr, |$url:ident| $open:expr) => {
-        Scheme {
-            names: &$names,
-            feature: $feature,
-            built: cfg!(feature = $feature),
-            form: $form,
-            open: |$url| {
-                Box::pin(async move {
-                    #[cfg(feature = $feature)]
-                    return $open;
-                    #[cfg(not(feature = $feature))]
-                    {
-                        let _ = $url;
-                        not_built($feature)
-                    }
-                })
-            },
-        }
-    };
-}
-
-/// The networked stores, in the order `--help` lists them.
-pub const SCHEMES: &[Scheme] = &[
-    scheme!(
-        ["postgres", "postgresql"],
-        "postgres",
-        "postgres://[USER[:PASS]@]HOST[:PORT]/DB[?sslmode=..&table=..]",
-        tenure_postgres::PostgresStore
-    ),
-    scheme!(
-        ["redis", "rediss"],
-        "redis",
-        "redis[s]://[USER:PASS@]HOST[:PORT][/DB]",
-        tenure_redis::RedisStore
-    ),
-    scheme!(
-        ["etcd", "etcds"],
-        "etcd",
-        "etcd[s]://HOST:PORT[,HOST:PORT]",
-        tenure_etcd::EtcdStore
-    ),
-    scheme!(
-        ["dynamodb"],
-        "dynamodb",
-        "dynamodb://TABLE?region=..&endpoint=..",
-        tenure_dynamodb::DynamoDbStore
-    ),
-    scheme!(
-        ["zk", "zookeeper"],
-        "zookeeper",
-        "zk://[USER:PASS@]HOST[:PORT][,HOST[:PORT]][/PREFIX]",
-        tenure_zookeeper::ZkStore
-    ),
-    scheme!(
-        ["nats", "nats+tls"],
-        "nats",
-        "nats[+tls]://[USER:PASS@]HOST[:PORT][,HOST[:PORT]]/BUCKET",
-        tenure_nats::NatsStore
-    ),
-    scheme!(
-        ["s3", "gs", "az"],
-        "object-store",
-        "s3://BUCKET[/PREFIX]?region=..[&endpoint=..], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX]?account=..",
-        tenure_object_store::BucketStore
-    ),
-    scheme!(
-        ["mysql", "mariadb"],
-        "mysql",
-        "mysql://[USER[:PASS]@]HOST[:PORT]/DB[?table=..&tls=true&ca=..&cert=..&key=..] (or mariadb://)",
-        tenure_mysql::MysqlStore
-    ),
-    scheme!(
-        ["k8s", "kubernetes"],
-        "kubernetes",
-        "k8s://NAMESPACE[?context=..&kubeconfig=..&label=KEY=VALUE]",
-        tenure_kubernetes::KubernetesStore
-    ),
-    scheme!(
-        ["kafka"],
-        "kafka",
-        "kafka://BROKER[,BROKER]/TOPIC",
-        |url| crate::kafka::leader_view(url)
-            .map(|view| Backend::ReadOnly {
-                view,
-                why: crate::kafka::READ_ONLY,
-            })
-            .map_err(|e| open_error(&*e))
-    ),
-];
-
-fn scheme_named(name: &str) -> Option<&'static Scheme> {
-    SCHEMES.iter().find(|s| s.names.contains(&name))
-}
-
-#[allow(dead_code, reason = "unused when no networked lease store is built")]
-fn opened<S: LeaseStore, E: std::error::Error>(r: Result<S, E>) -> Opened {
-    r.map(|s| Backend::Store(Arc::new(s)))
-        .map_err(|e| open_error(&e))
-}
-
-/// The error of a scheme whose store is not built into this binary (only
-/// reachable if parsing let it through).
-#[allow(dead_code, reason = "used only when a store is left out of the build")]
-fn not_built(feature: &str) -> Opened {
-    Err(OpenError {
-        message: format!("the {feature} store is not built into this tenure"),
-    })
+/// Every store the command knows, in the order `--help` lists them: the
+/// lease stores of `tenure-connect`, then `kafka://`.
+pub fn schemes() -> impl Iterator<Item = &'static Scheme> {
+    tenure_connect::SCHEMES
+        .iter()
+        .chain(std::iter::once(&KAFKA))
 }
 
 /// A parsed store URL.
@@ -245,12 +121,11 @@ pub enum UrlError {
         /// The cargo feature that builds it.
         feature: &'static str,
     },
-    /// The right scheme, but the rest does not fit it.
-    Malformed {
-        /// The URL, redacted.
-        url: String,
+    /// The right scheme, but the rest does not fit it (the store crate's
+    /// parser says why, redacted).
+    Invalid {
         /// What is wrong and how to write it instead.
-        reason: &'static str,
+        reason: String,
     },
     /// No URL was given and no default location could be found.
     NoDefault,
@@ -265,7 +140,7 @@ impl fmt::Display for UrlError {
             ),
             UrlError::UnknownScheme { scheme } => {
                 write!(f, "store URL scheme `{scheme}://` is not a tenure store: use sqlite://")?;
-                for name in SCHEMES.iter().flat_map(|s| s.names) {
+                for name in schemes().flat_map(|s| s.names) {
                     write!(f, ", {name}://")?;
                 }
                 Ok(())
@@ -274,7 +149,7 @@ impl fmt::Display for UrlError {
                 f,
                 "the {scheme}:// store is not built into this tenure: rebuild with `--features {feature}` (or `--features all-stores`)"
             ),
-            UrlError::Malformed { url, reason } => write!(f, "store URL `{url}`: {reason}"),
+            UrlError::Invalid { reason } => f.write_str(reason),
             UrlError::NoDefault => f.write_str(
                 "no store given and no default location: neither XDG_STATE_HOME nor HOME is set; pass --store sqlite://PATH or set TENURE_STORE",
             ),
@@ -292,38 +167,44 @@ pub struct OpenError {
 }
 
 impl StoreUrl {
-    /// Parses a URL.
+    /// Parses a URL: a lease store's by `tenure-connect` (its crate's own
+    /// parser checks every option), `kafka://` here.
     pub fn parse(url: &str) -> Result<StoreUrl, UrlError> {
-        let Some((scheme, rest)) = url.split_once("://") else {
+        let Some((scheme, _)) = url.split_once("://") else {
             return Err(UrlError::NoScheme { url: redact(url) });
         };
         let scheme = scheme.to_ascii_lowercase();
-        match scheme.as_str() {
-            "sqlite" => parse_sqlite(url, rest),
-            "memory" => {
-                if rest.is_empty() {
-                    Ok(StoreUrl::Memory)
-                } else {
-                    Err(UrlError::Malformed {
-                        url: redact(url),
-                        reason: "memory:// takes nothing after the scheme",
-                    })
-                }
-            }
-            s => match scheme_named(s) {
-                Some(known) if known.built => Ok(StoreUrl::Networked {
+        if KAFKA.names.contains(&scheme.as_str()) {
+            return if KAFKA.built {
+                Ok(StoreUrl::Networked {
                     scheme,
                     url: url.to_owned(),
-                }),
-                Some(known) => Err(UrlError::NotBuiltIn {
+                })
+            } else {
+                Err(UrlError::NotBuiltIn {
                     scheme,
-                    feature: known.feature,
-                }),
-                None if tenure::url::is_scheme(&scheme) => Err(UrlError::UnknownScheme { scheme }),
-                // Text before "://" that is no scheme may be a password
-                // holding "://": shown only as redact shows the whole URL.
-                None => Err(UrlError::NoScheme { url: redact(url) }),
-            },
+                    feature: KAFKA.feature,
+                })
+            };
+        }
+        match tenure_connect::StoreUrl::parse(url) {
+            Ok(tenure_connect::StoreUrl::Sqlite { path }) => Ok(StoreUrl::Sqlite { path }),
+            Ok(tenure_connect::StoreUrl::Memory) => Ok(StoreUrl::Memory),
+            Ok(tenure_connect::StoreUrl::Networked { scheme, url }) => {
+                Ok(StoreUrl::Networked { scheme, url })
+            }
+            Err(e) => Err(match e {
+                tenure_connect::UrlError::NoScheme { url } => UrlError::NoScheme { url },
+                tenure_connect::UrlError::UnknownScheme { scheme } => {
+                    UrlError::UnknownScheme { scheme }
+                }
+                tenure_connect::UrlError::NotBuiltIn { scheme, feature } => {
+                    UrlError::NotBuiltIn { scheme, feature }
+                }
+                other => UrlError::Invalid {
+                    reason: other.to_string(),
+                },
+            }),
         }
     }
 
@@ -368,7 +249,7 @@ impl StoreUrl {
 
     /// Opens the store or read-only view. Runs inside a tokio runtime.
     pub async fn open_backend(&self) -> Result<Backend, OpenError> {
-        match self {
+        let lease_store = match self {
             StoreUrl::Sqlite { path } => {
                 if Some(path) == default_path().as_ref() {
                     // The default lives in a directory that may not exist
@@ -382,33 +263,45 @@ impl StoreUrl {
                         })?;
                     }
                 }
-                let store = tenure_sqlite::SqliteStore::connect(path)
-                    .await
-                    .map_err(|e| OpenError {
-                        message: error_chain(&e),
-                    })?;
-                Ok(Backend::Store(Arc::new(store)))
+                tenure_connect::StoreUrl::Sqlite { path: path.clone() }
             }
-            StoreUrl::Memory => Ok(Backend::Store(Arc::new(MemoryStore::new()))),
-            StoreUrl::Networked { scheme, url } => open_networked(scheme, url).await,
+            StoreUrl::Memory => tenure_connect::StoreUrl::Memory,
+            StoreUrl::Networked { scheme, url } if KAFKA.names.contains(&scheme.as_str()) => {
+                return open_kafka(url);
+            }
+            StoreUrl::Networked { scheme, url } => tenure_connect::StoreUrl::Networked {
+                scheme: scheme.clone(),
+                url: url.clone(),
+            },
+        };
+        match lease_store.open().await {
+            Ok(store) => Ok(Backend::Store(store)),
+            // The command says "cannot open the store URL" itself.
+            Err(tenure_connect::ConnectError::Open { message, .. }) => Err(OpenError { message }),
+            Err(other) => Err(OpenError {
+                message: other.to_string(),
+            }),
         }
     }
 }
 
-fn open_error(e: &dyn std::error::Error) -> OpenError {
-    OpenError {
-        message: error_chain(e),
-    }
+#[cfg(feature = "kafka")]
+fn open_kafka(url: &str) -> Result<Backend, OpenError> {
+    crate::kafka::leader_view(url)
+        .map(|view| Backend::ReadOnly {
+            view,
+            why: crate::kafka::READ_ONLY,
+        })
+        .map_err(|e| OpenError {
+            message: tenure::error::error_chain(&*e),
+        })
 }
 
-/// Opens a networked store by its scheme's entry.
-async fn open_networked(scheme: &str, url: &str) -> Opened {
-    match scheme_named(scheme) {
-        Some(s) => (s.open)(url).await,
-        None => Err(OpenError {
-            message: format!("the {scheme}:// store is not built into this tenure"),
-        }),
-    }
+#[cfg(not(feature = "kafka"))]
+fn open_kafka(_: &str) -> Result<Backend, OpenError> {
+    Err(OpenError {
+        message: "the kafka:// store is not built into this tenure".into(),
+    })
 }
 
 impl fmt::Display for StoreUrl {
@@ -422,30 +315,6 @@ impl fmt::Display for StoreUrl {
             StoreUrl::Networked { url, .. } => f.write_str(&redact(url)),
         }
     }
-}
-
-fn parse_sqlite(url: &str, rest: &str) -> Result<StoreUrl, UrlError> {
-    if rest.is_empty() {
-        return Err(UrlError::Malformed {
-            url: redact(url),
-            reason: "no file path: write sqlite:///absolute/path.db or sqlite://relative/path.db",
-        });
-    }
-    if rest.contains(['?', '#']) {
-        return Err(UrlError::Malformed {
-            url: redact(url),
-            reason: "sqlite URLs take no query or fragment: give just the file path",
-        });
-    }
-    if rest.ends_with('/') {
-        return Err(UrlError::Malformed {
-            url: redact(url),
-            reason: "the path names a directory: give the database file, such as sqlite:///var/lib/tenure/tenure.db",
-        });
-    }
-    Ok(StoreUrl::Sqlite {
-        path: PathBuf::from(rest),
-    })
 }
 
 /// `$XDG_STATE_HOME/tenure/tenure.db`, else `~/.local/state/tenure/tenure.db`.
@@ -471,7 +340,7 @@ pub fn long_help() -> String {
         Some(p) => format!("sqlite://{}", p.display()),
         None => "none (set XDG_STATE_HOME or HOME)".to_owned(),
     };
-    let forms: Vec<&str> = SCHEMES.iter().map(|s| s.form).collect();
+    let forms: Vec<&str> = schemes().map(|s| s.form).collect();
     format!(
         "The store URL: sqlite://PATH, {} (networked stores need their cargo feature; postgres and redis are built by default). \
          Passwords in URLs are never printed; they may hold @ and + as they are, but write / ? # as %2F %3F %23, and an @ \

@@ -90,6 +90,40 @@ fn networked_stores_fail_cleanly_without_leaking_passwords() {
     }
 }
 
+/// A URL option the store cannot read is a usage error (exit 2), found by
+/// the store crate's parser before anything connects (port 1 would refuse
+/// at once, which would be exit 1), and shows no password.
+#[test]
+fn a_bad_url_option_is_a_usage_error() {
+    for (url, feature_on) in [
+        (
+            "redis://app:hunter2@127.0.0.1:1?timeout=abc",
+            cfg!(feature = "redis"),
+        ),
+        (
+            "postgres://app:hunter2@127.0.0.1:1/x?timeout=abc",
+            cfg!(feature = "postgres"),
+        ),
+        (
+            "etcd://app:hunter2@127.0.0.1:1?timeout=abc",
+            cfg!(feature = "etcd"),
+        ),
+        (
+            "mysql://app:hunter2@127.0.0.1:1/x?nosuch=1",
+            cfg!(feature = "mysql"),
+        ),
+    ] {
+        let (code, err) = fails(&["status", "--group", "g", "--store", url]);
+        assert_eq!(code, 2, "{url}: {err}");
+        one_line(&err);
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(!err.contains("cannot open"), "nothing was opened: {err}");
+        if feature_on {
+            assert!(err.contains("timeout") || err.contains("nosuch"), "{err}");
+        }
+    }
+}
+
 #[test]
 fn a_store_that_cannot_be_opened_is_a_one_line_failure() {
     let s = Scratch::new("unopenable");

@@ -30,6 +30,20 @@ pub const THROTTLED_METRIC: &str = "tenure_dynamodb_throttled_total";
 /// the budget, labelled by `table` and `op`.
 pub const THROTTLE_EXHAUSTED_METRIC: &str = "tenure_dynamodb_throttle_exhausted_total";
 
+/// Describes this crate's metrics (`# HELP`) to the installed recorder, as
+/// [`tenure::metrics::describe`] does tenure's; the `tenure` binary calls
+/// both.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        THROTTLED_METRIC,
+        "DynamoDB requests answered with throttling, by table and op"
+    );
+    metrics::describe_counter!(
+        THROTTLE_EXHAUSTED_METRIC,
+        "DynamoDB operations that gave up because throttling outlasted the budget, by table and op"
+    );
+}
+
 /// First back-off: about DynamoDB's own SDKs' base delay for throttling
 /// retries in their fast modes.
 const FIRST_DELAY: Duration = Duration::from_millis(25);

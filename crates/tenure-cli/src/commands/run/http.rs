@@ -65,6 +65,8 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
         .context("cannot install the metrics recorder")?;
     // `# HELP` for every series (`# TYPE` comes with the first sample).
     tenure::metrics::describe();
+    #[cfg(feature = "dynamodb")]
+    tenure_dynamodb::retry::describe_metrics();
     let upkeep = handle.clone();
     tokio::spawn(async move {
         loop {
