@@ -117,7 +117,12 @@ impl NaiveLoop {
 async fn connect(url: &str) -> Result<MultiplexedConnection, RedisStoreError> {
     let options = RedisOptions::from_url(url)?;
     let client = crate::store::client(&options, redis::ProtocolVersion::RESP2)?;
-    open(&client, &options, None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>).await
+    open(
+        &client,
+        &options,
+        None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+    )
+    .await
 }
 
 /// The CPU time the Redis server at `url` has used so far, user and system
@@ -155,7 +160,10 @@ mod tests {
     fn cpu_is_read_from_info_and_nonsense_is_zero() {
         let info = "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.0\r\n";
         assert_eq!(parse_cpu(info), Duration::from_millis(3750));
-        assert_eq!(parse_cpu("used_cpu_sys:-1\r\nused_cpu_user:x"), Duration::ZERO);
+        assert_eq!(
+            parse_cpu("used_cpu_sys:-1\r\nused_cpu_user:x"),
+            Duration::ZERO
+        );
         assert_eq!(parse_cpu("used_cpu_sys:1e400"), Duration::ZERO);
     }
 }

@@ -671,7 +671,10 @@ mod tests {
     fn decimals_are_written_whole() {
         let mut buf = [0u8; 20];
         assert_eq!(decimal(0, &mut buf), b"0");
-        assert_eq!(decimal(1_700_000_000_000_001, &mut buf), b"1700000000000001");
+        assert_eq!(
+            decimal(1_700_000_000_000_001, &mut buf),
+            b"1700000000000001"
+        );
         assert_eq!(decimal(u64::MAX, &mut buf), u64::MAX.to_string().as_bytes());
     }
 }

@@ -369,7 +369,11 @@ mod tests {
         let margin = Some(TARGET * 20);
         let mut a = Admission::new(64, 1 << 20);
         a.late_wake(at(0), TARGET * 5, margin, TARGET);
-        assert_eq!(a.room(at(0)), 64, "a quarter of the margin late: no risk, no change");
+        assert_eq!(
+            a.room(at(0)),
+            64,
+            "a quarter of the margin late: no risk, no change"
+        );
         for ms in 0..50 {
             a.late_wake(at(ms * 10), TARGET * 4, margin, TARGET);
         }
@@ -384,10 +388,22 @@ mod tests {
         let mut a = Admission::new(64, 1 << 20);
         a.late_wake(at(0), TARGET * 6, margin, TARGET);
         assert_eq!(a.room(at(50)), 0, "paused while terms are at risk");
-        assert_eq!(a.paused_until(at(50)), Some(at(600)), "for as long as it was late");
-        assert_eq!(a.room(at(600)), 64, "the pause ends by itself, window intact");
+        assert_eq!(
+            a.paused_until(at(50)),
+            Some(at(600)),
+            "for as long as it was late"
+        );
+        assert_eq!(
+            a.room(at(600)),
+            64,
+            "the pause ends by itself, window intact"
+        );
         a.late_wake(at(600), TARGET * 6, None, TARGET);
-        assert_eq!(a.room(at(600)), 64, "an engine that holds no term is never paused");
+        assert_eq!(
+            a.room(at(600)),
+            64,
+            "an engine that holds no term is never paused"
+        );
     }
 
     #[test]

@@ -250,5 +250,8 @@ async fn a_busy_host_that_wakes_the_engine_late_still_elects_at_the_rate_the_sto
         stats.admission_window
     );
     let lost = terms_lost(&electors, 5).await;
-    assert_eq!(lost, 0, "terms lost on a busy host while the store keeps up");
+    assert_eq!(
+        lost, 0,
+        "terms lost on a busy host while the store keeps up"
+    );
 }

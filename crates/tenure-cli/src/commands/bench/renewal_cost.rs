@@ -82,7 +82,11 @@ fn tree_cpu(pid: u32) -> Duration {
         return total;
     };
     for entry in dir.flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         if parent_of(child) == Some(pid) {
