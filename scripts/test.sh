@@ -21,7 +21,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/tenure-target/$checkout_ke
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export CI="${CI:-true}"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step prints the seconds the run has taken so far: where CI's time goes.
+step() { printf '\n==> [%ss] %s\n' "$SECONDS" "$*"; }
 
 # Sourced, not executed: a lost executable bit must not turn into skipped
 # servers. The stop trap goes in before anything starts, so that a start
@@ -75,3 +76,5 @@ cargo nextest run --workspace --all-features --locked --profile ci
 
 step "doctests"
 cargo test --workspace --all-features --locked --doc
+
+step "done"
