@@ -237,6 +237,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod aws;
 mod batch;
 pub mod cost;
 mod error;
@@ -245,7 +246,6 @@ mod options;
 pub mod retry;
 mod store;
 mod table;
-mod tls;
 
 pub use error::DynamoDbStoreError;
 pub use options::{DynamoDbOptions, DEFAULT_THROTTLE_BUDGET};

@@ -6,10 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::BehaviorVersion;
-use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
@@ -20,13 +16,13 @@ use tenure::{
     StoreError, Version, Versioned,
 };
 
+use crate::aws::{self, AwsAccess};
 use crate::batch::{self, BatchGetError};
 use crate::error::{self, classify, DynamoDbStoreError, Failure, Target};
 use crate::item::{self, KEY};
 use crate::options::{DynamoDbOptions, DEFAULT_THROTTLE_BUDGET};
 use crate::retry::Throttle;
 use crate::table::{self, Found};
-use crate::tls;
 
 /// Most requests of a store handle's batches in flight at once: each is an
 /// HTTP request on a connection of its own, so this bounds the connections
@@ -270,48 +266,17 @@ impl DynamoDbStore {
     }
 }
 
-/// How long to wait for a TCP (and TLS) connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// How long one request may take before it fails as unreachable.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// An SDK client on rustls (ring), with the SDK's retries off.
+/// An SDK client on rustls (ring), with the SDK's retries off (see
+/// retry.rs: throttling is retried by the store).
 async fn build_client(options: &DynamoDbOptions) -> Result<Client, DynamoDbStoreError> {
-    let http = tls::http_client(options.ca.as_ref().map(|(o, p)| (*o, p.as_path())))?;
-    // Retries off: see retry.rs. Throttling is retried by the store; a lost
-    // reply to a conditional write must reach the elector as an error, not
-    // be resent and come back as a spurious conflict.
-    let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(http)
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(
-            // Bounds for callers that use the store directly (a status
-            // command); an elector cancels sooner, at its op deadline.
-            TimeoutConfig::builder()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
-                .build(),
-        );
-    if let Some(r) = &options.region {
-        loader = loader.region(Region::new(r.clone()));
-    }
-    if let Some(e) = &options.endpoint {
-        loader = loader.endpoint_url(e);
-    }
-    if let Some(p) = &options.profile {
-        loader = loader.profile_name(p);
-    }
-    if let Some(k) = &options.credentials {
-        loader = loader.credentials_provider(Credentials::new(
-            k.access_key_id(),
-            k.secret_access_key().expose(),
-            k.session_token().map(|t| t.expose().to_owned()),
-            None,
-            "tenure-dynamodb-static",
-        ));
-    }
-    let config = loader.load().await;
+    let access = AwsAccess {
+        region: options.region.as_deref(),
+        endpoint: options.endpoint.as_deref(),
+        profile: options.profile.as_deref(),
+        credentials: options.credentials.as_ref(),
+        ca: options.ca.as_ref().map(|(o, p)| (*o, p.as_path())),
+    };
+    let config = aws::sdk_config(access, "tenure-dynamodb-static").await?;
     if config.region().is_none() {
         return Err(DynamoDbStoreError::InvalidUrl {
             store: "DynamoDB store",

@@ -198,11 +198,25 @@ impl KinesisOptions {
     /// Uses these static credentials instead of the standard chain (local
     /// servers accept any).
     pub fn static_credentials(
-        mut self,
+        self,
         access_key_id: impl Into<String>,
         secret_access_key: impl Into<String>,
     ) -> Self {
-        self.credentials = Some(AccessKeys::new(access_key_id, secret_access_key, None));
+        self.static_credentials_with_token(access_key_id, secret_access_key, None)
+    }
+
+    /// Static temporary credentials: a key pair with its session token.
+    pub fn static_credentials_with_token(
+        mut self,
+        access_key_id: impl Into<String>,
+        secret_access_key: impl Into<String>,
+        session_token: Option<String>,
+    ) -> Self {
+        self.credentials = Some(AccessKeys::new(
+            access_key_id,
+            secret_access_key,
+            session_token,
+        ));
         self
     }
 

@@ -1,24 +1,13 @@
 //! The stream's shards as a [`ShardSource`]: `ListShards`, paged.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::BehaviorVersion;
-use aws_sdk_kinesis::config::{Credentials, Region};
 use aws_sdk_kinesis::types::Shard;
 use aws_sdk_kinesis::Client;
-use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 use tenure::shards::{ShardSource, SourceError, SourceShard};
+use tenure_dynamodb::aws::{self, AwsAccess};
 
 use crate::error::{classify, KinesisError};
 use crate::options::{KinesisOptions, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
-
-/// How long to wait for a TCP (and TLS) connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// How long one request may take before it fails as unreachable.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A Kinesis stream's shards, listed for a sharded set's catalog.
 ///
@@ -91,40 +80,25 @@ impl KinesisShards {
 
     /// [`connect`](KinesisShards::connect) with options set in code.
     pub async fn connect_with(options: KinesisOptions) -> Result<Self, KinesisError> {
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
-            .build_https();
-        // The SDK's own retries are off: the consumer backs off from
-        // throttling itself (its back-off is the one documented and
-        // tested), and the catalog leader lists again at its next retry.
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .http_client(http)
-            .retry_config(aws_config::retry::RetryConfig::disabled())
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .operation_attempt_timeout(ATTEMPT_TIMEOUT)
-                    .build(),
-            );
-        if let Some(r) = &options.region {
-            loader = loader.region(Region::new(r.clone()));
-        }
-        if let Some(e) = &options.endpoint {
-            loader = loader.endpoint_url(e);
-        }
-        if let Some(p) = &options.profile {
-            loader = loader.profile_name(p);
-        }
-        if let Some(k) = &options.credentials {
-            loader = loader.credentials_provider(Credentials::new(
-                k.access_key_id(),
-                k.secret_access_key().expose(),
-                k.session_token().map(|t| t.expose().to_owned()),
-                None,
-                "tenure-kinesis-static",
-            ));
-        }
-        let config = loader.load().await;
+        // The SDK's own retries are off (see tenure_dynamodb::aws): the
+        // consumer backs off from throttling itself (its back-off is the
+        // one documented and tested), and the catalog leader lists again at
+        // its next retry.
+        let access = AwsAccess {
+            region: options.region.as_deref(),
+            endpoint: options.endpoint.as_deref(),
+            profile: options.profile.as_deref(),
+            credentials: options.credentials.as_ref(),
+            ca: None,
+        };
+        let config = aws::sdk_config(access, "tenure-kinesis-static")
+            .await
+            // Only a CA file can fail here, and none is given.
+            .map_err(|e| KinesisError::Unavailable {
+                stream: options.stream.clone(),
+                place: String::new(),
+                detail: e.to_string(),
+            })?;
         if config.region().is_none() {
             return Err(KinesisError::NoRegion {
                 stream: options.stream,
