@@ -62,11 +62,22 @@ pub enum ConfigError {
         /// The rule that was broken, with the values involved and the fix.
         rule: String,
     },
+    /// A sharded set's shape cannot work: no shards, two of one name, both
+    /// a list and a catalog, a set name that would break the key layout.
+    #[error("invalid sharded set: {rule}")]
+    Shards {
+        /// The rule that was broken, and the fix.
+        rule: String,
+    },
 }
 
 impl ConfigError {
     pub(crate) fn timing(rule: impl Into<String>) -> Self {
         ConfigError::Timing { rule: rule.into() }
+    }
+
+    pub(crate) fn shards(rule: impl Into<String>) -> Self {
+        ConfigError::Shards { rule: rule.into() }
     }
 }
 

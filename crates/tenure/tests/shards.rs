@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{Clock, Config, Faults, MemoryStore, ShardEvent, Shards, TokioClock};
+use tenure::{
+    Clock, Config, ConfigError, ElectorError, Faults, MemoryStore, ShardEvent, Shards, TokioClock,
+};
 use tenure_testkit::holders::{self, held_by, loads, moved, Holders};
 use tenure_testkit::sharded;
 
@@ -224,7 +226,11 @@ async fn run_per_shard_runs_each_held_shard_once_and_events_follow() {
 #[tokio::test(start_paused = true)]
 async fn bad_configuration_is_a_typed_error() {
     let store = MemoryStore::new();
-    let err = |b: tenure::ShardsBuilder| b.start().unwrap_err().to_string();
+    // Each a shape error by kind, not a timing one.
+    let err = |b: tenure::ShardsBuilder| match b.start().unwrap_err() {
+        ElectorError::Config(e @ ConfigError::Shards { .. }) => e.to_string(),
+        other => panic!("not a sharded-set error: {other:?}"),
+    };
     assert!(err(Shards::builder(store.clone(), "x").member_id("a")).contains("no shards"));
     assert!(err(Shards::builder(store.clone(), "a/b")
         .member_id("a")
@@ -234,7 +240,12 @@ async fn bad_configuration_is_a_typed_error() {
         .member_id("a")
         .shard_names(["p", "p"]))
     .contains("same name"));
-    assert!(err(Shards::builder(store, "x").member_id("").shards(1)).contains("empty"));
+    let empty_member = Shards::builder(store, "x").member_id("").shards(1);
+    assert!(empty_member
+        .start()
+        .unwrap_err()
+        .to_string()
+        .contains("empty"));
 }
 
 /// A shard that stops being a member's target and becomes one again while

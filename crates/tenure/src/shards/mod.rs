@@ -311,7 +311,7 @@ impl ShardsBuilder {
         let timing = self.config.validate()?;
         check_name("set name", &self.set, MAX_GROUP_BYTES)?;
         if self.set.contains('/') {
-            return Err(ConfigError::timing(
+            return Err(ConfigError::shards(
                 "a set name may not contain '/': tenure names the set's groups SET/members/ID and SET/shards/SHARD",
             )
             .into());
@@ -323,14 +323,14 @@ impl ShardsBuilder {
         check_name("member id", &member, MAX_CANDIDATE_BYTES)?;
         match &self.catalog {
             Some(_) if !self.shards.is_empty() => {
-                return Err(ConfigError::timing(
+                return Err(ConfigError::shards(
                     "both a shard list and a catalog: give .shards(n), .shard_names(..) or .catalog(..), not two",
                 )
                 .into())
             }
             Some((_, refresh)) => catalog::check_refresh(*refresh)?,
             None if self.shards.is_empty() => {
-                return Err(ConfigError::timing(
+                return Err(ConfigError::shards(
                     "no shards: give a count with .shards(n), names with .shard_names(..), or a source with .catalog(..)",
                 )
                 .into())
@@ -341,7 +341,7 @@ impl ShardsBuilder {
         sorted.sort();
         sorted.dedup();
         if sorted.len() != self.shards.len() {
-            return Err(ConfigError::timing(
+            return Err(ConfigError::shards(
                 "two shards have the same name: shard names must be unique",
             )
             .into());
