@@ -1,16 +1,20 @@
 //! The store-wide change feed: subscribed once, demultiplexed by group,
 //! checked against reads, and resubscribed with a back-off when it fails.
+//! Other readers in the process that follow the whole store (a sharded
+//! set's members) tap this one feed ([`Taps`]) instead of opening their
+//! own: one feed per store per process, however many members and sets.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::clock::{Clock, MonoTime, Now};
 use crate::error::StoreError;
 use crate::machine::{Action, Input, Phase};
 use crate::record::{GroupName, Version, Versioned};
-use crate::store::{Change, StoreFeed};
+use crate::store::{Change, FeedRelay, StoreFeed, RESYNC_RETRY};
 
 use super::shared::Counters;
 use super::task::{Slot, Task};
@@ -46,6 +50,80 @@ pub(super) enum Feed {
     Up(StoreFeed),
     /// The store has no store-wide feed; groups subscribe one by one.
     PerGroup,
+}
+
+/// Room in a tap's feed: as much as a store's own feed offers, so that a
+/// reader gathering deliveries for a while (a sharded set's member, up to
+/// 50 ms) does not fall behind a burst of renewals and owe a resync.
+const TAP_CAPACITY: usize = 8192;
+
+/// Readers of the engine's store-wide feed besides its groups: each gets
+/// every change the engine gets, as a hint (it reads before it acts), in a
+/// [`StoreFeed`] of its own fed through a relay that never waits for it (a
+/// slow reader is owed a [`Change::Resync`], never holds the engine up).
+#[derive(Default)]
+pub(super) struct Taps {
+    /// The taps open, one relay each; a relay whose reader is gone is
+    /// dropped at its next send.
+    open: Vec<FeedRelay>,
+    /// Taps asked for while the engine had no feed yet: answered when its
+    /// subscription is.
+    waiting: Vec<oneshot::Sender<Option<StoreFeed>>>,
+}
+
+impl Taps {
+    /// Whether a tap waits for the engine's subscription (a reason to
+    /// subscribe even without a group).
+    pub(super) fn awaited(&self) -> bool {
+        self.waiting.iter().any(|t| !t.is_closed())
+    }
+
+    /// When a tap that fell behind should be offered its resync again.
+    pub(super) fn resync_due(&self, now: MonoTime) -> Option<MonoTime> {
+        self.open
+            .iter()
+            .any(FeedRelay::owes_resync)
+            .then_some(now + RESYNC_RETRY)
+    }
+
+    /// Opens a tap and hands it to `to`, unless its asker is gone.
+    fn open(&mut self, to: oneshot::Sender<Option<StoreFeed>>) {
+        if to.is_closed() {
+            return;
+        }
+        let (tx, feed) = StoreFeed::channel(TAP_CAPACITY);
+        if to.send(Some(feed)).is_ok() {
+            self.open.push(FeedRelay::new(tx));
+        }
+    }
+
+    /// Copies one change to every tap.
+    fn relay(&mut self, change: &Change) {
+        self.open.retain_mut(|r| r.send(change.clone()));
+    }
+
+    /// Offers the resyncs owed; drops the taps whose readers are gone.
+    pub(super) fn settle(&mut self) {
+        self.open.retain_mut(FeedRelay::settle);
+    }
+
+    /// Ends every tap: the engine's feed ended or went silent, and their
+    /// readers poll until they tap the next one.
+    fn end(&mut self) {
+        self.open.clear();
+    }
+
+    /// Answers every waiting tap: a tap each if the engine's feed is `up`,
+    /// else `None` (no feed to be had now).
+    fn answer(&mut self, up: bool) {
+        for to in std::mem::take(&mut self.waiting) {
+            if up {
+                self.open(to);
+            } else {
+                let _ = to.send(None);
+            }
+        }
+    }
 }
 
 /// Whether a group waits for a lease someone else may hold (what the feed
@@ -208,13 +286,28 @@ impl Task {
         }
     }
 
+    /// A reader outside the engine's groups asks for the store-wide feed
+    /// (see [`Taps`]): a tap at once if the feed is up, `None` if the store
+    /// has none (it polls, as it would have on its own `watch`), else once
+    /// the engine's subscription answers.
+    pub(super) fn tap(&mut self, to: oneshot::Sender<Option<StoreFeed>>) {
+        match self.feed {
+            Feed::Up(_) => self.taps.open(to),
+            Feed::PerGroup => {
+                let _ = to.send(None);
+            }
+            Feed::Off { .. } | Feed::Subscribing => self.taps.waiting.push(to),
+        }
+    }
+
     /// The store-wide feed ended or went silent: every group polls until
-    /// the engine has subscribed again.
+    /// the engine has subscribed again, and so does every tap's reader.
     pub(super) fn feed_lost(&mut self) {
         self.feed = Feed::Off {
             retry_at: self.clock.now().mono + self.retry_interval(),
         };
         self.check.owed = None;
+        self.taps.end();
         let ids: Vec<GroupId> = self.slots.keys().copied().collect();
         for id in ids {
             self.step(id, Input::Feed { live: false });
@@ -225,7 +318,8 @@ impl Task {
         let Feed::Off { retry_at } = self.feed else {
             return;
         };
-        if self.slots.is_empty() || self.clock.now().mono < retry_at {
+        let wanted = !self.slots.is_empty() || self.taps.awaited();
+        if !wanted || self.clock.now().mono < retry_at {
             return;
         }
         self.feed = Feed::Subscribing;
@@ -250,6 +344,7 @@ impl Task {
         match result {
             Ok(Some(feed)) => {
                 self.feed = Feed::Up(feed);
+                self.taps.answer(true);
                 let ids: Vec<GroupId> = self.slots.keys().copied().collect();
                 for id in ids {
                     self.step(id, Input::Feed { live: true });
@@ -257,6 +352,7 @@ impl Task {
             }
             Ok(None) => {
                 self.feed = Feed::PerGroup;
+                self.taps.answer(false);
                 let ids: Vec<GroupId> = self.slots.keys().copied().collect();
                 for id in ids {
                     self.subscribe_group(id);
@@ -264,6 +360,9 @@ impl Task {
             }
             Err(e) => {
                 tracing::debug!(error = %e, "no change feed yet; polling");
+                // A tap waiting is told now, as its reader's own `watch`
+                // failing would have: it polls, and asks again later.
+                self.taps.answer(false);
                 self.feed = Feed::Off {
                     retry_at: self.clock.now().mono + self.retry_interval(),
                 };
@@ -288,6 +387,7 @@ impl Task {
         };
         Counters::add(&self.counters.changes, 1);
         self.check.delivered = self.check.delivered.wrapping_add(1);
+        self.taps.relay(&change);
         match change {
             Change::Written { group, current } => {
                 // One candidate per group is the rule: no copy of the list.

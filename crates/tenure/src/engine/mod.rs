@@ -101,6 +101,9 @@ pub(crate) enum ToEngine {
     Pulse(GroupId),
     TransferTo(GroupId, String),
     SetMetadata(GroupId, crate::record::Metadata),
+    /// A tap of the store-wide feed for a reader outside the groups (see
+    /// `feed::Taps`): the feed, or `None` if there is none to be had now.
+    Tap(tokio::sync::oneshot::Sender<Option<crate::store::StoreFeed>>),
 }
 
 /// A new candidate for the engine to run.
@@ -284,6 +287,12 @@ impl Engine {
     /// What the engine has done so far.
     pub fn stats(&self) -> EngineStats {
         self.shared.counters.snapshot()
+    }
+
+    /// A tap of the engine's store-wide change feed (see
+    /// `EngineShared::tap`).
+    pub(crate) fn tap(&self) -> tokio::sync::oneshot::Receiver<Option<crate::store::StoreFeed>> {
+        self.shared.tap()
     }
 
     pub(crate) fn from_shared(shared: Arc<EngineShared>) -> Engine {

@@ -126,7 +126,7 @@ impl Task {
             wake = Some(wake.map_or(d.at, |w| w.min(d.at)));
         }
         if let Feed::Off { retry_at } = self.feed {
-            if !self.slots.is_empty() {
+            if !self.slots.is_empty() || self.taps.awaited() {
                 wake = Some(wake.map_or(retry_at, |w| w.min(retry_at)));
             }
         }
@@ -135,6 +135,10 @@ impl Task {
         }
         // Operations held back by a pause go out when it ends.
         let now = self.clock.now().mono;
+        // A tap that fell behind is owed a resync nothing else may carry.
+        if let Some(t) = self.taps.resync_due(now) {
+            wake = Some(wake.map_or(t, |w| w.min(t)));
+        }
         if let Some(t) = self
             .admission
             .paused_until(now)

@@ -60,6 +60,17 @@ impl EngineShared {
         let _ = self.tx.send(msg);
     }
 
+    /// Asks for a tap of the engine's store-wide change feed: the one feed
+    /// the engine keeps for its store, shared instead of opening another.
+    /// Answers `None` if the store has no store-wide feed or it cannot be
+    /// had now (ask again later); the tap ends when the engine's feed
+    /// does. What comes on it is a hint, as on any feed.
+    pub(crate) fn tap(&self) -> tokio::sync::oneshot::Receiver<Option<crate::store::StoreFeed>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send(ToEngine::Tap(tx));
+        rx
+    }
+
     pub(crate) fn next_id(&self) -> GroupId {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -21,7 +21,7 @@ use crate::role::LeaderInfo;
 use crate::store::{CasRequest, LeaseStore, StoreFeed};
 
 use super::batch::{BatchReply, Priority, Queued, Queues};
-use super::feed::{feed_pulse, next_change, Feed, FeedCheck};
+use super::feed::{feed_pulse, next_change, Feed, FeedCheck, Taps};
 use super::schedule::{sleep_until, OpDeadline, Timer};
 use super::shared::Counters;
 use super::{EngineOptions, GroupId, Joining, ToEngine};
@@ -186,6 +186,8 @@ pub(super) struct Task {
     pub(super) feed: Feed,
     pub(super) check: FeedCheck,
     pub(super) subscription: JoinSet<Result<Option<StoreFeed>, StoreError>>,
+    /// Readers of the store-wide feed besides the groups.
+    pub(super) taps: Taps,
 }
 
 impl Task {
@@ -242,6 +244,7 @@ impl Task {
                 cursor: 0,
             },
             subscription: JoinSet::new(),
+            taps: Taps::default(),
         }
     }
 
@@ -295,6 +298,7 @@ impl Task {
                     self.on_change(Some(change));
                 }
             }
+            self.taps.settle();
             self.fire_timers();
             self.run_feed_check();
             self.coalesce();
@@ -337,6 +341,7 @@ impl Task {
             ToEngine::Pulse(id) => self.step(id, Input::Tick),
             ToEngine::TransferTo(id, to) => self.step(id, Input::TransferTo { to }),
             ToEngine::SetMetadata(id, metadata) => self.step(id, Input::SetMetadata { metadata }),
+            ToEngine::Tap(to) => self.tap(to),
         }
     }
 

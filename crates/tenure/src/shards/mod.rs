@@ -25,7 +25,10 @@
 //!   showed is read before it is counted live or gone (a forged join would
 //!   give a ghost a share nobody stands for). A shard's holder is taken
 //!   from the delivery, newer versions only: it steers the assignment,
-//!   never the shard's safety. Without a feed (DynamoDB, object stores), it lists
+//!   never the shard's safety. The feed is the one the engine keeps for
+//!   the store handle (the one its electors follow), tapped: however many
+//!   members and sets a process runs on one handle, the store serves it
+//!   one feed. Without a feed (DynamoDB, object stores), it lists
 //!   and reads every poll, in one listing and one batched read. Listing
 //!   and reading run in the background, bounded by the term, so a slow
 //!   listing (a Redis `SCAN` over a database shared with many other keys)

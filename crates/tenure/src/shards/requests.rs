@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::{member_group, shard_group};
 use crate::clock::{Clock, MonoTime, Now};
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Metadata, Versioned};
 use crate::store::{CasOutcome, LeaseStore, StoreFeed};
@@ -36,8 +37,8 @@ pub(crate) enum Reply {
     /// The elector of a shard given up (the `generation`-th time) has
     /// stopped: drained, and released the shard if it held it.
     Stopped { shard: String, generation: u64 },
-    /// A subscription to the store's feed: `None` if the store has none,
-    /// or it could not be had in time.
+    /// A subscription to the store's feed (a tap of the engine's): `None`
+    /// if the store has none, or it could not be had in time.
     Subscribed(Option<StoreFeed>),
 }
 
@@ -45,6 +46,10 @@ pub(crate) enum Reply {
 pub(crate) struct Requests {
     pub(crate) set: String,
     pub(crate) store: Arc<dyn LeaseStore>,
+    /// The engine running the member's electors, whose one store-wide
+    /// feed the member taps (`None`: it runs on none, and subscribes to
+    /// the store itself).
+    pub(crate) engine: Option<Engine>,
     pub(crate) clock: Arc<dyn Clock>,
     /// How long any request may take.
     pub(crate) timeout: Duration,
@@ -150,17 +155,32 @@ impl Requests {
         });
     }
 
-    /// Subscribes to the store's feed.
+    /// Subscribes to the store's feed: a tap of the feed the engine keeps
+    /// for the store, so that a process keeps one feed per store however
+    /// many members and sets it runs (each feed is a connection, a
+    /// listener, and every write of the store delivered once more).
     pub(crate) fn subscribe(&self) {
-        let (store, replies) = (self.store.clone(), self.replies.clone());
+        let replies = self.replies.clone();
         let bounded = self.bounded();
-        tokio::spawn(async move {
-            let feed = bounded
-                .run(store.watch())
-                .await
-                .and_then(|r| r.ok().flatten());
-            let _ = replies.send(Reply::Subscribed(feed));
-        });
+        match &self.engine {
+            Some(engine) => {
+                let tap = engine.tap();
+                tokio::spawn(async move {
+                    let feed = bounded.run(tap).await.and_then(|r| r.ok().flatten());
+                    let _ = replies.send(Reply::Subscribed(feed));
+                });
+            }
+            None => {
+                let store = self.store.clone();
+                tokio::spawn(async move {
+                    let feed = bounded
+                        .run(store.watch())
+                        .await
+                        .and_then(|r| r.ok().flatten());
+                    let _ = replies.send(Reply::Subscribed(feed));
+                });
+            }
+        }
     }
 
     fn bounded(&self) -> Bounded {

@@ -3,7 +3,8 @@
 //! elector standing for each, and leaves gracefully at the end.
 //!
 //! What it knows of the member records it knows from reads and listings
-//! only (see [`Sightings`]); the store's change feed tells it *when* to
+//! only (see [`Sightings`]); the store's change feed (a tap of the one
+//! its engine keeps, see [`Requests::subscribe`]) tells it *when* to
 //! read. A delivery of a member joining or leaving makes it read that
 //! record; of a renewal it only notes when it came (see [`Roster::fed`]).
 //! Shard records it takes from the feed as delivered, newer versions only
@@ -226,6 +227,7 @@ impl Task {
         let requests = Requests {
             set: self.set.clone(),
             store: self.store.clone(),
+            engine: self.membership.engine(),
             clock: self.clock.clone(),
             timeout: self.config.term,
             replies: replies_tx,
