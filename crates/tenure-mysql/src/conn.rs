@@ -31,6 +31,11 @@ use crate::options::{MysqlOptions, MAX_POOL};
 /// statements are read. Both MySQL 8 and MariaDB take it.
 pub(crate) const SQL_MODE: &str = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION";
 
+/// The session's `group_concat_max_len`: MariaDB cuts `JSON_ARRAYAGG` (in
+/// which a batch keeps the rows it locked) at it, and a batch's request
+/// holds at most 4 MiB of SQL.
+const GROUP_CONCAT_MAX_LEN: u64 = 64 << 20;
+
 /// The least `wait_timeout` the store sets, in seconds.
 const MIN_WAIT_TIMEOUT_S: u64 = 60;
 
@@ -178,7 +183,7 @@ pub(crate) async fn open(options: &MysqlOptions) -> Result<Live, StoreError> {
         let setup = format!(
             "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
              SET SESSION sql_mode = '{SQL_MODE}'; SET SESSION time_zone = '+00:00'; \
-             SET SESSION autocommit = 1; {}",
+             SET SESSION autocommit = 1; SET SESSION group_concat_max_len = {GROUP_CONCAT_MAX_LEN}; {}",
             bounds.statements(flavor)
         );
         conn.query_drop(setup)

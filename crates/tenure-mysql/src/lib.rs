@@ -7,9 +7,13 @@
 //! # Supported servers
 //!
 //! MariaDB 10.6 and later (tested in CI: Debian's MariaDB 10.11) and
-//! MySQL 8.0.1 and later: the statements use only what both accept
+//! MySQL 8.0.14 and later: the statements use only what both accept
 //! (`FOR UPDATE SKIP LOCKED`, `LAST_INSERT_ID(expr)`, `UNIX_TIMESTAMP(NOW(6))`,
-//! `GREATEST`, `INSERT IGNORE`, multi-statement requests). Where the two
+//! `GREATEST`, `INSERT IGNORE`, `JSON_ARRAYAGG`, `JSON_TABLE`,
+//! `STRAIGHT_JOIN`, `FORCE INDEX`, user variables, multi-statement
+//! requests). Each session sets `group_concat_max_len` to 64 MiB, above
+//! what a batch keeps in its session variable (MariaDB cuts
+//! `JSON_ARRAYAGG` at it). Where the two
 //! differ the store asks the server which it is (`SELECT VERSION()`) and
 //! sets the statement bound each has (see [Timeouts](#timeouts)); the
 //! isolation level is set with `SET SESSION TRANSACTION ISOLATION LEVEL`,
@@ -98,19 +102,28 @@
 //! [`tenure::Engine`], which batches the operations of every group:
 //!
 //! * a batch of reads is one `SELECT … WHERE group_name IN (…)`;
-//! * a batch of compare-and-swaps is one transaction in two requests: the
-//!   first locks the rows with `SELECT … FOR UPDATE SKIP LOCKED` (and
-//!   reads which rows exist), the second is one multi-statement request
-//!   ending in `COMMIT`: an `INSERT IGNORE` per new row, answered by its
-//!   own affected-row count and version, and one `UPDATE … JOIN (SELECT …
-//!   UNION ALL …)` for every renewal of a row locked at its expected
-//!   version, whose new versions are read back in the same transaction. A
-//!   row another session holds
-//!   (an operator's open transaction) is skipped: that group's write fails
-//!   alone, at once, as [`StoreError::Busy`](tenure::StoreError::Busy), and
-//!   the rest apply. (A row another session is *inserting*, in a
-//!   transaction still open, is the exception: the `INSERT` waits for it up
-//!   to `innodb_lock_wait_timeout`, and the batch then fails as busy as a
+//! * a batch of compare-and-swaps is one transaction in one round trip:
+//!   one multi-statement request ending in `COMMIT`. Its first statement,
+//!   `SELECT JSON_ARRAYAGG(…) INTO @tenure_locked FROM (SELECT … UNION ALL
+//!   …) AS v STRAIGHT_JOIN t FORCE INDEX (PRIMARY) ON name and expected
+//!   version FOR UPDATE SKIP LOCKED`, locks the renewals' rows that are at
+//!   their expected versions and keeps them (names and new records) in a
+//!   session variable; then an `INSERT IGNORE … SELECT … WHERE NOT EXISTS`
+//!   per new row, answered by its own affected-row count and version; one
+//!   `UPDATE JSON_TABLE(@tenure_locked …) STRAIGHT_JOIN t FORCE INDEX
+//!   (PRIMARY)` that writes exactly the rows locked; and the names it
+//!   renewed and their new versions, read back in the same transaction.
+//!   Each group's outcome is its own. The derived table is read first and
+//!   each row found by primary key, so no row outside the batch is
+//!   touched. A row another session holds (an operator's open
+//!   transaction) is skipped: that group's write fails alone, at once, as
+//!   [`StoreError::Busy`](tenure::StoreError::Busy) (if its committed
+//!   version is still the expected one; otherwise it conflicts), and the
+//!   rest apply. A new row's `INSERT` reads whether the row exists
+//!   without a lock, so a row there, held or not, is a conflict with no
+//!   wait. (A row another session is *inserting*, in a transaction still
+//!   open, is the exception: the `INSERT` waits for it up to
+//!   `innodb_lock_wait_timeout`, and the batch then fails as busy as a
 //!   whole. Only a hand-made insert of a group's row causes that.) Every
 //!   value in these requests is a hexadecimal literal or a number the store
 //!   formatted. Two writes of one group in one batch run in successive

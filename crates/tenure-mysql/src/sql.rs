@@ -7,8 +7,6 @@
 //! itself: nothing from a caller or the table is ever spliced into SQL as
 //! text.
 
-use std::fmt::Write as _;
-
 use mysql_async::Value;
 
 /// The server's clock in microseconds since the epoch (the session's time
@@ -41,14 +39,24 @@ pub(crate) fn create_table(table: &str) -> String {
 }
 
 /// A hexadecimal literal for `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+#[cfg(test)]
+fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2 + 3);
+    push_hex(&mut s, bytes);
+    s
+}
+
+/// Appends a hexadecimal literal for `bytes` to `s` (a table lookup per
+/// byte: a batch's request holds every record in hex).
+pub(crate) fn push_hex(s: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    s.reserve(bytes.len() * 2 + 3);
     s.push_str("X'");
-    for b in bytes {
-        let _ = write!(s, "{b:02X}");
+    for &b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xF)]));
     }
     s.push('\'');
-    s
 }
 
 /// `(X'…', X'…', …)` for an `IN` list of group names.
@@ -58,7 +66,7 @@ pub(crate) fn in_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
         if i > 0 {
             s.push_str(", ");
         }
-        s.push_str(&hex(n.as_bytes()));
+        push_hex(&mut s, n.as_bytes());
     }
     s.push(')');
     s

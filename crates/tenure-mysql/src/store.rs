@@ -14,7 +14,7 @@ use tenure::{
 use crate::conn::{self, Live, Op, Pool};
 use crate::error::{code, server_code, MysqlStoreError};
 use crate::options::MysqlOptions;
-use crate::sql::{self, as_bytes, as_u64, hex, in_list, MAX_VERSION};
+use crate::sql::{self, as_bytes, as_u64, in_list, MAX_VERSION};
 use crate::{feed, schema};
 
 /// Most groups in one batch transaction; a larger batch (only a direct
@@ -124,37 +124,23 @@ impl MysqlStore {
         Ok(rows.into_iter().filter_map(split_row).collect())
     }
 
-    /// One round of writes (no group twice): each request's outcome, by
-    /// index into `requests`.
+    /// One round of writes (no group twice), one request: each request's
+    /// outcome, by index into `requests` (`encoded` holds their records).
     async fn write_round(
         &self,
         requests: &[CasRequest],
+        encoded: &[Vec<u8>],
         round: &[usize],
     ) -> Result<Vec<(usize, Result<CasOutcome, StoreError>)>, StoreError> {
-        let table = self.table().to_owned();
         let target = self.target().to_owned();
-        let list = in_list(round.iter().map(|&i| requests[i].group.as_str()));
-        // The rows this transaction can lock now, skipping any another
-        // session holds (they fail alone, as busy, instead of holding up
-        // the batch), and every row that exists.
-        let first = format!(
-            "START TRANSACTION; \
-             SELECT group_name, version FROM {table} WHERE group_name IN {list} FOR UPDATE SKIP LOCKED; \
-             SELECT group_name FROM {table} WHERE group_name IN {list}"
-        );
-        let planned: Vec<(usize, Plan)> = Vec::new();
-        let round = round.to_vec();
-        let reqs: Vec<(GroupName, Option<Version>, Vec<u8>)> = round
-            .iter()
-            .map(|&i| {
-                let r = &requests[i];
-                (r.group.clone(), r.expected, r.record.encode())
-            })
-            .collect();
-        let outcome = self
+        let plan = RoundPlan::new(self.table(), requests, encoded, round);
+        let sql = plan.sql.clone();
+        let creations = plan.creations.len();
+        let renewing = !plan.renewals.is_empty();
+        let answer = self
             .run("compare-and-swap", move |live| {
                 Box::pin(async move {
-                    let answer = transaction(live, &table, &first, &round, &reqs, planned).await;
+                    let answer = round_trip(live, sql, creations, renewing).await;
                     if answer.is_err() {
                         // Whatever ran is undone; a connection that cannot
                         // even roll back is dropped by the pool.
@@ -164,22 +150,22 @@ impl MysqlStore {
                 })
             })
             .await?;
-        Ok(outcome
+        Ok(plan
+            .resolve(requests, answer)
             .into_iter()
-            .map(|(i, plan)| {
+            .map(|(i, outcome)| {
                 let group = &requests[i].group;
-                let result = match plan {
-                    Plan::Applied(v) => Ok(CasOutcome::Applied(Version(v))),
-                    Plan::Conflict => Ok(CasOutcome::Conflict),
-                    Plan::Busy => Err(locked_row(group, &target)),
-                    Plan::NoVersion => Err(StoreError::Unavailable {
+                let result = match outcome {
+                    Outcome::Applied(v) => Ok(CasOutcome::Applied(Version(v))),
+                    Outcome::Conflict => Ok(CasOutcome::Conflict),
+                    Outcome::Busy => Err(locked_row(group, &target)),
+                    Outcome::NoVersion => Err(StoreError::Unavailable {
                         message: format!(
                             "MySQL at {target}: the write of group {group} applied but the server \
                              reported no version; reading it back"
                         ),
                         source: None,
                     }),
-                    Plan::Update | Plan::Insert => Ok(CasOutcome::Conflict),
                 };
                 (i, result)
             })
@@ -187,127 +173,227 @@ impl MysqlStore {
     }
 }
 
-/// What one request of a round comes to.
+/// What one request of a round came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Plan {
-    /// Its row is locked here at the expected version: update it.
-    Update,
-    /// No row: insert one.
-    Insert,
+enum Outcome {
     /// Written; the new version.
     Applied(u64),
     /// The write applied, but the server named no version.
     NoVersion,
     /// Not written: another version, or a row (not) there.
     Conflict,
-    /// The row is locked by another session.
+    /// Not written: the row is locked by another session.
     Busy,
 }
 
-/// One round's transaction on `live`: lock what can be locked, then one
-/// request with a statement per write and the commit. Each request's
-/// plan, resolved.
-async fn transaction(
-    live: &mut Live,
-    table: &str,
-    first: &str,
-    round: &[usize],
-    reqs: &[(GroupName, Option<Version>, Vec<u8>)],
-    mut planned: Vec<(usize, Plan)>,
-) -> Result<Vec<(usize, Plan)>, mysql_async::Error> {
-    let mut r = live.conn.query_iter(first).await?;
-    let _: Vec<Row> = r.collect().await?;
-    let locked: Vec<Row> = r.collect().await?;
-    let present: Vec<Row> = r.collect().await?;
-    drop(r);
-    let locked: HashMap<Vec<u8>, Option<u64>> = locked
-        .into_iter()
-        .filter_map(|row| {
-            let mut v = sql::values(row);
-            let name = as_bytes(v.get_mut(0).and_then(Option::take))?;
-            Some((name, as_u64(v.get(1).and_then(Option::as_ref))))
-        })
-        .collect();
-    let present: HashSet<Vec<u8>> = present
-        .into_iter()
-        .filter_map(|row| as_bytes(sql::values(row).into_iter().next().flatten()))
-        .collect();
-    let mut inserts = Vec::new();
-    // The renewals: rows this transaction holds at their expected version.
-    let mut derived = String::new();
-    let mut updated: Vec<&[u8]> = Vec::new();
-    for (k, (group, expected, record)) in reqs.iter().enumerate() {
-        let name = group.as_str().as_bytes();
-        let plan = match expected {
-            Some(v) if v.0 > MAX_VERSION => Plan::Conflict,
-            Some(v) => match locked.get(name) {
-                Some(Some(found)) if *found == v.0 => Plan::Update,
-                Some(_) => Plan::Conflict,
-                None if present.contains(name) => Plan::Busy,
-                None => Plan::Conflict,
-            },
-            None if locked.contains_key(name) || present.contains(name) => Plan::Conflict,
-            None => Plan::Insert,
-        };
-        match plan {
-            Plan::Update => {
-                let v = expected.map_or(0, |v| v.0);
-                if derived.is_empty() {
-                    derived = format!("SELECT {} AS g, {v} AS e, {} AS r", hex(name), hex(record));
-                } else {
-                    derived.push_str(&format!(" UNION ALL SELECT {}, {v}, {}", hex(name), hex(record)));
-                }
-                updated.push(name);
+/// The user variable that carries, from the locking `SELECT` to the
+/// `UPDATE` of the same request, the rows this transaction holds at their
+/// expected versions (names and new records, hex, as a JSON array).
+const LOCKED: &str = "@tenure_locked";
+
+/// `JSON_TABLE` over [`LOCKED`]: its rows `g` (the name, hex) and `r`
+/// (the new record, hex).
+fn locked_rows() -> String {
+    format!(
+        "JSON_TABLE(COALESCE({LOCKED}, '[]'), '$[*]' COLUMNS (\
+         g VARCHAR(510) CHARACTER SET ascii PATH '$[0]', \
+         r LONGTEXT CHARACTER SET ascii PATH '$[1]'))"
+    )
+}
+
+/// A round's request, and which statement answers which write.
+struct RoundPlan {
+    sql: String,
+    /// Renewals (an expected version): (index into the requests, expected).
+    renewals: Vec<(usize, u64)>,
+    /// Creations (no expected version), in statement order.
+    creations: Vec<usize>,
+    /// Expected versions tenure never writes: conflicts without a statement.
+    impossible: Vec<usize>,
+}
+
+/// What the request's statements answered.
+#[derive(Debug, Default)]
+struct Answer {
+    /// Each creation's `INSERT`: (applied, the version it reported).
+    inserted: Vec<(bool, Option<u64>)>,
+    /// The names whose renewal the `UPDATE` wrote.
+    renewed: HashSet<Vec<u8>>,
+    /// Every renewed group's row as the transaction sees it at the end.
+    versions: HashMap<Vec<u8>, Option<u64>>,
+}
+
+impl RoundPlan {
+    /// The round's one request, a transaction:
+    ///
+    /// 1. `SELECT … INTO @tenure_locked FROM (SELECT … UNION ALL …) AS v
+    ///    STRAIGHT_JOIN t … ON name and expected version FOR UPDATE SKIP
+    ///    LOCKED`: locks the renewals' rows that are at their expected
+    ///    versions and not held by another session, and keeps their names
+    ///    and new records in a session variable (the derived table is read
+    ///    first and the rows found by primary key: no other row is touched,
+    ///    so none held elsewhere is waited for);
+    /// 2. an `INSERT IGNORE … SELECT … WHERE NOT EXISTS` per creation (a
+    ///    row already there, even one held by another session, is not
+    ///    waited for: its committed version is read without a lock), each
+    ///    answered by its own affected-row count and `LAST_INSERT_ID`;
+    /// 3. one `UPDATE` of exactly the rows locked in 1, by primary key;
+    /// 4. the names it renewed, and the renewed groups' versions as the
+    ///    transaction now sees them (a group not renewed whose row is
+    ///    still at the expected version was held by another session:
+    ///    busy; otherwise a conflict);
+    /// 5. `COMMIT`.
+    fn new(table: &str, requests: &[CasRequest], encoded: &[Vec<u8>], round: &[usize]) -> Self {
+        let mut renewals = Vec::new();
+        let mut creations = Vec::new();
+        let mut impossible = Vec::new();
+        for &i in round {
+            match requests[i].expected {
+                Some(v) if v.0 > MAX_VERSION => impossible.push(i),
+                Some(v) => renewals.push((i, v.0)),
+                None => creations.push(i),
             }
-            Plan::Insert => inserts.push(format!(
-                "INSERT IGNORE INTO {table} (group_name, version, record) VALUES ({}, LAST_INSERT_ID({}), {})",
-                hex(name),
-                sql::CLOCK,
-                hex(record)
-            )),
-            _ => {}
         }
-        planned.push((round[k], plan));
+        let size: usize = round
+            .iter()
+            .map(|&i| requests[i].group.as_str().len() * 6 + encoded[i].len() * 2 + 120)
+            .sum();
+        let mut sql = String::with_capacity(size + 1024);
+        sql.push_str("START TRANSACTION;\n");
+        if !renewals.is_empty() {
+            sql.push_str("SELECT JSON_ARRAYAGG(JSON_ARRAY(HEX(t.group_name), HEX(v.r))) INTO ");
+            sql.push_str(LOCKED);
+            sql.push_str(" FROM (");
+            for (n, &(i, expected)) in renewals.iter().enumerate() {
+                sql.push_str(if n == 0 {
+                    "SELECT "
+                } else {
+                    " UNION ALL SELECT "
+                });
+                sql::push_hex(&mut sql, requests[i].group.as_str().as_bytes());
+                sql.push_str(if n == 0 { " AS g, " } else { ", " });
+                sql.push_str(&expected.to_string());
+                sql.push_str(if n == 0 { " AS e, " } else { ", " });
+                sql::push_hex(&mut sql, &encoded[i]);
+                if n == 0 {
+                    sql.push_str(" AS r");
+                }
+            }
+            sql.push_str(") AS v STRAIGHT_JOIN ");
+            sql.push_str(table);
+            sql.push_str(
+                " AS t FORCE INDEX (PRIMARY) ON t.group_name = v.g AND t.version = v.e \
+                 FOR UPDATE SKIP LOCKED;\n",
+            );
+        }
+        for &i in &creations {
+            let name = requests[i].group.as_str().as_bytes();
+            sql.push_str("INSERT IGNORE INTO ");
+            sql.push_str(table);
+            sql.push_str(" (group_name, version, record) SELECT ");
+            sql::push_hex(&mut sql, name);
+            sql.push_str(", LAST_INSERT_ID(");
+            sql.push_str(sql::CLOCK);
+            sql.push_str("), ");
+            sql::push_hex(&mut sql, &encoded[i]);
+            sql.push_str(" FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM ");
+            sql.push_str(table);
+            sql.push_str(" WHERE group_name = ");
+            sql::push_hex(&mut sql, name);
+            sql.push_str(");\n");
+        }
+        if !renewals.is_empty() {
+            let locked = locked_rows();
+            sql.push_str(&format!(
+                "UPDATE {locked} AS l STRAIGHT_JOIN {table} AS t FORCE INDEX (PRIMARY) \
+                 ON t.group_name = UNHEX(l.g) \
+                 SET t.version = GREATEST(t.version + 1, {}), t.record = UNHEX(l.r);\n\
+                 SELECT UNHEX(l.g) FROM {locked} AS l;\n\
+                 SELECT group_name, version FROM {table} WHERE group_name IN ",
+                sql::CLOCK
+            ));
+            sql.push_str(&in_list(
+                renewals.iter().map(|&(i, _)| requests[i].group.as_str()),
+            ));
+            sql.push_str(";\n");
+        }
+        sql.push_str("COMMIT");
+        RoundPlan {
+            sql,
+            renewals,
+            creations,
+            impossible,
+        }
     }
-    // One statement for every renewal: the rows are locked here at the
-    // expected versions, so each matches; the versions they got are read
-    // back in the same transaction.
-    let mut statements = inserts;
-    if !updated.is_empty() {
-        statements.push(format!(
-            "UPDATE {table} AS t JOIN ({derived}) AS v ON t.group_name = v.g AND t.version = v.e \
-             SET t.version = GREATEST(t.version + 1, {}), t.record = v.r",
-            sql::CLOCK
-        ));
-        statements.push(format!(
-            "SELECT group_name, version FROM {table} WHERE group_name IN {}",
-            in_list(
-                updated
-                    .iter()
-                    .map(|n| std::str::from_utf8(n).unwrap_or_default())
-            )
-        ));
+
+    /// Each write's outcome from the request's answer.
+    fn resolve(&self, requests: &[CasRequest], answer: Answer) -> Vec<(usize, Outcome)> {
+        let mut out =
+            Vec::with_capacity(self.renewals.len() + self.creations.len() + self.impossible.len());
+        out.extend(self.impossible.iter().map(|&i| (i, Outcome::Conflict)));
+        for (&i, &(applied, version)) in self.creations.iter().zip(&answer.inserted) {
+            out.push((
+                i,
+                match (applied, version) {
+                    (true, Some(v)) if v > 0 => Outcome::Applied(v),
+                    (true, _) => Outcome::NoVersion,
+                    (false, _) => Outcome::Conflict,
+                },
+            ));
+        }
+        for &(i, expected) in &self.renewals {
+            let name = requests[i].group.as_str().as_bytes();
+            let now = answer.versions.get(name).copied().flatten();
+            let outcome = if answer.renewed.contains(name) {
+                match now {
+                    Some(v) if v > expected => Outcome::Applied(v),
+                    _ => Outcome::NoVersion,
+                }
+            } else if now == Some(expected) {
+                // At the expected version, yet not locked here: another
+                // session held it.
+                Outcome::Busy
+            } else {
+                Outcome::Conflict
+            };
+            out.push((i, outcome));
+        }
+        out
     }
-    statements.push("COMMIT".to_owned());
-    let mut r = live.conn.query_iter(statements.join(";\n")).await?;
-    for (_, plan) in planned
-        .iter_mut()
-        .filter(|(_, p)| matches!(p, Plan::Insert))
-    {
+}
+
+/// Sends a round's request on `live` and reads its answer: `creations`
+/// `INSERT`s, and if `renewing`, the renewals' statements.
+async fn round_trip(
+    live: &mut Live,
+    sql: String,
+    creations: usize,
+    renewing: bool,
+) -> Result<Answer, mysql_async::Error> {
+    let mut answer = Answer::default();
+    let mut r = live.conn.query_iter(sql).await?;
+    // START TRANSACTION.
+    let _: Vec<Row> = r.collect().await?;
+    if renewing {
+        // The locking SELECT … INTO.
+        let _: Vec<Row> = r.collect().await?;
+    }
+    for _ in 0..creations {
         let applied = r.affected_rows() == 1;
         let id = r.last_insert_id();
         let _: Vec<Row> = r.collect().await?;
-        *plan = match (applied, id) {
-            (true, Some(v)) if v > 0 => Plan::Applied(v),
-            (true, _) => Plan::NoVersion,
-            (false, _) => Plan::Conflict,
-        };
+        answer.inserted.push((applied, id));
     }
-    if !updated.is_empty() {
-        // The UPDATE, then the versions.
+    if renewing {
+        // The UPDATE, the names it renewed, the versions.
         let _: Vec<Row> = r.collect().await?;
+        let renewed: Vec<Row> = r.collect().await?;
+        answer.renewed = renewed
+            .into_iter()
+            .filter_map(|row| as_bytes(sql::values(row).into_iter().next().flatten()))
+            .collect();
         let rows: Vec<Row> = r.collect().await?;
-        let now: HashMap<Vec<u8>, Option<u64>> = rows
+        answer.versions = rows
             .into_iter()
             .filter_map(|row| {
                 let mut v = sql::values(row);
@@ -315,22 +401,11 @@ async fn transaction(
                 Some((name, as_u64(v.get(1).and_then(Option::as_ref))))
             })
             .collect();
-        for (k, (i, plan)) in planned.iter_mut().enumerate() {
-            if *plan != Plan::Update {
-                continue;
-            }
-            debug_assert_eq!(round[k], *i);
-            let (group, expected, _) = &reqs[k];
-            *plan = match now.get(group.as_str().as_bytes()) {
-                Some(Some(v)) if expected.is_some_and(|e| *v > e.0) => Plan::Applied(*v),
-                _ => Plan::Conflict,
-            };
-        }
     }
-    // The commit.
+    // COMMIT.
     let _: Vec<Row> = r.collect().await?;
     drop(r);
-    Ok(planned)
+    Ok(answer)
 }
 
 /// The error of a write whose row another session held locked.
@@ -515,29 +590,33 @@ impl LeaseStore for MysqlStore {
         }
     }
 
-    /// One transaction of two requests for a batch in which no group
-    /// repeats: the rows are locked with `FOR UPDATE SKIP LOCKED` (a row
-    /// another session holds fails alone, at once, as
-    /// [`StoreError::Busy`]), then one multi-statement request ending in
-    /// `COMMIT`: an `INSERT IGNORE` per new row, answered by its own
-    /// affected-row count, and one `UPDATE` for every row locked at its
-    /// expected version, whose new versions are read back in the same
-    /// transaction. The n-th write of a group goes in the n-th of
-    /// successive transactions, and a batch of more than 1000 groups is cut
-    /// into transactions of 1000. If a transaction fails, its requests and
-    /// every later one fail with its error; earlier ones' outcomes stand.
+    /// One transaction in one round trip for a batch in which no group
+    /// repeats: a multi-statement request ending in `COMMIT` (see
+    /// `RoundPlan::new`). A `SELECT … FOR UPDATE SKIP LOCKED` locks the
+    /// renewals' rows that are at their expected versions, skipping any
+    /// another session holds (that group's write fails alone, at once, as
+    /// [`StoreError::Busy`]) and keeping the rows it locked in a session
+    /// variable; an `INSERT IGNORE … WHERE NOT EXISTS` per new row is
+    /// answered by its own affected-row count and version; one `UPDATE`
+    /// writes exactly the locked rows, by primary key, and their new
+    /// versions are read back in the same transaction. The n-th write of a
+    /// group goes in the n-th of successive transactions, and a batch of
+    /// more than 1000 groups is cut into transactions of 1000. If a
+    /// transaction fails, its requests and every later one fail with its
+    /// error; earlier ones' outcomes stand.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         let mut out: Vec<Option<Result<CasOutcome, StoreError>>> =
             (0..requests.len()).map(|_| None).collect();
         let mut failed: Option<StoreError> = None;
-        for round in rounds(requests) {
+        let encoded: Vec<Vec<u8>> = requests.iter().map(|r| r.record.encode()).collect();
+        for round in rounds(requests, &encoded) {
             if let Some(e) = &failed {
                 for i in round {
                     out[i] = Some(Err(e.copy_for_batch()));
                 }
                 continue;
             }
-            match self.write_round(requests, &round).await {
+            match self.write_round(requests, &encoded, &round).await {
                 Ok(results) => {
                     for (i, r) in results {
                         out[i] = Some(r);
@@ -572,7 +651,7 @@ impl LeaseStore for MysqlStore {
 /// indexes into the requests, no group twice in one, at most [`MAX_ROWS`]
 /// and about [`MAX_REQUEST_BYTES`] of SQL each, in name order (one lock
 /// order for every process).
-pub(crate) fn rounds(requests: &[CasRequest]) -> Vec<Vec<usize>> {
+pub(crate) fn rounds(requests: &[CasRequest], encoded: &[Vec<u8>]) -> Vec<Vec<usize>> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     let mut rounds: Vec<Vec<usize>> = Vec::new();
     for (i, r) in requests.iter().enumerate() {
@@ -589,9 +668,9 @@ pub(crate) fn rounds(requests: &[CasRequest]) -> Vec<Vec<usize>> {
         let mut current = Vec::new();
         let mut bytes = 0;
         for i in round {
-            // Hex doubles the record; the statement around it is small.
-            let size =
-                requests[i].record.encode().len() * 2 + requests[i].group.as_str().len() * 4 + 200;
+            // Hex doubles the record (and the server's copy of it in the
+            // request's session variable); the statements around it are small.
+            let size = encoded[i].len() * 2 + requests[i].group.as_str().len() * 6 + 200;
             if !current.is_empty()
                 && (current.len() >= MAX_ROWS || bytes + size > MAX_REQUEST_BYTES)
             {
@@ -633,13 +712,20 @@ mod tests {
             .into_iter()
             .map(req)
             .collect();
-        assert_eq!(rounds(&rs), vec![vec![1, 0, 3], vec![5, 2], vec![4]]);
-        assert!(rounds(&[]).is_empty());
+        let enc = |rs: &[CasRequest]| rs.iter().map(|r| r.record.encode()).collect::<Vec<_>>();
+        assert_eq!(
+            rounds(&rs, &enc(&rs)),
+            vec![vec![1, 0, 3], vec![5, 2], vec![4]]
+        );
+        assert!(rounds(&[], &[]).is_empty());
         let many: Vec<CasRequest> = (0..=MAX_ROWS * 2)
             .map(|i| req(&format!("g{i:05}")))
             .collect();
         assert_eq!(
-            rounds(&many).iter().map(Vec::len).collect::<Vec<_>>(),
+            rounds(&many, &enc(&many))
+                .iter()
+                .map(Vec::len)
+                .collect::<Vec<_>>(),
             vec![MAX_ROWS, MAX_ROWS, 1]
         );
     }

@@ -325,6 +325,77 @@ async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
     );
 }
 
+/// On a table of three rows (where the optimizer would rather scan the
+/// table than look rows up one by one), a batch with one row locked by
+/// another session answers every write at once, each its own: the locked
+/// row's renewal busy, its creation a conflict, a stale version a
+/// conflict, the free rows' renewals applied. A scan in the batch's
+/// `UPDATE` would wait for the locked row (and time the batch out).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_on_a_tiny_table_never_waits_for_a_locked_row() {
+    let Some(url) = url() else { return };
+    let table = format!("tenure_tiny_{:x}", testkit::unique_suffix());
+    let store = MysqlStore::connect(&with(&url, &format!("table={table}&timeout=10s")))
+        .await
+        .unwrap();
+    let groups: Vec<GroupName> = (0..3)
+        .map(|i| testkit::unique_group(&format!("my-tiny-{i}")))
+        .collect();
+    let mut versions = Vec::new();
+    for g in &groups {
+        versions.push(testkit::applied(&store, g, None, &testkit::held_by("a", 1)).await);
+    }
+    let operator = RowLock::hold(&url, &table, &groups[1]).await;
+    let renew = |i: usize, expected| CasRequest {
+        group: groups[i].clone(),
+        expected: Some(expected),
+        record: testkit::held_by("a", 1),
+    };
+    let requests = vec![
+        renew(0, versions[0]),
+        renew(1, versions[1]),
+        CasRequest {
+            group: groups[1].clone(),
+            expected: None,
+            record: testkit::held_by("b", 1),
+        },
+        renew(2, Version(versions[2].0 - 1)),
+    ];
+    let started = Instant::now();
+    let results = store.compare_and_swap_many(&requests).await;
+    let took = started.elapsed();
+    operator.release().await;
+    let results = results.expect("the batch succeeds");
+    assert!(
+        matches!(&results[0], Ok(CasOutcome::Applied(v)) if *v > versions[0]),
+        "{results:?}"
+    );
+    assert!(
+        matches!(&results[1], Err(e) if e.not_applied() && e.to_string().contains(groups[1].as_str())),
+        "{results:?}"
+    );
+    assert!(
+        matches!(&results[2], Ok(CasOutcome::Conflict)),
+        "{results:?}"
+    );
+    assert!(
+        matches!(&results[3], Ok(CasOutcome::Conflict)),
+        "{results:?}"
+    );
+    assert!(
+        took < Duration::from_secs(4),
+        "the batch waited {took:?} for the locked row (the lock wait is 5 s)"
+    );
+    // Nothing but the free row's renewal was written.
+    let read = store.read_many(&groups).await.unwrap();
+    let now: Vec<Version> = read
+        .into_iter()
+        .map(|r| r.unwrap().expect("there").version)
+        .collect();
+    assert!(now[0] > versions[0]);
+    assert_eq!(&now[1..], &versions[1..]);
+}
+
 /// 2,000 groups led by one engine; an operator's open transaction locks one
 /// group's row for three terms (32 s at a 10.7 s term): only that group
 /// may lose its term.

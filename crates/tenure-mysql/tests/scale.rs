@@ -1,6 +1,17 @@
 //! 10,000 groups in one process on the real server, at a 10 s term: one
 //! store handle (one engine, a pool of 4 connections) elects them all and
-//! keeps every term through two more terms of renewals.
+//! keeps every term through two more terms of renewals (about six
+//! renewals of every group, 3,000 a second).
+//!
+//! The bar is PostgreSQL's for its many-groups test, applied at 10,000:
+//! every group elected (here within six terms, room for a loaded 2-core
+//! CI machine; on a quiet one it takes about 2 s), and every leader still
+//! leading at the end, its first term never lost. It was ignored for
+//! losing terms under load: a batch then cost two round trips and a
+//! request full of per-byte formatted hex, and the client's CPU (not the
+//! server's) ran out, so the engine held renewals back that the store
+//! could no longer answer in time (see the crate's `store.rs`,
+//! `compare_and_swap_many`).
 
 use std::time::{Duration, Instant};
 
@@ -8,8 +19,6 @@ use tenure_mysql::MysqlStore;
 use tenure_testkit::{self as testkit, many_groups, scenarios};
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "flaky on a loaded 2-core machine: lost 28, 3152 and 64 of 10,000 terms in 3 of 7 runs \
-            with no store error in any batch (cause not found yet); run with --run-ignored all"]
 async fn ten_thousand_groups_at_a_ten_second_term_all_lead_and_keep_their_terms() {
     let Some(url) = testkit::server_url("TENURE_TEST_MYSQL") else {
         return;
@@ -19,13 +28,19 @@ async fn ten_thousand_groups_at_a_ten_second_term_all_lead_and_keep_their_terms(
     let prefix = testkit::unique_group("my-scale");
     let started = Instant::now();
     let electors = many_groups::electors_for_groups(&store, prefix.as_str(), 10_000, "a", term);
+    let engine = electors[0]
+        .engine()
+        .expect("a lease elector runs in an engine");
     let mut terms = Vec::with_capacity(electors.len());
     for (i, e) in electors.iter().enumerate() {
         terms.push(scenarios::leads_within(e, term * 6, &format!("group {i} elected")).await);
     }
     let elected = started.elapsed();
+    assert_eq!(engine.stats().groups, 10_000, "one engine runs them all");
     // Two more terms: every group renews about six times.
+    let before = engine.stats();
     tokio::time::sleep(term * 2).await;
+    let held = engine.stats().since(&before);
     let lost: Vec<usize> = terms
         .iter()
         .enumerate()
@@ -34,13 +49,13 @@ async fn ten_thousand_groups_at_a_ten_second_term_all_lead_and_keep_their_terms(
         .collect();
     eprintln!(
         "MySQL, 10,000 groups at a 10 s term in one process: all elected in {elected:?}; \
-         {} terms lost over the next {:?}",
+         {} terms lost over the next {:?}; meanwhile {held:?}",
         lost.len(),
         term * 2
     );
     assert!(
         lost.is_empty(),
-        "{} groups lost their terms: {:?}",
+        "{} groups lost their terms: {:?} ({held:?})",
         lost.len(),
         &lost[..lost.len().min(20)]
     );
