@@ -369,3 +369,75 @@ async fn a_silent_feed_is_found_and_a_crash_is_still_taken_over_in_time() {
     let took = p.clock.now().mono.saturating_since(crashed);
     eprintln!("silent feed: all taken over {took:?} after the crash (bound {bound:?})");
 }
+
+/// An engine whose groups all lead drops the store-wide feed (its own
+/// renewals would only come back on it to be dropped, and the store would
+/// publish to a listener for nothing), and subscribes again as soon as one
+/// of its groups stands: that candidate then learns of the leader's
+/// renewals from the feed and takes the lease within a round trip of its
+/// release, not at a poll.
+#[tokio::test(start_paused = true)]
+async fn an_engine_that_only_leads_drops_the_feed_until_a_group_follows() {
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new();
+    let faults = Faults::new();
+    let a_engine = engine_on(faults.wrap(store.clone(), "a"), &clock);
+    let b_engine = engine_on(faults.wrap(store, "b"), &clock);
+    let a = candidates(&a_engine, 20, "a");
+    for e in &a {
+        e.wait_for_leadership().await.unwrap();
+    }
+    let other = b_engine
+        .elector("other")
+        .candidate_id("b")
+        .config(Config::new(TERM))
+        .start()
+        .unwrap();
+    other.wait_for_leadership().await.unwrap();
+    // Two feed checks (a retry interval apart) find no group following.
+    tokio::time::sleep(TERM).await;
+    let before = a_engine.stats();
+    tokio::time::sleep(TERM * 2).await;
+    let after = a_engine.stats();
+    assert_eq!(leaders(&a), 20, "leading without a feed");
+    assert!(
+        after.writes - before.writes >= 20 * 5,
+        "{} renewals in two terms",
+        after.writes - before.writes
+    );
+    assert_eq!(
+        after.changes, before.changes,
+        "deliveries to an engine that only leads (its own renewals and b's)"
+    );
+    // Process a stands in b's group: its engine subscribes again.
+    let challenger = a_engine
+        .elector("other")
+        .candidate_id("a")
+        .config(Config::new(TERM))
+        .start()
+        .unwrap();
+    tokio::time::sleep(TERM).await;
+    assert!(
+        matches!(challenger.role(), Role::Follower { .. }),
+        "{:?}",
+        challenger.role()
+    );
+    let following = a_engine.stats();
+    tokio::time::sleep(TERM).await;
+    assert!(
+        a_engine.stats().changes >= following.changes + 3,
+        "b's renewals reach the follower again"
+    );
+    let released = clock.now().mono;
+    other.shutdown().await;
+    challenger.wait_for_leadership().await.unwrap();
+    let took = clock.now().mono.saturating_since(released);
+    assert!(
+        took < challenger.timing().retry_interval / 4,
+        "took over {took:?} after the release: a poll, not the feed"
+    );
+    assert_eq!(leaders(&a), 20);
+    for e in a.iter().chain([&challenger]) {
+        e.shutdown().await;
+    }
+}

@@ -3,6 +3,8 @@
 //! Other readers in the process that follow the whole store (a sharded
 //! set's members) tap this one feed ([`Taps`]) instead of opening their
 //! own: one feed per store per process, however many members and sets.
+//! An engine none of whose groups follows (every one leads) and that no
+//! reader taps drops the feed until one does (`Task::park_feed_if_unused`).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -39,6 +41,9 @@ pub(super) struct FeedCheck {
     pub(super) delivered_when_owed: u64,
     /// Which following group to read next (round robin).
     pub(super) cursor: usize,
+    /// Whether the last check found no group following (two in a row
+    /// park the feed).
+    pub(super) idle: bool,
 }
 
 pub(super) enum Feed {
@@ -50,6 +55,9 @@ pub(super) enum Feed {
     Up(StoreFeed),
     /// The store has no store-wide feed; groups subscribe one by one.
     PerGroup,
+    /// Dropped because no group follows (see [`Task::park_feed_if_unused`]):
+    /// subscribed again as soon as one does, or a reader taps it.
+    Parked,
 }
 
 /// Room in a tap's feed: as much as a store's own feed offers, so that a
@@ -242,6 +250,11 @@ impl Task {
             .filter(|(_, s)| following(s))
             .map(|(id, _)| *id)
             .collect();
+        if followers.is_empty() {
+            self.park_feed_if_unused();
+            return;
+        }
+        self.check.idle = false;
         let Some(&id) = followers.get(self.check.cursor % followers.len().max(1)) else {
             return;
         };
@@ -297,6 +310,51 @@ impl Task {
                 let _ = to.send(None);
             }
             Feed::Off { .. } | Feed::Subscribing => self.taps.waiting.push(to),
+            Feed::Parked => {
+                self.feed = Feed::Off {
+                    retry_at: self.clock.now().mono,
+                };
+                self.taps.waiting.push(to);
+            }
+        }
+    }
+
+    /// Drops the store-wide feed once no group has followed at two feed
+    /// checks in a row (a retry interval apart) and no reader taps it:
+    /// every group leads (or is ending its term), and a leader needs no
+    /// feed. Its own renewals came back on it only to be dropped, and
+    /// what else it could bring a leader (a transfer request, a foreign
+    /// write) is a hint the leader's next renewal finds anyway, by the
+    /// conflict and the read that follows it: the bounds count on that
+    /// renewal, not on the feed (`tenure-sim`'s priority hop, `notice`).
+    /// On a store that publishes every write (Redis), nobody listening
+    /// is what makes the publish cheap. The feed is subscribed again as
+    /// soon as a group follows (`Task::step`) or a reader taps it; until
+    /// it is up, its candidates poll, as after a lost feed.
+    pub(super) fn park_feed_if_unused(&mut self) {
+        if !self.taps.open.is_empty() || !self.taps.waiting.is_empty() {
+            self.check.idle = false;
+            return;
+        }
+        if !std::mem::replace(&mut self.check.idle, true) {
+            return;
+        }
+        tracing::debug!("no group follows: the change feed is dropped until one does");
+        self.feed = Feed::Parked;
+        self.check.owed = None;
+        self.check.idle = false;
+        let ids: Vec<GroupId> = self.slots.keys().copied().collect();
+        for id in ids {
+            self.step(id, Input::Feed { live: false });
+        }
+    }
+
+    /// A group of a parked feed's engine follows again (it stands, its term
+    /// over, or it joined): the feed is subscribed at once.
+    pub(super) fn unpark_feed(&mut self, now: MonoTime) {
+        if matches!(self.feed, Feed::Parked) {
+            tracing::debug!("a group follows: subscribing to the change feed again");
+            self.feed = Feed::Off { retry_at: now };
         }
     }
 

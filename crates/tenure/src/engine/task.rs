@@ -21,7 +21,7 @@ use crate::role::LeaderInfo;
 use crate::store::{CasRequest, LeaseStore, StoreFeed};
 
 use super::batch::{BatchReply, Priority, Queued, Queues};
-use super::feed::{feed_pulse, next_change, Feed, FeedCheck, Taps};
+use super::feed::{feed_pulse, following, next_change, Feed, FeedCheck, Taps};
 use super::schedule::{sleep_until, OpDeadline, Timer};
 use super::shared::Counters;
 use super::{EngineOptions, GroupId, Joining, ToEngine};
@@ -242,6 +242,7 @@ impl Task {
                 delivered: 0,
                 delivered_when_owed: 0,
                 cursor: 0,
+                idle: false,
             },
             subscription: JoinSet::new(),
             taps: Taps::default(),
@@ -440,6 +441,9 @@ impl Task {
         if stopped {
             self.leave(id);
         } else {
+            if matches!(self.feed, Feed::Parked) && self.slots.get(&id).is_some_and(following) {
+                self.unpark_feed(now.mono);
+            }
             self.reschedule(id, now);
         }
     }
