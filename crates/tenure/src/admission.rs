@@ -49,7 +49,10 @@
 //!   renewals of the terms it holds.
 //! * The store's cost of one operation is learned from every batch of at
 //!   least [`MIN_WINDOW`] operations: what its latency exceeds the round
-//!   trip by, over its size (smoothed). No batch of any kind is made larger
+//!   trip by, over its size (smoothed); a smaller batch is too noisy to
+//!   raise that cost, but one that came back sooner lowers it, so that a
+//!   cost learned while the store was slow is unlearned even by an engine
+//!   whose batches are now all small. No batch of any kind is made larger
 //!   than the target allows at that cost: a batch the store cannot answer
 //!   within its timeout is work it does for nobody.
 
@@ -243,15 +246,26 @@ impl Admission {
             self.base = Some(self.base.map_or(latency, |b| b.min(latency)));
         }
         let base = self.base_rtt();
-        if !failed && ops >= MIN_WINDOW {
+        if !failed && ops > 0 {
             let excess = latency.saturating_sub(base);
             let cost = excess / u32::try_from(ops).unwrap_or(u32::MAX);
             // Smoothed by an eighth of each sample, as TCP smooths its
             // round-trip time.
-            self.per_op = Some(
-                self.per_op
-                    .map_or(cost, |c| c.saturating_mul(7).saturating_add(cost) / 8),
-            );
+            let smoothed = |c: Duration| c.saturating_mul(7).saturating_add(cost) / 8;
+            self.per_op = match self.per_op {
+                // A batch this small says little about a queue (its
+                // latency is mostly the round trip's noise), so it never
+                // raises the cost; but it bounds it, and only such
+                // batches may come back: a cost learned while the store
+                // was slow, over the few renewals an engine holds, makes
+                // every renewal batch look too late to send, and without
+                // this the cost was never learned again (tenure-sim
+                // --shards --catalog seed 89: a member whose store had
+                // been slow for 4 s shed every renewal for good).
+                Some(c) if ops < MIN_WINDOW => Some(if cost < c { smoothed(c) } else { c }),
+                None if ops < MIN_WINDOW => None,
+                known => Some(known.map_or(cost, smoothed)),
+            };
         }
         let congested = failed || latency > self.limit(target);
         if renewals {
@@ -439,6 +453,34 @@ mod tests {
             4096,
             "no cost beyond the round trip"
         );
+    }
+
+    /// A cost learned while the store was slow (120 ms an operation) must
+    /// come down once small batches come back fast: an engine holding six
+    /// terms with 500 ms of operation timeout otherwise judged every
+    /// renewal batch too late to send (732 ms expected), shed it, and
+    /// never sent a batch of [`MIN_WINDOW`] again to learn from (seen to
+    /// fail before: the cost stayed 120 ms).
+    #[test]
+    fn a_cost_learned_while_slow_comes_down_on_small_fast_batches() {
+        let ms = Duration::from_millis;
+        let mut a = Admission::new(64, 1 << 20);
+        a.observe(at(0), ms(13), false, 1, TARGET, false);
+        a.observe(at(1), ms(13 + 8 * 120), false, 8, TARGET, false);
+        assert!(a.expected(6, 0) > ms(500), "{:?}", a.expected(6, 0));
+        for i in 0..20 {
+            a.observe(at(2 + i), ms(14), false, 2, TARGET, false);
+        }
+        assert!(
+            a.expected(6, 0) < ms(100),
+            "still expecting {:?} for 6 operations",
+            a.expected(6, 0)
+        );
+        // A small batch that is slow (its round trip's noise) never raises
+        // the cost.
+        let before = a.expected(6, 0);
+        a.observe(at(30), ms(400), false, 1, TARGET, false);
+        assert_eq!(a.expected(6, 0), before);
     }
 
     #[test]
