@@ -143,9 +143,10 @@
 //! feed record, as a hint it confirms by its own read. A follower costs no
 //! query per group: the poll is one statement whatever the number of
 //! groups. A version is read at the start of its statement and becomes
-//! visible at its commit, so each poll also looks back 2 s for rows
-//! committed late (names and versions only); a row committed later still
-//! is found by the engine's own polls. A graceful hand-over between
+//! visible at its commit, so about once a second a poll also looks back
+//! 3 s for rows committed late (names and versions only; the records of
+//! those it had not seen are read in one more statement); a row committed
+//! later still is found by the engine's own polls. A graceful hand-over between
 //! processes thus takes up to one `poll` more than on a store that
 //! notifies (see `docs/benchmarks.md`). An [`Observer`](tenure::Observer)'s
 //! feed polls its one group's version the same way.

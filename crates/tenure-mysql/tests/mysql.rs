@@ -715,6 +715,48 @@ async fn foreign_rows_on_the_feed_are_hints() {
         .await;
 }
 
+/// A write committed late (its version, stamped at its statement's start,
+/// below what the feed has already seen) still reaches the store-wide feed
+/// with its record, through the feed's look-back (about once a second).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_row_committed_late_reaches_the_feed_through_the_look_back() {
+    let Some(url) = url() else { return };
+    let name = format!("tenure_late_{:x}", testkit::unique_suffix());
+    let store_url = with(&url, &format!("table={name}&poll=50ms"));
+    let writer = MysqlStore::connect(&store_url).await.unwrap();
+    let mut feed = writer.watch().await.unwrap().expect("a store-wide feed");
+    // The feed's cursor moves past the server's clock now.
+    testkit::write_carried_whole(&writer, &mut feed, &testkit::unique_group("my-early")).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late = testkit::unique_group("my-late");
+    let record = testkit::held_by("a", 7);
+    let mut db = raw(&url).await;
+    db.exec_drop(
+        format!(
+            "INSERT INTO {name} (group_name, version, record) \
+             VALUES (?, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED) - 1500000, ?)"
+        ),
+        (late.as_str().as_bytes(), record.encode()),
+    )
+    .await
+    .unwrap();
+    let found = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match feed.next().await {
+                Some(tenure::Change::Written { group, current }) if group == late => {
+                    return current;
+                }
+                Some(_) => {}
+                None => panic!("the feed ended"),
+            }
+        }
+    })
+    .await
+    .expect("the row committed 1.5 s late was never reported");
+    assert_eq!(found.record, record);
+    let _ = db.query_drop(format!("DROP TABLE {name}")).await;
+}
+
 /// A thousand groups on clones of one handle are elected by one engine,
 /// and a second handle follows every renewal through the polled feed's
 /// records, reading nothing.
