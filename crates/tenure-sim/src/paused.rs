@@ -339,7 +339,9 @@ impl<E, H> Stage<E, H> {
         let notify = shared.notify.draw(rng);
         self.slots.push(Slot {
             name,
-            clock: Arc::new(SimClock::new(self.origin, model, i, self.findings.clone())),
+            clock: Arc::new(
+                SimClock::new(self.origin, model, i, self.findings.clone()).seeded(self.seed),
+            ),
             notify,
             life: 0,
             current: None,

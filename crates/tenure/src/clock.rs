@@ -124,6 +124,14 @@ pub trait Clock: Send + Sync + 'static {
     }
     /// Completes once [`now`](Clock::now)`.mono >= deadline`.
     fn sleep_until(&self, deadline: MonoTime) -> Sleep;
+    /// A random number, for what tenure draws at random besides time: the
+    /// jitter of retries and polls, a candidate's incarnation. The default
+    /// draws from the operating system's generator; a simulated clock
+    /// returns numbers from its own seed, so that a simulation run again
+    /// with the same seed takes the same decisions.
+    fn random_u64(&self) -> u64 {
+        rand::random()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
@@ -135,6 +143,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
     fn sleep_until(&self, deadline: MonoTime) -> Sleep {
         (**self).sleep_until(deadline)
+    }
+    fn random_u64(&self) -> u64 {
+        (**self).random_u64()
     }
 }
 

@@ -164,6 +164,7 @@ impl Session {
             }
         };
         tokio::select! {
+            biased;
             _ = drained => {}
             _ = clock.sleep_until(work_deadline) => {}
         }

@@ -206,7 +206,7 @@ impl ElectorBuilder {
 
         let holder = Holder {
             id: candidate,
-            incarnation: rand::random(),
+            incarnation: self.clock.random_u64(),
         };
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
         let is_system = crate::clock::is_system_clock(&self.clock);
@@ -275,7 +275,7 @@ impl ElectorBuilder {
                 engine.send(ToEngine::Join(Box::new(Joining {
                     id,
                     session,
-                    seed: rand::random(),
+                    seed: self.clock.random_u64(),
                     preempt_after,
                 })));
                 let link = Link(Route::Engine {
@@ -315,6 +315,7 @@ impl ElectorBuilder {
             };
             runtime.spawn(async move {
                 tokio::select! {
+                    biased;
                     () = token.cancelled() => {
                         if let Some(shared) = weak.upgrade() {
                             Elector { shared }.shutdown().await;
@@ -626,6 +627,7 @@ impl Elector {
                     // next term: a caller that retries at once must not be
                     // handed the term it just gave up.
                     tokio::select! {
+                        biased;
                         _ = term.cancelled() => {}
                         _ = term.expired() => {}
                     }

@@ -171,6 +171,7 @@ impl Watched {
     async fn read(&self) -> Result<Option<crate::record::Versioned>, StoreError> {
         let deadline = self.clock.now().mono + self.read_timeout;
         tokio::select! {
+            biased;
             r = self.store.read(&self.group) => r,
             _ = self.clock.sleep_until(deadline) => Err(StoreError::Timeout(self.read_timeout)),
         }
@@ -180,6 +181,7 @@ impl Watched {
     async fn subscribe(&self) -> Option<ChangeFeed> {
         let deadline = self.clock.now().mono + self.read_timeout;
         tokio::select! {
+            biased;
             r = self.store.changes(&self.group) => r.unwrap_or(None),
             _ = self.clock.sleep_until(deadline) => None,
         }
@@ -198,6 +200,7 @@ async fn observe(w: Watched, tx: watch::Sender<Option<LeaderInfo>>) {
         tokio::pin!(read);
         let result = loop {
             tokio::select! {
+                biased;
                 r = &mut read => break r,
                 _ = sleep_until(&w.clock, lapse) => {
                     tx.send_if_modified(|old| replace_if_changed(old, None));
@@ -243,6 +246,7 @@ async fn observe(w: Watched, tx: watch::Sender<Option<LeaderInfo>>) {
             wake = wake.min(t);
         }
         tokio::select! {
+            biased;
             hint = async {
                 match feed.as_mut() {
                     Some(f) => f.changed().await,

@@ -190,6 +190,7 @@ impl Elector {
     async fn sleep_in_term(&self, term: &Term, wait: Duration) -> bool {
         let until = self.shared.clock.now().mono + wait;
         tokio::select! {
+            biased;
             _ = term.cancelled() => false,
             _ = self.shared.clock.sleep_until(until) => true,
         }

@@ -159,6 +159,7 @@ impl Publisher {
         let drained = self.drained.clone();
         tokio::spawn(async move {
             tokio::select! {
+                biased;
                 _ = term.drained() => drained.drained(term.token()),
                 _ = clock.sleep_until(work_deadline) => {}
             }

@@ -444,6 +444,7 @@ pub(crate) async fn bounded<T, E: From<StoreError>>(
 ) -> Result<T, E> {
     let deadline = clock.now().mono + limit;
     tokio::select! {
+        biased;
         r = op => r,
         () = clock.sleep_until(deadline) => Err(StoreError::Timeout(limit).into()),
     }

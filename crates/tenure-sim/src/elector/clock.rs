@@ -11,6 +11,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
+
 use tenure::clock::Sleep;
 use tenure::{Clock, MonoTime, Now};
 use tokio::time::Instant;
@@ -50,6 +53,10 @@ pub(crate) struct SimClock {
     node: usize,
     spin: Mutex<Spinning>,
     findings: Arc<Mutex<Findings>>,
+    /// What the library draws at random on this node (retry jitter,
+    /// incarnations, listing jitter): from the run's seed, so that a seed
+    /// replays the same decisions (see [`Clock::random_u64`]).
+    rng: Mutex<StdRng>,
 }
 
 impl SimClock {
@@ -69,7 +76,15 @@ impl SimClock {
                 episode: Spin::new(0),
             }),
             findings,
+            rng: Mutex::new(StdRng::seed_from_u64(node_seed(0, node))),
         }
+    }
+
+    /// The same clock drawing its random numbers from `seed`, the run's
+    /// (each node its own stream).
+    pub(crate) fn seeded(mut self, seed: u64) -> Self {
+        self.rng = Mutex::new(StdRng::seed_from_u64(node_seed(seed, self.node)));
+        self
     }
 
     /// The real (simulated) instant now.
@@ -123,9 +138,22 @@ impl SimClock {
     }
 }
 
+/// Node `node`'s stream of random numbers in the run of `seed`.
+fn node_seed(seed: u64, node: usize) -> u64 {
+    let node = u64::try_from(node).unwrap_or(u64::MAX);
+    seed ^ node.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 impl Clock for SimClock {
     fn now(&self) -> Now {
         self.clock.now(self.real_now())
+    }
+
+    fn random_u64(&self) -> u64 {
+        self.rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_u64()
     }
 
     fn sleep_until(&self, deadline: MonoTime) -> Sleep {

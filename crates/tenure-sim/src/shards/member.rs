@@ -151,6 +151,7 @@ impl WorkCtx {
             // its deadline does.
             tokio::spawn(async move {
                 tokio::select! {
+                    biased;
                     _ = term.ended() => {}
                     _ = term.expired() => {}
                 }

@@ -114,6 +114,10 @@ impl Clock for PausedClock {
         self.inner.mono()
     }
 
+    fn random_u64(&self) -> u64 {
+        self.inner.random_u64()
+    }
+
     fn sleep_until(&self, deadline: MonoTime) -> Sleep {
         let sleep = self.inner.sleep_until(deadline);
         let pause = self.pause.clone();

@@ -445,6 +445,7 @@ impl Task {
         let work = call(self.store.clone(), out.items);
         let task = self.batches.spawn(async move {
             let result = tokio::select! {
+                biased;
                 r = work => r,
                 _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
             };

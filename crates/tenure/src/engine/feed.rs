@@ -269,6 +269,7 @@ impl Task {
         self.check.reading.spawn(async move {
             let deadline = clock.now().mono + timeout;
             let result = tokio::select! {
+                biased;
                 r = store.read(&group) => r,
                 _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
             };
@@ -392,6 +393,7 @@ impl Task {
         self.subscription.spawn(async move {
             let deadline = clock.now().mono + timeout;
             tokio::select! {
+                biased;
                 r = store.watch() => r,
                 _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
             }
@@ -517,6 +519,7 @@ impl Task {
             loop {
                 let deadline = clock.now().mono + timeout;
                 let subscribed = tokio::select! {
+                    biased;
                     r = store.changes(&group) => r,
                     _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(timeout)),
                 };

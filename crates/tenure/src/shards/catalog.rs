@@ -880,6 +880,7 @@ impl Leader {
                 });
                 tokio::pin!(run);
                 tokio::select! {
+                    biased;
                     r = &mut run => r,
                     () = stop.cancelled() => {
                         let ((), r) = tokio::join!(elector.shutdown(), &mut run);
@@ -901,6 +902,7 @@ impl Leader {
             elector.shutdown().await;
             let backoff = this.backoff();
             tokio::select! {
+                biased;
                 () = stop.cancelled() => return,
                 () = this.clock.sleep_until(this.clock.now().mono + backoff) => {}
             }
@@ -963,6 +965,7 @@ impl Leader {
                 }
             };
             tokio::select! {
+                biased;
                 () = term.cancelled() => return Ok(()),
                 () = self.clock.sleep_until(self.clock.now().mono + wait) => {}
             }
@@ -1261,6 +1264,7 @@ pub(crate) async fn follow(
             Err(e) => unreadable.failed(&e.to_string(), clock.now().mono),
         }
         tokio::select! {
+            biased;
             () = tx.closed() => return,
             () = stop.cancelled() => return,
             () = read_now.notified() => {}
@@ -1312,6 +1316,7 @@ pub(crate) async fn mark_finished(
         shard: shard.to_owned(),
     };
     tokio::select! {
+        biased;
         r = mark(store, set, shard, term, (clock, op_timeout)) => r,
         // The deadline as renewals move it, not as it was at the call.
         () = term.expired() => Err(not_held()),

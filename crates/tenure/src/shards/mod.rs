@@ -792,6 +792,7 @@ impl Shards {
                 });
             }
             tokio::select! {
+                biased;
                 changed = electors.changed() => {
                     if changed.is_err() {
                         // The member stopped: the runners end as their

@@ -202,6 +202,7 @@ impl Bounded {
     async fn run<T>(&self, request: impl std::future::Future<Output = T>) -> Option<T> {
         let deadline = self.clock.now().mono + self.timeout;
         tokio::select! {
+            biased;
             r = request => Some(r),
             _ = self.clock.sleep_until(deadline) => None,
         }

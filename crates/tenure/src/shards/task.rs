@@ -33,7 +33,6 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
@@ -305,7 +304,32 @@ impl Task {
             let wake = self.next_wake(&s, now);
             let clock = self.clock.clone();
             tokio::select! {
+                // In this order, the same in every run (a simulation
+                // replays its seed), and a busy feed never starves the
+                // replies: a turn does whatever is due at its start, so
+                // the sleep's own branch may wait.
+                biased;
                 _ = self.commands.recv() => break,
+                Some(reply) = replies.recv() => {
+                    self.answer(&mut s, reply);
+                    // Every reply waiting, not one per turn: a turn that
+                    // takes in the feed gathers for a while, and a busy
+                    // feed wins most turns (a member giving up hundreds of
+                    // shards has one reply for each).
+                    while let Ok(reply) = replies.try_recv() {
+                        self.answer(&mut s, reply);
+                    }
+                }
+                changed = membership.changed(), if s.membership_open => {
+                    if changed.is_err() {
+                        // The membership elector stopped for good (its
+                        // token cannot rise, or the store went back): this
+                        // member stands for nothing from now on.
+                        tracing::error!(set = %self.set, member = %self.member, "the membership lease's elector stopped; standing for no shard");
+                        s.membership_open = false;
+                    }
+                    s.dirty = true;
+                }
                 read = catalog_changed(&mut self.catalog) => {
                     if read {
                         self.follow_catalog(&mut s, &mut known);
@@ -333,26 +357,6 @@ impl Task {
                         s.next_subscribe = now + self.poll;
                     }
                 },
-                Some(reply) = replies.recv() => {
-                    self.answer(&mut s, reply);
-                    // Every reply waiting, not one per turn: a turn that
-                    // takes in the feed gathers for a while, and a busy
-                    // feed wins most turns (a member giving up hundreds of
-                    // shards has one reply for each).
-                    while let Ok(reply) = replies.try_recv() {
-                        self.answer(&mut s, reply);
-                    }
-                }
-                changed = membership.changed(), if s.membership_open => {
-                    if changed.is_err() {
-                        // The membership elector stopped for good (its
-                        // token cannot rise, or the store went back): this
-                        // member stands for nothing from now on.
-                        tracing::error!(set = %self.set, member = %self.member, "the membership lease's elector stopped; standing for no shard");
-                        s.membership_open = false;
-                    }
-                    s.dirty = true;
-                }
                 _ = sleep_until(&clock, wake) => {}
             }
         }
@@ -619,7 +623,7 @@ impl Task {
                 // a member, again and again (a membership lost and won back
                 // on an overloaded store), must not put off the net forever.
                 if full {
-                    s.next_list = now + jittered(every);
+                    s.next_list = now + jittered(every, &*self.clock);
                 }
                 match members {
                     Ok(listing) => {
@@ -634,7 +638,7 @@ impl Task {
                             s.reported = Some(kind);
                         }
                         // Try again at the poll, not at the slow net.
-                        s.next_list = s.next_list.min(now + jittered(self.poll));
+                        s.next_list = s.next_list.min(now + jittered(self.poll, &*self.clock));
                     }
                 }
             }
@@ -907,11 +911,11 @@ fn holder(shards: &Sightings, shard: &str) -> Option<String> {
 }
 
 /// `every` plus up to a quarter of it, so that members started together do
-/// not refresh together.
-fn jittered(every: Duration) -> Duration {
+/// not refresh together (drawn from the clock, which a simulation seeds).
+fn jittered(every: Duration, clock: &dyn Clock) -> Duration {
     let jitter = every / 4;
     let nanos = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
-    every + Duration::from_nanos(rand::thread_rng().gen_range(0..=nanos))
+    every + Duration::from_nanos(clock.random_u64() % nanos.saturating_add(1))
 }
 
 async fn sleep_until(clock: &Arc<dyn Clock>, wake: Option<MonoTime>) {

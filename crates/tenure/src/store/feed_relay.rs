@@ -130,6 +130,7 @@ impl FeedRelay {
         let tx = self.tx.clone();
         loop {
             tokio::select! {
+                biased;
                 item = &mut source => return Some(item),
                 () = tx.closed() => return None,
                 () = tokio::time::sleep(RESYNC_RETRY), if self.owes_resync => {
@@ -248,6 +249,7 @@ where
     loop {
         let this = HintAttempt::default();
         let outcome = tokio::select! {
+            biased;
             _ = tx.closed() => return Ok(()),
             r = attempt(this.clone()) => r,
         };
@@ -263,6 +265,7 @@ where
             }
         }
         tokio::select! {
+            biased;
             _ = tx.closed() => return Ok(()),
             _ = tokio::time::sleep(feed_backoff(failures)) => {}
         }
