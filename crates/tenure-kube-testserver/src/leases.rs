@@ -7,6 +7,8 @@
 //! staging/src/k8s.io/apiserver/pkg/storage/api_object_versioner.go); a
 //! list's `resourceVersion` is the response header's revision.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{
@@ -24,11 +26,28 @@ use crate::status::{
 /// Where the objects live in etcd.
 #[derive(Clone)]
 pub struct Storage {
-    /// The etcd client.
+    /// The etcd client of reads and writes.
     pub client: Client,
+    /// The etcd client of watches: a connection of its own, so that a
+    /// watch whose reader is slow (its events wait in the connection's
+    /// flow-control window) never holds up the replies to writes.
+    pub watch_client: Client,
     /// This server's own key prefix (`/tenure-kube-test/`), as
     /// kube-apiserver's `--etcd-prefix` (`/registry`).
     pub prefix: String,
+    /// The last state of each Lease this server saw (its own writes and
+    /// reads): what kube-apiserver's watch cache hands to an update as
+    /// the object to start from (see [`Storage::update`]).
+    pub(crate) cache: Arc<Mutex<HashMap<String, Cached>>>,
+    /// Namespaces known to exist (see [`Storage::namespace_exists`]).
+    pub(crate) namespaces: Arc<Mutex<HashSet<String>>>,
+}
+
+/// A Lease as last seen: its `mod_revision` and its stored bytes.
+#[derive(Clone)]
+pub(crate) struct Cached {
+    revision: i64,
+    bytes: Vec<u8>,
 }
 
 fn etcd_err(e: &etcd_client::Error) -> ApiError {
@@ -493,6 +512,49 @@ pub struct ListQuery {
 }
 
 impl Storage {
+    /// Storage over `client` (reads and writes) and `watch_client`
+    /// (watches), under `prefix`.
+    pub fn new(client: Client, watch_client: Client, prefix: String) -> Storage {
+        Storage {
+            client,
+            watch_client,
+            prefix,
+            cache: Arc::default(),
+            namespaces: Arc::default(),
+        }
+    }
+
+    fn cached(&self, key: &str) -> Option<Cached> {
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// Remembers what `key` holds at `revision` (`None`: nothing), unless
+    /// a later state is already known.
+    fn remember(&self, key: &str, state: Option<(i64, &[u8])>, revision: i64) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.get(key).is_some_and(|c| c.revision > revision) {
+            return;
+        }
+        match state {
+            Some((rev, bytes)) => {
+                cache.insert(
+                    key.to_owned(),
+                    Cached {
+                        revision: rev,
+                        bytes: bytes.to_vec(),
+                    },
+                );
+            }
+            None => {
+                cache.remove(key);
+            }
+        }
+    }
+
     fn lease_key(&self, namespace: &str, name: &str) -> String {
         format!("{}leases/{namespace}/{name}", self.prefix)
     }
@@ -508,8 +570,19 @@ impl Storage {
         format!("{}namespaces/{namespace}", self.prefix)
     }
 
-    /// Whether the namespace exists.
+    /// Whether the namespace exists. plugin/pkg/admission/namespace/lifecycle/admission.go
+    /// asks its informer's cache first and reads the namespace live only
+    /// when the cache does not have it; this server never deletes a
+    /// namespace, so one seen once exists.
     pub async fn namespace_exists(&self, namespace: &str) -> Result<bool, ApiError> {
+        if self
+            .namespaces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(namespace)
+        {
+            return Ok(true);
+        }
         let resp = self
             .client
             .kv_client()
@@ -519,7 +592,14 @@ impl Storage {
             )
             .await
             .map_err(|e| etcd_err(&e))?;
-        Ok(resp.count() > 0)
+        let exists = resp.count() > 0;
+        if exists {
+            self.namespaces
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(namespace.to_owned());
+        }
+        Ok(exists)
     }
 
     /// Creates a namespace (POST /api/v1/namespaces): 201, or 409.
@@ -609,7 +689,16 @@ impl Storage {
             .get(key, None)
             .await
             .map_err(|e| etcd_err(&e))?;
-        Ok(resp.kvs().first().cloned())
+        let kv = resp.kvs().first().cloned();
+        let at = resp
+            .header()
+            .map_or(0, etcd_client::ResponseHeader::revision);
+        self.remember(
+            key,
+            kv.as_ref().map(|kv| (kv.mod_revision(), kv.value())),
+            kv.as_ref().map_or(at, KeyValue::mod_revision),
+        );
+        Ok(kv)
     }
 
     /// GET one Lease: 200 or 404 (store.go `Get`, etcd3/store.go `Get`).
@@ -669,9 +758,10 @@ impl Storage {
             return Err(namespace_not_found(namespace));
         }
         let key = self.lease_key(namespace, &name);
+        let stored = for_storage(obj);
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, for_storage(obj.clone()), None)]);
+            .and_then([TxnOp::put(key.clone(), stored.clone(), None)]);
         let resp = self
             .client
             .kv_client()
@@ -687,7 +777,8 @@ impl Storage {
         let rev = resp
             .header()
             .map_or(0, etcd_client::ResponseHeader::revision);
-        Ok((201, answered(&for_storage(obj), rev)))
+        self.remember(&key, Some((rev, &stored)), rev);
+        Ok((201, answered(&stored, rev)))
     }
 
     /// rest.FillObjectMetaSystemFields (registry/rest/meta.go): a new uid
@@ -705,8 +796,17 @@ impl Storage {
     }
 
     /// PUT: registry/generic/registry/store.go `Update` over etcd3/store.go
-    /// `GuaranteedUpdate` (a transaction on `mod_revision`, retried with
-    /// fresh state when it loses a race).
+    /// `GuaranteedUpdate`, as kube-apiserver runs it behind its watch
+    /// cache: staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go
+    /// `GuaranteedUpdate` hands etcd3/store.go the object the cache holds
+    /// as the state to start from, so an update whose resourceVersion is
+    /// the cached object's costs one etcd transaction on `mod_revision`
+    /// (`If(mod_revision == rev) Then(Put) Else(Get)`). A failed
+    /// transaction's `Get` is the fresh state to try again with; an
+    /// answer of Conflict (or a failed uid precondition) drawn from a
+    /// state that may be stale is drawn again from a fresh read first
+    /// (etcd3/store.go: `origStateIsCurrent`, `getCurrentState`). With
+    /// nothing cached, the first state is read from etcd.
     pub async fn update(
         &self,
         namespace: &str,
@@ -736,105 +836,147 @@ impl Storage {
         let uid_precondition = meta_str(&obj, "uid").to_owned();
         let new_rv = parse_rv(meta_str(&obj, "resourceVersion"))?;
         let key = self.lease_key(namespace, name);
+        // The state to start from, and whether it was read from etcd just
+        // now (`origStateIsCurrent`).
+        let (mut state, mut current) = match self.cached(&key) {
+            Some(c) => (Some(c), false),
+            None => (
+                self.get_kv(&key).await?.map(|kv| Cached {
+                    revision: kv.mod_revision(),
+                    bytes: kv.value().to_vec(),
+                }),
+                true,
+            ),
+        };
         loop {
-            let existing = self.get_kv(&key).await?;
-            let existing_uid = existing
+            let old: Option<Value> = state
                 .as_ref()
-                .and_then(|kv| serde_json::from_slice::<Value>(kv.value()).ok())
-                .map(|o| meta_str(&o, "uid").to_owned())
+                .map(|c| serde_json::from_slice(&c.bytes).unwrap_or_else(|_| json!({})));
+            let existing_uid = old
+                .as_ref()
+                .map(|o| meta_str(o, "uid").to_owned())
                 .unwrap_or_default();
-            if !uid_precondition.is_empty() && uid_precondition != existing_uid {
-                return Err(conflict(
+            let refused = if !uid_precondition.is_empty() && uid_precondition != existing_uid {
+                Some(conflict(
                     name,
                     &format!(
                         "Precondition failed: UID in precondition: {uid_precondition}, UID in object meta: {existing_uid}"
                     ),
-                ));
-            }
-            let Some(kv) = existing else {
-                // pkg/registry/coordination/lease/strategy.go
-                // AllowCreateOnUpdate is true: a PUT of a missing Lease
-                // creates it (store.go Update, existingResourceVersion == 0),
-                // whatever resourceVersion the body carries, answered 201.
-                let mut created = obj.clone();
-                self.fill_for_create(namespace, &mut created);
-                let errs = validate(&created);
-                if !errs.is_empty() {
-                    return Err(invalid("Lease.coordination.k8s.io", name, &errs));
+                ))
+            } else if let Some(c) = state.as_ref() {
+                // strategy.go AllowUnconditionalUpdate is false: an update
+                // without a resourceVersion is 422 (store.go Update, "must
+                // be specified for an update", with the resource as the
+                // kind).
+                if new_rv == 0 {
+                    return Err(invalid(
+                        "leases.coordination.k8s.io",
+                        name,
+                        &[field(
+                            "metadata.resourceVersion",
+                            "FieldValueInvalid",
+                            "Invalid value: 0x0: must be specified for an update".into(),
+                        )],
+                    ));
                 }
-                if !self.namespace_exists(namespace).await? {
-                    return Err(namespace_not_found(namespace));
-                }
-                let txn = Txn::new()
-                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(key.clone(), for_storage(created.clone()), None)]);
-                let resp = self
-                    .client
-                    .kv_client()
-                    .txn(txn)
-                    .await
-                    .map_err(|e| etcd_err(&e))?;
-                if resp.succeeded() {
-                    let rev = resp
-                        .header()
-                        .map_or(0, etcd_client::ResponseHeader::revision);
-                    return Ok((201, answered(&for_storage(created), rev)));
-                }
-                continue;
+                // store.go Update: a stale resourceVersion is 409 Conflict.
+                (new_rv != c.revision).then(|| conflict(name, OPTIMISTIC_LOCK))
+            } else {
+                None
             };
-            // strategy.go AllowUnconditionalUpdate is false: an update
-            // without a resourceVersion is 422 (store.go Update, "must be
-            // specified for an update", with the resource as the kind).
-            if new_rv == 0 {
-                return Err(invalid(
-                    "leases.coordination.k8s.io",
-                    name,
-                    &[field(
-                        "metadata.resourceVersion",
-                        "FieldValueInvalid",
-                        "Invalid value: 0x0: must be specified for an update".into(),
-                    )],
-                ));
-            }
-            // store.go Update: a stale resourceVersion is 409 Conflict.
-            if new_rv != kv.mod_revision() {
-                return Err(conflict(name, OPTIMISTIC_LOCK));
-            }
-            // registry/rest/update.go BeforeUpdate: system fields kept from
-            // the stored object (uid, creationTimestamp, namespace).
-            let old: Value = serde_json::from_slice(kv.value()).unwrap_or_else(|_| json!({}));
-            {
-                let meta = meta_mut(&mut obj);
-                meta.insert("namespace".into(), json!(namespace));
-                for keep in ["uid", "creationTimestamp"] {
-                    match old.pointer(&format!("/metadata/{keep}")) {
-                        Some(v) => meta.insert(keep.into(), v.clone()),
-                        None => meta.remove(keep),
-                    };
+            if let Some(e) = refused {
+                if current {
+                    return Err(e);
                 }
-                meta.remove("managedFields");
+                state = self.get_kv(&key).await?.map(|kv| Cached {
+                    revision: kv.mod_revision(),
+                    bytes: kv.value().to_vec(),
+                });
+                current = true;
+                continue;
             }
-            let errs = validate(&obj);
-            if !errs.is_empty() {
-                return Err(invalid("Lease.coordination.k8s.io", name, &errs));
-            }
+            let (code, stored, compare) = match (&state, old) {
+                (None, _) | (_, None) => {
+                    // pkg/registry/coordination/lease/strategy.go
+                    // AllowCreateOnUpdate is true: a PUT of a missing
+                    // Lease creates it (store.go Update,
+                    // existingResourceVersion == 0), whatever
+                    // resourceVersion the body carries, answered 201.
+                    let mut created = obj.clone();
+                    self.fill_for_create(namespace, &mut created);
+                    let errs = validate(&created);
+                    if !errs.is_empty() {
+                        return Err(invalid("Lease.coordination.k8s.io", name, &errs));
+                    }
+                    if !self.namespace_exists(namespace).await? {
+                        return Err(namespace_not_found(namespace));
+                    }
+                    (
+                        201,
+                        for_storage(created),
+                        Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                    )
+                }
+                (Some(c), Some(old)) => {
+                    // registry/rest/update.go BeforeUpdate: system fields
+                    // kept from the stored object (uid, creationTimestamp,
+                    // namespace).
+                    let meta = meta_mut(&mut obj);
+                    meta.insert("namespace".into(), json!(namespace));
+                    for keep in ["uid", "creationTimestamp"] {
+                        match old.pointer(&format!("/metadata/{keep}")) {
+                            Some(v) => meta.insert(keep.into(), v.clone()),
+                            None => meta.remove(keep),
+                        };
+                    }
+                    meta.remove("managedFields");
+                    let errs = validate(&obj);
+                    if !errs.is_empty() {
+                        return Err(invalid("Lease.coordination.k8s.io", name, &errs));
+                    }
+                    (
+                        200,
+                        for_storage(obj.clone()),
+                        Compare::mod_revision(key.clone(), CompareOp::Equal, c.revision),
+                    )
+                }
+            };
             let txn = Txn::new()
-                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, new_rv)])
-                .and_then([TxnOp::put(key.clone(), for_storage(obj.clone()), None)]);
+                .when([compare])
+                .and_then([TxnOp::put(key.clone(), stored.clone(), None)])
+                .or_else([TxnOp::get(key.clone(), None)]);
             let resp = self
                 .client
                 .kv_client()
                 .txn(txn)
                 .await
                 .map_err(|e| etcd_err(&e))?;
+            let at = resp
+                .header()
+                .map_or(0, etcd_client::ResponseHeader::revision);
             if resp.succeeded() {
-                let rev = resp
-                    .header()
-                    .map_or(0, etcd_client::ResponseHeader::revision);
-                return Ok((200, answered(&for_storage(obj), rev)));
+                self.remember(&key, Some((at, &stored)), at);
+                return Ok((code, answered(&stored, at)));
             }
-            // Lost a race: GuaranteedUpdate reads again (and then answers
-            // the stale resourceVersion with a Conflict).
+            // Lost a race (or started from a stale state): the Else's
+            // read is the current state, and GuaranteedUpdate tries again
+            // with it (then answering a stale resourceVersion with a
+            // Conflict).
+            let fresh = resp.op_responses().into_iter().find_map(|op| match op {
+                etcd_client::TxnOpResponse::Get(g) => Some(g.kvs().first().cloned()),
+                _ => None,
+            });
+            let fresh = fresh.flatten();
+            self.remember(
+                &key,
+                fresh.as_ref().map(|kv| (kv.mod_revision(), kv.value())),
+                fresh.as_ref().map_or(at, KeyValue::mod_revision),
+            );
+            state = fresh.map(|kv| Cached {
+                revision: kv.mod_revision(),
+                bytes: kv.value().to_vec(),
+            });
+            current = true;
         }
     }
 
@@ -902,6 +1044,10 @@ impl Storage {
                 .await
                 .map_err(|e| etcd_err(&e))?;
             if resp.succeeded() {
+                let at = resp
+                    .header()
+                    .map_or(0, etcd_client::ResponseHeader::revision);
+                self.remember(&key, None, at);
                 // store.go Delete without ReturnDeletedObject: a Status of
                 // Success naming what was deleted.
                 return Ok((
@@ -1034,7 +1180,7 @@ impl Storage {
             rv + 1
         };
         let mut stream = self
-            .client
+            .watch_client
             .watch_client()
             .watch(
                 prefix.clone(),

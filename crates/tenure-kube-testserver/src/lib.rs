@@ -59,6 +59,10 @@ use leases::{ListQuery, Storage, MAX_BODY};
 use select::{query, FieldSelector, LabelSelector};
 use status::{bad_request, forbidden, method_not_supported, not_found, unauthorized, ApiError};
 
+/// Streams one HTTP/2 connection may have open at once: kube-apiserver's
+/// default.
+const HTTP2_MAX_STREAMS: u32 = 250;
+
 /// How to start the server.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -102,6 +106,7 @@ struct State {
     storage: Storage,
     tokens: Vec<(String, Rights)>,
     addr: SocketAddr,
+    log_all: bool,
 }
 
 /// A running server.
@@ -202,16 +207,20 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_owned();
-    let client = etcd_client::Client::connect(
-        [endpoint],
-        Some(etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(5))),
-    )
-    .await
-    .map_err(|e| fail("connect to etcd", e))?;
-    let storage = Storage {
-        client,
-        prefix: config.prefix.clone(),
+    let connect = || {
+        etcd_client::Client::connect(
+            [endpoint.clone()],
+            Some(etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(5))),
+        )
     };
+    // Boxed: two connections' futures would make this one large.
+    let client = Box::pin(connect())
+        .await
+        .map_err(|e| fail("connect to etcd", e))?;
+    let watch_client = Box::pin(connect())
+        .await
+        .map_err(|e| fail("connect to etcd", e))?;
+    let storage = Storage::new(client, watch_client, config.prefix.clone());
     for ns in ["default", "tenure-test", "tenure-limited"] {
         storage
             .ensure_namespace(ns)
@@ -282,6 +291,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         storage,
         tokens,
         addr,
+        log_all: std::env::var_os("TENURE_KUBE_TESTSERVER_LOG").is_some_and(|v| v == "all"),
     });
     tokio::spawn(async move {
         loop {
@@ -299,7 +309,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                     let state = state.clone();
                     async move { Ok::<_, Infallible>(handle(&state, req).await) }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // staging/src/k8s.io/apiserver/pkg/server/secure_serving.go:
+                // 250 concurrent streams per HTTP/2 connection unless
+                // --http2-max-streams-per-connection says otherwise (hyper's
+                // own default is 200).
+                builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS);
+                let _ = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });
@@ -332,9 +349,19 @@ fn error(e: &ApiError) -> Response<Body> {
 async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let began = std::time::Instant::now();
     let resp = route(state, req).await;
-    // One line per request; never the Authorization header.
-    eprintln!("{method} {path} {}", resp.status().as_u16());
+    // One line per request that did not succeed, and per success with
+    // TENURE_KUBE_TESTSERVER_LOG=all (kube-apiserver logs each request
+    // only at -v=3): at thousands of requests a second a line each is a
+    // log of gigabytes. Never the Authorization header.
+    if !resp.status().is_success() || state.log_all {
+        eprintln!(
+            "{method} {path} {} {} µs",
+            resp.status().as_u16(),
+            began.elapsed().as_micros()
+        );
+    }
     resp
 }
 
