@@ -4,7 +4,7 @@
 //! renewals of every group, 3,000 a second).
 //!
 //! The bar is PostgreSQL's for its many-groups test, applied at 10,000:
-//! every group elected (here within six terms, room for a loaded 2-core
+//! every group elected (here within nine terms, room for a loaded 2-core
 //! CI machine; on a quiet one it takes about 2 s), and every leader still
 //! leading at the end, its first term never lost. It was ignored for
 //! losing terms under load: a batch then cost two round trips and a
@@ -31,9 +31,15 @@ async fn ten_thousand_groups_at_a_ten_second_term_all_lead_and_keep_their_terms(
     let engine = electors[0]
         .engine()
         .expect("a lease elector runs in an engine");
+    // All elected within nine terms in all (about 2 s on a quiet machine,
+    // 12 to 48 s beside two busy loops and other builds at a load average
+    // of 9 to 14 on 2 cores: the engine admits acquisitions only as fast
+    // as the renewals of the terms already held leave room for).
+    let by = started + term * 9;
     let mut terms = Vec::with_capacity(electors.len());
     for (i, e) in electors.iter().enumerate() {
-        terms.push(scenarios::leads_within(e, term * 6, &format!("group {i} elected")).await);
+        let left = by.saturating_duration_since(Instant::now());
+        terms.push(scenarios::leads_within(e, left, &format!("group {i} elected")).await);
     }
     let elected = started.elapsed();
     assert_eq!(engine.stats().groups, 10_000, "one engine runs them all");
