@@ -386,9 +386,21 @@ impl Task {
         // either (a timeout would count against the store): it is answered
         // busy now, and its candidate backs off with jitter.
         let least = expected;
+        // With nothing in flight the estimate stands on the learned cost
+        // alone, which only a reply can correct: one operation goes out
+        // whatever it says, as a probe. Else a cost learned wrongly (a
+        // reply that waited out the process's own suspension, 4.7 s over
+        // a batch of reads) held back every operation for good, and the
+        // member stood for nothing ever after (tenure-sim --shards
+        // --catalog seed 316).
+        let mut probe = self.ops_in_flight == 0;
         let mut live = Vec::with_capacity(chunk.len());
         for q in chunk {
             if !self.is_current(q.id, q.op) {
+                continue;
+            }
+            if std::mem::take(&mut probe) {
+                live.push(q);
                 continue;
             }
             if priority.deferrable() && q.deadline.saturating_since(now) < least {
