@@ -109,7 +109,9 @@
 //!   version FOR UPDATE SKIP LOCKED`, locks the renewals' rows that are at
 //!   their expected versions and keeps them (names and new records) in a
 //!   session variable; then an `INSERT IGNORE … SELECT … WHERE NOT EXISTS`
-//!   per new row, answered by its own affected-row count and version; one
+//!   per new row, answered by its own affected-row count and version (and
+//!   its warnings: a row `IGNORE` let in cut to fit a narrower column is
+//!   reported as a misconfigured table, never as applied); one
 //!   `UPDATE JSON_TABLE(@tenure_locked …) STRAIGHT_JOIN t FORCE INDEX
 //!   (PRIMARY)` that writes exactly the rows locked; and the names it
 //!   renewed and their new versions, read back in the same transaction.

@@ -160,6 +160,15 @@ impl MysqlStore {
                     Outcome::Applied(v) => Ok(CasOutcome::Applied(Version(v))),
                     Outcome::Conflict => Ok(CasOutcome::Conflict),
                     Outcome::Busy => Err(locked_row(group, &target)),
+                    Outcome::Altered => Err(StoreError::Misconfigured {
+                        message: format!(
+                            "MySQL at {target}: the row of group {group} was stored altered (the \
+                             server warned: a name or record cut to fit a column?): the lease \
+                             table does not have tenure's layout; choose another table with \
+                             ?table= or fix it"
+                        ),
+                        source: None,
+                    }),
                     Outcome::NoVersion => Err(StoreError::Unavailable {
                         message: format!(
                             "MySQL at {target}: the write of group {group} applied but the server \
@@ -185,6 +194,9 @@ enum Outcome {
     Conflict,
     /// Not written: the row is locked by another session.
     Busy,
+    /// A row went in, but not as sent: the table's columns cannot hold
+    /// what tenure writes.
+    Altered,
 }
 
 /// The user variable that carries, from the locking `SELECT` to the
@@ -216,8 +228,9 @@ struct RoundPlan {
 /// What the request's statements answered.
 #[derive(Debug, Default)]
 struct Answer {
-    /// Each creation's `INSERT`: (applied, the version it reported).
-    inserted: Vec<(bool, Option<u64>)>,
+    /// Each creation's `INSERT`: (applied, the version it reported, its
+    /// warnings).
+    inserted: Vec<(bool, Option<u64>, u16)>,
     /// The names whose renewal the `UPDATE` wrote.
     renewed: HashSet<Vec<u8>>,
     /// Every renewed group's row as the transaction sees it at the end.
@@ -332,10 +345,13 @@ impl RoundPlan {
         let mut out =
             Vec::with_capacity(self.renewals.len() + self.creations.len() + self.impossible.len());
         out.extend(self.impossible.iter().map(|&i| (i, Outcome::Conflict)));
-        for (&i, &(applied, version)) in self.creations.iter().zip(&answer.inserted) {
+        for (&i, &(applied, version, warnings)) in self.creations.iter().zip(&answer.inserted) {
             out.push((
                 i,
                 match (applied, version) {
+                    // `IGNORE` turned an error into a warning: the row went
+                    // in altered (a name cut to a narrower column, say).
+                    (true, _) if warnings > 0 => Outcome::Altered,
                     (true, Some(v)) if v > 0 => Outcome::Applied(v),
                     (true, _) => Outcome::NoVersion,
                     (false, _) => Outcome::Conflict,
@@ -382,8 +398,9 @@ async fn round_trip(
     for _ in 0..creations {
         let applied = r.affected_rows() == 1;
         let id = r.last_insert_id();
+        let warnings = r.warnings();
         let _: Vec<Row> = r.collect().await?;
-        answer.inserted.push((applied, id));
+        answer.inserted.push((applied, id, warnings));
     }
     if renewing {
         // The UPDATE, the names it renewed, the versions.

@@ -396,6 +396,42 @@ async fn a_batch_on_a_tiny_table_never_waits_for_a_locked_row() {
     assert_eq!(&now[1..], &versions[1..]);
 }
 
+/// A table whose name column is narrower than tenure's (an operator's own
+/// `CREATE TABLE`): a batch's creation that the server stored under a cut
+/// name (`INSERT IGNORE` turns the error into a warning) is reported as the
+/// misconfiguration it is, never as applied, as the single write's error
+/// says.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_never_reports_applied_a_row_the_server_cut_to_fit() {
+    let Some(url) = url() else { return };
+    let table = format!("tenure_narrow_{:x}", testkit::unique_suffix());
+    let mut db = raw(&url).await;
+    db.query_drop(format!(
+        "CREATE TABLE {table} (group_name VARBINARY(16) NOT NULL, \
+         version BIGINT UNSIGNED NOT NULL, record LONGBLOB NOT NULL, \
+         PRIMARY KEY (group_name), KEY tenure_version (version)) ENGINE = InnoDB"
+    ))
+    .await
+    .unwrap();
+    let store = MysqlStore::connect(&with(&url, &format!("table={table}")))
+        .await
+        .unwrap();
+    let group = GroupName::new("twenty-bytes-long-01").unwrap();
+    let batch = store
+        .compare_and_swap_many(&[CasRequest {
+            group: group.clone(),
+            expected: None,
+            record: testkit::held_by("a", 1),
+        }])
+        .await
+        .unwrap();
+    let _ = db.query_drop(format!("DROP TABLE {table}")).await;
+    assert!(
+        matches!(&batch[0], Err(StoreError::Misconfigured { message, .. }) if message.contains("layout")),
+        "{batch:?}"
+    );
+}
+
 /// 2,000 groups led by one engine; an operator's open transaction locks one
 /// group's row for three terms (32 s at a 10.7 s term): only that group
 /// may lose its term.
