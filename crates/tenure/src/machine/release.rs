@@ -152,6 +152,15 @@ impl Machine {
                 let mut metadata = r.carried.clone();
                 if let Some(to) = &r.successor {
                     metadata.insert(TRANSFER_TO_KEY, to.clone());
+                    if metadata.validate().is_err() {
+                        // The duties' last runs and the successor do not
+                        // fit in one record: a record over the limit is one
+                        // every reader refuses as corrupt and no candidate
+                        // overwrites (the group would be lost for good).
+                        // The successor is kept; the duties' periods start
+                        // again with the next leader.
+                        metadata = Metadata::new().with(TRANSFER_TO_KEY, to.clone());
+                    }
                 }
                 let record = LeaseRecord {
                     holder: None,
