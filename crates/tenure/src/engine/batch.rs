@@ -488,7 +488,12 @@ impl Task {
 
     pub(super) fn on_batch(&mut self, reply: BatchReply) {
         let now = self.clock.now().mono;
-        let latency = reply.landed.saturating_since(reply.sent);
+        // The store's latency, less what the host may have added: a reply
+        // lands as late as the engine's own timers fire on a busy host.
+        let latency = reply
+            .landed
+            .saturating_since(reply.sent)
+            .saturating_sub(self.host_lag(now));
         let (count, failed) = (reply.result.len(), reply.result.failed());
         let target = self.op_timeout / 4;
         let renewals = reply.priority == Priority::Renewal;

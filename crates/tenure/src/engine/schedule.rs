@@ -232,6 +232,7 @@ impl Task {
             }
         }
         if !late.is_zero() {
+            self.note_lag(now, late);
             let margin = self.holding().then_some(self.renew_margin);
             self.admission
                 .late_wake(now, late, margin, self.op_timeout / 4);

@@ -26,6 +26,10 @@ use super::schedule::{sleep_until, OpDeadline, Timer};
 use super::shared::Counters;
 use super::{EngineOptions, GroupId, Joining, ToEngine};
 
+/// How long a lag of the engine behind its own timers counts as the host's
+/// (see `Task::host_lag`).
+pub(super) const HOST_LAG_MEMORY: Duration = Duration::from_secs(1);
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum OpKind {
     Read(ReadPurpose),
@@ -165,6 +169,10 @@ pub(super) struct Task {
     /// leader's validity less the renew interval, the stop grace and the
     /// operation timeout): what a late wake-up of the engine eats into.
     pub(super) renew_margin: Duration,
+    /// How late the engine has lately run its own timers (see
+    /// `Task::note_lag`): the host's share of a batch's latency.
+    pub(super) host_lag: Duration,
+    pub(super) host_lag_at: MonoTime,
     /// Batches of suspects in flight (at most one: a suspect whose request
     /// hangs must not hold every slot).
     pub(super) suspects_in_flight: usize,
@@ -226,6 +234,8 @@ impl Task {
             op_timeout: Duration::MAX,
             retry_min: Duration::MAX,
             renew_margin: Duration::MAX,
+            host_lag: Duration::ZERO,
+            host_lag_at: now,
             suspects_in_flight: 0,
             last_success: [None, None],
             shedding: Vec::new(),
@@ -322,9 +332,33 @@ impl Task {
         };
         let now = self.clock.now().mono;
         let lag = now.saturating_since(wake);
+        self.note_lag(now, lag);
         let margin = self.holding().then_some(self.renew_margin);
         self.admission
             .late_wake(now, lag, margin, self.op_timeout / 4);
+    }
+
+    /// Notes that the engine ran `lag` behind its own timers at `now`: the
+    /// largest lag of the last [`HOST_LAG_MEMORY`] is kept.
+    pub(super) fn note_lag(&mut self, now: MonoTime, lag: Duration) {
+        if lag >= self.host_lag || now >= self.host_lag_at + HOST_LAG_MEMORY {
+            self.host_lag = lag;
+            self.host_lag_at = now;
+        }
+    }
+
+    /// The share of a batch's latency at `now` that the host, not the
+    /// store, may have caused: how late the engine ran its own timers
+    /// lately. On a host whose CPU others take, the reply to a batch lands
+    /// (is read, parsed, and its task run) as late as the engine's own
+    /// wake-ups, and that wait is no evidence about the store: the
+    /// admission window judges the store by the latency less this lag.
+    pub(super) fn host_lag(&self, now: MonoTime) -> Duration {
+        if now < self.host_lag_at + HOST_LAG_MEMORY {
+            self.host_lag
+        } else {
+            Duration::ZERO
+        }
     }
 
     /// Whether any group leads (has a renewal scheduled, queued or in
