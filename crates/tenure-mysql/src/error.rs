@@ -125,6 +125,9 @@ pub(crate) mod code {
     pub(crate) const MYSQL_QUERY_TIMEOUT: u16 = 3024;
     /// `ER_QUERY_INTERRUPTED`.
     pub(crate) const QUERY_INTERRUPTED: u16 = 1317;
+    /// `ER_BINLOG_STMT_MODE_AND_ROW_ENGINE`: statement-based binary logging
+    /// refuses every write of a `READ COMMITTED` session on InnoDB.
+    pub(crate) const BINLOG_STATEMENT_FORMAT: u16 = 1665;
     /// `ER_WRONG_VALUE_COUNT_ON_ROW`, `ER_TRUNCATED_WRONG_VALUE_FOR_FIELD`,
     /// `ER_DATA_TOO_LONG`, `ER_WARN_DATA_OUT_OF_RANGE`: a table whose
     /// columns cannot hold what tenure writes.
@@ -165,6 +168,11 @@ pub(crate) fn classify(what: &str, target: &str, e: mysql_async::Error) -> Store
             c if code::LAYOUT.contains(&c) => Some(format!(
                 "{message}: the lease table does not have tenure's layout; choose another table with \
                  ?table= or fix it"
+            )),
+            code::BINLOG_STATEMENT_FORMAT => Some(format!(
+                "{message}: the server logs statements (binlog_format=STATEMENT), which refuses the \
+                 writes of the READ COMMITTED sessions the store runs; set binlog_format to ROW or \
+                 MIXED on the server"
             )),
             code::READ_ONLY | code::READ_ONLY_TRANSACTION => Some(format!(
                 "{message}: the server is read-only (a replica?): point the URL at the primary"
@@ -218,4 +226,30 @@ pub(crate) fn classify(what: &str, target: &str, e: mysql_async::Error) -> Store
         );
     }
     StoreError::unavailable(format!("MySQL at {target}: {what} failed: {text}"), e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that logs statements refuses every write of the store's
+    /// sessions (seen on MariaDB 10.11 started with --log-bin
+    /// --binlog-format=STATEMENT): an operator's fix, named, not an outage
+    /// of unknown outcome retried for ever.
+    #[test]
+    fn statement_binary_logging_is_misconfiguration_naming_the_fix() {
+        let e = mysql_async::Error::Server(mysql_async::ServerError {
+            code: 1665,
+            message: "Cannot execute statement: impossible to write to binary log since \
+                      BINLOG_FORMAT = STATEMENT and at least one table uses a storage engine \
+                      limited to row-based logging."
+                .into(),
+            state: "HY000".into(),
+        });
+        let e = classify("compare-and-swap", "mysql://app:***@db/app", e);
+        assert!(matches!(e, StoreError::Misconfigured { .. }), "{e:?}");
+        assert!(!e.is_transient(), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("binlog_format to ROW or MIXED"), "{text}");
+    }
 }
