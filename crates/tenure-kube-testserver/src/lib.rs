@@ -28,6 +28,9 @@
 //! servers behind one load balancer, server-side apply and patches (405
 //! here), RBAC beyond the three fixed users below.
 //!
+//! Its log (standard error) has one line per request that failed, with its
+//! time; `TENURE_KUBE_TESTSERVER_LOG=all` logs every request.
+//!
 //! Users, in the kubeconfig it writes (`DIR/kubeconfig`, current context
 //! `tenure-test`): `tenure-test` (every right), `reader` (get, list and
 //! watch only), `limited` (every right, in the namespace `tenure-limited`
