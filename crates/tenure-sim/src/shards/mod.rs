@@ -34,9 +34,11 @@
 //!   crashed or leaving member's, or the newcomer's share). Between changes
 //!   a settled assignment must not change at all.
 //!
-//! Everything derives from the seed except what the library draws itself
-//! (retry jitter, incarnations, the member task's listing jitter), so a
-//! seed run again follows the same schedule but may differ in detail.
+//! Everything derives from the seed, what the library draws itself too
+//! (retry jitter, incarnations, the member task's listing jitter: each
+//! node's clock draws them from the seed, see `Clock::random_u64`), and
+//! every `select!` is biased, so a seed run again is the same run, byte for
+//! byte (`tests/replay.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
