@@ -16,7 +16,7 @@
 #   TENURE_TEST_ZOOKEEPER zk://127.0.0.1:PORT (Debian's ZooKeeper 3.8, standalone)
 #   TENURE_TEST_NATS      nats://127.0.0.1:PORT (nats-server with JetStream, file storage)
 #   TENURE_TEST_S3        http://127.0.0.1:PORT (moto's S3, conditional writes; bucket tenure-test)
-#   TENURE_MOTO_BIN       the moto_server program (tests start private ones to restart and to check signatures)
+#   TENURE_MOTO_BIN       moto's server, one request at a time (tests start private ones to restart and to check signatures)
 #   TENURE_TEST_AZURE     http://127.0.0.1:PORT (Azurite's blob service; container tenure-test)
 #   TENURE_TEST_MYSQL     mysql://root:PASSWORD@127.0.0.1:PORT/tenure (Debian's MariaDB, MySQL protocol)
 #   TENURE_TEST_KUBERNETES a kubeconfig (context tenure-test, every right; reader: read only; limited:
@@ -385,7 +385,13 @@ _start_nats() {
 _start_moto() {
   local dir
   dir=$(_fresh_dir moto) || return 1
-  "$TENURE_MOTO_DIR/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$dir/server.log" 2>&1 &
+  # Not moto_server itself: it answers on threads, and two racing
+  # conditional creates can both succeed there (scripts/moto_serial.py).
+  local serial="$TENURE_MOTO_DIR/bin/moto-serial" scripts
+  scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+  printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$TENURE_MOTO_DIR/bin/python" "$scripts/moto_serial.py" >"$serial"
+  chmod +x "$serial"
+  "$serial" -H 127.0.0.1 -p "$MOTO_PORT" >"$dir/server.log" 2>&1 &
   _launched moto "$MOTO_PORT" 30 || return 1
   # The bucket the tests share (moto checks no signature by default).
   "$TENURE_MOTO_DIR/bin/python" - "$MOTO_PORT" <<'PY' || { _log "creating the moto bucket failed"; return 1; }
@@ -393,7 +399,7 @@ import sys, urllib.request
 req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/tenure-test", data=b"", method="PUT")
 urllib.request.urlopen(req, timeout=10).read()
 PY
-  export TENURE_MOTO_BIN="$TENURE_MOTO_DIR/bin/moto_server"
+  export TENURE_MOTO_BIN="$serial"
   _serving moto "$MOTO_PORT" TENURE_TEST_S3 "http://127.0.0.1:$MOTO_PORT"
 }
 

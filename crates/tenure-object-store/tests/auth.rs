@@ -38,7 +38,7 @@ async fn iam(endpoint: &str, form: &str) -> String {
         form,
     )
     .await;
-    assert!(reply.starts_with("HTTP/1.1 200"), "{form}: {reply}");
+    assert!(support::is_ok(&reply), "{form}: {reply}");
     reply
 }
 
