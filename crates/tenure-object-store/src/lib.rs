@@ -191,7 +191,11 @@
 //!   (below). It checks signatures only when told to
 //!   (`INITIAL_NO_AUTH_ACTION_COUNT`, as the signature tests do). Use
 //!   `s3://BUCKET/PREFIX?region=us-east-1&endpoint=http://127.0.0.1:PORT`
-//!   with any keys.
+//!   with any keys. Serve it **one request at a time**
+//!   (`scripts/moto_serial.py`): `moto_server` answers each request on a
+//!   thread and checks a precondition apart from the write it guards, so
+//!   two racing creates can both get 200 there (seen: 2 of 16 racers on a
+//!   loaded machine), which S3 never allows.
 //! * **Azurite** (npm `azurite`, 3.37), Azure Blob Storage: answers
 //!   `If-None-Match: *` on an existing blob with 409 and a stale
 //!   `If-Match` with 412, as Azure does; the conformance suite and the
