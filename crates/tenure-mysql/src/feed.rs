@@ -9,8 +9,8 @@
 //!   renewal without a read of their own, whatever the number of groups.
 //!   A version is taken at the start of its statement and becomes visible
 //!   at its commit, so a row committed late may carry a version below one
-//!   already seen: once every [`LOOK_BACK_EVERY`] (or every poll, if
-//!   `poll` is longer) a poll looks back [`LAG`] further, and for the rows
+//!   already seen: once every [`LOOK_BACK_EVERY`] by the clock (or every
+//!   poll, if polls are further apart) a poll looks back [`LAG`] further, and for the rows
 //!   in that stretch the server sends only the name and version (the
 //!   record only for the rows above the last poll's). A row there that
 //!   this feed had not seen is read and reported. The feed remembers only
@@ -63,16 +63,18 @@ struct Poller {
     cursor: u64,
     /// The versions seen within the look-back, by group name.
     seen: HashMap<Vec<u8>, u64>,
-    /// Polls since the last that looked back.
-    since_look_back: u32,
-    /// Polls from one look-back to the next.
-    look_back_every: u32,
+    /// When the last poll that looked back began (at first, when the feed
+    /// opened). By the clock, not by a count of polls: polls slower than
+    /// `poll` (a loaded server, a long round trip) would otherwise space
+    /// the look-backs out past [`LAG`] and miss the rows they are for.
+    looked_back: tokio::time::Instant,
 }
 
-/// How many polls `poll` apart make [`LOOK_BACK_EVERY`], at least one.
-fn look_back_every(poll: Duration) -> u32 {
-    let every = LOOK_BACK_EVERY.as_nanos() / poll.as_nanos().max(1);
-    u32::try_from(every).unwrap_or(u32::MAX).max(1)
+/// Whether a poll beginning at `now` looks back, the last having begun at
+/// `last`: about once a second, or on every poll if polls are further
+/// apart.
+fn look_back_due(last: tokio::time::Instant, now: tokio::time::Instant) -> bool {
+    now.saturating_duration_since(last) >= LOOK_BACK_EVERY
 }
 
 fn lag_us() -> u64 {
@@ -99,16 +101,15 @@ impl Poller {
             ),
             cursor: now.unwrap_or(0),
             seen: HashMap::new(),
-            since_look_back: 0,
-            look_back_every: look_back_every(options.poll),
+            looked_back: tokio::time::Instant::now(),
         })
     }
 
     /// One poll: the changes since the last.
     async fn poll(&mut self, options: &MysqlOptions) -> Result<Vec<Change>, StoreError> {
-        self.since_look_back += 1;
-        let floor = if self.since_look_back >= self.look_back_every {
-            self.since_look_back = 0;
+        let started = tokio::time::Instant::now();
+        let floor = if look_back_due(self.looked_back, started) {
+            self.looked_back = started;
             self.cursor.saturating_sub(lag_us())
         } else {
             self.cursor
@@ -309,10 +310,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn polls_look_back_about_once_a_second() {
-        assert_eq!(look_back_every(Duration::from_millis(250)), 4);
-        assert_eq!(look_back_every(Duration::from_millis(300)), 3);
-        assert_eq!(look_back_every(Duration::from_secs(1)), 1);
-        assert_eq!(look_back_every(Duration::from_secs(5)), 1);
+    fn polls_look_back_about_once_a_second_however_slow() {
+        let t = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        assert!(!look_back_due(t, t + ms(750)));
+        assert!(look_back_due(t, t + ms(1000)));
+        // Polls 5 s apart (poll=5s, or each poll's round trip) look back
+        // every time.
+        assert!(look_back_due(t, t + ms(5000)));
     }
 }
