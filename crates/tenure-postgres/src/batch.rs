@@ -47,23 +47,74 @@ pub(crate) struct Statements {
     /// payload head, `$4` payload record, `$5` channel; returns the
     /// version if it applied.
     pub(crate) insert_one: Statement,
-    /// Every row whose group name starts with `$1` (for sharded sets).
-    pub(crate) list: Statement,
+    /// Every row whose group name starts with `$1` (for sharded sets),
+    /// ranging over the index from `$1` on when the server stores UTF-8
+    /// (see [`list_sql`]); used when the prefix has no end (see
+    /// [`prefix_end`]).
+    pub(crate) list_from: Statement,
+    /// The same between `$1` and `$2`, the prefix's end: only on a server
+    /// that stores UTF-8.
+    pub(crate) list_between: Option<Statement>,
 }
 
-/// Prepares the statements for `table` (already quoted).
+/// The listing by prefix of `table`: every row whose group name starts with
+/// `$1`, compared exactly (`left` and `char_length` count characters
+/// alike, and no LIKE wildcards to escape).
+///
+/// When the server stores UTF-8 (`ranged`), the rows are found by a range
+/// of the index on `group_name COLLATE "C"` (see
+/// [`crate::schema::index_ddl`]): `"C"` orders by bytes, UTF-8's byte order
+/// is code point order, so every name that starts with `$1` lies in
+/// `[$1, $2)`, `$2` being [`prefix_end`] (or in `[$1, ∞)` when `bounded`
+/// is false), and the exact check drops nothing else. The database's own
+/// collation is never used: with one like `en_US` a range of the primary key
+/// is not "starts with" (punctuation is ignored at first, `a-c` sorts
+/// between `ab` and `ad`). Without the index (a table from before it) the
+/// same statement scans the table. A server storing another encoding,
+/// whose byte order is not code point order, always scans.
+pub(crate) fn list_sql(table: &str, ranged: bool, bounded: bool) -> String {
+    let exact = "left(group_name, char_length($1::text)) = $1::text";
+    let range = match (ranged, bounded) {
+        (false, _) => "",
+        (true, false) => "group_name COLLATE \"C\" >= $1::text AND ",
+        (true, true) => {
+            "group_name COLLATE \"C\" >= $1::text AND group_name COLLATE \"C\" < $2::text AND "
+        }
+    };
+    format!("SELECT group_name, version, record FROM {table} WHERE {range}{exact}")
+}
+
+/// The least string above every string that starts with `prefix` in
+/// code point (UTF-8 byte) order: the prefix with trailing U+10FFFF dropped
+/// and its last character raised by one code point (past the surrogates,
+/// which no string holds). `None` if there is none: an empty prefix, or one
+/// only of U+10FFFF; every name from the prefix on then starts with it or
+/// is dropped by the exact check.
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// Prepares the statements for `table` (already quoted), on a server
+/// that stores text as UTF-8 or not (`utf8`).
 pub(crate) async fn prepare(
     client: &Client,
     table: &str,
+    utf8: bool,
     target: &str,
 ) -> Result<Statements, StoreError> {
     let read = format!(
         "SELECT group_name, version, record FROM {table} WHERE group_name = ANY($1::text[])"
-    );
-    // `left` and `char_length` count characters alike, and compare the
-    // prefix literally (no LIKE wildcards to escape).
-    let list = format!(
-        "SELECT group_name, version, record FROM {table} WHERE left(group_name, char_length($1::text)) = $1::text"
     );
     // Writes: an UPDATE for rows expected at a version, an INSERT for rows
     // expected absent; pg_notify runs once per row either wrote, so only a
@@ -153,7 +204,11 @@ pub(crate) async fn prepare(
         write: prepare(write).await?,
         update_one: prepare(update_one).await?,
         insert_one: prepare(insert_one).await?,
-        list: prepare(list).await?,
+        list_from: prepare(list_sql(table, utf8, false)).await?,
+        list_between: match utf8 {
+            true => Some(prepare(list_sql(table, true, true)).await?),
+            false => None,
+        },
     })
 }
 
@@ -267,6 +322,50 @@ mod tests {
         );
         assert_eq!(rounds(&rs, |i| i == 0), vec![vec![1, 2, 3], vec![5, 4]]);
         assert!(rounds(&[], |_| false).is_empty());
+    }
+
+    #[test]
+    fn a_prefix_ends_at_its_next_string_in_code_point_order() {
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("set/members/").as_deref(), Some("set/members0"));
+        assert_eq!(prefix_end("a").as_deref(), Some("b"));
+        assert_eq!(prefix_end("é").as_deref(), Some("ê"));
+        assert_eq!(prefix_end("a\u{7F}").as_deref(), Some("a\u{80}"));
+        assert_eq!(prefix_end("a\u{D7FF}").as_deref(), Some("a\u{E000}"));
+        assert_eq!(prefix_end("a\u{FFFF}").as_deref(), Some("a\u{10000}"));
+        assert_eq!(prefix_end("ab\u{10FFFF}").as_deref(), Some("ac"));
+        assert_eq!(prefix_end("\u{10FFFF}\u{10FFFF}"), None);
+        // Byte order is code point order: every string that starts with the
+        // prefix is in [prefix, end), and no other.
+        let names = [
+            "",
+            "a",
+            "a-c",
+            "ab",
+            "ab\u{10FFFF}",
+            "ab\u{10FFFF}x",
+            "abc",
+            "ac",
+            "a\u{E000}",
+            "a\u{D7FF}z",
+            "b",
+            "é",
+            "éa",
+            "ê",
+            "\u{10FFFF}",
+            "\u{10FFFF}a",
+        ];
+        for prefix in names {
+            for name in names {
+                let in_range = name.as_bytes() >= prefix.as_bytes()
+                    && prefix_end(prefix).is_none_or(|end| name.as_bytes() < end.as_bytes());
+                if name.starts_with(prefix) {
+                    assert!(in_range, "{name:?} starts with {prefix:?}");
+                } else if prefix_end(prefix).is_some() {
+                    assert!(!in_range, "{name:?} does not start with {prefix:?}");
+                }
+            }
+        }
     }
 
     #[test]

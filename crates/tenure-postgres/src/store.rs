@@ -2,6 +2,7 @@
 //! every operation a batch (see [`crate::batch`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -44,6 +45,9 @@ struct Inner {
     channel: std::sync::Mutex<String>,
     /// The engine that electors on clones of this handle share.
     engine: EngineSlot,
+    /// Whether the operator was told that the table lacks the index that
+    /// lists by prefix (told once per store).
+    told_index: AtomicBool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -74,6 +78,7 @@ impl PostgresStore {
                 pool,
                 channel: std::sync::Mutex::new(String::new()),
                 engine: EngineSlot::new(),
+                told_index: AtomicBool::new(false),
             }),
         };
         let conn = store.open().await?;
@@ -119,8 +124,23 @@ impl PostgresStore {
         let target = self.target();
         let client = session::connect(options, self.inner.tls.clone(), target, None).await?;
         let resolved = schema::ensure_table(&client, &options.table, target).await?;
+        if resolved.utf8
+            && !resolved.prefix_index
+            && !self.inner.told_index.swap(true, Ordering::Relaxed)
+        {
+            // A table created before the index: lists still answer exactly,
+            // by scanning the whole table.
+            tracing::warn!(
+                table = %resolved.qualified,
+                "PostgreSQL at {target}: the lease table has no index on group_name COLLATE \"C\", so every \
+                 listing by prefix (a sharded set's membership check) scans the whole table; have its owner run \
+                 `{};` (connections opened after that use it)",
+                schema::missing_index_ddl(&resolved.qualified)
+            );
+        }
         *self.inner.channel.lock().unwrap_or_else(|p| p.into_inner()) = resolved.channel;
-        let statements = batch::prepare(&client, &options.table.quoted, target).await?;
+        let statements =
+            batch::prepare(&client, &options.table.quoted, resolved.utf8, target).await?;
         Ok(Conn { client, statements })
     }
 
@@ -191,28 +211,36 @@ impl PostgresStore {
         &self,
         groups: Vec<String>,
     ) -> Result<HashMap<String, (i64, Vec<u8>)>, StoreError> {
-        let rows = self.lease_rows("read", |s| &s.read, groups).await?;
+        let rows = self.lease_rows("read", |s| &s.read, vec![groups]).await?;
         Ok(rows
             .into_iter()
             .map(|(group, version, record)| (group, (version, record)))
             .collect())
     }
 
-    /// Runs the query `statement` picks, with `param`, whose rows are
-    /// leases (`what` names it in errors): each row's group name, version
+    /// Runs the query `statement` picks, with as many of `params` as it
+    /// takes, whose rows are leases (`what` names it in errors): each row's group name, version
     /// and record.
     async fn lease_rows<P>(
         &self,
         what: &'static str,
         statement: fn(&batch::Statements) -> &tokio_postgres::Statement,
-        param: P,
+        params: Vec<P>,
     ) -> Result<Vec<(String, i64, Vec<u8>)>, StoreError>
     where
         P: tokio_postgres::types::ToSql + Sync + Send + 'static,
     {
         let rows = self
             .run(what, move |c| {
-                Box::pin(async move { c.client.query(statement(&c.statements), &[&param]).await })
+                Box::pin(async move {
+                    let statement = statement(&c.statements);
+                    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+                        .iter()
+                        .take(statement.params().len())
+                        .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+                        .collect();
+                    c.client.query(statement, &params).await
+                })
             })
             .await?;
         let get = |e| error::classify(what, self.target(), e);
@@ -307,10 +335,31 @@ impl LeaseView for PostgresStore {
     }
 
     /// One statement: every row whose group name starts with `prefix`
-    /// (compared literally, character for character).
+    /// (compared literally, character for character), found by a range of
+    /// the index on `group_name COLLATE "C"` (see
+    /// [the crate docs](crate#schema)).
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
-        let prefix = prefix.to_owned();
-        let rows = self.lease_rows("list", |s| &s.list, prefix).await?;
+        // PostgreSQL's text cannot hold NUL (it refuses the parameter), so
+        // no name starts with such a prefix.
+        if prefix.contains('\0') {
+            return Ok(Vec::new());
+        }
+        let rows = match batch::prefix_end(prefix) {
+            // On a server that does not store UTF-8 there is no range: the
+            // statement is the scan, which takes the prefix alone.
+            Some(end) => {
+                self.lease_rows(
+                    "list",
+                    |s| s.list_between.as_ref().unwrap_or(&s.list_from),
+                    vec![prefix.to_owned(), end],
+                )
+                .await?
+            }
+            None => {
+                self.lease_rows("list", |s| &s.list_from, vec![prefix.to_owned()])
+                    .await?
+            }
+        };
         let mut out = Vec::with_capacity(rows.len());
         for (name, version, record) in rows {
             // A name tenure would refuse was written by hand: skip it.
