@@ -205,9 +205,10 @@ pub(crate) async fn prepare(
         update_one: prepare(update_one).await?,
         insert_one: prepare(insert_one).await?,
         list_from: prepare(list_sql(table, utf8, false)).await?,
-        list_between: match utf8 {
-            true => Some(prepare(list_sql(table, true, true)).await?),
-            false => None,
+        list_between: if utf8 {
+            Some(prepare(list_sql(table, true, true)).await?)
+        } else {
+            None
         },
     })
 }
