@@ -169,6 +169,43 @@ impl KubernetesStore {
             .trim_end_matches('/')
             .to_owned();
         let client = client(&config)?;
+        KubernetesStore::open(client, server, options).await
+    }
+
+    /// Uses a kube client the service already has (its own configuration
+    /// and middleware: an operator's client, say), with `options` for the
+    /// namespace, the label, the timeout and the requests in flight; the
+    /// options' kubeconfig, context and config are not read. Checks, as
+    /// [`connect`](Self::connect) does, that tenure can list Leases in the
+    /// namespace.
+    ///
+    /// The client decides how requests travel: kube's own client speaks
+    /// HTTP/1.1 only, one connection per request in flight, where
+    /// [`connect_with`](Self::connect_with) builds one that multiplexes
+    /// requests over HTTP/2.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tenure_kubernetes::{KubernetesOptions, KubernetesStore};
+    /// let client = kube::Client::try_default().await?;
+    /// let store = KubernetesStore::with_client(client, KubernetesOptions::new("billing")?).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_client(
+        client: kube::Client,
+        options: KubernetesOptions,
+    ) -> Result<KubernetesStore, KubernetesStoreError> {
+        // Errors read "the API server at …": a given client does not tell
+        // its URL.
+        let server = "the given kube::Client's server".to_owned();
+        KubernetesStore::open(client, server, options).await
+    }
+
+    async fn open(
+        client: kube::Client,
+        server: String,
+        options: KubernetesOptions,
+    ) -> Result<KubernetesStore, KubernetesStoreError> {
         let api = Api::namespaced(client, &options.namespace);
         let store = KubernetesStore {
             inner: Arc::new(Inner {
@@ -199,7 +236,9 @@ impl KubernetesStore {
         &self.inner.options
     }
 
-    /// The API server's URL.
+    /// The API server's URL (or, for a store made
+    /// [`with_client`](Self::with_client), words saying the client was
+    /// given).
     pub fn server(&self) -> &str {
         &self.inner.server
     }

@@ -51,11 +51,15 @@ fn trace_hash(flags: &[&str], seed: u64) -> String {
         hasher.update(line.as_bytes());
         hasher.update(b"\n");
     }
-    hasher.finalize().iter().take(8).fold(String::new(), |mut hex, b| {
-        use std::fmt::Write as _;
-        let _ = write!(hex, "{b:02x}");
-        hex
-    })
+    hasher
+        .finalize()
+        .iter()
+        .take(8)
+        .fold(String::new(), |mut hex, b| {
+            use std::fmt::Write as _;
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
 }
 
 #[test]

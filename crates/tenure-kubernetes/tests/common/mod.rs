@@ -107,8 +107,13 @@ pub struct KubeRaw {
 
 impl KubeRaw {
     pub async fn new(kubeconfig: &str, label: &str) -> KubeRaw {
+        KubeRaw::with_api(plain_api(kubeconfig, NAMESPACE).await, label)
+    }
+
+    /// Raw Leases through `api` (another server's, such as a fake's).
+    pub fn with_api(api: Api<Lease>, label: &str) -> KubeRaw {
         KubeRaw {
-            api: plain_api(kubeconfig, NAMESPACE).await,
+            api,
             label: label.to_owned(),
             planted: Mutex::new(HashMap::new()),
         }
