@@ -62,6 +62,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --lock
 step "MSRV: declared rust-version against the locked dependencies"
 python3 scripts/msrv.py
 
+# The public API of the tenure crate against the committed listing
+# (api/tenure.txt): growing the surface is a decision made in a diff.
+step "public API of tenure against api/tenure.txt"
+python3 scripts/public_api.py
+
 # Every publishable crate packs (files, metadata, path dependencies that
 # carry a version), in dependency order: `--workspace` resolves each
 # against the workspace's packages before any is on crates.io. Not

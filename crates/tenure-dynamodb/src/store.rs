@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::http::Response;
 use tenure::concurrent::InFlight;
+use tenure::store::Running;
 use tenure::{
     BatchResult, CasOutcome, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed,
     StoreError, Version, Versioned,
@@ -31,7 +32,7 @@ use crate::table::{self, Found};
 const IN_FLIGHT: usize = 64;
 
 /// The operations one batch call takes (see
-/// [`LeaseStore::batch_size_hint`]): the engine's default batch.
+/// [`Running::batch_size`]): the engine's default batch.
 const BATCH_SIZE: usize = 2048;
 
 /// A lease store on a DynamoDB table. Cheap to clone; clones share one SDK
@@ -392,27 +393,17 @@ impl LeaseView for DynamoDbStore {
         self.inner.describe.clone()
     }
 
-    /// A batch of writes is one conditional `UpdateItem` per request,
-    /// never several groups in one `TransactWriteItems` (all-or-nothing:
-    /// one group's conflict would undo the others' renewals). They go out
-    /// together, at most 64 at once per handle.
-    fn in_flight(&self) -> Option<&InFlight> {
-        Some(&self.inner.in_flight)
+    fn running(&self) -> Running<'_> {
+        // A batch of writes is one conditional `UpdateItem` per request,
+        // never several groups in one `TransactWriteItems` (all-or-nothing:
+        // one group's conflict would undo the others' renewals). They go out
+        // together, at most 64 at once per handle.
+        Running::new(BATCH_SIZE, &self.inner.engine).bounded_by(&self.inner.in_flight)
     }
 }
 
 #[async_trait]
 impl LeaseStore for DynamoDbStore {
-    /// A batch is single requests in flight together, bounded per handle,
-    /// so a large one only queues: let the engine's own limit decide.
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
     async fn compare_and_swap(
         &self,
         group: &GroupName,

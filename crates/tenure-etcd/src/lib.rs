@@ -47,7 +47,7 @@
 //! # Many groups
 //!
 //! Electors built from clones of one [`EtcdStore`] share one engine
-//! ([`LeaseStore::engine_slot`](tenure::LeaseStore::engine_slot)), which
+//! ([`Running::engine`](tenure::store::Running::engine)), which
 //! batches their operations:
 //!
 //! * **compare-and-swap of many groups**: up to 64 groups in one `Txn`,

@@ -11,6 +11,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse, TxnResponse,
 };
 use tenure::concurrent::InFlight;
+use tenure::store::Running;
 use tenure::tls::{read_pem, Expected};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord,
@@ -46,7 +47,7 @@ const READS_PER_TXN: usize = 64;
 const WRITES_PER_TXN: usize = 64;
 
 /// The operations one batch call takes (see
-/// [`LeaseStore::batch_size_hint`]): the engine's default batch.
+/// [`Running::batch_size`]): the engine's default batch.
 const BATCH_SIZE: usize = 2048;
 
 /// A lease store in etcd. Clones share one gRPC channel, and the engine
@@ -432,6 +433,12 @@ impl LeaseView for EtcdStore {
     fn describe(&self) -> String {
         self.options.describe()
     }
+
+    fn running(&self) -> Running<'_> {
+        // A batch is single requests in flight together, bounded per handle,
+        // so a large one only queues: let the engine's own limit decide.
+        Running::new(BATCH_SIZE, &self.engine)
+    }
 }
 
 #[async_trait]
@@ -447,16 +454,6 @@ impl LeaseStore for EtcdStore {
             .in_flight
             .compare_and_swap_rounds(requests, WRITES_PER_TXN, |writes| self.cas_nested(writes))
             .await)
-    }
-
-    /// A batch is single requests in flight together, bounded per handle,
-    /// so a large one only queues: let the engine's own limit decide.
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.engine)
     }
 
     async fn compare_and_swap(

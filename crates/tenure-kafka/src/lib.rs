@@ -50,7 +50,10 @@
 //! elector's metadata, so followers get
 //! [`Role::Follower`](tenure::Role::Follower) with the leader, and
 //! [`KafkaObserver`] tells non-candidates who leads and where (goneli
-//! cannot). The record format, and what a reader refuses to trust, is
+//! cannot); [`KafkaLeaseView`] shows the same as a read-only
+//! [`LeaseView`](tenure::LeaseView), so that tenure's
+//! [`Observer`](tenure::Observer) and `tenure status` serve Kafka groups
+//! as any store's. The record format, and what a reader refuses to trust, is
 //! documented in [`heartbeat`].
 //!
 //! ## The quiet period
@@ -184,6 +187,7 @@ mod coordinator;
 mod error;
 pub mod heartbeat;
 mod leader;
+mod lease_view;
 mod neli;
 mod observer;
 mod pulse;
@@ -198,6 +202,7 @@ pub use config::{
 };
 pub use coordinator::KafkaCoordinator;
 pub use error::KafkaBackendError;
+pub use lease_view::KafkaLeaseView;
 pub use observer::KafkaObserver;
 pub use pulse::PulseExt;
 pub use status::{KafkaStatus, State};

@@ -11,6 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
 use tenure::concurrent::InFlight;
+use tenure::store::Running;
 use tenure::{
     CasOutcome, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord, LeaseStore, LeaseView,
     Listed, StoreError, StoreFeed, Version, Versioned,
@@ -21,7 +22,7 @@ use crate::layout::{self, Known};
 use crate::options::KubernetesOptions;
 
 /// The operations one batch call takes (see
-/// [`LeaseStore::batch_size_hint`]): requests go out together, bounded by
+/// [`Running::batch_size`]): requests go out together, bounded by
 /// the handle's in-flight limit, so a large batch only queues.
 const BATCH_SIZE: usize = 2048;
 
@@ -500,10 +501,6 @@ impl LeaseView for KubernetesStore {
         }
     }
 
-    fn in_flight(&self) -> Option<&InFlight> {
-        Some(&self.inner.in_flight)
-    }
-
     async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
         if self.inner.feeds_off.now() {
             return Ok(None);
@@ -553,20 +550,16 @@ impl LeaseView for KubernetesStore {
             self.inner.server
         )
     }
+
+    fn running(&self) -> Running<'_> {
+        // Single requests in flight together, bounded per handle: let the
+        // engine's own limit decide the batch.
+        Running::new(BATCH_SIZE, &self.inner.engine).bounded_by(&self.inner.in_flight)
+    }
 }
 
 #[async_trait]
 impl LeaseStore for KubernetesStore {
-    /// Single requests in flight together, bounded per handle: let the
-    /// engine's own limit decide the batch.
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
     async fn compare_and_swap(
         &self,
         group: &GroupName,

@@ -22,6 +22,12 @@
 //!   concurrency cases still interleave the racers at every await.
 //! - It has no watch (a watch request is answered with a list), so the two
 //!   feed cases are expected to fail, and only they.
+//! - It checks less than kube-apiserver, so what the test server shows on
+//!   these is not shown again here: it applies an update without a
+//!   `resourceVersion` (the API server answers 422 for Leases), it
+//!   overwrites a Lease whose `uid` differs from the update's (the API
+//!   server answers 409, which tells the store a Lease was deleted and
+//!   made again), and every list says `resourceVersion` "1".
 //! - It ignores label selectors and `limit`: each run starts a fake of its
 //!   own, which holds only this run's Leases (and one Lease in another
 //!   namespace: the fake answers a list of a kind it holds nothing of with

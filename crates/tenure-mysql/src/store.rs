@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::Row;
+use tenure::store::Running;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
@@ -544,6 +545,11 @@ impl LeaseView for MysqlStore {
             self.inner.options.table.name
         )
     }
+
+    fn running(&self) -> Running<'_> {
+        // One transaction's worth.
+        Running::new(MAX_ROWS, &self.inner.engine)
+    }
 }
 
 #[async_trait]
@@ -653,15 +659,6 @@ impl LeaseStore for MysqlStore {
             .into_iter()
             .map(|r| r.unwrap_or(Ok(CasOutcome::Conflict)))
             .collect())
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
-    /// One transaction's worth.
-    fn batch_size_hint(&self) -> usize {
-        MAX_ROWS
     }
 }
 

@@ -90,7 +90,7 @@
 //! # Many groups
 //!
 //! Electors built from clones of one [`NatsStore`] share one engine
-//! ([`LeaseStore::engine_slot`](tenure::LeaseStore::engine_slot)). NATS has
+//! ([`Running::engine`](tenure::store::Running::engine)). NATS has
 //! no multi-key compare-and-swap, so a batch is single requests in flight
 //! together on the one connection, which JetStream answers as a pipeline:
 //! at most 256 at once per store handle, a group's writes one after

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 use tenure::concurrent::InFlight;
+use tenure::store::Running;
 use tenure::tls::{read_pem, Expected};
 use tenure::{
     CasOutcome, ChangeFeed, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed,
@@ -30,7 +31,7 @@ use crate::{feed, keys};
 const IN_FLIGHT: usize = 256;
 
 /// The operations one batch call takes (see
-/// [`LeaseStore::batch_size_hint`]): single requests in flight together,
+/// [`Running::batch_size`]): single requests in flight together,
 /// so a large batch only queues behind [`IN_FLIGHT`].
 const BATCH_SIZE: usize = 2048;
 
@@ -584,13 +585,6 @@ impl LeaseView for NatsStore {
         self.read_one(group).await
     }
 
-    /// Batches are one request per group (a `get`, an `update`), in
-    /// flight together on the one connection (at most 256 at once per
-    /// handle).
-    fn in_flight(&self) -> Option<&InFlight> {
-        Some(&self.inner.in_flight)
-    }
-
     /// The keys under the prefix's complete `/`-segments, as the stream
     /// lists its subjects, then each group's record.
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
@@ -635,18 +629,17 @@ impl LeaseView for NatsStore {
     fn describe(&self) -> String {
         self.inner.options.describe()
     }
+
+    fn running(&self) -> Running<'_> {
+        // Batches are one request per group (a `get`, an `update`), in
+        // flight together on the one connection (at most 256 at once per
+        // handle).
+        Running::new(BATCH_SIZE, &self.inner.engine).bounded_by(&self.inner.in_flight)
+    }
 }
 
 #[async_trait]
 impl LeaseStore for NatsStore {
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
     async fn compare_and_swap(
         &self,
         group: &GroupName,

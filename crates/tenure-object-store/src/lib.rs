@@ -113,7 +113,7 @@
 //! conditional PUTs, at most 64 at once per store handle (its clones share
 //! the bound), the writes to one group one after another in order; each
 //! stands on its own. A batch carries 16 operations
-//! ([`batch_size_hint`](tenure::LeaseStore::batch_size_hint)), so the
+//! ([`Running::batch_size`](tenure::store::Running::batch_size)), so the
 //! engine's four batches in flight fill those 64 and the rest wait in the
 //! engine's queue: on a server too slow for all groups at once, the
 //! operations that run out of time there fail alone, and the others get

@@ -11,6 +11,7 @@ use object_store::{
 };
 use tenure::concurrent::InFlight;
 use tenure::store::LastSeen;
+use tenure::store::Running;
 use tenure::{
     CasOutcome, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed, RecordError,
     StoreError, Version, Versioned, WallTime,
@@ -360,12 +361,6 @@ impl LeaseView for BucketStore {
         }
     }
 
-    /// Batches are GETs and conditional PUTs in flight together, at most
-    /// 64 at once per handle.
-    fn in_flight(&self) -> Option<&InFlight> {
-        Some(&self.inner.in_flight)
-    }
-
     /// A LIST of the keys from the prefix's encoding on (`start-after`,
     /// in the services' lexicographic order), stopping at the first key
     /// past it, then a GET of each (in flight together). A group named
@@ -410,6 +405,12 @@ impl LeaseView for BucketStore {
 
     fn describe(&self) -> String {
         self.inner.place.describe.clone()
+    }
+
+    fn running(&self) -> Running<'_> {
+        // Batches are GETs and conditional PUTs in flight together, at most
+        // 64 at once per handle.
+        Running::new(BATCH_SIZE, &self.inner.engine).bounded_by(&self.inner.in_flight)
     }
 }
 
@@ -469,14 +470,6 @@ impl LeaseStore for BucketStore {
         };
         self.put(group, PutMode::Update(seen.tag), record, next)
             .await
-    }
-
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use tenure::store::Running;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
@@ -379,6 +380,12 @@ impl LeaseView for PostgresStore {
             self.inner.options.table.name
         )
     }
+
+    fn running(&self) -> Running<'_> {
+        // One statement's worth: a renewal round of thousands of groups goes
+        // out in a statement or two.
+        Running::new(batch::MAX_ROWS, &self.inner.engine)
+    }
 }
 
 #[async_trait]
@@ -488,15 +495,5 @@ impl LeaseStore for PostgresStore {
             .into_iter()
             .map(|r| r.unwrap_or(Ok(CasOutcome::Conflict)))
             .collect())
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
-    /// One statement's worth: a renewal round of thousands of groups goes
-    /// out in a statement or two.
-    fn batch_size_hint(&self) -> usize {
-        batch::MAX_ROWS
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
+use tenure::store::Running;
 use tenure::tls::{read_pem, Expected};
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord,
@@ -632,6 +633,12 @@ impl LeaseView for RedisStore {
     fn describe(&self) -> String {
         self.options().describe()
     }
+
+    fn running(&self) -> Running<'_> {
+        // One script call's worth: a renewal round of thousands of groups goes
+        // out in a call or two.
+        Running::new(MAX_KEYS, &self.inner.engine)
+    }
 }
 
 #[async_trait]
@@ -650,16 +657,6 @@ impl LeaseStore for RedisStore {
     /// wrote), each applied write published with its record.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         chunked(requests, |piece| self.cas_chunk(piece)).await
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
-    /// One script call's worth: a renewal round of thousands of groups goes
-    /// out in a call or two.
-    fn batch_size_hint(&self) -> usize {
-        MAX_KEYS
     }
 }
 

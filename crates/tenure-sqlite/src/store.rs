@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use tenure::store::Running;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
     LeaseStore, LeaseView, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
@@ -399,6 +400,12 @@ impl LeaseView for SqliteStore {
     fn describe(&self) -> String {
         self.inner.describe.clone()
     }
+
+    fn running(&self) -> Running<'_> {
+        // A batch is one transaction of point lookups or writes: thousands
+        // take milliseconds.
+        Running::new(4096, &self.inner.engine)
+    }
 }
 
 #[async_trait]
@@ -455,15 +462,5 @@ impl LeaseStore for SqliteStore {
             Ok(results)
         })
         .await
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
-    }
-
-    /// A batch is one transaction of point lookups or writes: thousands
-    /// take milliseconds.
-    fn batch_size_hint(&self) -> usize {
-        4096
     }
 }

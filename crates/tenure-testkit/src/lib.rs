@@ -77,7 +77,6 @@ use tenure::store::{CasOutcome, LeaseStore};
 pub mod catalog;
 mod conformance;
 mod connect_checks;
-mod counting_reads;
 mod counting_recorder;
 mod feed_checks;
 mod hand_over;
@@ -98,7 +97,6 @@ mod term_log;
 mod tls;
 mod url_harness;
 pub use connect_checks::{tls_to_a_plain_server_fails, unreachable_is_unavailable};
-pub use counting_reads::CountingReads;
 pub use counting_recorder::CountingRecorder;
 pub use feed_checks::{
     expect_foreign_values_hinted, expect_hint, expect_quiet, expect_written, next_change,

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 
 use tenure::engine::EngineSlot;
 use tenure::record::{GroupName, LeaseRecord, Version, Versioned};
+use tenure::store::Running;
 use tenure::store::{
     BatchResult, CasOutcome, CasRequest, ChangeFeed, LeaseStore, LeaseView, Listed, StoreFeed,
 };
@@ -111,6 +112,10 @@ impl<S: LeaseStore + Clone> LeaseView for ServiceTimeStore<S> {
     fn describe(&self) -> String {
         format!("{} (one server of finite speed)", self.inner.describe())
     }
+
+    fn running(&self) -> Running<'_> {
+        self.inner.running().with_engine(&self.engine)
+    }
 }
 
 #[async_trait]
@@ -134,13 +139,5 @@ impl<S: LeaseStore + Clone> LeaseStore for ServiceTimeStore<S> {
             s.compare_and_swap_many(&requests).await
         })
         .await
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.engine)
-    }
-
-    fn batch_size_hint(&self) -> usize {
-        self.inner.batch_size_hint()
     }
 }

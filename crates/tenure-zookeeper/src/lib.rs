@@ -105,7 +105,7 @@
 //! # Many groups
 //!
 //! Electors built from clones of one [`ZkStore`] share one session and one
-//! engine ([`LeaseStore::engine_slot`](tenure::LeaseStore::engine_slot)),
+//! engine ([`Running::engine`](tenure::store::Running::engine)),
 //! which batches their operations:
 //!
 //! * **compare-and-swap of many groups**: one request per group, pipelined

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure::concurrent::InFlight;
 use tenure::store::LastSeen;
+use tenure::store::Running;
 use tenure::{
     BatchResult, CasOutcome, ChangeFeed, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
     Listed, StoreError, StoreFeed, Version, Versioned,
@@ -29,7 +30,7 @@ const IN_FLIGHT: usize = 256;
 pub(crate) const READS_PER_REQUEST: usize = 128;
 
 /// The operations one batch call takes (see
-/// [`LeaseStore::batch_size_hint`]): the engine's default batch.
+/// [`Running::batch_size`]): the engine's default batch.
 const BATCH_SIZE: usize = 2048;
 
 /// What a handle last saw of a group.
@@ -659,14 +660,6 @@ impl LeaseView for ZkStore {
             .await)
     }
 
-    /// A batch of writes is one request per group, pipelined on the
-    /// session's connection (at most 256 in flight per handle). Not
-    /// ZooKeeper's `multi`: it is all-or-nothing, and one group's conflict
-    /// must not undo another's renewal.
-    fn in_flight(&self) -> Option<&InFlight> {
-        Some(&self.inner.in_flight)
-    }
-
     /// The prefix node's children whose group names start with `prefix`,
     /// read in `multiRead` requests.
     async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
@@ -714,6 +707,14 @@ impl LeaseView for ZkStore {
     fn describe(&self) -> String {
         self.inner.options.describe()
     }
+
+    fn running(&self) -> Running<'_> {
+        // A batch of writes is one request per group, pipelined on the
+        // session's connection (at most 256 in flight per handle). Not
+        // ZooKeeper's `multi`: it is all-or-nothing, and one group's conflict
+        // must not undo another's renewal.
+        Running::new(BATCH_SIZE, &self.inner.engine).bounded_by(&self.inner.in_flight)
+    }
 }
 
 #[async_trait]
@@ -728,14 +729,6 @@ impl LeaseStore for ZkStore {
             None => self.create(group, record).await,
             Some(version) => self.replace(group, version, record).await,
         }
-    }
-
-    fn batch_size_hint(&self) -> usize {
-        BATCH_SIZE
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.inner.engine)
     }
 }
 

@@ -28,6 +28,7 @@ use tokio::sync::Semaphore;
 
 use crate::error::StoreError;
 use crate::record::{GroupName, Versioned};
+use crate::store::spread;
 use crate::store::{BatchResult, CasOutcome, CasRequest};
 
 /// A bound on the requests in flight at once; clones share it. A store
@@ -265,30 +266,6 @@ impl<T> Slots<T> {
             .into_iter()
             .map(|s| s.unwrap_or_else(|| Err(never_carried_out())))
             .collect()
-    }
-}
-
-/// Pairs the indexes of one request's operations with its results; a
-/// request that failed as a whole, or answered with the wrong number of
-/// results, fails each of them.
-fn spread<T>(
-    indexes: impl ExactSizeIterator<Item = usize>,
-    got: BatchResult<T>,
-) -> Vec<(usize, Result<T, StoreError>)> {
-    let len = indexes.len();
-    match got {
-        Ok(results) if results.len() == len => indexes.zip(results).collect(),
-        Ok(results) => {
-            let e = StoreError::Unavailable {
-                message: format!(
-                    "the store answered a request of {len} operations with {} results",
-                    results.len()
-                ),
-                source: None,
-            };
-            indexes.map(|i| (i, Err(e.copy_for_batch()))).collect()
-        }
-        Err(e) => indexes.map(|i| (i, Err(e.copy_for_batch()))).collect(),
     }
 }
 

@@ -365,11 +365,28 @@ pub struct Timing {
     pub leader_validity: Duration,
 }
 
+/// How long a record of term `term` must be seen unchanged before its
+/// holder has stopped, whatever its clock: `term · (1 + drift)`. The one
+/// rule of challengers ([`Timing::takeover_wait`]), observers and a sharded
+/// set's roster; the term is capped at [`MAX_TERM`] (what a decoded record
+/// holds at most), so that no term overflows it.
+pub(crate) fn takeover_wait(term: Duration, drift: f64) -> Duration {
+    // A drift a validated configuration cannot hold (`Timing`'s fields are
+    // public) is read as the largest bound rather than panicking.
+    let drift = if (0.0..0.5).contains(&drift) {
+        drift
+    } else {
+        0.5
+    };
+    term.min(MAX_TERM).mul_f64(1.0 + drift)
+}
+
 impl Timing {
     /// How long a challenger must observe a record of term `term` unchanged
-    /// before it may take over: `term · (1 + drift)`.
+    /// before it may take over: `term · (1 + drift)`, the term capped at
+    /// [`MAX_TERM`].
     pub fn takeover_wait(&self, term: Duration) -> Duration {
-        term.mul_f64(1.0 + self.drift)
+        takeover_wait(term, self.drift)
     }
 
     /// The bounds this configuration promises.

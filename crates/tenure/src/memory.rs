@@ -19,7 +19,7 @@ use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
 use crate::store::{
     BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, LeaseStore, LeaseView, Listed,
-    StoreFeed, StoreFeedSender,
+    Running, StoreFeed, StoreFeedSender,
 };
 
 #[derive(Default)]
@@ -219,6 +219,11 @@ impl LeaseView for MemoryStore {
     fn describe(&self) -> String {
         "memory://".into()
     }
+
+    fn running(&self) -> Running<'_> {
+        // Any batch is one lock.
+        Running::new(4096, &self.engine)
+    }
 }
 
 #[async_trait]
@@ -229,15 +234,6 @@ impl LeaseStore for MemoryStore {
             .iter()
             .map(|r| Ok(cas_row(&mut reg, &r.group, r.expected, &r.record)))
             .collect())
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.engine)
-    }
-
-    /// Any batch is one lock.
-    fn batch_size_hint(&self) -> usize {
-        4096
     }
 
     async fn compare_and_swap(
@@ -450,6 +446,10 @@ impl<S: LeaseStore> LeaseView for FaultyStore<S> {
     fn describe(&self) -> String {
         format!("{} (faulty view of {})", self.inner.describe(), self.node)
     }
+
+    fn running(&self) -> Running<'_> {
+        self.inner.running().with_engine(&self.engine)
+    }
 }
 
 #[async_trait]
@@ -475,13 +475,5 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
             return Err(StoreError::Timeout(Duration::ZERO));
         }
         result
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.engine)
-    }
-
-    fn batch_size_hint(&self) -> usize {
-        self.inner.batch_size_hint()
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, MonoTime, SystemClock};
+use crate::config::takeover_wait;
 use crate::error::{ConfigError, StoreError};
 use crate::record::{GroupName, Version};
 use crate::role::LeaderInfo;
@@ -222,7 +223,7 @@ async fn observe(w: Watched, tx: watch::Sender<Option<LeaderInfo>>) {
                             .record
                             .holder
                             .as_ref()
-                            .map(|_| now.mono + v.record.term.mul_f64(1.0 + w.drift));
+                            .map(|_| now.mono + takeover_wait(v.record.term, w.drift));
                         (v.version, now.mono, lapse)
                     });
                     let leader = current.as_ref().and_then(LeaderInfo::from_record);

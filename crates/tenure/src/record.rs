@@ -297,6 +297,16 @@ impl LeaseRecord {
         self.metadata.priority()
     }
 
+    /// The priority a transfer request in this record names
+    /// ([`TRANSFER_PRIORITY_KEY`]): `None` where it names none (an
+    /// operator's request, always honoured), `Some(None)` where it is no
+    /// number (a leader honours it not, and no candidate asks over it).
+    pub(crate) fn request_priority(&self) -> Option<Option<u32>> {
+        self.metadata
+            .get(TRANSFER_PRIORITY_KEY)
+            .map(|p| p.parse::<u32>().ok())
+    }
+
     /// This held record with a request to hand over to `to` written into
     /// it (holder, token and times kept): a preemption request naming the
     /// asker's `priority`, or an operator's request (`None`, always

@@ -11,10 +11,13 @@ use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
 
 mod batch;
+mod counted;
 mod feed_relay;
 mod last_seen;
 
+pub(crate) use batch::spread;
 pub use batch::{check_batch_answer, compare_and_swap_as_batch, read_as_batch};
+pub use counted::{Counted, OpCounters, OpCounts};
 pub use feed_relay::{
     feed_backoff, keep_hinting, send_hint, FeedRelay, FeedsOff, HintAttempt, RESYNC_RETRY,
 };
@@ -57,24 +60,20 @@ pub trait LeaseView: Send + Sync + 'static {
     /// fails (the store is unreachable).
     ///
     /// The default sends one read per group, in flight together under
-    /// [`in_flight`](LeaseView::in_flight) (one after another, a batch of a
-    /// few hundred would outlast the operation timeout); stores override it
-    /// with fewer round trips (one statement, one script call, a pipeline).
+    /// [`Running::in_flight`] (one after another, a batch of a few hundred
+    /// would outlast the operation timeout); stores override it with fewer
+    /// round trips (one statement, one script call, a pipeline).
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        let limit = self.in_flight().cloned().unwrap_or_else(default_in_flight);
+        let limit = self.running().in_flight_or_default();
         Ok(limit.read_each(groups, |g| self.read(g)).await)
     }
 
-    /// The bound on requests in flight at once that this handle's clones
-    /// share, for a store whose batches are single requests sent together
-    /// (each request atomic on its own, as every batch must be): the
-    /// default [`read_many`](LeaseView::read_many) and
-    /// [`compare_and_swap_many`](LeaseStore::compare_and_swap_many) send
-    /// through it, so that every batch of every elector on the handle
-    /// stays within one bound. The default (`None`) bounds each batch on
-    /// its own, [`DEFAULT_CONCURRENCY`] at a time.
-    fn in_flight(&self) -> Option<&InFlight> {
-        None
+    /// How the engine runs this store, as one value (see [`Running`]): a
+    /// wrapper forwards it whole, so that it cannot keep one part of it
+    /// and drop another. The default suits a store with no batches of its
+    /// own, no shared bound and no shared engine.
+    fn running(&self) -> Running<'_> {
+        Running::default()
     }
 
     /// Lists every group whose name starts with `prefix` (byte for byte, no
@@ -176,12 +175,12 @@ pub trait LeaseStore: LeaseView {
     /// applied any subset of its requests, like a timed-out single write.
     ///
     /// The default sends one compare-and-swap per request, different
-    /// groups in flight together under [`in_flight`](LeaseView::in_flight)
-    /// and one group's writes one after the other, as listed; stores
-    /// override it with fewer round trips where the store allows
-    /// independent writes in one request.
+    /// groups in flight together under [`Running::in_flight`] and one
+    /// group's writes one after the other, as listed; stores override it
+    /// with fewer round trips where the store allows independent writes in
+    /// one request.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        let limit = self.in_flight().cloned().unwrap_or_else(default_in_flight);
+        let limit = self.running().in_flight_or_default();
         let results = limit
             .compare_and_swap_each(requests, |r| {
                 self.compare_and_swap(&r.group, r.expected, &r.record)
@@ -189,30 +188,109 @@ pub trait LeaseStore: LeaseView {
             .await;
         Ok(results)
     }
+}
 
+/// How the engine runs a store, apart from what the store is (read,
+/// compare-and-swap, batches, feeds, list): one value that
+/// [`LeaseView::running`] returns and a wrapper forwards whole.
+///
+/// Built with [`Running::new`] (a store) or from the inner store's
+/// (`self.inner.running()`, a wrapper, changed with the `with_` methods);
+/// more settings may come, so it cannot be written as a struct literal.
+///
+/// ```
+/// use tenure::concurrent::InFlight;
+/// use tenure::store::Running;
+/// use tenure::EngineSlot;
+/// let (bound, slot) = (InFlight::new(64), EngineSlot::new());
+/// // A store whose single requests go out together, 64 at a time over all
+/// // of its handles, whose batch takes 500 operations, and whose handles
+/// // share one engine.
+/// let running = Running::new(500, &slot).bounded_by(&bound);
+/// assert_eq!(running.in_flight_or_default().limit(), 64);
+/// assert_eq!(running.batch_size, 500);
+/// assert!(running.engine.is_some());
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Running<'a> {
+    /// The bound on requests in flight at once that the handle's clones
+    /// share, for a store whose batches are single requests sent together
+    /// (each atomic on its own, as every batch must be): the default
+    /// [`read_many`](LeaseView::read_many) and
+    /// [`compare_and_swap_many`](LeaseStore::compare_and_swap_many) send
+    /// through it, so that every batch of every elector on the handle
+    /// stays within one bound. `None` bounds each batch on its own,
+    /// [`DEFAULT_CONCURRENCY`] at a time.
+    pub in_flight: Option<&'a InFlight>,
     /// How many operations one batch call (of reads or of writes) should
     /// carry: the engine splits larger batches. Stores with a native batch
-    /// (one statement, one script call) raise it; the default suits the
-    /// default batch methods, which run the single operations concurrently,
-    /// [`DEFAULT_CONCURRENCY`] at a time, so that a batch takes a few round
-    /// trips, not hundreds.
-    fn batch_size_hint(&self) -> usize {
-        DEFAULT_CONCURRENCY * 4
-    }
+    /// (one statement, one script call) raise it; the default,
+    /// [`DEFAULT_BATCH_SIZE`], suits the default batch methods, which run
+    /// the single operations [`DEFAULT_CONCURRENCY`] at a time, so that a
+    /// batch takes a few round trips, not hundreds.
+    pub batch_size: usize,
+    /// The slot through which electors built from clones of this handle
+    /// find and share one engine: a slot kept in the state the clones
+    /// share. `None` gives every elector an engine of its own.
+    pub engine: Option<&'a EngineSlot>,
+}
 
-    /// The slot through which electors built from clones of this store
-    /// handle find and share one engine. Stores return a slot kept in the
-    /// state their clones share; the default (`None`) gives every elector
-    /// an engine of its own.
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        None
+impl Default for Running<'_> {
+    fn default() -> Self {
+        Running {
+            in_flight: None,
+            batch_size: DEFAULT_BATCH_SIZE,
+            engine: None,
+        }
     }
 }
 
-/// The bound of a batch on a store that shares none between batches.
-fn default_in_flight() -> InFlight {
-    InFlight::new(DEFAULT_CONCURRENCY)
+impl<'a> Running<'a> {
+    /// A store's engine slot and batch size, with no shared bound on
+    /// requests in flight.
+    pub fn new(batch_size: usize, engine: &'a EngineSlot) -> Self {
+        Running {
+            in_flight: None,
+            batch_size,
+            engine: Some(engine),
+        }
+    }
+
+    /// The same, its single requests bounded by `in_flight` over all the
+    /// handle's clones.
+    pub fn bounded_by(self, in_flight: &'a InFlight) -> Self {
+        Running {
+            in_flight: Some(in_flight),
+            ..self
+        }
+    }
+
+    /// The same, with the engine slot `engine` (a wrapper that keeps an
+    /// engine of its own over its inner store's).
+    pub fn with_engine(self, engine: &'a EngineSlot) -> Self {
+        Running {
+            engine: Some(engine),
+            ..self
+        }
+    }
+
+    /// The same, with batches of `batch_size` operations.
+    pub fn with_batch_size(self, batch_size: usize) -> Self {
+        Running { batch_size, ..self }
+    }
+
+    /// The shared bound, or one of [`DEFAULT_CONCURRENCY`] for this batch
+    /// alone.
+    pub fn in_flight_or_default(&self) -> InFlight {
+        self.in_flight
+            .cloned()
+            .unwrap_or_else(|| InFlight::new(DEFAULT_CONCURRENCY))
+    }
 }
+
+/// The batch size of a store that keeps the default batch methods.
+pub const DEFAULT_BATCH_SIZE: usize = DEFAULT_CONCURRENCY * 4;
 
 /// Forwards every method of both traits to the store behind a pointer, so
 /// `Arc<dyn LeaseStore>`, `Box<S>` and the like are stores (and views)
@@ -239,8 +317,8 @@ macro_rules! forward_through_pointer {
             fn describe(&self) -> String {
                 (**self).describe()
             }
-            fn in_flight(&self) -> Option<&InFlight> {
-                (**self).in_flight()
+            fn running(&self) -> Running<'_> {
+                (**self).running()
             }
         }
 
@@ -259,12 +337,6 @@ macro_rules! forward_through_pointer {
                 requests: &[CasRequest],
             ) -> BatchResult<CasOutcome> {
                 (**self).compare_and_swap_many(requests).await
-            }
-            fn batch_size_hint(&self) -> usize {
-                (**self).batch_size_hint()
-            }
-            fn engine_slot(&self) -> Option<&EngineSlot> {
-                (**self).engine_slot()
             }
         }
     };

@@ -605,9 +605,14 @@ pub fn parse_bool(name: &str, value: &str) -> Result<bool, UrlError> {
 }
 
 /// Whether a query option's name suggests its value is a secret
-/// (`password`, `sasl.password`, `secret_access_key`, `token`, …).
+/// (`password`, `sasl.password`, `secret_access_key`, `token`,
+/// `sasl.jaas.config`, …), read with its `%XX` escapes decoded.
 pub fn is_secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
+    // Judged as a parser reads the name: `sasl.p%61ssword` is
+    // `sasl.password`.
+    let k = percent_decode(key)
+        .unwrap_or_else(|| key.to_owned())
+        .to_ascii_lowercase();
     [
         "password",
         "passwd",
@@ -619,6 +624,8 @@ pub fn is_secret_key(key: &str) -> bool {
         "sig",
         "credential",
         "auth",
+        // Kafka's `sasl.jaas.config` carries the password inside it.
+        "jaas",
     ]
     .iter()
     .any(|s| k.contains(s))
@@ -1027,6 +1034,14 @@ mod tests {
                 "postgres://app:***@db:5432/x?sslmode=require&password=***",
             ),
             ("nats://t0ken@h:4222/b", "nats://***@h:4222/b"),
+            (
+                "kafka://h:1?sasl.p%61ssword=hunter2&x=1",
+                "kafka://h:1?sasl.p%61ssword=***&x=1",
+            ),
+            (
+                "kafka://h:1?sasl.jaas.config=Plain%20password%3D%22s3cret%22",
+                "kafka://h:1?sasl.jaas.config=***",
+            ),
             (
                 "postgres://app:pa/ss@127.0.0.1:55432/postgres",
                 "postgres://app:***@127.0.0.1:55432/postgres",

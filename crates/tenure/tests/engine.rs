@@ -305,7 +305,7 @@ async fn dropping_every_handle_releases_and_the_engine_ends() {
 
 #[test]
 fn is_leader_is_false_once_the_deadline_passes_without_the_engine() {
-    // Covered on the paused clock in hardening.rs (a term past its deadline
+    // Covered on the paused clock in deadlines_and_wedges.rs (a term past its deadline
     // is not leadership); this checks the lock-free path is the one used.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

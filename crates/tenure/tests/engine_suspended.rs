@@ -12,9 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure::clock::Sleep;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, Clock, Config, Elector, Engine, EngineSlot, GroupName,
-    LeaseRecord, LeaseStore, LeaseView, MemoryStore, MonoTime, Now, StoreError, TokioClock,
-    Version, Versioned,
+    BatchResult, CasOutcome, CasRequest, Clock, Config, Elector, Engine, GroupName, LeaseRecord,
+    LeaseStore, LeaseView, MemoryStore, MonoTime, Now, StoreError, TokioClock, Version, Versioned,
 };
 
 const TERM: Duration = Duration::from_secs(2);
@@ -86,9 +85,6 @@ impl LeaseStore for SuspendsOnce {
     }
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         self.inner.compare_and_swap_many(requests).await
-    }
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        None
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure::store::{Counted, OpCounters};
 use tenure::{
     Clock, Config, ConfigError, ElectorError, Faults, MemoryStore, ShardEvent, Shards, TokioClock,
 };
@@ -440,20 +441,18 @@ async fn shard_holders_come_from_the_feed_not_from_a_read_per_hand_over() {
     let (members, shards, term) = (16, 256, Duration::from_secs(2));
     let store = MemoryStore::new();
     let faults = Faults::new();
-    let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let read = Arc::new(OpCounters::default());
     let handles = (0..members)
         .map(|i| {
-            tenure_testkit::CountingReads::new(
-                faults.wrap(store.clone(), format!("m{i}")),
-                "/shards/",
-            )
-            .counting_into(read.clone())
+            Counted::new(faults.wrap(store.clone(), format!("m{i}")))
+                .only_groups_containing("/shards/")
+                .counting_into(read.clone())
         })
         .collect();
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     let set = sharded::start_together(handles, "fed", shards, term, Some(clock));
     let took = sharded::until_balanced(&set, shards, sharded::settle_bound(term)).await;
-    let per_member = read.load(std::sync::atomic::Ordering::Relaxed) / members;
+    let per_member = usize::try_from(read.snapshot().read_items).unwrap_or(usize::MAX) / members;
     eprintln!(
         "{members} × {shards}: balanced in {took:?}, {per_member} shard records read per member"
     );

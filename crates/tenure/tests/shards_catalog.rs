@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure::shards::{CatalogError, FinishError, SourceShard};
+use tenure::store::Counted;
 use tenure::{
     Clock, Config, GroupName, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Shards,
     TokioClock, WallTime,
@@ -353,7 +354,7 @@ async fn members_take_a_rewritten_catalog_whose_generation_is_not_higher() {
 
 #[tokio::test(start_paused = true)]
 async fn a_member_that_left_reads_the_catalog_no_more() {
-    let store = tenure_testkit::CountingReads::new(MemoryStore::new(), "stream/catalog/");
+    let store = Counted::new(MemoryStore::new()).only_groups_containing("stream/catalog/");
     let source = ScriptedSource::default();
     source.set(plain(&["x", "y"]));
     let member = Shards::builder(store.clone(), "stream")
@@ -368,9 +369,9 @@ async fn a_member_that_left_reads_the_catalog_no_more() {
     // The handle is kept (it holds a receiver of the catalog).
     member.shutdown().await;
     tokio::time::sleep(TERM).await;
-    let before = store.reads();
+    let before = store.counts().read_items;
     tokio::time::sleep(TERM * 10).await;
-    let after = store.reads();
+    let after = store.counts().read_items;
     assert_eq!(before, after, "the catalog was read after the member left");
     drop(member);
 }
@@ -567,7 +568,7 @@ async fn a_part_0_claiming_65536_parts_does_not_stall_the_catalog() {
         .compare_and_swap(&group, None, &hostile)
         .await
         .unwrap();
-    let store = tenure_testkit::CountingReads::new(memory.clone(), "stream/catalog/");
+    let store = Counted::new(memory.clone()).only_groups_containing("stream/catalog/");
     let source = ScriptedSource::listing(plain(&["x", "y"]));
     let clock = Arc::new(TokioClock::new());
     let members: Vec<Shards> = ["a", "b"]
@@ -587,12 +588,12 @@ async fn a_part_0_claiming_65536_parts_does_not_stall_the_catalog() {
         assert!(
             began.elapsed() <= FOLLOW,
             "not held: {} catalog reads",
-            store.reads()
+            store.counts().read_items
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(TERM * 3).await;
-    let reads = store.reads();
+    let reads = store.counts().read_items;
     // Two members polling every quarter term and a leader ticking: a few
     // hundred part reads at most, not tens of thousands per poll.
     assert!(reads < 2_000, "{reads} catalog part reads");

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure::store::Running;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, Config, EngineSlot, GroupName,
-    LeaseRecord, LeaseStore, LeaseView, Listed, MemoryStore, Shards, StoreError, StoreFeed,
-    TokioClock, Version, Versioned,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, Config, GroupName, LeaseRecord,
+    LeaseStore, LeaseView, Listed, MemoryStore, Shards, StoreError, StoreFeed, TokioClock, Version,
+    Versioned,
 };
 use tenure_testkit::holders::{self, held_by, Holders};
 use tokio::task::AbortHandle;
@@ -86,6 +87,10 @@ impl LeaseView for CountingWatches {
     fn describe(&self) -> String {
         "counting-watches".into()
     }
+
+    fn running(&self) -> Running<'_> {
+        self.inner.running()
+    }
 }
 
 #[async_trait]
@@ -102,12 +107,6 @@ impl LeaseStore for CountingWatches {
         self.inner.compare_and_swap_many(requests).await
     }
     // The memory store's slot: clones of this handle share one engine.
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        self.inner.engine_slot()
-    }
-    fn batch_size_hint(&self) -> usize {
-        self.inner.batch_size_hint()
-    }
 }
 
 fn member(store: &CountingWatches, clock: &Arc<TokioClock>, set: &str, id: &str) -> Shards {

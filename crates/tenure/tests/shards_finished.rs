@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::shards::{FinishError, SourceShard};
+use tenure::store::Running;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, Config, EngineSlot, GroupName,
-    LeaseRecord, LeaseStore, LeaseView, Listed, MemoryStore, Shards, StoreError, StoreFeed,
-    TokioClock, Version, Versioned,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, Config, GroupName, LeaseRecord,
+    LeaseStore, LeaseView, Listed, MemoryStore, Shards, StoreError, StoreFeed, TokioClock, Version,
+    Versioned,
 };
 use tenure_testkit::catalog::{held, ScriptedSource};
 use tenure_testkit::holders;
@@ -65,6 +66,10 @@ impl LeaseView for LosesMarkReplies {
     fn describe(&self) -> String {
         "loses-mark-replies".into()
     }
+
+    fn running(&self) -> Running<'_> {
+        self.inner.running()
+    }
 }
 
 #[async_trait]
@@ -79,12 +84,6 @@ impl LeaseStore for LosesMarkReplies {
     }
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         self.inner.compare_and_swap_many(requests).await
-    }
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        self.inner.engine_slot()
-    }
-    fn batch_size_hint(&self) -> usize {
-        self.inner.batch_size_hint()
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure::store::Running;
 use tenure::{
     BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, Config, EngineSlot, Faults,
     FaultyStore, GroupName, Holder, LeaseRecord, LeaseStore, LeaseView, Listed, MemoryStore,
@@ -161,6 +162,10 @@ impl LeaseView for Forgeable {
     fn describe(&self) -> String {
         "forgeable".into()
     }
+
+    fn running(&self) -> Running<'_> {
+        self.inner.running().with_engine(&self.engine)
+    }
 }
 
 #[async_trait]
@@ -175,12 +180,6 @@ impl LeaseStore for Forgeable {
     }
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         self.inner.compare_and_swap_many(requests).await
-    }
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        Some(&self.engine)
-    }
-    fn batch_size_hint(&self) -> usize {
-        self.inner.batch_size_hint()
     }
 }
 

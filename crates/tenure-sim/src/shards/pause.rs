@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure::clock::Sleep;
+use tenure::store::Running;
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, MonoTime, Now, StoreError, StoreFeed, Version, Versioned,
+    BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, GroupName, LeaseRecord, LeaseStore,
+    LeaseView, Listed, MonoTime, Now, StoreError, StoreFeed, Version, Versioned,
 };
 use tokio::time::Instant;
 
@@ -225,6 +226,16 @@ impl<S: LeaseStore> LeaseView for PausedStore<S> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+
+    fn running(&self) -> Running<'_> {
+        // The inner store's engine; batches of the default size and no
+        // shared bound, as the sharded tier's recorded seeds ran.
+        let mine = Running::default();
+        self.inner
+            .running()
+            .engine
+            .map_or(mine, |e| mine.with_engine(e))
+    }
 }
 
 #[async_trait]
@@ -241,10 +252,6 @@ impl<S: LeaseStore> LeaseStore for PausedStore<S> {
 
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         self.gated(self.inner.compare_and_swap_many(requests)).await
-    }
-
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        self.inner.engine_slot()
     }
 }
 

@@ -11,6 +11,7 @@ use crate::clock::{Clock, MonoTime};
 use crate::error::StoreError;
 use crate::machine::{Input, OpId, Phase, ReadPurpose, WritePurpose};
 use crate::record::Versioned;
+use crate::store::spread;
 use crate::store::{BatchResult, CasOutcome, LeaseStore};
 
 use super::feed::saw;
@@ -240,34 +241,6 @@ impl BatchResults {
 pub(super) enum Reply {
     Read(Option<Versioned>),
     Write(CasOutcome),
-}
-
-/// Pairs each operation of a batch with its result; a batch that failed as
-/// a whole fails every operation in it with a copy of its error.
-pub(super) fn spread<T>(
-    ids: Vec<(GroupId, OpId)>,
-    result: BatchResult<T>,
-) -> Vec<((GroupId, OpId), Result<T, StoreError>)> {
-    match result {
-        Ok(results) if results.len() == ids.len() => ids.into_iter().zip(results).collect(),
-        Ok(results) => {
-            let error = StoreError::Unavailable {
-                message: format!(
-                    "the store answered a batch of {} operations with {} results",
-                    ids.len(),
-                    results.len()
-                ),
-                source: None,
-            };
-            ids.into_iter()
-                .map(|id| (id, Err(error.copy_for_batch())))
-                .collect()
-        }
-        Err(error) => ids
-            .into_iter()
-            .map(|id| (id, Err(error.copy_for_batch())))
-            .collect(),
-    }
 }
 
 impl Task {
@@ -522,14 +495,14 @@ impl Task {
         };
         match reply.result {
             BatchResults::Reads(ids, result) => {
-                for ((id, op), result) in spread(ids, result) {
+                for ((id, op), result) in spread(ids.into_iter(), result) {
                     self.judge(id, &result, isolate);
                     let result = result.map(Reply::Read);
                     self.answer(id, op, result);
                 }
             }
             BatchResults::Writes(ids, result) => {
-                for ((id, op), result) in spread(ids, result) {
+                for ((id, op), result) in spread(ids.into_iter(), result) {
                     self.judge(id, &result, isolate);
                     let result = result.map(Reply::Write);
                     self.answer(id, op, result);

@@ -96,7 +96,7 @@ impl EngineShared {
         });
         // Batches no larger than the store handles well in one call.
         let options = EngineOptions {
-            max_batch: options.max_batch.min(store.batch_size_hint().max(1)),
+            max_batch: options.max_batch.min(store.running().batch_size.max(1)),
             ..options
         };
         let task = Task::new(store, clock, options, counters, rx);
@@ -112,7 +112,7 @@ impl EngineShared {
         clock: &Arc<dyn Clock>,
         runtime: &tokio::runtime::Handle,
     ) -> Arc<EngineShared> {
-        let Some(slot) = store.engine_slot() else {
+        let Some(slot) = store.running().engine else {
             return Self::start(store, clock.clone(), EngineOptions::default(), runtime);
         };
         let here = RuntimeKey::of(runtime);
@@ -166,7 +166,7 @@ pub(super) fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
 
 /// Where a store handle keeps the engine its clones share. A store puts one
 /// in the state its clones share and returns it from
-/// [`LeaseStore::engine_slot`]; that is all it takes for
+/// [`Running::engine`](crate::store::Running::engine); that is all it takes for
 /// `Elector::builder(store.clone(), group)` in a loop to run every group on
 /// one engine.
 #[derive(Default)]

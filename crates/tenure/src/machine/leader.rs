@@ -236,12 +236,9 @@ impl Machine {
     /// this leader's own. The request is a hint: it is this check, on a
     /// read of the leader's own record, that ends the term.
     pub(super) fn honours(&self, record: &LeaseRecord) -> bool {
-        match record.metadata.get(crate::record::TRANSFER_PRIORITY_KEY) {
+        match record.request_priority() {
             None => true,
-            Some(asked) => {
-                let mine = self.metadata.priority();
-                asked.parse::<u32>().is_ok_and(|asked| asked > mine)
-            }
+            Some(asked) => asked.is_some_and(|asked| asked > self.metadata.priority()),
         }
     }
 

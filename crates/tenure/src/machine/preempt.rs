@@ -272,11 +272,11 @@ impl Machine {
                 }
                 return None;
             }
-            let theirs = record
-                .metadata
-                .get(TRANSFER_PRIORITY_KEY)
-                .and_then(|p| p.parse::<u32>().ok());
-            if theirs.is_none_or(|p| p >= mine) {
+            if record
+                .request_priority()
+                .flatten()
+                .is_none_or(|p| p >= mine)
+            {
                 return None;
             }
         }

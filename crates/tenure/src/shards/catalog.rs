@@ -38,6 +38,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::layout::{catalog_group, finished_group, finished_prefix};
 use crate::clock::{Clock, WallTime};
 use crate::elector::Elector;
 use crate::error::{ConfigError, ElectorError, StoreError};
@@ -289,22 +290,6 @@ struct Part {
     n: u64,
     /// This part's shards.
     s: Vec<SourceShard>,
-}
-
-pub(crate) fn catalog_prefix(set: &str) -> String {
-    format!("{set}/catalog/")
-}
-
-pub(crate) fn catalog_group(set: &str, part: u64) -> String {
-    format!("{}{part}", catalog_prefix(set))
-}
-
-pub(crate) fn finished_prefix(set: &str) -> String {
-    format!("{set}/finished/")
-}
-
-pub(crate) fn leader_group(set: &str) -> String {
-    format!("{set}/leader")
 }
 
 fn group(name: String) -> Result<GroupName, StoreError> {
@@ -632,10 +617,7 @@ fn unpublishable(set: &str, shard: &SourceShard) -> Option<CatalogError> {
         .and_then(|()| {
             GroupName::new(super::shard_group(set, &shard.name)).map_err(|e| e.to_string())
         })
-        .and_then(|_| {
-            GroupName::new(format!("{}{}", finished_prefix(set), shard.name))
-                .map_err(|e| e.to_string())
-        });
+        .and_then(|_| GroupName::new(finished_group(set, &shard.name)).map_err(|e| e.to_string()));
     if let Err(problem) = named {
         return Some(bad_name(problem));
     }
@@ -1340,7 +1322,7 @@ async fn mark(
         shard: shard.to_owned(),
         source,
     };
-    let group = group(format!("{}{shard}", finished_prefix(set))).map_err(failed)?;
+    let group = group(finished_group(set, shard)).map_err(failed)?;
     let record = LeaseRecord {
         holder: None,
         token: term.token(),

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::sightings::{Sighting, Sightings};
 use crate::clock::MonoTime;
-use crate::config::MAX_TERM;
+use crate::config::takeover_wait;
 use crate::record::{Metadata, Version, Versioned};
 use crate::role::LeaderInfo;
 
@@ -113,15 +113,7 @@ impl Roster {
             .record
             .holder
             .as_ref()
-            // Capped, so that a hostile record's term cannot overflow.
-            .map(|_| {
-                s.since
-                    + s.current
-                        .record
-                        .term
-                        .min(MAX_TERM)
-                        .mul_f64(1.0 + self.drift)
-            })
+            .map(|_| s.since + takeover_wait(s.current.record.term, self.drift))
     }
 
     /// The members live at `now`, sorted by id.

@@ -173,6 +173,7 @@
 
 pub mod assign;
 mod catalog;
+pub mod layout;
 mod members;
 mod requests;
 mod sightings;
@@ -194,6 +195,7 @@ use crate::machine::EndReason;
 use crate::record::{check_name, GroupName, Metadata, MAX_CANDIDATE_BYTES, MAX_GROUP_BYTES};
 use crate::store::LeaseStore;
 use crate::term::Term;
+use layout::{member_group, shard_group};
 
 pub use catalog::{
     CatalogError, FinishError, ShardCatalog, ShardList, ShardSource, SourceError, SourceShard,
@@ -367,12 +369,11 @@ impl ShardsBuilder {
         let (catalog_tx, catalog_rx) = watch::channel(None);
         let leader = match &self.catalog {
             Some((source, refresh)) => {
-                let elector =
-                    Elector::builder(self.store.clone(), catalog::leader_group(&self.set))
-                        .candidate_id(member.clone())
-                        .config(self.config.clone())
-                        .clock(self.clock.clone())
-                        .start()?;
+                let elector = Elector::builder(self.store.clone(), layout::leader_group(&self.set))
+                    .candidate_id(member.clone())
+                    .config(self.config.clone())
+                    .clock(self.clock.clone())
+                    .start()?;
                 Some((elector, source.clone(), *refresh))
             }
             None => None,
@@ -390,7 +391,7 @@ impl ShardsBuilder {
                 let (member, config, clock) =
                     (member.clone(), self.config.clone(), self.clock.clone());
                 move || {
-                    Elector::builder(store.clone(), catalog::leader_group(&set))
+                    Elector::builder(store.clone(), layout::leader_group(&set))
                         .candidate_id(member.clone())
                         .config(config.clone())
                         .clock(clock.clone())
@@ -467,22 +468,6 @@ impl ShardsBuilder {
         });
         Ok(Shards { inner })
     }
-}
-
-pub(crate) fn member_prefix(set: &str) -> String {
-    format!("{set}/members/")
-}
-
-pub(crate) fn member_group(set: &str, member: &str) -> String {
-    format!("{set}/members/{member}")
-}
-
-pub(crate) fn shard_prefix(set: &str) -> String {
-    format!("{set}/shards/")
-}
-
-pub(crate) fn shard_group(set: &str, shard: &str) -> String {
-    format!("{set}/shards/{shard}")
 }
 
 pub(crate) struct Inner {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{member_group, shard_group};
+use super::layout::{member_group, shard_group};
 use crate::clock::{Clock, MonoTime, Now};
 use crate::engine::Engine;
 use crate::error::StoreError;

@@ -37,11 +37,12 @@ use tokio::sync::{broadcast, mpsc, watch, Notify};
 use tokio::task::JoinSet;
 
 use super::assign::assign_names;
-use super::catalog::{catalog_prefix, ShardCatalog};
+use super::catalog::ShardCatalog;
+use super::layout::{catalog_prefix, member_prefix, shard_group, shard_prefix};
 use super::members::{Member, Roster};
 use super::requests::{Reply, Requests};
 use super::sightings::{Fed, Sightings};
-use super::{member_prefix, shard_group, shard_prefix, ShardEvent};
+use super::ShardEvent;
 use crate::clock::{Clock, MonoTime};
 use crate::config::Config;
 use crate::elector::Elector;

@@ -1,7 +1,7 @@
 //! Batches over single operations and single operations over batches,
 //! for stores that have only one of the two natively.
 
-use super::{CasOutcome, CasRequest, LeaseStore, LeaseView};
+use super::{BatchResult, CasOutcome, CasRequest, LeaseStore, LeaseView};
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
 
@@ -51,6 +51,23 @@ pub fn check_batch_answer(
         message: format!("{server} answered {what} of {asked} with {answered} results"),
         source: None,
     })
+}
+
+/// Pairs each operation of a batch (`keys`, in the order sent) with its
+/// result. A batch that failed as a whole, or was answered with more or
+/// fewer results than operations ([`check_batch_answer`]), fails every
+/// operation in it with a copy of that error.
+pub(crate) fn spread<K, T>(
+    keys: impl ExactSizeIterator<Item = K>,
+    got: BatchResult<T>,
+) -> Vec<(K, Result<T, StoreError>)> {
+    let checked = got.and_then(|results| {
+        check_batch_answer("the store", "a batch", keys.len(), results.len()).map(|()| results)
+    });
+    match checked {
+        Ok(results) => keys.zip(results).collect(),
+        Err(e) => keys.map(|k| (k, Err(e.copy_for_batch()))).collect(),
+    }
 }
 
 fn only_entry<T>(batch: Vec<Result<T, StoreError>>) -> Result<T, StoreError> {

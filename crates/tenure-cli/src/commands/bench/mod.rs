@@ -15,16 +15,12 @@
 //! [`procstat`] (what they read of a process from `/proc`).
 
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tenure::store::{Counted, OpCounters};
 
 use anyhow::{bail, Context};
-use async_trait::async_trait;
-use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, Config, Elector, Faults, GroupName,
-    LeaseRecord, LeaseStore, LeaseView, StoreError, StoreFeed, Version, Versioned,
-};
+use tenure::{Config, Elector, Faults, GroupName};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 pub(crate) mod catalog;
@@ -206,53 +202,17 @@ impl Stats {
     }
 }
 
-/// Counts one candidate's store operations.
-struct Counting {
-    inner: Arc<dyn LeaseStore>,
-    ops: Arc<AtomicU64>,
-}
-
-#[async_trait]
-impl LeaseView for Counting {
-    async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        self.ops.fetch_add(1, Ordering::Relaxed);
-        self.inner.read(group).await
-    }
-    async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        self.ops.fetch_add(groups.len() as u64, Ordering::Relaxed);
-        self.inner.read_many(groups).await
-    }
-    async fn changes(&self, group: &GroupName) -> Result<Option<ChangeFeed>, StoreError> {
-        self.inner.changes(group).await
-    }
-    async fn watch(&self) -> Result<Option<StoreFeed>, StoreError> {
-        self.inner.watch().await
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
-#[async_trait]
-impl LeaseStore for Counting {
-    async fn compare_and_swap(
-        &self,
-        group: &GroupName,
-        expected: Option<Version>,
-        record: &LeaseRecord,
-    ) -> Result<CasOutcome, StoreError> {
-        self.ops.fetch_add(1, Ordering::Relaxed);
-        self.inner.compare_and_swap(group, expected, record).await
-    }
-    async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        self.ops.fetch_add(requests.len() as u64, Ordering::Relaxed);
-        self.inner.compare_and_swap_many(requests).await
-    }
-}
-
 struct Candidate {
     elector: Elector,
-    ops: Arc<AtomicU64>,
+    ops: Arc<OpCounters>,
+}
+
+impl Candidate {
+    /// The records it read and wrote so far.
+    fn ops(&self) -> u64 {
+        let counts = self.ops.snapshot();
+        counts.read_items + counts.write_items
+    }
 }
 
 /// Candidates of one group on one store, each on its own connection.
@@ -273,11 +233,8 @@ impl Pool<'_> {
             .open()
             .await
             .with_context(|| format!("cannot open {}", self.url))?;
-        let ops = Arc::new(AtomicU64::new(0));
-        let counting = Counting {
-            inner: store,
-            ops: ops.clone(),
-        };
+        let ops = Arc::new(OpCounters::default());
+        let counting = Counted::new(store).counting_into(ops.clone());
         let elector = Elector::builder(self.faults.wrap(counting, id.clone()), self.group.as_str())
             .candidate_id(id)
             .config(self.config.clone())
@@ -331,11 +288,10 @@ impl Pool<'_> {
         })
         .await?;
         tokio::time::sleep(self.config.term).await;
-        let before: Vec<u64> = pool.iter().map(|c| c.ops.load(Ordering::Relaxed)).collect();
+        let before: Vec<u64> = pool.iter().map(Candidate::ops).collect();
         let terms = 10u32;
         tokio::time::sleep(self.config.term * terms).await;
-        let per_term =
-            |j: usize| (pool[j].ops.load(Ordering::Relaxed) - before[j]) as f64 / f64::from(terms);
+        let per_term = |j: usize| pool[j].ops().saturating_sub(before[j]) as f64 / f64::from(terms);
         let figures = (per_term(leader), per_term(1 - leader));
         for c in pool {
             c.elector.shutdown().await;

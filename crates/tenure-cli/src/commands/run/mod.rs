@@ -19,6 +19,8 @@ mod http;
 mod metadata_file;
 mod sharded;
 
+pub(crate) use sharded::slot_prefix;
+
 use std::io;
 use std::process::ExitStatus;
 use std::time::Duration;

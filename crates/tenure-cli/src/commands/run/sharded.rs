@@ -110,12 +110,22 @@ async fn run_one(common: &Common, term: &Term, env: &[(String, String)], what: &
     }
 }
 
+/// The prefix of every slot lease of the slotted group `group`.
+pub(crate) fn slot_prefix(group: &str) -> String {
+    format!("{group}/slots/")
+}
+
+/// The lease of slot `slot` of the slotted group `group`.
+fn slot_group(group: &str, slot: u32) -> String {
+    format!("{}{slot}", slot_prefix(group))
+}
+
 /// Runs `tenure run --slots N`.
 pub async fn run_slots(args: &RunArgs, setup: Setup, count: u32) -> anyhow::Result<u8> {
     let common = Common::new(&args.group, &setup);
     let stop = &setup.stop;
     let stand = |slot: u32| {
-        Elector::builder(setup.conn.store()?, format!("{}/slots/{slot}", args.group))
+        Elector::builder(setup.conn.store()?, slot_group(&args.group, slot))
             .candidate_id(setup.id.clone())
             .config(setup.config.clone())
             .metadata(setup.metadata.clone())

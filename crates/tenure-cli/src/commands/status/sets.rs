@@ -17,8 +17,10 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use serde::Serialize;
+use tenure::shards::layout;
 use tenure::{GroupName, LeaseView, Listed, StoreError, Versioned};
 
+use crate::commands::run::slot_prefix;
 use crate::view;
 
 /// A listing that failed: the store is unreachable, or refused it.
@@ -112,8 +114,7 @@ pub async fn probe(
     group: &GroupName,
     store: &str,
 ) -> Result<Probe, ListError> {
-    let list = |what: &'static str| async move {
-        let prefix = format!("{group}/{what}/");
+    let list = |prefix: String| async move {
         match view.list(&prefix).await {
             Ok(listed) => Ok(Ok(split(&prefix, listed))),
             Err(e @ StoreError::Unsupported { .. }) => Ok(Err(e)),
@@ -125,15 +126,17 @@ pub async fn probe(
             }),
         }
     };
-    let members = match list("members").await? {
+    let members = match list(layout::member_prefix(group.as_str())).await? {
         Ok(found) => found,
         Err(unsupported) => return Ok(Probe::Unlistable(unsupported)),
     };
-    let shards = list("shards").await?.unwrap_or_default();
+    let shards = list(layout::shard_prefix(group.as_str()))
+        .await?
+        .unwrap_or_default();
     let (kind, members, leases) = if !members.0.is_empty() || !shards.0.is_empty() {
         (Kind::Sharded, members, shards)
     } else {
-        let slots = list("slots").await?.unwrap_or_default();
+        let slots = list(slot_prefix(group.as_str())).await?.unwrap_or_default();
         if slots.0.is_empty() {
             return Ok(Probe::NotASet);
         }

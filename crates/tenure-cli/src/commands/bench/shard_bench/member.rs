@@ -1,7 +1,7 @@
 //! `tenure bench-member` (hidden): one member of a sharded set for
 //! `tenure bench --shards`. It runs `Shards::run_per_shard` with work that
 //! does nothing but report when it starts and stops, reports its view of
-//! the members and its store operations (counted by [`Counted`]), and leaves gracefully (`Shards::shutdown`) on SIGTERM.
+//! the members and its store operations (counted by [`Counted`](tenure::store::Counted)), and leaves gracefully (`Shards::shutdown`) on SIGTERM.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context;
 use tenure::{ElectorError, ShardEvent, Shards};
 
-use super::counted::{Counted, Ops};
 use super::report::MemberReport;
 use crate::cli::BenchMemberArgs;
 use crate::commands::demo::now;
@@ -17,6 +16,7 @@ use crate::exit::usage;
 use crate::out;
 use crate::signals::Stop;
 use crate::store_url::StoreUrl;
+use tenure::store::{Counted, OpCounters};
 
 /// Runs one member until SIGTERM/SIGINT.
 pub async fn member(args: BenchMemberArgs) -> anyhow::Result<u8> {
@@ -26,8 +26,8 @@ pub async fn member(args: BenchMemberArgs) -> anyhow::Result<u8> {
         .await
         .with_context(|| format!("cannot open {url}"))?;
     let stop = Stop::listen()?;
-    let ops = Arc::new(Ops::default());
-    let store = Counted::new(store, ops.clone());
+    let ops = Arc::new(OpCounters::default());
+    let store = Counted::new(store).counting_into(ops.clone());
     let shards = Shards::builder(store, args.set)
         .member_id(args.id)
         .shards(args.shards)

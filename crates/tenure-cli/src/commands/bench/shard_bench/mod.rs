@@ -9,10 +9,10 @@
 //! reports that no shard was ever worked by two members at once. Once the
 //! set first balances, its steady cost is measured over
 //! [`COST_TERMS`] terms: the store operations each member sends (counted
-//! in the member, see [`counted`]), its CPU time and its resident memory.
+//! in the member by [`tenure::store::Counted`]), its CPU time and its
+//! resident memory.
 //! A program that prints a table; it asserts nothing about time.
 
-mod counted;
 mod ledger;
 mod member;
 mod report;
@@ -199,7 +199,10 @@ async fn lacks_list(url: &StoreUrl, set: &str) -> anyhow::Result<Option<String>>
         .open()
         .await
         .with_context(|| format!("cannot open {url}"))?;
-    match store.list(&format!("{set}/members/")).await {
+    match store
+        .list(&tenure::shards::layout::member_prefix(set))
+        .await
+    {
         Ok(_) => Ok(None),
         Err(e @ StoreError::Unsupported { .. }) => Ok(Some(e.to_string())),
         Err(e) => Err(e).with_context(|| format!("{url}: cannot list the members")),

@@ -5,6 +5,7 @@
 //! orchestrator can compare the members' instants.
 
 use serde::{Deserialize, Serialize};
+pub use tenure::store::OpCounts;
 
 /// One line of a member's report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,33 +58,4 @@ pub enum MemberReport {
         /// When it left.
         at: u64,
     },
-}
-
-/// A member's store operations so far: calls, and the items in them (a
-/// batch is one call of several items).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpCounts {
-    /// Listings by prefix.
-    pub lists: u64,
-    /// Read calls (single or batched).
-    pub reads: u64,
-    /// Records read.
-    pub read_items: u64,
-    /// Write calls (single or batched compare-and-swaps).
-    pub writes: u64,
-    /// Records written (or tried).
-    pub write_items: u64,
-}
-
-impl OpCounts {
-    /// What was sent between `earlier` and `self`.
-    pub fn since(&self, earlier: &OpCounts) -> OpCounts {
-        OpCounts {
-            lists: self.lists.saturating_sub(earlier.lists),
-            reads: self.reads.saturating_sub(earlier.reads),
-            read_items: self.read_items.saturating_sub(earlier.read_items),
-            writes: self.writes.saturating_sub(earlier.writes),
-            write_items: self.write_items.saturating_sub(earlier.write_items),
-        }
-    }
 }

@@ -1,10 +1,14 @@
-//! Schedules a review of the engine found (each failed before its fix),
-//! and probes of awkward states that must stay cheap and correct.
+//! Schedules of the many-leases engine that once went wrong (each failed
+//! before its fix: sequential batches starving the tail, an engine shared
+//! across runtimes, two candidates of one group on one engine, a spin, a
+//! drop during an acquisition), and awkward states that must stay cheap
+//! and correct.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure::store::Running;
 use tenure::{
     CasOutcome, Clock, Config, Elector, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
     MemoryStore, StoreError, TokioClock, Version, Versioned,
@@ -29,6 +33,11 @@ impl LeaseView for OneByOne {
     fn describe(&self) -> String {
         "one-by-one://".into()
     }
+
+    fn running(&self) -> Running<'_> {
+        let mine = Running::default();
+        self.slot.as_deref().map_or(mine, |e| mine.with_engine(e))
+    }
 }
 
 #[async_trait]
@@ -41,9 +50,6 @@ impl LeaseStore for OneByOne {
     ) -> Result<CasOutcome, StoreError> {
         tokio::time::sleep(self.rtt).await;
         self.inner.compare_and_swap(group, expected, record).await
-    }
-    fn engine_slot(&self) -> Option<&EngineSlot> {
-        self.slot.as_deref()
     }
 }
 

@@ -1,6 +1,7 @@
-//! What users of election libraries ask for, on tokio's paused clock:
-//! hand-over to a named candidate, bounded waits, live metadata, health,
-//! duties whose period holds across leaders, errors that reach the caller.
+//! What an elector offers besides the lease, as users of election
+//! libraries ask for it, on tokio's paused clock: hand-over to a named
+//! candidate, bounded waits, live metadata, health, duties whose period
+//! holds across leaders, errors that reach the caller.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
