@@ -1,8 +1,10 @@
 //! When the task acts: the timer heap, operation deadlines, and the
 //! coalescing that pulls nearly-due renewals and polls into one batch.
+//! [`Schedule`] owns that state; the task asks it what is due and steps
+//! the machines.
 
 use std::cmp::Reverse;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,28 +16,76 @@ use crate::machine::{Input, OpId};
 use super::batch::Priority;
 use super::feed::{watch_liveness, Feed};
 use super::shared::Counters;
-use super::task::{Current, Task};
+use super::task::{Current, IdHash, Slot, Task};
 use super::GroupId;
 
 /// A wake-up of one group, valid while the group's generation matches.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Timer {
-    pub(super) at: MonoTime,
-    pub(super) id: GroupId,
-    pub(super) gen: u64,
+struct Timer {
+    at: MonoTime,
+    id: GroupId,
+    gen: u64,
 }
 
 /// An operation's reply deadline.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct OpDeadline {
-    pub(super) at: MonoTime,
+    at: MonoTime,
     pub(super) id: GroupId,
     pub(super) op: u64,
 }
 
+/// Where one group stands in the [`Schedule`]: kept in its slot.
+#[derive(Default)]
+pub(super) struct Filed {
+    /// The wake-up in the heap that counts; older entries are stale.
+    gen: u64,
+    scheduled: Option<MonoTime>,
+    renew_key: Option<MonoTime>,
+    poll_key: Option<MonoTime>,
+}
+
+impl Filed {
+    fn is_live(&self, t: &Timer) -> bool {
+        self.gen == t.gen
+    }
+}
+
+/// Whether `d` is the deadline of the operation `slot` has in flight.
+fn deadline_live(slots: &HashMap<GroupId, Slot, IdHash>, d: &OpDeadline) -> bool {
+    slots
+        .get(&d.id)
+        .is_some_and(|s| s.op.is_some_and(|c| c.op.0 == d.op))
+}
+
+fn timer_live(slots: &HashMap<GroupId, Slot, IdHash>, t: &Timer) -> bool {
+    slots.get(&t.id).is_some_and(|s| s.filed.is_live(t))
+}
+
+/// The engine's timers: each group's next wake-up, the reply deadlines of
+/// operations in flight, the groups by when their renewal or poll falls
+/// due, and how far ahead of schedule a nearly-due one may be pulled into
+/// a batch going out. It reads the groups' slots to tell a live entry
+/// from a stale one, and changes only its own state and their [`Filed`].
+#[derive(Default)]
+pub(super) struct Schedule {
+    timers: BinaryHeap<Reverse<Timer>>,
+    deadlines: BinaryHeap<Reverse<OpDeadline>>,
+    renewals: BTreeSet<(MonoTime, GroupId)>,
+    polls: BTreeSet<(MonoTime, GroupId)>,
+    /// Whether this turn queued a scheduled renewal or poll, which the
+    /// nearly-due ones then join.
+    renewing: bool,
+    polling: bool,
+    /// How far ahead of schedule any group's renewal or poll may be pulled
+    /// (the largest half-interval among the groups that have joined).
+    renew_window: Duration,
+    poll_window: Duration,
+}
+
 /// Moves group `id` in `index` (groups by the instant something is due
 /// for them) from the instant it was filed at to `due`, or out of it.
-pub(super) fn refile(
+fn refile(
     index: &mut BTreeSet<(MonoTime, GroupId)>,
     filed: &mut Option<MonoTime>,
     due: Option<MonoTime>,
@@ -60,7 +110,44 @@ pub(super) async fn sleep_until(clock: &Arc<dyn Clock>, wake: Option<MonoTime>) 
     }
 }
 
-impl Task {
+impl Schedule {
+    /// A group of `timing` joined: its half-intervals widen the windows.
+    pub(super) fn join(&mut self, timing: &Timing) {
+        self.renew_window = self.renew_window.max(timing.renew_interval / 2);
+        self.poll_window = self.poll_window.max(timing.retry_interval / 2);
+    }
+
+    /// Group `id` left: its renewal and poll are due no more.
+    pub(super) fn leave(&mut self, id: GroupId, filed: &Filed) {
+        if let Some(t) = filed.renew_key {
+            self.renewals.remove(&(t, id));
+        }
+        if let Some(t) = filed.poll_key {
+            self.polls.remove(&(t, id));
+        }
+    }
+
+    /// Whether any group has a renewal scheduled.
+    pub(super) fn has_renewals(&self) -> bool {
+        !self.renewals.is_empty()
+    }
+
+    /// The pulled renewals (`renewals`) or polls were stepped: what they
+    /// queued marks nothing.
+    fn coalesced(&mut self, renewals: bool) {
+        if renewals {
+            self.renewing = false;
+        } else {
+            self.polling = false;
+        }
+    }
+
+    /// A renewal (or a poll) was queued this turn: nearly-due ones join it.
+    pub(super) fn queued(&mut self, renewal: bool, poll: bool) {
+        self.renewing |= renewal;
+        self.polling |= poll;
+    }
+
     /// Files the deadline by which the reply to a queued operation must
     /// have come.
     pub(super) fn file_deadline(&mut self, id: GroupId, op: OpId, deadline: MonoTime) {
@@ -71,6 +158,164 @@ impl Task {
         }));
     }
 
+    /// Files group `id`'s next wake-up `wake` and its due renewal and poll.
+    fn file(
+        &mut self,
+        id: GroupId,
+        filed: &mut Filed,
+        wake: Option<MonoTime>,
+        renew_due: Option<MonoTime>,
+        poll_due: Option<MonoTime>,
+    ) {
+        if wake != filed.scheduled {
+            filed.scheduled = wake;
+            filed.gen += 1;
+            if let Some(at) = wake {
+                self.timers.push(Reverse(Timer {
+                    at,
+                    id,
+                    gen: filed.gen,
+                }));
+            }
+        }
+        refile(&mut self.renewals, &mut filed.renew_key, renew_due, id);
+        refile(&mut self.polls, &mut filed.poll_key, poll_due, id);
+    }
+
+    /// The earliest live wake-up or deadline, dropping stale ones from
+    /// the top so that the sleep is for a real one.
+    fn next_due(&mut self, slots: &HashMap<GroupId, Slot, IdHash>) -> Option<MonoTime> {
+        while let Some(Reverse(t)) = self.timers.peek() {
+            if timer_live(slots, t) {
+                break;
+            }
+            self.timers.pop();
+        }
+        while let Some(Reverse(d)) = self.deadlines.peek() {
+            if deadline_live(slots, d) {
+                break;
+            }
+            self.deadlines.pop();
+        }
+        let wake = self.timers.peek().map(|Reverse(t)| t.at);
+        match self.deadlines.peek() {
+            Some(Reverse(d)) => Some(wake.map_or(d.at, |w| w.min(d.at))),
+            None => wake,
+        }
+    }
+
+    /// Drops the heaps' stale entries in one pass once they outnumber the
+    /// live ones (a group has at most one live wake-up and one live
+    /// deadline): each renewal leaves two or three behind, and popping
+    /// them one by one as they come due (a sift through a heap of hundreds
+    /// of thousands each) cost an eighth of the engine's time at 100,000
+    /// groups. A stale entry never becomes live again (generations and
+    /// operation ids only rise), so what fires, and when, is unchanged.
+    fn compact(&mut self, slots: &HashMap<GroupId, Slot, IdHash>) {
+        let bound = slots.len().saturating_mul(2).saturating_add(1024);
+        if self.timers.len() > bound {
+            self.timers.retain(|Reverse(t)| timer_live(slots, t));
+        }
+        if self.deadlines.len() > bound {
+            self.deadlines.retain(|Reverse(d)| deadline_live(slots, d));
+        }
+    }
+
+    /// The next deadline that has passed at `now`, live or stale.
+    fn pop_deadline(&mut self, now: MonoTime) -> Option<OpDeadline> {
+        let Reverse(d) = *self.deadlines.peek()?;
+        (d.at <= now).then(|| {
+            self.deadlines.pop();
+            d
+        })
+    }
+
+    /// The next wake-up that has come at `now`, live or stale.
+    fn pop_timer(&mut self, now: MonoTime) -> Option<Timer> {
+        let Reverse(t) = *self.timers.peek()?;
+        (t.at <= now).then(|| {
+            self.timers.pop();
+            t
+        })
+    }
+
+    /// The first `room` groups of `wakes` due within `window` of `now`,
+    /// each no earlier than half its own `interval` (so that coalescing
+    /// never more than halves a group's renewal or poll period). It stops
+    /// at `room` (and walks nothing when it is 0): past capacity the window
+    /// holds most groups, and a batch already full must not cost a walk
+    /// over all of them each turn.
+    fn nearly_due(
+        slots: &HashMap<GroupId, Slot, IdHash>,
+        wakes: &BTreeSet<(MonoTime, GroupId)>,
+        now: MonoTime,
+        window: Duration,
+        room: usize,
+        interval: fn(&Timing) -> Duration,
+    ) -> Vec<GroupId> {
+        wakes
+            .iter()
+            .take_while(|(t, _)| *t <= now + window)
+            .filter(|(t, id)| {
+                // A group retrying after a failure keeps its own schedule:
+                // pulled in, it would be batched with the healthy ones.
+                slots.get(id).is_some_and(|s| {
+                    s.isolate == usize::MAX && *t <= now + interval(s.machine.timing()) / 2
+                })
+            })
+            .map(|(_, id)| *id)
+            .take(room)
+            .collect()
+    }
+
+    /// The renewals to pull into this turn's batch (see
+    /// [`nearly_due`](Self::nearly_due)), if a scheduled one was queued
+    /// this turn; `None` if none was. The caller steps them, then
+    /// [`coalesced`](Self::coalesced): what they queue starts no new pull.
+    fn early_renewals(
+        &mut self,
+        slots: &HashMap<GroupId, Slot, IdHash>,
+        now: MonoTime,
+        room: impl FnOnce() -> usize,
+    ) -> Option<Vec<GroupId>> {
+        if !std::mem::take(&mut self.renewing) {
+            return None;
+        }
+        let window = self.renew_window;
+        Some(Self::nearly_due(
+            slots,
+            &self.renewals,
+            now,
+            window,
+            room(),
+            |t| t.renew_interval,
+        ))
+    }
+
+    /// The polls to pull into this turn's batch, as
+    /// [`early_renewals`](Self::early_renewals).
+    fn early_polls(
+        &mut self,
+        slots: &HashMap<GroupId, Slot, IdHash>,
+        now: MonoTime,
+        room: impl FnOnce() -> usize,
+    ) -> Option<Vec<GroupId>> {
+        if !std::mem::take(&mut self.polling) {
+            return None;
+        }
+        let window = self.poll_window;
+        Some(Self::nearly_due(
+            slots,
+            &self.polls,
+            now,
+            window,
+            room(),
+            |t| t.retry_interval,
+        ))
+    }
+}
+
+impl Task {
     /// Files the group's next wake-up and its due renewal or poll.
     pub(super) fn reschedule(&mut self, id: GroupId, now: Now) {
         let Some(slot) = self.slots.get_mut(&id) else {
@@ -78,53 +323,12 @@ impl Task {
         };
         watch_liveness(slot, now);
         let wake = slot.machine.next_wake(now);
-        if wake != slot.scheduled {
-            slot.scheduled = wake;
-            slot.gen += 1;
-            if let Some(at) = wake {
-                self.timers.push(Reverse(Timer {
-                    at,
-                    id,
-                    gen: slot.gen,
-                }));
-            }
-        }
-        refile(
-            &mut self.renewals,
-            &mut slot.renew_key,
-            slot.machine.renew_due(),
-            id,
-        );
-        refile(
-            &mut self.polls,
-            &mut slot.poll_key,
-            slot.machine.poll_due(),
-            id,
-        );
+        let (renew, poll) = (slot.machine.renew_due(), slot.machine.poll_due());
+        self.schedule.file(id, &mut slot.filed, wake, renew, poll);
     }
 
     pub(super) fn next_wake(&mut self) -> Option<MonoTime> {
-        // Drop stale timers from the top so the sleep is for a real one.
-        while let Some(Reverse(t)) = self.timers.peek() {
-            match self.slots.get(&t.id) {
-                Some(slot) if slot.gen == t.gen => break,
-                _ => {
-                    self.timers.pop();
-                }
-            }
-        }
-        while let Some(Reverse(d)) = self.deadlines.peek() {
-            match self.slots.get(&d.id) {
-                Some(slot) if slot.op.is_some_and(|c| c.op.0 == d.op) => break,
-                _ => {
-                    self.deadlines.pop();
-                }
-            }
-        }
-        let mut wake = self.timers.peek().map(|Reverse(t)| t.at);
-        if let Some(Reverse(d)) = self.deadlines.peek() {
-            wake = Some(wake.map_or(d.at, |w| w.min(d.at)));
-        }
+        let mut wake = self.schedule.next_due(&self.slots);
         if let Feed::Off { retry_at } = self.feed {
             if !self.slots.is_empty() || self.taps.awaited() {
                 wake = Some(wake.map_or(retry_at, |w| w.min(retry_at)));
@@ -149,27 +353,9 @@ impl Task {
         wake
     }
 
-    /// Drops the heaps' stale entries in one pass once they outnumber the
-    /// live ones (a group has at most one live wake-up and one live
-    /// deadline): each renewal leaves two or three behind, and popping
-    /// them one by one as they come due (a sift through a heap of hundreds
-    /// of thousands each) cost an eighth of the engine's time at 100,000
-    /// groups. A stale entry never becomes live again (generations and
-    /// operation ids only rise), so what fires, and when, is unchanged.
+    /// Drops the schedule's stale entries (see [`Schedule::compact`]).
     pub(super) fn compact_heaps(&mut self) {
-        let bound = self.slots.len().saturating_mul(2).saturating_add(1024);
-        let slots = &self.slots;
-        if self.timers.len() > bound {
-            self.timers
-                .retain(|Reverse(t)| slots.get(&t.id).is_some_and(|s| s.gen == t.gen));
-        }
-        if self.deadlines.len() > bound {
-            self.deadlines.retain(|Reverse(d)| {
-                slots
-                    .get(&d.id)
-                    .is_some_and(|s| s.op.is_some_and(|c| c.op.0 == d.op))
-            });
-        }
+        self.schedule.compact(&self.slots);
     }
 
     /// Whether acquisitions or polls wait in the queues.
@@ -184,11 +370,7 @@ impl Task {
     /// operation whose deadline has passed.
     pub(super) fn fire_timers(&mut self) {
         let now = self.clock.now().mono;
-        while let Some(Reverse(d)) = self.deadlines.peek().copied() {
-            if d.at > now {
-                break;
-            }
-            self.deadlines.pop();
+        while let Some(d) = self.schedule.pop_deadline(now) {
             let Some(slot) = self.slots.get_mut(&d.id) else {
                 continue;
             };
@@ -218,16 +400,10 @@ impl Task {
         // sleeps (its turns back to back, on a host whose CPU others take)
         // shows its lateness here, not as a late sleep.
         let mut late = Duration::ZERO;
-        while let Some(Reverse(t)) = self.timers.peek().copied() {
-            if t.at > now {
-                break;
-            }
-            self.timers.pop();
+        while let Some(t) = self.schedule.pop_timer(now) {
             late = late.max(now.saturating_since(t.at));
-            if self.slots.get(&t.id).is_some_and(|s| s.gen == t.gen) {
-                if let Some(slot) = self.slots.get_mut(&t.id) {
-                    slot.scheduled = None;
-                }
+            if let Some(slot) = self.slots.get_mut(&t.id).filter(|s| s.filed.is_live(&t)) {
+                slot.filed.scheduled = None;
                 self.step(t.id, Input::Tick);
             }
         }
@@ -250,54 +426,21 @@ impl Task {
         let cap = self
             .admission
             .batch_cap(self.options.max_batch, self.op_timeout / 4);
-        if std::mem::take(&mut self.renewing) {
-            let room = cap.saturating_sub(self.writes.of(Priority::Renewal).len());
-            let due = self.nearly_due(&self.renewals, now, self.renew_window, room, |t| {
-                t.renew_interval
-            });
+        let writes = &self.writes;
+        let room = || cap.saturating_sub(writes.by_priority[Priority::Renewal.index()].len());
+        if let Some(due) = self.schedule.early_renewals(&self.slots, now, room) {
             for id in due {
                 self.step(id, Input::RenewEarly);
             }
-            self.renewing = false;
+            self.schedule.coalesced(true);
         }
-        if std::mem::take(&mut self.polling) {
-            let room = cap.saturating_sub(self.reads.of(Priority::Poll).len());
-            let due = self.nearly_due(&self.polls, now, self.poll_window, room, |t| {
-                t.retry_interval
-            });
+        let reads = &self.reads;
+        let room = || cap.saturating_sub(reads.by_priority[Priority::Poll.index()].len());
+        if let Some(due) = self.schedule.early_polls(&self.slots, now, room) {
             for id in due {
                 self.step(id, Input::PollEarly);
             }
-            self.polling = false;
+            self.schedule.coalesced(false);
         }
-    }
-
-    /// The first `room` groups of `wakes` due within `window` of `now`,
-    /// each no earlier than half its own `interval` (so that coalescing
-    /// never more than halves a group's renewal or poll period). It stops
-    /// at `room` (and walks nothing when it is 0): past capacity the window
-    /// holds most groups, and a batch already full must not cost a walk
-    /// over all of them each turn.
-    pub(super) fn nearly_due(
-        &self,
-        wakes: &BTreeSet<(MonoTime, GroupId)>,
-        now: MonoTime,
-        window: Duration,
-        room: usize,
-        interval: fn(&Timing) -> Duration,
-    ) -> Vec<GroupId> {
-        wakes
-            .iter()
-            .take_while(|(t, _)| *t <= now + window)
-            .filter(|(t, id)| {
-                // A group retrying after a failure keeps its own schedule:
-                // pulled in, it would be batched with the healthy ones.
-                self.slots.get(id).is_some_and(|s| {
-                    s.isolate == usize::MAX && *t <= now + interval(s.machine.timing()) / 2
-                })
-            })
-            .map(|(_, id)| *id)
-            .take(room)
-            .collect()
     }
 }

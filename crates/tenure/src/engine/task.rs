@@ -2,8 +2,7 @@
 //! It feeds each machine its inputs and carries out the actions it returns;
 //! it never decides anything itself.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +21,7 @@ use crate::store::{CasRequest, LeaseStore, StoreFeed};
 
 use super::batch::{BatchReply, Priority, Queued, Queues};
 use super::feed::{feed_pulse, following, next_change, Feed, FeedCheck, Taps};
-use super::schedule::{sleep_until, OpDeadline, Timer};
+use super::schedule::{sleep_until, Filed, Schedule};
 use super::shared::Counters;
 use super::{EngineOptions, GroupId, Joining, ToEngine};
 
@@ -124,11 +123,8 @@ pub(super) struct Slot {
     /// while healthy; after a failure half the batch it failed in (down to
     /// one), until one succeeds.
     pub(super) isolate: usize,
-    /// The wake-up in the heap that counts; older entries are stale.
-    pub(super) gen: u64,
-    pub(super) scheduled: Option<MonoTime>,
-    pub(super) renew_key: Option<MonoTime>,
-    pub(super) poll_key: Option<MonoTime>,
+    /// Where the group stands in the engine's [`Schedule`].
+    pub(super) filed: Filed,
     /// The per-group hint forwarder, for stores without a store-wide feed.
     pub(super) hints: Option<AbortHandle>,
 }
@@ -145,10 +141,9 @@ pub(super) struct Task {
     pub(super) rx_open: bool,
     pub(super) slots: HashMap<GroupId, Slot, IdHash>,
     pub(super) by_group: HashMap<GroupName, Vec<GroupId>>,
-    pub(super) timers: BinaryHeap<Reverse<Timer>>,
-    pub(super) deadlines: BinaryHeap<Reverse<OpDeadline>>,
-    pub(super) renewals: BTreeSet<(MonoTime, GroupId)>,
-    pub(super) polls: BTreeSet<(MonoTime, GroupId)>,
+    /// When each group wakes, when replies are due, and the coalescing of
+    /// nearly-due renewals and polls.
+    pub(super) schedule: Schedule,
     pub(super) reads: Queues<GroupName>,
     pub(super) writes: Queues<CasRequest>,
     /// How many acquisitions and polls may be in flight.
@@ -182,14 +177,6 @@ pub(super) struct Task {
     pub(super) last_success: [Option<MonoTime>; 2],
     /// Operations answered without being sent, to step after the flush.
     pub(super) shedding: Vec<(GroupId, OpId)>,
-    /// Whether this turn queued a scheduled renewal or poll, which the
-    /// nearly-due ones then join.
-    pub(super) renewing: bool,
-    pub(super) polling: bool,
-    /// How far ahead of schedule any group's renewal or poll may be pulled
-    /// (the largest half-interval among the groups that have joined).
-    pub(super) renew_window: Duration,
-    pub(super) poll_window: Duration,
     pub(super) batches: JoinSet<BatchReply>,
     pub(super) feed: Feed,
     pub(super) check: FeedCheck,
@@ -219,10 +206,7 @@ impl Task {
             rx_open: true,
             slots: HashMap::default(),
             by_group: HashMap::new(),
-            timers: BinaryHeap::new(),
-            deadlines: BinaryHeap::new(),
-            renewals: BTreeSet::new(),
-            polls: BTreeSet::new(),
+            schedule: Schedule::default(),
             reads: Queues::default(),
             writes: Queues::default(),
             admission: Admission::new(
@@ -239,10 +223,6 @@ impl Task {
             suspects_in_flight: 0,
             last_success: [None, None],
             shedding: Vec::new(),
-            renewing: false,
-            polling: false,
-            renew_window: Duration::ZERO,
-            poll_window: Duration::ZERO,
             batches: JoinSet::new(),
             feed: Feed::Off { retry_at: now },
             check: FeedCheck {
@@ -364,7 +344,8 @@ impl Task {
     /// Whether any group leads (has a renewal scheduled, queued or in
     /// flight): only then can a renewal batch end an admission pause.
     pub(super) fn holding(&self) -> bool {
-        !self.renewals.is_empty() || !self.writes.by_priority[Priority::Renewal.index()].is_empty()
+        self.schedule.has_renewals()
+            || !self.writes.by_priority[Priority::Renewal.index()].is_empty()
     }
 
     pub(super) fn handle(&mut self, msg: ToEngine) {
@@ -401,8 +382,7 @@ impl Task {
         let group = session.group().clone();
         self.by_group.entry(group.clone()).or_default().push(id);
         let timing = machine.timing();
-        self.renew_window = self.renew_window.max(timing.renew_interval / 2);
-        self.poll_window = self.poll_window.max(timing.retry_interval / 2);
+        self.schedule.join(timing);
         self.op_timeout = self.op_timeout.min(timing.op_timeout);
         self.retry_min = self.retry_min.min(timing.retry_interval);
         let spent = timing
@@ -423,10 +403,7 @@ impl Task {
                 seen: None,
                 wrote: None,
                 isolate: usize::MAX,
-                gen: 0,
-                scheduled: None,
-                renew_key: None,
-                poll_key: None,
+                filed: Filed::default(),
                 hints: None,
             },
         );
@@ -448,12 +425,7 @@ impl Task {
         if let Some(hints) = slot.hints {
             hints.abort();
         }
-        if let Some(t) = slot.renew_key {
-            self.renewals.remove(&(t, id));
-        }
-        if let Some(t) = slot.poll_key {
-            self.polls.remove(&(t, id));
-        }
+        self.schedule.leave(id, &slot.filed);
         if let Some(ids) = self.by_group.get_mut(&slot.group) {
             ids.retain(|i| *i != id);
             if ids.is_empty() {
@@ -501,7 +473,7 @@ impl Task {
                         kind,
                         sent: false,
                     });
-                    self.polling |= purpose == ReadPurpose::Poll;
+                    self.schedule.queued(false, purpose == ReadPurpose::Poll);
                     let priority = Priority::of(kind, &slot.machine.phase());
                     let (group, isolate) = (slot.group.clone(), slot.isolate);
                     let queued = Queued {
@@ -512,7 +484,7 @@ impl Task {
                         item: group,
                     };
                     self.reads.of(priority).push(queued);
-                    self.file_deadline(id, op, deadline);
+                    self.schedule.file_deadline(id, op, deadline);
                 }
                 Action::Cas {
                     op,
@@ -527,7 +499,7 @@ impl Task {
                         kind,
                         sent: false,
                     });
-                    self.renewing |= purpose == WritePurpose::Renew;
+                    self.schedule.queued(purpose == WritePurpose::Renew, false);
                     let priority = Priority::of(kind, &slot.machine.phase());
                     let request = CasRequest {
                         group: slot.group.clone(),
@@ -543,7 +515,7 @@ impl Task {
                         item: request,
                     };
                     self.writes.of(priority).push(queued);
-                    self.file_deadline(id, op, deadline);
+                    self.schedule.file_deadline(id, op, deadline);
                 }
                 Action::Elected { token, deadline } => {
                     let predecessor = slot.machine.predecessor().clone();
