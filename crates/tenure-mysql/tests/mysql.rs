@@ -300,10 +300,17 @@ async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
         },
     );
     let started = Instant::now();
-    let results = store
-        .compare_and_swap_many(&requests)
-        .await
-        .expect("the batch succeeds");
+    let results = match store.compare_and_swap_many(&requests).await {
+        Ok(results) => results,
+        // Seen once in CI (a fresh server, a loaded host): the batch
+        // waited out innodb_lock_wait_timeout as a whole. Not reproduced
+        // since; what held what is printed for the next time.
+        Err(e) => panic!(
+            "the batch failed as a whole after {:?}: {e:?}\n{}",
+            started.elapsed(),
+            lock_state(&url).await
+        ),
+    };
     let took = started.elapsed();
     for (i, r) in results.iter().enumerate() {
         match (i, r) {
@@ -323,6 +330,26 @@ async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
         matches!(again.as_deref(), Ok([Ok(CasOutcome::Applied(_))])),
         "{again:?}"
     );
+}
+
+/// The server's transactions and InnoDB's lock report, for a failure
+/// message.
+async fn lock_state(url: &str) -> String {
+    let mut c = raw(url).await;
+    let trx: Vec<(String, Option<String>, String)> = c
+        .query(
+            "SELECT CAST(trx_id AS CHAR), trx_query, trx_state FROM information_schema.INNODB_TRX",
+        )
+        .await
+        .unwrap_or_default();
+    let status: Vec<(String, String, String)> = c
+        .query("SHOW ENGINE INNODB STATUS")
+        .await
+        .unwrap_or_default();
+    format!(
+        "transactions: {trx:?}\n{}",
+        status.first().map_or("", |(_, _, s)| s.as_str())
+    )
 }
 
 /// On a table of three rows (where the optimizer would rather scan the
