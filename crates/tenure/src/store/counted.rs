@@ -219,17 +219,15 @@ mod tests {
     use crate::MemoryStore;
 
     #[tokio::test]
-    async fn counts_calls_and_items_of_the_groups_asked_for() {
+    async fn counts_calls_and_items_of_the_groups_asked_for(
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let store = Counted::new(MemoryStore::new()).only_groups_containing("/shards/");
-        let shard = GroupName::new("set/shards/1").unwrap();
-        let member = GroupName::new("set/members/m").unwrap();
-        store.read(&member).await.unwrap();
-        store
-            .read_many(&[shard.clone(), member.clone()])
-            .await
-            .unwrap();
-        store.list("set/members/").await.unwrap();
-        store.list("set/shards/").await.unwrap();
+        let shard = GroupName::new("set/shards/1")?;
+        let member = GroupName::new("set/members/m")?;
+        store.read(&member).await?;
+        store.read_many(&[shard.clone(), member.clone()]).await?;
+        store.list("set/members/").await?;
+        store.list("set/shards/").await?;
         let record = LeaseRecord {
             holder: None,
             token: 1,
@@ -238,7 +236,7 @@ mod tests {
             expires_at: crate::WallTime::from_millis(0),
             metadata: crate::Metadata::new(),
         };
-        store.compare_and_swap(&shard, None, &record).await.unwrap();
+        store.compare_and_swap(&shard, None, &record).await?;
         let counts = store.counts();
         assert_eq!(
             counts,
@@ -251,8 +249,9 @@ mod tests {
             }
         );
         let shared = Counted::new(MemoryStore::new()).counting_into(store.counters().clone());
-        shared.read(&member).await.unwrap();
+        shared.read(&member).await?;
         assert_eq!(store.counts().reads, 2, "one set of counters for both");
         assert_eq!(store.counts().since(&counts).read_items, 1);
+        Ok(())
     }
 }
