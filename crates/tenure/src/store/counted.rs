@@ -132,37 +132,30 @@ impl<S> Counted<S> {
         self.only.as_deref().is_none_or(|part| name.contains(part))
     }
 
-    fn add(&self, calls: &AtomicU64, items: &AtomicU64, names: impl Iterator<Item = u64>) {
-        let n: u64 = names.sum();
+    /// Adds one call of the counted ones among `groups` to `calls` and
+    /// `items`, if there is any.
+    fn count<'a>(
+        &self,
+        calls: &AtomicU64,
+        items: &AtomicU64,
+        groups: impl Iterator<Item = &'a GroupName>,
+    ) {
+        let n: u64 = groups.map(|g| u64::from(self.counted(g.as_str()))).sum();
         if n > 0 {
             calls.fetch_add(1, Ordering::Relaxed);
             items.fetch_add(n, Ordering::Relaxed);
         }
-    }
-
-    fn reads<'a>(&self, groups: impl Iterator<Item = &'a GroupName>) {
-        let c = &self.counters;
-        self.add(
-            &c.reads,
-            &c.read_items,
-            groups.map(|g| u64::from(self.counted(g.as_str()))),
-        );
-    }
-
-    fn writes<'a>(&self, groups: impl Iterator<Item = &'a GroupName>) {
-        let c = &self.counters;
-        self.add(
-            &c.writes,
-            &c.write_items,
-            groups.map(|g| u64::from(self.counted(g.as_str()))),
-        );
     }
 }
 
 #[async_trait]
 impl<S: LeaseView> LeaseView for Counted<S> {
     async fn read(&self, group: &GroupName) -> Result<Option<Versioned>, StoreError> {
-        self.reads(std::iter::once(group));
+        self.count(
+            &self.counters.reads,
+            &self.counters.read_items,
+            std::iter::once(group),
+        );
         self.inner.read(group).await
     }
 
@@ -171,7 +164,11 @@ impl<S: LeaseView> LeaseView for Counted<S> {
     }
 
     async fn read_many(&self, groups: &[GroupName]) -> BatchResult<Option<Versioned>> {
-        self.reads(groups.iter());
+        self.count(
+            &self.counters.reads,
+            &self.counters.read_items,
+            groups.iter(),
+        );
         self.inner.read_many(groups).await
     }
 
@@ -203,12 +200,17 @@ impl<S: LeaseStore> LeaseStore for Counted<S> {
         expected: Option<Version>,
         record: &LeaseRecord,
     ) -> Result<CasOutcome, StoreError> {
-        self.writes(std::iter::once(group));
+        self.count(
+            &self.counters.writes,
+            &self.counters.write_items,
+            std::iter::once(group),
+        );
         self.inner.compare_and_swap(group, expected, record).await
     }
 
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        self.writes(requests.iter().map(|r| &r.group));
+        let c = &self.counters;
+        self.count(&c.writes, &c.write_items, requests.iter().map(|r| &r.group));
         self.inner.compare_and_swap_many(requests).await
     }
 }
