@@ -65,6 +65,11 @@ pub const RENEW_LATENCY_BUCKETS: &[f64] = &[
 /// Describes every series tenure records (`# HELP` text and unit) to the
 /// installed recorder. Call it once after installing the recorder (the
 /// `tenure` binary does); without it the series still count, without help.
+///
+/// Install the recorder before starting electors: a term's renewal series
+/// (latency, time remaining) are registered with the recorder installed
+/// when the term begins, so a recorder installed during a term sees them
+/// from the next term on (every other series from the next event on).
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_gauge!(
@@ -110,31 +115,53 @@ pub fn describe() {
 /// The labels of one candidate's series: its group only (see the module).
 pub(crate) struct Meter {
     labels: [(&'static str, String); 1],
+    /// The series a renewal records, registered when the term began: a
+    /// renewal is the engine's most frequent event, and naming a series
+    /// (its labels copied, its key hashed and looked up) cost more than
+    /// anything else the engine does per renewal.
+    renewal: Option<RenewalSeries>,
+}
+
+/// See [`Meter::renewal`].
+struct RenewalSeries {
+    latency: metrics::Histogram,
+    remaining: metrics::Gauge,
 }
 
 impl Meter {
     pub(crate) fn new(group: &GroupName) -> Self {
         let meter = Meter {
             labels: [("group", group.to_string())],
+            renewal: None,
         };
         metrics::gauge!("tenure_is_leader", &meter.labels).set(0.0);
         meter
     }
 
-    pub(crate) fn elected(&self, remaining: Duration) {
+    /// A term began: the renewals' series are registered with the recorder
+    /// installed now, for the term's life.
+    pub(crate) fn elected(&mut self, remaining: Duration) {
         metrics::gauge!("tenure_is_leader", &self.labels).set(1.0);
-        metrics::gauge!("tenure_term_remaining_seconds", &self.labels).set(remaining.as_secs_f64());
+        let series = RenewalSeries {
+            latency: metrics::histogram!(RENEW_LATENCY, &self.labels),
+            remaining: metrics::gauge!("tenure_term_remaining_seconds", &self.labels),
+        };
+        series.remaining.set(remaining.as_secs_f64());
+        self.renewal = Some(series);
         let mut labels = self.labels.to_vec();
         labels.push(("kind", "elected".into()));
         metrics::counter!("tenure_transitions_total", &labels).increment(1);
     }
 
     pub(crate) fn renewed(&self, latency: Duration, remaining: Duration) {
-        metrics::histogram!(RENEW_LATENCY, &self.labels).record(latency.as_secs_f64());
-        metrics::gauge!("tenure_term_remaining_seconds", &self.labels).set(remaining.as_secs_f64());
+        if let Some(series) = &self.renewal {
+            series.latency.record(latency.as_secs_f64());
+            series.remaining.set(remaining.as_secs_f64());
+        }
     }
 
-    pub(crate) fn ended(&self, reason: &EndReason) {
+    pub(crate) fn ended(&mut self, reason: &EndReason) {
+        self.renewal = None;
         metrics::gauge!("tenure_is_leader", &self.labels).set(0.0);
         metrics::gauge!("tenure_term_remaining_seconds", &self.labels).set(0.0);
         let mut labels = self.labels.to_vec();

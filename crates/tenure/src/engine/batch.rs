@@ -16,7 +16,7 @@ use crate::store::{BatchResult, CasOutcome, LeaseStore};
 
 use super::feed::saw;
 use super::shared::Counters;
-use super::task::{OpKind, Task};
+use super::task::{InFlight, OpKind, Task};
 use super::GroupId;
 
 /// What an operation is for, in the order the engine sends them.
@@ -383,8 +383,11 @@ impl Task {
             if !priority.deferrable() && q.deadline.saturating_since(now) < expected {
                 // Held terms are being given up for want of time: nothing
                 // that adds load may go out, from this very flush on, until
-                // the store keeps up again.
-                let holding = self.holding();
+                // the store keeps up again. A renewal held back is a term
+                // held, even a lone leader's whose renewal is the only one
+                // (taken out of the queue for this batch, it is counted
+                // nowhere else).
+                let holding = priority == Priority::Renewal || self.holding();
                 self.admission.overloaded(now, self.op_timeout / 4, holding);
                 self.shedding.push((q.id, q.op));
                 continue;
@@ -443,9 +446,22 @@ impl Task {
             }
         });
         let deferrable = if priority.deferrable() { count } else { 0 };
+        let renewals = if priority == Priority::Renewal {
+            count
+        } else {
+            0
+        };
         self.admission.sent(deferrable);
-        self.admitted.insert(task.id(), (count, deferrable));
+        self.admitted.insert(
+            task.id(),
+            InFlight {
+                all: count,
+                deferrable,
+                renewals,
+            },
+        );
         self.ops_in_flight = self.ops_in_flight.saturating_add(count);
+        self.renewals_in_flight = self.renewals_in_flight.saturating_add(renewals);
         if suspects {
             self.suspects_in_flight += 1;
         }

@@ -146,14 +146,14 @@ pub(super) fn saw(slot: &mut Slot, version: Version) {
 }
 
 /// Feeds the latest application pulse, if any arrived since the last.
-pub(super) fn feed_pulse(slot: &mut Slot, now: Now) -> Vec<Action> {
+pub(super) fn feed_pulse(slot: &mut Slot, now: Now, out: &mut Vec<Action>) {
     let last = slot.session.pulse.last.load(Ordering::Acquire);
     if last <= slot.fed_pulse {
-        return Vec::new();
+        return;
     }
     slot.fed_pulse = last;
     let at = MonoTime::from_nanos(last).min(now.mono);
-    slot.machine.step(now, Input::Pulse { at })
+    slot.machine.step_into(now, Input::Pulse { at }, out);
 }
 
 /// Asks pulses to wake the engine while the application's silence is what

@@ -400,7 +400,16 @@ impl Task {
         // sleeps (its turns back to back, on a host whose CPU others take)
         // shows its lateness here, not as a late sleep.
         let mut late = Duration::ZERO;
-        while let Some(t) = self.schedule.pop_timer(now) {
+        // At most the wake-ups filed before this call: one a step files
+        // for an instant already come waits for the next turn, so a
+        // machine that kept asking to be woken now could not hold the
+        // engine in this loop.
+        let mut filed_before = self.schedule.timers.len();
+        while filed_before > 0 {
+            let Some(t) = self.schedule.pop_timer(now) else {
+                break;
+            };
+            filed_before -= 1;
             late = late.max(now.saturating_since(t.at));
             if let Some(slot) = self.slots.get_mut(&t.id).filter(|s| s.filed.is_live(&t)) {
                 slot.filed.scheduled = None;

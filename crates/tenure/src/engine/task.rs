@@ -59,6 +59,15 @@ impl OpKind {
     }
 }
 
+/// The operations one batch in flight carries: all of them, the
+/// deferrable ones (acquisitions, polls) and the renewals among them.
+#[derive(Clone, Copy)]
+pub(super) struct InFlight {
+    pub(super) all: usize,
+    pub(super) deferrable: usize,
+    pub(super) renewals: usize,
+}
+
 /// A group's operation in flight.
 #[derive(Clone, Copy)]
 pub(super) struct Current {
@@ -148,12 +157,14 @@ pub(super) struct Task {
     pub(super) writes: Queues<CasRequest>,
     /// How many acquisitions and polls may be in flight.
     pub(super) admission: Admission,
-    /// The operations each batch in flight carries, by task: all of them,
-    /// and the deferrable ones among them.
-    pub(super) admitted: HashMap<tokio::task::Id, (usize, usize)>,
+    /// What each batch in flight carries, by task.
+    pub(super) admitted: HashMap<tokio::task::Id, InFlight>,
     /// Operations in flight in every batch: a batch sent now waits behind
     /// them.
     pub(super) ops_in_flight: usize,
+    /// Renewals (and leaders' verifying reads) in flight: terms held
+    /// whose renewal is out are held all the same (see `Task::holding`).
+    pub(super) renewals_in_flight: usize,
     /// The shortest operation timeout among the groups: a batch that takes
     /// longer than a quarter of it is congestion.
     pub(super) op_timeout: Duration,
@@ -183,6 +194,8 @@ pub(super) struct Task {
     pub(super) subscription: JoinSet<Result<Option<StoreFeed>, StoreError>>,
     /// Readers of the store-wide feed besides the groups.
     pub(super) taps: Taps,
+    /// The buffer a step's actions are collected in (see `Task::step`).
+    pub(super) actions: Vec<Action>,
 }
 
 impl Task {
@@ -215,6 +228,7 @@ impl Task {
             ),
             admitted: HashMap::new(),
             ops_in_flight: 0,
+            renewals_in_flight: 0,
             op_timeout: Duration::MAX,
             retry_min: Duration::MAX,
             renew_margin: Duration::MAX,
@@ -236,6 +250,7 @@ impl Task {
             },
             subscription: JoinSet::new(),
             taps: Taps::default(),
+            actions: Vec::new(),
         }
     }
 
@@ -256,9 +271,8 @@ impl Task {
                         Ok((task, _)) => *task,
                         Err(e) => e.id(),
                     };
-                    if let Some((all, deferrable)) = self.admitted.remove(&task) {
-                        self.ops_in_flight = self.ops_in_flight.saturating_sub(all);
-                        self.admission.returned(deferrable);
+                    if let Some(batch) = self.admitted.remove(&task) {
+                        self.returned(batch);
                     }
                     if let Ok((_, reply)) = reply {
                         self.on_batch(reply);
@@ -342,10 +356,23 @@ impl Task {
     }
 
     /// Whether any group leads (has a renewal scheduled, queued or in
-    /// flight): only then can a renewal batch end an admission pause.
+    /// flight): only then can a renewal batch end an admission pause. A
+    /// renewal in flight counts: after a late wake-up that finds every
+    /// leader's renewal out, the terms are as much at risk as when they
+    /// are due.
     pub(super) fn holding(&self) -> bool {
-        self.schedule.has_renewals()
+        self.renewals_in_flight > 0
+            || self.schedule.has_renewals()
             || !self.writes.by_priority[Priority::Renewal.index()].is_empty()
+            || !self.reads.by_priority[Priority::Renewal.index()].is_empty()
+    }
+
+    /// A batch came back (or was abandoned): what it carried is in flight
+    /// no more.
+    pub(super) fn returned(&mut self, batch: InFlight) {
+        self.ops_in_flight = self.ops_in_flight.saturating_sub(batch.all);
+        self.admission.returned(batch.deferrable);
+        self.renewals_in_flight = self.renewals_in_flight.saturating_sub(batch.renewals);
     }
 
     pub(super) fn handle(&mut self, msg: ToEngine) {
@@ -441,9 +468,13 @@ impl Task {
         let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
-        let mut actions = feed_pulse(slot, now);
-        actions.extend(slot.machine.step(now, input));
-        let stopped = self.carry_out(id, actions);
+        // One buffer for every step's actions: taken out while they are
+        // carried out, put back empty with its capacity.
+        let mut actions = std::mem::take(&mut self.actions);
+        feed_pulse(slot, now, &mut actions);
+        slot.machine.step_into(now, input, &mut actions);
+        let stopped = self.carry_out(id, actions.drain(..));
+        self.actions = actions;
         if stopped {
             self.leave(id);
         } else {
@@ -455,7 +486,7 @@ impl Task {
     }
 
     /// Carries out one group's actions; returns true once it has stopped.
-    pub(super) fn carry_out(&mut self, id: GroupId, actions: Vec<Action>) -> bool {
+    pub(super) fn carry_out(&mut self, id: GroupId, actions: impl Iterator<Item = Action>) -> bool {
         let mut stopped = false;
         for action in actions {
             let Some(slot) = self.slots.get_mut(&id) else {

@@ -271,8 +271,16 @@ impl Machine {
     /// Feeds one input at `now` and returns what to do.
     pub fn step(&mut self, now: Now, input: Input) -> Vec<Action> {
         let mut out = Vec::new();
+        self.step_into(now, input, &mut out);
+        out
+    }
+
+    /// As [`step`](Self::step), appending what to do to `out`: a caller
+    /// stepping many machines reuses one buffer instead of allocating one
+    /// per step (the engine steps a leader twice per renewal).
+    pub fn step_into(&mut self, now: Now, input: Input, out: &mut Vec<Action>) {
         if matches!(self.state, State::Stopped) {
-            return out;
+            return;
         }
         match input {
             Input::Tick => {}
@@ -288,14 +296,14 @@ impl Machine {
             Input::ReadDone { op, result } => {
                 if let Some(p) = self.take_op(op) {
                     if let OpKind::Read(purpose) = p.kind {
-                        self.on_read(now, purpose, result, &mut out);
+                        self.on_read(now, purpose, result, out);
                     }
                 }
             }
             Input::CasDone { op, result } => {
                 if let Some(p) = self.take_op(op) {
                     if let OpKind::Write(purpose, record) = p.kind {
-                        self.on_write(now, purpose, record, p.sent, result, &mut out);
+                        self.on_write(now, purpose, record, p.sent, result, out);
                     }
                 }
             }
@@ -309,7 +317,7 @@ impl Machine {
                     self.ended = None;
                 }
             }
-            Input::Observed { current } => self.on_observed(now, current, &mut out),
+            Input::Observed { current } => self.on_observed(now, current, out),
             Input::Feed { live } => {
                 self.feed_live = live;
                 // Up: what happened before it came up was not reported, so
@@ -328,16 +336,15 @@ impl Machine {
                     self.next_read = self.next_read.min(now.mono);
                 }
             }
-            Input::TransferTo { to } => self.transfer(to, &mut out),
+            Input::TransferTo { to } => self.transfer(to, out),
             Input::SetMetadata { metadata } => {
                 self.metadata = metadata;
                 self.metadata_dirty = true;
             }
-            Input::Resign => self.begin_drain(EndReason::Resigned, After::Stand, &mut out),
-            Input::Shutdown => self.shutdown(now, &mut out),
+            Input::Resign => self.begin_drain(EndReason::Resigned, After::Stand, out),
+            Input::Shutdown => self.shutdown(now, out),
         }
-        self.advance(now, &mut out);
-        out
+        self.advance(now, out);
     }
 
     /// When the caller should feed the next [`Input::Tick`], if ever. Never
