@@ -16,8 +16,7 @@ use crate::options::PostgresOptions;
 /// store's timeout (the client's wait for a reply): `lock_timeout` at half
 /// of it, `statement_timeout` at three quarters, so that a statement
 /// waiting for a row lock an operator's open transaction holds fails fast
-/// and says why, before the client gives up on the reply; and plans each
-/// statement for its own arguments (see below).
+/// and says why, before the client gives up on the reply.
 /// Notifications go to `notes` (the sender's process id and the payload),
 /// if given.
 pub(crate) async fn connect(
@@ -59,18 +58,9 @@ pub(crate) async fn connect(
     // PostgreSQL takes at most i32::MAX milliseconds (24.8 days) here.
     let ms = options.timeout.as_millis().clamp(4, i32::MAX as u128);
     let (lock_ms, statement_ms) = (ms / 2, ms * 3 / 4);
-    // Custom plans always (PostgreSQL 12 and later): after five runs of a
-    // prepared statement the server may switch to a generic plan, and the
-    // batch write's generic plan (its arrays estimated at 100 rows) joins
-    // the batch's rows with nested loops: 2.5 s for 4,096 rows where the
-    // custom plan takes 40 ms, so that every renewal batch after the fifth
-    // on a connection timed out (PostgreSQL 15, `tenure bench
-    // --renewal-cost --groups 20000`).
     client
         .batch_execute(&format!(
-            "SET statement_timeout = {statement_ms}; SET lock_timeout = {lock_ms}; \
-             SELECT set_config('plan_cache_mode', 'force_custom_plan', false) \
-             WHERE current_setting('server_version_num')::int >= 120000"
+            "SET statement_timeout = {statement_ms}; SET lock_timeout = {lock_ms}"
         ))
         .await
         .map_err(|e| error::classify("setting the session's timeouts", target, e))?;
