@@ -114,12 +114,12 @@ local function cas(key, expected, record, quarantine, i)
     end
     version = now_us
   end
-  -- A number argument is written as its shortest exact decimal, which
-  -- for an integer below 2^53 (a version: microseconds since 1970, plus
-  -- one per write) is the integer's digits.
-  redis.call('HSET', key, 'v', version, 'record', record)
-  if not heard(i) then return version end
+  -- Formatted here, not passed as a number: Redis 7.2.0-7.2.4 (and Valkey
+  -- 7.2.4-7.2.5) write a number argument in its shortest form, which for
+  -- a version ending in eight zeros is '1.7654321e+15'.
   local v = string.format('%.0f', version)
+  redis.call('HSET', key, 'v', v, 'record', record)
+  if not heard(i) then return version end
   -- pcall: a missing channel permission must not turn an applied write into
   -- an error; the write stands and the caller logs the publish error.
   local published = redis.pcall('PUBLISH', key, '1:' .. v .. ':' .. record)
@@ -249,6 +249,30 @@ fn number(v: Option<&Value>, what: &str) -> Result<u64, String> {
         .map_err(|_| format!("{what} {t:?} is not a whole number"))
 }
 
+/// The largest version this store reads: the script adds one to a version
+/// in Lua's doubles, exact only below 2^53, so a version at or above this
+/// (never issued: it is 2255 in microseconds) could be issued twice.
+pub(crate) const MAX_VERSION: u64 = (1 << 53) - 2;
+
+/// A stored version: the plain decimal digits the script writes (no sign,
+/// no leading zero), at most [`MAX_VERSION`]. Anything else is not a
+/// version this store wrote: the script compares versions as text, so a
+/// `+5` or `007` would conflict with every write instead of being
+/// reported, and one past [`MAX_VERSION`] would make two writers match.
+pub(crate) fn version(text: &[u8]) -> Option<u64> {
+    let canonical = !text.is_empty()
+        && text.iter().all(u8::is_ascii_digit)
+        && (text[0] != b'0' || text.len() == 1);
+    if !canonical {
+        return None;
+    }
+    std::str::from_utf8(text)
+        .ok()?
+        .parse::<u64>()
+        .ok()
+        .filter(|v| *v <= MAX_VERSION)
+}
+
 fn wrong_type(items: &[Value]) -> (bool, String) {
     (text(items.get(1)) == "marker", text(items.get(2)))
 }
@@ -334,6 +358,27 @@ impl ReadReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_versions_below_two_to_the_53_are_read() {
+        assert_eq!(version(b"0"), Some(0));
+        assert_eq!(version(b"1765432100000000"), Some(1_765_432_100_000_000));
+        assert_eq!(version(b"9007199254740990"), Some(MAX_VERSION));
+        for bad in [
+            &b""[..],
+            b"+5",
+            b"-5",
+            b"007",
+            b" 7",
+            b"1.7654321e+15",
+            b"9007199254740991",
+            b"9007199254740992",
+            b"18446744073709551615",
+            b"18446744073709551616",
+        ] {
+            assert_eq!(version(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

@@ -332,15 +332,13 @@ impl RedisStore {
                         ),
                     }));
                 };
-                let version = std::str::from_utf8(&version)
-                    .ok()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .ok_or_else(|| {
+                let version = script::version(&version).ok_or_else(|| {
                         bad(RecordError::Corrupt {
                             detail: format!(
-                                "the version field v of {:?} is {:?}, not a whole number",
+                                "the version field v of {:?} is {:?}, not a whole number in plain digits up to {}",
                                 self.key(group),
-                                String::from_utf8_lossy(&version)
+                                String::from_utf8_lossy(&version),
+                                script::MAX_VERSION
                             ),
                         })
                     })?;

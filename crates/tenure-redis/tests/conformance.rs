@@ -79,7 +79,7 @@ async fn the_documented_acl_permissions_pass_the_suite() {
         .await
         .unwrap();
     let rules = format!(
-        "~{prefix}* &{prefix}* +evalsha +eval +script|load +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish +scan"
+        "~{prefix}* &{prefix}* +evalsha +eval +script|load +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish +scan +pubsub|numpat +pubsub|numsub"
     );
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg(&user).arg("on").arg(">acl-pw");

@@ -56,27 +56,26 @@ async fn writes_nobody_listens_to_are_not_published() {
     assert_eq!(publishes(&server), 0, "a publish to nobody was made");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_groups_own_subscriber_hears_its_writes_without_any_pattern() {
-    let server = common::Redis::start(&[]);
-    let store = store(&server).await;
-    let group = GroupName::new("heard").unwrap();
-    let version = write(&store, &group, None).await;
+/// Subscribes to `group`'s own channel (no pattern anywhere), waits
+/// until the server counts the subscriber, writes once more, and says
+/// whether the subscriber heard it and how many publishes the server ran.
+async fn own_subscriber_hears(
+    server: &common::RedisServer,
+    store: &RedisStore,
+    group: &GroupName,
+) -> (bool, u64) {
+    let version = write(store, group, None).await;
     let mut feed = store
-        .changes(&group)
+        .changes(group)
         .await
         .expect("subscribe")
         .expect("Redis has a per-group feed");
     // The subscription is made in the background, and announces itself
     // with a hint (something may have been missed before it): wait until
     // the server counts the subscriber, then take what it said so far.
+    let channel = format!("tenure:{}", group.as_str());
     let subscribed = tokio::time::timeout(WITHIN, async {
-        while server
-            .cli(&["PUBSUB", "NUMSUB", "tenure:heard"])
-            .lines()
-            .nth(1)
-            != Some("1")
-        {
+        while server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some("1") {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
@@ -89,13 +88,40 @@ async fn a_groups_own_subscriber_hears_its_writes_without_any_pattern() {
         .await
         .is_ok()
     {}
-    write(&store, &group, Some(version)).await;
-    let heard = tokio::time::timeout(WITHIN, feed.changed()).await;
-    assert!(
-        heard.is_ok(),
-        "the group's subscriber did not hear its write"
-    );
-    assert_eq!(publishes(&server), 1, "the write heard was published once");
+    let before = publishes(server);
+    write(store, group, Some(version)).await;
+    let heard = tokio::time::timeout(WITHIN, feed.changed()).await.is_ok();
+    (heard, publishes(server) - before)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_groups_own_subscriber_hears_its_writes_without_any_pattern() {
+    let server = common::Redis::start(&[]);
+    let store = store(&server).await;
+    let group = GroupName::new("heard").unwrap();
+    let (heard, published) = own_subscriber_hears(&server, &store, &group).await;
+    assert!(heard, "the group's subscriber did not hear its write");
+    assert_eq!(published, 1, "the write heard was published once");
+}
+
+/// A user the ACL does not allow `PUBSUB` cannot ask who listens: every
+/// write is published, as before the check existed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_without_pubsub_publishes_every_write() {
+    let server = common::Redis::start(&[]);
+    store(&server).await;
+    let rules = "on >pw ~tenure:* &tenure:* +evalsha +eval +script|load +subscribe +psubscribe +ping +hset +hget +hmget +hincrby +type +time +publish +scan";
+    let mut setuser = vec!["ACL", "SETUSER", "nopubsub"];
+    setuser.extend(rules.split(' '));
+    assert_eq!(server.cli(&setuser).trim(), "OK");
+    let url = server.url().replace("redis://", "redis://nopubsub:pw@");
+    let store = RedisStore::connect(&url)
+        .await
+        .expect("connect as the ACL user");
+    let group = GroupName::new("refused").unwrap();
+    let (heard, published) = own_subscriber_hears(&server, &store, &group).await;
+    assert!(heard, "the group's subscriber did not hear its write");
+    assert_eq!(published, 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -128,4 +154,31 @@ async fn a_pattern_subscriber_hears_every_groups_writes() {
     .await
     .expect("the pattern subscriber heard none of the group's writes");
     assert!(heard <= version);
+}
+
+/// A version field that is not the plain digits the script writes, or
+/// that is too large for the script to add one to exactly, is a corrupt
+/// record, never a version a writer could match: `+5` and `007` compare
+/// unequal to every version as text (a group that conflicts forever),
+/// and `9007199254740992` plus one is itself in Lua's doubles (two
+/// writers expecting it would both apply).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_field_the_script_did_not_write_is_corrupt() {
+    let server = common::Redis::start(&[]);
+    let store = store(&server).await;
+    let group = GroupName::new("hostile").unwrap();
+    write(&store, &group, None).await;
+    for bad in ["+5", "007", "1.7654321e+15", "9007199254740992"] {
+        assert_eq!(
+            server.cli(&["HSET", "tenure:hostile", "v", bad]).trim(),
+            "0"
+        );
+        match store.read(&group).await {
+            Err(tenure::StoreError::Record {
+                source: tenure::RecordError::Corrupt { detail },
+                ..
+            }) => assert!(detail.contains(bad), "{detail}"),
+            other => panic!("v = {bad:?} read as {other:?}"),
+        }
+    }
 }

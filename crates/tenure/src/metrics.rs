@@ -68,8 +68,9 @@ pub const RENEW_LATENCY_BUCKETS: &[f64] = &[
 ///
 /// Install the recorder before starting electors: a term's renewal series
 /// (latency, time remaining) are registered with the recorder installed
-/// when the term begins, so a recorder installed during a term sees them
-/// from the next term on (every other series from the next event on).
+/// when the term begins and again every 16 renewals, so a recorder
+/// installed during a term sees them within 16 renewals (every other
+/// series from the next event on).
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_gauge!(
@@ -118,14 +119,33 @@ pub(crate) struct Meter {
     /// The series a renewal records, registered when the term began: a
     /// renewal is the engine's most frequent event, and naming a series
     /// (its labels copied, its key hashed and looked up) cost more than
-    /// anything else the engine does per renewal.
+    /// anything else the engine does per renewal. Registered again every
+    /// [`RENEWALS_PER_REGISTRATION`] renewals.
     renewal: Option<RenewalSeries>,
 }
+
+/// How many renewals record on one registration of their series before
+/// it is made again: a recorder installed during a term (a library user
+/// may install one late) is found within this many renewals, at a
+/// sixteenth of the cost of naming the series every time.
+const RENEWALS_PER_REGISTRATION: u32 = 16;
 
 /// See [`Meter::renewal`].
 struct RenewalSeries {
     latency: metrics::Histogram,
     remaining: metrics::Gauge,
+    /// Renewals recorded since the series were registered.
+    recorded: u32,
+}
+
+impl RenewalSeries {
+    fn register(labels: &[(&'static str, String); 1]) -> Self {
+        RenewalSeries {
+            latency: metrics::histogram!(RENEW_LATENCY, labels),
+            remaining: metrics::gauge!("tenure_term_remaining_seconds", labels),
+            recorded: 0,
+        }
+    }
 }
 
 impl Meter {
@@ -142,10 +162,7 @@ impl Meter {
     /// installed now, for the term's life.
     pub(crate) fn elected(&mut self, remaining: Duration) {
         metrics::gauge!("tenure_is_leader", &self.labels).set(1.0);
-        let series = RenewalSeries {
-            latency: metrics::histogram!(RENEW_LATENCY, &self.labels),
-            remaining: metrics::gauge!("tenure_term_remaining_seconds", &self.labels),
-        };
+        let series = RenewalSeries::register(&self.labels);
         series.remaining.set(remaining.as_secs_f64());
         self.renewal = Some(series);
         let mut labels = self.labels.to_vec();
@@ -153,11 +170,16 @@ impl Meter {
         metrics::counter!("tenure_transitions_total", &labels).increment(1);
     }
 
-    pub(crate) fn renewed(&self, latency: Duration, remaining: Duration) {
-        if let Some(series) = &self.renewal {
-            series.latency.record(latency.as_secs_f64());
-            series.remaining.set(remaining.as_secs_f64());
+    pub(crate) fn renewed(&mut self, latency: Duration, remaining: Duration) {
+        let Some(series) = &mut self.renewal else {
+            return;
+        };
+        if series.recorded >= RENEWALS_PER_REGISTRATION {
+            *series = RenewalSeries::register(&self.labels);
         }
+        series.recorded += 1;
+        series.latency.record(latency.as_secs_f64());
+        series.remaining.set(remaining.as_secs_f64());
     }
 
     pub(crate) fn ended(&mut self, reason: &EndReason) {
@@ -176,5 +198,33 @@ impl Meter {
         let mut labels = self.labels.to_vec();
         labels.push(("op", op.into()));
         metrics::counter!("tenure_store_errors_total", &labels).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recorder installed while a term runs sees its renewals within
+    /// [`RENEWALS_PER_REGISTRATION`] of them, though the term's series
+    /// were first registered with none installed.
+    #[test]
+    fn a_recorder_installed_during_a_term_sees_its_renewals() {
+        let group = GroupName::new("late-recorder").unwrap();
+        let mut meter = Meter::new(&group);
+        meter.elected(Duration::from_secs(10));
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            for _ in 0..=RENEWALS_PER_REGISTRATION {
+                meter.renewed(Duration::from_millis(4), Duration::from_secs(9));
+            }
+        });
+        let text = handle.render();
+        assert!(
+            text.contains("tenure_term_remaining_seconds{group=\"late-recorder\"} 9"),
+            "{text}"
+        );
+        assert!(text.contains(RENEW_LATENCY), "{text}");
     }
 }
