@@ -652,7 +652,7 @@ impl LeaseStore for RedisStore {
 
     /// One script call per 4096 requests, each compare-and-swap on its own
     /// and in order (a later request for a group sees what an earlier one
-    /// wrote), each applied write published with its record.
+    /// wrote), each applied write published with its record to whoever subscribes.
     async fn compare_and_swap_many(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
         chunked(requests, |piece| self.cas_chunk(piece)).await
     }
