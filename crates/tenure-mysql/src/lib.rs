@@ -126,7 +126,10 @@
 //!   wait. (A row another session is *inserting*, in a transaction still
 //!   open, is the exception: the `INSERT` waits for it up to
 //!   `innodb_lock_wait_timeout`, and the batch then fails as busy as a
-//!   whole. Only a hand-made insert of a group's row causes that.) Every
+//!   whole. Only a hand-made insert of a group's row causes that, or an
+//!   operator's transaction at `REPEATABLE READ` that locked lease rows by
+//!   a search which also locked the gaps beside them: a new group whose
+//!   name falls in such a gap waits the same way.) Every
 //!   value in these requests is a hexadecimal literal or a number the store
 //!   formatted. Two writes of one group in one batch run in successive
 //!   transactions, in order;

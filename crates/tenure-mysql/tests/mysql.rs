@@ -302,9 +302,10 @@ async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
     let started = Instant::now();
     let results = match store.compare_and_swap_many(&requests).await {
         Ok(results) => results,
-        // Seen once in CI (a fresh server, a loaded host): the batch
-        // waited out innodb_lock_wait_timeout as a whole. Not reproduced
-        // since; what held what is printed for the next time.
+        // Seen in CI on a fresh server, before the operator's session ran
+        // at READ COMMITTED (see `RowLock::hold`): the creations waited
+        // for the gap locks beside the locked row. What held what is
+        // printed if it happens again.
         Err(e) => panic!(
             "the batch failed as a whole after {:?}: {e:?}\n{}",
             started.elapsed(),

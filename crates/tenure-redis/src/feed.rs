@@ -225,7 +225,9 @@ fn decode(prefix: &str, message: &Message) -> Option<Change> {
     let written = (|| {
         let rest = message.payload.strip_prefix(b"1:")?;
         let colon = rest.iter().position(|b| *b == b':')?;
-        let version: u64 = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+        // What a read would accept, or a hint (which makes the follower read
+        // and see what is stored).
+        let version = crate::script::version(&rest[..colon])?;
         let record = LeaseRecord::decode(&rest[colon + 1..]).ok()?;
         Some(Versioned {
             record,

@@ -255,14 +255,15 @@ fn number(v: Option<&Value>, what: &str) -> Result<u64, String> {
 pub(crate) const MAX_VERSION: u64 = (1 << 53) - 2;
 
 /// A stored version: the plain decimal digits the script writes (no sign,
-/// no leading zero), at most [`MAX_VERSION`]. Anything else is not a
+/// no leading zero), from 1 to [`MAX_VERSION`]. Anything else is not a
 /// version this store wrote: the script compares versions as text, so a
 /// `+5` or `007` would conflict with every write instead of being
-/// reported, and one past [`MAX_VERSION`] would make two writers match.
+/// reported, `0` is refused as an expected version wherever a record
+/// exists (it means a lost record), and one past [`MAX_VERSION`] would
+/// make two writers match. Reads, replies and the feed all go through
+/// this, so no writer ever holds a version the script cannot add one to.
 pub(crate) fn version(text: &[u8]) -> Option<u64> {
-    let canonical = !text.is_empty()
-        && text.iter().all(u8::is_ascii_digit)
-        && (text[0] != b'0' || text.len() == 1);
+    let canonical = !text.is_empty() && text.iter().all(u8::is_ascii_digit) && text[0] != b'0';
     if !canonical {
         return None;
     }
@@ -296,11 +297,15 @@ impl CasReply {
             Value::Int(0) => return Ok(CasReply::Conflict),
             Value::Int(version) => {
                 return u64::try_from(*version)
+                    .ok()
+                    .filter(|v| (1..=MAX_VERSION).contains(v))
                     .map(|version| CasReply::Applied {
                         version,
                         publish_error: None,
                     })
-                    .map_err(|_| format!("version {version} is not a whole number"));
+                    .ok_or_else(|| {
+                        format!("version {version} is not a whole number from 1 to {MAX_VERSION}")
+                    });
             }
             _ => {}
         }
@@ -308,8 +313,11 @@ impl CasReply {
         match text(items.first()).as_str() {
             "applied" => {
                 let note = text(items.get(2));
+                let v = text(items.get(1));
                 Ok(CasReply::Applied {
-                    version: number(items.get(1), "version")?,
+                    version: version(v.as_bytes()).ok_or_else(|| {
+                        format!("version {v:?} is not a whole number from 1 to {MAX_VERSION}")
+                    })?,
                     publish_error: (!note.is_empty()).then_some(note),
                 })
             }
@@ -361,11 +369,11 @@ mod tests {
 
     #[test]
     fn only_plain_versions_below_two_to_the_53_are_read() {
-        assert_eq!(version(b"0"), Some(0));
         assert_eq!(version(b"1765432100000000"), Some(1_765_432_100_000_000));
         assert_eq!(version(b"9007199254740990"), Some(MAX_VERSION));
         for bad in [
             &b""[..],
+            b"0",
             b"+5",
             b"-5",
             b"007",

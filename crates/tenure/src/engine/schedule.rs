@@ -400,10 +400,10 @@ impl Task {
         // sleeps (its turns back to back, on a host whose CPU others take)
         // shows its lateness here, not as a late sleep.
         let mut late = Duration::ZERO;
-        // At most the wake-ups filed before this call: one a step files
-        // for an instant already come waits for the next turn, so a
-        // machine that kept asking to be woken now could not hold the
-        // engine in this loop.
+        // At most as many pops as entries were filed before this call, so
+        // that the loop ends even if steps keep filing wake-ups for an
+        // instant already come (a machine asking to be woken now); what
+        // is left fires next turn, which comes at once.
         let mut filed_before = self.schedule.timers.len();
         while filed_before > 0 {
             let Some(t) = self.schedule.pop_timer(now) else {
