@@ -209,8 +209,9 @@ mod tests {
     /// [`RENEWALS_PER_REGISTRATION`] of them, though the term's series
     /// were first registered with none installed.
     #[test]
-    fn a_recorder_installed_during_a_term_sees_its_renewals() {
-        let group = GroupName::new("late-recorder").unwrap();
+    fn a_recorder_installed_during_a_term_sees_its_renewals(
+    ) -> Result<(), crate::error::ConfigError> {
+        let group = GroupName::new("late-recorder")?;
         let mut meter = Meter::new(&group);
         meter.elected(Duration::from_secs(10));
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
@@ -226,5 +227,6 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(RENEW_LATENCY), "{text}");
+        Ok(())
     }
 }
