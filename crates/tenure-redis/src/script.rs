@@ -274,6 +274,12 @@ pub(crate) fn version(text: &[u8]) -> Option<u64> {
         .filter(|v| *v <= MAX_VERSION)
 }
 
+/// The version a write reply reports, read as [`version`] reads a stored one.
+fn applied_version(text: &str) -> Result<u64, String> {
+    version(text.as_bytes())
+        .ok_or_else(|| format!("version {text:?} is not a whole number from 1 to {MAX_VERSION}"))
+}
+
 fn wrong_type(items: &[Value]) -> (bool, String) {
     (text(items.get(1)) == "marker", text(items.get(2)))
 }
@@ -296,16 +302,10 @@ impl CasReply {
         match v {
             Value::Int(0) => return Ok(CasReply::Conflict),
             Value::Int(version) => {
-                return u64::try_from(*version)
-                    .ok()
-                    .filter(|v| (1..=MAX_VERSION).contains(v))
-                    .map(|version| CasReply::Applied {
-                        version,
-                        publish_error: None,
-                    })
-                    .ok_or_else(|| {
-                        format!("version {version} is not a whole number from 1 to {MAX_VERSION}")
-                    });
+                return Ok(CasReply::Applied {
+                    version: applied_version(&version.to_string())?,
+                    publish_error: None,
+                });
             }
             _ => {}
         }
@@ -313,11 +313,8 @@ impl CasReply {
         match text(items.first()).as_str() {
             "applied" => {
                 let note = text(items.get(2));
-                let v = text(items.get(1));
                 Ok(CasReply::Applied {
-                    version: version(v.as_bytes()).ok_or_else(|| {
-                        format!("version {v:?} is not a whole number from 1 to {MAX_VERSION}")
-                    })?,
+                    version: applied_version(&text(items.get(1)))?,
                     publish_error: (!note.is_empty()).then_some(note),
                 })
             }
