@@ -2,17 +2,19 @@
 //! `compare_and_swap_many` within the store's admission, and each batch's
 //! answer handed back to its machines (a failed batch retried one by one).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use tokio::task::JoinSet;
+
 use crate::clock::{Clock, MonoTime};
 use crate::error::StoreError;
 use crate::machine::{Input, OpId, Phase, ReadPurpose, WritePurpose};
-use crate::record::Versioned;
+use crate::record::{GroupName, Versioned};
 use crate::store::spread;
-use crate::store::{BatchResult, CasOutcome, LeaseStore};
+use crate::store::{BatchResult, CasOutcome, CasRequest, LeaseStore};
 
 use super::feed::saw;
 use super::shared::Counters;
@@ -143,6 +145,123 @@ impl<T> Queues<T> {
     }
 }
 
+/// The batches: operations waiting by priority, the batches in flight and
+/// what each carries, and what the replies taught (whether the store
+/// works, which operations were held back this turn). It owns that state;
+/// the task decides what goes out, asking the machines and the admission
+/// window.
+pub(super) struct Batches {
+    pub(super) reads: Queues<GroupName>,
+    pub(super) writes: Queues<CasRequest>,
+    /// The batches in flight, each in a task of its own.
+    pub(super) running: JoinSet<BatchReply>,
+    /// What each batch in flight carries, by task.
+    carried: HashMap<tokio::task::Id, InFlight>,
+    /// Operations in flight in every batch: a batch sent now waits behind
+    /// them.
+    pub(super) ops_in_flight: usize,
+    /// Renewals (and leaders' verifying reads) in flight: terms held
+    /// whose renewal is out are held all the same (see `Task::holding`).
+    renewals_in_flight: usize,
+    /// Batches of suspects in flight (at most one: a suspect whose request
+    /// hangs must not hold every slot).
+    suspects_in_flight: usize,
+    /// When a batch of reads (`[0]`) and of writes (`[1]`) last came back
+    /// with a success: a batch failing whole after that blames its items,
+    /// before it the store.
+    last_success: [Option<MonoTime>; 2],
+    /// Operations answered without being sent, to step after the flush.
+    pub(super) shedding: Vec<(GroupId, OpId)>,
+}
+
+impl Default for Batches {
+    fn default() -> Self {
+        Batches {
+            reads: Queues::default(),
+            writes: Queues::default(),
+            running: JoinSet::new(),
+            carried: HashMap::new(),
+            ops_in_flight: 0,
+            renewals_in_flight: 0,
+            suspects_in_flight: 0,
+            last_success: [None, None],
+            shedding: Vec::new(),
+        }
+    }
+}
+
+impl Batches {
+    /// Whether a renewal waits in a queue or is in flight: a term held.
+    pub(super) fn renewing(&self) -> bool {
+        self.renewals_in_flight > 0
+            || !self.writes.by_priority[Priority::Renewal.index()].is_empty()
+            || !self.reads.by_priority[Priority::Renewal.index()].is_empty()
+    }
+
+    /// Whether acquisitions or polls wait in the queues.
+    pub(super) fn deferred_waiting(&self) -> bool {
+        Priority::ALL.iter().filter(|p| p.deferrable()).any(|p| {
+            !self.reads.by_priority[p.index()].is_empty()
+                || !self.writes.by_priority[p.index()].is_empty()
+        })
+    }
+
+    /// How many more batches may go out while `max_in_flight` is the bound.
+    pub(super) fn free(&self, max_in_flight: usize) -> usize {
+        max_in_flight.saturating_sub(self.running.len())
+    }
+
+    /// Whether a batch of suspects may go out now.
+    pub(super) fn suspects_allowed(&self) -> bool {
+        self.suspects_in_flight == 0
+    }
+
+    /// A batch went out in task `task`, carrying `batch`.
+    fn launched(&mut self, task: tokio::task::Id, batch: InFlight, suspects: bool) {
+        self.carried.insert(task, batch);
+        self.ops_in_flight = self.ops_in_flight.saturating_add(batch.all);
+        self.renewals_in_flight = self.renewals_in_flight.saturating_add(batch.renewals);
+        if suspects {
+            self.suspects_in_flight += 1;
+        }
+    }
+
+    /// The batch of task `task` came back (or was abandoned): what it
+    /// carried is in flight no more, and is returned.
+    pub(super) fn returned(&mut self, task: tokio::task::Id) -> Option<InFlight> {
+        let batch = self.carried.remove(&task)?;
+        self.ops_in_flight = self.ops_in_flight.saturating_sub(batch.all);
+        self.renewals_in_flight = self.renewals_in_flight.saturating_sub(batch.renewals);
+        Some(batch)
+    }
+
+    /// A reply came back at `now`: the batch size its failed groups may go
+    /// in next (see `Task::on_batch`).
+    fn isolation(&mut self, reply: &BatchReply, now: MonoTime) -> usize {
+        if reply.suspects {
+            self.suspects_in_flight = self.suspects_in_flight.saturating_sub(1);
+        }
+        // A group that failed while others in its batch succeeded may go
+        // only alone next time; one that failed with its whole batch (or
+        // with every item of it), with half as many, unless no batch of
+        // the same kind has come back with a success since it went out:
+        // then the store is failing everyone (an outage, a Redis that
+        // refuses every lease for a while), and blaming the items would
+        // only turn the recovery into batches of one.
+        let outcome = reply.result.outcome();
+        let kind = usize::from(matches!(reply.result, BatchResults::Writes(..)));
+        let store_works = self.last_success[kind].is_some_and(|t| t >= reply.sent);
+        if outcome != Outcome::AllFailed {
+            self.last_success[kind] = Some(now);
+        }
+        match (outcome, store_works) {
+            (Outcome::Mixed, _) => 1,
+            (Outcome::AllFailed, true) => (reply.result.len() / 2).max(1),
+            (Outcome::AllFailed, false) | (Outcome::AllApplied, _) => usize::MAX,
+        }
+    }
+}
+
 /// A queued store operation of one group: `item` is the group to read or
 /// the compare-and-swap to make.
 pub(super) struct Queued<T> {
@@ -251,20 +370,20 @@ impl Task {
             for priority in Priority::ALL {
                 self.flush_queue(
                     priority,
-                    |engine| &mut engine.writes,
+                    |engine| &mut engine.batches.writes,
                     |counters| (&counters.write_batches, &counters.writes),
                     |store, requests| async move { store.compare_and_swap_many(&requests).await },
                     BatchResults::Writes,
                 );
                 self.flush_queue(
                     priority,
-                    |engine| &mut engine.reads,
+                    |engine| &mut engine.batches.reads,
                     |counters| (&counters.read_batches, &counters.reads),
                     |store, groups| async move { store.read_many(&groups).await },
                     BatchResults::Reads,
                 );
             }
-            let shed = std::mem::take(&mut self.shedding);
+            let shed = std::mem::take(&mut self.batches.shedding);
             if shed.is_empty() {
                 break;
             }
@@ -283,13 +402,10 @@ impl Task {
     /// batch size, within the admission window for deferrable ones, which
     /// also leave the last free slot to renewals and releases.
     pub(super) fn room_for(&self, priority: Priority) -> usize {
-        let free = self
-            .options
-            .max_in_flight
-            .saturating_sub(self.batches.len());
+        let free = self.batches.free(self.options.max_in_flight);
         let cap = self
             .admission
-            .batch_cap(self.options.max_batch, self.op_timeout / 4);
+            .batch_cap(self.options.max_batch, self.limits.op_timeout / 4);
         if !priority.deferrable() {
             return if free > 0 { cap } else { 0 };
         }
@@ -323,7 +439,7 @@ impl Task {
             if room == 0 {
                 return;
             }
-            let allow_suspects = self.suspects_in_flight == 0;
+            let allow_suspects = self.batches.suspects_allowed();
             let lane = queues(self).of(priority);
             if lane.healthy.is_empty() && !allow_suspects {
                 return;
@@ -353,7 +469,9 @@ impl Task {
         // learned cost per operation: an operation whose deadline comes
         // sooner would be answered too late, and the store's time spent on
         // it would be taken from the others.
-        let expected = self.admission.expected(chunk.len(), self.ops_in_flight);
+        let expected = self
+            .admission
+            .expected(chunk.len(), self.batches.ops_in_flight);
         // An acquisition or poll that waited for admission until the store
         // could no longer answer it in time is not worth the store's time
         // either (a timeout would count against the store): it is answered
@@ -366,7 +484,7 @@ impl Task {
         // a batch of reads) held back every operation for good, and the
         // member stood for nothing ever after (tenure-sim --shards
         // --catalog seed 316).
-        let mut probe = self.ops_in_flight == 0;
+        let mut probe = self.batches.ops_in_flight == 0;
         let mut live = Vec::with_capacity(chunk.len());
         for q in chunk {
             if !self.is_current(q.id, q.op) {
@@ -377,7 +495,7 @@ impl Task {
                 continue;
             }
             if priority.deferrable() && q.deadline.saturating_since(now) < least {
-                self.shedding.push((q.id, q.op));
+                self.batches.shedding.push((q.id, q.op));
                 continue;
             }
             if !priority.deferrable() && q.deadline.saturating_since(now) < expected {
@@ -388,8 +506,9 @@ impl Task {
                 // (taken out of the queue for this batch, it is counted
                 // nowhere else).
                 let holding = priority == Priority::Renewal || self.holding();
-                self.admission.overloaded(now, self.op_timeout / 4, holding);
-                self.shedding.push((q.id, q.op));
+                self.admission
+                    .overloaded(now, self.limits.op_timeout / 4, holding);
+                self.batches.shedding.push((q.id, q.op));
                 continue;
             }
             live.push(q);
@@ -431,7 +550,7 @@ impl Task {
         let (ids, deadline) = (out.ids, out.deadline);
         let count = ids.len();
         let work = call(self.store.clone(), out.items);
-        let task = self.batches.spawn(async move {
+        let task = self.batches.running.spawn(async move {
             let result = tokio::select! {
                 biased;
                 r = work => r,
@@ -452,19 +571,12 @@ impl Task {
             0
         };
         self.admission.sent(deferrable);
-        self.admitted.insert(
-            task.id(),
-            InFlight {
-                all: count,
-                deferrable,
-                renewals,
-            },
-        );
-        self.ops_in_flight = self.ops_in_flight.saturating_add(count);
-        self.renewals_in_flight = self.renewals_in_flight.saturating_add(renewals);
-        if suspects {
-            self.suspects_in_flight += 1;
-        }
+        let batch = InFlight {
+            all: count,
+            deferrable,
+            renewals,
+        };
+        self.batches.launched(task.id(), batch, suspects);
     }
 
     /// Whether `op` is still the group's operation in flight (it may have
@@ -482,33 +594,13 @@ impl Task {
         let latency = reply
             .landed
             .saturating_since(reply.sent)
-            .saturating_sub(self.host_lag(now));
+            .saturating_sub(self.host_lag.at(now));
         let (count, failed) = (reply.result.len(), reply.result.failed());
-        let target = self.op_timeout / 4;
+        let target = self.limits.op_timeout / 4;
         let renewals = reply.priority == Priority::Renewal;
         self.admission
             .observe(now, latency, failed, count, target, renewals);
-        if reply.suspects {
-            self.suspects_in_flight = self.suspects_in_flight.saturating_sub(1);
-        }
-        // A group that failed while others in its batch succeeded may go
-        // only alone next time; one that failed with its whole batch (or
-        // with every item of it), with half as many, unless no batch of
-        // the same kind has come back with a success since it went out:
-        // then the store is failing everyone (an outage, a Redis that
-        // refuses every lease for a while), and blaming the items would
-        // only turn the recovery into batches of one.
-        let outcome = reply.result.outcome();
-        let kind = usize::from(matches!(reply.result, BatchResults::Writes(..)));
-        let store_works = self.last_success[kind].is_some_and(|t| t >= reply.sent);
-        if outcome != Outcome::AllFailed {
-            self.last_success[kind] = Some(now);
-        }
-        let isolate = match (outcome, store_works) {
-            (Outcome::Mixed, _) => 1,
-            (Outcome::AllFailed, true) => (count / 2).max(1),
-            (Outcome::AllFailed, false) | (Outcome::AllApplied, _) => usize::MAX,
-        };
+        let isolate = self.batches.isolation(&reply, now);
         match reply.result {
             BatchResults::Reads(ids, result) => {
                 for ((id, op), result) in spread(ids.into_iter(), result) {

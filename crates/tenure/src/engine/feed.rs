@@ -9,7 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::clock::{Clock, MonoTime, Now};
@@ -21,6 +21,133 @@ use crate::store::{Change, FeedRelay, StoreFeed, RESYNC_RETRY};
 use super::shared::Counters;
 use super::task::{Slot, Task};
 use super::GroupId;
+
+/// The engine's change feeds: the store-wide feed and its subscription,
+/// the check that it still delivers, the taps of other readers, and the
+/// per-group hints of a store without a store-wide feed. It owns that
+/// state; the task hands what arrives to the machines.
+pub(super) struct Feeds {
+    /// The store-wide feed's state.
+    pub(super) state: Feed,
+    pub(super) check: FeedCheck,
+    /// The subscription in flight, if any.
+    pub(super) subscribing: JoinSet<Result<Option<StoreFeed>, StoreError>>,
+    /// Readers of the store-wide feed besides the groups.
+    pub(super) taps: Taps,
+    /// Change hints of single groups, for stores without a store-wide feed.
+    pub(super) hints: mpsc::UnboundedReceiver<GroupId>,
+    hint_tx: mpsc::UnboundedSender<GroupId>,
+}
+
+impl Feeds {
+    /// No feed yet; the first subscription may go out at `now`.
+    pub(super) fn new(now: MonoTime) -> Feeds {
+        let (hint_tx, hints) = mpsc::unbounded_channel();
+        Feeds {
+            state: Feed::Off { retry_at: now },
+            check: FeedCheck {
+                next_at: now,
+                reading: JoinSet::new(),
+                owed: None,
+                delivered: 0,
+                delivered_when_owed: 0,
+                cursor: 0,
+                idle: false,
+            },
+            subscribing: JoinSet::new(),
+            taps: Taps::default(),
+            hints,
+            hint_tx,
+        }
+    }
+
+    /// Whether the store-wide feed delivers changes.
+    pub(super) fn is_up(&self) -> bool {
+        matches!(self.state, Feed::Up(_))
+    }
+
+    /// When the feed should be subscribed (again), if it is off and
+    /// `wanted` (a group joined) or a tap waits for it.
+    pub(super) fn subscribe_at(&self, wanted: bool) -> Option<MonoTime> {
+        match self.state {
+            Feed::Off { retry_at } if wanted || self.taps.awaited() => Some(retry_at),
+            _ => None,
+        }
+    }
+
+    /// When the feed check has something to do next, if the feed is up:
+    /// judge what a read found, or send the next read (only while some
+    /// group follows, and no read is in flight).
+    pub(super) fn check_due(&self) -> Option<MonoTime> {
+        if !self.is_up() {
+            return None;
+        }
+        if let Some((_, _, by)) = self.check.owed {
+            return Some(by);
+        }
+        // Whether any group follows is looked at only when a read is due
+        // (once per retry interval): it takes a pass over every group.
+        self.check.reading.is_empty().then_some(self.check.next_at)
+    }
+
+    /// A reader outside the engine's groups asks for the store-wide feed
+    /// at `now` (see [`Taps`]): a tap at once if the feed is up, `None` if
+    /// the store has none (it polls, as it would have on its own `watch`),
+    /// else once the engine's subscription answers.
+    fn tap(&mut self, to: oneshot::Sender<Option<StoreFeed>>, now: MonoTime) {
+        match self.state {
+            Feed::Up(_) => self.taps.open(to),
+            Feed::PerGroup => {
+                let _ = to.send(None);
+            }
+            Feed::Off { .. } | Feed::Subscribing => self.taps.waiting.push(to),
+            Feed::Parked => {
+                self.state = Feed::Off { retry_at: now };
+                self.taps.waiting.push(to);
+            }
+        }
+    }
+
+    /// Parks the feed if no group followed at this check nor the last and
+    /// no reader taps it (see `Task::park_feed_if_unused`); true if it did.
+    fn park_if_unused(&mut self) -> bool {
+        if !self.taps.open.is_empty() || !self.taps.waiting.is_empty() {
+            self.check.idle = false;
+            return false;
+        }
+        if !std::mem::replace(&mut self.check.idle, true) {
+            return false;
+        }
+        self.state = Feed::Parked;
+        self.check.owed = None;
+        self.check.idle = false;
+        true
+    }
+
+    /// The feed is wanted again at `now`: a parked one is subscribed at
+    /// once; true if it was parked.
+    fn unpark(&mut self, now: MonoTime) -> bool {
+        let parked = matches!(self.state, Feed::Parked);
+        if parked {
+            self.state = Feed::Off { retry_at: now };
+        }
+        parked
+    }
+
+    /// The feed ended or went silent: off until `retry_at`, its debt
+    /// forgotten, its taps ended.
+    fn lost(&mut self, retry_at: MonoTime) {
+        self.state = Feed::Off { retry_at };
+        self.check.owed = None;
+        self.taps.end();
+    }
+
+    /// A change arrived: counted for the check, copied to every tap.
+    fn delivered(&mut self, change: &Change) {
+        self.check.delivered = self.check.delivered.wrapping_add(1);
+        self.taps.relay(change);
+    }
+}
 
 /// The engine's own check that its store-wide feed still delivers (see
 /// the module docs).
@@ -206,33 +333,18 @@ pub(super) async fn next_change(feed: &mut Feed) -> Option<Change> {
 }
 
 impl Task {
-    /// When the feed check has something to do next, if the feed is up:
-    /// judge what a read found, or send the next read (only while some
-    /// group follows, and no read is in flight).
-    pub(super) fn feed_check_due(&self) -> Option<MonoTime> {
-        if !matches!(self.feed, Feed::Up(_)) {
-            return None;
-        }
-        if let Some((_, _, by)) = self.check.owed {
-            return Some(by);
-        }
-        // Whether any group follows is looked at only when a read is due
-        // (once per retry interval): it takes a pass over every group.
-        self.check.reading.is_empty().then_some(self.check.next_at)
-    }
-
     /// Sends the feed check's read, or judges what it found, when due.
     pub(super) fn run_feed_check(&mut self) {
         let now = self.clock.now().mono;
-        if self.feed_check_due().is_none_or(|t| now < t) {
+        if self.feed.check_due().is_none_or(|t| now < t) {
             return;
         }
-        if let Some((id, version, _)) = self.check.owed.take() {
+        if let Some((id, version, _)) = self.feed.check.owed.take() {
             let delivered = self
                 .slots
                 .get(&id)
                 .is_none_or(|s| s.seen.is_some_and(|seen| seen >= version));
-            let spoke = self.check.delivered != self.check.delivered_when_owed;
+            let spoke = self.feed.check.delivered != self.feed.check.delivered_when_owed;
             if !delivered && !spoke {
                 Counters::add(&self.counters.feed_silences, 1);
                 tracing::warn!(
@@ -242,8 +354,8 @@ impl Task {
             }
             return;
         }
-        let interval = self.retry_interval();
-        self.check.next_at = now + interval;
+        let interval = self.limits.retry_interval();
+        self.feed.check.next_at = now + interval;
         let followers: Vec<GroupId> = self
             .slots
             .iter()
@@ -254,19 +366,19 @@ impl Task {
             self.park_feed_if_unused();
             return;
         }
-        self.check.idle = false;
-        let Some(&id) = followers.get(self.check.cursor % followers.len().max(1)) else {
+        self.feed.check.idle = false;
+        let Some(&id) = followers.get(self.feed.check.cursor % followers.len().max(1)) else {
             return;
         };
-        self.check.cursor = self.check.cursor.wrapping_add(1);
+        self.feed.check.cursor = self.feed.check.cursor.wrapping_add(1);
         let Some(slot) = self.slots.get(&id) else {
             return;
         };
         let (store, clock, group) = (self.store.clone(), self.clock.clone(), slot.group.clone());
-        let timeout = self.op_timeout.min(interval);
+        let timeout = self.limits.op_timeout.min(interval);
         Counters::add(&self.counters.read_batches, 1);
         Counters::add(&self.counters.reads, 1);
-        self.check.reading.spawn(async move {
+        self.feed.check.reading.spawn(async move {
             let deadline = clock.now().mono + timeout;
             let result = tokio::select! {
                 biased;
@@ -291,33 +403,21 @@ impl Task {
         let Some(slot) = self.slots.get(&id) else {
             return;
         };
-        if slot.seen.is_none_or(|seen| current.version > seen) && matches!(self.feed, Feed::Up(_)) {
+        if slot.seen.is_none_or(|seen| current.version > seen) && self.feed.is_up() {
             // Two retry intervals: a busy store's feed lags, and taking
             // lag for silence would add every group's polls to its load.
-            let by = self.clock.now().mono + self.retry_interval() * 2;
-            self.check.owed = Some((id, current.version, by));
-            self.check.delivered_when_owed = self.check.delivered;
+            let by = self.clock.now().mono + self.limits.retry_interval() * 2;
+            let check = &mut self.feed.check;
+            check.owed = Some((id, current.version, by));
+            check.delivered_when_owed = check.delivered;
         }
     }
 
     /// A reader outside the engine's groups asks for the store-wide feed
-    /// (see [`Taps`]): a tap at once if the feed is up, `None` if the store
-    /// has none (it polls, as it would have on its own `watch`), else once
-    /// the engine's subscription answers.
+    /// (see [`Feeds::tap`]).
     pub(super) fn tap(&mut self, to: oneshot::Sender<Option<StoreFeed>>) {
-        match self.feed {
-            Feed::Up(_) => self.taps.open(to),
-            Feed::PerGroup => {
-                let _ = to.send(None);
-            }
-            Feed::Off { .. } | Feed::Subscribing => self.taps.waiting.push(to),
-            Feed::Parked => {
-                self.feed = Feed::Off {
-                    retry_at: self.clock.now().mono,
-                };
-                self.taps.waiting.push(to);
-            }
-        }
+        let now = self.clock.now().mono;
+        self.feed.tap(to, now);
     }
 
     /// Drops the store-wide feed once no group has followed at two feed
@@ -333,17 +433,10 @@ impl Task {
     /// soon as a group follows (`Task::step`) or a reader taps it; until
     /// it is up, its candidates poll, as after a lost feed.
     pub(super) fn park_feed_if_unused(&mut self) {
-        if !self.taps.open.is_empty() || !self.taps.waiting.is_empty() {
-            self.check.idle = false;
-            return;
-        }
-        if !std::mem::replace(&mut self.check.idle, true) {
+        if !self.feed.park_if_unused() {
             return;
         }
         tracing::debug!("no group follows: the change feed is dropped until one does");
-        self.feed = Feed::Parked;
-        self.check.owed = None;
-        self.check.idle = false;
         let ids: Vec<GroupId> = self.slots.keys().copied().collect();
         for id in ids {
             self.step(id, Input::Feed { live: false });
@@ -353,20 +446,16 @@ impl Task {
     /// A group of a parked feed's engine follows again (it stands, its term
     /// over, or it joined): the feed is subscribed at once.
     pub(super) fn unpark_feed(&mut self, now: MonoTime) {
-        if matches!(self.feed, Feed::Parked) {
+        if self.feed.unpark(now) {
             tracing::debug!("a group follows: subscribing to the change feed again");
-            self.feed = Feed::Off { retry_at: now };
         }
     }
 
     /// The store-wide feed ended or went silent: every group polls until
     /// the engine has subscribed again, and so does every tap's reader.
     pub(super) fn feed_lost(&mut self) {
-        self.feed = Feed::Off {
-            retry_at: self.clock.now().mono + self.retry_interval(),
-        };
-        self.check.owed = None;
-        self.taps.end();
+        let retry_at = self.clock.now().mono + self.limits.retry_interval();
+        self.feed.lost(retry_at);
         let ids: Vec<GroupId> = self.slots.keys().copied().collect();
         for id in ids {
             self.step(id, Input::Feed { live: false });
@@ -374,14 +463,13 @@ impl Task {
     }
 
     pub(super) fn subscribe_if_due(&mut self) {
-        let Feed::Off { retry_at } = self.feed else {
+        let Some(retry_at) = self.feed.subscribe_at(!self.slots.is_empty()) else {
             return;
         };
-        let wanted = !self.slots.is_empty() || self.taps.awaited();
-        if !wanted || self.clock.now().mono < retry_at {
+        if self.clock.now().mono < retry_at {
             return;
         }
-        self.feed = Feed::Subscribing;
+        self.feed.state = Feed::Subscribing;
         let (store, clock) = (self.store.clone(), self.clock.clone());
         // Bounded like an operation of the shortest term in the engine.
         let timeout = self
@@ -390,7 +478,7 @@ impl Task {
             .map(|s| s.machine.timing().op_timeout)
             .min()
             .unwrap_or(Duration::from_secs(5));
-        self.subscription.spawn(async move {
+        self.feed.subscribing.spawn(async move {
             let deadline = clock.now().mono + timeout;
             tokio::select! {
                 biased;
@@ -403,16 +491,16 @@ impl Task {
     pub(super) fn on_subscribed(&mut self, result: Result<Option<StoreFeed>, StoreError>) {
         match result {
             Ok(Some(feed)) => {
-                self.feed = Feed::Up(feed);
-                self.taps.answer(true);
+                self.feed.state = Feed::Up(feed);
+                self.feed.taps.answer(true);
                 let ids: Vec<GroupId> = self.slots.keys().copied().collect();
                 for id in ids {
                     self.step(id, Input::Feed { live: true });
                 }
             }
             Ok(None) => {
-                self.feed = Feed::PerGroup;
-                self.taps.answer(false);
+                self.feed.state = Feed::PerGroup;
+                self.feed.taps.answer(false);
                 let ids: Vec<GroupId> = self.slots.keys().copied().collect();
                 for id in ids {
                     self.subscribe_group(id);
@@ -422,21 +510,11 @@ impl Task {
                 tracing::debug!(error = %e, "no change feed yet; polling");
                 // A tap waiting is told now, as its reader's own `watch`
                 // failing would have: it polls, and asks again later.
-                self.taps.answer(false);
-                self.feed = Feed::Off {
-                    retry_at: self.clock.now().mono + self.retry_interval(),
+                self.feed.taps.answer(false);
+                self.feed.state = Feed::Off {
+                    retry_at: self.clock.now().mono + self.limits.retry_interval(),
                 };
             }
-        }
-    }
-
-    /// The shortest retry interval among the groups that have joined, for
-    /// re-subscribing and the feed check.
-    pub(super) fn retry_interval(&self) -> Duration {
-        if self.retry_min == Duration::MAX {
-            Duration::from_secs(1)
-        } else {
-            self.retry_min
         }
     }
 
@@ -446,8 +524,7 @@ impl Task {
             return self.feed_lost();
         };
         Counters::add(&self.counters.changes, 1);
-        self.check.delivered = self.check.delivered.wrapping_add(1);
-        self.taps.relay(&change);
+        self.feed.delivered(&change);
         match change {
             Change::Written { group, current } => {
                 // One candidate per group is the rule: no copy of the list.
@@ -511,7 +588,7 @@ impl Task {
         let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
-        let tx = self.hint_tx.clone();
+        let tx = self.feed.hint_tx.clone();
         let (store, group, clock) = (self.store.clone(), slot.group.clone(), self.clock.clone());
         let timeout = slot.machine.timing().op_timeout;
         let retry = slot.machine.timing().retry_interval;

@@ -83,6 +83,8 @@ use crate::store::LeaseStore;
 
 mod batch;
 mod feed;
+mod host_lag;
+mod limits;
 mod schedule;
 mod shared;
 mod task;

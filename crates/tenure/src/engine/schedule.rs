@@ -14,7 +14,7 @@ use crate::error::StoreError;
 use crate::machine::{Input, OpId};
 
 use super::batch::Priority;
-use super::feed::{watch_liveness, Feed};
+use super::feed::watch_liveness;
 use super::shared::Counters;
 use super::task::{Current, IdHash, Slot, Task};
 use super::GroupId;
@@ -329,24 +329,22 @@ impl Task {
 
     pub(super) fn next_wake(&mut self) -> Option<MonoTime> {
         let mut wake = self.schedule.next_due(&self.slots);
-        if let Feed::Off { retry_at } = self.feed {
-            if !self.slots.is_empty() || self.taps.awaited() {
-                wake = Some(wake.map_or(retry_at, |w| w.min(retry_at)));
-            }
+        if let Some(retry_at) = self.feed.subscribe_at(!self.slots.is_empty()) {
+            wake = Some(wake.map_or(retry_at, |w| w.min(retry_at)));
         }
-        if let Some(t) = self.feed_check_due() {
+        if let Some(t) = self.feed.check_due() {
             wake = Some(wake.map_or(t, |w| w.min(t)));
         }
         // Operations held back by a pause go out when it ends.
         let now = self.clock.now().mono;
         // A tap that fell behind is owed a resync nothing else may carry.
-        if let Some(t) = self.taps.resync_due(now) {
+        if let Some(t) = self.feed.taps.resync_due(now) {
             wake = Some(wake.map_or(t, |w| w.min(t)));
         }
         if let Some(t) = self
             .admission
             .paused_until(now)
-            .filter(|_| self.deferred_waiting())
+            .filter(|_| self.batches.deferred_waiting())
         {
             wake = Some(wake.map_or(t, |w| w.min(t)));
         }
@@ -356,14 +354,6 @@ impl Task {
     /// Drops the schedule's stale entries (see [`Schedule::compact`]).
     pub(super) fn compact_heaps(&mut self) {
         self.schedule.compact(&self.slots);
-    }
-
-    /// Whether acquisitions or polls wait in the queues.
-    pub(super) fn deferred_waiting(&self) -> bool {
-        Priority::ALL.iter().filter(|p| p.deferrable()).any(|p| {
-            !self.reads.by_priority[p.index()].is_empty()
-                || !self.writes.by_priority[p.index()].is_empty()
-        })
     }
 
     /// Ticks every group whose wake-up has come, and times out every
@@ -417,10 +407,7 @@ impl Task {
             }
         }
         if !late.is_zero() {
-            self.note_lag(now, late);
-            let margin = self.holding().then_some(self.renew_margin);
-            self.admission
-                .late_wake(now, late, margin, self.op_timeout / 4);
+            self.ran_late(now, late);
         }
     }
 
@@ -434,8 +421,8 @@ impl Task {
         // timeout, where spread out they fit.
         let cap = self
             .admission
-            .batch_cap(self.options.max_batch, self.op_timeout / 4);
-        let writes = &self.writes;
+            .batch_cap(self.options.max_batch, self.limits.op_timeout / 4);
+        let writes = &self.batches.writes;
         let room = || cap.saturating_sub(writes.by_priority[Priority::Renewal.index()].len());
         if let Some(due) = self.schedule.early_renewals(&self.slots, now, room) {
             for id in due {
@@ -443,7 +430,7 @@ impl Task {
             }
             self.schedule.coalesced(true);
         }
-        let reads = &self.reads;
+        let reads = &self.batches.reads;
         let room = || cap.saturating_sub(reads.by_priority[Priority::Poll.index()].len());
         if let Some(due) = self.schedule.early_polls(&self.slots, now, room) {
             for id in due {

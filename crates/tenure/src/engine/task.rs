@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::task::AbortHandle;
 
 use crate::admission::Admission;
 use crate::clock::{Clock, MonoTime};
@@ -17,17 +17,15 @@ use crate::error::StoreError;
 use crate::machine::{Action, Input, Machine, OpId, ReadPurpose, WritePurpose};
 use crate::record::{GroupName, Version};
 use crate::role::LeaderInfo;
-use crate::store::{CasRequest, LeaseStore, StoreFeed};
+use crate::store::{CasRequest, LeaseStore};
 
-use super::batch::{BatchReply, Priority, Queued, Queues};
-use super::feed::{feed_pulse, following, next_change, Feed, FeedCheck, Taps};
+use super::batch::{Batches, Priority, Queued};
+use super::feed::{feed_pulse, following, next_change, Feed, Feeds};
+use super::host_lag::HostLag;
+use super::limits::Limits;
 use super::schedule::{sleep_until, Filed, Schedule};
 use super::shared::Counters;
 use super::{EngineOptions, GroupId, Joining, ToEngine};
-
-/// How long a lag of the engine behind its own timers counts as the host's
-/// (see `Task::host_lag`).
-pub(super) const HOST_LAG_MEMORY: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum OpKind {
@@ -138,62 +136,33 @@ pub(super) struct Slot {
     pub(super) hints: Option<AbortHandle>,
 }
 
+/// The engine's task. Each concern keeps its state in a room of its own
+/// (the schedule, the batches, the admission window, the feeds, the
+/// timing bounds, the host's lag); the task holds the groups and moves
+/// inputs and actions between them and the rooms.
 pub(super) struct Task {
     pub(super) store: Arc<dyn LeaseStore>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) options: EngineOptions,
     pub(super) counters: Arc<Counters>,
     pub(super) rx: mpsc::UnboundedReceiver<ToEngine>,
-    /// Change hints of single groups, for stores without a store-wide feed.
-    pub(super) hints: mpsc::UnboundedReceiver<GroupId>,
-    pub(super) hint_tx: mpsc::UnboundedSender<GroupId>,
     pub(super) rx_open: bool,
     pub(super) slots: HashMap<GroupId, Slot, IdHash>,
     pub(super) by_group: HashMap<GroupName, Vec<GroupId>>,
     /// When each group wakes, when replies are due, and the coalescing of
     /// nearly-due renewals and polls.
     pub(super) schedule: Schedule,
-    pub(super) reads: Queues<GroupName>,
-    pub(super) writes: Queues<CasRequest>,
+    /// Operations waiting by priority and the batches in flight.
+    pub(super) batches: Batches,
     /// How many acquisitions and polls may be in flight.
     pub(super) admission: Admission,
-    /// What each batch in flight carries, by task.
-    pub(super) admitted: HashMap<tokio::task::Id, InFlight>,
-    /// Operations in flight in every batch: a batch sent now waits behind
-    /// them.
-    pub(super) ops_in_flight: usize,
-    /// Renewals (and leaders' verifying reads) in flight: terms held
-    /// whose renewal is out are held all the same (see `Task::holding`).
-    pub(super) renewals_in_flight: usize,
-    /// The shortest operation timeout among the groups: a batch that takes
-    /// longer than a quarter of it is congestion.
-    pub(super) op_timeout: Duration,
-    /// The shortest retry interval among the groups that have joined.
-    pub(super) retry_min: Duration,
-    /// The least time any group's renewal may go out after falling due and
-    /// still have its whole operation timeout before the term's end (the
-    /// leader's validity less the renew interval, the stop grace and the
-    /// operation timeout): what a late wake-up of the engine eats into.
-    pub(super) renew_margin: Duration,
-    /// How late the engine has lately run its own timers (see
-    /// `Task::note_lag`): the host's share of a batch's latency.
-    pub(super) host_lag: Duration,
-    pub(super) host_lag_at: MonoTime,
-    /// Batches of suspects in flight (at most one: a suspect whose request
-    /// hangs must not hold every slot).
-    pub(super) suspects_in_flight: usize,
-    /// When a batch of reads (`[0]`) and of writes (`[1]`) last came back
-    /// with a success: a batch failing whole after that blames its items,
-    /// before it the store.
-    pub(super) last_success: [Option<MonoTime>; 2],
-    /// Operations answered without being sent, to step after the flush.
-    pub(super) shedding: Vec<(GroupId, OpId)>,
-    pub(super) batches: JoinSet<BatchReply>,
-    pub(super) feed: Feed,
-    pub(super) check: FeedCheck,
-    pub(super) subscription: JoinSet<Result<Option<StoreFeed>, StoreError>>,
-    /// Readers of the store-wide feed besides the groups.
-    pub(super) taps: Taps,
+    /// The store-wide feed, its check and taps, and per-group hints.
+    pub(super) feed: Feeds,
+    /// The tightest timing among the groups.
+    pub(super) limits: Limits,
+    /// How late the engine has lately run its own timers: the host's share
+    /// of a batch's latency.
+    pub(super) host_lag: HostLag,
     /// The buffer a step's actions are collected in (see `Task::step`).
     pub(super) actions: Vec<Action>,
 }
@@ -207,49 +176,24 @@ impl Task {
         rx: mpsc::UnboundedReceiver<ToEngine>,
     ) -> Task {
         let now = clock.now().mono;
-        let (hint_tx, hints) = mpsc::unbounded_channel();
         Task {
             store,
             clock,
             options,
             counters,
             rx,
-            hints,
-            hint_tx,
             rx_open: true,
             slots: HashMap::default(),
             by_group: HashMap::new(),
             schedule: Schedule::default(),
-            reads: Queues::default(),
-            writes: Queues::default(),
+            batches: Batches::default(),
             admission: Admission::new(
                 options.max_batch / 64,
                 options.max_batch.saturating_mul(options.max_in_flight),
             ),
-            admitted: HashMap::new(),
-            ops_in_flight: 0,
-            renewals_in_flight: 0,
-            op_timeout: Duration::MAX,
-            retry_min: Duration::MAX,
-            renew_margin: Duration::MAX,
-            host_lag: Duration::ZERO,
-            host_lag_at: now,
-            suspects_in_flight: 0,
-            last_success: [None, None],
-            shedding: Vec::new(),
-            batches: JoinSet::new(),
-            feed: Feed::Off { retry_at: now },
-            check: FeedCheck {
-                next_at: now,
-                reading: JoinSet::new(),
-                owed: None,
-                delivered: 0,
-                delivered_when_owed: 0,
-                cursor: 0,
-                idle: false,
-            },
-            subscription: JoinSet::new(),
-            taps: Taps::default(),
+            feed: Feeds::new(now),
+            limits: Limits::default(),
+            host_lag: HostLag::new(now),
             actions: Vec::new(),
         }
     }
@@ -266,24 +210,24 @@ impl Task {
                     Some(msg) => self.handle(msg),
                     None => self.rx_open = false,
                 },
-                Some(reply) = self.batches.join_next_with_id() => {
+                Some(reply) = self.batches.running.join_next_with_id() => {
                     let task = match &reply {
                         Ok((task, _)) => *task,
                         Err(e) => e.id(),
                     };
-                    if let Some(batch) = self.admitted.remove(&task) {
-                        self.returned(batch);
+                    if let Some(batch) = self.batches.returned(task) {
+                        self.admission.returned(batch.deferrable);
                     }
                     if let Ok((_, reply)) = reply {
                         self.on_batch(reply);
                     }
                 }
-                change = next_change(&mut self.feed) => self.on_change(change),
-                Some(subscribed) = self.subscription.join_next() => {
+                change = next_change(&mut self.feed.state) => self.on_change(change),
+                Some(subscribed) = self.feed.subscribing.join_next() => {
                     self.on_subscribed(subscribed.unwrap_or(Ok(None)));
                 }
-                Some(id) = self.hints.recv() => self.step(id, Input::Changed),
-                Some(read) = self.check.reading.join_next() => {
+                Some(id) = self.feed.hints.recv() => self.step(id, Input::Changed),
+                Some(read) = self.feed.check.reading.join_next() => {
                     if let Ok((id, result)) = read {
                         self.on_check_read(id, result);
                     }
@@ -294,7 +238,7 @@ impl Task {
             while let Ok(msg) = self.rx.try_recv() {
                 self.handle(msg);
             }
-            if let Feed::Up(feed) = &mut self.feed {
+            if let Feed::Up(feed) = &mut self.feed.state {
                 let mut ready = Vec::new();
                 while let Some(change) = feed.try_next() {
                     ready.push(change);
@@ -303,7 +247,7 @@ impl Task {
                     self.on_change(Some(change));
                 }
             }
-            self.taps.settle();
+            self.feed.taps.settle();
             self.fire_timers();
             self.run_feed_check();
             self.coalesce();
@@ -325,34 +269,16 @@ impl Task {
             return;
         };
         let now = self.clock.now().mono;
-        let lag = now.saturating_since(wake);
-        self.note_lag(now, lag);
-        let margin = self.holding().then_some(self.renew_margin);
+        self.ran_late(now, now.saturating_since(wake));
+    }
+
+    /// The engine ran `lag` behind its own timers at `now`: the host's lag
+    /// is noted, and admission pauses if it puts the terms held at risk.
+    pub(super) fn ran_late(&mut self, now: MonoTime, lag: Duration) {
+        self.host_lag.note(now, lag);
+        let margin = self.holding().then_some(self.limits.renew_margin);
         self.admission
-            .late_wake(now, lag, margin, self.op_timeout / 4);
-    }
-
-    /// Notes that the engine ran `lag` behind its own timers at `now`: the
-    /// largest lag of the last [`HOST_LAG_MEMORY`] is kept.
-    pub(super) fn note_lag(&mut self, now: MonoTime, lag: Duration) {
-        if lag >= self.host_lag || now >= self.host_lag_at + HOST_LAG_MEMORY {
-            self.host_lag = lag;
-            self.host_lag_at = now;
-        }
-    }
-
-    /// The share of a batch's latency at `now` that the host, not the
-    /// store, may have caused: how late the engine ran its own timers
-    /// lately. On a host whose CPU others take, the reply to a batch lands
-    /// (is read, parsed, and its task run) as late as the engine's own
-    /// wake-ups, and that wait is no evidence about the store: the
-    /// admission window judges the store by the latency less this lag.
-    pub(super) fn host_lag(&self, now: MonoTime) -> Duration {
-        if now < self.host_lag_at + HOST_LAG_MEMORY {
-            self.host_lag
-        } else {
-            Duration::ZERO
-        }
+            .late_wake(now, lag, margin, self.limits.op_timeout / 4);
     }
 
     /// Whether any group leads (has a renewal scheduled, queued or in
@@ -361,18 +287,7 @@ impl Task {
     /// leader's renewal out, the terms are as much at risk as when they
     /// are due.
     pub(super) fn holding(&self) -> bool {
-        self.renewals_in_flight > 0
-            || self.schedule.has_renewals()
-            || !self.writes.by_priority[Priority::Renewal.index()].is_empty()
-            || !self.reads.by_priority[Priority::Renewal.index()].is_empty()
-    }
-
-    /// A batch came back (or was abandoned): what it carried is in flight
-    /// no more.
-    pub(super) fn returned(&mut self, batch: InFlight) {
-        self.ops_in_flight = self.ops_in_flight.saturating_sub(batch.all);
-        self.admission.returned(batch.deferrable);
-        self.renewals_in_flight = self.renewals_in_flight.saturating_sub(batch.renewals);
+        self.batches.renewing() || self.schedule.has_renewals()
     }
 
     pub(super) fn handle(&mut self, msg: ToEngine) {
@@ -410,15 +325,7 @@ impl Task {
         self.by_group.entry(group.clone()).or_default().push(id);
         let timing = machine.timing();
         self.schedule.join(timing);
-        self.op_timeout = self.op_timeout.min(timing.op_timeout);
-        self.retry_min = self.retry_min.min(timing.retry_interval);
-        let spent = timing
-            .renew_interval
-            .saturating_add(timing.stop_grace)
-            .saturating_add(timing.op_timeout);
-        self.renew_margin = self
-            .renew_margin
-            .min(timing.leader_validity.saturating_sub(spent));
+        self.limits.join(timing);
         self.slots.insert(
             id,
             Slot {
@@ -435,7 +342,7 @@ impl Task {
             },
         );
         self.counters.groups.fetch_add(1, Ordering::Relaxed);
-        match self.feed {
+        match self.feed.state {
             Feed::Up(_) => self.step(id, Input::Feed { live: true }),
             Feed::PerGroup => {
                 self.subscribe_group(id);
@@ -478,7 +385,8 @@ impl Task {
         if stopped {
             self.leave(id);
         } else {
-            if matches!(self.feed, Feed::Parked) && self.slots.get(&id).is_some_and(following) {
+            if matches!(self.feed.state, Feed::Parked) && self.slots.get(&id).is_some_and(following)
+            {
                 self.unpark_feed(now.mono);
             }
             self.reschedule(id, now);
@@ -514,7 +422,7 @@ impl Task {
                         isolate,
                         item: group,
                     };
-                    self.reads.of(priority).push(queued);
+                    self.batches.reads.of(priority).push(queued);
                     self.schedule.file_deadline(id, op, deadline);
                 }
                 Action::Cas {
@@ -545,7 +453,7 @@ impl Task {
                         isolate,
                         item: request,
                     };
-                    self.writes.of(priority).push(queued);
+                    self.batches.writes.of(priority).push(queued);
                     self.schedule.file_deadline(id, op, deadline);
                 }
                 Action::Elected { token, deadline } => {
