@@ -23,16 +23,10 @@ impl std::hash::Hash for Machine {
             next_op,
             observed,
             last_held_term,
-            next_read,
-            reread,
-            hold_off_until,
-            ended,
+            stand,
             last_pulse,
             reported,
             max_token,
-            own_write_failures,
-            feed_live,
-            busy_streak,
             predecessor,
             metadata_dirty,
             preempt,
@@ -48,16 +42,10 @@ impl std::hash::Hash for Machine {
         next_op.hash(h);
         observed.hash(h);
         last_held_term.hash(h);
-        next_read.hash(h);
-        reread.hash(h);
-        hold_off_until.hash(h);
-        ended.hash(h);
+        stand.hash(h);
         last_pulse.hash(h);
         reported.hash(h);
         max_token.hash(h);
-        own_write_failures.hash(h);
-        feed_live.hash(h);
-        busy_streak.hash(h);
         predecessor.hash(h);
         metadata_dirty.hash(h);
         preempt.hash(h);

@@ -42,7 +42,7 @@ impl Machine {
             self.end_term(token, EndReason::RenewalFailed, deadline, deadline, out);
             self.state = State::Candidate;
             self.observe_own(now, record, version);
-            self.next_read = now.mono;
+            self.stand.next_read = now.mono;
             return;
         }
         if !self.is_live(now) {
@@ -113,10 +113,10 @@ impl Machine {
                 Ok(CasOutcome::Applied(version)) => {
                     // A renewal that outlived its term still wrote our
                     // record: a write that came back too late.
-                    self.own_write_failures = self.own_write_failures.saturating_add(1);
+                    self.stand.own_write_failures = self.stand.own_write_failures.saturating_add(1);
                     self.observe_own(now, record, version);
                 }
-                _ => self.next_read = now.mono,
+                _ => self.stand.next_read = now.mono,
             },
             State::Releasing(_) | State::Withdrawing(_) | State::Stopped => {}
         }
@@ -173,7 +173,7 @@ impl Machine {
                 self.state = State::Candidate;
                 self.reported = None;
                 let delay = self.poll_delay();
-                self.next_read = now.mono + delay;
+                self.stand.next_read = now.mono + delay;
                 self.observe(now, current, out);
             }
             Err(_) => {
@@ -197,7 +197,7 @@ impl Machine {
         out: &mut Vec<Action>,
     ) {
         let work_deadline = work_deadline.min(old_deadline);
-        self.ended = Some((token, old_deadline));
+        self.stand.ended = Some((token, old_deadline));
         out.push(Action::EndTerm {
             token,
             reason,

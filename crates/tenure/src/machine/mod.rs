@@ -37,6 +37,7 @@ mod release;
 mod takeover;
 mod timers;
 
+use candidate::Standing;
 pub use io::{Action, EndReason, Fault, Input, OpId, Phase, ReadPurpose, WritePurpose};
 use leader::Lead;
 use observation::Observed;
@@ -131,17 +132,10 @@ pub struct Machine {
     /// the store, not released: its holder may still be working, so it is
     /// waited out like the record itself.
     last_held_term: Option<Duration>,
-    /// When a waiting candidate polls next ([`NEVER`] while the feed
-    /// reports every write).
-    next_read: MonoTime,
-    /// A look is owed at once (the feed came up, went down or resynced).
-    reread: bool,
-    /// Until when a candidate backs off (a busy store, a write of unknown
-    /// fate, a release just done).
-    hold_off_until: MonoTime,
-    /// The last ended term's token and when its work must be gone; this
-    /// node stands again only after that work is gone.
-    ended: Option<(u64, MonoTime)>,
+    /// The candidate's own state: when it looks, until when it holds off,
+    /// what its ended term and its writes leave it owing (see
+    /// [`Standing`] for why it sits beside the role, not in it).
+    stand: Standing,
     /// The latest instant the application showed it is alive.
     last_pulse: MonoTime,
     /// The other leader last reported with `LeaderChanged` (holder, token,
@@ -150,17 +144,6 @@ pub struct Machine {
     /// The highest token this node has seen in any record: a new term's
     /// token exceeds it even if the store lost its data meanwhile.
     max_token: u64,
-    /// Writes of this node that failed or came back too late to use since
-    /// it last led. Its own record is taken back at once only after the
-    /// first: a node whose replies keep arriving late would otherwise
-    /// rewrite the record forever and no one else would ever see it
-    /// unchanged long enough to take over.
-    own_write_failures: u32,
-    /// The store's change feed delivers this group's writes: no polling.
-    feed_live: bool,
-    /// Busy answers in a row to this candidate's operations (at most 4),
-    /// for its back-off.
-    busy_streak: u32,
     /// What the record the current (or last) term replaced published.
     predecessor: Metadata,
     /// The metadata changed since the last renewal was sent: renew now.
@@ -190,16 +173,10 @@ impl Machine {
             next_op: 0,
             observed: None,
             last_held_term: None,
-            next_read: now.mono,
-            reread: false,
-            hold_off_until: now.mono,
-            ended: None,
+            stand: Standing::new(now.mono),
             last_pulse: now.mono,
             reported: None,
             max_token: 0,
-            own_write_failures: 0,
-            feed_live: false,
-            busy_streak: 0,
             predecessor: Metadata::new(),
             metadata_dirty: false,
             preempt: None,
@@ -261,8 +238,8 @@ impl Machine {
     /// operation in flight, not blocked); see [`Input::PollEarly`].
     pub fn poll_due(&self) -> Option<MonoTime> {
         match &self.state {
-            State::Candidate if self.op.is_none() && self.next_read != NEVER => {
-                Some(self.next_read.max(self.blocked_until()))
+            State::Candidate if self.op.is_none() && self.stand.next_read != NEVER => {
+                Some(self.stand.next_read.max(self.stand.blocked_until()))
             }
             _ => None,
         }
@@ -286,7 +263,7 @@ impl Machine {
             Input::Tick => {}
             Input::Pulse { at } => self.last_pulse = self.last_pulse.max(at),
             Input::Changed => {
-                self.reread = true;
+                self.stand.reread = true;
                 // Something may have been missed (a resync): what only the
                 // feed showed can no longer be dated by its deliveries.
                 if !self.observation_confirmed() {
@@ -313,16 +290,16 @@ impl Machine {
                         *drained = true;
                     }
                 }
-                if self.ended.is_some_and(|(t, _)| t == token) {
-                    self.ended = None;
+                if self.stand.ended.is_some_and(|(t, _)| t == token) {
+                    self.stand.ended = None;
                 }
             }
             Input::Observed { current } => self.on_observed(now, current, out),
             Input::Feed { live } => {
-                self.feed_live = live;
+                self.stand.feed_live = live;
                 // Up: what happened before it came up was not reported, so
                 // look once. Down: resume polling at once.
-                self.reread = true;
+                self.stand.reread = true;
             }
             Input::RenewEarly => {
                 if let State::Leader(lead) = &mut self.state {
@@ -333,7 +310,7 @@ impl Machine {
             }
             Input::PollEarly => {
                 if matches!(self.state, State::Candidate) && self.op.is_none() {
-                    self.next_read = self.next_read.min(now.mono);
+                    self.stand.next_read = self.stand.next_read.min(now.mono);
                 }
             }
             Input::TransferTo { to } => self.transfer(to, out),
@@ -355,12 +332,12 @@ impl Machine {
         let mut at = |t: MonoTime| wake = Some(wake.map_or(t, |w| w.min(t)));
         match &self.state {
             State::Candidate => {
-                let blocked = self.blocked_until();
+                let blocked = self.stand.blocked_until();
                 if blocked > now.mono {
                     at(blocked);
                 } else if self.op.is_none() {
-                    if self.next_read != NEVER {
-                        at(self.next_read);
+                    if self.stand.next_read != NEVER {
+                        at(self.stand.next_read);
                     }
                     // A candidate that may not stand (no pulse) has nothing
                     // to do at the takeover instant, nor a request to make;

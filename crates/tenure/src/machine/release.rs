@@ -132,7 +132,9 @@ impl Machine {
     /// When a release may go out: once asked to, and once the ended term's
     /// work is gone; never later than the point of giving up.
     pub(super) fn release_at(&self, r: &Release) -> MonoTime {
-        r.retry_at.max(self.work_gone_at(r.retry_at)).min(r.until)
+        r.retry_at
+            .max(self.stand.work_gone_at(r.retry_at))
+            .min(r.until)
     }
 
     pub(super) fn advance_releasing(&mut self, now: Now, out: &mut Vec<Action>) {
@@ -277,8 +279,8 @@ impl Machine {
                 // Give polling peers one full poll period to see the release
                 // before this node stands again.
                 let hold = self.timing.retry_interval + self.timing.retry_jitter;
-                self.hold_off_until = now.mono + hold;
-                self.next_read = self.hold_off_until;
+                self.stand.hold_off_until = now.mono + hold;
+                self.stand.next_read = self.stand.hold_off_until;
             }
         }
     }

@@ -41,7 +41,7 @@ impl Machine {
                 _ => obs.since,
             });
         }
-        if self.is_mine(rec) && self.own_write_failures <= 1 {
+        if self.is_mine(rec) && self.stand.own_write_failures <= 1 {
             return Some(obs.since);
         }
         Some(obs.since + self.timing.takeover_wait(rec.term))

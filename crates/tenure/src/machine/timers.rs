@@ -23,22 +23,13 @@ impl Machine {
     }
 
     /// The poll delay after a candidate's operation came back with
-    /// `result`: doubled for each busy answer in a row, up to 16 times, so
-    /// that candidates the store (or the engine's admission) keeps turning
-    /// away come back less and less often instead of as a steady storm;
-    /// any other answer starts over.
+    /// `result`: doubled for each busy answer in a row, up to eight times
+    /// the delay, so that candidates the store (or the engine's admission)
+    /// keeps turning away come back less and less often instead of as a
+    /// steady storm; any other answer starts over.
     pub(super) fn busy_backoff<T>(&mut self, result: &Result<T, StoreError>) -> Duration {
         let delay = self.poll_delay();
-        match result {
-            Err(e) if e.not_applied() => {
-                self.busy_streak = self.busy_streak.saturating_add(1).min(4);
-                delay.saturating_mul(1 << (self.busy_streak - 1))
-            }
-            _ => {
-                self.busy_streak = 0;
-                delay
-            }
-        }
+        delay.saturating_mul(self.stand.busy_factor(result.as_ref().err()))
     }
 
     /// How soon a leader retries a failed renewal (or release): half the
@@ -73,20 +64,6 @@ impl Machine {
         } else {
             sent
         }
-    }
-
-    /// Until when this candidate must not act: a back-off, or the ended
-    /// term's work still winding down.
-    pub(super) fn blocked_until(&self) -> MonoTime {
-        self.hold_off_until
-            .max(self.work_gone_at(self.hold_off_until))
-    }
-
-    /// When the last ended term's work is gone (or `otherwise` if it is
-    /// already): until then this node neither stands nor releases, since
-    /// either would let another candidate start while that work runs.
-    pub(super) fn work_gone_at(&self, otherwise: MonoTime) -> MonoTime {
-        self.ended.map_or(otherwise, |(_, t)| t)
     }
 
     pub(super) fn is_live(&self, now: Now) -> bool {
