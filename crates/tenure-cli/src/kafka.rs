@@ -9,7 +9,7 @@ use std::time::Duration;
 use tenure::LeaseView;
 use tenure_kafka::{KafkaCoordinator, KafkaLeaseView};
 
-use tenure::url::redact;
+use tenure::store::url::redact;
 
 /// A coordinator for one stint of `tenure run` (or a demo candidate).
 ///
@@ -42,7 +42,8 @@ pub fn coordinator(url: &str, term: Option<Duration>) -> anyhow::Result<KafkaCoo
 /// Whether the URL's query sets `heartbeat_timeout`.
 fn sets_heartbeat_timeout(url: &str) -> bool {
     url.split_once('?').is_some_and(|(_, query)| {
-        tenure::url::query_pairs(query).any(|p| p.is_ok_and(|(k, _)| k == "heartbeat_timeout"))
+        tenure::store::url::query_pairs(query)
+            .any(|p| p.is_ok_and(|(k, _)| k == "heartbeat_timeout"))
     })
 }
 

@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tenure::url::redact;
+use tenure::store::url::redact;
 use tenure::{LeaseStore, LeaseView};
 use tenure_connect::Scheme;
 
@@ -417,7 +417,7 @@ mod tests {
         }
     }
 
-    /// (How each form of URL is shown redacted is `tenure::url`'s to test.)
+    /// (How each form of URL is shown redacted is `tenure::store::url`'s to test.)
     #[test]
     fn a_refused_url_never_shows_its_secret() {
         let err = StoreUrl::parse("nope:hunter2@x").unwrap_err().to_string();

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tenure::error::{error_chain, BoxError};
-use tenure::url::redact;
+use tenure::store::url::redact;
 use tenure::{LeaseStore, MemoryStore};
 
 /// One networked store: its URL schemes, the cargo feature that builds it,
@@ -263,7 +263,9 @@ impl StoreUrl {
                     scheme,
                     feature: known.feature,
                 }),
-                None if tenure::url::is_scheme(&scheme) => Err(UrlError::UnknownScheme { scheme }),
+                None if tenure::store::url::is_scheme(&scheme) => {
+                    Err(UrlError::UnknownScheme { scheme })
+                }
                 // Text before "://" that is no scheme may be a password
                 // holding "://": shown only as redact shows the whole URL.
                 None => Err(UrlError::NoScheme { url: redact(url) }),

@@ -16,8 +16,8 @@ use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext,
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use tenure::error::ConnectError;
-use tenure::secret::AccessKeys;
-use tenure::tls::{read_pem, Expected};
+use tenure::store::secret::AccessKeys;
+use tenure::store::tls::{read_pem, Expected};
 use tenure::StoreError;
 
 /// How long to wait for a TCP (and TLS) connection.
@@ -139,7 +139,7 @@ fn check_anchors(option: &str, path: &Path, pem: &[u8]) -> Result<(), StoreError
 mod tests {
     use super::*;
 
-    /// The file checks themselves are tenure's (`tenure::tls`); here, that
+    /// The file checks themselves are tenure's (`tenure::store::tls`); here, that
     /// they run, and that a well-formed certificate the SDK could not use
     /// as a trust anchor (it would panic on its first connection) is an
     /// error too.

@@ -66,7 +66,7 @@
 //! (the format clause keeps a guessed version from overwriting a foreign or
 //! newer item; for a group's first write the condition is
 //! `attribute_not_exists(group_name)`); a refused condition is a
-//! [`CasOutcome::Conflict`](tenure::CasOutcome::Conflict). A takeover sets
+//! [`CasOutcome::Conflict`](tenure::store::CasOutcome::Conflict). A takeover sets
 //! the new holder and the raised token in that one conditional write. A
 //! release is kinsumer's deregistration: `REMOVE holder, incarnation` under
 //! the version condition, which pins the holder being removed, keeping the

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::DynamoDbStoreError;
-use tenure::secret::AccessKeys;
-use tenure::url::{check_http_endpoint, AccessKeyOptions, ShownQuery};
+use tenure::store::secret::AccessKeys;
+use tenure::store::url::{check_http_endpoint, AccessKeyOptions, ShownQuery};
 
 /// The default time a store operation keeps retrying while DynamoDB
 /// throttles it. An [`Elector`](tenure::Elector) cancels an operation at its
@@ -94,7 +94,7 @@ impl DynamoDbOptions {
     pub fn from_url(url: &str) -> Result<Self, DynamoDbStoreError> {
         // Until parsed, nothing of the URL may be echoed: it can hold a
         // secret key. Errors show a redaction of the raw text instead.
-        let shown = tenure::url::redact(url);
+        let shown = tenure::store::url::redact(url);
         let Some(rest) = url
             .split_once("://")
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("dynamodb"))
@@ -103,7 +103,7 @@ impl DynamoDbOptions {
             return Err(bad(&shown, "it must start with dynamodb://"));
         };
         let (table, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let table = tenure::url::percent_decode(table).ok_or_else(|| {
+        let table = tenure::store::url::percent_decode(table).ok_or_else(|| {
             bad(
                 &shown,
                 "the table name has an invalid %-escape or is not UTF-8",
@@ -119,11 +119,11 @@ impl DynamoDbOptions {
         // Whether the pair before held a secret: this one's name may be
         // its tail, and is then not named (see shown_option_name).
         let mut after_secret = false;
-        for pair in tenure::url::query_pairs(query) {
+        for pair in tenure::store::url::query_pairs(query) {
             let (k, v) = pair.map_err(|why| bad(&shown, &why.to_string()))?;
             let k = k.as_str();
-            let name = tenure::url::shown_option_name(k, after_secret);
-            after_secret = tenure::url::is_secret_key(k);
+            let name = tenure::store::url::shown_option_name(k, after_secret);
+            after_secret = tenure::store::url::is_secret_key(k);
             let nonempty = |v: String| {
                 if v.is_empty() {
                     Err(bad(&shown, &format!("parameter {name} is empty")))
@@ -136,11 +136,11 @@ impl DynamoDbOptions {
                 "endpoint" => o.endpoint = Some(nonempty(v)?),
                 "profile" => o.profile = Some(nonempty(v)?),
                 "create" => {
-                    o.create_if_missing = tenure::url::parse_bool(k, &v)
+                    o.create_if_missing = tenure::store::url::parse_bool(k, &v)
                         .map_err(|why| bad(&shown, &why.to_string()))?
                 }
                 "throttle_budget" => {
-                    o.throttle_budget = tenure::url::parse_duration(k, &v)
+                    o.throttle_budget = tenure::store::url::parse_duration(k, &v)
                         .map_err(|why| bad(&shown, &why.to_string()))?
                 }
                 "ca" => o.ca = Some(("ca", PathBuf::from(nonempty(v)?))),
@@ -292,7 +292,7 @@ fn check_table_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure::secret::Secret;
+    use tenure::store::secret::Secret;
 
     #[test]
     fn parses_every_parameter() {

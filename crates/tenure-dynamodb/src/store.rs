@@ -10,11 +10,11 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::http::Response;
-use tenure::concurrent::InFlight;
+use tenure::store::concurrent::InFlight;
 use tenure::store::Running;
+use tenure::store::{BatchResult, CasOutcome, Listed};
 use tenure::{
-    BatchResult, CasOutcome, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed,
-    StoreError, Version, Versioned,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned,
 };
 
 use crate::aws::{self, AwsAccess};

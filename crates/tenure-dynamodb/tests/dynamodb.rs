@@ -7,7 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tenure::{CasOutcome, Config, Elector, LeaseStore, LeaseView, StoreError};
+use tenure::store::CasOutcome;
+use tenure::{Config, Elector, LeaseStore, LeaseView, StoreError};
 use tenure_dynamodb::aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,

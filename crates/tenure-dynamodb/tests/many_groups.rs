@@ -7,10 +7,8 @@
 use std::iter::repeat_n;
 use std::time::{Duration, Instant};
 
-use tenure::{
-    CasOutcome, CasRequest, Config, Elector, GroupName, LeaseStore, LeaseView, Role, StoreError,
-    Versioned,
-};
+use tenure::store::{CasOutcome, CasRequest};
+use tenure::{Config, Elector, GroupName, LeaseStore, LeaseView, Role, StoreError, Versioned};
 use tenure_dynamodb::DynamoDbStore;
 use tenure_testkit::{self as testkit, held_by, many_groups};
 

@@ -29,7 +29,7 @@ pub enum EtcdStoreError {
     /// A TLS file named in the URL (`ca`, `cert`, `key`) cannot be read,
     /// or does not hold what its option names.
     #[error("{0} (named in the etcd URL)")]
-    TlsFile(#[from] tenure::tls::PemError),
+    TlsFile(#[from] tenure::store::tls::PemError),
     /// etcd refused the user name or password.
     #[error("etcd at {target} refused the credentials of user {user:?}: check the user name and password in the URL (etcd://user:password@host:port, %-escape special characters) and that the user exists (`etcdctl user get {user}`)")]
     Credentials {

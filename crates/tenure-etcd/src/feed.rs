@@ -20,7 +20,8 @@
 use std::sync::Arc;
 
 use etcd_client::{Client, Event, WatchOptions, WatchResponse, WatchStream};
-use tenure::{Change, GroupName, LeaseRecord, StoreFeed, StoreFeedSender, Versioned};
+use tenure::store::{Change, StoreFeed, StoreFeedSender};
+use tenure::{GroupName, LeaseRecord, Versioned};
 
 use crate::error::EtcdStoreError;
 use crate::options::EtcdOptions;

@@ -83,7 +83,7 @@
 //! broken watch resumes from the revision after the last it delivered, so
 //! nothing is missed; if etcd compacted that revision away (or its
 //! revisions went backwards), the feed asks every group to read once
-//! ([`Change::Resync`](tenure::Change::Resync)) and watches from now. Keys
+//! ([`Change::Resync`](tenure::store::Change::Resync)) and watches from now. Keys
 //! under the prefix that are no group name are skipped; a value tenure
 //! cannot decode, or a deleted key, makes the group read (and report what
 //! it found). With an empty prefix the watch covers the whole key space:

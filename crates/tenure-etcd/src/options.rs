@@ -4,9 +4,9 @@
 //! line or `Debug` output can ever echo the password in the URL.
 
 use std::time::Duration;
-use tenure::secret::Secret;
+use tenure::store::secret::Secret;
 
-use tenure::tls::TlsPaths;
+use tenure::store::tls::TlsPaths;
 
 use crate::error::EtcdStoreError;
 
@@ -32,7 +32,7 @@ const OPTIONS: &[&str] = &["prefix", "timeout", "ca", "cert", "key"];
 /// User and password are percent-decoded; a password may hold `@` and `+`
 /// as they are, but writes `/ ? #` as `%2F %3F %23`, and an `@` after the
 /// host is written `%40` (a URL with a raw one there is refused: see
-/// [`tenure::url`]). Query
+/// [`tenure::store::url`]). Query
 /// options:
 ///
 /// | option | meaning | default |
@@ -70,7 +70,7 @@ impl EtcdOptions {
                 reason: reason.to_string(),
             }
         }
-        let parts = tenure::url::split_store_url(
+        let parts = tenure::store::url::split_store_url(
             url,
             &["etcd", "etcds", "http", "https"],
             "etcd:// or etcds:// (TLS)",
@@ -84,14 +84,14 @@ impl EtcdOptions {
             ));
         }
         let (user, password) =
-            tenure::url::user_and_password(parts.userinfo, "etcd://user:password@host:port")
+            tenure::store::url::user_and_password(parts.userinfo, "etcd://user:password@host:port")
                 .map_err(bad)?;
         if parts.hosts.is_empty() {
             return Err(bad("no endpoint: write etcd://host:2379"));
         }
         // No default port (0 marks none given): etcd serves on 2379 and,
         // often on the same hosts, peers on 2380.
-        let list = tenure::url::host_list(parts.hosts, 0, "endpoint").map_err(bad)?;
+        let list = tenure::store::url::host_list(parts.hosts, 0, "endpoint").map_err(bad)?;
         if let Some(i) = list.iter().position(|h| h.ends_with(":0")) {
             return Err(bad(format!(
                 "endpoint {} has no port: write host:2379",
@@ -119,11 +119,12 @@ impl EtcdOptions {
             match name.as_str() {
                 "prefix" => options = options.with_prefix(value),
                 "timeout" => {
-                    options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
+                    options.timeout =
+                        tenure::store::url::parse_timeout(&name, &value).map_err(bad)?
                 }
                 // from_options passed only the names in OPTIONS: one
                 // without an arm here is a bug, refused, never ignored.
-                other => return Err(bad(tenure::url::unknown_option(other, OPTIONS))),
+                other => return Err(bad(tenure::store::url::unknown_option(other, OPTIONS))),
             }
         }
         if tls && options.tls_files.ca.is_none() {
@@ -184,7 +185,7 @@ impl EtcdOptions {
     /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
         let scheme = if self.tls { "etcds" } else { "etcd" };
-        let user = tenure::url::shown_user(self.user.as_deref());
+        let user = tenure::store::url::shown_user(self.user.as_deref());
         format!(
             "{scheme}://{user}{} (prefix {:?})",
             self.target(),

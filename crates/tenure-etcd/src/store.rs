@@ -10,12 +10,12 @@ use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, KeyValue, TlsOptions, Txn,
     TxnOp, TxnOpResponse, TxnResponse,
 };
-use tenure::concurrent::InFlight;
+use tenure::store::concurrent::InFlight;
+use tenure::store::tls::{read_pem, Expected};
 use tenure::store::Running;
-use tenure::tls::{read_pem, Expected};
+use tenure::store::{BatchResult, CasOutcome, CasRequest, ChangeFeed, FeedsOff, Listed, StoreFeed};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, StoreError, StoreFeed, Version, Versioned,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned,
 };
 
 use crate::error::{Ctx, EtcdStoreError};

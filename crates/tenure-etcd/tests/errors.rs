@@ -66,7 +66,7 @@ async fn auth_errors_are_misconfigured_and_secret_free() {
         store
             .compare_and_swap(&group, None, &testkit::held_by("a", 1))
             .await,
-        Ok(tenure::CasOutcome::Applied(_))
+        Ok(tenure::store::CasOutcome::Applied(_))
     ));
 
     // A user whose role is revoked while it runs: the batched operations
@@ -93,16 +93,19 @@ async fn auth_errors_are_misconfigured_and_secret_free() {
         .await
         .unwrap();
     let groups = [testkit::unique_group("w1"), testkit::unique_group("w2")];
-    let writes: Vec<tenure::CasRequest> = groups
+    let writes: Vec<tenure::store::CasRequest> = groups
         .iter()
-        .map(|g| tenure::CasRequest {
+        .map(|g| tenure::store::CasRequest {
             group: g.clone(),
             expected: None,
             record: testkit::held_by("w", 1),
         })
         .collect();
     for r in writer.compare_and_swap_many(&writes).await.unwrap() {
-        assert!(matches!(r, Ok(tenure::CasOutcome::Applied(_))), "{r:?}");
+        assert!(
+            matches!(r, Ok(tenure::store::CasOutcome::Applied(_))),
+            "{r:?}"
+        );
     }
     drop(writer.watch().await.unwrap().expect("a feed"));
     as_root(&["user", "revoke-role", "writer", "lease-writer"]);
@@ -207,7 +210,7 @@ async fn a_foreign_value_is_a_record_error_and_never_overwritten() {
             .compare_and_swap(&group, None, &testkit::held_by("a", 1))
             .await
             .unwrap(),
-        tenure::CasOutcome::Conflict
+        tenure::store::CasOutcome::Conflict
     );
     let resp = raw.kv_client().get(key, None).await.unwrap();
     assert_eq!(resp.kvs()[0].value(), b"locked by cron");

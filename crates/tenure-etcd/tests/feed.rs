@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::EtcdServer;
-use tenure::{Change, GroupName, LeaseView, StoreFeed, Version};
+use tenure::store::{Change, StoreFeed};
+use tenure::{GroupName, LeaseView, Version};
 use tenure_etcd::EtcdStore;
 use tenure_testkit::{
     self as testkit, expect_hint, expect_quiet, expect_written, held_by, next_change,

@@ -171,7 +171,7 @@ impl std::fmt::Debug for KafkaConfig {
 fn is_secret(key: &str) -> bool {
     // tenure's list (password, secret, token, key, credential, auth: the
     // OAUTHBEARER settings…), and JAAS configurations, which hold passwords.
-    tenure::url::is_secret_key(key) || key.to_ascii_lowercase().contains("jaas")
+    tenure::store::url::is_secret_key(key) || key.to_ascii_lowercase().contains("jaas")
 }
 
 impl Default for KafkaConfig {

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::url::redact;
+use tenure::store::url::redact;
 use tenure::{
     GroupName, Holder, LeaderInfo, LeaseRecord, LeaseView, StoreError, Version, Versioned, WallTime,
 };

@@ -58,7 +58,7 @@ pub(crate) fn parse(url: &str) -> Result<KafkaConfig, KafkaBackendError> {
         // an unescaped '&': refused without repeating it.
         let (key, value) = pair
             .split_once('=')
-            .ok_or_else(|| KafkaBackendError::url(tenure::url::BARE_WORD))?;
+            .ok_or_else(|| KafkaBackendError::url(tenure::store::url::BARE_WORD))?;
         let key = decode(key).ok_or_else(|| {
             KafkaBackendError::url("a parameter name is not valid %-encoded UTF-8")
         })?;
@@ -73,7 +73,7 @@ pub(crate) fn parse(url: &str) -> Result<KafkaConfig, KafkaBackendError> {
             "close_timeout" => config.close_timeout = duration(&key, &value)?,
             "create_topic" => {
                 config.create_topic =
-                    tenure::url::parse_bool(&key, &value).map_err(KafkaBackendError::url)?
+                    tenure::store::url::parse_bool(&key, &value).map_err(KafkaBackendError::url)?
             }
             _ => {
                 config.properties.insert(key, value);
@@ -100,13 +100,13 @@ fn check_broker(broker: &str) -> Result<(), KafkaBackendError> {
 }
 
 fn duration(key: &str, value: &str) -> Result<Duration, KafkaBackendError> {
-    tenure::url::parse_duration(key, value).map_err(KafkaBackendError::url)
+    tenure::store::url::parse_duration(key, value).map_err(KafkaBackendError::url)
 }
 
 /// %-decodes `s` (a `+` stays a plus); `None` if an escape is malformed or
 /// the result is not UTF-8.
 fn decode(s: &str) -> Option<String> {
-    tenure::url::percent_decode(s)
+    tenure::store::url::percent_decode(s)
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 
 use std::fmt;
 
-use tenure::secret::AccessKeys;
-use tenure::url::{check_http_endpoint, AccessKeyOptions, ShownQuery, UrlError};
+use tenure::store::secret::AccessKeys;
+use tenure::store::url::{check_http_endpoint, AccessKeyOptions, ShownQuery, UrlError};
 
 use crate::error::KinesisError;
 
@@ -98,7 +98,7 @@ impl KinesisOptions {
         // Until parsed, nothing of the URL may be echoed: it can hold a
         // secret key. Errors show a redaction of the raw text instead.
         let shown = shown_url(url);
-        let parts = tenure::url::split_store_url(url, &["kinesis"], "kinesis://")
+        let parts = tenure::store::url::split_store_url(url, &["kinesis"], "kinesis://")
             .map_err(|e| bad(&shown, e.to_string()))?;
         if parts.userinfo.is_some() {
             return Err(bad(
@@ -114,7 +114,7 @@ impl KinesisOptions {
                  holds no /)",
             ));
         }
-        let stream = tenure::url::percent_decode(parts.hosts).ok_or_else(|| {
+        let stream = tenure::store::url::percent_decode(parts.hosts).ok_or_else(|| {
             bad(
                 &shown,
                 "the stream name has an invalid %-escape or is not UTF-8",
@@ -131,11 +131,11 @@ impl KinesisOptions {
         // Whether the pair before held a secret: this one's name may be
         // its tail (a secret with an unescaped &), and is then not named.
         let mut after_secret = false;
-        for pair in tenure::url::query_pairs(parts.query) {
+        for pair in tenure::store::url::query_pairs(parts.query) {
             let (k, value) = pair.map_err(|e| bad(&shown, e.to_string()))?;
             let k = k.as_str();
-            let name = tenure::url::shown_option_name(k, after_secret);
-            after_secret = tenure::url::is_secret_key(k);
+            let name = tenure::store::url::shown_option_name(k, after_secret);
+            after_secret = tenure::store::url::is_secret_key(k);
             if !OPTIONS.contains(&k) {
                 return Err(bad(
                     &shown,
@@ -161,7 +161,7 @@ impl KinesisOptions {
                 other => {
                     return Err(bad(
                         &shown,
-                        tenure::url::unknown_option(other, OPTIONS).to_string(),
+                        tenure::store::url::unknown_option(other, OPTIONS).to_string(),
                     ))
                 }
             }
@@ -249,11 +249,11 @@ impl KinesisOptions {
     }
 }
 
-/// `url` as errors show it: [`redact`](tenure::url::redact)ed, and with
+/// `url` as errors show it: [`redact`](tenure::store::url::redact)ed, and with
 /// the query cut after the first secret option, whose value may hold an
 /// unescaped `&` that makes its tail look like more options.
 fn shown_url(url: &str) -> String {
-    let shown = tenure::url::redact(url);
+    let shown = tenure::store::url::redact(url);
     let Some((base, query)) = shown.split_once('?') else {
         return shown;
     };
@@ -262,7 +262,7 @@ fn shown_url(url: &str) -> String {
     while let Some(pair) = rest.next() {
         pairs.push(pair);
         let name = pair.split('=').next().unwrap_or("");
-        if tenure::url::is_secret_key(name) && rest.peek().is_some() {
+        if tenure::store::url::is_secret_key(name) && rest.peek().is_some() {
             pairs.push("…");
             break;
         }

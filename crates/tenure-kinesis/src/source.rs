@@ -107,7 +107,7 @@ impl KinesisShards {
         let place = options
             .endpoint
             .as_deref()
-            .map(|e| format!(" at {}", tenure::url::redact(e)))
+            .map(|e| format!(" at {}", tenure::store::url::redact(e)))
             .unwrap_or_default();
         Ok(KinesisShards {
             client: Client::new(&config),

@@ -20,7 +20,7 @@ use futures_util::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{WatchEvent, WatchParams};
 use tenure::store::{feed_backoff, keep_hinting, send_hint, HintAttempt};
-use tenure::{Change, FeedRelay, StoreFeed, StoreFeedSender};
+use tenure::store::{Change, FeedRelay, StoreFeed, StoreFeedSender};
 use tokio::sync::mpsc;
 
 use crate::error::{Failure, KubernetesStoreError};

@@ -99,7 +99,7 @@
 //! without reading. A watch the server ends is resumed from the last
 //! resourceVersion; `410 Gone` (the revision was compacted) makes the feed
 //! list again and ask every group to read once
-//! ([`Change::Resync`](tenure::Change::Resync)). Candidates act on a feed
+//! ([`Change::Resync`](tenure::store::Change::Resync)). Candidates act on a feed
 //! record only as a hint: only a read or their own write ends, hands over
 //! or fails a term. Observers get a watch per Lease
 //! ([`LeaseView::changes`](tenure::LeaseView::changes)).

@@ -101,8 +101,9 @@ impl KubernetesOptions {
     /// Parses a `k8s://NAMESPACE?…` URL (see the type's docs). Errors name
     /// the part that is wrong.
     pub fn from_url(url: &str) -> Result<Self, KubernetesStoreError> {
-        let parts = tenure::url::split_store_url(url, &["k8s", "kubernetes"], "k8s://NAMESPACE")
-            .map_err(bad)?;
+        let parts =
+            tenure::store::url::split_store_url(url, &["k8s", "kubernetes"], "k8s://NAMESPACE")
+                .map_err(bad)?;
         if parts.userinfo.is_some() {
             return Err(bad(
                 "credentials are not allowed in the URL: they come from the kubeconfig (?context=..) or the pod's service account",
@@ -115,7 +116,7 @@ impl KubernetesOptions {
             return Err(bad("no namespace: write k8s://NAMESPACE"));
         }
         let mut options = KubernetesOptions::new(parts.hosts)?;
-        for (name, value) in tenure::url::query_options(parts.query, OPTIONS).map_err(bad)? {
+        for (name, value) in tenure::store::url::query_options(parts.query, OPTIONS).map_err(bad)? {
             match name.as_str() {
                 "context" if !value.is_empty() => options.context = Some(value),
                 "kubeconfig" if !value.is_empty() => options.kubeconfig = Some(value.into()),
@@ -126,7 +127,8 @@ impl KubernetesOptions {
                     options = options.with_label(k, v)?;
                 }
                 "timeout" => {
-                    options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?;
+                    options.timeout =
+                        tenure::store::url::parse_timeout(&name, &value).map_err(bad)?;
                 }
                 "in-flight" => {
                     options.in_flight = value
@@ -138,7 +140,7 @@ impl KubernetesOptions {
                         })?;
                 }
                 "context" | "kubeconfig" => return Err(bad(format!("{name} is empty"))),
-                other => return Err(bad(tenure::url::unknown_option(other, OPTIONS))),
+                other => return Err(bad(tenure::store::url::unknown_option(other, OPTIONS))),
             }
         }
         Ok(options)

@@ -10,11 +10,11 @@ use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
-use tenure::concurrent::InFlight;
+use tenure::store::concurrent::InFlight;
 use tenure::store::Running;
+use tenure::store::{CasOutcome, ChangeFeed, FeedsOff, Listed, StoreFeed};
 use tenure::{
-    CasOutcome, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord, LeaseStore, LeaseView,
-    Listed, StoreError, StoreFeed, Version, Versioned,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned,
 };
 
 use crate::error::{role_needed, Failure, KubernetesStoreError};

@@ -5,7 +5,8 @@
 mod common;
 
 use serde_json::json;
-use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError, Version};
+use tenure::store::CasOutcome;
+use tenure::{GroupName, LeaseStore, LeaseView, StoreError, Version};
 use tenure_kubernetes::{lease_name, KubernetesStore, KubernetesStoreError};
 use tenure_testkit::{self as testkit, held_by};
 

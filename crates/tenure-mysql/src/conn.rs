@@ -137,8 +137,8 @@ fn client_opts(options: &MysqlOptions) -> mysql_async::Opts {
 
 /// Checks the TLS files before any connection tries them, so that a wrong
 /// file is reported naming its option.
-pub(crate) fn check_tls_files(options: &MysqlOptions) -> Result<(), tenure::tls::PemError> {
-    use tenure::tls::{read_pem, Expected};
+pub(crate) fn check_tls_files(options: &MysqlOptions) -> Result<(), tenure::store::tls::PemError> {
+    use tenure::store::tls::{read_pem, Expected};
     if let Some(files) = &options.tls {
         if let Some(ca) = &files.ca {
             read_pem("ca", ca, Expected::Certificates)?;

@@ -28,7 +28,7 @@ pub enum MysqlStoreError {
     /// A TLS file the URL names (`ca`, `cert`, `key`) cannot be read or
     /// does not hold what its option says.
     #[error(transparent)]
-    TlsFile(#[from] tenure::tls::PemError),
+    TlsFile(#[from] tenure::store::tls::PemError),
     /// The lease table does not exist and this user may not create it:
     /// let its owner run `ddl` once, then grant the user
     /// `SELECT, INSERT, UPDATE` on it.

@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Row;
-use tenure::{Change, ChangeFeed, FeedRelay, GroupName, StoreError, StoreFeed};
+use tenure::store::{Change, ChangeFeed, FeedRelay, StoreFeed};
+use tenure::{GroupName, StoreError};
 use tokio::time::MissedTickBehavior;
 
 use crate::conn::{self, Live};

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use tenure::secret::Secret;
-use tenure::tls::TlsPaths;
+use tenure::store::secret::Secret;
+use tenure::store::tls::TlsPaths;
 
 use crate::error::MysqlStoreError;
 
@@ -50,7 +50,7 @@ const DEFAULT_PORT: u16 = 3306;
 ///
 /// Any other option is refused, naming the list. The user info is found
 /// before the host only: a password writes `/ ? # @` as `%2F %3F %23 %40`
-/// (`%` as `%25`; `+` stays a plus); see [`tenure::url`]. The password never
+/// (`%` as `%25`; `+` stays a plus); see [`tenure::store::url`]. The password never
 /// appears in an error, a log line, `Debug` output or
 /// [`redacted_url`](MysqlOptions::redacted_url):
 ///
@@ -102,14 +102,17 @@ impl fmt::Debug for MysqlOptions {
 impl MysqlOptions {
     /// Parses a `mysql://` or `mariadb://` URL.
     pub fn from_url(url: &str) -> Result<Self, MysqlStoreError> {
-        let redacted = tenure::url::redact(url);
+        let redacted = tenure::store::url::redact(url);
         let bad = |reason: String| MysqlStoreError::InvalidUrl {
             url: redacted.clone(),
             reason,
         };
-        let parts =
-            tenure::url::split_store_url(url, &["mysql", "mariadb"], "mysql:// or mariadb://")
-                .map_err(|e| bad(e.to_string()))?;
+        let parts = tenure::store::url::split_store_url(
+            url,
+            &["mysql", "mariadb"],
+            "mysql:// or mariadb://",
+        )
+        .map_err(|e| bad(e.to_string()))?;
         let scheme = if parts.scheme == "mariadb" {
             "mariadb"
         } else {
@@ -118,7 +121,8 @@ impl MysqlOptions {
         let (user, password) = match parts.userinfo {
             None => (None, None),
             Some(info) => {
-                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.to_string()))?;
+                let (u, p) =
+                    tenure::store::url::decode_userinfo(info).map_err(|e| bad(e.to_string()))?;
                 if u.is_empty() {
                     return Err(bad(format!(
                         "an empty user name: write {scheme}://user:password@host/database"
@@ -135,9 +139,9 @@ impl MysqlOptions {
         if parts.hosts.is_empty() {
             return Err(bad("no host given".into()));
         }
-        let (host, port) = tenure::url::split_host_port(parts.hosts, DEFAULT_PORT)
+        let (host, port) = tenure::store::url::split_host_port(parts.hosts, DEFAULT_PORT)
             .map_err(|e| bad(e.to_string()))?;
-        let database = tenure::url::percent_decode(parts.path.trim_start_matches('/'))
+        let database = tenure::store::url::percent_decode(parts.path.trim_start_matches('/'))
             .ok_or_else(|| bad("the database name has an invalid %-escape".into()))?;
         if database.is_empty() || database.contains('/') {
             return Err(bad(format!(
@@ -155,11 +159,11 @@ impl MysqlOptions {
             match name.as_str() {
                 "table" => table = value,
                 "timeout" => {
-                    timeout = tenure::url::parse_timeout(&name, &value)
+                    timeout = tenure::store::url::parse_timeout(&name, &value)
                         .map_err(|e| bad(e.to_string()))?;
                 }
                 "poll" => {
-                    poll = tenure::url::parse_timeout(&name, &value)
+                    poll = tenure::store::url::parse_timeout(&name, &value)
                         .map_err(|e| bad(e.to_string()))?;
                     if poll < MIN_POLL {
                         return Err(bad(format!(
@@ -179,8 +183,8 @@ impl MysqlOptions {
                         })?;
                 }
                 "tls" => {
-                    let on =
-                        tenure::url::parse_bool(&name, &value).map_err(|e| bad(e.to_string()))?;
+                    let on = tenure::store::url::parse_bool(&name, &value)
+                        .map_err(|e| bad(e.to_string()))?;
                     if !on && tls {
                         return Err(bad(
                             "tls=false with ca, cert or key: drop the files or the tls=false"
@@ -190,7 +194,11 @@ impl MysqlOptions {
                     tls = on;
                 }
                 // The list given to from_options holds no other name.
-                other => return Err(bad(tenure::url::unknown_option(other, OPTIONS).to_string())),
+                other => {
+                    return Err(bad(
+                        tenure::store::url::unknown_option(other, OPTIONS).to_string()
+                    ))
+                }
             }
         }
         Ok(MysqlOptions {

@@ -7,9 +7,10 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::Row;
 use tenure::store::Running;
+use tenure::store::{BatchResult, CasOutcome, CasRequest, ChangeFeed, Listed, StoreFeed};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, RecordError, StoreError, Version,
+    Versioned,
 };
 
 use crate::conn::{self, Live, Op, Pool};

@@ -96,10 +96,10 @@ async fn a_row_committed_1_5_s_late_reaches_a_slow_feed_on_a_busy_table() {
     let found = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             match feed.next().await {
-                Some(tenure::Change::Written { group, current }) if group == late => {
+                Some(tenure::store::Change::Written { group, current }) if group == late => {
                     return Some(current);
                 }
-                Some(tenure::Change::Resync) => return None,
+                Some(tenure::store::Change::Resync) => return None,
                 Some(_) => {}
                 None => return None,
             }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::{raw, server_addr, url, LeaseTable, RowLock};
 use mysql_async::prelude::Queryable;
-use tenure::{CasOutcome, CasRequest, GroupName, LeaseStore, LeaseView, StoreError, Version};
+use tenure::store::{CasOutcome, CasRequest};
+use tenure::{GroupName, LeaseStore, LeaseView, StoreError, Version};
 use tenure_mysql::{MysqlStore, MysqlStoreError};
 use tenure_testkit::{self as testkit, many_groups, scenarios, Feeds, TcpProxy, UrlHarness};
 
@@ -807,7 +808,7 @@ async fn a_row_committed_late_reaches_the_feed_through_the_look_back() {
     let found = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
             match feed.next().await {
-                Some(tenure::Change::Written { group, current }) if group == late => {
+                Some(tenure::store::Change::Written { group, current }) if group == late => {
                     return current;
                 }
                 Some(_) => {}

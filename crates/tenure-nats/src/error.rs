@@ -29,7 +29,7 @@ pub enum NatsStoreError {
     /// A TLS file named in the URL (`ca`, `cert`, `key`) cannot be read,
     /// or does not hold what its option names.
     #[error("{0} (named in the NATS URL)")]
-    TlsFile(#[from] tenure::tls::PemError),
+    TlsFile(#[from] tenure::store::tls::PemError),
     /// The server refused the credentials given.
     #[error("NATS at {target} refused the credentials ({who}): check the user name and password (nats://user:password@host:port) or the token (nats://TOKEN@host:port) in the URL, %-escaping special characters (a token holding ':' writes it %3A, or it reads as user:password)")]
     Credentials {

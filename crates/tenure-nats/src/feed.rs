@@ -32,9 +32,8 @@ use std::sync::Arc;
 use async_nats::jetstream::consumer::{push, DeliverPolicy, ReplayPolicy};
 use async_nats::jetstream::Message;
 use futures_util::StreamExt;
-use tenure::{
-    Change, ChangeFeed, GroupName, LeaseRecord, StoreFeed, StoreFeedSender, Version, Versioned,
-};
+use tenure::store::{Change, ChangeFeed, StoreFeed, StoreFeedSender};
+use tenure::{GroupName, LeaseRecord, Version, Versioned};
 
 use crate::error::{Concerning, NatsStoreError};
 use crate::keys;

@@ -105,7 +105,7 @@
 //! reconnect or a server restart the client resumes the watch from the
 //! last revision it delivered; whenever the watch reports trouble or is
 //! created again, every group also reads once
-//! ([`Change::Resync`](tenure::Change::Resync)).
+//! ([`Change::Resync`](tenure::store::Change::Resync)).
 //!
 //! # Connection loss and restarts
 //!

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use tenure::tls::TlsPaths;
+use tenure::store::tls::TlsPaths;
 
 use crate::error::NatsStoreError;
 
@@ -52,7 +52,7 @@ pub(crate) enum Auth {
 /// `tok:en`. User, password and token are percent-decoded; they may hold
 /// `@` and `+` as they are, but write `/ ? #` as `%2F %3F %23`, and an `@`
 /// after the host is written `%40` (a URL with a raw one there is
-/// refused, not guessed at: see [`tenure::url`]). Query options:
+/// refused, not guessed at: see [`tenure::store::url`]). Query options:
 ///
 /// | option | meaning | default |
 /// |---|---|---|
@@ -106,7 +106,7 @@ impl NatsOptions {
                 reason: reason.to_string(),
             }
         }
-        let parts = tenure::url::split_store_url(
+        let parts = tenure::store::url::split_store_url(
             url,
             &["nats", "nats+tls"],
             "nats:// or nats+tls:// (TLS)",
@@ -119,28 +119,30 @@ impl NatsOptions {
         } else {
             check_bucket(bucket).map_err(bad)?
         };
-        let auth =
-            match parts.userinfo {
-                None => Auth::None,
-                Some(info) => {
-                    let (user, password) = tenure::url::decode_userinfo(info).map_err(bad)?;
-                    match password {
-                        // nats://TOKEN@host: user info without a raw ':'
-                        // is a token (one holding ':' writes it %3A).
-                        None if user.is_empty() => return Err(bad(
+        let auth = match parts.userinfo {
+            None => Auth::None,
+            Some(info) => {
+                let (user, password) = tenure::store::url::decode_userinfo(info).map_err(bad)?;
+                match password {
+                    // nats://TOKEN@host: user info without a raw ':'
+                    // is a token (one holding ':' writes it %3A).
+                    None if user.is_empty() => {
+                        return Err(bad(
                             "an empty token: write nats://TOKEN@host or nats://user:password@host",
-                        )),
-                        None => Auth::Token(user),
-                        Some(_) if user.is_empty() => {
-                            return Err(bad(
-                                "an empty user name: write nats://user:password@host:port",
-                            ))
-                        }
-                        Some(password) => Auth::UserPassword { user, password },
+                        ))
                     }
+                    None => Auth::Token(user),
+                    Some(_) if user.is_empty() => {
+                        return Err(bad(
+                            "an empty user name: write nats://user:password@host:port",
+                        ))
+                    }
+                    Some(password) => Auth::UserPassword { user, password },
                 }
-            };
-        let list = tenure::url::host_list(parts.hosts, DEFAULT_PORT, "server").map_err(bad)?;
+            }
+        };
+        let list =
+            tenure::store::url::host_list(parts.hosts, DEFAULT_PORT, "server").map_err(bad)?;
         let (tls_files, others) =
             TlsPaths::from_options(parts.query, OPTIONS, tls, "nats+tls:// instead of nats://")
                 .map_err(bad)?;
@@ -156,9 +158,9 @@ impl NatsOptions {
         // files: one without an arm here is a bug, refused, never ignored.
         for (name, value) in others {
             if name != "timeout" {
-                return Err(bad(tenure::url::unknown_option(&name, OPTIONS)));
+                return Err(bad(tenure::store::url::unknown_option(&name, OPTIONS)));
             }
-            options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?;
+            options.timeout = tenure::store::url::parse_timeout(&name, &value).map_err(bad)?;
         }
         Ok(options)
     }

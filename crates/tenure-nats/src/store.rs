@@ -11,12 +11,12 @@ use async_nats::jetstream::{self, context, ErrorCode};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::TryStreamExt;
-use tenure::concurrent::InFlight;
+use tenure::store::concurrent::InFlight;
+use tenure::store::tls::{read_pem, Expected};
 use tenure::store::Running;
-use tenure::tls::{read_pem, Expected};
+use tenure::store::{CasOutcome, ChangeFeed, Listed, StoreFeed};
 use tenure::{
-    CasOutcome, ChangeFeed, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed,
-    StoreError, StoreFeed, Version, Versioned,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned,
 };
 
 use crate::error::{Concerning, Ctx, NatsStoreError, Violations};

@@ -7,7 +7,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
+use tenure::store::CasOutcome;
+use tenure::{LeaseStore, LeaseView, StoreError};
 use tenure_nats::NatsStore;
 use tenure_testkit::{self as testkit, held_by};
 
@@ -166,7 +167,7 @@ async fn an_unanswered_batch_is_unknown_for_every_write() {
         else {
             panic!("conflict");
         };
-        requests.push(tenure::CasRequest {
+        requests.push(tenure::store::CasRequest {
             group: g.clone(),
             expected: Some(v),
             record: held_by("a", 1),

@@ -8,7 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
-use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError};
+use tenure::store::CasOutcome;
+use tenure::{GroupName, LeaseStore, LeaseView, StoreError};
 use tenure_nats::{NatsStore, NatsStoreError};
 use tenure_testkit::{self as testkit, held_by, TlsFiles};
 
@@ -38,7 +39,7 @@ async fn refused(url: &str) -> NatsStoreError {
     );
     assert_no_secret("Display", &err.to_string());
     assert_no_secret("Debug", &format!("{err:?}"));
-    eprintln!("{}\n  -> {err}", tenure::url::redact(url));
+    eprintln!("{}\n  -> {err}", tenure::store::url::redact(url));
     err
 }
 
@@ -187,7 +188,7 @@ async fn tls_with_a_ca_of_the_tests_own() {
     assert!(
         matches!(
             err,
-            NatsStoreError::TlsFile(tenure::tls::PemError::Unreadable { option: "ca", .. })
+            NatsStoreError::TlsFile(tenure::store::tls::PemError::Unreadable { option: "ca", .. })
         ),
         "{err:?}"
     );

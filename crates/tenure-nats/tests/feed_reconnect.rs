@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use tenure::{Change, LeaseView, StoreFeed};
+use tenure::store::{Change, StoreFeed};
+use tenure::LeaseView;
 use tenure_nats::NatsStore;
 use tenure_testkit::{self as testkit, held_by, TcpProxy};
 

@@ -9,11 +9,12 @@ mod common;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use tenure::{Change, GroupName, LeaseStore, LeaseView, RecordError, StoreError};
+use tenure::store::Change;
+use tenure::{GroupName, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_nats::NatsStore;
 use tenure_testkit::{self as testkit, held_by};
 
-async fn next_change(feed: &mut tenure::StoreFeed) -> Change {
+async fn next_change(feed: &mut tenure::store::StoreFeed) -> Change {
     tokio::time::timeout(Duration::from_secs(5), feed.next())
         .await
         .expect("a change within 5 s")

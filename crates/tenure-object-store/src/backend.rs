@@ -9,8 +9,8 @@ use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
 use object_store::{
     Certificate, ClientOptions, ObjectStore, RetryConfig, StaticCredentialProvider,
 };
-use tenure::secret::Secret;
-use tenure::tls::{read_pem, Expected};
+use tenure::store::secret::Secret;
+use tenure::store::tls::{read_pem, Expected};
 use tenure::StoreError;
 
 use crate::error::{BackendKind, BucketStoreError, Place};

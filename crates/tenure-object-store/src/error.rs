@@ -120,7 +120,7 @@ fn mask_query_secrets(text: &str) -> String {
         let end = after
             .find(|c: char| c == '&' || c == '#' || c.is_whitespace() || c == '"' || c == '<')
             .unwrap_or(after.len());
-        if tenure::url::is_secret_key(name) {
+        if tenure::store::url::is_secret_key(name) {
             out.push_str("***");
         } else {
             out.push_str(&after[..end]);

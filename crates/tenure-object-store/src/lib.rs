@@ -51,7 +51,7 @@
 //! object exists. Every later write is a PUT with `If-Match: <ETag>` of
 //! the object it replaces (on GCS the generation): it fails with 412 if
 //! the object changed since. A refused condition is a
-//! [`CasOutcome::Conflict`](tenure::CasOutcome::Conflict); nothing was
+//! [`CasOutcome::Conflict`](tenure::store::CasOutcome::Conflict); nothing was
 //! written. Reads are plain GETs: S3 (since December 2020), GCS and
 //! Azure Blob Storage are strongly consistent for reads after writes and
 //! for listings, so a GET sees the latest acknowledged write.

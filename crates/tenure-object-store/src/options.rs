@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::BucketStoreError;
-use tenure::secret::{AccessKeys, Secret};
-use tenure::url::{check_http_endpoint, is_secret_key, AccessKeyOptions, ShownQuery};
+use tenure::store::secret::{AccessKeys, Secret};
+use tenure::store::url::{check_http_endpoint, is_secret_key, AccessKeyOptions, ShownQuery};
 
 use crate::error::BackendKind;
 use crate::key::Layout;
@@ -149,7 +149,7 @@ impl BucketOptions {
     pub fn from_url(url: &str) -> Result<Self, BucketStoreError> {
         // Until parsed, nothing of the URL may be echoed: it can hold a
         // secret key. Errors show a redaction of the raw text instead.
-        let shown = tenure::url::redact(url);
+        let shown = tenure::store::url::redact(url);
         let (scheme_text, rest) = url
             .split_once("://")
             .ok_or_else(|| bad(&shown, "it must start with s3://, gs:// or az://"))?;
@@ -172,7 +172,7 @@ impl BucketOptions {
                 "credentials go in the query (access_key_id=…&secret_access_key=…, or access_key=… on az://), not before the bucket",
             ));
         }
-        let bucket = tenure::url::percent_decode(bucket)
+        let bucket = tenure::store::url::percent_decode(bucket)
             .ok_or_else(|| bad(&shown, "the bucket name has an invalid %-escape"))?;
         let mut o = Self::new(kind, bucket).map_err(|_| {
             bad(
@@ -181,7 +181,7 @@ impl BucketOptions {
             )
         })?;
         if !prefix.trim_matches('/').is_empty() {
-            let prefix = tenure::url::percent_decode(prefix)
+            let prefix = tenure::store::url::percent_decode(prefix)
                 .ok_or_else(|| bad(&shown, "the prefix has an invalid %-escape or is not UTF-8"))?;
             o.layout = Layout::new(&prefix).map_err(|why| bad(&shown, why))?;
         }
@@ -189,11 +189,11 @@ impl BucketOptions {
         // Whether the pair before held a secret: this one's name may be
         // its tail, and is then not named (see shown_option_name).
         let mut after_secret = false;
-        for pair in tenure::url::query_pairs(query) {
+        for pair in tenure::store::url::query_pairs(query) {
             let (k, v) = pair.map_err(|why| bad(&shown, &why.to_string()))?;
             let k = k.as_str();
-            let name = tenure::url::shown_option_name(k, after_secret);
-            after_secret = tenure::url::is_secret_key(k);
+            let name = tenure::store::url::shown_option_name(k, after_secret);
+            after_secret = tenure::store::url::is_secret_key(k);
             if v.is_empty() {
                 return Err(bad(&shown, &format!("parameter {name} is empty")));
             }
@@ -208,10 +208,11 @@ impl BucketOptions {
                 }
             };
             let flag = |v: &str| {
-                tenure::url::parse_bool(k, v).map_err(|why| bad(&shown, &why.to_string()))
+                tenure::store::url::parse_bool(k, v).map_err(|why| bad(&shown, &why.to_string()))
             };
             let duration = |v: &str| {
-                tenure::url::parse_duration(k, v).map_err(|why| bad(&shown, &why.to_string()))
+                tenure::store::url::parse_duration(k, v)
+                    .map_err(|why| bad(&shown, &why.to_string()))
             };
             use BackendKind::{Azure, Gcs, S3};
             match k {

@@ -9,12 +9,13 @@ use object_store::path::Path;
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion,
 };
-use tenure::concurrent::InFlight;
+use tenure::store::concurrent::InFlight;
 use tenure::store::LastSeen;
 use tenure::store::Running;
+use tenure::store::{CasOutcome, Listed};
 use tenure::{
-    CasOutcome, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Listed, RecordError,
-    StoreError, Version, Versioned, WallTime,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, RecordError, StoreError, Version,
+    Versioned, WallTime,
 };
 
 use crate::backend;

@@ -10,7 +10,8 @@
 //! connection check (a LIST) and exercise the lease operations, GET and
 //! conditional PUT.
 
-use tenure::{CasOutcome, LeaseStore, LeaseView, StoreError};
+use tenure::store::CasOutcome;
+use tenure::{LeaseStore, LeaseView, StoreError};
 use tenure_object_store::{BucketOptions, BucketStore};
 use tenure_testkit::{self as testkit, held_by};
 

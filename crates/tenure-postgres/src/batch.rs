@@ -17,7 +17,8 @@
 
 use std::collections::HashMap;
 
-use tenure::{CasRequest, StoreError};
+use tenure::store::CasRequest;
+use tenure::StoreError;
 use tokio_postgres::{Client, Statement};
 
 use crate::{error, payload};

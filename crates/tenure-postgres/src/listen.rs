@@ -18,7 +18,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::{Change, ChangeFeed, FeedRelay, GroupName, StoreError, StoreFeed};
+use tenure::store::{Change, ChangeFeed, FeedRelay, StoreFeed};
+use tenure::{GroupName, StoreError};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

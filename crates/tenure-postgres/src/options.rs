@@ -35,7 +35,7 @@ const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_secs(3600);
 /// or `+` as they are, but writes `/ ? #` as `%2F %3F %23`; `%XX` escapes
 /// are decoded (write `%` as `%25`), and an `@` after the host must be
 /// written `%40` (a URL with a raw one there is refused, not guessed at:
-/// see [`tenure::url`]). The password
+/// see [`tenure::store::url`]). The password
 /// never appears in an error, a log line, `Debug` output or
 /// [`redacted_url`](PostgresOptions::redacted_url):
 ///
@@ -80,7 +80,7 @@ impl fmt::Debug for PostgresOptions {
 impl PostgresOptions {
     /// Parses a `postgres://` or `postgresql://` URL.
     pub fn from_url(url: &str) -> Result<Self, PostgresStoreError> {
-        let redacted = tenure::url::redact(url);
+        let redacted = tenure::store::url::redact(url);
         let bad = |why: String| PostgresStoreError::InvalidUrl {
             store: "PostgreSQL",
             url: redacted.clone(),
@@ -96,11 +96,13 @@ impl PostgresOptions {
         // a URL with a raw '@' after the host is refused rather than
         // guessed at (a password's '/ ? #' written raw, or an '@' in the
         // query).
-        let (userinfo, rest) = tenure::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
+        let (userinfo, rest) =
+            tenure::store::url::split_userinfo(rest).map_err(|e| bad(e.to_string()))?;
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
-                let (u, p) = tenure::url::decode_userinfo(info).map_err(|e| bad(e.to_string()))?;
+                let (u, p) =
+                    tenure::store::url::decode_userinfo(info).map_err(|e| bad(e.to_string()))?;
                 ((!u.is_empty()).then_some(u), p)
             }
         };
@@ -119,9 +121,9 @@ impl PostgresOptions {
             // holding an unescaped '&' (tokio-postgres would name it).
             let (k, v) = pair
                 .split_once('=')
-                .ok_or_else(|| bad(tenure::url::BARE_WORD.into()))?;
+                .ok_or_else(|| bad(tenure::store::url::BARE_WORD.into()))?;
             let decoded = || {
-                tenure::url::percent_decode(v).ok_or_else(|| {
+                tenure::store::url::percent_decode(v).ok_or_else(|| {
                     bad(format!(
                         "option {k}: the value has an invalid %-escape or is not UTF-8"
                     ))
@@ -132,7 +134,7 @@ impl PostgresOptions {
                 "ca" => ca = Some(("ca", PathBuf::from(decoded()?))),
                 "sslrootcert" => ca = Some(("sslrootcert", PathBuf::from(decoded()?))),
                 "timeout" => {
-                    timeout = tenure::url::parse_timeout(k, &decoded()?)
+                    timeout = tenure::store::url::parse_timeout(k, &decoded()?)
                         .map_err(|e| bad(e.to_string()))?
                 }
                 "pool" => {

@@ -20,7 +20,8 @@
 //! it concerns no group tenure writes. A bare group name (what tenure wrote
 //! before this format) is a hint for that group.
 
-use tenure::{Change, GroupName, LeaseRecord, Version, Versioned};
+use tenure::store::Change;
+use tenure::{GroupName, LeaseRecord, Version, Versioned};
 
 /// The format number this build writes and reads.
 const FORMAT: &str = "1";

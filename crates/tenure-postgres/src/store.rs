@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure::store::Running;
+use tenure::store::{BatchResult, CasOutcome, CasRequest, ChangeFeed, Listed, StoreFeed};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, RecordError, StoreError, Version,
+    Versioned,
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 

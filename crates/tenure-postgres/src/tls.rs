@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
-use tenure::tls::{read_pem, Expected};
+use tenure::store::tls::{read_pem, Expected};
 use tenure::StoreError;
 
 use crate::error::PostgresStoreError;
@@ -21,7 +21,7 @@ pub(crate) fn connector(
         Some((option, path)) => {
             let pem = read_pem(option, path, Expected::Certificates)?;
             // read_pem checked every section; rustls-pki-types decodes them,
-            // as tenure::tls does (rustls-pemfile is unmaintained).
+            // as tenure::store::tls does (rustls-pemfile is unmaintained).
             for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert = cert.map_err(|e| {
                     StoreError::misconfigured(

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure::{GroupName, StoreError, StoreFeed, Version, Versioned};
+use tenure::store::StoreFeed;
+use tenure::{GroupName, StoreError, Version, Versioned};
 use tenure_postgres::{PostgresStore, PostgresStoreError};
 use tenure_testkit::{
     self as testkit, many_groups, scenarios, sharded, Feeds, RawAccess, TcpProxy, UrlHarness,
@@ -266,7 +267,7 @@ async fn a_restarted_server_never_yields_two_leaders() {
 /// A password holding every URL delimiter.
 const HOSTILE_PASSWORD: &str = "Qa1/Qb2?Qc3#Qd4@Qe5+Qf6";
 /// The same password as a URL carries it: `/ ? # @` percent-encoded (a raw
-/// `/ ? #` in a password is refused, see `tenure::url`).
+/// `/ ? #` in a password is refused, see `tenure::store::url`).
 const HOSTILE_ESCAPED: &str = "Qa1%2FQb2%3FQc3%23Qd4%40Qe5+Qf6";
 
 /// A role with exactly the documented grants, on a table of its own.
@@ -396,7 +397,7 @@ async fn a_row_lock_held_by_an_open_transaction_fails_fast() {
             .await
             .unwrap();
     assert!(
-        matches!(outcome, tenure::CasOutcome::Applied(_)),
+        matches!(outcome, tenure::store::CasOutcome::Applied(_)),
         "{outcome:?}"
     );
 }
@@ -467,7 +468,7 @@ async fn channels_are_normalised_and_short() {
             tenure::LeaseStore::compare_and_swap(&writer, &group, None, &testkit::held_by("a", 1))
                 .await
                 .unwrap_or_else(|e| panic!("{table}: {e}"));
-        assert!(matches!(outcome, tenure::CasOutcome::Applied(_)));
+        assert!(matches!(outcome, tenure::store::CasOutcome::Applied(_)));
         tokio::time::timeout(Duration::from_secs(5), feed.changed())
             .await
             .unwrap_or_else(|_| panic!("{table}: no hint across t and public.t"))
@@ -501,7 +502,7 @@ async fn a_deleted_and_recreated_row_never_reuses_a_version() {
             .await
             .unwrap()
             {
-                tenure::CasOutcome::Applied(v) => v,
+                tenure::store::CasOutcome::Applied(v) => v,
                 other => panic!("{other:?}"),
             }
         }
@@ -523,7 +524,7 @@ async fn a_deleted_and_recreated_row_never_reuses_a_version() {
             .unwrap();
     assert_eq!(
         stale,
-        tenure::CasOutcome::Conflict,
+        tenure::store::CasOutcome::Conflict,
         "a stale version never matches"
     );
 }
@@ -570,9 +571,9 @@ async fn a_thousand_groups_are_led_by_one_engine_and_followed_without_reads() {
 
 const CHANNEL: &str = "tenure:public.tenure_leases";
 
-fn applied(outcome: Result<tenure::CasOutcome, StoreError>) -> tenure::Version {
+fn applied(outcome: Result<tenure::store::CasOutcome, StoreError>) -> tenure::Version {
     match outcome {
-        Ok(tenure::CasOutcome::Applied(v)) => v,
+        Ok(tenure::store::CasOutcome::Applied(v)) => v,
         other => panic!("{other:?}"),
     }
 }
@@ -596,7 +597,7 @@ async fn the_feed_carries_records_and_hints_when_one_does_not_fit() {
     let v2 = applied(tenure::LeaseStore::compare_and_swap(&writer, &group, Some(v1), &big).await);
     assert_eq!(
         testkit::next_change_about(&mut feed, &group).await,
-        tenure::Change::Hint {
+        tenure::store::Change::Hint {
             group: group.clone()
         }
     );
@@ -650,7 +651,7 @@ async fn forged_and_garbage_notifications_never_pass_for_records() {
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             match feed.next().await.expect("the feed is open") {
-                tenure::Change::Hint { group: h } if h == group => {
+                tenure::store::Change::Hint { group: h } if h == group => {
                     hints += 1;
                     if hints == 2 {
                         // Both the forged record and the unparseable one
@@ -661,12 +662,12 @@ async fn forged_and_garbage_notifications_never_pass_for_records() {
                         ));
                     }
                 }
-                tenure::Change::Written { group: w, current } if w == group => {
+                tenure::store::Change::Written { group: w, current } if w == group => {
                     assert_eq!(Some(current.version), real, "only the real write");
                     assert_eq!(current.record, mine);
                     return;
                 }
-                tenure::Change::Resync => panic!("garbage made the feed resync"),
+                tenure::store::Change::Resync => panic!("garbage made the feed resync"),
                 _ => {}
             }
         }
@@ -762,7 +763,8 @@ async fn a_huge_timeout_still_connects() {
 /// current versions, versions no row can have.
 #[tokio::test(flavor = "multi_thread")]
 async fn single_writes_and_batches_of_one_agree() {
-    use tenure::{CasOutcome, CasRequest, LeaseStore, Version};
+    use tenure::store::{CasOutcome, CasRequest};
+    use tenure::{LeaseStore, Version};
     let Some(url) = url() else { return };
     let store = PostgresStore::connect(&url).await.unwrap();
     let group = testkit::unique_group("pg-single");
@@ -888,7 +890,7 @@ async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
     let mut requests = Vec::new();
     for i in 0..50 {
         let group = testkit::unique_group(&format!("pg-batch-free-{i}"));
-        requests.push(tenure::CasRequest {
+        requests.push(tenure::store::CasRequest {
             group,
             expected: None,
             record: testkit::held_by("a", 1),
@@ -896,7 +898,7 @@ async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
     }
     requests.insert(
         25,
-        tenure::CasRequest {
+        tenure::store::CasRequest {
             group: locked.clone(),
             expected: Some(v1),
             record: testkit::held_by("a", 1),
@@ -914,7 +916,7 @@ async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
                 assert!(e.to_string().contains(locked.as_str()), "{e}");
             }
             (25, other) => panic!("the locked row's write: {other:?}"),
-            (_, Ok(tenure::CasOutcome::Applied(_))) => {}
+            (_, Ok(tenure::store::CasOutcome::Applied(_))) => {}
             (i, other) => panic!("write {i} of a free row: {other:?}"),
         }
     }
@@ -926,7 +928,10 @@ async fn a_locked_row_fails_only_its_own_write_in_a_batch() {
     // Once the lock is gone, the same write applies.
     let outcome = tenure::LeaseStore::compare_and_swap_many(&store, &requests[25..26]).await;
     assert!(
-        matches!(outcome.as_deref(), Ok([Ok(tenure::CasOutcome::Applied(_))])),
+        matches!(
+            outcome.as_deref(),
+            Ok([Ok(tenure::store::CasOutcome::Applied(_))])
+        ),
         "{outcome:?}"
     );
 }
@@ -1013,10 +1018,10 @@ async fn large_batches_keep_their_plan_after_many_runs() {
     let record = testkit::held_by("a", 1);
     let mut expected: Vec<Option<Version>> = vec![None; groups.len()];
     for round in 0..24 {
-        let requests: Vec<tenure::CasRequest> = groups
+        let requests: Vec<tenure::store::CasRequest> = groups
             .iter()
             .zip(&expected)
-            .map(|(group, expected)| tenure::CasRequest {
+            .map(|(group, expected)| tenure::store::CasRequest {
                 group: group.clone(),
                 expected: *expected,
                 record: record.clone(),
@@ -1027,7 +1032,7 @@ async fn large_batches_keep_their_plan_after_many_runs() {
             .unwrap_or_else(|e| panic!("batch {round} failed as a whole: {e}"));
         for (i, result) in results.into_iter().enumerate() {
             match result {
-                Ok(tenure::CasOutcome::Applied(v)) => expected[i] = Some(v),
+                Ok(tenure::store::CasOutcome::Applied(v)) => expected[i] = Some(v),
                 other => panic!("batch {round}, group {i}: {other:?}"),
             }
         }

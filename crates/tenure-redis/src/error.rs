@@ -28,7 +28,7 @@ pub enum RedisStoreError {
     /// A TLS file named in the URL (`ca`, `cert`, `key`) cannot be read,
     /// or does not hold what its option names.
     #[error("{0} (named in the Redis URL)")]
-    TlsFile(#[from] tenure::tls::PemError),
+    TlsFile(#[from] tenure::store::tls::PemError),
     /// Redis refused the user name or password.
     #[error("Redis at {target} refused the credentials of {who}: check the user name and password in the URL (redis://user:password@host, %-escape special characters) and that the ACL user exists and is enabled (`ACL SETUSER <user> on`)")]
     Credentials {

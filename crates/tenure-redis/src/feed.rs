@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{PushInfo, PushKind, Value};
-use tenure::{Change, FeedRelay, GroupName, LeaseRecord, StoreFeed, Version, Versioned};
+use tenure::store::{Change, FeedRelay, StoreFeed};
+use tenure::{GroupName, LeaseRecord, Version, Versioned};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 

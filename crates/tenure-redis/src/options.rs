@@ -4,9 +4,9 @@
 //! message, log line or `Debug` output can ever echo the password in it.
 
 use std::time::Duration;
-use tenure::secret::Secret;
+use tenure::store::secret::Secret;
 
-use tenure::tls::TlsPaths;
+use tenure::store::tls::TlsPaths;
 
 use crate::error::RedisStoreError;
 
@@ -31,7 +31,7 @@ const OPTIONS: &[&str] = &["prefix", "timeout", "quarantine", "ca", "cert", "key
 /// User and password are percent-decoded; a password may hold `@` and `+`
 /// as they are, but writes `/ ? #` as `%2F %3F %23`, and an `@` after the
 /// host is written `%40` (a URL with a raw one there is refused: see
-/// [`tenure::url`]). Query
+/// [`tenure::store::url`]). Query
 /// options:
 ///
 /// | option | meaning | default |
@@ -75,16 +75,19 @@ impl RedisOptions {
                 reason: reason.to_string(),
             }
         }
-        let parts =
-            tenure::url::split_store_url(url, &["redis", "rediss"], "redis:// or rediss:// (TLS)")
-                .map_err(bad)?;
+        let parts = tenure::store::url::split_store_url(
+            url,
+            &["redis", "rediss"],
+            "redis:// or rediss:// (TLS)",
+        )
+        .map_err(bad)?;
         let tls = parts.scheme == "rediss";
         let (userinfo, hostport, query) = (parts.userinfo, parts.hosts, parts.query);
         let path = parts.path.strip_prefix('/').unwrap_or("");
         let (user, password) = match userinfo {
             None => (None, None),
             Some(info) => {
-                let (u, p) = tenure::url::decode_userinfo(info).map_err(bad)?;
+                let (u, p) = tenure::store::url::decode_userinfo(info).map_err(bad)?;
                 ((!u.is_empty()).then_some(u), p.filter(|p| !p.is_empty()))
             }
         };
@@ -93,7 +96,7 @@ impl RedisOptions {
                 "a user name without a password: write redis://user:password@host",
             ));
         }
-        let (host, port) = tenure::url::split_host_port(hostport, 6379)
+        let (host, port) = tenure::store::url::split_host_port(hostport, 6379)
             .map_err(|e| bad(format!("{e} (redis://host:port)")))?;
         let db = if path.is_empty() {
             0
@@ -126,15 +129,16 @@ impl RedisOptions {
             match name.as_str() {
                 "prefix" => options = options.with_prefix(value)?,
                 "timeout" => {
-                    options.timeout = tenure::url::parse_timeout(&name, &value).map_err(bad)?
+                    options.timeout =
+                        tenure::store::url::parse_timeout(&name, &value).map_err(bad)?
                 }
                 "quarantine" => {
                     options.quarantine =
-                        Some(tenure::url::parse_duration(&name, &value).map_err(bad)?)
+                        Some(tenure::store::url::parse_duration(&name, &value).map_err(bad)?)
                 }
                 // from_options passed only the names in OPTIONS: one
                 // without an arm here is a bug, refused, never ignored.
-                other => return Err(bad(tenure::url::unknown_option(other, OPTIONS))),
+                other => return Err(bad(tenure::store::url::unknown_option(other, OPTIONS))),
             }
         }
         Ok(options)
@@ -204,7 +208,7 @@ impl RedisOptions {
     /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };
-        let user = tenure::url::shown_user(self.user.as_deref());
+        let user = tenure::store::url::shown_user(self.user.as_deref());
         format!(
             "{scheme}://{user}{}/{} (prefix {:?})",
             self.target(),

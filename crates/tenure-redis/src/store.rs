@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo, Value};
+use tenure::store::tls::{read_pem, Expected};
 use tenure::store::Running;
-use tenure::tls::{read_pem, Expected};
+use tenure::store::{BatchResult, CasOutcome, CasRequest, ChangeFeed, FeedsOff, Listed, StoreFeed};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, FeedsOff, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, Metadata, RecordError, StoreError, StoreFeed, Version,
-    Versioned, WallTime,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, Metadata, RecordError, StoreError,
+    Version, Versioned, WallTime,
 };
 
 use crate::conn::Conn;

@@ -7,7 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::{CasOutcome, CasRequest, Change, GroupName, LeaseStore, LeaseView, Version};
+use tenure::store::{CasOutcome, CasRequest, Change};
+use tenure::{GroupName, LeaseStore, LeaseView, Version};
 use tenure_redis::RedisStore;
 use tenure_testkit::{self as testkit, many_groups, scenarios};
 

@@ -139,7 +139,7 @@ async fn keys_of_another_type_are_reported_and_never_overwritten() {
     ));
     assert_eq!(
         store.compare_and_swap(&group2, None, &held).await.unwrap(),
-        tenure::CasOutcome::Conflict
+        tenure::store::CasOutcome::Conflict
     );
 
     // The marker key of another type makes the whole prefix unusable.

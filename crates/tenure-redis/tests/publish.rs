@@ -7,7 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, Version};
+use tenure::store::CasOutcome;
+use tenure::{GroupName, LeaseStore, LeaseView, Version};
 use tenure_redis::RedisStore;
 use tenure_testkit::sample_record;
 
@@ -139,7 +140,7 @@ async fn a_pattern_subscriber_hears_every_groups_writes() {
         loop {
             tokio::select! {
                 change = feed.next() => match change {
-                    Some(tenure::Change::Written { group: g, current }) if g == group => {
+                    Some(tenure::store::Change::Written { group: g, current }) if g == group => {
                         return current.version;
                     }
                     Some(_) => {}

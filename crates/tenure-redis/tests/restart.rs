@@ -172,7 +172,7 @@ async fn a_recovered_data_set_quarantines_then_continues_above_the_floor() {
     // CAS(None) would restart the tokens: refused.
     assert_eq!(
         store.compare_and_swap(&group, None, &rec).await.unwrap(),
-        tenure::CasOutcome::Conflict
+        tenure::store::CasOutcome::Conflict
     );
     let mut next = testkit::held_by("a", floor + 1);
     next.term = rec.term;
@@ -188,7 +188,7 @@ async fn a_recovered_data_set_quarantines_then_continues_above_the_floor() {
         .await
         .unwrap()
     {
-        tenure::CasOutcome::Applied(v) => v,
+        tenure::store::CasOutcome::Applied(v) => v,
         other => panic!("after the quarantine: {other:?}"),
     };
     assert!(

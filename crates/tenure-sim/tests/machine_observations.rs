@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use tenure::machine::{Action, Input, OpId};
-use tenure::{CasOutcome, Config, Version};
+use tenure::store::CasOutcome;
+use tenure::{Config, Version};
 
 mod schedule;
 use schedule::{at, candidate_a};

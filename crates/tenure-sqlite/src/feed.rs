@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension};
-use tenure::{Change, GroupName, StoreFeedSender};
+use tenure::store::{Change, StoreFeedSender};
+use tenure::GroupName;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 

@@ -9,9 +9,10 @@ use async_trait::async_trait;
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use tenure::store::Running;
+use tenure::store::{BatchResult, CasOutcome, CasRequest, ChangeFeed, Listed, StoreFeed};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, EngineSlot, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, RecordError, StoreError, StoreFeed, Version, Versioned,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, RecordError, StoreError, Version,
+    Versioned,
 };
 
 use crate::error::SqliteStoreError;

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::{raw, Scratch};
 use rusqlite::types::Value;
-use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, RecordError, StoreError};
+use tenure::store::CasOutcome;
+use tenure::{GroupName, LeaseStore, LeaseView, RecordError, StoreError};
 use tenure_sqlite::{SqliteOptions, SqliteStore, SqliteStoreError, SCHEMA_VERSION};
 use tenure_testkit::{assert_misconfigured, held_by, unique_group};
 

@@ -7,11 +7,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Scratch;
-use tenure::{CasOutcome, LeaseStore, LeaseView};
+use tenure::store::CasOutcome;
+use tenure::{LeaseStore, LeaseView};
 use tenure_sqlite::SqliteStore;
 use tenure_testkit::{held_by, released, unique_group};
 
-async fn next_hint(feed: &mut tenure::ChangeFeed, within: Duration) -> Option<Duration> {
+async fn next_hint(feed: &mut tenure::store::ChangeFeed, within: Duration) -> Option<Duration> {
     let started = Instant::now();
     match tokio::time::timeout(within, feed.changed()).await {
         Ok(Some(())) => Some(started.elapsed()),

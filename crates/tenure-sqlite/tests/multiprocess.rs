@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, Version};
+use tenure::store::CasOutcome;
+use tenure::{GroupName, LeaseStore, LeaseView, Version};
 use tenure_sqlite::{SqliteOptions, SqliteStore};
 use tenure_testkit::{self as testkit, held_by};
 

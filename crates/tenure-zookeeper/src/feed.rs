@@ -35,7 +35,8 @@
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use tenure::{Change, FeedRelay, GroupName, StoreFeed, StoreFeedSender};
+use tenure::store::{Change, FeedRelay, StoreFeed, StoreFeedSender};
+use tenure::GroupName;
 use zookeeper_client as zk;
 
 use crate::error::ZkStoreError;

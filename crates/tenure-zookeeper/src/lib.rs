@@ -126,7 +126,7 @@
 //! per group would cost a watch per group and a re-arm request per
 //! renewal.) ZooKeeper's events carry no data, so the feed reads the nodes
 //! that changed, those whose events arrived together in one `multiRead`,
-//! and reports [`Change::Written`](tenure::Change::Written) with record
+//! and reports [`Change::Written`](tenure::store::Change::Written) with record
 //! and version: followers learn of each renewal without a read of their
 //! own.
 //!
@@ -134,7 +134,7 @@
 //! not replay what it missed, ZOOKEEPER-4698), and zookeeper-client 0.11
 //! does not even register it again on the new connection. So after every
 //! reconnect the feed arms the watch again and sends
-//! [`Change::Resync`](tenure::Change::Resync) (every group reads once);
+//! [`Change::Resync`](tenure::store::Change::Resync) (every group reads once);
 //! after the session ended, the same on a new session. Nodes under the
 //! prefix that are no group of tenure's are skipped; a deleted node or one
 //! whose data does not decode is a hint (the engine reads it and reports
@@ -143,8 +143,8 @@
 //!
 //! The client queues a watch's events without bound, so the feed never
 //! waits for its reader: it relays changes through a
-//! [`FeedRelay`](tenure::FeedRelay), and when the feed is full (16,384
-//! changes) it drops them for one [`Change::Resync`](tenure::Change::Resync)
+//! [`FeedRelay`](tenure::store::FeedRelay), and when the feed is full (16,384
+//! changes) it drops them for one [`Change::Resync`](tenure::store::Change::Resync)
 //! sent once there is room. A slow reader costs a resync, never memory.
 //!
 //! # Connection loss and session expiry

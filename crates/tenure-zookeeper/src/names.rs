@@ -55,7 +55,7 @@ pub(crate) fn encode(group: &GroupName) -> String {
 /// that tenure did not name (no valid group name, or not escaped the way
 /// [`encode`] escapes).
 pub(crate) fn decode(node: &str) -> Option<GroupName> {
-    let name = tenure::url::percent_decode(node)?;
+    let name = tenure::store::url::percent_decode(node)?;
     let group = GroupName::new(name).ok()?;
     (encode(&group) == node).then_some(group)
 }

@@ -4,7 +4,7 @@
 //! line or `Debug` output can ever echo the password in the URL.
 
 use std::time::Duration;
-use tenure::secret::Secret;
+use tenure::store::secret::Secret;
 
 use crate::error::ZkStoreError;
 use crate::names;
@@ -42,7 +42,7 @@ const OPTIONS: &[&str] = &["timeout", "session_timeout"];
 /// User and password are percent-decoded; a password may hold `@` and `+`
 /// as they are, but writes `/ ? #` as `%2F %3F %23`, and an `@` after the
 /// host is written `%40` (a URL with a raw one there is refused: see
-/// [`tenure::url`]). When given, they authenticate the session with
+/// [`tenure::store::url`]). When given, they authenticate the session with
 /// ZooKeeper's `digest` scheme.
 ///
 /// | option | meaning | default |
@@ -78,16 +78,19 @@ impl ZkOptions {
                 reason: reason.to_string(),
             }
         }
-        let parts =
-            tenure::url::split_store_url(url, &["zk", "zookeeper"], "zk:// (or zookeeper://)")
-                .map_err(bad)?;
+        let parts = tenure::store::url::split_store_url(
+            url,
+            &["zk", "zookeeper"],
+            "zk:// (or zookeeper://)",
+        )
+        .map_err(bad)?;
         let (user, password) =
-            tenure::url::user_and_password(parts.userinfo, "zk://user:password@host:2181")
+            tenure::store::url::user_and_password(parts.userinfo, "zk://user:password@host:2181")
                 .map_err(bad)?;
         if parts.hosts.is_empty() {
             return Err(bad("no host: write zk://host:2181/prefix"));
         }
-        let list = tenure::url::host_list(parts.hosts, DEFAULT_PORT, "host").map_err(bad)?;
+        let list = tenure::store::url::host_list(parts.hosts, DEFAULT_PORT, "host").map_err(bad)?;
         let (path, query) = (parts.path, parts.query);
         let prefix = parse_prefix(path).map_err(bad)?;
         let mut options = ZkOptions {
@@ -98,19 +101,20 @@ impl ZkOptions {
             timeout: DEFAULT_TIMEOUT,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
         };
-        for pair in tenure::url::known_query_pairs(query, OPTIONS) {
+        for pair in tenure::store::url::known_query_pairs(query, OPTIONS) {
             let (name, value) = pair.map_err(bad)?;
             match name.as_str() {
                 "timeout" => {
-                    options.timeout = tenure::url::parse_duration(&name, &value).map_err(bad)?
+                    options.timeout =
+                        tenure::store::url::parse_duration(&name, &value).map_err(bad)?
                 }
                 "session_timeout" => {
                     options.session_timeout =
-                        tenure::url::parse_duration(&name, &value).map_err(bad)?
+                        tenure::store::url::parse_duration(&name, &value).map_err(bad)?
                 }
                 // known_query_pairs passed only the names in OPTIONS: one
                 // without an arm here is a bug, refused, never ignored.
-                other => return Err(bad(tenure::url::unknown_option(other, OPTIONS))),
+                other => return Err(bad(tenure::store::url::unknown_option(other, OPTIONS))),
             }
         }
         options.check().map_err(bad)?;
@@ -179,7 +183,7 @@ impl ZkOptions {
     /// The URL without the password: what
     /// [`describe`](tenure::LeaseView::describe) shows.
     pub fn describe(&self) -> String {
-        let user = tenure::url::shown_user(self.user.as_deref());
+        let user = tenure::store::url::shown_user(self.user.as_deref());
         format!("zk://{user}{}{}", self.connect_string(), self.prefix)
     }
 }
@@ -198,7 +202,7 @@ fn parse_prefix(path: &str) -> Result<String, String> {
     };
     let mut prefix = String::with_capacity(trimmed.len());
     for segment in inner.split('/') {
-        let decoded = tenure::url::percent_decode(segment).ok_or_else(|| {
+        let decoded = tenure::store::url::percent_decode(segment).ok_or_else(|| {
             "the prefix path has an invalid %-escape or is not UTF-8 (write % as %25)".to_owned()
         })?;
         if decoded.is_empty() {

@@ -5,12 +5,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tenure::concurrent::InFlight;
+use tenure::store::concurrent::InFlight;
 use tenure::store::LastSeen;
 use tenure::store::Running;
+use tenure::store::{BatchResult, CasOutcome, ChangeFeed, Listed, StoreFeed};
 use tenure::{
-    BatchResult, CasOutcome, ChangeFeed, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
-    Listed, StoreError, StoreFeed, Version, Versioned,
+    EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, StoreError, Version, Versioned,
 };
 use zookeeper_client as zk;
 

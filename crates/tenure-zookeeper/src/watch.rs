@@ -11,8 +11,8 @@
 //!
 //! [`LeaseView::changes`]: tenure::LeaseView::changes
 
+use tenure::store::ChangeFeed;
 use tenure::store::{keep_hinting, send_hint, HintAttempt};
-use tenure::ChangeFeed;
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 

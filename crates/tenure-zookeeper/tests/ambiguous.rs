@@ -7,7 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView, StoreError};
+use tenure::store::CasOutcome;
+use tenure::{GroupName, LeaseStore, LeaseView, StoreError};
 use tenure_testkit::{self as testkit, held_by, released, TcpProxy};
 use tenure_zookeeper::ZkStore;
 
@@ -147,7 +148,7 @@ async fn an_expired_session_is_replaced_and_the_store_goes_on() {
             .await
             .expect("the feed asks for a resync after the session expired")
             .expect("the feed goes on");
-        if change == tenure::Change::Resync {
+        if change == tenure::store::Change::Resync {
             break;
         }
     }
@@ -157,7 +158,7 @@ async fn an_expired_session_is_replaced_and_the_store_goes_on() {
             .await
             .expect("the feed reports writes on the new session")
             .expect("the feed goes on");
-        if let tenure::Change::Written { group, current } = change {
+        if let tenure::store::Change::Written { group, current } = change {
             if group == g && current.version == v3 {
                 break;
             }

@@ -8,7 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use tenure::{Change, GroupName, LeaseView};
+use tenure::store::Change;
+use tenure::{GroupName, LeaseView};
 use tenure_testkit::{
     self as testkit, expect_hint, expect_quiet, expect_written, next_change, write_seen_on_feed,
     TcpProxy,

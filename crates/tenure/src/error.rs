@@ -277,7 +277,7 @@ pub enum ConnectError {
     /// A TLS file the URL names (`ca=`) cannot be read or does not hold
     /// what its option says.
     #[error(transparent)]
-    TlsFile(#[from] crate::tls::PemError),
+    TlsFile(#[from] crate::store::tls::PemError),
     /// Connecting failed as an operation would (credentials refused, the
     /// database or table missing or wrong, the server unreachable, a
     /// timeout): the message names the fix.

@@ -93,7 +93,6 @@ compile_error!(
 mod admission;
 
 pub mod clock;
-pub mod concurrent;
 pub mod config;
 pub mod coordinator;
 mod elector;
@@ -110,12 +109,9 @@ mod periodic;
 mod publish;
 pub mod record;
 mod role;
-pub mod secret;
 pub mod shards;
 pub mod store;
 mod term;
-pub mod tls;
-pub mod url;
 
 pub use clock::{Clock, MonoTime, Now, SystemClock, TokioClock, WallTime};
 pub use config::{Bounds, Config, Timing};
@@ -133,8 +129,15 @@ pub use role::{Event, LeaderInfo, Role};
 pub use shards::{
     Assignment, Member, ShardEvent, ShardEventStream, ShardHolding, Shards, ShardsBuilder,
 };
-pub use store::{
-    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, FeedRelay, FeedsOff, LeaseStore,
-    LeaseView, Listed, StoreFeed, StoreFeedSender,
-};
+pub use store::{LeaseStore, LeaseView};
 pub use term::{Term, TermGuard};
+
+// What a store author needs lives in `tenure::store` (see its docs). These
+// paths at the root are where it lived before; they stay, hidden, so that
+// stores written against them keep building (Rust cannot mark a re-export
+// deprecated), and go with the first release's breaking changes.
+#[doc(hidden)]
+pub use store::{
+    concurrent, secret, tls, url, BatchResult, CasOutcome, CasRequest, Change, ChangeFeed,
+    FeedRelay, FeedsOff, Listed, StoreFeed, StoreFeedSender,
+};

@@ -1,19 +1,36 @@
 //! The seam every store implements: [`LeaseView`] (read, the change feeds,
 //! list) and [`LeaseStore`] on top of it (compare-and-swap). As small as
 //! vimeo's `RaceDecider`; a read-only user needs only the view.
+//!
+//! **This module is for store authors.** A service that elects a leader
+//! needs only [`LeaseStore`] and [`LeaseView`] (also at the crate root) and
+//! a store crate; what a store is built from is here: the operations'
+//! types ([`CasRequest`], [`CasOutcome`], [`BatchResult`], [`Listed`]), the
+//! feeds ([`ChangeFeed`], [`StoreFeed`], [`Change`], [`FeedRelay`]), how
+//! the engine runs a store ([`Running`]), a counting wrapper
+//! ([`Counted`]), and the helpers every store crate shares: [`url`]
+//! (options from a URL, redacted), [`tls`] (the PEM files a URL names),
+//! [`secret`] (values that never print), [`concurrent`] (batches as
+//! requests in flight). A new store proves itself with the conformance
+//! suite of the `tenure-testkit` crate.
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::concurrent::InFlight;
 use crate::engine::EngineSlot;
 use crate::error::StoreError;
 use crate::record::{GroupName, LeaseRecord, Version, Versioned};
+use crate::store::concurrent::InFlight;
 
 mod batch;
 mod counted;
 mod feed_relay;
 mod last_seen;
+
+pub mod concurrent;
+pub mod secret;
+pub mod tls;
+pub mod url;
 
 pub(crate) use batch::spread;
 pub use batch::{check_batch_answer, compare_and_swap_as_batch, read_as_batch};
@@ -199,7 +216,7 @@ pub trait LeaseStore: LeaseView {
 /// more settings may come, so it cannot be written as a struct literal.
 ///
 /// ```
-/// use tenure::concurrent::InFlight;
+/// use tenure::store::concurrent::InFlight;
 /// use tenure::store::Running;
 /// use tenure::EngineSlot;
 /// let (bound, slot) = (InFlight::new(64), EngineSlot::new());

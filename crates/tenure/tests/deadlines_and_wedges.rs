@@ -10,7 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::from_now;
 use tenure::clock::Sleep;
-use tenure::{CasOutcome, ChangeFeed, Version};
+use tenure::store::{CasOutcome, ChangeFeed};
+use tenure::Version;
 use tenure::{
     Clock, Config, Coordinator, Elector, ElectorError, EndReason, Event, Fault, Faults, GroupName,
     Holder, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, MonoTime, Now, Observer,

@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tenure::store::CasOutcome;
 use tenure::{
-    CasOutcome, Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health,
-    Holder, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role,
-    Term, TokioClock,
+    Clock, Config, Elector, ElectorError, EndReason, Event, Fault, GroupName, Health, Holder,
+    LeaseRecord, LeaseStore, LeaseView, MemoryStore, Metadata, Observer, Periodic, Role, Term,
+    TokioClock,
 };
 
 const TERM: Duration = Duration::from_secs(10);

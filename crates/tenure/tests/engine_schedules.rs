@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure::store::CasOutcome;
 use tenure::store::Running;
 use tenure::{
-    CasOutcome, Clock, Config, Elector, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView,
-    MemoryStore, StoreError, TokioClock, Version, Versioned,
+    Clock, Config, Elector, EngineSlot, GroupName, LeaseRecord, LeaseStore, LeaseView, MemoryStore,
+    StoreError, TokioClock, Version, Versioned,
 };
 
 /// A store with a per-operation round trip and only the single-record

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::clock::Sleep;
+use tenure::store::{BatchResult, CasOutcome, CasRequest};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, Clock, Config, Elector, Engine, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, MemoryStore, MonoTime, Now, StoreError, TokioClock, Version, Versioned,
+    Clock, Config, Elector, Engine, GroupName, LeaseRecord, LeaseStore, LeaseView, MemoryStore,
+    MonoTime, Now, StoreError, TokioClock, Version, Versioned,
 };
 
 const TERM: Duration = Duration::from_secs(2);

@@ -57,7 +57,8 @@ async fn conformance() {
 /// and race cases, by name.
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_catches_a_broken_store() {
-    use tenure::{CasOutcome, LeaseRecord, LeaseView, StoreError, Version, Versioned};
+    use tenure::store::CasOutcome;
+    use tenure::{LeaseRecord, LeaseView, StoreError, Version, Versioned};
 
     /// Writes whatever it is given: a last-writer-wins "store".
     struct Blind(MemoryStore);

@@ -210,7 +210,7 @@ async fn request(g: &Group, to: &str, priority: &str) {
         let mut r = v.record.clone();
         r.metadata.insert(TRANSFER_TO_KEY, to);
         r.metadata.insert(TRANSFER_PRIORITY_KEY, priority);
-        if let tenure::CasOutcome::Applied(_) = g
+        if let tenure::store::CasOutcome::Applied(_) = g
             .store
             .compare_and_swap(&group, Some(v.version), &r)
             .await

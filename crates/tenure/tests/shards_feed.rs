@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::store::Running;
+use tenure::store::{BatchResult, CasOutcome, CasRequest, ChangeFeed, Listed, StoreFeed};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, Config, GroupName, LeaseRecord,
-    LeaseStore, LeaseView, Listed, MemoryStore, Shards, StoreError, StoreFeed, TokioClock, Version,
-    Versioned,
+    Clock, Config, GroupName, LeaseRecord, LeaseStore, LeaseView, MemoryStore, Shards, StoreError,
+    TokioClock, Version, Versioned,
 };
 use tenure_testkit::holders::{self, held_by, Holders};
 use tokio::task::AbortHandle;

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::store::Running;
+use tenure::store::{
+    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, Listed, StoreFeed, StoreFeedSender,
+};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, Change, ChangeFeed, Config, EngineSlot, Faults,
-    FaultyStore, GroupName, Holder, LeaseRecord, LeaseStore, LeaseView, Listed, MemoryStore,
-    Metadata, Shards, StoreError, StoreFeed, StoreFeedSender, TokioClock, Version, Versioned,
-    WallTime,
+    Config, EngineSlot, Faults, FaultyStore, GroupName, Holder, LeaseRecord, LeaseStore, LeaseView,
+    MemoryStore, Metadata, Shards, StoreError, TokioClock, Version, Versioned, WallTime,
 };
 use tenure_testkit::holders::{of_members, Holders};
 

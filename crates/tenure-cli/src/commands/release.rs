@@ -24,9 +24,8 @@ use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use tenure::{
-    CasOutcome, Clock, GroupName, Holder, LeaseRecord, Metadata, SystemClock, Versioned, WallTime,
-};
+use tenure::store::CasOutcome;
+use tenure::{Clock, GroupName, Holder, LeaseRecord, Metadata, SystemClock, Versioned, WallTime};
 
 use crate::cli::ReleaseArgs;
 use crate::connect::{self, Connected};

@@ -17,7 +17,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::record::{TRANSFER_PRIORITY_KEY, TRANSFER_TO_KEY};
-use tenure::{CasOutcome, GroupName, LeaseStore, LeaseView};
+use tenure::store::CasOutcome;
+use tenure::{GroupName, LeaseStore, LeaseView};
 
 use crate::faults::between;
 

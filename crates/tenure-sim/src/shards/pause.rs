@@ -14,9 +14,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure::clock::Sleep;
 use tenure::store::Running;
+use tenure::store::{BatchResult, CasOutcome, CasRequest, ChangeFeed, Listed, StoreFeed};
 use tenure::{
-    BatchResult, CasOutcome, CasRequest, ChangeFeed, Clock, GroupName, LeaseRecord, LeaseStore,
-    LeaseView, Listed, MonoTime, Now, StoreError, StoreFeed, Version, Versioned,
+    Clock, GroupName, LeaseRecord, LeaseStore, LeaseView, MonoTime, Now, StoreError, Version,
+    Versioned,
 };
 use tokio::time::Instant;
 

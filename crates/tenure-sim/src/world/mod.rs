@@ -34,9 +34,10 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::machine::{Action, Input, Machine, OpId, WritePurpose};
+use tenure::store::CasOutcome;
 use tenure::{
-    CasOutcome, GroupName, Holder, LeaseRecord, MemoryStore, Metadata, MonoTime, StoreError,
-    Timing, Version, Versioned,
+    GroupName, Holder, LeaseRecord, MemoryStore, Metadata, MonoTime, StoreError, Timing, Version,
+    Versioned,
 };
 
 use crate::checker::{Checker, LivenessBounds};

@@ -198,7 +198,7 @@ pub fn feed_backoff(failures: u32) -> std::time::Duration {
 /// once and sees this change too.
 ///
 /// ```
-/// let (tx, mut feed) = tenure::ChangeFeed::channel();
+/// let (tx, mut feed) = tenure::store::ChangeFeed::channel();
 /// assert!(tenure::store::send_hint(&tx));
 /// assert!(tenure::store::send_hint(&tx), "a full channel is no error");
 /// drop(feed);

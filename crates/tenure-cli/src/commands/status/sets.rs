@@ -18,7 +18,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 use tenure::shards::layout;
-use tenure::{GroupName, LeaseView, Listed, StoreError, Versioned};
+use tenure::store::Listed;
+use tenure::{GroupName, LeaseView, StoreError, Versioned};
 
 use crate::commands::run::slot_prefix;
 use crate::view;

@@ -25,15 +25,15 @@
 
 use std::time::Duration;
 
-use crate::secret::AccessKeys;
+use crate::store::secret::AccessKeys;
 
 /// Decodes `%XX` escapes; `None` if an escape is malformed or the result is
 /// not UTF-8. A `+` stays a `+`.
 ///
 /// ```
-/// assert_eq!(tenure::url::percent_decode("p%40ss").as_deref(), Some("p@ss"));
-/// assert_eq!(tenure::url::percent_decode("a+b").as_deref(), Some("a+b"));
-/// assert_eq!(tenure::url::percent_decode("%zz"), None);
+/// assert_eq!(tenure::store::url::percent_decode("p%40ss").as_deref(), Some("p@ss"));
+/// assert_eq!(tenure::store::url::percent_decode("a+b").as_deref(), Some("a+b"));
+/// assert_eq!(tenure::store::url::percent_decode("%zz"), None);
 /// ```
 pub fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
@@ -215,7 +215,7 @@ pub enum UrlError {
 /// after that is refused (see [the rules](self)).
 ///
 /// ```
-/// use tenure::url::{split_userinfo, UserinfoError};
+/// use tenure::store::url::{split_userinfo, UserinfoError};
 /// assert_eq!(split_userinfo("app:p@ss@db:5432/x"), Ok((Some("app:p@ss"), "db:5432/x")));
 /// assert_eq!(split_userinfo("app:pa%2Fs%3Fs%23w@db/x?a=%40"), Ok((Some("app:pa%2Fs%3Fs%23w"), "db/x?a=%40")));
 /// assert_eq!(split_userinfo("db:5432/x"), Ok((None, "db:5432/x")));
@@ -283,8 +283,8 @@ impl std::fmt::Debug for UrlParts<'_> {
 /// `app:pw://x@h` (no scheme, a password holding `://`) it is user info.
 ///
 /// ```
-/// assert!(tenure::url::is_scheme("nats+tls"));
-/// assert!(!tenure::url::is_scheme("app:pw"));
+/// assert!(tenure::store::url::is_scheme("nats+tls"));
+/// assert!(!tenure::store::url::is_scheme("app:pw"));
 /// ```
 pub fn is_scheme(text: &str) -> bool {
     text.starts_with(|c: char| c.is_ascii_alphabetic())
@@ -303,7 +303,7 @@ pub fn is_scheme(text: &str) -> bool {
 /// secret.
 ///
 /// ```
-/// use tenure::url::split_store_url;
+/// use tenure::store::url::split_store_url;
 /// let p = split_store_url("Redis://app:p%2Fw@h:1/2?prefix=x", &["redis", "rediss"], "redis://").unwrap();
 /// assert_eq!((p.scheme, p.userinfo, p.hosts, p.path, p.query), ("redis", Some("app:p%2Fw"), "h:1", "/2", "prefix=x"));
 /// let e = split_store_url("app:pw://x@h", &["redis"], "redis://").unwrap_err().to_string();
@@ -348,7 +348,7 @@ pub fn split_store_url<'a>(
 /// the errors, such as `"etcd://user:password@host:port"`.
 ///
 /// ```
-/// use tenure::url::user_and_password;
+/// use tenure::store::url::user_and_password;
 /// let (user, password) = user_and_password(Some("app:p%40ss"), "x").unwrap();
 /// assert_eq!((user.as_deref(), password.as_ref().map(|p| p.expose())), (Some("app"), Some("p@ss")));
 /// assert!(user_and_password(None, "x").unwrap().0.is_none());
@@ -358,7 +358,7 @@ pub fn split_store_url<'a>(
 pub fn user_and_password(
     userinfo: Option<&str>,
     example: &str,
-) -> Result<(Option<String>, Option<crate::secret::Secret>), UrlError> {
+) -> Result<(Option<String>, Option<crate::store::secret::Secret>), UrlError> {
     let Some(info) = userinfo else {
         return Ok((None, None));
     };
@@ -378,7 +378,7 @@ pub fn user_and_password(
 /// error names the entry by its place (`noun` 2: the `server`, the `host`).
 ///
 /// ```
-/// use tenure::url::host_list;
+/// use tenure::store::url::host_list;
 /// assert_eq!(host_list("a,[::1]:7,b:9", 4, "host"), Ok(vec!["a:4".into(), "[::1]:7".into(), "b:9".into()]));
 /// assert!(host_list("a,b:0", 4, "server").unwrap_err().to_string().starts_with("server 2: "));
 /// ```
@@ -406,11 +406,11 @@ pub fn host_list(hosts: &str, default_port: u16, noun: &str) -> Result<Vec<Strin
 /// requires). Errors never repeat the text.
 ///
 /// ```
-/// assert_eq!(tenure::url::decode_userinfo("app:p%40ss"), Ok(("app".into(), Some("p@ss".into()))));
-/// assert_eq!(tenure::url::decode_userinfo(":secret"), Ok(("".into(), Some("secret".into()))));
-/// assert_eq!(tenure::url::decode_userinfo("app"), Ok(("app".into(), None)));
-/// assert_eq!(tenure::url::decode_userinfo("app:a%2Fb%3Fc%23d@e+f"), Ok(("app".into(), Some("a/b?c#d@e+f".into()))));
-/// assert!(tenure::url::decode_userinfo("a%zz:b").is_err());
+/// assert_eq!(tenure::store::url::decode_userinfo("app:p%40ss"), Ok(("app".into(), Some("p@ss".into()))));
+/// assert_eq!(tenure::store::url::decode_userinfo(":secret"), Ok(("".into(), Some("secret".into()))));
+/// assert_eq!(tenure::store::url::decode_userinfo("app"), Ok(("app".into(), None)));
+/// assert_eq!(tenure::store::url::decode_userinfo("app:a%2Fb%3Fc%23d@e+f"), Ok(("app".into(), Some("a/b?c#d@e+f".into()))));
+/// assert!(tenure::store::url::decode_userinfo("a%zz:b").is_err());
 /// ```
 pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), UrlError> {
     let (user, password) = match info.split_once(':') {
@@ -429,10 +429,10 @@ pub fn decode_userinfo(info: &str) -> Result<(String, Option<String>), UrlError>
 /// is wrong without repeating the text.
 ///
 /// ```
-/// use tenure::url::split_host_port;
+/// use tenure::store::url::split_host_port;
 /// assert_eq!(split_host_port("db", 5432), Ok(("db".into(), 5432)));
 /// assert_eq!(split_host_port("[::1]:7000", 5432), Ok(("::1".into(), 7000)));
-/// assert_eq!(split_host_port("db:99999", 5432), Err(tenure::url::UrlError::BadPort));
+/// assert_eq!(split_host_port("db:99999", 5432), Err(tenure::store::url::UrlError::BadPort));
 /// ```
 pub fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), UrlError> {
     if s.is_empty() {
@@ -474,9 +474,9 @@ pub fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16), UrlE
 /// [`BARE_WORD`]).
 ///
 /// ```
-/// let pairs: Result<Vec<_>, _> = tenure::url::query_pairs("a=1&b=x%2By+z&c=").collect();
+/// let pairs: Result<Vec<_>, _> = tenure::store::url::query_pairs("a=1&b=x%2By+z&c=").collect();
 /// assert_eq!(pairs.unwrap(), [("a".into(), "1".into()), ("b".into(), "x+y+z".into()), ("c".into(), "".into())]);
-/// assert!(tenure::url::query_pairs("key=s3&cr3t").any(|p| p.is_err_and(|e| !e.to_string().contains("cr3t"))));
+/// assert!(tenure::store::url::query_pairs("key=s3&cr3t").any(|p| p.is_err_and(|e| !e.to_string().contains("cr3t"))));
 /// ```
 pub fn query_pairs(query: &str) -> impl Iterator<Item = Result<(String, String), UrlError>> + '_ {
     query.split('&').filter(|p| !p.is_empty()).map(|pair| {
@@ -495,7 +495,7 @@ pub fn query_pairs(query: &str) -> impl Iterator<Item = Result<(String, String),
 /// that does not read is the error.
 ///
 /// ```
-/// use tenure::url::{query_options, UrlError};
+/// use tenure::store::url::{query_options, UrlError};
 /// const OPTIONS: &[&str] = &["prefix", "timeout"];
 /// let pairs = query_options("timeout=2s&prefix=x", OPTIONS).unwrap();
 /// assert_eq!(pairs, [("timeout".into(), "2s".into()), ("prefix".into(), "x".into())]);
@@ -520,7 +520,7 @@ pub fn unknown_option(name: &str, known: &[&'static str]) -> UrlError {
 }
 
 /// [`query_options`] pair by pair, for a reader that checks each pair as
-/// it comes (the TLS files of [`TlsPaths::from_options`](crate::tls::TlsPaths::from_options)).
+/// it comes (the TLS files of [`TlsPaths::from_options`](crate::store::tls::TlsPaths::from_options)).
 pub fn known_query_pairs<'q>(
     query: &'q str,
     known: &'q [&'static str],
@@ -547,9 +547,9 @@ pub const BARE_WORD: &str = "an option without a value (no =): write name=value,
 ///
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(tenure::url::parse_duration("timeout", "250ms"), Ok(Duration::from_millis(250)));
-/// assert_eq!(tenure::url::parse_duration("timeout", "3"), Ok(Duration::from_secs(3)));
-/// assert!(tenure::url::parse_duration("timeout", "soon").unwrap_err().to_string().contains("timeout"));
+/// assert_eq!(tenure::store::url::parse_duration("timeout", "250ms"), Ok(Duration::from_millis(250)));
+/// assert_eq!(tenure::store::url::parse_duration("timeout", "3"), Ok(Duration::from_secs(3)));
+/// assert!(tenure::store::url::parse_duration("timeout", "soon").unwrap_err().to_string().contains("timeout"));
 /// ```
 pub fn parse_duration(name: &str, value: &str) -> Result<Duration, UrlError> {
     let v = value.trim();
@@ -574,8 +574,8 @@ pub fn parse_duration(name: &str, value: &str) -> Result<Duration, UrlError> {
 ///
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(tenure::url::parse_timeout("timeout", "2s"), Ok(Duration::from_secs(2)));
-/// assert!(tenure::url::parse_timeout("timeout", "0s").unwrap_err().to_string().contains("positive"));
+/// assert_eq!(tenure::store::url::parse_timeout("timeout", "2s"), Ok(Duration::from_secs(2)));
+/// assert!(tenure::store::url::parse_timeout("timeout", "0s").unwrap_err().to_string().contains("positive"));
 /// ```
 pub fn parse_timeout(name: &str, value: &str) -> Result<Duration, UrlError> {
     let d = parse_duration(name, value)?;
@@ -591,8 +591,8 @@ pub fn parse_timeout(name: &str, value: &str) -> Result<Duration, UrlError> {
 /// `1`/`0`, `yes`/`no`, `on`/`off`.
 ///
 /// ```
-/// assert_eq!(tenure::url::parse_bool("create", "yes"), Ok(true));
-/// assert!(tenure::url::parse_bool("create", "maybe").unwrap_err().to_string().contains("true or false"));
+/// assert_eq!(tenure::store::url::parse_bool("create", "yes"), Ok(true));
+/// assert!(tenure::store::url::parse_bool("create", "maybe").unwrap_err().to_string().contains("true or false"));
 /// ```
 pub fn parse_bool(name: &str, value: &str) -> Result<bool, UrlError> {
     match value.to_ascii_lowercase().as_str() {
@@ -639,7 +639,7 @@ pub fn is_secret_key(key: &str) -> bool {
 /// know, so only that pair can be a secret's tail.
 ///
 /// ```
-/// use tenure::url::shown_option_name;
+/// use tenure::store::url::shown_option_name;
 /// assert_eq!(shown_option_name("regoin", false), r#""regoin""#);
 /// assert!(!shown_option_name("Qb2", true).contains("Qb2"));
 /// ```
@@ -656,8 +656,8 @@ pub fn shown_option_name(name: &str, after_secret: bool) -> String {
 /// key of four characters or fewer.
 ///
 /// ```
-/// assert_eq!(tenure::url::mask_key_id("AKIDEXAMPLE"), "***MPLE");
-/// assert_eq!(tenure::url::mask_key_id("AKID"), "***");
+/// assert_eq!(tenure::store::url::mask_key_id("AKIDEXAMPLE"), "***MPLE");
+/// assert_eq!(tenure::store::url::mask_key_id("AKID"), "***");
 /// ```
 pub fn mask_key_id(id: &str) -> String {
     let count = id.chars().count();
@@ -673,8 +673,8 @@ pub fn mask_key_id(id: &str) -> String {
 /// or nothing without a user. The password never shows.
 ///
 /// ```
-/// assert_eq!(tenure::url::shown_user(Some("app")), "app@");
-/// assert_eq!(tenure::url::shown_user(None), "");
+/// assert_eq!(tenure::store::url::shown_user(Some("app")), "app@");
+/// assert_eq!(tenure::store::url::shown_user(None), "");
 /// ```
 pub fn shown_user(user: Option<&str>) -> String {
     user.map(|u| format!("{u}@")).unwrap_or_default()
@@ -690,7 +690,7 @@ pub fn shown_user(user: Option<&str>) -> String {
 /// of a secret, at the price of masking more.
 ///
 /// ```
-/// use tenure::url::strip_userinfo;
+/// use tenure::store::url::strip_userinfo;
 /// assert_eq!(strip_userinfo("http://u:p@h:9000/x?y=1"), "http://h:9000/x?y=1");
 /// assert_eq!(strip_userinfo("http://h:9000"), "http://h:9000");
 /// assert_eq!(strip_userinfo("http://h:9000/?password=pw"), "http://h:9000/?password=***");
@@ -721,7 +721,7 @@ pub fn strip_userinfo(url: &str) -> String {
 /// showing a piece of a secret.
 ///
 /// ```
-/// use tenure::url::redact;
+/// use tenure::store::url::redact;
 /// assert_eq!(redact("redis://app:s3cret@h:6379/0"), "redis://app:***@h:6379/0");
 /// assert_eq!(redact("postgres://app:pa/ss?#x@db/x"), "postgres://app:***@db/x");
 /// assert_eq!(redact("redis://t0ken@h"), "redis://***@h");
@@ -847,8 +847,8 @@ fn conninfo_secrets(text: &str) -> Vec<(usize, usize)> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tenure::secret::AccessKeys;
-/// use tenure::url::ShownQuery;
+/// use tenure::store::secret::AccessKeys;
+/// use tenure::store::url::ShownQuery;
 /// let keys = AccessKeys::new("AKIDEXAMPLE", "s3cr3t", Some("t0ken".to_owned()));
 /// let mut q = ShownQuery::default();
 /// q.value("region", Some("eu-west-1"))
@@ -926,7 +926,7 @@ impl ShownQuery {
 /// read and checked once it is: the pair whole, or nothing of it.
 ///
 /// ```
-/// use tenure::url::AccessKeyOptions;
+/// use tenure::store::url::AccessKeyOptions;
 /// let mut keys = AccessKeyOptions::default();
 /// for (name, value) in [("access_key_id", "AKID1234"), ("secret_access_key", "s3cr3t")] {
 ///     assert!(AccessKeyOptions::is_option(name));
@@ -987,7 +987,7 @@ impl AccessKeyOptions {
 /// `example`, such as `http://127.0.0.1:8000`.
 ///
 /// ```
-/// use tenure::url::check_http_endpoint;
+/// use tenure::store::url::check_http_endpoint;
 /// assert!(check_http_endpoint("https://h:1", "http://h:1").is_ok());
 /// let e = check_http_endpoint("ftp://u:pw@h", "http://h:1").unwrap_err().to_string();
 /// assert!(e.contains("not an http:// or https:// URL") && !e.contains("pw"), "{e}");

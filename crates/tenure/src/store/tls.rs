@@ -12,7 +12,7 @@ use rustls_pki_types::pem::{self, PemObject, SectionKind};
 /// store with TLS options takes them under these names.
 ///
 /// ```
-/// use tenure::tls::TlsPaths;
+/// use tenure::store::tls::TlsPaths;
 /// let mut files = TlsPaths::default();
 /// assert_eq!(files.take("ca", "/etc/ca.pem", true, "rediss://"), Ok(true));
 /// assert_eq!(files.take("prefix", "x", true, "rediss://"), Ok(false));
@@ -59,7 +59,7 @@ impl TlsPaths {
     /// other options, decoded and in order, for the store to read.
     ///
     /// ```
-    /// use tenure::tls::TlsPaths;
+    /// use tenure::store::tls::TlsPaths;
     /// let (files, others) = TlsPaths::from_query("prefix=x&ca=/c.pem", true, "etcds://").unwrap();
     /// assert_eq!(files.ca.as_deref(), Some(std::path::Path::new("/c.pem")));
     /// assert_eq!(others, [("prefix".to_owned(), "x".to_owned())]);
@@ -70,16 +70,16 @@ impl TlsPaths {
         tls: bool,
         tls_scheme: &str,
     ) -> Result<(TlsPaths, Vec<(String, String)>), String> {
-        Self::read(crate::url::query_pairs(query), tls, tls_scheme)
+        Self::read(crate::store::url::query_pairs(query), tls, tls_scheme)
     }
 
     /// [`from_query`](TlsPaths::from_query) for a store that takes the
     /// options `known` (the TLS files among them): a name outside the list
     /// is an error that names it and lists them all, in the place the pair
-    /// is written ([`query_options`](crate::url::query_options)).
+    /// is written ([`query_options`](crate::store::url::query_options)).
     ///
     /// ```
-    /// use tenure::tls::TlsPaths;
+    /// use tenure::store::tls::TlsPaths;
     /// const OPTIONS: &[&str] = &["timeout", "ca", "cert", "key"];
     /// let (files, others) = TlsPaths::from_options("timeout=1s", OPTIONS, true, "nats+tls://").unwrap();
     /// assert_eq!((files, others), (TlsPaths::default(), vec![("timeout".into(), "1s".into())]));
@@ -92,12 +92,16 @@ impl TlsPaths {
         tls: bool,
         tls_scheme: &str,
     ) -> Result<(TlsPaths, Vec<(String, String)>), String> {
-        Self::read(crate::url::known_query_pairs(query, known), tls, tls_scheme)
+        Self::read(
+            crate::store::url::known_query_pairs(query, known),
+            tls,
+            tls_scheme,
+        )
     }
 
     /// Takes the TLS files from `pairs`, in order, and returns the rest.
     fn read(
-        pairs: impl Iterator<Item = Result<(String, String), crate::url::UrlError>>,
+        pairs: impl Iterator<Item = Result<(String, String), crate::store::url::UrlError>>,
         tls: bool,
         tls_scheme: &str,
     ) -> Result<(TlsPaths, Vec<(String, String)>), String> {
@@ -222,7 +226,7 @@ impl crate::error::BackendError for PemError {
 /// file's bytes, for a TLS library that parses PEM itself.
 ///
 /// ```
-/// use tenure::tls::{read_pem, Expected, PemError};
+/// use tenure::store::tls::{read_pem, Expected, PemError};
 /// let path = std::env::temp_dir().join(format!("tenure-pem-doc-{}.pem", std::process::id()));
 /// std::fs::write(&path, "not a certificate").unwrap();
 /// let e = read_pem("ca", &path, Expected::Certificates).unwrap_err();

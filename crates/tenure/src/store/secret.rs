@@ -9,7 +9,7 @@ use std::fmt;
 /// it to the server.
 ///
 /// ```
-/// use tenure::secret::Secret;
+/// use tenure::store::secret::Secret;
 ///
 /// let password = Secret::new("hunter2");
 /// assert_eq!(format!("{password:?} {password}"), "<redacted> <redacted>");
@@ -50,11 +50,11 @@ impl fmt::Display for Secret {
 
 /// Static access keys of a cloud service (DynamoDB, S3): a key pair, and a
 /// session token for temporary credentials. `Debug` shows the key id
-/// [shortened](crate::url::mask_key_id) and nothing of the secrets, so
+/// [shortened](crate::store::url::mask_key_id) and nothing of the secrets, so
 /// options holding keys stay safe to log.
 ///
 /// ```
-/// use tenure::secret::AccessKeys;
+/// use tenure::store::secret::AccessKeys;
 ///
 /// let keys = AccessKeys::new("AKIDEXAMPLE", "s3cr3t", Some("t0ken".to_owned()));
 /// assert_eq!(keys.secret_access_key().expose(), "s3cr3t");
@@ -103,7 +103,7 @@ impl fmt::Debug for AccessKeys {
         f.debug_struct("AccessKeys")
             .field(
                 "access_key_id",
-                &crate::url::mask_key_id(&self.access_key_id),
+                &crate::store::url::mask_key_id(&self.access_key_id),
             )
             .field("secret_access_key", &self.secret_access_key)
             .field("session_token", &self.session_token)

@@ -36,7 +36,7 @@ use crate::store::{BatchResult, CasOutcome, CasRequest};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tenure::concurrent::InFlight;
+/// use tenure::store::concurrent::InFlight;
 /// use tenure::{CasOutcome, CasRequest, GroupName, Holder, LeaseRecord, LeaseStore};
 /// use tenure::{MemoryStore, Metadata, WallTime};
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
