@@ -12,7 +12,9 @@
 //! (options from a URL, redacted), [`tls`] (the PEM files a URL names),
 //! [`secret`] (values that never print), [`concurrent`] (batches as
 //! requests in flight). A new store proves itself with the conformance
-//! suite of the `tenure-testkit` crate.
+//! suite of the `tenure-testkit` crate. Import what you use by name:
+//! `use tenure::store::*` also brings the modules `url` and `tls`, which
+//! clash with the crates of those names.
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;

@@ -153,13 +153,14 @@ impl<T> Queues<T> {
 pub(super) struct Batches {
     pub(super) reads: Queues<GroupName>,
     pub(super) writes: Queues<CasRequest>,
-    /// The batches in flight, each in a task of its own.
+    /// The batches in flight, each in a task of its own: spawned only by
+    /// [`Batches::launch`], which records what each carries.
     pub(super) running: JoinSet<BatchReply>,
     /// What each batch in flight carries, by task.
     carried: HashMap<tokio::task::Id, InFlight>,
     /// Operations in flight in every batch: a batch sent now waits behind
     /// them.
-    pub(super) ops_in_flight: usize,
+    ops_in_flight: usize,
     /// Renewals (and leaders' verifying reads) in flight: terms held
     /// whose renewal is out are held all the same (see `Task::holding`).
     renewals_in_flight: usize,
@@ -216,8 +217,21 @@ impl Batches {
         self.suspects_in_flight == 0
     }
 
-    /// A batch went out in task `task`, carrying `batch`.
-    fn launched(&mut self, task: tokio::task::Id, batch: InFlight, suspects: bool) {
+    /// Operations in flight in every batch.
+    pub(super) fn ops_in_flight(&self) -> usize {
+        self.ops_in_flight
+    }
+
+    /// Sends a batch carrying `batch` (of suspects if `suspects`): `work`
+    /// runs in a task of its own, and what it carries counts as in flight
+    /// until [`Batches::returned`].
+    fn launch(
+        &mut self,
+        work: impl Future<Output = BatchReply> + Send + 'static,
+        batch: InFlight,
+        suspects: bool,
+    ) {
+        let task = self.running.spawn(work).id();
         self.carried.insert(task, batch);
         self.ops_in_flight = self.ops_in_flight.saturating_add(batch.all);
         self.renewals_in_flight = self.renewals_in_flight.saturating_add(batch.renewals);
@@ -235,9 +249,11 @@ impl Batches {
         Some(batch)
     }
 
-    /// A reply came back at `now`: the batch size its failed groups may go
-    /// in next (see `Task::on_batch`).
-    fn isolation(&mut self, reply: &BatchReply, now: MonoTime) -> usize {
+    /// A reply came back at `now`: its batch of suspects (if it was one) is
+    /// in flight no more, a success is noted for its kind, and what is
+    /// returned is the batch size its failed groups may go in next (see
+    /// `Task::on_batch`).
+    fn on_reply(&mut self, reply: &BatchReply, now: MonoTime) -> usize {
         if reply.suspects {
             self.suspects_in_flight = self.suspects_in_flight.saturating_sub(1);
         }
@@ -405,7 +421,7 @@ impl Task {
         let free = self.batches.free(self.options.max_in_flight);
         let cap = self
             .admission
-            .batch_cap(self.options.max_batch, self.limits.op_timeout / 4);
+            .batch_cap(self.options.max_batch, self.limits.congestion());
         if !priority.deferrable() {
             return if free > 0 { cap } else { 0 };
         }
@@ -471,7 +487,7 @@ impl Task {
         // it would be taken from the others.
         let expected = self
             .admission
-            .expected(chunk.len(), self.batches.ops_in_flight);
+            .expected(chunk.len(), self.batches.ops_in_flight());
         // An acquisition or poll that waited for admission until the store
         // could no longer answer it in time is not worth the store's time
         // either (a timeout would count against the store): it is answered
@@ -484,7 +500,7 @@ impl Task {
         // a batch of reads) held back every operation for good, and the
         // member stood for nothing ever after (tenure-sim --shards
         // --catalog seed 316).
-        let mut probe = self.batches.ops_in_flight == 0;
+        let mut probe = self.batches.ops_in_flight() == 0;
         let mut live = Vec::with_capacity(chunk.len());
         for q in chunk {
             if !self.is_current(q.id, q.op) {
@@ -507,7 +523,7 @@ impl Task {
                 // nowhere else).
                 let holding = priority == Priority::Renewal || self.holding();
                 self.admission
-                    .overloaded(now, self.limits.op_timeout / 4, holding);
+                    .overloaded(now, self.limits.congestion(), holding);
                 self.batches.shedding.push((q.id, q.op));
                 continue;
             }
@@ -549,11 +565,11 @@ impl Task {
         let waited = out.deadline.saturating_since(sent);
         let (ids, deadline) = (out.ids, out.deadline);
         let count = ids.len();
-        let work = call(self.store.clone(), out.items);
-        let task = self.batches.running.spawn(async move {
+        let request = call(self.store.clone(), out.items);
+        let work = async move {
             let result = tokio::select! {
                 biased;
-                r = work => r,
+                r = request => r,
                 _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
             };
             BatchReply {
@@ -563,20 +579,20 @@ impl Task {
                 suspects,
                 result: results(ids, result),
             }
-        });
+        };
         let deferrable = if priority.deferrable() { count } else { 0 };
         let renewals = if priority == Priority::Renewal {
             count
         } else {
             0
         };
-        self.admission.sent(deferrable);
         let batch = InFlight {
             all: count,
             deferrable,
             renewals,
         };
-        self.batches.launched(task.id(), batch, suspects);
+        self.batches.launch(work, batch, suspects);
+        self.admission.sent(deferrable);
     }
 
     /// Whether `op` is still the group's operation in flight (it may have
@@ -596,11 +612,11 @@ impl Task {
             .saturating_since(reply.sent)
             .saturating_sub(self.host_lag.at(now));
         let (count, failed) = (reply.result.len(), reply.result.failed());
-        let target = self.limits.op_timeout / 4;
+        let target = self.limits.congestion();
         let renewals = reply.priority == Priority::Renewal;
         self.admission
             .observe(now, latency, failed, count, target, renewals);
-        let isolate = self.batches.isolation(&reply, now);
+        let isolate = self.batches.on_reply(&reply, now);
         match reply.result {
             BatchResults::Reads(ids, result) => {
                 for ((id, op), result) in spread(ids.into_iter(), result) {

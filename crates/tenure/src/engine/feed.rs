@@ -27,7 +27,9 @@ use super::GroupId;
 /// per-group hints of a store without a store-wide feed. It owns that
 /// state; the task hands what arrives to the machines.
 pub(super) struct Feeds {
-    /// The store-wide feed's state.
+    /// The store-wide feed's state: read by the task's loop for changes,
+    /// changed only by the methods below (which keep the check and the
+    /// taps in step with it).
     pub(super) state: Feed,
     pub(super) check: FeedCheck,
     /// The subscription in flight, if any.
@@ -90,22 +92,54 @@ impl Feeds {
         self.check.reading.is_empty().then_some(self.check.next_at)
     }
 
+    /// Whether the store has no store-wide feed (its groups subscribe one
+    /// by one).
+    pub(super) fn is_per_group(&self) -> bool {
+        matches!(self.state, Feed::PerGroup)
+    }
+
+    /// Whether the feed is parked (see [`Task::park_feed_if_unused`]).
+    pub(super) fn is_parked(&self) -> bool {
+        matches!(self.state, Feed::Parked)
+    }
+
     /// A reader outside the engine's groups asks for the store-wide feed
-    /// at `now` (see [`Taps`]): a tap at once if the feed is up, `None` if
-    /// the store has none (it polls, as it would have on its own `watch`),
-    /// else once the engine's subscription answers.
-    fn tap(&mut self, to: oneshot::Sender<Option<StoreFeed>>, now: MonoTime) {
+    /// (see [`Taps`]): a tap at once if the feed is up, `None` if the store
+    /// has none (it polls, as it would have on its own `watch`), else once
+    /// the engine's subscription answers (its caller unparks a parked feed
+    /// first).
+    fn tap(&mut self, to: oneshot::Sender<Option<StoreFeed>>) {
         match self.state {
             Feed::Up(_) => self.taps.open(to),
             Feed::PerGroup => {
                 let _ = to.send(None);
             }
-            Feed::Off { .. } | Feed::Subscribing => self.taps.waiting.push(to),
-            Feed::Parked => {
-                self.state = Feed::Off { retry_at: now };
-                self.taps.waiting.push(to);
-            }
+            Feed::Off { .. } | Feed::Subscribing | Feed::Parked => self.taps.waiting.push(to),
         }
+    }
+
+    /// A subscription went out.
+    fn subscribing(&mut self) {
+        self.state = Feed::Subscribing;
+    }
+
+    /// The subscription came back with `feed`: waiting taps get theirs.
+    fn up(&mut self, feed: StoreFeed) {
+        self.state = Feed::Up(feed);
+        self.taps.answer(true);
+    }
+
+    /// The store has no store-wide feed: waiting taps are told so.
+    fn per_group(&mut self) {
+        self.state = Feed::PerGroup;
+        self.taps.answer(false);
+    }
+
+    /// The subscription failed: waiting taps are told there is none now,
+    /// and it is tried again at `retry_at`.
+    fn failed(&mut self, retry_at: MonoTime) {
+        self.taps.answer(false);
+        self.state = Feed::Off { retry_at };
     }
 
     /// Parks the feed if no group followed at this check nor the last and
@@ -375,7 +409,7 @@ impl Task {
             return;
         };
         let (store, clock, group) = (self.store.clone(), self.clock.clone(), slot.group.clone());
-        let timeout = self.limits.op_timeout.min(interval);
+        let timeout = self.limits.op_timeout().min(interval);
         Counters::add(&self.counters.read_batches, 1);
         Counters::add(&self.counters.reads, 1);
         self.feed.check.reading.spawn(async move {
@@ -414,10 +448,13 @@ impl Task {
     }
 
     /// A reader outside the engine's groups asks for the store-wide feed
-    /// (see [`Feeds::tap`]).
+    /// (see [`Feeds::tap`]): a parked feed is subscribed again at once.
     pub(super) fn tap(&mut self, to: oneshot::Sender<Option<StoreFeed>>) {
-        let now = self.clock.now().mono;
-        self.feed.tap(to, now);
+        if self.feed.is_parked() {
+            let now = self.clock.now().mono;
+            self.feed.unpark(now);
+        }
+        self.feed.tap(to);
     }
 
     /// Drops the store-wide feed once no group has followed at two feed
@@ -469,7 +506,7 @@ impl Task {
         if self.clock.now().mono < retry_at {
             return;
         }
-        self.feed.state = Feed::Subscribing;
+        self.feed.subscribing();
         let (store, clock) = (self.store.clone(), self.clock.clone());
         // Bounded like an operation of the shortest term in the engine.
         let timeout = self
@@ -491,16 +528,14 @@ impl Task {
     pub(super) fn on_subscribed(&mut self, result: Result<Option<StoreFeed>, StoreError>) {
         match result {
             Ok(Some(feed)) => {
-                self.feed.state = Feed::Up(feed);
-                self.feed.taps.answer(true);
+                self.feed.up(feed);
                 let ids: Vec<GroupId> = self.slots.keys().copied().collect();
                 for id in ids {
                     self.step(id, Input::Feed { live: true });
                 }
             }
             Ok(None) => {
-                self.feed.state = Feed::PerGroup;
-                self.feed.taps.answer(false);
+                self.feed.per_group();
                 let ids: Vec<GroupId> = self.slots.keys().copied().collect();
                 for id in ids {
                     self.subscribe_group(id);
@@ -510,10 +545,8 @@ impl Task {
                 tracing::debug!(error = %e, "no change feed yet; polling");
                 // A tap waiting is told now, as its reader's own `watch`
                 // failing would have: it polls, and asks again later.
-                self.feed.taps.answer(false);
-                self.feed.state = Feed::Off {
-                    retry_at: self.clock.now().mono + self.limits.retry_interval(),
-                };
+                let retry_at = self.clock.now().mono + self.limits.retry_interval();
+                self.feed.failed(retry_at);
             }
         }
     }

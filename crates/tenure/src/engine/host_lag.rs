@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::clock::MonoTime;
 
 /// How long a lag of the engine behind its own timers counts as the host's.
-pub(super) const HOST_LAG_MEMORY: Duration = Duration::from_secs(1);
+const HOST_LAG_MEMORY: Duration = Duration::from_secs(1);
 
 /// The largest lag of the engine behind its own timers in the last
 /// [`HOST_LAG_MEMORY`].

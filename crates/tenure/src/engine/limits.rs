@@ -9,16 +9,15 @@ use crate::config::Timing;
 /// the groups that have joined (never loosened when a group leaves: a
 /// bound a little tight for a while is safe, one too loose is not).
 pub(super) struct Limits {
-    /// The shortest operation timeout among the groups: a batch that takes
-    /// longer than a quarter of it is congestion.
-    pub(super) op_timeout: Duration,
+    /// The shortest operation timeout among the groups.
+    op_timeout: Duration,
     /// The shortest retry interval among the groups that have joined.
     retry_min: Duration,
     /// The least time any group's renewal may go out after falling due and
     /// still have its whole operation timeout before the term's end (the
     /// leader's validity less the renew interval, the stop grace and the
     /// operation timeout): what a late wake-up of the engine eats into.
-    pub(super) renew_margin: Duration,
+    renew_margin: Duration,
 }
 
 impl Default for Limits {
@@ -43,6 +42,24 @@ impl Limits {
         self.renew_margin = self
             .renew_margin
             .min(timing.leader_validity.saturating_sub(spent));
+    }
+
+    /// The shortest operation timeout among the groups.
+    pub(super) fn op_timeout(&self) -> Duration {
+        self.op_timeout
+    }
+
+    /// The batch latency the admission window aims under: a quarter of the
+    /// shortest operation timeout (a batch that takes longer is
+    /// congestion).
+    pub(super) fn congestion(&self) -> Duration {
+        self.op_timeout / 4
+    }
+
+    /// The least time any group's renewal may go out after falling due and
+    /// still have its whole operation timeout before the term's end.
+    pub(super) fn renew_margin(&self) -> Duration {
+        self.renew_margin
     }
 
     /// The shortest retry interval among the groups that have joined (one

@@ -421,7 +421,7 @@ impl Task {
         // timeout, where spread out they fit.
         let cap = self
             .admission
-            .batch_cap(self.options.max_batch, self.limits.op_timeout / 4);
+            .batch_cap(self.options.max_batch, self.limits.congestion());
         let writes = &self.batches.writes;
         let room = || cap.saturating_sub(writes.by_priority[Priority::Renewal.index()].len());
         if let Some(due) = self.schedule.early_renewals(&self.slots, now, room) {

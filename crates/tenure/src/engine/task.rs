@@ -276,9 +276,9 @@ impl Task {
     /// is noted, and admission pauses if it puts the terms held at risk.
     pub(super) fn ran_late(&mut self, now: MonoTime, lag: Duration) {
         self.host_lag.note(now, lag);
-        let margin = self.holding().then_some(self.limits.renew_margin);
+        let margin = self.holding().then_some(self.limits.renew_margin());
         self.admission
-            .late_wake(now, lag, margin, self.limits.op_timeout / 4);
+            .late_wake(now, lag, margin, self.limits.congestion());
     }
 
     /// Whether any group leads (has a renewal scheduled, queued or in
@@ -342,13 +342,13 @@ impl Task {
             },
         );
         self.counters.groups.fetch_add(1, Ordering::Relaxed);
-        match self.feed.state {
-            Feed::Up(_) => self.step(id, Input::Feed { live: true }),
-            Feed::PerGroup => {
-                self.subscribe_group(id);
-                self.step(id, Input::Tick);
-            }
-            _ => self.step(id, Input::Tick),
+        if self.feed.is_up() {
+            self.step(id, Input::Feed { live: true });
+        } else if self.feed.is_per_group() {
+            self.subscribe_group(id);
+            self.step(id, Input::Tick);
+        } else {
+            self.step(id, Input::Tick);
         }
     }
 
@@ -385,8 +385,7 @@ impl Task {
         if stopped {
             self.leave(id);
         } else {
-            if matches!(self.feed.state, Feed::Parked) && self.slots.get(&id).is_some_and(following)
-            {
+            if self.feed.is_parked() && self.slots.get(&id).is_some_and(following) {
                 self.unpark_feed(now.mono);
             }
             self.reschedule(id, now);
