@@ -18,7 +18,7 @@ use crate::store::{BatchResult, CasOutcome, CasRequest, LeaseStore};
 
 use super::feed::saw;
 use super::shared::Counters;
-use super::task::{InFlight, OpKind, Task};
+use super::task::{InFlight, OpKind, Slot, Task};
 use super::GroupId;
 
 /// What an operation is for, in the order the engine sends them.
@@ -472,9 +472,9 @@ impl Task {
     }
 
     /// The operations of `chunk` that are still their groups' operations in
-    /// flight, as a batch to send; `None` if none is. A renewal or release
-    /// whose deadline is nearer than the store's recent service time is
-    /// not sent, but answered as held back.
+    /// flight, as a batch to send (each marked sent); `None` if none is. A
+    /// renewal or release whose deadline is nearer than the store's recent
+    /// service time is not sent, but answered as held back.
     pub(super) fn still_current<T>(
         &mut self,
         chunk: Vec<Queued<T>>,
@@ -503,10 +503,15 @@ impl Task {
         let mut probe = self.batches.ops_in_flight() == 0;
         let mut live = Vec::with_capacity(chunk.len());
         for q in chunk {
-            if !self.is_current(q.id, q.op) {
+            // Still its group's operation in flight (it may have timed out
+            // while queued)? If it goes out, it is marked sent here: one
+            // lookup of the group's slot for both.
+            let current = self.slots.get_mut(&q.id).and_then(|s| s.op.as_mut());
+            let Some(current) = current.filter(|c| c.op == q.op) else {
                 continue;
-            }
+            };
             if std::mem::take(&mut probe) {
+                current.sent = true;
                 live.push(q);
                 continue;
             }
@@ -527,6 +532,7 @@ impl Task {
                 self.batches.shedding.push((q.id, q.op));
                 continue;
             }
+            current.sent = true;
             live.push(q);
         }
         let deadline = live.iter().map(|q| q.deadline).max()?;
@@ -553,13 +559,6 @@ impl Task {
         R: 'static,
         Fut: Future<Output = BatchResult<R>> + Send + 'static,
     {
-        for (id, op) in &out.ids {
-            if let Some(current) = self.slots.get_mut(id).and_then(|s| s.op.as_mut()) {
-                if current.op == *op {
-                    current.sent = true;
-                }
-            }
-        }
         let clock = self.clock.clone();
         let sent = clock.now().mono;
         let waited = out.deadline.saturating_since(sent);
@@ -595,14 +594,6 @@ impl Task {
         self.admission.sent(deferrable);
     }
 
-    /// Whether `op` is still the group's operation in flight (it may have
-    /// timed out while queued).
-    pub(super) fn is_current(&self, id: GroupId, op: OpId) -> bool {
-        self.slots
-            .get(&id)
-            .is_some_and(|s| s.op.is_some_and(|c| c.op == op))
-    }
-
     pub(super) fn on_batch(&mut self, reply: BatchReply) {
         let now = self.clock.now().mono;
         // The store's latency, less what the host may have added: a reply
@@ -620,16 +611,12 @@ impl Task {
         match reply.result {
             BatchResults::Reads(ids, result) => {
                 for ((id, op), result) in spread(ids.into_iter(), result) {
-                    self.judge(id, &result, isolate);
-                    let result = result.map(Reply::Read);
-                    self.answer(id, op, result);
+                    self.answer(id, op, result.map(Reply::Read), isolate);
                 }
             }
             BatchResults::Writes(ids, result) => {
                 for ((id, op), result) in spread(ids.into_iter(), result) {
-                    self.judge(id, &result, isolate);
-                    let result = result.map(Reply::Write);
-                    self.answer(id, op, result);
+                    self.answer(id, op, result.map(Reply::Write), isolate);
                 }
             }
         }
@@ -637,10 +624,7 @@ impl Task {
 
     /// Files a group as healthy after a success, or as a suspect to be
     /// sent in batches of at most `isolate` after a failure.
-    pub(super) fn judge<T>(&mut self, id: GroupId, result: &Result<T, StoreError>, isolate: usize) {
-        let Some(slot) = self.slots.get_mut(&id) else {
-            return;
-        };
+    fn judge<T>(slot: &mut Slot, result: &Result<T, StoreError>, isolate: usize) {
         slot.isolate = match result {
             Ok(_) => usize::MAX,
             // Held back, not failed.
@@ -654,60 +638,57 @@ impl Task {
     /// could not have been answered before its deadline: busy, certainly not
     /// applied, and no report on the store's health (it did not fail).
     pub(super) fn hold_back(&mut self, id: GroupId, op: OpId) {
-        let Some(slot) = self.slots.get_mut(&id) else {
-            return;
-        };
-        let Some(current) = slot.op.filter(|c| c.op == op) else {
-            return;
-        };
-        slot.op = None;
-        let error = StoreError::busy(
-            "not sent: the store could not have answered before the operation's deadline",
-        );
-        let input = current.kind.failed(op, error);
-        self.step(id, input);
+        self.step_with(id, |slot| {
+            let current = slot.op.filter(|c| c.op == op)?;
+            slot.op = None;
+            let error = StoreError::busy(
+                "not sent: the store could not have answered before the operation's deadline",
+            );
+            Some(current.kind.failed(op, error))
+        });
     }
 
     /// Hands a group its operation's outcome, if `op` is still the one it
-    /// waits for. A read's outcome answers a read, a write's a write; an
-    /// error answers either.
-    pub(super) fn answer(&mut self, id: GroupId, op: OpId, result: Result<Reply, StoreError>) {
-        let Some(slot) = self.slots.get_mut(&id) else {
-            return;
-        };
-        let Some(current) = slot.op else {
-            return;
-        };
-        if current.op != op {
-            return;
-        }
-        slot.op = None;
-        match &result {
-            Ok(Reply::Read(Some(v))) => saw(slot, v.version),
-            Ok(Reply::Write(CasOutcome::Applied(version))) => {
-                saw(slot, *version);
-                slot.wrote = Some(slot.wrote.map_or(*version, |w| w.max(*version)));
+    /// waits for, after judging the group by it (see [`Task::judge`], with
+    /// the batch's `isolate`). A read's outcome answers a read, a write's
+    /// a write; an error answers either.
+    pub(super) fn answer(
+        &mut self,
+        id: GroupId,
+        op: OpId,
+        result: Result<Reply, StoreError>,
+        isolate: usize,
+    ) {
+        self.step_with(id, |slot| {
+            Self::judge(slot, &result, isolate);
+            let current = slot.op.filter(|c| c.op == op)?;
+            slot.op = None;
+            match &result {
+                Ok(Reply::Read(Some(v))) => saw(slot, v.version),
+                Ok(Reply::Write(CasOutcome::Applied(version))) => {
+                    saw(slot, *version);
+                    slot.wrote = Some(slot.wrote.map_or(*version, |w| w.max(*version)));
+                }
+                _ => {}
             }
-            _ => {}
-        }
-        let health = result
-            .as_ref()
-            .err()
-            .map(|e| (e.kind().to_owned(), e.to_string()));
-        slot.session
-            .publisher
-            .store_health(current.kind.label(), health);
-        let input = match (current.kind, result) {
-            (_, Ok(Reply::Read(read))) => Input::ReadDone {
-                op,
-                result: Ok(read),
-            },
-            (_, Ok(Reply::Write(outcome))) => Input::CasDone {
-                op,
-                result: Ok(outcome),
-            },
-            (kind, Err(e)) => kind.failed(op, e),
-        };
-        self.step(id, input);
+            let health = result
+                .as_ref()
+                .err()
+                .map(|e| (e.kind().to_owned(), e.to_string()));
+            slot.session
+                .publisher
+                .store_health(current.kind.label(), health);
+            Some(match (current.kind, result) {
+                (_, Ok(Reply::Read(read))) => Input::ReadDone {
+                    op,
+                    result: Ok(read),
+                },
+                (_, Ok(Reply::Write(outcome))) => Input::CasDone {
+                    op,
+                    result: Ok(outcome),
+                },
+                (kind, Err(e)) => kind.failed(op, e),
+            })
+        });
     }
 }

@@ -315,18 +315,18 @@ impl Schedule {
     }
 }
 
-impl Task {
-    /// Files the group's next wake-up and its due renewal or poll.
-    pub(super) fn reschedule(&mut self, id: GroupId, now: Now) {
-        let Some(slot) = self.slots.get_mut(&id) else {
-            return;
-        };
+impl Schedule {
+    /// Files group `id`'s next wake-up and its due renewal or poll, as its
+    /// machine in `slot` now says.
+    pub(super) fn reschedule(&mut self, id: GroupId, slot: &mut Slot, now: Now) {
         watch_liveness(slot, now);
         let wake = slot.machine.next_wake(now);
         let (renew, poll) = (slot.machine.renew_due(), slot.machine.poll_due());
-        self.schedule.file(id, &mut slot.filed, wake, renew, poll);
+        self.file(id, &mut slot.filed, wake, renew, poll);
     }
+}
 
+impl Task {
     pub(super) fn next_wake(&mut self) -> Option<MonoTime> {
         let mut wake = self.schedule.next_due(&self.slots);
         if let Some(retry_at) = self.feed.subscribe_at(!self.slots.is_empty()) {
@@ -361,30 +361,31 @@ impl Task {
     pub(super) fn fire_timers(&mut self) {
         let now = self.clock.now().mono;
         while let Some(d) = self.schedule.pop_deadline(now) {
-            let Some(slot) = self.slots.get_mut(&d.id) else {
-                continue;
-            };
-            let Some(Current { op, kind, sent }) = slot.op.filter(|c| c.op.0 == d.op) else {
-                continue;
-            };
-            slot.op = None;
-            let error = if sent {
-                let error = StoreError::Timeout(slot.machine.timing().op_timeout);
-                slot.session.publisher.store_health(
-                    kind.label(),
-                    Some((error.kind().to_owned(), error.to_string())),
-                );
-                error
-            } else {
-                // Never sent: the admission window had no room for it all
-                // along, so it certainly did not apply. The engine's own
-                // flow control, not a failure of the store: no health
-                // report (a warning per group of 100,000 would be a flood).
+            let mut held_back = false;
+            self.step_with(d.id, |slot| {
+                let Current { op, kind, sent } = slot.op.filter(|c| c.op.0 == d.op)?;
+                slot.op = None;
+                let error = if sent {
+                    let error = StoreError::Timeout(slot.machine.timing().op_timeout);
+                    slot.session.publisher.store_health(
+                        kind.label(),
+                        Some((error.kind().to_owned(), error.to_string())),
+                    );
+                    error
+                } else {
+                    // Never sent: the admission window had no room for it
+                    // all along, so it certainly did not apply. The
+                    // engine's own flow control, not a failure of the
+                    // store: no health report (a warning per group of
+                    // 100,000 would be a flood).
+                    held_back = true;
+                    StoreError::busy("held back by the engine: the store is serving all it can")
+                };
+                Some(kind.failed(op, error))
+            });
+            if held_back {
                 Counters::add(&self.counters.shed, 1);
-                StoreError::busy("held back by the engine: the store is serving all it can")
-            };
-            let input = kind.failed(op, error);
-            self.step(d.id, input);
+            }
         }
         // How late the most overdue wake-up fires: an engine that never
         // sleeps (its turns back to back, on a host whose CPU others take)
@@ -401,10 +402,12 @@ impl Task {
             };
             filed_before -= 1;
             late = late.max(now.saturating_since(t.at));
-            if let Some(slot) = self.slots.get_mut(&t.id).filter(|s| s.filed.is_live(&t)) {
-                slot.filed.scheduled = None;
-                self.step(t.id, Input::Tick);
-            }
+            self.step_with(t.id, |slot| {
+                slot.filed.is_live(&t).then(|| {
+                    slot.filed.scheduled = None;
+                    Input::Tick
+                })
+            });
         }
         if !late.is_zero() {
             self.ran_late(now, late);
