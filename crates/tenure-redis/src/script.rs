@@ -302,8 +302,16 @@ impl CasReply {
         match v {
             Value::Int(0) => return Ok(CasReply::Conflict),
             Value::Int(version) => {
+                // An integer reply is canonical digits by construction:
+                // only its range is checked (no text made per renewal).
+                let version = u64::try_from(*version)
+                    .ok()
+                    .filter(|v| (1..=MAX_VERSION).contains(v))
+                    .ok_or_else(|| {
+                        format!("version {version} is not a whole number from 1 to {MAX_VERSION}")
+                    })?;
                 return Ok(CasReply::Applied {
-                    version: applied_version(&version.to_string())?,
+                    version,
                     publish_error: None,
                 });
             }
@@ -424,6 +432,8 @@ mod tests {
         );
         assert_eq!(CasReply::parse(&Value::Int(0)).unwrap(), CasReply::Conflict);
         assert!(CasReply::parse(&Value::Int(-3)).is_err());
+        // One past the largest version the script can add one to exactly.
+        assert!(CasReply::parse(&Value::Int(1 << 53)).is_err());
         assert!(CasReply::parse(&Value::Nil).is_err());
         assert!(CasReply::parse(&Value::Array(vec![bulk("applied"), bulk("x")])).is_err());
         assert!(ReadReply::parse(&Value::Array(vec![bulk("what")])).is_err());

@@ -501,7 +501,15 @@ impl Task {
         // member stood for nothing ever after (tenure-sim --shards
         // --catalog seed 316).
         let mut probe = self.batches.ops_in_flight() == 0;
-        let mut live = Vec::with_capacity(chunk.len());
+        // What goes out is listed straight into the batch's two lists.
+        let mut ids = Vec::with_capacity(chunk.len());
+        let mut items = Vec::with_capacity(chunk.len());
+        let mut deadline = None;
+        let mut go = |q: Queued<T>| {
+            deadline = deadline.max(Some(q.deadline));
+            ids.push((q.id, q.op));
+            items.push(q.item);
+        };
         for q in chunk {
             // Still its group's operation in flight (it may have timed out
             // while queued)? If it goes out, it is marked sent here: one
@@ -512,7 +520,7 @@ impl Task {
             };
             if std::mem::take(&mut probe) {
                 current.sent = true;
-                live.push(q);
+                go(q);
                 continue;
             }
             if priority.deferrable() && q.deadline.saturating_since(now) < least {
@@ -533,14 +541,11 @@ impl Task {
                 continue;
             }
             current.sent = true;
-            live.push(q);
+            go(q);
         }
-        let deadline = live.iter().map(|q| q.deadline).max()?;
-        let ids = live.iter().map(|q| (q.id, q.op)).collect();
-        let items = live.into_iter().map(|q| q.item).collect();
         Some(Outgoing {
+            deadline: deadline?,
             ids,
-            deadline,
             items,
         })
     }

@@ -57,16 +57,33 @@ pub fn check_batch_answer(
 /// result. A batch that failed as a whole, or was answered with more or
 /// fewer results than operations ([`check_batch_answer`]), fails every
 /// operation in it with a copy of that error.
+/// An iterator, not a list: the engine hands each result on as it comes,
+/// and a list of a batch's thousands of pairs was one more large
+/// allocation per batch.
 pub(crate) fn spread<K, T>(
     keys: impl ExactSizeIterator<Item = K>,
     got: BatchResult<T>,
-) -> Vec<(K, Result<T, StoreError>)> {
+) -> impl Iterator<Item = (K, Result<T, StoreError>)> {
     let checked = got.and_then(|results| {
         check_batch_answer("the store", "a batch", keys.len(), results.len()).map(|()| results)
     });
-    match checked {
-        Ok(results) => keys.zip(results).collect(),
-        Err(e) => keys.map(|k| (k, Err(e.copy_for_batch()))).collect(),
+    let mut results = checked.map(Vec::into_iter);
+    keys.map(move |k| {
+        let result = match &mut results {
+            // As many results as keys: checked above.
+            Ok(each) => each.next().unwrap_or_else(|| Err(missing_entry())),
+            Err(e) => Err(e.copy_for_batch()),
+        };
+        (k, result)
+    })
+}
+
+/// A batch answer that ran out of entries (which [`check_batch_answer`]
+/// rules out before they are paired).
+fn missing_entry() -> StoreError {
+    StoreError::Unavailable {
+        message: "the store answered a batch with fewer entries than operations".into(),
+        source: None,
     }
 }
 

@@ -170,7 +170,7 @@ impl InFlight {
                 .chunks(chunk)
                 .map(|part| async move {
                     let writes: Vec<&'a CasRequest> = part.iter().map(|i| &requests[*i]).collect();
-                    spread(part.iter().copied(), self.run(write(writes)).await)
+                    spread(part.iter().copied(), self.run(write(writes)).await).collect()
                 })
                 .collect();
             slots.fill(running).await;
@@ -220,7 +220,7 @@ impl InFlight {
             .enumerate()
             .map(|(n, part)| async move {
                 let first = n * chunk;
-                spread(first..first + part.len(), self.run(read(part)).await)
+                spread(first..first + part.len(), self.run(read(part)).await).collect()
             })
             .collect();
         place(groups.len(), running).await
