@@ -36,18 +36,53 @@ pub(super) struct OpDeadline {
 }
 
 /// Where one group stands in the [`Schedule`]: kept in its slot.
+///
+/// A group has at most one live entry in the timer heap. A wake-up that
+/// moves later keeps it: the entry is filed again for the new instant
+/// when it comes up, rather than a new one pushed and the old left stale.
+/// A leader's wake-up moves later twice per renewal (sent, then renewed),
+/// so this halves the heap's pushes and leaves nothing stale behind.
 #[derive(Default)]
 pub(super) struct Filed {
-    /// The wake-up in the heap that counts; older entries are stale.
+    /// The generation of the live entry in the heap; older entries are
+    /// stale.
     gen: u64,
+    /// When the group wants its next tick, if ever.
     scheduled: Option<MonoTime>,
+    /// When the live entry comes up, if there is one: at or before
+    /// `scheduled`.
+    entry_at: Option<MonoTime>,
     renew_key: Option<MonoTime>,
     poll_key: Option<MonoTime>,
+}
+
+/// What a timer entry that comes up means for its group.
+enum Due {
+    /// Not the group's live entry (or no group): dropped.
+    Stale,
+    /// The live entry, but the group wants no tick any more: dropped.
+    Gone,
+    /// The live entry, and the group's wake-up has come: it is ticked.
+    Fire,
+    /// The live entry, but the group's wake-up moved to this later
+    /// instant: filed again for it.
+    Later(MonoTime),
 }
 
 impl Filed {
     fn is_live(&self, t: &Timer) -> bool {
         self.gen == t.gen
+    }
+
+    fn due(&self, t: &Timer) -> Due {
+        if !self.is_live(t) {
+            return Due::Stale;
+        }
+        match self.scheduled {
+            Some(at) if at > t.at => Due::Later(at),
+            Some(_) => Due::Fire,
+            None => Due::Gone,
+        }
     }
 }
 
@@ -176,8 +211,10 @@ impl Schedule {
     ) {
         if wake != filed.scheduled {
             filed.scheduled = wake;
-            filed.gen += 1;
-            if let Some(at) = wake {
+            // An entry that comes up no later stays (see `Filed`).
+            if let Some(at) = wake.filter(|at| filed.entry_at.is_none_or(|e| *at < e)) {
+                filed.gen += 1;
+                filed.entry_at = Some(at);
                 self.timers.push(Reverse(Timer {
                     at,
                     id,
@@ -189,12 +226,24 @@ impl Schedule {
         refile(&mut self.polls, &mut filed.poll_key, poll_due, id);
     }
 
-    /// The earliest live wake-up or deadline, dropping stale ones from
-    /// the top so that the sleep is for a real one.
-    fn next_due(&mut self, slots: &HashMap<GroupId, Slot, IdHash>) -> Option<MonoTime> {
-        while let Some(Reverse(t)) = self.timers.peek() {
-            if timer_live(slots, t) {
-                break;
+    /// The earliest live wake-up or deadline, dropping stale entries from
+    /// the top and filing again those whose wake-up moved later, so that
+    /// the sleep is for a real one.
+    fn next_due(&mut self, slots: &mut HashMap<GroupId, Slot, IdHash>) -> Option<MonoTime> {
+        while let Some(&Reverse(t)) = self.timers.peek() {
+            let Some(slot) = slots.get_mut(&t.id) else {
+                self.timers.pop();
+                continue;
+            };
+            match slot.filed.due(&t) {
+                Due::Fire => break,
+                Due::Stale => {}
+                Due::Gone => slot.filed.entry_at = None,
+                Due::Later(at) => {
+                    self.timers.pop();
+                    self.refile_timer(&mut slot.filed, t, at);
+                    continue;
+                }
             }
             self.timers.pop();
         }
@@ -213,11 +262,12 @@ impl Schedule {
 
     /// Drops the heaps' stale entries in one pass once they outnumber the
     /// live ones (a group has at most one live wake-up and one live
-    /// deadline): each renewal leaves two or three behind, and popping
-    /// them one by one as they come due (a sift through a heap of hundreds
-    /// of thousands each) cost an eighth of the engine's time at 100,000
-    /// groups. A stale entry never becomes live again (generations and
-    /// operation ids only rise), so what fires, and when, is unchanged.
+    /// deadline): each renewal leaves its deadline behind (and a wake-up
+    /// moved earlier leaves one), and popping them one by one as they come
+    /// due (a sift through a heap of hundreds of thousands each) cost an
+    /// eighth of the engine's time at 100,000 groups. A stale entry never
+    /// becomes live again (generations and operation ids only rise), so
+    /// what fires, and when, is unchanged.
     fn compact(&mut self, slots: &HashMap<GroupId, Slot, IdHash>) {
         let bound = slots.len().saturating_mul(2).saturating_add(1024);
         if self.timers.len() > bound {
@@ -235,6 +285,13 @@ impl Schedule {
             self.deadlines.pop();
             d
         })
+    }
+
+    /// Files the live entry `t` of a group (`filed`) again, for the later
+    /// instant `at` its wake-up moved to.
+    fn refile_timer(&mut self, filed: &mut Filed, t: Timer, at: MonoTime) {
+        filed.entry_at = Some(at);
+        self.timers.push(Reverse(Timer { at, ..t }));
     }
 
     /// The next wake-up that has come at `now`, live or stale.
@@ -339,7 +396,7 @@ impl Schedule {
 
 impl Task {
     pub(super) fn next_wake(&mut self) -> Option<MonoTime> {
-        let mut wake = self.schedule.next_due(&self.slots);
+        let mut wake = self.schedule.next_due(&mut self.slots);
         if let Some(retry_at) = self.feed.subscribe_at(!self.slots.is_empty()) {
             wake = Some(wake.map_or(retry_at, |w| w.min(retry_at)));
         }
@@ -413,12 +470,20 @@ impl Task {
             };
             filed_before -= 1;
             late = late.max(now.saturating_since(t.at));
-            self.step_with(t.id, |slot| {
-                slot.filed.is_live(&t).then(|| {
+            let schedule = &mut self.schedule;
+            let Some(slot) = self.slots.get_mut(&t.id) else {
+                continue;
+            };
+            match slot.filed.due(&t) {
+                Due::Stale => {}
+                Due::Gone => slot.filed.entry_at = None,
+                Due::Later(at) => schedule.refile_timer(&mut slot.filed, t, at),
+                Due::Fire => {
                     slot.filed.scheduled = None;
-                    Input::Tick
-                })
-            });
+                    slot.filed.entry_at = None;
+                    self.step(t.id, Input::Tick);
+                }
+            }
         }
         if !late.is_zero() {
             self.ran_late(now, late);
