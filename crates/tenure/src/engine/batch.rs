@@ -104,13 +104,13 @@ impl<T> Lane<T> {
         self.healthy.is_empty() && self.suspects.is_empty()
     }
 
-    /// The next batch of at most `room`: suspects' operations if any wait
-    /// and `suspects` allows, no more of them than the smallest bound among
-    /// them; else healthy groups' operations.
-    pub(super) fn take(&mut self, room: usize, suspects: bool) -> (Vec<Queued<T>>, bool) {
+    /// Moves the next batch of at most `room` into `chunk` (empty):
+    /// suspects' operations if any wait and `suspects` allows, no more of
+    /// them than the smallest bound among them (then it returns true);
+    /// else healthy groups' operations.
+    pub(super) fn take(&mut self, room: usize, suspects: bool, chunk: &mut Vec<Queued<T>>) -> bool {
         if suspects && !self.suspects.is_empty() {
             let mut limit = room;
-            let mut chunk = Vec::new();
             while let Some(q) = self.suspects.front() {
                 let limit_with = limit.min(q.isolate);
                 if chunk.len() >= limit_with {
@@ -119,22 +119,28 @@ impl<T> Lane<T> {
                 limit = limit_with;
                 chunk.extend(self.suspects.pop_front());
             }
-            return (chunk, true);
+            return true;
         }
         let take = room.min(self.healthy.len());
-        (self.healthy.drain(..take).collect(), false)
+        chunk.extend(self.healthy.drain(..take));
+        false
     }
 }
 
 /// A group's operations waiting for a batch, by [`Priority`].
 pub(super) struct Queues<T> {
     pub(super) by_priority: [Lane<T>; 4],
+    /// The buffer a batch's operations are taken into, kept between
+    /// batches: a batch of thousands allocated and freed anew each time
+    /// made the allocator consolidate its free lists at every batch.
+    taken: Vec<Queued<T>>,
 }
 
 impl<T> Default for Queues<T> {
     fn default() -> Self {
         Queues {
             by_priority: Default::default(),
+            taken: Vec::new(),
         }
     }
 }
@@ -456,12 +462,16 @@ impl Task {
                 return;
             }
             let allow_suspects = self.batches.suspects_allowed();
-            let lane = queues(self).of(priority);
+            let queued = queues(self);
+            let lane = &mut queued.by_priority[priority.index()];
             if lane.healthy.is_empty() && !allow_suspects {
                 return;
             }
-            let (chunk, suspects) = lane.take(room, allow_suspects);
-            let Some(out) = self.still_current(chunk, priority) else {
+            let mut chunk = std::mem::take(&mut queued.taken);
+            let suspects = lane.take(room, allow_suspects, &mut chunk);
+            let out = self.still_current(&mut chunk, priority);
+            queues(self).taken = chunk;
+            let Some(out) = out else {
                 continue;
             };
             let (batches, operations) = counted(&self.counters);
@@ -471,13 +481,14 @@ impl Task {
         }
     }
 
-    /// The operations of `chunk` that are still their groups' operations in
-    /// flight, as a batch to send (each marked sent); `None` if none is. A
+    /// The operations of `chunk` (left empty) that are still their groups'
+    /// operations in flight, as a batch to send (each marked sent); `None`
+    /// if none is. A
     /// renewal or release whose deadline is nearer than the store's recent
     /// service time is not sent, but answered as held back.
     pub(super) fn still_current<T>(
         &mut self,
-        chunk: Vec<Queued<T>>,
+        chunk: &mut Vec<Queued<T>>,
         priority: Priority,
     ) -> Option<Outgoing<T>> {
         let now = self.clock.now().mono;
@@ -510,7 +521,7 @@ impl Task {
             ids.push((q.id, q.op));
             items.push(q.item);
         };
-        for q in chunk {
+        for q in chunk.drain(..) {
             // Still its group's operation in flight (it may have timed out
             // while queued)? If it goes out, it is marked sent here: one
             // lookup of the group's slot for both.
