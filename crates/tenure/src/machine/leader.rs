@@ -4,11 +4,64 @@
 
 use std::time::Duration;
 
-use super::{Action, After, EndReason, Machine, ReadPurpose, State, WritePurpose, WriteReply};
-use crate::clock::{MonoTime, Now};
+use super::{Action, After, EndReason, Machine, OpKind, ReadPurpose, State, WritePurpose};
+use crate::clock::{MonoTime, Now, WallTime};
 use crate::error::StoreError;
-use crate::record::{LeaseRecord, Version, Versioned};
+use crate::record::{LeaseRecord, Metadata, Version, Versioned};
 use crate::store::CasOutcome;
+
+/// What a renewal in flight writes, beside the term's record it renews
+/// ([`Lead::record`], whose holder and token it keeps): the rest of the
+/// record it wrote. Kept instead of a copy of the whole record, whose
+/// holder id and metadata were copied (allocated, and freed when the
+/// reply came) for every renewal.
+#[derive(Clone, Debug, Hash)]
+pub(super) struct Renewal {
+    term: Duration,
+    renewed_at: WallTime,
+    expires_at: WallTime,
+    /// The metadata written, if it is not the term's record's own.
+    metadata: Option<Metadata>,
+}
+
+impl Renewal {
+    /// What `written`, a renewal of the term's `record`, changes in it.
+    fn of(record: &LeaseRecord, written: &LeaseRecord) -> Renewal {
+        Renewal {
+            term: written.term,
+            renewed_at: written.renewed_at,
+            expires_at: written.expires_at,
+            metadata: (written.metadata != record.metadata).then(|| written.metadata.clone()),
+        }
+    }
+
+    /// The term's `record` as this renewal wrote it.
+    fn apply(self, record: &mut LeaseRecord) {
+        record.term = self.term;
+        record.renewed_at = self.renewed_at;
+        record.expires_at = self.expires_at;
+        if let Some(metadata) = self.metadata {
+            record.metadata = metadata;
+        }
+    }
+}
+
+/// The record a renewal's reply is about: kept whole, or as what it
+/// changed in the term's record.
+pub(super) enum Written {
+    Record(LeaseRecord),
+    Renewal(Renewal),
+}
+
+impl Written {
+    /// Makes `record`, the term's record, the one written.
+    fn store_into(self, record: &mut LeaseRecord) {
+        match self {
+            Written::Record(written) => *record = written,
+            Written::Renewal(renewal) => renewal.apply(record),
+        }
+    }
+}
 
 /// A term this node holds.
 #[derive(Clone, Debug, Hash)]
@@ -39,6 +92,15 @@ impl Machine {
         let (next_renew, verifying) = (lead.next_renew, lead.verifying);
         if now.mono >= deadline - self.timing.stop_grace {
             let (record, version) = (lead.record.clone(), lead.version);
+            // The term's record goes with the term: a renewal still in
+            // flight keeps the whole record it writes from here on.
+            if let Some(pending) = self.op.as_mut() {
+                if let OpKind::Renew(renewal) = &pending.kind {
+                    let mut written = record.clone();
+                    renewal.clone().apply(&mut written);
+                    pending.kind = OpKind::Write(WritePurpose::Renew, written);
+                }
+            }
             self.end_term(token, EndReason::RenewalFailed, deadline, deadline, out);
             self.state = State::Candidate;
             self.observe_own(now, record, version);
@@ -58,23 +120,31 @@ impl Machine {
         } else {
             self.metadata_dirty = false;
             let record = self.lease_record(token, now);
-            self.write(
-                WritePurpose::Renew,
-                Some(version),
+            let State::Leader(lead) = &self.state else {
+                return;
+            };
+            let renewal = Renewal::of(&lead.record, &record);
+            let op = self.new_op(OpKind::Renew(renewal), now);
+            out.push(Action::Cas {
+                op,
+                purpose: WritePurpose::Renew,
+                expected: Some(version),
                 record,
-                now,
-                op_deadline,
-                out,
-            );
+                deadline: op_deadline,
+            });
         }
     }
 
-    pub(super) fn on_renew(&mut self, now: Now, reply: WriteReply, out: &mut Vec<Action>) {
-        let WriteReply {
-            record,
-            sent,
-            result,
-        } = reply;
+    /// A renewal's reply: `written` is the record it wrote (see
+    /// [`Renewal`]), sent at `sent`.
+    pub(super) fn on_renew(
+        &mut self,
+        now: Now,
+        written: Written,
+        sent: MonoTime,
+        result: Result<CasOutcome, StoreError>,
+        out: &mut Vec<Action>,
+    ) {
         // Drawn only for a failure, so that the jitter's stream moves only
         // when a retry uses it.
         let retry = match &result {
@@ -86,7 +156,7 @@ impl Machine {
             State::Leader(lead) => match result {
                 Ok(CasOutcome::Applied(version)) => {
                     lead.version = version;
-                    lead.record = record;
+                    written.store_into(&mut lead.record);
                     lead.deadline = lead.deadline.max(anchor + self.timing.leader_validity);
                     lead.next_renew = sent + self.timing.renew_interval;
                     out.push(Action::Renewed {
@@ -106,15 +176,24 @@ impl Machine {
             State::Draining { lead, .. } => {
                 if let Ok(CasOutcome::Applied(version)) = result {
                     lead.version = version;
-                    lead.record = record;
+                    written.store_into(&mut lead.record);
                 }
             }
-            State::Candidate => match result {
-                Ok(CasOutcome::Applied(version)) => {
+            State::Candidate => match (result, written) {
+                (Ok(CasOutcome::Applied(version)), Written::Record(record)) => {
                     // A renewal that outlived its term still wrote our
                     // record: a write that came back too late.
                     self.stand.own_write_failures = self.stand.own_write_failures.saturating_add(1);
                     self.observe_own(now, record, version);
+                }
+                // Never so: a renewal in flight is made whole when its
+                // term ends (see `advance_leader`). Were it so, what was
+                // written is unknown here: a write of ours that came back
+                // too late, and a read to look.
+                (Ok(CasOutcome::Applied(_)), Written::Renewal(_)) => {
+                    self.stand.own_write_failures = self.stand.own_write_failures.saturating_add(1);
+                    self.observed = None;
+                    self.stand.next_read = now.mono;
                 }
                 _ => self.stand.next_read = now.mono,
             },

@@ -39,7 +39,7 @@ mod timers;
 
 use candidate::Standing;
 pub use io::{Action, EndReason, Fault, Input, OpId, Phase, ReadPurpose, WritePurpose};
-use leader::Lead;
+use leader::{Lead, Renewal, Written};
 use observation::Observed;
 use preempt::{Preempt, Withdraw};
 use release::{After, Release};
@@ -79,6 +79,10 @@ enum OpKind {
     Read(ReadPurpose),
     /// A compare-and-swap, what it is for, and the record it writes.
     Write(WritePurpose, LeaseRecord),
+    /// A leader's renewal, kept as what it changes in the term's record
+    /// (see [`Renewal`]); made a [`OpKind::Write`] if the term ends while
+    /// it is in flight.
+    Renew(Renewal),
 }
 
 /// The store operation in flight.
@@ -279,8 +283,15 @@ impl Machine {
             }
             Input::CasDone { op, result } => {
                 if let Some(p) = self.take_op(op) {
-                    if let OpKind::Write(purpose, record) = p.kind {
-                        self.on_write(now, purpose, record, p.sent, result, out);
+                    match p.kind {
+                        OpKind::Write(purpose, record) => {
+                            self.on_write(now, purpose, record, p.sent, result, out);
+                        }
+                        OpKind::Renew(renewal) => {
+                            let written = Written::Renewal(renewal);
+                            self.on_renew(now, written, p.sent, result, out);
+                        }
+                        OpKind::Read(_) => {}
                     }
                 }
             }
@@ -502,7 +513,14 @@ impl Machine {
         };
         match purpose {
             WritePurpose::Acquire => self.on_acquire(now, reply(), out),
-            WritePurpose::Renew => self.on_renew(now, reply(), out),
+            WritePurpose::Renew => {
+                let WriteReply {
+                    record,
+                    sent,
+                    result,
+                } = reply();
+                self.on_renew(now, Written::Record(record), sent, result, out);
+            }
             WritePurpose::Request => {
                 let WriteReply { record, result, .. } = reply();
                 self.on_request(now, record, result, out);
