@@ -477,7 +477,14 @@ impl Task {
             match slot.filed.due(&t) {
                 Due::Stale => {}
                 Due::Gone => slot.filed.entry_at = None,
-                Due::Later(at) => schedule.refile_timer(&mut slot.filed, t, at),
+                Due::Later(at) => {
+                    schedule.refile_timer(&mut slot.filed, t, at);
+                    // Its wake-up may have come too: one more pop for it,
+                    // as its own entry was before entries were kept.
+                    if at <= now {
+                        filed_before += 1;
+                    }
+                }
                 Due::Fire => {
                     slot.filed.scheduled = None;
                     slot.filed.entry_at = None;
