@@ -271,13 +271,22 @@ pub(crate) fn version(text: &[u8]) -> Option<u64> {
         .ok()?
         .parse::<u64>()
         .ok()
-        .filter(|v| *v <= MAX_VERSION)
+        .and_then(in_range)
+}
+
+/// `v` if it is a version this store may hold: from 1 to [`MAX_VERSION`].
+fn in_range(v: u64) -> Option<u64> {
+    (1..=MAX_VERSION).contains(&v).then_some(v)
+}
+
+/// Why a write reply's version `shown` is refused.
+fn not_a_version(shown: impl std::fmt::Debug) -> String {
+    format!("version {shown:?} is not a whole number from 1 to {MAX_VERSION}")
 }
 
 /// The version a write reply reports, read as [`version`] reads a stored one.
 fn applied_version(text: &str) -> Result<u64, String> {
-    version(text.as_bytes())
-        .ok_or_else(|| format!("version {text:?} is not a whole number from 1 to {MAX_VERSION}"))
+    version(text.as_bytes()).ok_or_else(|| not_a_version(text))
 }
 
 fn wrong_type(items: &[Value]) -> (bool, String) {
@@ -306,10 +315,8 @@ impl CasReply {
                 // only its range is checked (no text made per renewal).
                 let version = u64::try_from(*version)
                     .ok()
-                    .filter(|v| (1..=MAX_VERSION).contains(v))
-                    .ok_or_else(|| {
-                        format!("version {version} is not a whole number from 1 to {MAX_VERSION}")
-                    })?;
+                    .and_then(in_range)
+                    .ok_or_else(|| not_a_version(version))?;
                 return Ok(CasReply::Applied {
                     version,
                     publish_error: None,
