@@ -18,19 +18,26 @@ use redis::Value;
 /// `KEYS[1]`: the data-set marker; `KEYS[2..]`: the groups' records.
 /// `ARGV`, three per request: the expected version (`""`: no record may
 /// exist; `"0"`: no record may exist and the data set is a recovered one,
-/// see the crate docs), the encoded record, and the quarantine in ms.
+/// see the crate docs), the encoded record, and a third that depends on
+/// the first: for an update (an expected version from 1 up) the version
+/// to write, the expected one plus one, computed by the client; for a
+/// creation the quarantine in ms.
 ///
-/// Replies one entry per request: the new version as an integer (applied
-/// and published), `0` (conflict), `{"applied", version, publish_error}`
-/// (applied, but the publish failed), `{"conflict"}`,
-/// `{"quarantine", remaining_ms}` or `{"wrongtype", which, type}`. An
-/// applied write is published on the group's channel (its key) as
-/// `1:<version>:<record>`.
+/// Replies one entry per request: `1` (an update applied at the version
+/// the request named, and published), the new version as an integer (a
+/// creation applied and published: a time in microseconds, never 1), `0`
+/// (conflict), `{"applied", version, publish_error}` (applied, but the
+/// publish failed), `{"conflict"}`, `{"quarantine", remaining_ms}` or
+/// `{"wrongtype", which, type}`. An applied write is published on the
+/// group's channel (its key) as `1:<version>:<record>`.
 ///
 /// A renewal, the common case by far, costs two or three commands (`HGET`,
-/// one `HSET` of both fields, `PUBLISH` if anyone listens) and an integer
-/// in the reply; a key's type is asked only when `HGET` fails or finds no
-/// version (a record to create, or a key that is not tenure's).
+/// one `HSET` of both fields, `PUBLISH` if anyone listens), compares its
+/// versions as text and replies the integer 1: no number is parsed or
+/// formatted in Lua on that path (the server's conversions between doubles
+/// and text were a tenth of what a renewal cost it). A key's type is asked
+/// only when `HGET` fails or finds no version (a record to create, or a
+/// key that is not tenure's).
 ///
 /// The publish is skipped where nobody would hear it: no pattern
 /// subscription on the server (`PUBSUB NUMPAT`, once per call) and no
@@ -72,7 +79,7 @@ local function heard(i)
   return type(n) ~= 'number' or n > 0
 end
 
-local function cas(key, expected, record, quarantine, i)
+local function cas(key, expected, record, third, i)
   local cur = redis.pcall('HGET', key, 'v')
   local kt = 'hash'
   if type(cur) == 'table' then
@@ -84,13 +91,16 @@ local function cas(key, expected, record, quarantine, i)
   if not cur then kt = redis.call('TYPE', key)['ok'] end
   if kt ~= 'none' and kt ~= 'hash' then return {'wrongtype', 'record', kt} end
   if mt ~= 'none' and mt ~= 'hash' then return {'wrongtype', 'marker', mt} end
-  local version
+  local v
+  local version = 1
   if kt == 'hash' then
     if expected == '' or expected == '0' then return 0 end
     if cur ~= expected then return 0 end
-    version = tonumber(cur) + 1
+    -- The client's expected + 1: the reply 1 means 'at the version named'.
+    v = third
   else
     if expected ~= '' and expected ~= '0' then return 0 end
+    local quarantine = third
     local floor = false
     if mt == 'hash' then floor = redis.call('HGET', marker, 'floor') end
     if not floor then
@@ -113,11 +123,11 @@ local function cas(key, expected, record, quarantine, i)
       if left > 0 then return {'quarantine', string.format('%.0f', left)} end
     end
     version = now_us
+    -- Formatted here, not passed as a number: Redis 7.2.0-7.2.4 (and
+    -- Valkey 7.2.4-7.2.5) write a number argument in its shortest form,
+    -- which for a version ending in eight zeros is '1.7654321e+15'.
+    v = string.format('%.0f', version)
   end
-  -- Formatted here, not passed as a number: Redis 7.2.0-7.2.4 (and Valkey
-  -- 7.2.4-7.2.5) write a number argument in its shortest form, which for
-  -- a version ending in eight zeros is '1.7654321e+15'.
-  local v = string.format('%.0f', version)
   redis.call('HSET', key, 'v', v, 'record', record)
   if not heard(i) then return version end
   -- pcall: a missing channel permission must not turn an applied write into
@@ -188,6 +198,9 @@ return 1
 /// A reply of [`CAS`].
 #[derive(Debug, PartialEq)]
 pub(crate) enum CasReply {
+    /// An update applied at the version its request named (the expected
+    /// one plus one; see [`next_version`]), and published.
+    AppliedAsNamed,
     Applied {
         version: u64,
         publish_error: Option<String>,
@@ -279,6 +292,13 @@ fn in_range(v: u64) -> Option<u64> {
     (1..=MAX_VERSION).contains(&v).then_some(v)
 }
 
+/// The version an update over `expected` writes: one more, if that is a
+/// version this store may hold (`None` for a record at [`MAX_VERSION`],
+/// which no update may write over).
+pub(crate) fn next_version(expected: u64) -> Option<u64> {
+    expected.checked_add(1).and_then(in_range)
+}
+
 /// Why a write reply's version `shown` is refused.
 fn not_a_version(shown: impl std::fmt::Debug) -> String {
     format!("version {shown:?} is not a whole number from 1 to {MAX_VERSION}")
@@ -310,6 +330,7 @@ impl CasReply {
     pub(crate) fn parse(v: &Value) -> Result<Self, String> {
         match v {
             Value::Int(0) => return Ok(CasReply::Conflict),
+            Value::Int(1) => return Ok(CasReply::AppliedAsNamed),
             Value::Int(version) => {
                 // An integer reply is canonical digits by construction:
                 // only its range is checked (no text made per renewal).
