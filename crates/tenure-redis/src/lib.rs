@@ -41,10 +41,11 @@
 //! * **read** checks the keys' types and returns `v` and `record` of each
 //!   group asked for;
 //! * **compare-and-swap** goes through its requests in order and, for each
-//!   on its own, writes `record` and adds one to `v` only if `v` equals the
-//!   expected version (or, expecting no record, only if the key does not
-//!   exist), then `PUBLISH`es `1:<version>:<record>` on the group's
-//!   channel. A key of another type is reported, never overwritten.
+//!   on its own, writes `record` and the expected version plus one (the
+//!   client adds it) as `v` only if `v` equals the expected version (or,
+//!   expecting no record, only if the key does not exist), then
+//!   `PUBLISH`es `1:<version>:<record>` on the group's channel. A key of
+//!   another type is reported, never overwritten.
 //!
 //! A record is created with the server's clock in microseconds as its
 //! version, so a version is never reused, not even after Redis lost its

@@ -20,14 +20,16 @@ use redis::Value;
 /// exist; `"0"`: no record may exist and the data set is a recovered one,
 /// see the crate docs), the encoded record, and a third that depends on
 /// the first: for an update (an expected version from 1 up) the version
-/// to write, the expected one plus one, computed by the client; for a
-/// creation the quarantine in ms.
+/// to write, the expected one plus one, computed by the client (`""` if
+/// that is past [`MAX_VERSION`]: the update is refused if it would apply);
+/// for a creation the quarantine in ms.
 ///
 /// Replies one entry per request: `1` (an update applied at the version
 /// the request named, and published), the new version as an integer (a
 /// creation applied and published: a time in microseconds, never 1), `0`
 /// (conflict), `{"applied", version, publish_error}` (applied, but the
-/// publish failed), `{"conflict"}`, `{"quarantine", remaining_ms}` or
+/// publish failed), `{"conflict"}`, `{"last"}` (an update matched but no
+/// version follows), `{"quarantine", remaining_ms}` or
 /// `{"wrongtype", which, type}`. An applied write is published on the
 /// group's channel (its key) as `1:<version>:<record>`.
 ///
@@ -96,7 +98,9 @@ local function cas(key, expected, record, third, i)
   if kt == 'hash' then
     if expected == '' or expected == '0' then return 0 end
     if cur ~= expected then return 0 end
-    -- The client's expected + 1: the reply 1 means 'at the version named'.
+    -- The client's expected + 1 (none past the last version the store
+    -- reads: refused); the reply 1 means 'at the version named'.
+    if third == '' then return {'last'} end
     v = third
   else
     if expected ~= '' and expected ~= '0' then return 0 end
@@ -201,6 +205,9 @@ pub(crate) enum CasReply {
     /// An update applied at the version its request named (the expected
     /// one plus one; see [`next_version`]), and published.
     AppliedAsNamed,
+    /// An update that matched a record at a version no other follows
+    /// (past [`MAX_VERSION`]): not applied.
+    Last,
     Applied {
         version: u64,
         publish_error: Option<String>,
@@ -262,9 +269,10 @@ fn number(v: Option<&Value>, what: &str) -> Result<u64, String> {
         .map_err(|_| format!("{what} {t:?} is not a whole number"))
 }
 
-/// The largest version this store reads: the script adds one to a version
-/// in Lua's doubles, exact only below 2^53, so a version at or above this
-/// (never issued: it is 2255 in microseconds) could be issued twice.
+/// The largest version this store reads: earlier builds' scripts add one
+/// to a version in Lua's doubles, exact only below 2^53, so a version at
+/// or above this (never issued: it is 2255 in microseconds) could be
+/// issued twice by a process of such a build sharing the data set.
 pub(crate) const MAX_VERSION: u64 = (1 << 53) - 2;
 
 /// A stored version: the plain decimal digits the script writes (no sign,
@@ -274,7 +282,7 @@ pub(crate) const MAX_VERSION: u64 = (1 << 53) - 2;
 /// reported, `0` is refused as an expected version wherever a record
 /// exists (it means a lost record), and one past [`MAX_VERSION`] would
 /// make two writers match. Reads, replies and the feed all go through
-/// this, so no writer ever holds a version the script cannot add one to.
+/// this, so no writer ever holds a version there is no next one to.
 pub(crate) fn version(text: &[u8]) -> Option<u64> {
     let canonical = !text.is_empty() && text.iter().all(u8::is_ascii_digit) && text[0] != b'0';
     if !canonical {
@@ -355,6 +363,7 @@ impl CasReply {
                 })
             }
             "conflict" => Ok(CasReply::Conflict),
+            "last" => Ok(CasReply::Last),
             "quarantine" => Ok(CasReply::Quarantine {
                 remaining_ms: number(items.get(1), "quarantine")?,
             }),

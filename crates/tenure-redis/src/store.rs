@@ -371,6 +371,17 @@ impl RedisStore {
                 Ok(CasOutcome::Applied(Version(version)))
             }
             CasReply::Conflict => Ok(CasOutcome::Conflict),
+            CasReply::Last => Err(self
+                .protocol(
+                    "compare-and-swap",
+                    format!(
+                        "the record of {:?} is at a version no other follows (the last this \
+                         store writes is {}): delete the key to start the group again",
+                        self.key(group),
+                        script::MAX_VERSION
+                    ),
+                )
+                .into()),
             // Only an update's reply names no version (see cas_chunk).
             CasReply::AppliedAsNamed => Err(self
                 .protocol(
@@ -410,9 +421,6 @@ impl RedisStore {
     /// directly, no string per argument), and an applied write's reply is
     /// an integer: what a renewal costs the client is mostly here.
     async fn cas_chunk(&self, requests: &[CasRequest]) -> BatchResult<CasOutcome> {
-        if requests.iter().any(|r| update_over(r).is_some_and(|v| v.is_none())) {
-            return self.cas_chunk_past_the_last_version(requests).await;
-        }
         let prefix = self.options().prefix.as_bytes();
         let mut cmd = redis::Cmd::with_capacity(
             3 + 4 * requests.len() + 1,
@@ -439,9 +447,10 @@ impl RedisStore {
             r.record.encode_into(&mut buf);
             cmd.arg(&buf[..]);
             match update_over(r) {
-                // The version the update writes (none is past the last:
-                // those were taken out above).
-                Some(next) => cmd.arg(decimal(next.unwrap_or(0), &mut digits)),
+                Some(Some(next)) => cmd.arg(decimal(next, &mut digits)),
+                // No version follows the expected one: the script refuses
+                // the update if it would apply (see `CasReply::Last`).
+                Some(None) => cmd.arg(&b""[..]),
                 None => {
                     let quarantine = self.quarantine_for(&r.record);
                     let ms = u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX);
@@ -481,50 +490,6 @@ impl RedisStore {
                     other => other.map_err(|d| StoreError::from(self.protocol(what, d)))?,
                 };
                 self.outcome(&r.group, reply)
-            })
-            .collect())
-    }
-
-    /// [`cas_chunk`](Self::cas_chunk) for requests of which some would
-    /// update a record at [`script::MAX_VERSION`]: those fail on their own,
-    /// unsent (the version after it is not one this store reads, so the
-    /// write would leave a record nobody could read or write over); the
-    /// others go out as one call, in order.
-    async fn cas_chunk_past_the_last_version(
-        &self,
-        requests: &[CasRequest],
-    ) -> BatchResult<CasOutcome> {
-        let past = |r: &CasRequest| update_over(r).is_some_and(|v| v.is_none());
-        let sendable: Vec<CasRequest> = requests.iter().filter(|r| !past(r)).cloned().collect();
-        let mut sent = if sendable.is_empty() {
-            Vec::new()
-        } else {
-            Box::pin(self.cas_chunk(&sendable)).await?
-        }
-        .into_iter();
-        Ok(requests
-            .iter()
-            .map(|r| {
-                if past(r) {
-                    Err(self
-                        .protocol(
-                            "compare-and-swap",
-                            format!(
-                                "an update of {:?} over version {} would write a version past {}, \
-                                 the last this store writes: delete the key to start the group again",
-                                self.key(&r.group),
-                                r.expected.map_or(0, |v| v.0),
-                                script::MAX_VERSION
-                            ),
-                        )
-                        .into())
-                } else {
-                    sent.next().unwrap_or_else(|| {
-                        Err(self
-                            .protocol("compare-and-swap", "a reply short of its requests".into())
-                            .into())
-                    })
-                }
             })
             .collect())
     }
