@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::clock::WallTime;
 use crate::error::{ConfigError, RecordError};
 
+mod json;
+
 /// The record format this build writes. Records with a higher version were
 /// written by a newer tenure and are refused rather than overwritten.
 pub const FORMAT_VERSION: u32 = 1;
@@ -380,7 +382,7 @@ impl LeaseRecord {
     /// Appends [`encode`](LeaseRecord::encode)'s bytes to `out`: a store
     /// that encodes thousands of records per batch reuses one buffer.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        let wire = WireRef {
+        json::Fields {
             v: FORMAT_VERSION,
             holder: self.holder.as_ref(),
             token: self.token,
@@ -389,13 +391,8 @@ impl LeaseRecord {
             renewed_at_ms: self.renewed_at.as_millis(),
             expires_at_ms: self.expires_at.as_millis(),
             metadata: &self.metadata,
-        };
-        let len = out.len();
-        // Serializing plain strings and integers into a Vec cannot fail;
-        // were it to, nothing half-written is left behind.
-        if serde_json::to_writer(&mut *out, &wire).is_err() {
-            out.truncate(len);
         }
+        .write(out);
     }
 
     /// Decodes a record written by [`encode`](LeaseRecord::encode).
@@ -517,7 +514,8 @@ fn ceil_millis(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
-/// The encoded form. Unknown fields are ignored, so a later build may add
+/// The encoded form (written by hand in `json.rs`, the same bytes as
+/// this struct's `Serialize`; the tests compare them). Unknown fields are ignored, so a later build may add
 /// optional fields without raising [`FORMAT_VERSION`]; it rises only for
 /// changes older builds must not misread.
 #[derive(Serialize, Deserialize)]
@@ -530,19 +528,6 @@ struct Wire {
     expires_at_ms: u64,
     #[serde(default)]
     metadata: Metadata,
-}
-
-/// [`Wire`] borrowing the record's fields, for encoding without copies
-/// (the same fields in the same order, so the same bytes).
-#[derive(Serialize)]
-struct WireRef<'a> {
-    v: u32,
-    holder: Option<&'a Holder>,
-    token: u64,
-    term_ms: u64,
-    renewed_at_ms: u64,
-    expires_at_ms: u64,
-    metadata: &'a Metadata,
 }
 
 #[derive(Deserialize)]
