@@ -327,13 +327,19 @@ pub(super) enum Outcome {
 
 pub(super) enum BatchResults {
     Reads(Vec<(GroupId, OpId)>, BatchResult<Option<Versioned>>),
-    Writes(Vec<(GroupId, OpId)>, BatchResult<CasOutcome>),
+    /// With the requests sent, given back to be reused (none if the
+    /// batch timed out).
+    Writes(
+        Vec<(GroupId, OpId)>,
+        BatchResult<CasOutcome>,
+        Vec<CasRequest>,
+    ),
 }
 
 impl BatchResults {
     pub(super) fn len(&self) -> usize {
         match self {
-            BatchResults::Reads(ids, _) | BatchResults::Writes(ids, _) => ids.len(),
+            BatchResults::Reads(ids, _) | BatchResults::Writes(ids, _, _) => ids.len(),
         }
     }
 
@@ -363,7 +369,7 @@ impl BatchResults {
         }
         match self {
             BatchResults::Reads(_, r) => of(r),
-            BatchResults::Writes(_, r) => of(r),
+            BatchResults::Writes(_, r, _) => of(r),
         }
     }
 
@@ -373,7 +379,7 @@ impl BatchResults {
         let failed = |e: &StoreError| !e.not_applied();
         match self {
             BatchResults::Reads(_, r) => r.as_ref().err().is_some_and(failed),
-            BatchResults::Writes(_, r) => r.as_ref().err().is_some_and(failed),
+            BatchResults::Writes(_, r, _) => r.as_ref().err().is_some_and(failed),
         }
     }
 }
@@ -394,15 +400,18 @@ impl Task {
                     priority,
                     |engine| &mut engine.batches.writes,
                     |counters| (&counters.write_batches, &counters.writes),
-                    |store, requests| async move { store.compare_and_swap_many(&requests).await },
+                    |store, requests| async move {
+                        let result = store.compare_and_swap_many(&requests).await;
+                        (result, requests)
+                    },
                     BatchResults::Writes,
                 );
                 self.flush_queue(
                     priority,
                     |engine| &mut engine.batches.reads,
                     |counters| (&counters.read_batches, &counters.reads),
-                    |store, groups| async move { store.read_many(&groups).await },
-                    BatchResults::Reads,
+                    |store, groups| async move { (store.read_many(&groups).await, ()) },
+                    |ids, result, ()| BatchResults::Reads(ids, result),
                 );
             }
             let shed = std::mem::take(&mut self.batches.shedding);
@@ -442,16 +451,17 @@ impl Task {
     /// Sends one priority's operations of one queue as batches while there
     /// is room, through `call`; `counted` names the counters of its batches
     /// and of its operations.
-    pub(super) fn flush_queue<T, R, Fut>(
+    pub(super) fn flush_queue<T, R, B, Fut>(
         &mut self,
         priority: Priority,
         queues: fn(&mut Self) -> &mut Queues<T>,
         counted: fn(&Counters) -> (&AtomicU64, &AtomicU64),
         call: impl Fn(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
-        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchResults,
+        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>, B) -> BatchResults,
     ) where
         R: 'static,
-        Fut: Future<Output = BatchResult<R>> + Send + 'static,
+        B: Default + Send + 'static,
+        Fut: Future<Output = (BatchResult<R>, B)> + Send + 'static,
     {
         loop {
             if queues(self).of(priority).is_empty() {
@@ -564,16 +574,17 @@ impl Task {
     /// Sends a batch through `call` in a task of its own, its reply made
     /// by `results`; at its deadline the batch is abandoned (every operation
     /// in it has timed out) and fails as a whole.
-    pub(super) fn send<T, R, Fut>(
+    pub(super) fn send<T, R, B, Fut>(
         &mut self,
         out: Outgoing<T>,
         priority: Priority,
         suspects: bool,
         call: impl FnOnce(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
-        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>) -> BatchResults,
+        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>, B) -> BatchResults,
     ) where
         R: 'static,
-        Fut: Future<Output = BatchResult<R>> + Send + 'static,
+        B: Default + Send + 'static,
+        Fut: Future<Output = (BatchResult<R>, B)> + Send + 'static,
     {
         let clock = self.clock.clone();
         let sent = clock.now().mono;
@@ -582,17 +593,17 @@ impl Task {
         let count = ids.len();
         let request = call(self.store.clone(), out.items);
         let work = async move {
-            let result = tokio::select! {
+            let (result, back) = tokio::select! {
                 biased;
                 r = request => r,
-                _ = clock.sleep_until(deadline) => Err(StoreError::Timeout(waited)),
+                _ = clock.sleep_until(deadline) => (Err(StoreError::Timeout(waited)), B::default()),
             };
             BatchReply {
                 sent,
                 landed: clock.now().mono,
                 priority,
                 suspects,
-                result: results(ids, result),
+                result: results(ids, result, back),
             }
         };
         let deferrable = if priority.deferrable() { count } else { 0 };
@@ -630,7 +641,14 @@ impl Task {
                     self.answer(id, op, result.map(Reply::Read), isolate);
                 }
             }
-            BatchResults::Writes(ids, result) => {
+            BatchResults::Writes(ids, result, requests) => {
+                // The records sent go back to their machines first, so
+                // that a write the answer prompts is built in them.
+                for (&(id, _), request) in ids.iter().zip(requests) {
+                    if let Some(slot) = self.slots.get_mut(&id) {
+                        slot.machine.recycle(request.record);
+                    }
+                }
                 for ((id, op), result) in spread(ids.into_iter(), result) {
                     self.answer(id, op, result.map(Reply::Write), isolate);
                 }

@@ -31,6 +31,8 @@ impl std::hash::Hash for Machine {
             metadata_dirty,
             preempt,
             anchor_at_receive,
+            // A buffer (see `Machine::recycle`): no state.
+            spare: _,
         } = self;
         me.hash(h);
         metadata.hash(h);

@@ -158,6 +158,11 @@ pub struct Machine {
     /// Test-only mutation: anchor deadlines at the reply instead of the send
     /// (see [`Machine::anchor_deadlines_at_receive`]).
     anchor_at_receive: bool,
+    /// A record this machine wrote, given back once sent
+    /// ([`Machine::recycle`]): the next record it writes reuses its holder
+    /// id's buffer and, where unchanged, its metadata. A buffer, not
+    /// state: no decision reads it, and the fingerprint leaves it out.
+    spare: Option<LeaseRecord>,
 }
 
 /// `next_read` when no poll is scheduled (the feed reports every write).
@@ -185,6 +190,7 @@ impl Machine {
             metadata_dirty: false,
             preempt: None,
             anchor_at_receive: false,
+            spare: None,
         }
     }
 
@@ -434,14 +440,48 @@ impl Machine {
         });
     }
 
-    fn lease_record(&self, token: u64, now: Now) -> LeaseRecord {
-        LeaseRecord {
-            holder: Some(self.me.clone()),
-            token,
-            term: self.timing.term,
-            renewed_at: now.wall,
-            expires_at: now.wall + self.timing.term,
-            metadata: self.metadata.clone(),
+    /// The record a write of this node's term `token` sends at `now`,
+    /// built in the [`spare`](Machine::recycle) if there is one: a leader
+    /// writes one per renewal, and copying its holder id (and metadata)
+    /// into new allocations each time was a twentieth of what a renewal
+    /// cost the engine at 100,000 groups.
+    fn lease_record(&mut self, token: u64, now: Now) -> LeaseRecord {
+        let (term, renewed_at) = (self.timing.term, now.wall);
+        let expires_at = renewed_at + term;
+        let Some(mut record) = self.spare.take() else {
+            return LeaseRecord {
+                holder: Some(self.me.clone()),
+                token,
+                term,
+                renewed_at,
+                expires_at,
+                metadata: self.metadata.clone(),
+            };
+        };
+        match &mut record.holder {
+            Some(holder) => {
+                holder.id.clone_from(&self.me.id);
+                holder.incarnation = self.me.incarnation;
+            }
+            None => record.holder = Some(self.me.clone()),
+        }
+        if record.metadata != self.metadata {
+            record.metadata.clone_from(&self.metadata);
+        }
+        record.token = token;
+        record.term = term;
+        record.renewed_at = renewed_at;
+        record.expires_at = expires_at;
+        record
+    }
+
+    /// Gives back a record this machine sent in a write, once the store is
+    /// done with it: the next record it writes is built in its buffers
+    /// (see `lease_record`). Pure reuse of memory: what is written does
+    /// not change.
+    pub fn recycle(&mut self, record: LeaseRecord) {
+        if record.holder.is_some() {
+            self.spare = Some(record);
         }
     }
 
