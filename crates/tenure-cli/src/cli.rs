@@ -768,6 +768,12 @@ pub struct BenchArgs {
     /// is read from its INFO without it.
     #[arg(long, value_name = "PID", requires = "renewal_cost")]
     pub store_pid: Option<u32>,
+    /// With --renewal-cost: the runtime's worker threads, as a service
+    /// built on `#[tokio::main]` has one per core; 1 runs everything on
+    /// one thread, as every other command does.
+    #[arg(long, value_name = "N", default_value_t = 2, requires = "renewal_cost",
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,

@@ -71,11 +71,17 @@ fn main() -> ExitCode {
     logging::init(cli.log_format, level);
     // One thread on purpose: PR_SET_PDEATHSIG fires when the *thread* that
     // forked a child exits, so children must be forked from the thread that
-    // lives as long as the process.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // lives as long as the process. The renewal-cost bench forks nothing,
+    // and measures the library as a service runs it: on worker threads.
+    let mut builder = match &cli.command {
+        Command::Bench(b) if b.renewal_cost && b.threads > 1 => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(usize::from(b.threads));
+            builder
+        }
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the runtime")),
     };

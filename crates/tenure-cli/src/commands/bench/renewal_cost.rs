@@ -51,6 +51,8 @@ pub struct CostRow {
     held_at_end: usize,
     /// The host's load average (1, 5, 15 minutes) as the window began.
     load_average: Option<[f64; 3]>,
+    /// The runtime's worker threads (`--threads`; 1: one thread).
+    threads: u16,
 }
 
 /// Where the store server's CPU time is read.
@@ -145,6 +147,7 @@ impl Window {
             store_cores: self.server.map(|d| d.as_secs_f64() / wall),
             held_at_end,
             load_average: self.load,
+            threads: 1,
         }
     }
 }
@@ -182,12 +185,18 @@ pub async fn run(args: &BenchArgs, urls: &[StoreUrl]) -> anyhow::Result<Vec<Cost
     for url in urls {
         for &n in &counts {
             let server = server_cpu(url, args.store_pid);
+            let on_threads = |row: CostRow| CostRow {
+                threads: args.threads,
+                ..row
+            };
             if let Some(raw) = redis_url(url) {
                 eprintln!("{url}: the naive loop, {n} leases, term {term:?}");
-                rows.push(naive(url, raw, n, term, args.window_terms, &server).await?);
+                let row = naive(url, raw, n, term, args.window_terms, &server).await?;
+                rows.push(on_threads(row));
             }
             eprintln!("{url}: tenure, {n} groups, term {term:?}");
-            rows.push(engine(url, n, term, args.window_terms, &server).await?);
+            let row = engine(url, n, term, args.window_terms, &server).await?;
+            rows.push(on_threads(row));
         }
     }
     Ok(rows)
@@ -316,8 +325,8 @@ async fn engine(
 /// The table, one row per implementation, store and count.
 pub fn table(rows: &[CostRow]) -> String {
     let mut out = String::new();
-    out.push_str("| store | implementation | leases | term | elected in | renewals/s | client CPU per renewal (cores) | store CPU per renewal (cores) | held at end | load average |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    out.push_str("| store | implementation | leases | term | elected in | renewals/s | client CPU per renewal (cores) | store CPU per renewal (cores) | held at end | threads | load average |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for r in rows {
         let store = match (r.store_us_per_renewal, r.store_cores) {
             (Some(us), Some(c)) => format!("{us:.1} µs ({c:.2})"),
@@ -328,7 +337,7 @@ pub fn table(rows: &[CostRow]) -> String {
             |[a, b, c]| format!("{a:.2} {b:.2} {c:.2}"),
         );
         out.push_str(&format!(
-            "| {} | {} | {} | {} s | {:.2} s | {:.0} | {:.1} µs ({:.2}) | {} | {} | {} |\n",
+            "| {} | {} | {} | {} s | {:.2} s | {:.0} | {:.1} µs ({:.2}) | {} | {} | {} | {} |\n",
             r.store,
             r.implementation,
             r.groups,
@@ -339,6 +348,7 @@ pub fn table(rows: &[CostRow]) -> String {
             r.client_cores,
             store,
             r.held_at_end,
+            r.threads,
             load,
         ));
     }
