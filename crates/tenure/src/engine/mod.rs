@@ -82,6 +82,7 @@ use crate::error::ElectorError;
 use crate::store::LeaseStore;
 
 mod batch;
+mod deadlines;
 mod feed;
 mod host_lag;
 mod limits;

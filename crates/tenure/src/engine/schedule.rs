@@ -1,4 +1,5 @@
-//! When the task acts: the timer heap, operation deadlines, and the
+//! When the task acts: the timer heap, operation deadlines
+//! ([`Deadlines`]), and the
 //! coalescing that pulls nearly-due renewals and polls into one batch.
 //! [`Schedule`] owns that state; the task asks it what is due and steps
 //! the machines.
@@ -14,6 +15,7 @@ use crate::error::StoreError;
 use crate::machine::{Input, OpId};
 
 use super::batch::Priority;
+use super::deadlines::{Deadlines, OpDeadline};
 use super::feed::watch_liveness;
 use super::shared::Counters;
 use super::task::{Current, IdHash, Slot, Task};
@@ -25,14 +27,6 @@ struct Timer {
     at: MonoTime,
     id: GroupId,
     gen: u64,
-}
-
-/// An operation's reply deadline.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct OpDeadline {
-    at: MonoTime,
-    pub(super) id: GroupId,
-    pub(super) op: u64,
 }
 
 /// Where one group stands in the [`Schedule`]: kept in its slot.
@@ -105,7 +99,10 @@ fn timer_live(slots: &HashMap<GroupId, Slot, IdHash>, t: &Timer) -> bool {
 #[derive(Default)]
 pub(super) struct Schedule {
     timers: BinaryHeap<Reverse<Timer>>,
-    deadlines: BinaryHeap<Reverse<OpDeadline>>,
+    deadlines: Deadlines,
+    /// The buffer the deadlines that passed are taken into, kept between
+    /// turns.
+    due: Vec<OpDeadline>,
     renewals: BTreeSet<(MonoTime, GroupId)>,
     polls: BTreeSet<(MonoTime, GroupId)>,
     /// Whether this turn queued a scheduled renewal or poll, which the
@@ -193,11 +190,11 @@ impl Schedule {
     /// Files the deadline by which the reply to a queued operation must
     /// have come.
     pub(super) fn file_deadline(&mut self, id: GroupId, op: OpId, deadline: MonoTime) {
-        self.deadlines.push(Reverse(OpDeadline {
+        self.deadlines.file(OpDeadline {
             at: deadline,
             id,
             op: op.0,
-        }));
+        });
     }
 
     /// Files group `id`'s next wake-up `wake` and its due renewal and poll.
@@ -247,25 +244,20 @@ impl Schedule {
             }
             self.timers.pop();
         }
-        while let Some(Reverse(d)) = self.deadlines.peek() {
-            if deadline_live(slots, d) {
-                break;
-            }
-            self.deadlines.pop();
-        }
+        self.deadlines.drop_stale(|d| !deadline_live(slots, d));
         let wake = self.timers.peek().map(|Reverse(t)| t.at);
-        match self.deadlines.peek() {
-            Some(Reverse(d)) => Some(wake.map_or(d.at, |w| w.min(d.at))),
+        match self.deadlines.first_at() {
+            Some(d) => Some(wake.map_or(d, |w| w.min(d))),
             None => wake,
         }
     }
 
-    /// Drops the heaps' stale entries in one pass once they outnumber the
-    /// live ones (a group has at most one live wake-up and one live
-    /// deadline): each renewal leaves its deadline behind (and a wake-up
-    /// moved earlier leaves one), and popping them one by one as they come
-    /// due (a sift through a heap of hundreds of thousands each) cost an
-    /// eighth of the engine's time at 100,000 groups. A stale entry never
+    /// Drops the timers' and deadlines' stale entries in one pass once
+    /// they outnumber the live ones (a group has at most one live wake-up
+    /// and one live deadline): each renewal leaves its deadline behind (and
+    /// a wake-up moved earlier leaves one), and popping them one by one as
+    /// they came due (a sift through a heap of hundreds of thousands each)
+    /// cost an eighth of the engine's time at 100,000 groups. A stale entry never
     /// becomes live again (generations and operation ids only rise), so
     /// what fires, and when, is unchanged.
     fn compact(&mut self, slots: &HashMap<GroupId, Slot, IdHash>) {
@@ -274,17 +266,22 @@ impl Schedule {
             self.timers.retain(|Reverse(t)| timer_live(slots, t));
         }
         if self.deadlines.len() > bound {
-            self.deadlines.retain(|Reverse(d)| deadline_live(slots, d));
+            self.deadlines.retain(|d| deadline_live(slots, d));
         }
     }
 
-    /// The next deadline that has passed at `now`, live or stale.
-    fn pop_deadline(&mut self, now: MonoTime) -> Option<OpDeadline> {
-        let Reverse(d) = *self.deadlines.peek()?;
-        (d.at <= now).then(|| {
-            self.deadlines.pop();
-            d
-        })
+    /// The deadlines that have passed at `now`, live or stale, earliest
+    /// first, in the buffer kept for them (give it back with
+    /// [`done_with_due`](Self::done_with_due)).
+    fn take_due(&mut self, now: MonoTime) -> Vec<OpDeadline> {
+        let mut due = std::mem::take(&mut self.due);
+        self.deadlines.take_due(now, &mut due);
+        due
+    }
+
+    fn done_with_due(&mut self, mut due: Vec<OpDeadline>) {
+        due.clear();
+        self.due = due;
     }
 
     /// Files the live entry `t` of a group (`filed`) again, for the later
@@ -428,7 +425,11 @@ impl Task {
     /// operation whose deadline has passed.
     pub(super) fn fire_timers(&mut self) {
         let now = self.clock.now().mono;
-        while let Some(d) = self.schedule.pop_deadline(now) {
+        // Steps file no deadline that has already passed (each is an
+        // operation timeout ahead, at most its term's end, which a step
+        // never sends past); were one to, the next turn takes it.
+        let due = self.schedule.take_due(now);
+        for d in &due {
             let mut held_back = false;
             self.step_with(d.id, |slot| {
                 let Current { op, kind, sent } = slot.op.filter(|c| c.op.0 == d.op)?;
@@ -455,6 +456,7 @@ impl Task {
                 Counters::add(&self.counters.shed, 1);
             }
         }
+        self.schedule.done_with_due(due);
         // How late the most overdue wake-up fires: an engine that never
         // sleeps (its turns back to back, on a host whose CPU others take)
         // shows its lateness here, not as a late sleep.
