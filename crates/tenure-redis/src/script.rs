@@ -33,6 +33,11 @@ use redis::Value;
 /// `{"wrongtype", which, type}`. An applied write is published on the
 /// group's channel (its key) as `1:<version>:<record>`.
 ///
+/// The script writes the version it is given, unchecked: tenure's client
+/// always names the expected one plus one. (Whoever may run scripts on
+/// the data set may as well `HSET` it; fencing against such a writer is
+/// not what versions are for.)
+///
 /// A renewal, the common case by far, costs two or three commands (`HGET`,
 /// one `HSET` of both fields, `PUBLISH` if anyone listens), compares its
 /// versions as text and replies the integer 1: no number is parsed or
@@ -468,6 +473,15 @@ mod tests {
             }
         );
         assert_eq!(CasReply::parse(&Value::Int(0)).unwrap(), CasReply::Conflict);
+        // 1: an update applied at the version it named, never version 1.
+        assert_eq!(
+            CasReply::parse(&Value::Int(1)).unwrap(),
+            CasReply::AppliedAsNamed
+        );
+        assert_eq!(
+            CasReply::parse(&Value::Array(vec![bulk("last")])).unwrap(),
+            CasReply::Last
+        );
         assert!(CasReply::parse(&Value::Int(-3)).is_err());
         // One past the largest version the store reads.
         let past = i64::try_from(MAX_VERSION + 1).unwrap_or(i64::MAX);

@@ -371,17 +371,20 @@ impl RedisStore {
                 Ok(CasOutcome::Applied(Version(version)))
             }
             CasReply::Conflict => Ok(CasOutcome::Conflict),
-            CasReply::Last => Err(self
-                .protocol(
-                    "compare-and-swap",
-                    format!(
+            // The group's record, not the store: reported as a read of a
+            // version past the last is (certainly not applied, and no
+            // retry helps).
+            CasReply::Last => Err(StoreError::Record {
+                group: group.clone(),
+                source: RecordError::Corrupt {
+                    detail: format!(
                         "the record of {:?} is at a version no other follows (the last this \
                          store writes is {}): delete the key to start the group again",
                         self.key(group),
                         script::MAX_VERSION
                     ),
-                )
-                .into()),
+                },
+            }),
             // Only an update's reply names no version (see cas_chunk).
             CasReply::AppliedAsNamed => Err(self
                 .protocol(

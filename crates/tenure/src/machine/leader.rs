@@ -277,6 +277,8 @@ impl Machine {
     ) {
         let work_deadline = work_deadline.min(old_deadline);
         self.stand.ended = Some((token, old_deadline));
+        // Renewals are over: their buffer goes (see `recycle`).
+        self.spare = None;
         out.push(Action::EndTerm {
             token,
             reason,

@@ -476,11 +476,12 @@ impl Machine {
     }
 
     /// Gives back a record this machine sent in a write, once the store is
-    /// done with it: the next record it writes is built in its buffers
-    /// (see `lease_record`). Pure reuse of memory: what is written does
-    /// not change.
+    /// done with it: while it leads, its next renewal is built in the
+    /// record's buffers (see `lease_record`); otherwise it is dropped (a
+    /// candidate writes rarely, and 100,000 of them need not each keep a
+    /// record). Pure reuse of memory: what is written does not change.
     pub fn recycle(&mut self, record: LeaseRecord) {
-        if record.holder.is_some() {
+        if record.holder.is_some() && matches!(self.state, State::Leader(_)) {
             self.spare = Some(record);
         }
     }
