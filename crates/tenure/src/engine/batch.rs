@@ -325,15 +325,14 @@ pub(super) enum Outcome {
     AllFailed,
 }
 
+/// The groups of a batch and their operations, in the order of its items.
+pub(super) type BatchIds = Vec<(GroupId, OpId)>;
+
 pub(super) enum BatchResults {
-    Reads(Vec<(GroupId, OpId)>, BatchResult<Option<Versioned>>),
+    Reads(BatchIds, BatchResult<Option<Versioned>>),
     /// With the requests sent, given back to be reused (none if the
     /// batch timed out).
-    Writes(
-        Vec<(GroupId, OpId)>,
-        BatchResult<CasOutcome>,
-        Vec<CasRequest>,
-    ),
+    Writes(BatchIds, BatchResult<CasOutcome>, Vec<CasRequest>),
 }
 
 impl BatchResults {
@@ -457,7 +456,7 @@ impl Task {
         queues: fn(&mut Self) -> &mut Queues<T>,
         counted: fn(&Counters) -> (&AtomicU64, &AtomicU64),
         call: impl Fn(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
-        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>, B) -> BatchResults,
+        results: fn(BatchIds, BatchResult<R>, B) -> BatchResults,
     ) where
         R: 'static,
         B: Default + Send + 'static,
@@ -580,7 +579,7 @@ impl Task {
         priority: Priority,
         suspects: bool,
         call: impl FnOnce(Arc<dyn LeaseStore>, Vec<T>) -> Fut,
-        results: fn(Vec<(GroupId, OpId)>, BatchResult<R>, B) -> BatchResults,
+        results: fn(BatchIds, BatchResult<R>, B) -> BatchResults,
     ) where
         R: 'static,
         B: Default + Send + 'static,

@@ -480,7 +480,7 @@ impl Machine {
     /// record's buffers (see `lease_record`); otherwise it is dropped (a
     /// candidate writes rarely, and 100,000 of them need not each keep a
     /// record). Pure reuse of memory: what is written does not change.
-    pub fn recycle(&mut self, record: LeaseRecord) {
+    pub(crate) fn recycle(&mut self, record: LeaseRecord) {
         if record.holder.is_some() && matches!(self.state, State::Leader(_)) {
             self.spare = Some(record);
         }
