@@ -114,7 +114,10 @@ pub use proxy::{HttpFront, TcpProxy};
 pub use sample::sample_record;
 pub use servers::server_url;
 pub use service_time::ServiceTimeStore;
-pub use support::{free_port, signal, unique_suffix, wait_for_listener, ServerProcess, TempDir};
+pub use support::{
+    free_port, signal, unique_suffix, wait_for_listener, wait_for_own_listener, ServerProcess,
+    TempDir,
+};
 pub use term_log::{SpanGuard, TermLog, TermProblem, TermSpan};
 pub use tls::TlsFiles;
 pub use url_harness::{RawAccess, UrlHarness};

@@ -83,6 +83,74 @@ pub async fn wait_for_listener(what: &str, port: u16, within: std::time::Duratio
     panic!("{what} did not listen on {port} within {within:?}");
 }
 
+/// Waits until process `pid` itself listens on `port` (one of its open
+/// sockets is the listening socket of that port, by `/proc`), not merely
+/// until something answers there: a port from [`free_port`] can be taken
+/// by another test's server in the moment before this one binds it, and
+/// a server that then fails to bind would leave its test talking to the
+/// other one (seen: a moto checking no signatures answered for the one
+/// that should have). `Err` if `pid` exits first or `within` passes.
+pub async fn wait_for_own_listener(
+    pid: u32,
+    port: u16,
+    within: std::time::Duration,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(format!("process {pid} exited before listening on {port}"));
+        }
+        let listening = listening_inodes(port);
+        if !listening.is_empty() && owns_any_socket(pid, &listening) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "process {pid} did not listen on {port} within {within:?}"
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+/// The inodes of the sockets listening on TCP `port` (IPv4 and IPv6).
+fn listening_inodes(port: u16) -> Vec<String> {
+    let wanted = format!(":{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address, state (0A: LISTEN), inode.
+            if let (Some(local), Some(&"0A"), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            {
+                if local.ends_with(&wanted) {
+                    inodes.push((*inode).to_owned());
+                }
+            }
+        }
+    }
+    inodes
+}
+
+/// Whether process `pid` holds one of the sockets `inodes`.
+fn owns_any_socket(pid: u32, inodes: &[String]) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| {
+            let target = target.to_string_lossy();
+            inodes
+                .iter()
+                .any(|inode| target == format!("socket:[{inode}]").as_str())
+        })
+    })
+}
+
 /// A random suffix for names that must not collide between test runs.
 pub fn unique_suffix() -> u64 {
     rand::random()
@@ -113,5 +181,40 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The listener is told apart by its owner: this process owns it,
+    /// another process (a `sleep`) does not, and one that exited is said
+    /// to have.
+    #[tokio::test]
+    async fn a_listener_is_owned_only_by_the_process_that_holds_it() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let me = std::process::id();
+        assert_eq!(
+            wait_for_own_listener(me, port, Duration::from_secs(5)).await,
+            Ok(())
+        );
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let err = wait_for_own_listener(other.id(), port, Duration::from_millis(200))
+            .await
+            .expect_err("not its listener");
+        assert!(err.contains("did not listen"), "{err}");
+        other.kill().expect("kill");
+        other.wait().expect("reaped");
+        let err = wait_for_own_listener(other.id(), port, Duration::from_secs(5))
+            .await
+            .expect_err("exited");
+        assert!(err.contains("exited"), "{err}");
+        drop(listener);
     }
 }

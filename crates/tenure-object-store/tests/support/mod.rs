@@ -164,7 +164,8 @@ pub struct PrivateMoto {
 }
 
 impl PrivateMoto {
-    /// Starts `moto_server` on a free port, with extra environment.
+    /// Starts `moto_server` on a free port, with extra environment; on
+    /// another port if another test's server took that one first.
     pub async fn start(env: &[(&str, &str)]) -> PrivateMoto {
         let mut m = PrivateMoto {
             port: testkit::free_port(),
@@ -174,6 +175,16 @@ impl PrivateMoto {
                 .collect(),
             child: None,
         };
+        for _ in 0..3 {
+            match m.try_start().await {
+                Ok(()) => return m,
+                Err(e) => {
+                    eprintln!("moto_server on {}: {e}; another port", m.port);
+                    m.kill().await;
+                    m.port = testkit::free_port();
+                }
+            }
+        }
         m.start_again().await;
         m
     }
@@ -182,7 +193,15 @@ impl PrivateMoto {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Starts it again on its port (a restart keeps the endpoint).
     pub async fn start_again(&mut self) {
+        if let Err(e) = self.try_start().await {
+            panic!("moto_server on {}: {e}", self.port);
+        }
+    }
+
+    /// Starts it on its port, and waits until it is what listens there.
+    async fn try_start(&mut self) -> Result<(), String> {
         let bin = std::env::var("TENURE_MOTO_BIN").unwrap_or_else(|_| "moto_server".into());
         let mut cmd = tokio::process::Command::new(bin);
         cmd.args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
@@ -191,8 +210,10 @@ impl PrivateMoto {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true);
-        self.child = Some(cmd.spawn().expect("start moto_server (TENURE_MOTO_BIN)"));
-        testkit::wait_for_listener("moto_server", self.port, Duration::from_secs(10)).await;
+        let child = cmd.spawn().expect("start moto_server (TENURE_MOTO_BIN)");
+        let pid = child.id().ok_or("moto_server exited at once")?;
+        self.child = Some(child);
+        testkit::wait_for_own_listener(pid, self.port, Duration::from_secs(10)).await
     }
 
     pub async fn kill(&mut self) {
