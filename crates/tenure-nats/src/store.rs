@@ -481,7 +481,9 @@ async fn open_bucket(
     ctx: &Ctx<'_>,
 ) -> Result<kv::Store, NatsStoreError> {
     let bucket = options.bucket.as_str();
-    for _ in 0..3 {
+    // Why a creation found the bucket's subjects taken, if it did.
+    let mut overlap: Option<String> = None;
+    for attempt in 0..OPEN_ATTEMPTS {
         match within(options.timeout, js.get_key_value(bucket)).await {
             None => return Err(ctx.timeout(Concerning::Any)),
             Some(Ok(kv)) => return Ok(kv),
@@ -518,6 +520,17 @@ async fn open_bucket(
             // Created meanwhile by another process (with other settings):
             // open what is there.
             Some(Err(e)) if chain_has(&e, "already in use") => continue,
+            // Another process's creation of the same bucket, which the
+            // server may report so while it is under way (seen: two `tenure
+            // run` starting at once, one failed); or a stream of someone
+            // else's that owns the subjects, which no retry mends. Look
+            // again a little later, and name it if it stays.
+            Some(Err(e)) if chain_has(&e, "subjects overlap") => {
+                overlap = Some(tenure::error::error_chain(&e));
+                let back_off = Duration::from_millis(25 << attempt.min(5));
+                tokio::time::sleep(back_off.min(Duration::from_secs(1))).await;
+                continue;
+            }
             Some(Err(e)) => {
                 let detail = tenure::error::error_chain(&e);
                 if detail.to_ascii_lowercase().contains("timed out") {
@@ -531,12 +544,24 @@ async fn open_bucket(
             }
         }
     }
+    if let Some(detail) = overlap {
+        return Err(NatsStoreError::BucketCreate {
+            target: ctx.target.clone(),
+            bucket: bucket.to_owned(),
+            detail: format!("{detail}; another stream holds the subjects $KV.{bucket}.>"),
+        });
+    }
     Err(ctx.operation(
         "to open the bucket",
         Concerning::Any,
         std::io::Error::other("it was created and then deleted again while opening it"),
     ))
 }
+
+/// How many times opening a bucket looks it up (and creates it if
+/// missing): a bucket created or deleted by others meanwhile is looked up
+/// again. With the back-off after an overlap, about four seconds.
+const OPEN_ATTEMPTS: u32 = 8;
 
 fn chain_has(e: &dyn std::error::Error, needle: &str) -> bool {
     tenure::error::error_chain(e).contains(needle)

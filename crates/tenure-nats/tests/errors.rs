@@ -266,6 +266,68 @@ async fn buckets_that_would_lose_leases_are_refused() {
     // A bucket tenure made itself is fine, and so is opening it again.
     NatsStore::connect(&server.url("fine")).await.unwrap();
     NatsStore::connect(&server.url("fine")).await.unwrap();
+    // A stream of someone else's that holds the bucket's subjects: no
+    // bucket can be made, and the error says why.
+    js.create_stream(stream::Config {
+        name: "OTHER".into(),
+        subjects: vec!["$KV.taken.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = refused(&server.url("taken")).await;
+    assert!(
+        matches!(err, NatsStoreError::BucketCreate { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("$KV.taken.>"), "{err}");
+}
+
+/// A creation refused because the subjects overlap a stream that then
+/// goes (as the server may answer a creation racing another process's)
+/// is tried again: the open succeeds once the subjects are free.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_overlap_that_clears_is_waited_out() {
+    let server = common::Nats::start();
+    let client = async_nats::connect(server.addr().to_string())
+        .await
+        .unwrap();
+    let js = jetstream::new(client);
+    js.create_stream(stream::Config {
+        name: "PASSING".into(),
+        subjects: vec!["$KV.passing.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let url = server.url("passing");
+    let open = tokio::spawn(async move { NatsStore::connect(&url).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    js.delete_stream("PASSING").await.unwrap();
+    let store = open.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+    works(&store).await;
+}
+
+/// Processes that start at once on a server without the bucket all open
+/// it: one creates it, and the others, whose creations the server refuses
+/// meanwhile (its name in use, or its subjects overlapping a stream being
+/// created), open what is there.
+#[tokio::test(flavor = "multi_thread")]
+async fn many_opening_a_missing_bucket_at_once_all_open_it() {
+    let server = common::Nats::start();
+    for round in 0..5 {
+        let url = server.url(&format!("racing{round}"));
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { NatsStore::connect(&url).await })
+            })
+            .collect();
+        for open in opens {
+            let store = open.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+            works(&store).await;
+        }
+    }
 }
 
 /// A refusal of one group's key says nothing about another request that
