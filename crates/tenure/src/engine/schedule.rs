@@ -1,6 +1,6 @@
-//! When the task acts: the timer heap, operation deadlines
-//! ([`Deadlines`]), and the
-//! coalescing that pulls nearly-due renewals and polls into one batch.
+//! When the task acts: the timer heap, operation deadlines ([`Deadlines`]),
+//! and the coalescing that pulls nearly-due renewals and polls into one
+//! batch.
 //! [`Schedule`] owns that state; the task asks it what is due and steps
 //! the machines.
 
@@ -257,9 +257,9 @@ impl Schedule {
     /// and one live deadline): each renewal leaves its deadline behind (and
     /// a wake-up moved earlier leaves one), and popping them one by one as
     /// they came due (a sift through a heap of hundreds of thousands each)
-    /// cost an eighth of the engine's time at 100,000 groups. A stale entry never
-    /// becomes live again (generations and operation ids only rise), so
-    /// what fires, and when, is unchanged.
+    /// cost an eighth of the engine's time at 100,000 groups. A stale
+    /// entry never becomes live again (generations and operation ids only
+    /// rise), so what fires, and when, is unchanged.
     fn compact(&mut self, slots: &HashMap<GroupId, Slot, IdHash>) {
         let bound = slots.len().saturating_mul(2).saturating_add(1024);
         if self.timers.len() > bound {
