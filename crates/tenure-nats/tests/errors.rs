@@ -268,19 +268,25 @@ async fn buckets_that_would_lose_leases_are_refused() {
     NatsStore::connect(&server.url("fine")).await.unwrap();
     // A stream of someone else's that holds the bucket's subjects: no
     // bucket can be made, and the error says why.
-    js.create_stream(stream::Config {
-        name: "OTHER".into(),
-        subjects: vec!["$KV.taken.>".into()],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    foreign_stream(&js, "OTHER", "taken").await;
     let err = refused(&server.url("taken")).await;
     assert!(
         matches!(err, NatsStoreError::BucketCreate { .. }),
         "{err:?}"
     );
     assert!(err.to_string().contains("$KV.taken.>"), "{err}");
+}
+
+/// Creates a stream `name`, not a key-value bucket, that holds the
+/// subjects of the bucket `bucket`.
+async fn foreign_stream(js: &jetstream::Context, name: &str, bucket: &str) {
+    js.create_stream(stream::Config {
+        name: name.into(),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
 }
 
 /// A creation refused because the subjects overlap a stream that then
@@ -293,13 +299,7 @@ async fn an_overlap_that_clears_is_waited_out() {
         .await
         .unwrap();
     let js = jetstream::new(client);
-    js.create_stream(stream::Config {
-        name: "PASSING".into(),
-        subjects: vec!["$KV.passing.>".into()],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    foreign_stream(&js, "PASSING", "passing").await;
     let url = server.url("passing");
     let open = tokio::spawn(async move { NatsStore::connect(&url).await });
     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -443,44 +443,44 @@ mod tests {
     fn parses_replies_and_rejects_nonsense() {
         let applied = Value::Array(vec![bulk("applied"), bulk("1700000000000001"), bulk("")]);
         assert_eq!(
-            CasReply::parse(&applied).unwrap(),
-            CasReply::Applied {
+            CasReply::parse(&applied),
+            Ok(CasReply::Applied {
                 version: 1_700_000_000_000_001,
                 publish_error: None
-            }
+            })
         );
         let none = Value::Array(vec![bulk("none"), bulk(""), bulk("")]);
         assert_eq!(
-            ReadReply::parse(&none).unwrap(),
-            ReadReply::None {
+            ReadReply::parse(&none),
+            Ok(ReadReply::None {
                 floor: None,
                 since_ms: 0
-            }
+            })
         );
         let hash = Value::Array(vec![bulk("hash"), Value::Nil, bulk("x")]);
         assert_eq!(
-            ReadReply::parse(&hash).unwrap(),
-            ReadReply::Hash {
+            ReadReply::parse(&hash),
+            Ok(ReadReply::Hash {
                 version: None,
                 record: Some(b"x".to_vec())
-            }
+            })
         );
         assert_eq!(
-            CasReply::parse(&Value::Int(1_700_000_000_000_002)).unwrap(),
-            CasReply::Applied {
+            CasReply::parse(&Value::Int(1_700_000_000_000_002)),
+            Ok(CasReply::Applied {
                 version: 1_700_000_000_000_002,
                 publish_error: None
-            }
+            })
         );
-        assert_eq!(CasReply::parse(&Value::Int(0)).unwrap(), CasReply::Conflict);
+        assert_eq!(CasReply::parse(&Value::Int(0)), Ok(CasReply::Conflict));
         // 1: an update applied at the version it named, never version 1.
         assert_eq!(
-            CasReply::parse(&Value::Int(1)).unwrap(),
-            CasReply::AppliedAsNamed
+            CasReply::parse(&Value::Int(1)),
+            Ok(CasReply::AppliedAsNamed)
         );
         assert_eq!(
-            CasReply::parse(&Value::Array(vec![bulk("last")])).unwrap(),
-            CasReply::Last
+            CasReply::parse(&Value::Array(vec![bulk("last")])),
+            Ok(CasReply::Last)
         );
         assert!(CasReply::parse(&Value::Int(-3)).is_err());
         // One past the largest version the store reads.

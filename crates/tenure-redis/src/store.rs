@@ -449,12 +449,12 @@ impl RedisStore {
             buf.clear();
             r.record.encode_into(&mut buf);
             cmd.arg(&buf[..]);
-            match update_over(r) {
-                Some(Some(next)) => cmd.arg(decimal(next, &mut digits)),
-                // No version follows the expected one: the script refuses
-                // the update if it would apply (see `CasReply::Last`).
-                Some(None) => cmd.arg(&b""[..]),
-                None => {
+            match third_argument(r) {
+                Third::Next(next) => cmd.arg(decimal(next, &mut digits)),
+                // The script refuses the update if it would apply (see
+                // `CasReply::Last`).
+                Third::NoNext => cmd.arg(&b""[..]),
+                Third::Quarantine => {
                     let quarantine = self.quarantine_for(&r.record);
                     let ms = u64::try_from(quarantine.as_millis()).unwrap_or(u64::MAX);
                     cmd.arg(decimal(ms, &mut digits))
@@ -483,12 +483,12 @@ impl RedisStore {
             .zip(replies)
             .map(|(r, reply)| {
                 let reply = match reply {
-                    Ok(CasReply::AppliedAsNamed) => match update_over(r).flatten() {
-                        Some(version) => CasReply::Applied {
+                    Ok(CasReply::AppliedAsNamed) => match third_argument(r) {
+                        Third::Next(version) => CasReply::Applied {
                             version,
                             publish_error: None,
                         },
-                        None => CasReply::AppliedAsNamed,
+                        Third::NoNext | Third::Quarantine => CasReply::AppliedAsNamed,
                     },
                     other => other.map_err(|d| StoreError::from(self.protocol(what, d)))?,
                 };
@@ -523,13 +523,21 @@ impl RedisStore {
     }
 }
 
-/// For an update (an expected version from 1 up), the version it writes,
-/// `None` inside if there is none after the expected one; `None` for a
-/// creation (no expected version, or 0: a record lost).
-fn update_over(r: &CasRequest) -> Option<Option<u64>> {
+/// What a request's third argument to the script carries.
+enum Third {
+    /// An update (an expected version from 1 up): the version it writes.
+    Next(u64),
+    /// An update over a version no other follows.
+    NoNext,
+    /// A creation (no expected version, or 0: a record lost): the
+    /// quarantine.
+    Quarantine,
+}
+
+fn third_argument(r: &CasRequest) -> Third {
     match r.expected {
-        Some(v) if v.0 >= 1 => Some(script::next_version(v.0)),
-        _ => None,
+        Some(v) if v.0 >= 1 => script::next_version(v.0).map_or(Third::NoNext, Third::Next),
+        _ => Third::Quarantine,
     }
 }
 

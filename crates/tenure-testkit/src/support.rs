@@ -193,28 +193,30 @@ mod tests {
     /// another process (a `sleep`) does not, and one that exited is said
     /// to have.
     #[tokio::test]
-    async fn a_listener_is_owned_only_by_the_process_that_holds_it() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
+    async fn a_listener_is_owned_only_by_the_process_that_holds_it() -> std::io::Result<()> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
         let me = std::process::id();
         assert_eq!(
             wait_for_own_listener(me, port, Duration::from_secs(5)).await,
             Ok(())
         );
-        let mut other = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("sleep");
-        let err = wait_for_own_listener(other.id(), port, Duration::from_millis(200))
-            .await
-            .expect_err("not its listener");
-        assert!(err.contains("did not listen"), "{err}");
-        other.kill().expect("kill");
-        other.wait().expect("reaped");
-        let err = wait_for_own_listener(other.id(), port, Duration::from_secs(5))
-            .await
-            .expect_err("exited");
-        assert!(err.contains("exited"), "{err}");
+        let mut other = std::process::Command::new("sleep").arg("30").spawn()?;
+        let not_its = wait_for_own_listener(other.id(), port, Duration::from_millis(200)).await;
+        assert!(
+            not_its
+                .as_ref()
+                .is_err_and(|e| e.contains("did not listen")),
+            "{not_its:?}"
+        );
+        other.kill()?;
+        other.wait()?;
+        let exited = wait_for_own_listener(other.id(), port, Duration::from_secs(5)).await;
+        assert!(
+            exited.as_ref().is_err_and(|e| e.contains("exited")),
+            "{exited:?}"
+        );
         drop(listener);
+        Ok(())
     }
 }
