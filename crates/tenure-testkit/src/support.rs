@@ -97,7 +97,7 @@ pub async fn wait_for_own_listener(
 ) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if exited(pid) {
             return Err(format!("process {pid} exited before listening on {port}"));
         }
         let listening = listening_inodes(port);
@@ -110,6 +110,18 @@ pub async fn wait_for_own_listener(
             ));
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+/// Whether process `pid` is gone or a zombie (exited, not yet reaped: a
+/// child nobody waits on stays one, and keeps its `/proc` entry).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the ")" that ends the command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
     }
 }
 
@@ -209,7 +221,13 @@ mod tests {
                 .is_err_and(|e| e.contains("did not listen")),
             "{not_its:?}"
         );
+        // Exited but not reaped (a zombie), then reaped.
         other.kill()?;
+        let zombie = wait_for_own_listener(other.id(), port, Duration::from_secs(5)).await;
+        assert!(
+            zombie.as_ref().is_err_and(|e| e.contains("exited")),
+            "{zombie:?}"
+        );
         other.wait()?;
         let exited = wait_for_own_listener(other.id(), port, Duration::from_secs(5)).await;
         assert!(
